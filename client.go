@@ -1,0 +1,115 @@
+package durashuffle
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/uploader"
+)
+
+// Version is written into every manifest.
+const Version = "durashuffle/0.1.0"
+
+// Client is durashuffle in one process: the store with its retry layer,
+// the request counter and the upload pool that every writer shares. Safe
+// for concurrent use.
+type Client struct {
+	cfg     config.Config
+	st      store.Store
+	pool    *uploader.Pool
+	counter *store.Counter
+	layout  manifest.Layout
+}
+
+// Open connects to the bucket of cfg with the AWS SDK (endpoint, region
+// and credentials follow the usual AWS chain unless cfg sets them).
+func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Client, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Bucket == "" {
+		return nil, fmt.Errorf("%w: bucket is not set", config.ErrInvalid)
+	}
+	counter := &store.Counter{}
+	s3, err := s3store.New(ctx, s3store.Options{
+		Bucket:             cfg.Bucket,
+		Endpoint:           cfg.Endpoint,
+		Region:             cfg.Region,
+		PathStyle:          cfg.PathStyle,
+		InsecureSkipVerify: cfg.InsecureSkipVerify,
+		Counter:            counter,
+		MaxConns:           cfg.UploadConcurrency + cfg.ReadAhead + 16,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(s3, cfg, counter, obs), nil
+}
+
+// NewClient builds a Client on an existing store (which must not retry by
+// itself: the client adds the one retry layer). counter may be nil.
+func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs uploader.Observer) *Client {
+	if counter == nil {
+		counter = &store.Counter{}
+	}
+	st := retry.Wrap(raw, retry.Policy{
+		MaxAttempts: cfg.RetryMaxAttempts,
+		BaseDelay:   cfg.RetryBaseDelay.D(),
+		MaxDelay:    cfg.RetryMaxDelay.D(),
+		Timeout:     cfg.RequestTimeout.D(),
+	}, counter)
+	pool := uploader.New(st, uploader.Config{
+		ChunkSize:   int64(cfg.ChunkSize),
+		Concurrency: cfg.UploadConcurrency,
+		MaxBuffered: cfg.BufferedChunks(),
+		Checksum:    cfg.Checksum == "crc32c",
+	}, obs)
+	return &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix}}
+}
+
+// Close stops the upload pool. Writers must be committed or aborted.
+func (c *Client) Close() { c.pool.Close() }
+
+// Config returns the client's configuration.
+func (c *Client) Config() config.Config { return c.cfg }
+
+// Store returns the store with its retry layer.
+func (c *Client) Store() store.Store { return c.st }
+
+// Counter returns the request counter.
+func (c *Client) Counter() *store.Counter { return c.counter }
+
+// Pool returns the shared upload pool.
+func (c *Client) Pool() *uploader.Pool { return c.pool }
+
+// Layout returns the object layout under the configured prefix.
+func (c *Client) Layout() manifest.Layout { return c.layout }
+
+// Seal merges the manifests of workers "0".."workers-1" into the stage
+// manifest; it fails naming the workers that have not committed.
+func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*manifest.Stage, error) {
+	if workers < 1 {
+		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
+	}
+	ids := make([]string, workers)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	return c.SealWorkers(ctx, query, stage, ids)
+}
+
+// SealWorkers is Seal with explicit worker IDs.
+func (c *Client) SealWorkers(ctx context.Context, query string, stage int, workers []string) (*manifest.Stage, error) {
+	if err := manifest.ValidateID("query", query); err != nil {
+		return nil, err
+	}
+	if err := manifest.ValidateStage(stage); err != nil {
+		return nil, err
+	}
+	return manifest.Seal(ctx, c.st, c.layout, query, stage, workers)
+}

@@ -1,0 +1,338 @@
+// Package config holds durashuffle's configuration: one plain struct with
+// the defaults of DESIGN.md, loaded from YAML, DURASHUFFLE_* environment
+// variables and flags, and validated with errors that name the key, the
+// allowed range and the value.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"gopkg.in/yaml.v3"
+)
+
+// Duration is a time.Duration that reads "100ms", "6h" in YAML and env.
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// Set implements pflag.Value.
+func (d *Duration) Set(v string) error {
+	x, err := time.ParseDuration(strings.TrimSpace(v))
+	if err != nil {
+		return fmt.Errorf("duration %q: want a Go duration such as 100ms, 30s or 6h", v)
+	}
+	*d = Duration(x)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (d *Duration) Type() string { return "duration" }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
+
+// Config is every setting durashuffle has. The yaml tag is the key in the
+// config file; the environment variable is DURASHUFFLE_ and the key in
+// upper case; the flag is the key with dashes. The doc tag is what
+// docs/configuration.md says of it, cost included.
+type Config struct {
+	Bucket             string `yaml:"bucket" doc:"Bucket that holds every query's stages."`
+	Prefix             string `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
+	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL (MinIO, LocalStack); empty follows the AWS chain (AWS_ENDPOINT_URL, profile)."`
+	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
+	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification. Off unless set explicitly."`
+
+	ChunkSize         Size `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
+	UploadConcurrency int  `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
+	MaxBufferedChunks int  `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
+	MaxObjectSize     Size `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
+
+	FrameTargetBytes  Size   `yaml:"frame_target_bytes" doc:"Coalesce a partition's rows until this many bytes before encoding a frame. Smaller frames mean more index entries and more, smaller reads."`
+	CoalesceBudget    Size   `yaml:"coalesce_budget" doc:"Memory for unencoded partition buffers per writer; past it, the largest are flushed early."`
+	EncodeConcurrency int    `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
+	Compression       string `yaml:"compression" doc:"Arrow IPC body compression of frames: lz4, zstd or none."`
+	Checksum          string `yaml:"checksum" doc:"Per-part S3 checksum: crc32c or none. Frames always carry a CRC32C in the manifest."`
+
+	ReadRangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
+	ReadAhead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes plus the decoded records."`
+	ReadGapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
+
+	RetryMaxAttempts int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
+	RetryBaseDelay   Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
+	RetryMaxDelay    Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
+	RequestTimeout   Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+
+	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
+}
+
+// Default returns the configuration of DESIGN.md.
+func Default() Config {
+	return Config{
+		Prefix:            "durashuffle",
+		ChunkSize:         8 * MiB,
+		UploadConcurrency: 8,
+		FrameTargetBytes:  1 * MiB,
+		CoalesceBudget:    64 * MiB,
+		Compression:       "lz4",
+		Checksum:          "crc32c",
+		ReadRangeBytes:    8 * MiB,
+		ReadAhead:         4,
+		ReadGapBytes:      256 * KiB,
+		RetryMaxAttempts:  8,
+		RetryBaseDelay:    Duration(100 * time.Millisecond),
+		RetryMaxDelay:     Duration(5 * time.Second),
+		RequestTimeout:    Duration(5 * time.Minute),
+		ResultsRetention:  Duration(6 * time.Hour),
+	}
+}
+
+// S3 limits that bound the settings.
+const (
+	MinPartSize = 5 * MiB
+	MaxPartSize = 5 * GiB
+	MaxParts    = 10000
+)
+
+// ErrInvalid marks a configuration error (exit code 2 in the CLI).
+var ErrInvalid = errors.New("invalid configuration")
+
+// BufferedChunks is max_buffered_chunks with its default applied.
+func (c Config) BufferedChunks() int {
+	if c.MaxBufferedChunks == 0 {
+		return 2 * c.UploadConcurrency
+	}
+	return c.MaxBufferedChunks
+}
+
+// Encoders is encode_concurrency with its default applied.
+func (c Config) Encoders() int {
+	if c.EncodeConcurrency == 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	return c.EncodeConcurrency
+}
+
+// Validate checks every key and returns all violations, each naming the
+// key, the allowed range and the value.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(key, want string, got any) {
+		errs = append(errs, fmt.Errorf("%w: %s must be %s, got %v", ErrInvalid, key, want, got))
+	}
+	sizeIn := func(key string, v, lo, hi Size) {
+		if v < lo || v > hi {
+			bad(key, fmt.Sprintf("between %v and %v", lo, hi), v)
+		}
+	}
+	intIn := func(key string, v, lo, hi int) {
+		if v < lo || v > hi {
+			bad(key, fmt.Sprintf("between %d and %d", lo, hi), v)
+		}
+	}
+	sizeIn("chunk_size", c.ChunkSize, MinPartSize, MaxPartSize)
+	intIn("upload_concurrency", c.UploadConcurrency, 1, 1024)
+	if c.MaxBufferedChunks != 0 {
+		intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)
+	}
+	if c.MaxObjectSize != 0 && c.MaxObjectSize < c.ChunkSize {
+		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.ChunkSize), c.MaxObjectSize)
+	}
+	sizeIn("frame_target_bytes", c.FrameTargetBytes, 4*KiB, 1*GiB)
+	if c.CoalesceBudget < c.FrameTargetBytes {
+		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
+	}
+	intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
+	switch c.Compression {
+	case "lz4", "zstd", "none":
+	default:
+		bad("compression", "one of lz4, zstd, none", strconv.Quote(c.Compression))
+	}
+	switch c.Checksum {
+	case "crc32c", "none":
+	default:
+		bad("checksum", "one of crc32c, none", strconv.Quote(c.Checksum))
+	}
+	sizeIn("read_range_bytes", c.ReadRangeBytes, 64*KiB, 5*GiB)
+	intIn("read_ahead", c.ReadAhead, 1, 256)
+	sizeIn("read_gap_bytes", c.ReadGapBytes, 0, c.ReadRangeBytes)
+	intIn("retry_max_attempts", c.RetryMaxAttempts, 1, 100)
+	if c.RetryBaseDelay < 0 || c.RetryBaseDelay.D() > time.Minute {
+		bad("retry_base_delay", "between 0s and 1m0s", c.RetryBaseDelay)
+	}
+	if c.RetryMaxDelay < c.RetryBaseDelay || c.RetryMaxDelay.D() > 10*time.Minute {
+		bad("retry_max_delay", fmt.Sprintf("between retry_base_delay (%v) and 10m0s", c.RetryBaseDelay), c.RetryMaxDelay)
+	}
+	if c.RequestTimeout < 0 {
+		bad("request_timeout", "0 (none) or positive", c.RequestTimeout)
+	}
+	if c.ResultsRetention < 0 {
+		bad("results_retention", "0 or positive", c.ResultsRetention)
+	}
+	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
+		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))
+	}
+	return errors.Join(errs...)
+}
+
+// Key describes one configuration key for flags, env and docs.
+type Key struct {
+	Name  string // yaml key, e.g. chunk_size
+	Env   string // DURASHUFFLE_CHUNK_SIZE
+	Flag  string // chunk-size
+	Doc   string
+	Type  string
+	field int
+}
+
+// Keys lists every configuration key in struct order.
+func Keys() []Key {
+	t := reflect.TypeFor[Config]()
+	var ks []Key
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name := f.Tag.Get("yaml")
+		typ := f.Type.Name()
+		switch f.Type {
+		case reflect.TypeFor[Size]():
+			typ = "size"
+		case reflect.TypeFor[Duration]():
+			typ = "duration"
+		}
+		ks = append(ks, Key{
+			Name:  name,
+			Env:   "DURASHUFFLE_" + strings.ToUpper(name),
+			Flag:  strings.ReplaceAll(name, "_", "-"),
+			Doc:   f.Tag.Get("doc"),
+			Type:  typ,
+			field: i,
+		})
+	}
+	return ks
+}
+
+// Value returns the key's current value in c as text.
+func (c *Config) Value(k Key) string {
+	v := reflect.ValueOf(c).Elem().Field(k.field)
+	return fmt.Sprint(v.Interface())
+}
+
+func (c *Config) set(k Key, s string) error {
+	v := reflect.ValueOf(c).Elem().Field(k.field)
+	switch p := v.Addr().Interface().(type) {
+	case *Size:
+		return p.Set(s)
+	case *Duration:
+		return p.Set(s)
+	case *string:
+		*p = s
+	case *int:
+		n, err := strconv.Atoi(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("want an integer, got %q", s)
+		}
+		*p = n
+	case *bool:
+		b, err := strconv.ParseBool(strings.TrimSpace(s))
+		if err != nil {
+			return fmt.Errorf("want true or false, got %q", s)
+		}
+		*p = b
+	default:
+		return fmt.Errorf("unsupported type %T", p)
+	}
+	return nil
+}
+
+// LoadFile overlays the YAML file at path on c. Unknown keys are errors.
+func (c *Config) LoadFile(path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("%w: read config file: %v", ErrInvalid, err)
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec.KnownFields(true)
+	if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
+		return fmt.Errorf("%w: config file %s: %v", ErrInvalid, path, err)
+	}
+	return nil
+}
+
+// LoadEnv overlays DURASHUFFLE_* variables from getenv on c.
+func (c *Config) LoadEnv(getenv func(string) string) error {
+	for _, k := range Keys() {
+		if s := getenv(k.Env); s != "" {
+			if err := c.set(k, s); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrInvalid, k.Env, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Flags binds a flag per key on fs. After parsing, Apply copies the flags
+// the user set onto a config, so flags win over file and environment.
+type Flags struct {
+	fs   *pflag.FlagSet
+	vals Config
+	file string
+}
+
+// BindFlags registers --config and one flag per key on fs.
+func BindFlags(fs *pflag.FlagSet) *Flags {
+	f := &Flags{fs: fs, vals: Default()}
+	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
+	for _, k := range Keys() {
+		v := reflect.ValueOf(&f.vals).Elem().Field(k.field).Addr().Interface()
+		usage := k.Doc + " (" + k.Env + ")"
+		switch p := v.(type) {
+		case *Size:
+			fs.Var(p, k.Flag, usage)
+		case *Duration:
+			fs.Var(p, k.Flag, usage)
+		case *string:
+			fs.StringVar(p, k.Flag, *p, usage)
+		case *int:
+			fs.IntVar(p, k.Flag, *p, usage)
+		case *bool:
+			fs.BoolVar(p, k.Flag, *p, usage)
+		}
+	}
+	return f
+}
+
+// Load builds the configuration: defaults, then the --config file, then
+// the environment, then flags the user set; and validates it.
+func (f *Flags) Load(getenv func(string) string) (Config, error) {
+	c := Default()
+	if f.file != "" {
+		if err := c.LoadFile(f.file); err != nil {
+			return c, err
+		}
+	}
+	if err := c.LoadEnv(getenv); err != nil {
+		return c, err
+	}
+	src := reflect.ValueOf(&f.vals).Elem()
+	dst := reflect.ValueOf(&c).Elem()
+	for _, k := range Keys() {
+		if fl := f.fs.Lookup(k.Flag); fl != nil && fl.Changed {
+			dst.Field(k.field).Set(src.Field(k.field))
+		}
+	}
+	return c, c.Validate()
+}

@@ -1,0 +1,140 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+)
+
+func TestParseSize(t *testing.T) {
+	cases := []struct {
+		name string
+		in   string
+		want Size
+		err  bool
+	}{
+		{"plain bytes", "1048576", MiB, false},
+		{"mib", "5MiB", 5 * MiB, false},
+		{"mib spaced lower", "5 mib", 5 * MiB, false},
+		{"gib", "1GiB", GiB, false},
+		{"kib", "512KiB", 512 * KiB, false},
+		{"decimal mb", "100MB", 100_000_000, false},
+		{"fraction", "1.5GiB", GiB + GiB/2, false},
+		{"short unit", "8m", 8 * MiB, false},
+		{"empty", "", 0, true},
+		{"negative", "-5MiB", 0, true},
+		{"garbage", "five", 0, true},
+		{"overflow", "99999999TiB", 0, true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := ParseSize(c.in)
+			if (err != nil) != c.err {
+				t.Fatalf("ParseSize(%q) error = %v, want error %v", c.in, err, c.err)
+			}
+			if got != c.want {
+				t.Fatalf("ParseSize(%q) = %d, want %d", c.in, got, c.want)
+			}
+		})
+	}
+	if s := (8 * MiB).String(); s != "8MiB" {
+		t.Fatalf("String = %q", s)
+	}
+}
+
+func TestDefaultIsValid(t *testing.T) {
+	if err := Default().Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := Default().BufferedChunks(); got != 16 {
+		t.Fatalf("default max_buffered_chunks = %d, want 2 x 8", got)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	cases := []struct {
+		name string
+		mut  func(*Config)
+		want string // substring naming key, range and value
+	}{
+		{"chunk too small", func(c *Config) { c.ChunkSize = MiB }, "chunk_size must be between 5MiB and 5GiB, got 1MiB"},
+		{"chunk too large", func(c *Config) { c.ChunkSize = 6 * GiB }, "chunk_size must be between 5MiB and 5GiB, got 6GiB"},
+		{"zero concurrency", func(c *Config) { c.UploadConcurrency = 0 }, "upload_concurrency must be between 1 and 1024, got 0"},
+		{"negative buffered", func(c *Config) { c.MaxBufferedChunks = -1 }, "max_buffered_chunks must be between 1 and 65536, got -1"},
+		{"budget below frame", func(c *Config) { c.CoalesceBudget = 512 * KiB }, "coalesce_budget must be at least frame_target_bytes (1MiB), got 512KiB"},
+		{"compression", func(c *Config) { c.Compression = "gzip" }, `compression must be one of lz4, zstd, none, got "gzip"`},
+		{"checksum", func(c *Config) { c.Checksum = "md5" }, `checksum must be one of crc32c, none, got "md5"`},
+		{"read ahead", func(c *Config) { c.ReadAhead = 0 }, "read_ahead must be between 1 and 256, got 0"},
+		{"retries", func(c *Config) { c.RetryMaxAttempts = 0 }, "retry_max_attempts must be between 1 and 100, got 0"},
+		{"object below chunk", func(c *Config) { c.MaxObjectSize = 6 * MiB }, "max_object_size must be 0 or at least chunk_size (8MiB), got 6MiB"},
+		{"prefix escapes", func(c *Config) { c.Prefix = "../x" }, `prefix must be a relative key prefix without '..', got "../x"`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := Default()
+			c.mut(&cfg)
+			err := cfg.Validate()
+			if err == nil || !errors.Is(err, ErrInvalid) {
+				t.Fatalf("Validate() = %v, want ErrInvalid", err)
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Validate() = %q, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestLoadPrecedence(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("chunk_size: 16MiB\nupload_concurrency: 3\nretry_base_delay: 250ms\nbucket: from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
+	f := BindFlags(fs)
+	if err := fs.Parse([]string{"--config", file, "--upload-concurrency", "5"}); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DURASHUFFLE_CHUNK_SIZE": "32MiB", "DURASHUFFLE_UPLOAD_CONCURRENCY": "4"}
+	cfg, err := f.Load(func(k string) string { return env[k] })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.ChunkSize != 32*MiB {
+		t.Errorf("chunk_size = %v, want env's 32MiB over file's 16MiB", cfg.ChunkSize)
+	}
+	if cfg.UploadConcurrency != 5 {
+		t.Errorf("upload_concurrency = %d, want flag's 5 over env's 4", cfg.UploadConcurrency)
+	}
+	if cfg.RetryBaseDelay.D() != 250*time.Millisecond || cfg.Bucket != "from-file" {
+		t.Errorf("file values lost: %v %q", cfg.RetryBaseDelay, cfg.Bucket)
+	}
+	if cfg.ReadAhead != 4 {
+		t.Errorf("read_ahead = %d, want default 4", cfg.ReadAhead)
+	}
+}
+
+func TestLoadErrors(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	os.WriteFile(file, []byte("chunk_sise: 16MiB\n"), 0o600)
+	var c Config
+	if err := c.LoadFile(file); err == nil || !strings.Contains(err.Error(), "chunk_sise") {
+		t.Fatalf("unknown key: %v", err)
+	}
+	c = Default()
+	err := c.LoadEnv(func(k string) string {
+		if k == "DURASHUFFLE_READ_AHEAD" {
+			return "many"
+		}
+		return ""
+	})
+	if err == nil || !strings.Contains(err.Error(), "DURASHUFFLE_READ_AHEAD") {
+		t.Fatalf("bad env: %v", err)
+	}
+}

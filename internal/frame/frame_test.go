@@ -1,0 +1,143 @@
+package frame
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+)
+
+func batch(t testing.TB, mem memory.Allocator, lo, n int) arrow.RecordBatch {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, nil)
+	b := array.NewRecordBuilder(mem, schema)
+	defer b.Release()
+	for i := lo; i < lo+n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		if i%7 == 0 {
+			b.Field(1).AppendNull()
+		} else {
+			b.Field(1).(*array.StringBuilder).Append("row-" + string(rune('a'+i%26)))
+		}
+	}
+	return b.NewRecordBatch()
+}
+
+func TestRoundTrip(t *testing.T) {
+	for _, comp := range []string{LZ4, Zstd, None} {
+		t.Run(comp, func(t *testing.T) {
+			mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+			defer mem.AssertSize(t, 0)
+			recs := []arrow.RecordBatch{batch(t, mem, 0, 100), batch(t, mem, 100, 50), batch(t, mem, 150, 1)}
+			var buf bytes.Buffer
+			st, err := Encode(&buf, recs[0].Schema(), recs, comp, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Rows != 151 || st.Bytes <= 0 {
+				t.Fatalf("stats = %+v", st)
+			}
+			// Any Arrow IPC stream reader opens a frame on its own.
+			r, err := ipc.NewReader(bytes.NewReader(buf.Bytes()), ipc.WithAllocator(mem))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var batches int
+			var next int64
+			for r.Next() {
+				batches++
+				col := r.RecordBatch().Column(0).(*array.Int64)
+				for i := 0; i < col.Len(); i++ {
+					if col.Value(i) != next {
+						t.Fatalf("row %d: id %d", next, col.Value(i))
+					}
+					next++
+				}
+			}
+			if r.Err() != nil || next != 151 {
+				t.Fatalf("read %d rows, err %v", next, r.Err())
+			}
+			if batches != 1 {
+				t.Fatalf("frame has %d batches, want small inputs coalesced into 1", batches)
+			}
+			r.Release()
+			_, out, err := Decode(buf.Bytes(), mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range out {
+				o.Release()
+			}
+			for _, rec := range recs {
+				rec.Release()
+			}
+		})
+	}
+}
+
+func TestDecodeCorrupt(t *testing.T) {
+	mem := memory.DefaultAllocator
+	rec := batch(t, mem, 0, 10)
+	defer rec.Release()
+	var buf bytes.Buffer
+	if _, err := Encode(&buf, rec.Schema(), []arrow.RecordBatch{rec}, LZ4, mem); err != nil {
+		t.Fatal(err)
+	}
+	b := buf.Bytes()
+	for name, bad := range map[string][]byte{
+		"truncated": b[:len(b)/2],
+		"garbage":   []byte("not an arrow stream at all"),
+		"empty":     nil,
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, recs, err := Decode(bad, mem)
+			for _, r := range recs {
+				r.Release()
+			}
+			if !errors.Is(err, ErrCorrupt) && len(bad) > 0 {
+				t.Fatalf("Decode = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+func TestCRC32CKnownValue(t *testing.T) {
+	// RFC 3720 test vector: 32 bytes of zeros.
+	if got := CRC32C(make([]byte, 32)); got != 0x8a9136aa {
+		t.Fatalf("CRC32C = %#x", got)
+	}
+	whole := CRC32C([]byte("hello world"))
+	if got := UpdateCRC32C(CRC32C([]byte("hello ")), []byte("world")); got != whole {
+		t.Fatalf("streamed CRC %#x != %#x", got, whole)
+	}
+}
+
+func TestLogicalSizeOfSlice(t *testing.T) {
+	rec := batch(t, memory.DefaultAllocator, 0, 1000)
+	defer rec.Release()
+	full := LogicalSize(rec)
+	s := rec.NewSlice(0, 100)
+	defer s.Release()
+	if got := LogicalSize(s); got <= 0 || got > full/5 {
+		t.Fatalf("slice of 10%% charged %d of %d bytes", got, full)
+	}
+}
+
+func TestSchemaRoundTrip(t *testing.T) {
+	rec := batch(t, memory.DefaultAllocator, 0, 1)
+	defer rec.Release()
+	b, err := EncodeSchema(rec.Schema())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := DecodeSchema(b)
+	if err != nil || !s.Equal(rec.Schema()) {
+		t.Fatalf("schema round trip: %v %v", s, err)
+	}
+}

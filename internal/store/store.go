@@ -1,0 +1,155 @@
+// Package store defines the object-store interfaces that durashuffle's core
+// is written against, and the error classes every implementation reports.
+// It imports no SDK: the S3 implementation lives in internal/s3store, and
+// retry, limits and request counting are wrappers assembled where the
+// program is wired.
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+)
+
+// Sentinel errors. Implementations wrap them (errors.Is) so callers can
+// branch on the class without knowing the backend.
+var (
+	// ErrNotFound: the key (or upload) does not exist.
+	ErrNotFound = errors.New("not found")
+	// ErrPreconditionFailed: a conditional put lost (the key already exists).
+	ErrPreconditionFailed = errors.New("precondition failed")
+	// ErrInvalidRange: a ranged GET asked for bytes past the object's end.
+	ErrInvalidRange = errors.New("invalid range")
+)
+
+// Error is what implementations return for a failed request: the operation,
+// the key, the HTTP status and service code when there was a response, and
+// whether a retry may succeed.
+type Error struct {
+	Op        string // SDK operation name, e.g. "UploadPart"
+	Key       string
+	Status    int    // HTTP status, 0 when no response arrived
+	Code      string // service error code, e.g. "SlowDown"
+	Retryable bool
+	Err       error
+}
+
+func (e *Error) Error() string {
+	s := e.Op
+	if e.Key != "" {
+		s += " " + e.Key
+	}
+	if e.Status != 0 {
+		s += fmt.Sprintf(": HTTP %d", e.Status)
+	}
+	if e.Code != "" {
+		s += " " + e.Code
+	}
+	if e.Err != nil {
+		s += ": " + e.Err.Error()
+	}
+	return s
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// IsRetryable reports whether err is worth retrying: a store error marked
+// retryable (5xx, SlowDown, RequestTimeout, resets, timeouts) and not a
+// cancelled or expired caller context.
+func IsRetryable(err error) bool {
+	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return false
+	}
+	var se *Error
+	if errors.As(err, &se) {
+		return se.Retryable
+	}
+	return false
+}
+
+// IsNotFound reports whether err means the key does not exist.
+func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
+
+// PutOptions modify a single-object put.
+type PutOptions struct {
+	// IfNoneMatch makes the put conditional on the key not existing
+	// (If-None-Match: *). A lost race returns ErrPreconditionFailed.
+	IfNoneMatch bool
+	// CRC32C, when non-nil, is sent as the object's checksum and verified
+	// by the server.
+	CRC32C *uint32
+	// ContentType of the object; empty means application/octet-stream.
+	ContentType string
+}
+
+// Part is one uploaded part of a multipart upload.
+type Part struct {
+	Number int32
+	ETag   string
+	CRC32C *uint32 // checksum sent with the part, echoed on Complete
+	Size   int64
+}
+
+// ObjectInfo describes a listed object.
+type ObjectInfo struct {
+	Key          string
+	Size         int64
+	LastModified time.Time
+}
+
+// UploadInfo describes an incomplete multipart upload.
+type UploadInfo struct {
+	Key       string
+	UploadID  string
+	Initiated time.Time
+}
+
+// Reader reads objects. Safe for concurrent use.
+type Reader interface {
+	// GetRange returns length bytes of key from offset off; length < 0
+	// reads to the end. The caller closes the body. A key that does not
+	// exist returns ErrNotFound; a range past the end ErrInvalidRange.
+	GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
+}
+
+// Writer writes whole objects and multipart uploads. Safe for concurrent
+// use. Bodies are byte slices so a retry layer can replay them.
+type Writer interface {
+	// Put writes body as key. Idempotent unless opts.IfNoneMatch is set.
+	Put(ctx context.Context, key string, body []byte, opts PutOptions) error
+	// CreateMultipart starts a multipart upload and returns its ID.
+	CreateMultipart(ctx context.Context, key string) (uploadID string, err error)
+	// UploadPart uploads part number n (1-based) and returns its ETag.
+	// Idempotent: re-uploading a part replaces it.
+	UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c uint32) (etag string, err error)
+	// CompleteMultipart assembles parts (ascending numbers) into key.
+	CompleteMultipart(ctx context.Context, key, uploadID string, parts []Part) error
+	// AbortMultipart discards an upload and its parts. Aborting an upload
+	// that no longer exists returns ErrNotFound.
+	AbortMultipart(ctx context.Context, key, uploadID string) error
+}
+
+// Lister lists keys and incomplete uploads. Safe for concurrent use.
+type Lister interface {
+	// List returns the objects under prefix in key order. With a non-empty
+	// delimiter it also returns the common prefixes (like S3's "folders")
+	// and the objects directly under prefix only.
+	List(ctx context.Context, prefix, delimiter string) (objects []ObjectInfo, prefixes []string, err error)
+	// ListUploads returns the incomplete multipart uploads under prefix.
+	ListUploads(ctx context.Context, prefix string) ([]UploadInfo, error)
+}
+
+// Deleter removes objects. Deleting a missing key is not an error.
+type Deleter interface {
+	Delete(ctx context.Context, keys ...string) error
+}
+
+// Store is everything durashuffle needs from an object store.
+type Store interface {
+	Reader
+	Writer
+	Lister
+	Deleter
+}

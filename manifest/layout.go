@@ -1,0 +1,123 @@
+package manifest
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// ErrInvalidID marks a query, worker or attempt ID that cannot be used in
+// a key. It is raised before any request is made.
+var ErrInvalidID = errors.New("invalid id")
+
+// MaxIDLength is the longest query, worker or attempt ID.
+const MaxIDLength = 128
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
+
+// ValidateID checks an ID of the given kind ("query", "worker", "attempt").
+func ValidateID(kind, id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("%w: %s ID is empty", ErrInvalidID, kind)
+	case len(id) > MaxIDLength:
+		return fmt.Errorf("%w: %s ID is %d characters, at most %d allowed", ErrInvalidID, kind, len(id), MaxIDLength)
+	case id == "." || id == "..":
+		return fmt.Errorf("%w: %s ID %q is not allowed", ErrInvalidID, kind, id)
+	case !idPattern.MatchString(id):
+		return fmt.Errorf("%w: %s ID %q: only A-Z a-z 0-9 . _ - are allowed", ErrInvalidID, kind, id)
+	}
+	return nil
+}
+
+// ValidateStage checks a stage number.
+func ValidateStage(stage int) error {
+	if stage < 0 {
+		return fmt.Errorf("%w: stage %d is negative", ErrInvalidID, stage)
+	}
+	return nil
+}
+
+// Layout maps stages to keys under a prefix:
+//
+//	{prefix}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{n}.arrows
+//	{prefix}/{query}/stage-{stage}/worker-{worker}/manifest.json
+//	{prefix}/{query}/stage-{stage}/manifest.json
+type Layout struct {
+	Prefix string
+}
+
+// Root is the prefix every key lives under, with a trailing slash (empty
+// for an empty prefix).
+func (l Layout) Root() string {
+	p := strings.Trim(l.Prefix, "/")
+	if p == "" {
+		return ""
+	}
+	return p + "/"
+}
+
+// QueryPrefix is the prefix of all of a query's keys.
+func (l Layout) QueryPrefix(query string) string { return l.Root() + query + "/" }
+
+// StagePrefix is the prefix of all of a stage's keys.
+func (l Layout) StagePrefix(query string, stage int) string {
+	return l.QueryPrefix(query) + "stage-" + strconv.Itoa(stage) + "/"
+}
+
+// StageManifestKey is the sealed stage index.
+func (l Layout) StageManifestKey(query string, stage int) string {
+	return l.StagePrefix(query, stage) + "manifest.json"
+}
+
+// WorkerManifestKey is a worker's commit point.
+func (l Layout) WorkerManifestKey(query string, stage int, worker string) string {
+	return l.StagePrefix(query, stage) + "worker-" + worker + "/manifest.json"
+}
+
+// AttemptPrefix is the prefix of one attempt's data objects.
+func (l Layout) AttemptPrefix(query string, stage int, worker, attempt string) string {
+	return l.StagePrefix(query, stage) + DataDir(worker, attempt)
+}
+
+// DataDir is the stage-relative folder of one attempt's data objects.
+func DataDir(worker, attempt string) string {
+	return "worker-" + worker + "/attempt-" + attempt + "/"
+}
+
+// DataName is the stage-relative key of data object n, as manifests store it.
+func DataName(worker, attempt string, n int) string {
+	return DataDir(worker, attempt) + "data-" + strconv.Itoa(n) + ".arrows"
+}
+
+// ObjectKey resolves a manifest's stage-relative object key.
+func (l Layout) ObjectKey(query string, stage int, rel string) string {
+	return l.StagePrefix(query, stage) + rel
+}
+
+// ParseWorkerManifestKey returns the worker of a key below stagePrefix
+// that names a worker manifest.
+func ParseWorkerManifestKey(stagePrefix, key string) (worker string, ok bool) {
+	rest, found := strings.CutPrefix(key, stagePrefix+"worker-")
+	if !found {
+		return "", false
+	}
+	w, tail, found := strings.Cut(rest, "/")
+	if !found || tail != "manifest.json" || ValidateID("worker", w) != nil {
+		return "", false
+	}
+	return w, true
+}
+
+// ParseStageDir returns the stage number of a "stage-N/" folder name.
+func ParseStageDir(name string) (int, bool) {
+	s, ok := strings.CutPrefix(path.Clean(name), "stage-")
+	if !ok {
+		return 0, false
+	}
+	n, err := strconv.Atoi(s)
+	return n, err == nil && n >= 0
+}

@@ -1,0 +1,236 @@
+package manifest
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Format versions. A reader refuses a manifest whose major version it
+// does not know; minor versions only add fields.
+const (
+	FormatMajor   = 1
+	FormatVersion = "1.0"
+	KindWorker    = "worker"
+	KindStage     = "stage"
+)
+
+// Sentinel errors of the manifest layer.
+var (
+	// ErrAlreadyCommitted: another attempt of the worker committed first.
+	ErrAlreadyCommitted = errors.New("another attempt already committed this worker's output")
+	// ErrStageNotFound: the stage has neither a stage nor a worker manifest.
+	ErrStageNotFound = errors.New("stage not found")
+	// ErrMissingWorkers: seal was asked for workers that have not committed.
+	ErrMissingWorkers = errors.New("workers have not committed")
+	// ErrVersion: the manifest's major version is unknown to this reader.
+	ErrVersion = errors.New("unsupported manifest format version")
+	// ErrCorrupt: the manifest is not valid JSON or is inconsistent.
+	ErrCorrupt = errors.New("corrupt manifest")
+)
+
+// Object is one data object of a worker attempt.
+type Object struct {
+	Key    string `json:"key"` // relative to the stage prefix
+	Size   int64  `json:"size"`
+	Parts  int    `json:"parts"`
+	CRC32C uint32 `json:"crc32c"` // of the whole object
+}
+
+// Frame is one frame's index entry: where it is and what it holds.
+type Frame struct {
+	Partition int    `json:"partition"`
+	Object    int    `json:"object"` // index into the worker's Objects
+	Offset    int64  `json:"offset"`
+	Length    int64  `json:"length"`
+	Rows      int64  `json:"rows"`
+	Bytes     int64  `json:"bytes"` // uncompressed Arrow bytes
+	CRC32C    uint32 `json:"crc32c"`
+}
+
+// Totals sum a manifest.
+type Totals struct {
+	Rows         int64 `json:"rows"`
+	BytesLogical int64 `json:"bytes_logical"`
+	BytesStored  int64 `json:"bytes_stored"`
+	Frames       int   `json:"frames"`
+	Objects      int   `json:"objects"`
+	Parts        int   `json:"parts"`
+}
+
+// Worker is one worker's committed output. Frames are in the order they
+// were written.
+type Worker struct {
+	FormatVersion string    `json:"format_version"`
+	Kind          string    `json:"kind"`
+	Query         string    `json:"query"`
+	Stage         int       `json:"stage"`
+	Worker        string    `json:"worker"`
+	Attempt       string    `json:"attempt"`
+	Schema        []byte    `json:"schema"` // Arrow IPC schema message stream, base64 in JSON
+	Compression   string    `json:"compression"`
+	Partitions    int       `json:"partitions"`
+	ChunkSize     int64     `json:"chunk_size"`
+	Results       bool      `json:"results,omitempty"` // a query's final results stage
+	Objects       []Object  `json:"objects"`
+	Frames        []Frame   `json:"frames"`
+	Totals        Totals    `json:"totals"`
+	WriterVersion string    `json:"writer_version"`
+	WrittenAt     time.Time `json:"written_at"`
+}
+
+// Stage is a sealed stage: its workers' manifests in one object, sorted by
+// worker ID.
+type Stage struct {
+	FormatVersion string    `json:"format_version"`
+	Kind          string    `json:"kind"`
+	Query         string    `json:"query"`
+	Stage         int       `json:"stage"`
+	Partitions    int       `json:"partitions"`
+	Schema        []byte    `json:"schema"`
+	Results       bool      `json:"results,omitempty"`
+	Workers       []Worker  `json:"workers"`
+	Totals        Totals    `json:"totals"`
+	SealedAt      time.Time `json:"sealed_at"`
+	// Sealed is false for a stage assembled from worker manifests because
+	// no stage manifest exists yet. Not stored.
+	Sealed bool `json:"-"`
+}
+
+// Sum computes totals from objects and frames.
+func (w *Worker) Sum() Totals {
+	t := Totals{Frames: len(w.Frames), Objects: len(w.Objects)}
+	for _, f := range w.Frames {
+		t.Rows += f.Rows
+		t.BytesLogical += f.Bytes
+	}
+	for _, o := range w.Objects {
+		t.BytesStored += o.Size
+		t.Parts += o.Parts
+	}
+	return t
+}
+
+// Encode returns the JSON of a worker manifest.
+func (w *Worker) Encode() ([]byte, error) { return json.Marshal(w) }
+
+// Encode returns the JSON of a stage manifest.
+func (s *Stage) Encode() ([]byte, error) { return json.Marshal(s) }
+
+// MaxManifestBytes bounds what a reader accepts as a manifest.
+const MaxManifestBytes = 512 << 20
+
+func checkVersion(what, v string) error {
+	majorStr, _, _ := strings.Cut(v, ".")
+	major, err := strconv.Atoi(majorStr)
+	if err != nil {
+		return fmt.Errorf("%w: %s has format_version %q, want %d.x", ErrCorrupt, what, v, FormatMajor)
+	}
+	if major != FormatMajor {
+		return fmt.Errorf("%w: %s has format_version %q; this reader understands %d.x", ErrVersion, what, v, FormatMajor)
+	}
+	return nil
+}
+
+// DecodeWorker parses and checks a worker manifest; what names it in errors.
+func DecodeWorker(what string, b []byte) (*Worker, error) {
+	var probe struct {
+		FormatVersion string `json:"format_version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrCorrupt, what, err)
+	}
+	if err := checkVersion(what, probe.FormatVersion); err != nil {
+		return nil, err
+	}
+	var w Worker
+	if err := json.Unmarshal(b, &w); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	}
+	if err := w.Check(what); err != nil {
+		return nil, err
+	}
+	return &w, nil
+}
+
+// DecodeStage parses and checks a stage manifest; what names it in errors.
+func DecodeStage(what string, b []byte) (*Stage, error) {
+	var probe struct {
+		FormatVersion string `json:"format_version"`
+	}
+	if err := json.Unmarshal(b, &probe); err != nil {
+		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrCorrupt, what, err)
+	}
+	if err := checkVersion(what, probe.FormatVersion); err != nil {
+		return nil, err
+	}
+	var s Stage
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	}
+	if s.Kind != KindStage {
+		return nil, fmt.Errorf("%w: %s has kind %q, want %q", ErrCorrupt, what, s.Kind, KindStage)
+	}
+	if s.Partitions < 1 {
+		return nil, fmt.Errorf("%w: %s has %d partitions", ErrCorrupt, what, s.Partitions)
+	}
+	for i := range s.Workers {
+		w := &s.Workers[i]
+		if err := w.Check(fmt.Sprintf("%s worker %q", what, w.Worker)); err != nil {
+			return nil, err
+		}
+		if w.Partitions != s.Partitions {
+			return nil, fmt.Errorf("%w: %s: worker %q has %d partitions, stage has %d", ErrCorrupt, what, w.Worker, w.Partitions, s.Partitions)
+		}
+	}
+	s.Sealed = true
+	return &s, nil
+}
+
+// Check verifies that a worker manifest is consistent: every frame lies
+// inside its object, partitions are in range, IDs are valid.
+func (w *Worker) Check(what string) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s: %s", ErrCorrupt, what, fmt.Sprintf(format, args...))
+	}
+	if w.Kind != KindWorker {
+		return bad("kind %q, want %q", w.Kind, KindWorker)
+	}
+	for _, id := range []struct{ kind, v string }{{"query", w.Query}, {"worker", w.Worker}, {"attempt", w.Attempt}} {
+		if err := ValidateID(id.kind, id.v); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if w.Partitions < 1 {
+		return bad("%d partitions", w.Partitions)
+	}
+	switch w.Compression {
+	case "lz4", "zstd", "none":
+	default:
+		return bad("unknown compression %q", w.Compression)
+	}
+	for i, o := range w.Objects {
+		if o.Size < 0 || o.Key == "" || strings.Contains(o.Key, "..") {
+			return bad("object %d (%q) is invalid", i, o.Key)
+		}
+	}
+	for i, f := range w.Frames {
+		if f.Partition < 0 || f.Partition >= w.Partitions {
+			return bad("frame %d has partition %d, outside [0, %d)", i, f.Partition, w.Partitions)
+		}
+		if f.Object < 0 || f.Object >= len(w.Objects) {
+			return bad("frame %d names object %d of %d", i, f.Object, len(w.Objects))
+		}
+		o := w.Objects[f.Object]
+		if f.Offset < 0 || f.Length <= 0 || f.Offset > o.Size-f.Length {
+			return bad("frame %d [%d, +%d) lies outside object %s of %d bytes", i, f.Offset, f.Length, o.Key, o.Size)
+		}
+		if f.Rows < 0 || f.Bytes < 0 {
+			return bad("frame %d has negative counts", i)
+		}
+	}
+	return nil
+}

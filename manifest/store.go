@@ -1,0 +1,330 @@
+package manifest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+	"golang.org/x/sync/errgroup"
+)
+
+// readAll GETs a whole object, refusing more than MaxManifestBytes.
+func readAll(ctx context.Context, st store.Reader, key string) ([]byte, error) {
+	body, err := st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, MaxManifestBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if len(b) > MaxManifestBytes {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", ErrCorrupt, key, MaxManifestBytes)
+	}
+	return b, nil
+}
+
+// Commit writes a worker manifest with If-None-Match: *, the commit point
+// of the worker's output. If another attempt committed first it returns
+// ErrAlreadyCommitted (wrapped with the winner when it can be read).
+func Commit(ctx context.Context, st store.Store, l Layout, w *Worker) error {
+	w.FormatVersion, w.Kind = FormatVersion, KindWorker
+	w.Totals = w.Sum()
+	if err := w.Check("worker manifest"); err != nil {
+		return err
+	}
+	b, err := w.Encode()
+	if err != nil {
+		return err
+	}
+	key := l.WorkerManifestKey(w.Query, w.Stage, w.Worker)
+	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+	if errors.Is(err, store.ErrPreconditionFailed) {
+		if won, rerr := LoadWorker(ctx, st, l, w.Query, w.Stage, w.Worker); rerr == nil && won.Attempt == w.Attempt {
+			// Our own earlier try of this put succeeded and its answer was lost.
+			return nil
+		} else if rerr == nil {
+			return fmt.Errorf("%w: worker %s of %s stage %d: attempt %s won, attempt %s lost", ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, won.Attempt, w.Attempt)
+		}
+		return fmt.Errorf("%w: worker %s of %s stage %d, attempt %s lost", ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, w.Attempt)
+	}
+	if err != nil {
+		return fmt.Errorf("commit manifest %s: %w", key, err)
+	}
+	return nil
+}
+
+// LoadWorker GETs one worker manifest.
+func LoadWorker(ctx context.Context, st store.Reader, l Layout, query string, stage int, worker string) (*Worker, error) {
+	key := l.WorkerManifestKey(query, stage, worker)
+	b, err := readAll(ctx, st, key)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeWorker(key, b)
+}
+
+// Seal merges the manifests of the given workers into the stage manifest,
+// one object that lets a reader open the stage with one GET. It fails
+// naming the workers that have not committed. Sealing again with the same
+// committed attempts is a no-op; a stage sealed differently is an error.
+func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int, workers []string) (*Stage, error) {
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("seal %s stage %d: no workers given", query, stage)
+	}
+	ws := make([]*Worker, len(workers))
+	var (
+		mu      sync.Mutex
+		missing []string
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, id := range workers {
+		if err := ValidateID("worker", id); err != nil {
+			return nil, err
+		}
+		g.Go(func() error {
+			w, err := LoadWorker(gctx, st, l, query, stage, id)
+			if store.IsNotFound(err) {
+				mu.Lock()
+				missing = append(missing, id)
+				mu.Unlock()
+				return nil
+			}
+			ws[i] = w
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		slices.Sort(missing)
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(workers), strings.Join(missing, ", "))
+	}
+	s, err := merge(query, stage, ws)
+	if err != nil {
+		return nil, err
+	}
+	s.SealedAt = time.Now().UTC()
+	b, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	key := l.StageManifestKey(query, stage)
+	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+	if errors.Is(err, store.ErrPreconditionFailed) {
+		old, lerr := LoadStageManifest(ctx, st, l, query, stage)
+		if lerr != nil {
+			return nil, lerr
+		}
+		if sameAttempts(old, s) {
+			return old, nil
+		}
+		return nil, fmt.Errorf("seal %s stage %d: already sealed with other workers or attempts", query, stage)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("write stage manifest %s: %w", key, err)
+	}
+	s.Sealed = true
+	return s, nil
+}
+
+func sameAttempts(a, b *Stage) bool {
+	if len(a.Workers) != len(b.Workers) {
+		return false
+	}
+	for i := range a.Workers {
+		if a.Workers[i].Worker != b.Workers[i].Worker || a.Workers[i].Attempt != b.Workers[i].Attempt {
+			return false
+		}
+	}
+	return true
+}
+
+// merge builds a stage from worker manifests, checking they agree.
+func merge(query string, stage int, ws []*Worker) (*Stage, error) {
+	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage}
+	slices.SortFunc(ws, func(a, b *Worker) int { return compareWorkers(a.Worker, b.Worker) })
+	for i, w := range ws {
+		if i == 0 {
+			s.Partitions, s.Schema, s.Results = w.Partitions, w.Schema, w.Results
+		} else {
+			if w.Partitions != s.Partitions {
+				return nil, fmt.Errorf("%w: %s stage %d: worker %s has %d partitions, worker %s has %d", ErrCorrupt, query, stage, w.Worker, w.Partitions, ws[0].Worker, s.Partitions)
+			}
+			if string(w.Schema) != string(s.Schema) {
+				return nil, fmt.Errorf("%w: %s stage %d: worker %s wrote a different schema than worker %s", ErrCorrupt, query, stage, w.Worker, ws[0].Worker)
+			}
+		}
+		s.Workers = append(s.Workers, *w)
+		t := w.Sum()
+		s.Totals.Rows += t.Rows
+		s.Totals.BytesLogical += t.BytesLogical
+		s.Totals.BytesStored += t.BytesStored
+		s.Totals.Frames += t.Frames
+		s.Totals.Objects += t.Objects
+		s.Totals.Parts += t.Parts
+	}
+	return s, nil
+}
+
+// compareWorkers orders numeric IDs numerically ("2" before "10"), then
+// others by string.
+func compareWorkers(a, b string) int {
+	if len(a) != len(b) && isDigits(a) && isDigits(b) {
+		return len(a) - len(b)
+	}
+	return strings.Compare(a, b)
+}
+
+func isDigits(s string) bool {
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// LoadStageManifest GETs the sealed stage manifest.
+func LoadStageManifest(ctx context.Context, st store.Reader, l Layout, query string, stage int) (*Stage, error) {
+	key := l.StageManifestKey(query, stage)
+	b, err := readAll(ctx, st, key)
+	if err != nil {
+		return nil, err
+	}
+	return DecodeStage(key, b)
+}
+
+// LoadStage opens a stage: one GET of the stage manifest when it is
+// sealed; otherwise a LIST of the stage and a GET per worker manifest.
+func LoadStage(ctx context.Context, st store.Store, l Layout, query string, stage int) (*Stage, error) {
+	if err := ValidateID("query", query); err != nil {
+		return nil, err
+	}
+	if err := ValidateStage(stage); err != nil {
+		return nil, err
+	}
+	s, err := LoadStageManifest(ctx, st, l, query, stage)
+	if err == nil || !store.IsNotFound(err) {
+		return s, err
+	}
+	workers, err := ListWorkers(ctx, st, l, query, stage)
+	if err != nil {
+		return nil, err
+	}
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("%w: %s stage %d has no stage manifest and no worker manifests under %s", ErrStageNotFound, query, stage, l.StagePrefix(query, stage))
+	}
+	ws := make([]*Worker, len(workers))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, id := range workers {
+		g.Go(func() (err error) {
+			ws[i], err = LoadWorker(gctx, st, l, query, stage, id)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return merge(query, stage, ws)
+}
+
+// ListWorkers returns the workers of a stage that have committed.
+func ListWorkers(ctx context.Context, st store.Lister, l Layout, query string, stage int) ([]string, error) {
+	prefix := l.StagePrefix(query, stage)
+	_, dirs, err := st.List(ctx, prefix+"worker-", "/")
+	if err != nil {
+		return nil, err
+	}
+	// Folders are worker-W/; a worker has committed when its manifest is
+	// there, which the GET that follows finds out. List the manifests
+	// directly to avoid a GET per uncommitted worker.
+	var out []string
+	for _, d := range dirs {
+		objs, _, err := st.List(ctx, d, "/")
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			if w, ok := ParseWorkerManifestKey(prefix, o.Key); ok {
+				out = append(out, w)
+			}
+		}
+	}
+	slices.SortFunc(out, compareWorkers)
+	return out, nil
+}
+
+// StageInfo describes a stage found by ListStages.
+type StageInfo struct {
+	Query   string
+	Stage   int
+	Sealed  bool
+	Workers int // committed workers (for an unsealed stage)
+}
+
+// ListQueries returns the queries under the layout's root.
+func ListQueries(ctx context.Context, st store.Lister, l Layout) ([]string, error) {
+	_, dirs, err := st.List(ctx, l.Root(), "/")
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, d := range dirs {
+		q := strings.TrimSuffix(strings.TrimPrefix(d, l.Root()), "/")
+		if ValidateID("query", q) == nil {
+			out = append(out, q)
+		}
+	}
+	return out, nil
+}
+
+// ListStages returns the committed stages of a query: sealed ones and
+// those with at least one worker manifest.
+func ListStages(ctx context.Context, st store.Lister, l Layout, query string) ([]StageInfo, error) {
+	if err := ValidateID("query", query); err != nil {
+		return nil, err
+	}
+	qp := l.QueryPrefix(query)
+	_, dirs, err := st.List(ctx, qp, "/")
+	if err != nil {
+		return nil, err
+	}
+	var out []StageInfo
+	for _, d := range dirs {
+		n, ok := ParseStageDir(strings.TrimPrefix(d, qp))
+		if !ok {
+			continue
+		}
+		objs, _, err := st.List(ctx, d, "/")
+		if err != nil {
+			return nil, err
+		}
+		info := StageInfo{Query: query, Stage: n}
+		for _, o := range objs {
+			if o.Key == l.StageManifestKey(query, n) {
+				info.Sealed = true
+			}
+		}
+		ws, err := ListWorkers(ctx, st, l, query, n)
+		if err != nil {
+			return nil, err
+		}
+		info.Workers = len(ws)
+		if info.Sealed || info.Workers > 0 {
+			out = append(out, info)
+		}
+	}
+	slices.SortFunc(out, func(a, b StageInfo) int { return a.Stage - b.Stage })
+	return out, nil
+}

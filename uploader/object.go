@@ -1,0 +1,204 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// abortTimeout bounds cleanup that runs after the caller gave up.
+const abortTimeout = 2 * time.Minute
+
+// Object is one data object being uploaded: a single PutObject when its
+// only chunk is also its last, otherwise a multipart upload created lazily
+// when the first full chunk is handed over. Safe for concurrent use.
+type Object struct {
+	pool   *Pool
+	ctx    context.Context
+	key    string
+	onFail func(error)
+
+	mu       sync.Mutex
+	uploadID string
+	created  bool
+	single   bool // written with one PutObject
+	parts    []store.Part
+	size     int64
+	err      error
+	wg       sync.WaitGroup
+	finished bool
+}
+
+// Result describes an uploaded object.
+type Result struct {
+	Key   string
+	Size  int64
+	Parts int // 1 for a single put
+}
+
+// NewObject starts an object at key. onFail, if set, is called once with
+// the first permanent failure of any of its parts (to cancel the writer at
+// once, not at close). ctx governs the uploads.
+func (p *Pool) NewObject(ctx context.Context, key string, onFail func(error)) *Object {
+	return &Object{pool: p, ctx: ctx, key: key, onFail: onFail}
+}
+
+// Key returns the object's key.
+func (o *Object) Key() string { return o.key }
+
+// Submit hands chunk buf (from Pool.Acquire) to the pool as part number n
+// (1-based, ascending). last says it is the object's final chunk; part 1
+// that is also last becomes a single PutObject. Ownership of buf passes to
+// the pool, which releases it after the upload. Does not block.
+func (o *Object) Submit(n int32, buf []byte, last bool) error {
+	o.mu.Lock()
+	if o.err != nil {
+		err := o.err
+		o.mu.Unlock()
+		o.pool.Release(buf)
+		return err
+	}
+	if n == 1 && last {
+		o.single = true
+	}
+	o.wg.Add(1)
+	o.mu.Unlock()
+	if err := o.pool.submit(&job{obj: o, part: n, buf: buf, last: last}); err != nil {
+		o.pool.Release(buf)
+		o.partDone(err)
+		return err
+	}
+	return nil
+}
+
+func (o *Object) upload(j *job) error {
+	if err := o.failed(); err != nil {
+		return err // a sibling failed; do not spend a request
+	}
+	if err := o.ctx.Err(); err != nil {
+		return context.Cause(o.ctx)
+	}
+	var sum *uint32
+	crc := uint32(0)
+	if o.pool.cfg.Checksum {
+		crc = crc32c(j.buf)
+		sum = &crc
+	}
+	if o.single {
+		err := o.pool.st.Put(o.ctx, o.key, j.buf, store.PutOptions{CRC32C: sum})
+		if err != nil {
+			return fmt.Errorf("put %s (%d bytes): %w", o.key, len(j.buf), err)
+		}
+		o.mu.Lock()
+		o.size += int64(len(j.buf))
+		o.mu.Unlock()
+		return nil
+	}
+	id, err := o.ensureUpload()
+	if err != nil {
+		return err
+	}
+	etag, err := o.pool.st.UploadPart(o.ctx, o.key, id, j.part, j.buf, crc)
+	if err != nil {
+		return fmt.Errorf("upload part %d of %s (%d bytes): %w", j.part, o.key, len(j.buf), err)
+	}
+	o.mu.Lock()
+	o.parts = append(o.parts, store.Part{Number: j.part, ETag: etag, CRC32C: sum, Size: int64(len(j.buf))})
+	o.size += int64(len(j.buf))
+	o.mu.Unlock()
+	return nil
+}
+
+// ensureUpload creates the multipart upload once; concurrent parts wait.
+func (o *Object) ensureUpload() (string, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.created {
+		return o.uploadID, nil
+	}
+	id, err := o.pool.st.CreateMultipart(o.ctx, o.key)
+	if err != nil {
+		return "", fmt.Errorf("create multipart upload %s: %w", o.key, err)
+	}
+	o.uploadID, o.created = id, true
+	return id, nil
+}
+
+func (o *Object) failed() error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.err
+}
+
+func (o *Object) partDone(err error) {
+	if err != nil {
+		o.mu.Lock()
+		first := o.err == nil
+		if first {
+			o.err = err
+		}
+		o.mu.Unlock()
+		if first && o.onFail != nil {
+			o.onFail(err)
+		}
+	}
+	o.wg.Done()
+}
+
+// Finish waits for every submitted part and completes the upload. On any
+// failure it aborts the upload and returns the first error.
+func (o *Object) Finish() (Result, error) {
+	o.wg.Wait()
+	o.mu.Lock()
+	err, single, id, created := o.err, o.single, o.uploadID, o.created
+	parts := slices.Clone(o.parts)
+	size := o.size
+	o.finished = true
+	o.mu.Unlock()
+	if err != nil {
+		return Result{}, errors.Join(err, o.Abort())
+	}
+	if single {
+		return Result{Key: o.key, Size: size, Parts: 1}, nil
+	}
+	if !created {
+		return Result{}, fmt.Errorf("object %s: finished with no chunks", o.key)
+	}
+	slices.SortFunc(parts, func(a, b store.Part) int { return int(a.Number - b.Number) })
+	for i, pt := range parts {
+		if pt.Number != int32(i+1) {
+			err := fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
+			return Result{}, errors.Join(err, o.Abort())
+		}
+	}
+	if err := o.pool.st.CompleteMultipart(o.ctx, o.key, id, parts); err != nil {
+		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
+		return Result{}, errors.Join(err, o.Abort())
+	}
+	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// Abort waits for parts in flight, then aborts the multipart upload on a
+// context detached from the caller's, so a cancelled writer leaves no
+// parts behind. A failure to abort is returned, never swallowed.
+func (o *Object) Abort() error {
+	o.wg.Wait()
+	o.mu.Lock()
+	id, created := o.uploadID, o.created
+	o.created = false
+	o.mu.Unlock()
+	if !created {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
+	defer cancel()
+	if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
+		return fmt.Errorf("abort multipart upload %s: %w", o.key, err)
+	}
+	return nil
+}

@@ -1,0 +1,174 @@
+package uploader
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+	"golang.org/x/sync/semaphore"
+)
+
+// Config sizes a Pool.
+type Config struct {
+	ChunkSize   int64 // bytes per part, the capacity of every buffer
+	Concurrency int   // parts in flight
+	MaxBuffered int   // chunk buffers in memory, queued, filling or in flight
+	Checksum    bool  // send a CRC32C with every part and single put
+}
+
+// Observer receives pool events for metrics. Every method must be cheap
+// and safe for concurrent use; a nil Observer is allowed.
+type Observer interface {
+	Queued(delta int)                      // chunks waiting for a worker
+	Buffered(bytes int64)                  // bytes held in chunk buffers now
+	PartDone(queued, upload time.Duration) // one part or put finished
+	Uploaded(bytes int64)                  // bytes stored by a finished part
+}
+
+// Pool uploads chunks with a fixed number of workers and hands out a fixed
+// number of chunk buffers. Safe for concurrent use.
+type Pool struct {
+	st   store.Writer
+	cfg  Config
+	obs  Observer
+	sem  *semaphore.Weighted
+	free chan []byte
+	jobs chan *job
+	wg   sync.WaitGroup
+
+	held     atomic.Int64 // buffers handed out and not yet returned
+	peak     atomic.Int64
+	inFlight atomic.Int64
+	closed   atomic.Bool
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Buffered     int64 // buffers held now
+	PeakBuffered int64 // most buffers held at once since the pool started
+	InFlight     int64 // parts being uploaded now
+}
+
+// New starts a pool with cfg.Concurrency workers writing to st.
+func New(st store.Writer, cfg Config, obs Observer) *Pool {
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.MaxBuffered < 1 {
+		cfg.MaxBuffered = 2 * cfg.Concurrency
+	}
+	p := &Pool{
+		st:   st,
+		cfg:  cfg,
+		obs:  obs,
+		sem:  semaphore.NewWeighted(int64(cfg.MaxBuffered)),
+		free: make(chan []byte, cfg.MaxBuffered),
+		jobs: make(chan *job, cfg.MaxBuffered),
+	}
+	for range cfg.Concurrency {
+		p.wg.Add(1)
+		go p.worker()
+	}
+	return p
+}
+
+// Config returns the pool's sizing.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Close stops the workers after the queued parts. Writers must be done.
+func (p *Pool) Close() {
+	if p.closed.CompareAndSwap(false, true) {
+		close(p.jobs)
+		p.wg.Wait()
+	}
+}
+
+// Stats returns counters of the pool.
+func (p *Pool) Stats() Stats {
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load()}
+}
+
+// Acquire returns an empty buffer with capacity ChunkSize, blocking while
+// MaxBuffered buffers are held. It fails only when ctx is done.
+func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	n := p.held.Add(1)
+	for {
+		old := p.peak.Load()
+		if n <= old || p.peak.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	select {
+	case b := <-p.free:
+		return b[:0], nil
+	default:
+		return make([]byte, 0, p.cfg.ChunkSize), nil
+	}
+}
+
+// Release returns a buffer obtained from Acquire. Buffers are reused, so
+// the caller must not touch b afterwards.
+func (p *Pool) Release(b []byte) {
+	if b == nil {
+		return
+	}
+	select {
+	case p.free <- b:
+	default:
+	}
+	n := p.held.Add(-1)
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
+type job struct {
+	obj    *Object
+	part   int32
+	buf    []byte
+	last   bool
+	queued time.Time
+}
+
+func (p *Pool) worker() {
+	defer p.wg.Done()
+	for j := range p.jobs {
+		if p.obs != nil {
+			p.obs.Queued(-1)
+		}
+		p.inFlight.Add(1)
+		start := time.Now()
+		err := j.obj.upload(j)
+		p.inFlight.Add(-1)
+		if p.obs != nil && err == nil {
+			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
+			p.obs.Uploaded(int64(len(j.buf)))
+		}
+		p.Release(j.buf)
+		j.obj.partDone(err)
+	}
+}
+
+func (p *Pool) submit(j *job) error {
+	if p.closed.Load() {
+		return fmt.Errorf("upload pool is closed")
+	}
+	j.queued = time.Now()
+	if p.obs != nil {
+		p.obs.Queued(1)
+	}
+	// Never blocks: the queue holds MaxBuffered jobs and every job owns
+	// one of MaxBuffered buffers.
+	p.jobs <- j
+	return nil
+}

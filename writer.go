@@ -1,0 +1,257 @@
+package durashuffle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/uploader"
+)
+
+// WriterOptions name the output a Writer produces.
+type WriterOptions struct {
+	Query      string
+	Stage      int
+	Worker     string
+	Attempt    string // empty: a fresh random ID
+	Partitions int
+	// Schema of every record; nil takes the first record's schema.
+	Schema *arrow.Schema
+	// Results marks a query's final results stage (kept for
+	// results_retention by gc rather than until the query is deleted).
+	Results bool
+	Mem     memory.Allocator
+}
+
+// Writer is one worker attempt's output: Write from any number of
+// goroutines, then Commit or Abort once.
+type Writer struct {
+	c      *Client
+	opt    WriterOptions
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	ch     *chunker.Writer
+
+	mu      sync.Mutex
+	objects []*uploader.Object
+	done    bool
+}
+
+// NewAttemptID returns a fresh attempt ID: a time stamp and random bits,
+// so attempts sort by start time.
+func NewAttemptID() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+// NewWriter starts a worker attempt. IDs are validated before any request.
+func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, error) {
+	if opt.Attempt == "" {
+		opt.Attempt = NewAttemptID()
+	}
+	for _, id := range []struct{ kind, v string }{{"query", opt.Query}, {"worker", opt.Worker}, {"attempt", opt.Attempt}} {
+		if err := manifest.ValidateID(id.kind, id.v); err != nil {
+			return nil, err
+		}
+	}
+	if err := manifest.ValidateStage(opt.Stage); err != nil {
+		return nil, err
+	}
+	if opt.Partitions < 1 || opt.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("partitions must be between 1 and %d, got %d", MaxPartitions, opt.Partitions)
+	}
+	wctx, cancel := context.WithCancelCause(ctx)
+	w := &Writer{c: c, opt: opt, ctx: wctx, cancel: cancel}
+	ch, err := chunker.New(wctx, chunker.Options{
+		Schema:           opt.Schema,
+		Partitions:       opt.Partitions,
+		FrameTargetBytes: int64(c.cfg.FrameTargetBytes),
+		CoalesceBudget:   int64(c.cfg.CoalesceBudget),
+		Encoders:         c.cfg.Encoders(),
+		Compression:      c.cfg.Compression,
+		ChunkSize:        int64(c.cfg.ChunkSize),
+		MaxObjectSize:    int64(c.cfg.MaxObjectSize),
+		Mem:              opt.Mem,
+	}, (*sink)(w))
+	if err != nil {
+		cancel(err)
+		return nil, err
+	}
+	w.ch = ch
+	return w, nil
+}
+
+// MaxPartitions bounds the partition count of a stage.
+const MaxPartitions = 1 << 20
+
+// Options returns the writer's options (with the attempt ID filled in).
+func (w *Writer) Options() WriterOptions { return w.opt }
+
+// Write adds rec's rows to partition. Safe for concurrent use. It blocks
+// while the upload budget is spent and returns the writer's first failure
+// at once. The caller keeps its reference to rec.
+func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
+	return w.ch.Write(partition, rec)
+}
+
+// Commit flushes the remaining buffers, waits for every part, completes
+// the uploads and writes the worker manifest with a conditional put. If
+// another attempt committed first, this attempt's objects are deleted and
+// the error wraps manifest.ErrAlreadyCommitted. On any failure nothing is
+// visible to readers and no multipart upload is left open.
+func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
+	if !w.finish() {
+		return nil, chunker.ErrClosed
+	}
+	res, err := w.ch.Close()
+	if err != nil {
+		return nil, w.cleanup(err)
+	}
+	objs := w.takeObjects()
+	m := &manifest.Worker{
+		Query:         w.opt.Query,
+		Stage:         w.opt.Stage,
+		Worker:        w.opt.Worker,
+		Attempt:       w.opt.Attempt,
+		Compression:   w.c.cfg.Compression,
+		Partitions:    w.opt.Partitions,
+		ChunkSize:     int64(w.c.cfg.ChunkSize),
+		Results:       w.opt.Results,
+		WriterVersion: Version,
+	}
+	var firstErr error
+	for i, o := range objs {
+		r, err := o.Finish()
+		if err != nil {
+			firstErr = errors.Join(firstErr, err)
+			continue
+		}
+		want := res.Objects[i]
+		if r.Size != want.Size || r.Parts != want.Parts {
+			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes in %d parts", r.Key, r.Size, r.Parts, want.Size, want.Parts))
+		}
+		m.Objects = append(m.Objects, manifest.Object{
+			Key:    manifest.DataName(w.opt.Worker, w.opt.Attempt, i),
+			Size:   r.Size,
+			Parts:  r.Parts,
+			CRC32C: want.CRC32C,
+		})
+	}
+	if firstErr != nil {
+		return nil, w.cleanupObjects(objs, firstErr)
+	}
+	schema := res.Schema
+	if schema == nil {
+		schema = w.opt.Schema
+	}
+	if schema == nil {
+		schema = arrow.NewSchema(nil, nil) // no rows were ever written
+	}
+	if m.Schema, err = frame.EncodeSchema(schema); err != nil {
+		return nil, w.cleanupObjects(objs, err)
+	}
+	m.Frames = make([]manifest.Frame, len(res.Frames))
+	for i, f := range res.Frames {
+		m.Frames[i] = manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C}
+	}
+	m.WrittenAt = time.Now().UTC()
+	if err := manifest.Commit(ctx, w.c.st, w.c.layout, m); err != nil {
+		return nil, w.cleanupObjects(objs, err)
+	}
+	w.cancel(chunker.ErrClosed)
+	return m, nil
+}
+
+// Abort drops the attempt: buffered rows are released, multipart uploads
+// aborted and stored objects deleted, all on a context detached from the
+// caller's. It returns an error only if cleanup itself failed.
+func (w *Writer) Abort() error {
+	if !w.finish() {
+		return nil
+	}
+	err := fmt.Errorf("writer aborted")
+	w.ch.Abort(err)
+	if cerr := w.cleanup(err); cerr != err {
+		return cerr // cleanup itself failed
+	}
+	return nil
+}
+
+func (w *Writer) finish() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.done {
+		return false
+	}
+	w.done = true
+	return true
+}
+
+func (w *Writer) takeObjects() []*uploader.Object {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	objs := w.objects
+	w.objects = nil
+	return objs
+}
+
+// cleanup aborts and deletes everything this attempt stored, then returns
+// cause joined with any cleanup failure.
+func (w *Writer) cleanup(cause error) error {
+	return w.cleanupObjects(w.takeObjects(), cause)
+}
+
+func (w *Writer) cleanupObjects(objs []*uploader.Object, cause error) error {
+	w.cancel(cause)
+	errs := []error{cause}
+	keys := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if err := o.Abort(); err != nil {
+			errs = append(errs, err)
+		}
+		keys = append(keys, o.Key())
+	}
+	if len(keys) > 0 {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 2*time.Minute)
+		defer cancel()
+		if err := w.c.st.Delete(ctx, keys...); err != nil {
+			errs = append(errs, fmt.Errorf("delete %d objects of attempt %s: %w", len(keys), w.opt.Attempt, err))
+		}
+	}
+	if len(errs) == 1 {
+		return cause
+	}
+	return errors.Join(errs...)
+}
+
+// sink adapts the Writer to chunker.Sink: chunks go to the shared pool.
+type sink Writer
+
+func (s *sink) Acquire(ctx context.Context) ([]byte, error) { return s.c.pool.Acquire(ctx) }
+func (s *sink) Release(buf []byte)                          { s.c.pool.Release(buf) }
+
+func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
+	w := (*Writer)(s)
+	w.mu.Lock()
+	for len(w.objects) <= obj {
+		n := len(w.objects)
+		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, manifest.DataName(w.opt.Worker, w.opt.Attempt, n))
+		w.objects = append(w.objects, w.c.pool.NewObject(w.ctx, key, func(err error) {
+			w.ch.Fail(err)
+			w.cancel(err)
+		}))
+	}
+	o := w.objects[obj]
+	w.mu.Unlock()
+	return o.Submit(part, buf, last)
+}
