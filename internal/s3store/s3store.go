@@ -1,0 +1,453 @@
+package s3store
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// DefaultMaxConns is the connection pool size when Options.MaxConns is 0.
+const DefaultMaxConns = 64
+
+// deleteBatch is S3's limit on keys per DeleteObjects request.
+const deleteBatch = 1000
+
+// Options configure a Store. Credentials, region and endpoint follow the
+// usual AWS chain (environment, shared config, AWS_ENDPOINT_URL, instance
+// roles); the fields here override it.
+type Options struct {
+	Bucket string
+	// Endpoint overrides the chain's endpoint, e.g. http://127.0.0.1:9000
+	// for MinIO. Empty: AWS_ENDPOINT_URL(_S3) or AWS itself.
+	Endpoint string
+	// Region overrides the chain's region; "us-east-1" if neither has one.
+	Region string
+	// PathStyle addresses buckets as http://host/bucket/key, which MinIO,
+	// LocalStack and the embedded server need.
+	PathStyle bool
+	// InsecureSkipVerify turns off TLS certificate verification. Only for
+	// test servers with self-signed certificates.
+	InsecureSkipVerify bool
+	// Counter, if set, records every HTTP request sent, by operation and
+	// status.
+	Counter *store.Counter
+	// MaxConns bounds connections to the endpoint (default 64). Requests
+	// beyond it wait for a free connection; it should be at least the
+	// number of parts and ranged GETs in flight, or they queue here.
+	MaxConns int
+	// HTTPClient replaces the client built from MaxConns and
+	// InsecureSkipVerify (tests use it to put a fault proxy in the path).
+	HTTPClient *http.Client
+	// AccessKeyID and SecretAccessKey, when both set, are used instead of
+	// the credential chain: the embedded server and tests need fixed keys
+	// without a round trip through the environment.
+	AccessKeyID, SecretAccessKey string
+}
+
+// Store is a store.Store on one S3 bucket. Safe for concurrent use.
+type Store struct {
+	client *s3.Client
+	bucket string
+	region string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// New builds a Store. It does not contact the server; EnsureBucket does.
+func New(ctx context.Context, o Options) (*Store, error) {
+	if o.Bucket == "" {
+		return nil, errors.New("s3store: bucket is required")
+	}
+	if o.MaxConns < 0 {
+		return nil, fmt.Errorf("s3store: MaxConns %d must be >= 0", o.MaxConns)
+	}
+	if o.MaxConns == 0 {
+		o.MaxConns = DefaultMaxConns
+	}
+	loadOpts := []func(*config.LoadOptions) error{
+		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify)),
+		// durashuffle retries in exactly one layer, above the store; SDK
+		// retries underneath would multiply attempts and hide them from
+		// the request counts.
+		config.WithRetryer(func() aws.Retryer { return aws.NopRetryer{} }),
+		// Checksums are ours: we send precomputed CRC32C values. Left at
+		// "when supported", the SDK would also checksum every body itself
+		// and, over TLS, switch to aws-chunked bodies with a trailer,
+		// which some S3-compatible servers store verbatim.
+		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
+		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+	}
+	if o.Region != "" {
+		loadOpts = append(loadOpts, config.WithRegion(o.Region))
+	}
+	if o.AccessKeyID != "" && o.SecretAccessKey != "" {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(
+			credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")))
+	}
+	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: load AWS config: %w", err)
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+
+	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
+		if o.Endpoint != "" {
+			so.BaseEndpoint = aws.String(o.Endpoint)
+		}
+		so.UsePathStyle = o.PathStyle
+		if o.HTTPClient != nil {
+			// Set here rather than in the config: the chain would try
+			// to add AWS_CA_BUNDLE to it and fail on a plain client.
+			so.HTTPClient = o.HTTPClient
+		}
+		so.Retryer = aws.NopRetryer{}
+		// AWS_MAX_ATTEMPTS in the environment must not bring retries back.
+		so.RetryMaxAttempts = 1
+		if o.Counter != nil {
+			so.APIOptions = append(so.APIOptions, addCounter(o.Counter))
+		}
+	})
+	return &Store{client: client, bucket: o.Bucket, region: cfg.Region}, nil
+}
+
+// newHTTPClient pools enough connections that concurrent parts and ranged
+// GETs reuse them instead of paying a TCP (and TLS) handshake each. It is
+// the SDK's buildable client, not a plain one, so the chain can still add
+// AWS_CA_BUNDLE's roots, and redirects are not followed.
+func newHTTPClient(maxConns int, insecure bool) *awshttp.BuildableClient {
+	return awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConns = maxConns
+			t.MaxIdleConnsPerHost = maxConns
+			t.MaxConnsPerHost = maxConns
+			// S3 speaks HTTP/1.1; HTTP/2 to MinIO would put every part
+			// on one connection and one congestion window.
+			t.ForceAttemptHTTP2 = false
+			if t.TLSClientConfig == nil {
+				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+			}
+			t.TLSClientConfig.InsecureSkipVerify = insecure //nolint:gosec // opt-in, for test servers
+		})
+}
+
+// Bucket is the bucket this store reads and writes.
+func (s *Store) Bucket() string { return s.bucket }
+
+// EnsureBucket creates the bucket if it does not exist. Idempotent and safe
+// to race with other callers.
+func (s *Store) EnsureBucket(ctx context.Context) error {
+	_, err := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket})
+	if err == nil {
+		return nil
+	}
+	// HEAD responses have no body, so a missing bucket is just a 404.
+	if cerr := classify("HeadBucket", "", err).(*store.Error); cerr.Status != 404 {
+		return cerr
+	}
+	in := &s3.CreateBucketInput{Bucket: &s.bucket}
+	if s.region != "us-east-1" {
+		in.CreateBucketConfiguration = &types.CreateBucketConfiguration{
+			LocationConstraint: types.BucketLocationConstraint(s.region),
+		}
+	}
+	if _, err = s.client.CreateBucket(ctx, in); err == nil {
+		return nil
+	}
+	switch errCode(err) {
+	case "BucketAlreadyOwnedByYou":
+		return nil
+	case "BucketAlreadyExists":
+		// Some servers (gofakes3) answer a create race with
+		// BucketAlreadyExists even for their own bucket; what matters is
+		// whether we can use it now.
+		if _, herr := s.client.HeadBucket(ctx, &s3.HeadBucketInput{Bucket: &s.bucket}); herr == nil {
+			return nil
+		}
+	}
+	return classify("CreateBucket", "", err)
+}
+
+func errCode(err error) string {
+	var api smithy.APIError
+	if errors.As(err, &api) {
+		return api.ErrorCode()
+	}
+	return ""
+}
+
+// Put implements store.Writer.
+func (s *Store) Put(ctx context.Context, key string, body []byte, opts store.PutOptions) error {
+	ct := opts.ContentType
+	if ct == "" {
+		ct = "application/octet-stream"
+	}
+	in := &s3.PutObjectInput{
+		Bucket:        &s.bucket,
+		Key:           &key,
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		ContentType:   &ct,
+	}
+	if opts.IfNoneMatch {
+		in.IfNoneMatch = aws.String("*")
+	}
+	if opts.CRC32C != nil {
+		in.ChecksumCRC32C = aws.String(encodeCRC32C(*opts.CRC32C))
+	}
+	_, err := s.client.PutObject(ctx, in)
+	return classify("PutObject", key, err)
+}
+
+// CreateMultipart implements store.Writer.
+func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error) {
+	out, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+		Bucket:      &s.bucket,
+		Key:         &key,
+		ContentType: aws.String("application/octet-stream"),
+		// AWS rejects part checksums on an upload created without an
+		// algorithm ("checksum type mismatch"), and then insists that
+		// Complete echoes every part's checksum. MinIO enforces the same;
+		// gofakes3 ignores the header and keeps it as metadata.
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
+	})
+	if err != nil {
+		return "", classify("CreateMultipartUpload", key, err)
+	}
+	return aws.ToString(out.UploadId), nil
+}
+
+// UploadPart implements store.Writer.
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c uint32) (string, error) {
+	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket:        &s.bucket,
+		Key:           &key,
+		UploadId:      &uploadID,
+		PartNumber:    aws.Int32(n),
+		Body:          bytes.NewReader(body),
+		ContentLength: aws.Int64(int64(len(body))),
+		// A precomputed checksum header makes the SDK send the body as
+		// is: no aws-chunked encoding, no trailer, which gofakes3 cannot
+		// decode for parts.
+		ChecksumCRC32C: aws.String(encodeCRC32C(crc32c)),
+	})
+	if err != nil {
+		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): %w", n, len(body), err))
+	}
+	return aws.ToString(out.ETag), nil
+}
+
+// CompleteMultipart implements store.Writer.
+func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) error {
+	completed := make([]types.CompletedPart, len(parts))
+	for i, p := range parts {
+		completed[i] = types.CompletedPart{PartNumber: aws.Int32(p.Number), ETag: aws.String(p.ETag)}
+		if p.CRC32C != nil {
+			completed[i].ChecksumCRC32C = aws.String(encodeCRC32C(*p.CRC32C))
+		}
+	}
+	_, err := s.client.CompleteMultipartUpload(ctx, &s3.CompleteMultipartUploadInput{
+		Bucket:          &s.bucket,
+		Key:             &key,
+		UploadId:        &uploadID,
+		MultipartUpload: &types.CompletedMultipartUpload{Parts: completed},
+	})
+	if err != nil {
+		return classify("CompleteMultipartUpload", key, fmt.Errorf("%d parts: %w", len(parts), err))
+	}
+	return nil
+}
+
+// AbortMultipart implements store.Writer.
+func (s *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	_, err := s.client.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{
+		Bucket:   &s.bucket,
+		Key:      &key,
+		UploadId: &uploadID,
+	})
+	return classify("AbortMultipartUpload", key, err)
+}
+
+// GetRange implements store.Reader. A zero length returns an empty body
+// without a request: there is no valid Range header for zero bytes.
+func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	if off < 0 {
+		return nil, &store.Error{Op: "GetObject", Key: key, Err: fmt.Errorf("%w: negative offset %d", store.ErrInvalidRange, off)}
+	}
+	if length == 0 {
+		return io.NopCloser(strings.NewReader("")), nil
+	}
+	in := &s3.GetObjectInput{Bucket: &s.bucket, Key: &key}
+	switch {
+	case length > 0:
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-%d", off, off+length-1))
+	case off > 0:
+		in.Range = aws.String(fmt.Sprintf("bytes=%d-", off))
+		// off == 0, length < 0: no Range at all, because "bytes=0-" on an
+		// empty object is a 416 while a plain GET returns its zero bytes.
+	}
+	out, err := s.client.GetObject(ctx, in)
+	if err != nil {
+		return nil, classify("GetObject", key, err)
+	}
+	if in.Range != nil && out.ContentRange == nil && off > 0 {
+		// A server (or proxy) that ignores Range sends the whole object;
+		// handing that out as the range would corrupt every frame after.
+		out.Body.Close()
+		return nil, &store.Error{Op: "GetObject", Key: key, Err: fmt.Errorf("server ignored Range %s", *in.Range)}
+	}
+	return &body{rc: out.Body, key: key}, nil
+}
+
+// body classifies errors met while reading a GET response, so a reader
+// cut off mid-stream learns it may retry the rest.
+type body struct {
+	rc  io.ReadCloser
+	key string
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF {
+		err = classify("GetObject", b.key, fmt.Errorf("read body: %w", err))
+	}
+	return n, err
+}
+
+func (b *body) Close() error { return b.rc.Close() }
+
+// List implements store.Lister.
+func (s *Store) List(ctx context.Context, prefix, delimiter string) ([]store.ObjectInfo, []string, error) {
+	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: &prefix}
+	if delimiter != "" {
+		in.Delimiter = &delimiter
+	}
+	var objects []store.ObjectInfo
+	var prefixes []string
+	for p := s3.NewListObjectsV2Paginator(s.client, in); p.HasMorePages(); {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, nil, classify("ListObjectsV2", prefix, err)
+		}
+		for _, o := range page.Contents {
+			objects = append(objects, store.ObjectInfo{
+				Key:          aws.ToString(o.Key),
+				Size:         aws.ToInt64(o.Size),
+				LastModified: aws.ToTime(o.LastModified),
+			})
+		}
+		for _, cp := range page.CommonPrefixes {
+			prefixes = append(prefixes, aws.ToString(cp.Prefix))
+		}
+	}
+	return objects, prefixes, nil
+}
+
+// ListUploads implements store.Lister. It lists every upload in the bucket
+// and filters by prefix here: MinIO treats a non-empty prefix as an exact
+// key and silently returns nothing for a folder prefix, which would make
+// abandoned uploads invisible to garbage collection. Listing uploads is a
+// maintenance operation, so the extra pages are cheap.
+func (s *Store) ListUploads(ctx context.Context, prefix string) ([]store.UploadInfo, error) {
+	var uploads []store.UploadInfo
+	p := s3.NewListMultipartUploadsPaginator(s.client, &s3.ListMultipartUploadsInput{Bucket: &s.bucket})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, classify("ListMultipartUploads", prefix, err)
+		}
+		for _, u := range page.Uploads {
+			if key := aws.ToString(u.Key); strings.HasPrefix(key, prefix) {
+				uploads = append(uploads, store.UploadInfo{
+					Key:       key,
+					UploadID:  aws.ToString(u.UploadId),
+					Initiated: aws.ToTime(u.Initiated),
+				})
+			}
+		}
+	}
+	return uploads, nil
+}
+
+// Delete implements store.Deleter, in batches of 1000 keys. Keys that do
+// not exist are not errors. Per-key failures are reported together, with
+// the first failing key as the error's Key.
+func (s *Store) Delete(ctx context.Context, keys ...string) error {
+	for len(keys) > 0 {
+		batch := keys[:min(len(keys), deleteBatch)]
+		keys = keys[len(batch):]
+		ids := make([]types.ObjectIdentifier, len(batch))
+		for i := range batch {
+			ids[i] = types.ObjectIdentifier{Key: &batch[i]}
+		}
+		out, err := s.client.DeleteObjects(ctx, &s3.DeleteObjectsInput{
+			Bucket: &s.bucket,
+			Delete: &types.Delete{Objects: ids, Quiet: aws.Bool(true)},
+		})
+		if err != nil {
+			return classify("DeleteObjects", batch[0], fmt.Errorf("%d keys: %w", len(batch), err))
+		}
+		if err := deleteErrors(batch, out.Errors); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func deleteErrors(batch []string, errs []types.Error) error {
+	var failed []types.Error
+	for _, e := range errs {
+		if aws.ToString(e.Code) != "NoSuchKey" {
+			failed = append(failed, e)
+		}
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	// The batch is worth retrying only if every failure is transient.
+	retry := true
+	var msgs []string
+	for i, e := range failed {
+		retry = retry && retryableCodes[aws.ToString(e.Code)]
+		if i < 5 {
+			msgs = append(msgs, fmt.Sprintf("%s: %s %s", aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message)))
+		}
+	}
+	return &store.Error{
+		Op:        "DeleteObjects",
+		Key:       aws.ToString(failed[0].Key),
+		Status:    200,
+		Code:      aws.ToString(failed[0].Code),
+		Retryable: retry,
+		Err:       fmt.Errorf("%d of %d keys not deleted: %s", len(failed), len(batch), strings.Join(msgs, "; ")),
+	}
+}
+
+// encodeCRC32C renders a checksum the way S3's x-amz-checksum-crc32c
+// header wants it: base64 of the big-endian bytes.
+func encodeCRC32C(v uint32) string {
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], v)
+	return base64.StdEncoding.EncodeToString(b[:])
+}

@@ -1,0 +1,27 @@
+package storetest_test
+
+import (
+	"testing"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/internal/storetest"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+func TestEmbedded(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, _ := testenv.Embedded(t).NewStore(t)
+		return s
+	})
+}
+
+// TestMinIO runs against a real MinIO (started here) or the server named
+// by DURASHUFFLE_TEST_ENDPOINT (LocalStack, AWS).
+func TestMinIO(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, _ := testenv.MinIO(t).NewStore(t)
+		return s
+	})
+}

@@ -1,0 +1,9 @@
+// Package reader streams a committed stage back out of the object store:
+// one GET for a sealed stage's manifest, then ranged GETs that coalesce
+// neighbouring frames, prefetched in a bounded window, each frame checked
+// against its manifest CRC32C before it is decoded into Arrow records.
+// Records always come in the same order, by partition ascending, then by
+// worker in manifest order (sorted by worker ID), then frame by frame in
+// the order the worker wrote them, so every read of a stage, and every
+// page of its results, sees one deterministic stream.
+package reader

@@ -1,0 +1,141 @@
+package reader
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// want is one frame to deliver, with the rows of it to keep.
+type want struct {
+	Worker int    // index into the stage's Workers
+	Index  int    // index into that worker's Frames
+	Key    string // full key of the frame's object
+	Frame  manifest.Frame
+	Skip   int64 // leading rows to drop (results paging)
+	Take   int64 // rows to keep after Skip; < 0 keeps the rest
+}
+
+// span is one ranged GET: bytes [Offset, Offset+Length) of Key, holding
+// Frames in delivery order.
+type span struct {
+	Key    string
+	Offset int64
+	Length int64
+	Frames []spanFrame
+}
+
+// spanFrame is a frame inside a span; At is its offset within the span.
+type spanFrame struct {
+	want
+	At int64
+}
+
+// normalizePartitions sorts and dedupes ps and checks them against the
+// stage's count. Nil or empty means every partition, returned as nil.
+func normalizePartitions(ps []int, count int) ([]int, error) {
+	if len(ps) == 0 {
+		return nil, nil
+	}
+	out := slices.Clone(ps)
+	slices.Sort(out)
+	out = slices.Compact(out)
+	for _, p := range []int{out[0], out[len(out)-1]} {
+		if p < 0 || p >= count {
+			return nil, fmt.Errorf("%w: partition %d, stage has %d partitions [0, %d)", ErrPartition, p, count, count)
+		}
+	}
+	return out, nil
+}
+
+// selectFrames lists the frames of the given partitions (sorted, deduped
+// and in range; nil for all) in delivery order: partition, then worker in
+// manifest order, then the worker's write order. keys[w][o] is the full key
+// of worker w's object o. Frames that hold no rows are left out: there is
+// nothing in them to deliver.
+func selectFrames(m *manifest.Stage, keys [][]string, partitions []int) []want {
+	var in []bool
+	if partitions != nil {
+		in = make([]bool, m.Partitions)
+		for _, p := range partitions {
+			in[p] = true
+		}
+	}
+	var out []want
+	for wi := range m.Workers {
+		w := &m.Workers[wi]
+		for fi, f := range w.Frames {
+			if f.Rows == 0 || (in != nil && !in[f.Partition]) {
+				continue
+			}
+			out = append(out, want{Worker: wi, Index: fi, Key: keys[wi][f.Object], Frame: f, Take: -1})
+		}
+	}
+	// (worker, index) is already ascending, and unique, so this sort only
+	// has to group by partition; a stable sort keeps the rest as it is.
+	slices.SortStableFunc(out, func(a, b want) int { return cmp.Compare(a.Frame.Partition, b.Frame.Partition) })
+	return out
+}
+
+// pageFrames keeps the frames that hold rows [offset, offset+limit) of ws
+// (limit < 0: to the end) and sets Skip and Take on the first and last so
+// that exactly those rows are delivered. It uses the manifest's row counts
+// only, so frames outside the page are never fetched.
+func pageFrames(ws []want, offset, limit int64) []want {
+	if limit == 0 {
+		return nil
+	}
+	var (
+		out  []want
+		seen int64 // rows in frames before ws[i]
+	)
+	for _, w := range ws {
+		rows := w.Frame.Rows
+		if seen+rows <= offset {
+			seen += rows
+			continue
+		}
+		w.Skip = max(0, offset-seen)
+		avail := rows - w.Skip
+		seen += rows
+		if limit < 0 {
+			out = append(out, w)
+			continue
+		}
+		if avail >= limit {
+			w.Take = limit
+			return append(out, w)
+		}
+		limit -= avail
+		out = append(out, w)
+	}
+	return out
+}
+
+// planSpans walks ws in delivery order and groups consecutive frames into
+// ranged GETs: a frame joins the span before it when it is in the same
+// object, starts at or after the span's end with at most gapBytes between
+// (the gap is fetched and dropped; gapBytes < 0 joins only adjacent
+// frames), and the span stays within rangeBytes. A frame larger than
+// rangeBytes is a span of its own. Only forward neighbours coalesce, so
+// delivery order never needs bytes to be fetched twice or held back.
+func planSpans(ws []want, rangeBytes, gapBytes int64) []span {
+	gapBytes = max(gapBytes, 0)
+	var out []span
+	for _, w := range ws {
+		f := w.Frame
+		if n := len(out); n > 0 {
+			s := &out[n-1]
+			end := s.Offset + s.Length
+			if s.Key == w.Key && f.Offset >= end && f.Offset-end <= gapBytes && f.Offset+f.Length-s.Offset <= rangeBytes {
+				s.Frames = append(s.Frames, spanFrame{want: w, At: f.Offset - s.Offset})
+				s.Length = f.Offset + f.Length - s.Offset
+				continue
+			}
+		}
+		out = append(out, span{Key: w.Key, Offset: f.Offset, Length: f.Length, Frames: []spanFrame{{want: w}}})
+	}
+	return out
+}

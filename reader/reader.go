@@ -1,0 +1,505 @@
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// Defaults of Options, as in the configuration (read_range_bytes,
+// read_ahead, read_gap_bytes).
+const (
+	DefaultRangeBytes = 8 << 20
+	DefaultReadAhead  = 4
+	DefaultGapBytes   = 256 << 10
+)
+
+// Sentinel errors. Frame failures arrive as a *FrameError wrapping one of
+// ErrChecksum, ErrTruncated or frame.ErrCorrupt.
+var (
+	// ErrChecksum: a frame's stored bytes do not match the CRC32C in the
+	// manifest.
+	ErrChecksum = errors.New("frame checksum mismatch")
+	// ErrTruncated: a data object ends before a frame the manifest places
+	// in it.
+	ErrTruncated = errors.New("data object truncated")
+	// ErrPartition: a requested partition is not in the stage.
+	ErrPartition = errors.New("partition out of range")
+)
+
+// errClosed is the cancellation cause of a stream its caller closed; it
+// is never reported, since the caller asked for it.
+var errClosed = errors.New("reader closed")
+
+// Options tune a Stage's reads. The zero value means the defaults.
+type Options struct {
+	// RangeBytes is the largest ranged GET (default 8 MiB). Larger ranges
+	// mean fewer requests and more memory per range in flight; a frame
+	// larger than this is still fetched whole, in a GET of its own.
+	RangeBytes int64
+	// ReadAhead is the number of ranges fetched or waiting ahead of the
+	// caller, the one being delivered included (default 4). Stored bytes
+	// held by a stream are at most ReadAhead x RangeBytes, or one oversized
+	// frame alone, whatever the stage's size.
+	ReadAhead int
+	// GapBytes: frames separated by at most this many bytes are fetched in
+	// one GET, and the gap is read and dropped (default 256 KiB). Negative
+	// means only directly adjacent frames share a GET (config
+	// read_gap_bytes: 0 maps to -1 here).
+	GapBytes int64
+	// Mem allocates decoded records (default memory.DefaultAllocator).
+	Mem memory.Allocator
+}
+
+func (o Options) withDefaults() Options {
+	if o.RangeBytes <= 0 {
+		o.RangeBytes = DefaultRangeBytes
+	}
+	if o.ReadAhead <= 0 {
+		o.ReadAhead = DefaultReadAhead
+	}
+	if o.GapBytes == 0 {
+		o.GapBytes = DefaultGapBytes
+	}
+	if o.Mem == nil {
+		o.Mem = memory.DefaultAllocator
+	}
+	return o
+}
+
+// Stage is an opened stage: its manifest and schema, ready to stream any
+// of its partitions. Safe for concurrent use; every Read call returns an
+// independent stream.
+type Stage struct {
+	st        store.Reader
+	m         *manifest.Stage
+	o         Options
+	schema    *arrow.Schema
+	schemaErr error
+	keys      [][]string // keys[w][o]: full key of worker w's object o
+}
+
+// Open loads the stage's manifest (exactly one GET when the stage is
+// sealed; a LIST and a GET per worker manifest otherwise) and returns the
+// stage. st should already carry the retry layer: the reader does not
+// retry on its own.
+func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, o Options) (*Stage, error) {
+	m, err := manifest.LoadStage(ctx, st, l, query, stage)
+	if err != nil {
+		return nil, err
+	}
+	s := FromManifest(st, l, m, o)
+	if s.schemaErr != nil {
+		return nil, s.schemaErr
+	}
+	return s, nil
+}
+
+// FromManifest returns a stage for a manifest already in hand, without
+// any request. A schema that does not decode is reported by every Read.
+func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Options) *Stage {
+	s := &Stage{st: st, m: m, o: o.withDefaults()}
+	if len(m.Schema) == 0 {
+		// A stage whose writers never saw a record may have no schema.
+		s.schema = arrow.NewSchema(nil, nil)
+	} else if s.schema, s.schemaErr = frame.DecodeSchema(m.Schema); s.schemaErr != nil {
+		s.schemaErr = fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, s.schemaErr)
+	}
+	s.keys = make([][]string, len(m.Workers))
+	for i, w := range m.Workers {
+		s.keys[i] = make([]string, len(w.Objects))
+		for j, obj := range w.Objects {
+			s.keys[i][j] = l.ObjectKey(m.Query, m.Stage, obj.Key)
+		}
+	}
+	return s
+}
+
+// Manifest returns the stage's manifest. Callers must not modify it.
+func (s *Stage) Manifest() *manifest.Stage { return s.m }
+
+// Schema returns the schema of every record of the stage (nil only when
+// the manifest's schema does not decode).
+func (s *Stage) Schema() *arrow.Schema { return s.schema }
+
+// ReadPartitions streams the records of the given partitions: one, a set
+// or a range, in any order and with repeats; nil or empty means all. The
+// stream's order is fixed: partitions ascending, then workers in manifest
+// order, then each worker's frames in write order. ctx governs the whole
+// stream, not just this call: cancelling it stops the prefetch and makes
+// Next return false with the cause in Err. A partition outside the stage
+// fails at once, naming it and the partition count.
+func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
+	if s.schemaErr != nil {
+		return nil, s.schemaErr
+	}
+	ps, err := normalizePartitions(partitions, s.m.Partitions)
+	if err != nil {
+		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
+	}
+	ws := selectFrames(s.m, s.keys, ps)
+	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+}
+
+// ReadResults streams rows [offset, offset+limit) of the whole stage in
+// ReadPartitions' order (limit < 0: to the end). The manifest's row counts
+// pick the frames that hold the page, so frames before it are never
+// fetched and fetching stops at its last row: page N costs GETs for the
+// frames of page N only. The first and last batches are sliced to the
+// page's bounds.
+func (s *Stage) ReadResults(ctx context.Context, offset, limit int64) (*Records, error) {
+	if s.schemaErr != nil {
+		return nil, s.schemaErr
+	}
+	if offset < 0 {
+		return nil, fmt.Errorf("read results of %s stage %d: offset %d is negative", s.m.Query, s.m.Stage, offset)
+	}
+	ws := pageFrames(selectFrames(s.m, s.keys, nil), offset, limit)
+	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+}
+
+// FrameError says which frame failed and why. Err wraps ErrChecksum,
+// ErrTruncated or frame.ErrCorrupt.
+type FrameError struct {
+	Key       string // full key of the data object
+	Offset    int64  // frame's offset in the object
+	Length    int64  // frame's length per the manifest
+	Partition int
+	Worker    string
+	Err       error
+}
+
+func (e *FrameError) Error() string {
+	return fmt.Sprintf("frame of partition %d at offset %d (%d bytes) of %s (worker %s): %v",
+		e.Partition, e.Offset, e.Length, e.Key, e.Worker, e.Err)
+}
+
+func (e *FrameError) Unwrap() error { return e.Err }
+
+// Records is a stream of record batches; it implements array.RecordReader.
+// Next, RecordBatch, Err and Close are for one goroutine. A batch returned
+// by RecordBatch is valid until the next call to Next or Close; Retain it
+// to keep it longer.
+type Records struct {
+	refs   atomic.Int64
+	schema *arrow.Schema
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// slots carries launched fetches in plan order. Its capacity is the
+	// window, and a fetch holds its count token until the caller is done
+	// with it, so the launcher never blocks on a send.
+	slots  chan *fetch
+	count  *semaphore.Weighted // ranges fetched or waiting, ReadAhead
+	bytes  *semaphore.Weighted // their stored bytes, ReadAhead x RangeBytes
+	budget int64
+	spans  int
+	failed atomic.Bool // a fetch failed: launch nothing after it
+	wg     sync.WaitGroup
+
+	// consumer state
+	cur    *fetch
+	next   int // index in cur.recs of the next batch to deliver
+	rec    arrow.RecordBatch
+	err    error
+	done   bool
+	closed bool
+}
+
+var _ array.RecordReader = (*Records)(nil)
+
+// fetch is one span being fetched and decoded.
+type fetch struct {
+	span   span
+	weight int64
+	done   chan struct{} // closed when recs and err are set
+	recs   []arrow.RecordBatch
+	err    error // after recs: the frames before the failure are delivered
+}
+
+func (s *Stage) stream(ctx context.Context, spans []span) *Records {
+	cctx, cancel := context.WithCancelCause(ctx)
+	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
+	r := &Records{
+		schema: s.schema,
+		ctx:    cctx,
+		cancel: cancel,
+		slots:  make(chan *fetch, s.o.ReadAhead),
+		count:  semaphore.NewWeighted(int64(s.o.ReadAhead)),
+		bytes:  semaphore.NewWeighted(budget),
+		budget: budget,
+		spans:  len(spans),
+	}
+	r.refs.Store(1)
+	r.wg.Add(1)
+	go r.launch(s, spans)
+	return r
+}
+
+// launch starts fetches in plan order as the window allows. Each starts
+// once a count token and its bytes are free; the semaphores are FIFO, so
+// a large span is not starved by small ones behind it.
+func (r *Records) launch(s *Stage, spans []span) {
+	defer r.wg.Done()
+	defer close(r.slots)
+	for _, sp := range spans {
+		if r.failed.Load() {
+			return
+		}
+		if r.count.Acquire(r.ctx, 1) != nil {
+			return
+		}
+		// An oversized frame takes the whole budget and is fetched alone.
+		w := min(sp.Length, r.budget)
+		if r.bytes.Acquire(r.ctx, w) != nil {
+			r.count.Release(1)
+			return
+		}
+		f := &fetch{span: sp, weight: w, done: make(chan struct{})}
+		r.slots <- f
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer close(f.done)
+			f.recs, f.err = fetchSpan(r.ctx, s, sp, r.schema)
+			if f.err != nil {
+				r.failed.Store(true)
+			}
+		}()
+	}
+}
+
+// fetchSpan GETs one span into a buffer of exactly its size and decodes
+// its frames. The buffer is never reused: decoded arrays of an
+// uncompressed frame point into it.
+func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	buf := make([]byte, sp.Length)
+	n := 0
+	body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+	if err == nil {
+		n, err = io.ReadFull(body, buf)
+		body.Close()
+	}
+	var out []arrow.RecordBatch
+	for _, f := range sp.Frames {
+		if end := f.At + f.Frame.Length; int64(n) < end {
+			// Frames that arrived whole are still delivered; the error
+			// comes in their place in the stream.
+			return out, shortRead(s, sp, f, int64(n), err)
+		}
+		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, recs...)
+	}
+	return out, nil
+}
+
+func frameErr(s *Stage, f spanFrame, err error) *FrameError {
+	return &FrameError{Key: f.Key, Offset: f.Frame.Offset, Length: f.Frame.Length,
+		Partition: f.Frame.Partition, Worker: s.m.Workers[f.Worker].Worker, Err: err}
+}
+
+// shortRead explains a span whose body ended (or failed) before frame f
+// was complete. n bytes of the span arrived.
+func shortRead(s *Stage, sp span, f spanFrame, n int64, err error) error {
+	got := max(0, n-f.At)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, store.ErrInvalidRange) {
+		return frameErr(s, f, fmt.Errorf("%w: expected %d bytes at offset %d, got %d: %v",
+			ErrTruncated, f.Frame.Length, f.Frame.Offset, got, err))
+	}
+	return fmt.Errorf("read %s bytes [%d, %d): got %d of %d bytes: %w", sp.Key, sp.Offset, sp.Offset+sp.Length, n, sp.Length, err)
+}
+
+// decodeFrame verifies b against the manifest and decodes it, applying
+// the frame's Skip and Take.
+func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	if got := frame.CRC32C(b); got != f.Frame.CRC32C {
+		return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+	}
+	sch, recs, err := frame.Decode(b, s.o.Mem)
+	if err != nil {
+		return nil, frameErr(s, f, err)
+	}
+	var rows int64
+	for _, rec := range recs {
+		rows += rec.NumRows()
+	}
+	switch {
+	case !sch.Equal(schema):
+		err = fmt.Errorf("%w: schema %s differs from the stage's %s", frame.ErrCorrupt, sch, schema)
+	case rows != f.Frame.Rows:
+		err = fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows)
+	}
+	if err != nil {
+		release(recs)
+		return nil, frameErr(s, f, err)
+	}
+	return slice(recs, f.Skip, f.Take), nil
+}
+
+// slice keeps rows [skip, skip+take) of recs (take < 0: to the end),
+// releasing what it drops. Empty batches are dropped too.
+func slice(recs []arrow.RecordBatch, skip, take int64) []arrow.RecordBatch {
+	out := recs[:0]
+	for _, rec := range recs {
+		n := rec.NumRows()
+		lo := min(skip, n)
+		skip -= lo
+		hi := n
+		if take >= 0 {
+			hi = min(n, lo+take)
+			take -= hi - lo
+		}
+		switch {
+		case lo == hi:
+			rec.Release()
+		case lo == 0 && hi == n:
+			out = append(out, rec)
+		default:
+			out = append(out, rec.NewSlice(lo, hi))
+			rec.Release()
+		}
+	}
+	clear(recs[len(out):])
+	return out
+}
+
+func release(recs []arrow.RecordBatch) {
+	for _, rec := range recs {
+		if rec != nil {
+			rec.Release()
+		}
+	}
+}
+
+// Ranges is the number of ranged GETs the stream makes when read to the
+// end, for request accounting.
+func (r *Records) Ranges() int { return r.spans }
+
+// Retain adds a reference to the stream.
+func (r *Records) Retain() { r.refs.Add(1) }
+
+// Release drops a reference; the last one closes the stream.
+func (r *Records) Release() {
+	if r.refs.Add(-1) == 0 {
+		r.Close()
+	}
+}
+
+// Schema is the schema of every batch of the stream.
+func (r *Records) Schema() *arrow.Schema { return r.schema }
+
+// RecordBatch returns the current batch, valid until the next Next.
+func (r *Records) RecordBatch() arrow.RecordBatch { return r.rec }
+
+// Record returns the current batch.
+//
+// Deprecated: use RecordBatch.
+func (r *Records) Record() arrow.RecordBatch { return r.rec }
+
+// Err returns the error that ended the stream early: a failed GET, a
+// *FrameError, or the cause of the context's cancellation. It is nil at
+// the end of the stream and after Close.
+func (r *Records) Err() error { return r.err }
+
+// Next advances to the next batch, waiting for its range if it has not
+// arrived. It returns false at the end of the stream, on the first error
+// (see Err) and once the stream is closed; no batch follows an error.
+func (r *Records) Next() bool {
+	if r.rec != nil {
+		r.rec.Release()
+		r.rec = nil
+	}
+	if r.done {
+		return false
+	}
+	for {
+		if f := r.cur; f != nil {
+			if r.next < len(f.recs) {
+				r.rec, f.recs[r.next] = f.recs[r.next], nil
+				r.next++
+				return true
+			}
+			if f.err != nil {
+				r.stop(f.err)
+				return false
+			}
+			r.cur = nil
+			r.count.Release(1)
+			r.bytes.Release(f.weight)
+		}
+		var (
+			f  *fetch
+			ok bool
+		)
+		select {
+		case f, ok = <-r.slots:
+		case <-r.ctx.Done():
+			r.stop(context.Cause(r.ctx))
+			return false
+		}
+		if !ok {
+			// The launcher only stops early when the context ended.
+			r.stop(context.Cause(r.ctx))
+			return false
+		}
+		r.cur, r.next = f, 0
+		select {
+		case <-f.done:
+		case <-r.ctx.Done():
+			r.stop(context.Cause(r.ctx))
+			return false
+		}
+	}
+}
+
+// stop ends the stream with err (nil: the normal end) and frees it.
+func (r *Records) stop(err error) {
+	if errors.Is(err, errClosed) {
+		err = nil
+	}
+	r.err = err
+	r.shutdown()
+}
+
+// Close stops the prefetch, waits for every fetch goroutine to exit and
+// releases the batches still buffered. It returns Err. Idempotent.
+func (r *Records) Close() error {
+	r.shutdown()
+	return r.err
+}
+
+func (r *Records) shutdown() {
+	r.done = true
+	if r.closed {
+		return
+	}
+	r.closed = true
+	r.cancel(errClosed)
+	r.wg.Wait()
+	if r.rec != nil {
+		r.rec.Release()
+		r.rec = nil
+	}
+	if r.cur != nil {
+		release(r.cur.recs)
+		r.cur = nil
+	}
+	for f := range r.slots {
+		release(f.recs)
+	}
+}

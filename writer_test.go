@@ -1,0 +1,389 @@
+package durashuffle_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// backend is a store under test: the embedded server and a real MinIO.
+type backend struct {
+	name  string
+	start func(testing.TB) testenv.Endpoint
+}
+
+var backends = []backend{{"embedded", testenv.Embedded}, {"minio", testenv.MinIO}}
+
+// forEach runs f against every backend with a raw store and its counter.
+func forEach(t *testing.T, f func(t *testing.T, st store.Store, counter *store.Counter)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			e := b.start(t)
+			st, counter := e.NewStore(t)
+			f(t, st, counter)
+		})
+	}
+}
+
+func testConfig() config.Config {
+	cfg := config.Default()
+	cfg.ChunkSize = 5 * config.MiB
+	cfg.UploadConcurrency = 4
+	cfg.MaxBufferedChunks = 6
+	cfg.FrameTargetBytes = 256 * config.KiB
+	cfg.RetryBaseDelay = config.Duration(10 * time.Millisecond)
+	return cfg
+}
+
+var schema = arrow.NewSchema([]arrow.Field{
+	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "blob", Type: arrow.BinaryTypes.Binary},
+}, nil)
+
+// batch returns rows [lo, lo+n) with ~1 KiB of incompressible bytes each,
+// so stored size tracks logical size.
+func batch(lo, n int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	blob := make([]byte, 1024)
+	for i := lo; i < lo+n; i++ {
+		r := rand.New(rand.NewPCG(uint64(i), 7))
+		for j := range blob {
+			blob[j] = byte(r.Uint32())
+		}
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.BinaryBuilder).Append(blob)
+	}
+	return b.NewRecordBatch()
+}
+
+// writeRows writes rows [0, n) in batches of 256 round-robin over
+// partitions and returns the first error.
+func writeRows(w *durashuffle.Writer, n, partitions int) error {
+	for lo := 0; lo < n; lo += 256 {
+		rec := batch(lo, min(256, n-lo))
+		err := w.Write((lo/256)%partitions, rec)
+		rec.Release()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ceilDiv(a, b int64) int64 { return (a + b - 1) / b }
+
+func TestWriteCutsExactParts(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		cfg := testConfig()
+		c := durashuffle.NewClient(st, cfg, counter, nil)
+		defer c.Close()
+		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 0, Worker: "0", Attempt: "a", Partitions: 8})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := writeRows(w, 20_000, 8); err != nil { // ~20 MiB
+			t.Fatal(err)
+		}
+		m, err := w.Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wantParts int64
+		for _, o := range m.Objects {
+			wantParts += ceilDiv(o.Size, int64(cfg.ChunkSize))
+		}
+		req := counter.Requests()
+		if wantParts < 4 || req["UploadPart"] != wantParts || int64(m.Totals.Parts) != wantParts {
+			t.Fatalf("UploadPart requests %d, manifest parts %d, want ceil(size/chunk) summed = %d", req["UploadPart"], m.Totals.Parts, wantParts)
+		}
+		if req["CreateMultipartUpload"] != 1 || req["CompleteMultipartUpload"] != 1 || req["PutObject"] != 1 {
+			t.Fatalf("requests %v: want 1 create, 1 complete, 1 manifest put", req)
+		}
+		if m.Totals.Rows != 20_000 {
+			t.Fatalf("manifest rows %d", m.Totals.Rows)
+		}
+		// Every frame's CRC32C matches the bytes a ranged GET returns.
+		for i, f := range m.Frames {
+			key := c.Layout().ObjectKey("q1", 0, m.Objects[f.Object].Key)
+			body, err := st.GetRange(ctx, key, f.Offset, f.Length)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := io.ReadAll(body)
+			body.Close()
+			if err != nil || int64(len(b)) != f.Length {
+				t.Fatalf("frame %d: read %d of %d bytes: %v", i, len(b), f.Length, err)
+			}
+			if got := frame.CRC32C(b); got != f.CRC32C {
+				t.Fatalf("frame %d of %s at %d: CRC32C %08x, manifest says %08x", i, key, f.Offset, got, f.CRC32C)
+			}
+		}
+		ups, err := st.ListUploads(ctx, "")
+		if err != nil || len(ups) != 0 {
+			t.Fatalf("open uploads after commit: %v %v", ups, err)
+		}
+	})
+}
+
+func TestSmallOutputIsOnePut(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		defer c.Close()
+		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 3, Worker: "7", Partitions: 4})
+		if err := writeRows(w, 1000, 4); err != nil {
+			t.Fatal(err)
+		}
+		m, err := w.Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req := counter.Requests()
+		if req["PutObject"] != 2 || req["UploadPart"] != 0 || req["CreateMultipartUpload"] != 0 {
+			t.Fatalf("requests %v: want one data PutObject and one manifest PutObject", req)
+		}
+		if len(m.Objects) != 1 || m.Objects[0].Parts != 1 {
+			t.Fatalf("objects %+v", m.Objects)
+		}
+		objs, _, err := st.List(ctx, c.Layout().StagePrefix("q1", 3), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var keys []string
+		for _, o := range objs {
+			keys = append(keys, strings.TrimPrefix(o.Key, c.Layout().StagePrefix("q1", 3)))
+		}
+		want := fmt.Sprint([]string{"worker-7/attempt-" + m.Attempt + "/data-0.arrows", "worker-7/manifest.json"})
+		if fmt.Sprint(keys) != want {
+			t.Fatalf("objects %v, want %v", keys, want)
+		}
+	})
+}
+
+func TestEmptyOutputCommits(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		defer c.Close()
+		w, _ := c.NewWriter(context.Background(), durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2, Schema: schema})
+		m, err := w.Commit(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Objects) != 0 || len(m.Frames) != 0 || counter.Requests()["PutObject"] != 1 {
+			t.Fatalf("empty output: %+v, requests %v", m.Totals, counter.Requests())
+		}
+	})
+}
+
+// slowStore delays every part upload, like a congested link.
+type slowStore struct {
+	store.Store
+	delay time.Duration
+}
+
+func (s slowStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+	time.Sleep(s.delay)
+	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+}
+
+func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		cfg := testConfig()
+		cfg.UploadConcurrency = 2
+		cfg.MaxBufferedChunks = 3
+		c := durashuffle.NewClient(slowStore{st, 150 * time.Millisecond}, cfg, counter, nil)
+		defer c.Close()
+		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
+		if err := writeRows(w, 40_000, 4); err != nil { // ~40 MiB, 8 chunks
+			t.Fatal(err)
+		}
+		m, err := w.Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		peak := c.Pool().Stats().PeakBuffered
+		if peak > 3 || peak < 2 {
+			t.Fatalf("peak chunk buffers %d, bound 3", peak)
+		}
+		if m.Totals.Parts < 8 {
+			t.Fatalf("only %d parts: the test did not outrun the budget", m.Totals.Parts)
+		}
+	})
+}
+
+// badChecksumStore corrupts the checksum of one part, so the server
+// rejects it: a real permanent (4xx) failure.
+type badChecksumStore struct {
+	store.Store
+	part  int32
+	parts atomic.Int32
+}
+
+func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+	s.parts.Add(1)
+	if n == s.part {
+		crc ^= 0xdeadbeef
+	}
+	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+}
+
+func TestPermanentPartFailureCancelsWriter(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		cfg := testConfig()
+		bad := &badChecksumStore{Store: st, part: 2}
+		c := durashuffle.NewClient(bad, cfg, counter, nil)
+		defer c.Close()
+		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
+		const total = 200_000 // ~200 MiB if nothing stopped it
+		err := writeRows(w, total, 4)
+		if err == nil {
+			t.Fatal("all writes succeeded after a part was rejected")
+		}
+		var se *store.Error
+		if !errors.As(err, &se) || se.Retryable || se.Status/100 != 4 {
+			t.Fatalf("Write error %v: want the server's 4xx rejection", err)
+		}
+		if !strings.Contains(err.Error(), "part 2") {
+			t.Fatalf("error does not name the part: %v", err)
+		}
+		if n := bad.parts.Load(); n > 20 {
+			t.Fatalf("%d parts sent: the failure did not stop the writer promptly", n)
+		}
+		if counter.Retries()[store.OpReason{Op: "UploadPart", Reason: retryReason(se)}] != 0 {
+			t.Fatalf("a permanent failure was retried: %v", counter.Retries())
+		}
+		if _, err := w.Commit(ctx); err == nil {
+			t.Fatal("commit succeeded")
+		}
+		ups, err := st.ListUploads(ctx, "")
+		if err != nil || len(ups) != 0 {
+			t.Fatalf("uploads left open: %v %v", ups, err)
+		}
+		objs, _, _ := st.List(ctx, "", "")
+		if len(objs) != 0 {
+			t.Fatalf("objects left: %v", objs)
+		}
+	})
+}
+
+func retryReason(se *store.Error) string {
+	if se.Code != "" {
+		return se.Code
+	}
+	return fmt.Sprintf("HTTP%d", se.Status)
+}
+
+func TestTwoAttemptsCommitOnce(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		defer c.Close()
+		open := func(attempt string) *durashuffle.Writer {
+			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "3", Attempt: attempt, Partitions: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writeRows(w, 8000, 2); err != nil {
+				t.Fatal(err)
+			}
+			return w
+		}
+		first, second := open("first"), open("second")
+		if _, err := first.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_, err := second.Commit(ctx)
+		if !errors.Is(err, manifest.ErrAlreadyCommitted) {
+			t.Fatalf("second commit: %v, want ErrAlreadyCommitted", err)
+		}
+		m, err := manifest.LoadWorker(ctx, st, c.Layout(), "q", 0, "3")
+		if err != nil || m.Attempt != "first" {
+			t.Fatalf("manifest attempt %v: %v", m, err)
+		}
+		loser, _, _ := st.List(ctx, c.Layout().AttemptPrefix("q", 0, "3", "second"), "")
+		if len(loser) != 0 {
+			t.Fatalf("losing attempt left %d objects", len(loser))
+		}
+		winner, _, _ := st.List(ctx, c.Layout().AttemptPrefix("q", 0, "3", "first"), "")
+		if len(winner) != len(m.Objects) {
+			t.Fatalf("winner has %d objects, manifest %d", len(winner), len(m.Objects))
+		}
+		if ups, _ := st.ListUploads(ctx, ""); len(ups) != 0 {
+			t.Fatalf("uploads left open: %v", ups)
+		}
+	})
+}
+
+func TestAbortLeavesNothing(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		defer c.Close()
+		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2})
+		if err := writeRows(w, 15_000, 2); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if counter.Requests()["UploadPart"] == 0 {
+			t.Fatal("nothing was uploaded before the abort: the test proves nothing")
+		}
+		ups, _ := st.ListUploads(ctx, "")
+		objs, _, _ := st.List(ctx, "", "")
+		if len(ups) != 0 || len(objs) != 0 {
+			t.Fatalf("after abort: %d uploads, %d objects", len(ups), len(objs))
+		}
+	})
+}
+
+func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
+	counter := &store.Counter{}
+	c := durashuffle.NewClient(nil, testConfig(), counter, nil)
+	defer c.Close()
+	cases := []struct {
+		name string
+		opt  durashuffle.WriterOptions
+		want string
+	}{
+		{"empty query", durashuffle.WriterOptions{Worker: "0", Partitions: 1}, "query ID is empty"},
+		{"dotdot worker", durashuffle.WriterOptions{Query: "q", Worker: "..", Partitions: 1}, `worker ID ".." is not allowed`},
+		{"slash", durashuffle.WriterOptions{Query: "a/b", Worker: "0", Partitions: 1}, `query ID "a/b"`},
+		{"too long", durashuffle.WriterOptions{Query: strings.Repeat("q", 129), Worker: "0", Partitions: 1}, "129 characters, at most 128"},
+		{"negative stage", durashuffle.WriterOptions{Query: "q", Stage: -1, Worker: "0", Partitions: 1}, "stage -1 is negative"},
+		{"no partitions", durashuffle.WriterOptions{Query: "q", Worker: "0"}, "partitions must be between 1 and"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.NewWriter(context.Background(), tc.opt)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err %v, want %q", err, tc.want)
+			}
+		})
+	}
+	if counter.Total() != 0 {
+		t.Fatalf("%d requests made", counter.Total())
+	}
+}
