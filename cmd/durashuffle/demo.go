@@ -1,0 +1,489 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+// defaultDemoBucket is the bucket the demo uses when none is configured.
+const defaultDemoBucket = "durashuffle"
+
+type demoOptions struct {
+	query      string
+	rows       int64
+	workers    int
+	partitions int
+	batchRows  int
+	producers  int
+	readers    int
+	seed       uint64
+	dataDir    string
+	json       bool
+}
+
+// demoSummary is what `demo --json` prints.
+type demoSummary struct {
+	Query    string `json:"query"`
+	Stage    int    `json:"stage"`
+	Bucket   string `json:"bucket"`
+	Endpoint string `json:"endpoint"`
+	Embedded bool   `json:"embedded"`
+
+	Committed     bool             `json:"committed"`
+	RowsWritten   int64            `json:"rows_written"`
+	Workers       int              `json:"workers"`
+	Partitions    int              `json:"partitions"`
+	Objects       int              `json:"objects"`
+	Parts         int              `json:"parts"`
+	Frames        int              `json:"frames"`
+	ChunkSize     int64            `json:"chunk_size"`
+	BytesLogical  int64            `json:"bytes_logical"`
+	BytesStored   int64            `json:"bytes_stored"`
+	Compression   string           `json:"compression"`
+	CompressRatio float64          `json:"compression_ratio"`
+	WriteSeconds  float64          `json:"write_seconds"`
+	WriteMiBps    float64          `json:"write_mib_per_s"`
+	WriteStored   float64          `json:"write_stored_mib_per_s"`
+	Requests      map[string]int64 `json:"requests"`
+	Retries       map[string]int64 `json:"retries"`
+	PeakBuffered  int64            `json:"peak_buffered_chunks"`
+	MaxBuffered   int              `json:"max_buffered_chunks"`
+	UploadConc    int              `json:"upload_concurrency"`
+
+	Sealed       bool             `json:"sealed"`
+	SealRequests map[string]int64 `json:"seal_requests"`
+
+	RowsRead     int64            `json:"rows_read"`
+	ReadSeconds  float64          `json:"read_seconds"`
+	ReadMiBps    float64          `json:"read_mib_per_s"`
+	ReadStored   float64          `json:"read_stored_mib_per_s"`
+	ReadRequests map[string]int64 `json:"read_requests"`
+
+	Verified           bool     `json:"verified"`
+	PartitionsVerified int      `json:"partitions_verified"`
+	Mismatches         []string `json:"mismatches,omitempty"`
+	OpenUploads        int      `json:"open_uploads"`
+}
+
+func (a *app) demoCommand() *cobra.Command {
+	o := &demoOptions{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Write, seal, read back and verify a generated TPC-H lineitem data set",
+		Long: `demo runs durashuffle's whole job on a generated, deterministic TPC-H
+lineitem-like table (16 columns: integers, floats, dates, short and long
+strings). --workers writers, each fed by --producers goroutines, split
+every input batch of --batch-rows rows by a hash of l_orderkey into
+--partitions partitions and write them as stage 0 of --query; each worker
+commits, the stage is sealed, then every partition is read back in
+parallel and its row count and order-independent content hash are
+compared with what was written.
+
+Unless an endpoint is configured (--endpoint, DURASHUFFLE_ENDPOINT or the
+config file), demo starts an S3 server in-process on loopback with its
+data in a temporary directory (removed at the end) or in --data-dir (kept).
+
+It prints a summary; --json prints it as one JSON object with request
+counts per S3 operation for the write and read phases. The exit code is 1
+if verification fails.`,
+		Example: `  # Two million rows, 4 workers, 64 partitions on the embedded server:
+  durashuffle demo
+
+  # A smaller run with 5 MiB parts, as JSON:
+  durashuffle demo --json --rows 200000 --workers 2 --partitions 16 --chunk-size 5MiB
+
+  # Against MinIO (the bucket is created if missing):
+  AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin \
+    durashuffle demo --endpoint http://127.0.0.1:9000 --path-style --bucket demo`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runDemo(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVarP(&o.query, "query", "q", "", "query ID to write (default: a fresh demo-<time>-<random> ID)")
+	fs.Int64Var(&o.rows, "rows", 2_000_000, "rows to generate")
+	fs.IntVar(&o.workers, "workers", 4, "concurrent writers, worker IDs 0..N-1")
+	fs.IntVar(&o.partitions, "partitions", 64, "output partitions")
+	fs.IntVar(&o.batchRows, "batch-rows", 8192, "input rows per batch; each batch is split across the partitions")
+	fs.IntVar(&o.producers, "producers", 2, "goroutines per worker calling Write")
+	fs.IntVar(&o.readers, "read-partitions", 8, "partitions read back concurrently")
+	fs.Uint64Var(&o.seed, "seed", 1, "generator seed: row i is a function of (seed, i)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "embedded server's data directory, kept afterwards (default: a temporary directory, removed)")
+	fs.BoolVar(&o.json, "json", false, "print the summary as JSON")
+	return cmd
+}
+
+func (o *demoOptions) validate() error {
+	switch {
+	case o.rows < 1:
+		return usagef("--rows must be at least 1, got %d", o.rows)
+	case o.workers < 1 || o.workers > 10_000:
+		return usagef("--workers must be between 1 and 10000, got %d", o.workers)
+	case o.partitions < 1 || o.partitions > durashuffle.MaxPartitions:
+		return usagef("--partitions must be between 1 and %d, got %d", durashuffle.MaxPartitions, o.partitions)
+	case o.batchRows < 1:
+		return usagef("--batch-rows must be at least 1, got %d", o.batchRows)
+	case o.producers < 1 || o.producers > 256:
+		return usagef("--producers must be between 1 and 256, got %d", o.producers)
+	case o.readers < 1 || o.readers > 1024:
+		return usagef("--read-partitions must be between 1 and 1024, got %d", o.readers)
+	}
+	if o.query == "" {
+		o.query = "demo-" + durashuffle.NewAttemptID()
+	}
+	return manifest.ValidateID("query", o.query)
+}
+
+func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	cfg, err := a.config()
+	if err != nil {
+		return err
+	}
+	if cfg.Bucket == "" {
+		cfg.Bucket = defaultDemoBucket
+	}
+	sum := &demoSummary{
+		Query: o.query, Bucket: cfg.Bucket, Workers: o.workers, Partitions: o.partitions,
+		ChunkSize: int64(cfg.ChunkSize), Compression: cfg.Compression,
+		MaxBuffered: cfg.BufferedChunks(), UploadConc: cfg.UploadConcurrency,
+	}
+
+	// The embedded server unless an endpoint is configured.
+	var opts s3store.Options
+	if cfg.Endpoint == "" {
+		stopServer, err := a.startEmbedded(o, &cfg)
+		if err != nil {
+			return err
+		}
+		defer stopServer()
+		sum.Embedded = true
+		// It checks no signatures: fixed keys spare the SDK a walk down
+		// the credential chain and its instance-metadata timeouts.
+		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
+	}
+	sum.Endpoint = cfg.Endpoint
+
+	counter := &store.Counter{}
+	opts.Bucket, opts.Endpoint, opts.Region = cfg.Bucket, cfg.Endpoint, cfg.Region
+	opts.PathStyle, opts.InsecureSkipVerify = cfg.PathStyle, cfg.InsecureSkipVerify
+	opts.Counter = counter
+	opts.MaxConns = cfg.UploadConcurrency + o.readers*cfg.ReadAhead + 16
+	s3, err := s3store.New(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if !sum.Embedded {
+		if err := s3.EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+		}
+	}
+	client := durashuffle.NewClient(s3, cfg, counter, nil)
+	defer client.Close()
+
+	// Write.
+	a.log.Info("writing", "query", o.query, "rows", o.rows, "workers", o.workers, "partitions", o.partitions,
+		"chunk_size", cfg.ChunkSize, "upload_concurrency", cfg.UploadConcurrency)
+	before := counter.Requests()
+	start := time.Now()
+	written, workers, err := writeDemo(ctx, client, o)
+	sum.WriteSeconds = round(time.Since(start).Seconds())
+	sum.Requests = store.Diff(counter.Requests(), before)
+	if err != nil {
+		return fmt.Errorf("write %s stage 0: %w", o.query, err)
+	}
+	sum.Committed = true
+	for _, m := range workers {
+		t := m.Sum()
+		sum.RowsWritten += t.Rows
+		sum.Objects += t.Objects
+		sum.Parts += t.Parts
+		sum.Frames += t.Frames
+		sum.BytesLogical += t.BytesLogical
+		sum.BytesStored += t.BytesStored
+	}
+	sum.CompressRatio = ratio(float64(sum.BytesLogical), float64(sum.BytesStored))
+	sum.WriteMiBps = perSecond(sum.BytesLogical, sum.WriteSeconds)
+	sum.WriteStored = perSecond(sum.BytesStored, sum.WriteSeconds)
+	sum.PeakBuffered = client.Pool().Stats().PeakBuffered
+	sum.Retries = map[string]int64{}
+	for k, v := range counter.Retries() {
+		sum.Retries[k.Op+"/"+k.Reason] += v
+	}
+
+	// Seal.
+	before = counter.Requests()
+	if _, err := client.Seal(ctx, o.query, 0, o.workers); err != nil {
+		return err
+	}
+	sum.Sealed = true
+	sum.SealRequests = store.Diff(counter.Requests(), before)
+
+	// Read back and verify.
+	a.log.Info("reading back", "query", o.query, "partitions", o.partitions)
+	before = counter.Requests()
+	start = time.Now()
+	read, err := readDemo(ctx, client, o)
+	sum.ReadSeconds = round(time.Since(start).Seconds())
+	sum.ReadRequests = store.Diff(counter.Requests(), before)
+	if err != nil {
+		return fmt.Errorf("read %s stage 0: %w", o.query, err)
+	}
+	sum.ReadMiBps = perSecond(sum.BytesLogical, sum.ReadSeconds)
+	sum.ReadStored = perSecond(sum.BytesStored, sum.ReadSeconds)
+	for p := range o.partitions {
+		sum.RowsRead += read[p].Rows
+		if read[p] != written[p] {
+			sum.Mismatches = append(sum.Mismatches, fmt.Sprintf(
+				"partition %d: read %d rows with hash %016x, wrote %d rows with hash %016x",
+				p, read[p].Rows, read[p].Sum, written[p].Rows, written[p].Sum))
+		} else {
+			sum.PartitionsVerified++
+		}
+	}
+	sum.Verified = len(sum.Mismatches) == 0 && sum.RowsRead == sum.RowsWritten && sum.RowsWritten == o.rows
+
+	// Nothing may be left half-uploaded (not part of either phase).
+	ups, err := client.Store().ListUploads(ctx, client.Layout().QueryPrefix(o.query))
+	if err != nil {
+		return fmt.Errorf("list multipart uploads: %w", err)
+	}
+	sum.OpenUploads = len(ups)
+
+	if o.json {
+		if err := printJSON(a.stdout, sum); err != nil {
+			return err
+		}
+	} else {
+		printDemo(a.stdout, sum)
+	}
+	if !sum.Verified {
+		return fmt.Errorf("verification failed: %d of %d partitions differ, %d rows read of %d written",
+			len(sum.Mismatches), o.partitions, sum.RowsRead, sum.RowsWritten)
+	}
+	return nil
+}
+
+// startEmbedded starts the in-process S3 server and points cfg at it. The
+// returned function stops it and removes a temporary data directory.
+func (a *app) startEmbedded(o *demoOptions, cfg *config.Config) (func(), error) {
+	dir, temp := o.dataDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "durashuffle-demo-")
+		if err != nil {
+			return nil, err
+		}
+		dir, temp = d, true
+	}
+	srv, err := embedded.Start(dir, cfg.Bucket)
+	if err != nil {
+		if temp {
+			os.RemoveAll(dir)
+		}
+		return nil, err
+	}
+	cfg.Endpoint, cfg.PathStyle = srv.Endpoint(), true
+	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Bucket)
+	return func() {
+		if err := srv.Close(); err != nil {
+			a.log.Warn("embedded S3 server stop", "err", err)
+		}
+		if temp {
+			if err := os.RemoveAll(dir); err != nil {
+				a.log.Warn("remove embedded data dir", "dir", dir, "err", err)
+			}
+		}
+	}, nil
+}
+
+// writeDemo runs the workers concurrently and returns the digest of what
+// each partition received and the committed manifests. If one worker
+// fails, the others are cancelled and every writer aborts.
+func writeDemo(ctx context.Context, c *durashuffle.Client, o *demoOptions) ([]demo.Digest, []*manifest.Worker, error) {
+	gen := demo.Generator{Seed: o.seed}
+	ranges := demo.Ranges(o.rows, o.workers)
+	digests := make([]demo.Digest, o.partitions)
+	manifests := make([]*manifest.Worker, o.workers)
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range o.workers {
+		g.Go(func() error {
+			m, d, err := writeWorker(gctx, c, o, gen, strconv.Itoa(w), ranges[w])
+			if err != nil {
+				return fmt.Errorf("worker %d: %w", w, err)
+			}
+			manifests[w] = m
+			mu.Lock()
+			for p := range d {
+				digests[p].Merge(d[p])
+			}
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, nil, err
+	}
+	return digests, manifests, nil
+}
+
+// writeWorker is one worker: o.producers goroutines take the worker's
+// input batches in turn, split each by partition and Write the pieces;
+// then the worker commits.
+func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen demo.Generator, worker string, rows demo.Range) (*manifest.Worker, []demo.Digest, error) {
+	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{
+		Query: o.query, Stage: 0, Worker: worker, Partitions: o.partitions, Schema: demo.Schema(),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	batches := demo.Chunks(rows, int64(o.batchRows))
+	var next atomic.Int64
+	digests := make([][]demo.Digest, o.producers)
+	g, gctx := errgroup.WithContext(ctx)
+	for i := range o.producers {
+		digests[i] = make([]demo.Digest, o.partitions)
+		g.Go(func() error {
+			b, err := demo.NewBatcher(gen, o.partitions, nil)
+			if err != nil {
+				return err
+			}
+			defer b.Release()
+			for {
+				n := next.Add(1) - 1
+				if n >= int64(len(batches)) {
+					return nil
+				}
+				if err := gctx.Err(); err != nil {
+					return context.Cause(gctx)
+				}
+				parts := b.Batch(batches[n], digests[i])
+				for j, part := range parts {
+					err := w.Write(part.Partition, part.Record)
+					part.Record.Release()
+					if err != nil {
+						for _, rest := range parts[j+1:] {
+							rest.Record.Release()
+						}
+						return fmt.Errorf("write %d rows to partition %d: %w", part.Record.NumRows(), part.Partition, err)
+					}
+				}
+			}
+		})
+	}
+	if err := g.Wait(); err != nil {
+		if aerr := w.Abort(); aerr != nil {
+			err = errors.Join(err, aerr)
+		}
+		return nil, nil, err
+	}
+	m, err := w.Commit(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]demo.Digest, o.partitions)
+	for _, d := range digests {
+		for p := range d {
+			out[p].Merge(d[p])
+		}
+	}
+	return m, out, nil
+}
+
+// readDemo opens the sealed stage (one GET) and reads every partition,
+// o.readers at a time, recomputing each one's digest from the decoded
+// Arrow values.
+func readDemo(ctx context.Context, c *durashuffle.Client, o *demoOptions) ([]demo.Digest, error) {
+	st, err := reader.Open(ctx, c.Store(), c.Layout(), o.query, 0, readerOptions(c.Config()))
+	if err != nil {
+		return nil, err
+	}
+	digests := make([]demo.Digest, o.partitions)
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.readers)
+	for p := range o.partitions {
+		g.Go(func() error {
+			rr, err := st.ReadPartitions(gctx, []int{p})
+			if err != nil {
+				return err
+			}
+			defer rr.Close()
+			for rr.Next() {
+				if err := demo.Check(rr.RecordBatch(), p, o.partitions, &digests[p]); err != nil {
+					return err
+				}
+			}
+			if err := rr.Err(); err != nil {
+				return fmt.Errorf("partition %d: %w", p, err)
+			}
+			return nil
+		})
+	}
+	return digests, g.Wait()
+}
+
+func printDemo(w io.Writer, s *demoSummary) {
+	where := s.Endpoint
+	if s.Embedded {
+		where = "embedded S3 server " + where
+	}
+	fmt.Fprintf(w, "durashuffle demo: query %s stage %d, bucket %s on %s\n", s.Query, s.Stage, s.Bucket, where)
+	fmt.Fprintf(w, "  write    %d rows by %d workers into %d partitions in %.2f s\n", s.RowsWritten, s.Workers, s.Partitions, s.WriteSeconds)
+	fmt.Fprintf(w, "           %s logical -> %s stored (%s, ratio %.2f); %d frames\n",
+		mib(s.BytesLogical), mib(s.BytesStored), s.Compression, s.CompressRatio, s.Frames)
+	fmt.Fprintf(w, "           %d objects, %d parts of %s; peak %d of %d chunk buffers\n",
+		s.Objects, s.Parts, mib(s.ChunkSize), s.PeakBuffered, s.MaxBuffered)
+	fmt.Fprintf(w, "           %.1f MiB/s logical, %.1f MiB/s stored\n", s.WriteMiBps, s.WriteStored)
+	fmt.Fprintf(w, "           requests: %s\n", formatOps(s.Requests))
+	fmt.Fprintf(w, "  seal     requests: %s\n", formatOps(s.SealRequests))
+	fmt.Fprintf(w, "  read     %d rows of %d partitions in %.2f s: %.1f MiB/s logical, %.1f MiB/s stored\n",
+		s.RowsRead, s.Partitions, s.ReadSeconds, s.ReadMiBps, s.ReadStored)
+	fmt.Fprintf(w, "           requests: %s\n", formatOps(s.ReadRequests))
+	if s.Verified {
+		fmt.Fprintf(w, "  verified row counts and content hashes of all %d partitions; %d multipart uploads left open\n", s.Partitions, s.OpenUploads)
+	} else {
+		fmt.Fprintf(w, "  VERIFICATION FAILED (%d rows read, %d written):\n", s.RowsRead, s.RowsWritten)
+		for _, m := range s.Mismatches {
+			fmt.Fprintf(w, "    %s\n", m)
+		}
+	}
+}
+
+// formatOps prints per-operation counts sorted by operation.
+func formatOps(m map[string]int64) string {
+	if len(m) == 0 {
+		return "none"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", k, m[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,450 @@
+package reader_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// forEachBackend runs fn against the embedded server and against MinIO
+// (or the server named by DURASHUFFLE_TEST_ENDPOINT).
+func forEachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
+	for _, b := range []struct {
+		name string
+		ep   func(testing.TB) testenv.Endpoint
+	}{{"embedded", testenv.Embedded}, {"minio", testenv.MinIO}} {
+		t.Run(b.name, func(t *testing.T) { fn(t, newEnv(t, b.ep(t))) })
+	}
+}
+
+// env is a client on a fresh bucket, with the raw store (no retries) for
+// damaging objects behind the reader's back.
+type env struct {
+	client  *durashuffle.Client
+	raw     store.Store
+	counter *store.Counter
+}
+
+func newEnv(t *testing.T, ep testenv.Endpoint) *env {
+	raw, counter := ep.NewStore(t)
+	cfg := config.Default()
+	cfg.Bucket = ep.Bucket
+	cfg.Prefix = "rt"
+	// Small frames, so a few thousand rows make dozens of frames.
+	cfg.FrameTargetBytes = 4 * config.KiB
+	cfg.CoalesceBudget = 64 * config.KiB
+	cfg.RetryBaseDelay = config.Duration(time.Millisecond)
+	cfg.RetryMaxDelay = config.Duration(10 * time.Millisecond)
+	c := durashuffle.NewClient(raw, cfg, counter, nil)
+	t.Cleanup(c.Close)
+	return &env{client: c, raw: raw, counter: counter}
+}
+
+var e2eSchema = arrow.NewSchema([]arrow.Field{
+	{Name: "w", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "p", Type: arrow.PrimitiveTypes.Int32},
+	{Name: "seq", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "s", Type: arrow.BinaryTypes.String},
+}, nil)
+
+type row struct {
+	W, P int32
+	Seq  int64
+	S    string
+}
+
+func label(w, p int32, seq int64) string { return fmt.Sprintf("w%d/p%d/%d", w, p, seq) }
+
+// writeStage has workers "0".."workers-1" each write rounds of 40-row
+// batches to every partition except the empty ones, in a different
+// partition order per worker, commits them and (if seal) seals the
+// stage. It returns the rows in the documented order: partition, worker,
+// write order.
+func writeStage(t *testing.T, e *env, query string, stage, workers, partitions, rounds int, empty map[int]bool, seal bool) []row {
+	t.Helper()
+	ctx := context.Background()
+	mem := memory.NewGoAllocator()
+	written := make([][][]row, workers) // [worker][partition]
+	for w := range workers {
+		written[w] = make([][]row, partitions)
+		wr, err := e.client.NewWriter(ctx, durashuffle.WriterOptions{
+			Query: query, Stage: stage, Worker: fmt.Sprint(w), Partitions: partitions, Schema: e2eSchema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for r := range rounds {
+			for i := range partitions {
+				p := (i*(w+1) + r) % partitions // each worker its own interleaving
+				if empty[p] {
+					continue
+				}
+				b := array.NewRecordBuilder(mem, e2eSchema)
+				for range 40 {
+					seq := int64(len(written[w][p]))
+					b.Field(0).(*array.Int32Builder).Append(int32(w))
+					b.Field(1).(*array.Int32Builder).Append(int32(p))
+					b.Field(2).(*array.Int64Builder).Append(seq)
+					b.Field(3).(*array.StringBuilder).Append(label(int32(w), int32(p), seq))
+					written[w][p] = append(written[w][p], row{int32(w), int32(p), seq, label(int32(w), int32(p), seq)})
+				}
+				rec := b.NewRecordBatch()
+				b.Release()
+				if err := wr.Write(p, rec); err != nil {
+					t.Fatal(err)
+				}
+				rec.Release()
+			}
+		}
+		if _, err := wr.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if seal {
+		if _, err := e.client.Seal(ctx, query, stage, workers); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var order []row
+	for p := range partitions {
+		for w := range workers {
+			order = append(order, written[w][p]...)
+		}
+	}
+	return order
+}
+
+func collect(t *testing.T, recs *reader.Records) ([]row, error) {
+	t.Helper()
+	var out []row
+	for recs.Next() {
+		rec := recs.RecordBatch()
+		w := rec.Column(0).(*array.Int32)
+		p := rec.Column(1).(*array.Int32)
+		seq := rec.Column(2).(*array.Int64)
+		s := rec.Column(3).(*array.String)
+		for i := range int(rec.NumRows()) {
+			out = append(out, row{w.Value(i), p.Value(i), seq.Value(i), s.Value(i)})
+		}
+	}
+	return out, recs.Err()
+}
+
+func equalRows(t *testing.T, got, want []row) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("got %d rows, want %d", len(got), len(want))
+	}
+	for i := range got {
+		if got[i] != want[i] {
+			t.Fatalf("row %d = %+v, want %+v", i, got[i], want[i])
+		}
+	}
+}
+
+func open(t *testing.T, e *env, query string, stage int, o reader.Options) *reader.Stage {
+	t.Helper()
+	s, err := reader.Open(context.Background(), e.client.Store(), e.client.Layout(), query, stage, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func read(t *testing.T, recs *reader.Records, err error) []row {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Release()
+	got, err := collect(t, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+func TestRoundTrip(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "rt", 1, 3, 5, 6, map[int]bool{3: true}, true)
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		defer mem.AssertSize(t, 0)
+		s := open(t, e, "rt", 1, reader.Options{Mem: mem})
+		if !s.Manifest().Sealed || len(s.Manifest().Workers) != 3 {
+			t.Fatalf("manifest: sealed %v, %d workers", s.Manifest().Sealed, len(s.Manifest().Workers))
+		}
+		if s.Manifest().Totals.Frames < 20 {
+			t.Fatalf("only %d frames; the test wants many", s.Manifest().Totals.Frames)
+		}
+		if !s.Schema().Equal(e2eSchema) {
+			t.Fatalf("schema %s", s.Schema())
+		}
+
+		recs, err := s.ReadPartitions(ctx, nil)
+		equalRows(t, read(t, recs, err), order)
+
+		for _, ps := range [][]int{{4, 0}, {2}, {3}, {1, 2, 3, 4}} {
+			in := map[int32]bool{}
+			for _, p := range ps {
+				in[int32(p)] = true
+			}
+			var want []row
+			for _, r := range order {
+				if in[r.P] {
+					want = append(want, r)
+				}
+			}
+			recs, err := s.ReadPartitions(ctx, ps)
+			equalRows(t, read(t, recs, err), want)
+		}
+
+		// An unsealed stage reads the same through its worker manifests.
+		order2 := writeStage(t, e, "rt", 2, 2, 3, 3, nil, false)
+		s2 := open(t, e, "rt", 2, reader.Options{RangeBytes: 4096, ReadAhead: 2})
+		if s2.Manifest().Sealed {
+			t.Fatal("stage 2 should not be sealed")
+		}
+		recs, err = s2.ReadPartitions(ctx, nil)
+		equalRows(t, read(t, recs, err), order2)
+	})
+}
+
+// frameRows returns the row ranges of the stage's frames in delivery
+// order, from the manifest.
+func frameRows(m *manifest.Stage) [][2]int64 {
+	var out [][2]int64
+	var at int64
+	for p := range m.Partitions {
+		for _, w := range m.Workers {
+			for _, f := range w.Frames {
+				if f.Partition == p {
+					out = append(out, [2]int64{at, at + f.Rows})
+					at += f.Rows
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestReadResultsPaging(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "pages", 0, 2, 3, 6, nil, true)
+		total := int64(len(order))
+		// RangeBytes of 1 puts every frame in a GET of its own, so the
+		// GET count is exactly the number of frames a page needs.
+		s := open(t, e, "pages", 0, reader.Options{RangeBytes: 1})
+		frames := frameRows(s.Manifest())
+		if len(frames) < 10 {
+			t.Fatalf("only %d frames", len(frames))
+		}
+		// A page that starts and ends inside frames, far from the start.
+		mid := frames[len(frames)/2]
+		pages := []struct{ off, lim int64 }{
+			{0, 10},
+			{frames[1][0] - 3, 7},            // across a frame boundary
+			{mid[0] + 1, mid[1] - mid[0] + 5}, // inside one frame into the next
+			{frames[len(frames)-3][0] + 2, -1},
+			{total - 1, 100},
+			{total, 10},
+		}
+		for _, pg := range pages {
+			t.Run(fmt.Sprintf("offset=%d,limit=%d", pg.off, pg.lim), func(t *testing.T) {
+				end := total
+				if pg.lim >= 0 {
+					end = min(total, pg.off+pg.lim)
+				}
+				need := 0
+				for _, f := range frames {
+					if f[0] < end && f[1] > pg.off {
+						need++
+					}
+				}
+				before := e.counter.Requests()
+				recs, err := s.ReadResults(ctx, pg.off, pg.lim)
+				got := read(t, recs, err)
+				equalRows(t, got, order[min(pg.off, total):max(min(pg.off, total), end)])
+				diff := store.Diff(e.counter.Requests(), before)
+				if diff["GetObject"] != int64(need) || len(diff) > 1 && need > 0 || recs.Ranges() != need {
+					t.Errorf("requests %v, %d ranges planned; page needs %d frames", diff, recs.Ranges(), need)
+				}
+			})
+		}
+
+		// With default options neighbours coalesce: never more GETs than
+		// frames, and the same rows.
+		s = open(t, e, "pages", 0, reader.Options{})
+		before := e.counter.Requests()
+		recs, err := s.ReadResults(ctx, 5, 300)
+		equalRows(t, read(t, recs, err), order[5:305])
+		if n := store.Diff(e.counter.Requests(), before)["GetObject"]; n != int64(recs.Ranges()) || n < 1 {
+			t.Errorf("%d GETs, %d ranges planned", n, recs.Ranges())
+		}
+	})
+}
+
+func TestDamagedObject(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "dmg", 0, 2, 3, 4, nil, true)
+		s := open(t, e, "dmg", 0, reader.Options{})
+		m := s.Manifest()
+		w := m.Workers[1]
+		key := e.client.Layout().ObjectKey("dmg", 0, w.Objects[0].Key)
+		body, err := e.raw.GetRange(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		orig, err := io.ReadAll(body)
+		body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The last frame of the object, so truncating it cuts nothing
+		// delivered earlier.
+		idx := len(w.Frames) - 1
+		f := w.Frames[idx]
+
+		tests := []struct {
+			name     string
+			object   func() []byte
+			sentinel error
+			contains []string
+		}{
+			{
+				name: "flipped byte",
+				object: func() []byte {
+					b := append([]byte(nil), orig...)
+					b[f.Offset+f.Length/2] ^= 0x01
+					return b
+				},
+				sentinel: reader.ErrChecksum,
+				contains: []string{"checksum"},
+			},
+			{
+				name:     "truncated",
+				object:   func() []byte { return orig[:f.Offset+f.Length/3] },
+				sentinel: reader.ErrTruncated,
+				contains: []string{"truncated", fmt.Sprintf("expected %d bytes", f.Length), fmt.Sprintf("got %d", f.Length/3)},
+			},
+		}
+		for _, tc := range tests {
+			t.Run(tc.name, func(t *testing.T) {
+				if err := e.raw.Put(ctx, key, tc.object(), store.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+				recs, err := s.ReadPartitions(ctx, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := collect(t, recs)
+				if recs.Next() {
+					t.Error("a batch came after the error")
+				}
+				recs.Release()
+				t.Logf("error: %v", err)
+				if !errors.Is(err, tc.sentinel) {
+					t.Fatalf("err = %v, want %v", err, tc.sentinel)
+				}
+				var fe *reader.FrameError
+				if !errors.As(err, &fe) || fe.Key != key || fe.Offset != f.Offset || fe.Partition != f.Partition {
+					t.Fatalf("err = %v; want a FrameError naming %s offset %d partition %d", err, key, f.Offset, f.Partition)
+				}
+				for _, c := range append(tc.contains, key, fmt.Sprintf("offset %d", f.Offset), fmt.Sprintf("partition %d", f.Partition)) {
+					if !strings.Contains(err.Error(), c) {
+						t.Errorf("error does not say %q", c)
+					}
+				}
+				equalRows(t, got, order[:rowsBefore(m, 1, idx)])
+			})
+		}
+	})
+}
+
+// rowsBefore counts rows delivered before frame idx of worker w.
+func rowsBefore(m *manifest.Stage, w, idx int) int {
+	n := 0
+	for p := range m.Partitions {
+		for wi, wk := range m.Workers {
+			for fi, f := range wk.Frames {
+				if f.Partition != p {
+					continue
+				}
+				if wi == w && fi == idx {
+					return n
+				}
+				n += int(f.Rows)
+			}
+		}
+	}
+	panic("frame not in manifest")
+}
+
+func TestRequestBudget(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "budget", 0, 3, 4, 4, nil, true)
+		before := e.counter.Requests()
+		s := open(t, e, "budget", 0, reader.Options{})
+		if d := store.Diff(e.counter.Requests(), before); len(d) != 1 || d["GetObject"] != 1 {
+			t.Fatalf("opening a sealed stage cost %v, want exactly one GetObject", d)
+		}
+		recs, err := s.ReadPartitions(ctx, nil)
+		equalRows(t, read(t, recs, err), order)
+		d := store.Diff(e.counter.Requests(), before)
+		if len(d) != 1 || d["GetObject"] != 1+int64(recs.Ranges()) {
+			t.Errorf("reading every partition cost %v, want only GetObject: 1 manifest + %d ranges", d, recs.Ranges())
+		}
+		if frames := s.Manifest().Totals.Frames; recs.Ranges() > frames || recs.Ranges() < 1 {
+			t.Errorf("%d ranges for %d frames", recs.Ranges(), frames)
+		}
+		t.Logf("%d frames in %d ranged GETs", s.Manifest().Totals.Frames, recs.Ranges())
+	})
+}
+
+func TestEmptyStage(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "empty", 0, 2, 4, 0, nil, true)
+		if len(order) != 0 {
+			t.Fatal("wrote rows")
+		}
+		before := e.counter.Requests()
+		s := open(t, e, "empty", 0, reader.Options{})
+		if !s.Schema().Equal(e2eSchema) {
+			t.Errorf("schema %s", s.Schema())
+		}
+		recs, err := s.ReadPartitions(ctx, nil)
+		if got := read(t, recs, err); len(got) != 0 {
+			t.Errorf("%d rows from an empty stage", len(got))
+		}
+		recs, err = s.ReadResults(ctx, 0, 10)
+		if got := read(t, recs, err); len(got) != 0 {
+			t.Errorf("%d rows from an empty stage", len(got))
+		}
+		if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != 1 || len(d) != 1 {
+			t.Errorf("requests %v, want the manifest GET only", d)
+		}
+		if _, err := s.ReadPartitions(ctx, []int{9}); !errors.Is(err, reader.ErrPartition) {
+			t.Errorf("partition 9 of 4: err = %v", err)
+		}
+	})
+}
