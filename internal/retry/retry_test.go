@@ -64,7 +64,9 @@ func slowDown() error {
 	return &store.Error{Op: "PutObject", Status: 503, Code: "SlowDown", Retryable: true}
 }
 
-func fast(n int) Policy { return Policy{MaxAttempts: n, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond} }
+func fast(n int) Policy {
+	return Policy{MaxAttempts: n, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond}
+}
 
 func TestRetryClasses(t *testing.T) {
 	forbidden := &store.Error{Op: "PutObject", Status: 403, Code: "AccessDenied"}
