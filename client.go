@@ -57,17 +57,25 @@ func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs u
 	if counter == nil {
 		counter = &store.Counter{}
 	}
+	var pool *uploader.Pool
 	st := retry.Wrap(raw, retry.Policy{
 		MaxAttempts: cfg.RetryMaxAttempts,
 		BaseDelay:   cfg.RetryBaseDelay.D(),
 		MaxDelay:    cfg.RetryMaxDelay.D(),
 		Timeout:     cfg.RequestTimeout.D(),
+		OnRetry: func(op, reason string) {
+			if retry.Throttling(reason) {
+				pool.Throttled()
+			}
+		},
 	}, counter)
-	pool := uploader.New(st, uploader.Config{
+	pool = uploader.New(st, uploader.Config{
 		ChunkSize:   int64(cfg.ChunkSize),
 		Concurrency: cfg.UploadConcurrency,
 		MaxBuffered: cfg.BufferedChunks(),
 		Checksum:    cfg.Checksum == "crc32c",
+		HedgeFactor: cfg.HedgeFactor,
+		HedgeMin:    cfg.HedgeMinDelay.D(),
 	}, obs)
 	return &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix}}
 }

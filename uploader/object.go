@@ -90,7 +90,9 @@ func (o *Object) upload(j *job) error {
 		sum = &crc
 	}
 	if o.single {
-		err := o.pool.st.Put(o.ctx, o.key, j.buf, store.PutOptions{CRC32C: sum})
+		err := o.pool.hedged(o.ctx, func(ctx context.Context) error {
+			return o.pool.st.Put(ctx, o.key, j.buf, store.PutOptions{CRC32C: sum})
+		})
 		if err != nil {
 			return fmt.Errorf("put %s (%d bytes): %w", o.key, len(j.buf), err)
 		}
@@ -103,7 +105,18 @@ func (o *Object) upload(j *job) error {
 	if err != nil {
 		return err
 	}
-	etag, err := o.pool.st.UploadPart(o.ctx, o.key, id, j.part, j.buf, crc)
+	// Both hedged requests carry the same bytes, so either ETag is right.
+	var etag string
+	var etagMu sync.Mutex
+	err = o.pool.hedged(o.ctx, func(ctx context.Context) error {
+		e, err := o.pool.st.UploadPart(ctx, o.key, id, j.part, j.buf, crc)
+		if err == nil {
+			etagMu.Lock()
+			etag = e
+			etagMu.Unlock()
+		}
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("upload part %d of %s (%d bytes): %w", j.part, o.key, len(j.buf), err)
 	}

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"golang.org/x/sync/semaphore"
 )
@@ -17,6 +18,11 @@ type Config struct {
 	Concurrency int   // parts in flight
 	MaxBuffered int   // chunk buffers in memory, queued, filling or in flight
 	Checksum    bool  // send a CRC32C with every part and single put
+	// HedgeFactor: a part running longer than this times the recent p90
+	// part time (and at least HedgeMin) is sent once more, first success
+	// wins. 0 disables hedging.
+	HedgeFactor float64
+	HedgeMin    time.Duration
 }
 
 // Observer receives pool events for metrics. Every method must be cheap
@@ -38,6 +44,8 @@ type Pool struct {
 	free chan []byte
 	jobs chan *job
 	wg   sync.WaitGroup
+	lim  *limiter
+	hdg  *hedge.Hedger // nil: no hedging
 
 	held     atomic.Int64 // buffers handed out and not yet returned
 	peak     atomic.Int64
@@ -67,12 +75,45 @@ func New(st store.Writer, cfg Config, obs Observer) *Pool {
 		sem:  semaphore.NewWeighted(int64(cfg.MaxBuffered)),
 		free: make(chan []byte, cfg.MaxBuffered),
 		jobs: make(chan *job, cfg.MaxBuffered),
+		lim:  newLimiter(cfg.Concurrency, throttleCooldown),
+	}
+	if cfg.HedgeFactor > 0 {
+		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
 	}
 	for range cfg.Concurrency {
 		p.wg.Add(1)
 		go p.worker()
 	}
 	return p
+}
+
+// throttleCooldown spaces out multiplicative decreases: a burst of
+// throttling answers to parts already in flight is one congestion signal.
+const throttleCooldown = 500 * time.Millisecond
+
+// Throttled tells the pool the store asked it to slow down (SlowDown,
+// 503): the effective concurrency halves, then recovers additively with
+// successful parts, always within [1, Concurrency].
+func (p *Pool) Throttled() { p.lim.throttled() }
+
+// Concurrency is the effective number of parts allowed in flight now.
+func (p *Pool) Concurrency() int { return p.lim.current() }
+
+// Hedged returns how many part uploads were hedged and how many of those
+// the second request won.
+func (p *Pool) Hedged() (hedged, won int64) {
+	if p.hdg == nil {
+		return 0, 0
+	}
+	return p.hdg.Stats()
+}
+
+// hedged runs fn under the pool's hedger, if any.
+func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error {
+	if p.hdg == nil {
+		return fn(ctx)
+	}
+	return p.hdg.Do(ctx, fn)
 }
 
 // Config returns the pool's sizing.
@@ -146,10 +187,12 @@ func (p *Pool) worker() {
 		if p.obs != nil {
 			p.obs.Queued(-1)
 		}
+		p.lim.acquire()
 		p.inFlight.Add(1)
 		start := time.Now()
 		err := j.obj.upload(j)
 		p.inFlight.Add(-1)
+		p.lim.release(err == nil)
 		if p.obs != nil && err == nil {
 			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
 			p.obs.Uploaded(int64(len(j.buf)))

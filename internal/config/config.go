@@ -77,7 +77,17 @@ type Config struct {
 	RetryMaxDelay    Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
 	RequestTimeout   Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
 
+	HedgeFactor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
+	HedgeMinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
+
 	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
+
+	Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
+	MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
+	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
+	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
+	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
+	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, how long streams in flight may take to finish before they are aborted."`
 }
 
 // Default returns the configuration of DESIGN.md.
@@ -97,7 +107,14 @@ func Default() Config {
 		RetryBaseDelay:    Duration(100 * time.Millisecond),
 		RetryMaxDelay:     Duration(5 * time.Second),
 		RequestTimeout:    Duration(5 * time.Minute),
+		HedgeFactor:       4,
+		HedgeMinDelay:     Duration(2 * time.Second),
 		ResultsRetention:  Duration(6 * time.Hour),
+		Listen:            "127.0.0.1:8815",
+		MetricsListen:     "127.0.0.1:9815",
+		MaxStreams:        64,
+		MaxMessageBytes:   64 * MiB,
+		ShutdownGrace:     Duration(30 * time.Second),
 	}
 }
 
@@ -183,6 +200,17 @@ func (c Config) Validate() error {
 	if c.ResultsRetention < 0 {
 		bad("results_retention", "0 or positive", c.ResultsRetention)
 	}
+	if c.HedgeFactor != 0 && (c.HedgeFactor < 1.5 || c.HedgeFactor > 100) {
+		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.HedgeFactor)
+	}
+	if c.HedgeMinDelay < 0 {
+		bad("hedge_min_delay", "0 or positive", c.HedgeMinDelay)
+	}
+	intIn("max_streams", c.MaxStreams, 1, 100000)
+	sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
+	if c.ShutdownGrace < 0 {
+		bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
+	}
 	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
 		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))
 	}
@@ -246,6 +274,12 @@ func (c *Config) set(k Key, s string) error {
 			return fmt.Errorf("want an integer, got %q", s)
 		}
 		*p = n
+	case *float64:
+		f, err := strconv.ParseFloat(strings.TrimSpace(s), 64)
+		if err != nil {
+			return fmt.Errorf("want a number, got %q", s)
+		}
+		*p = f
 	case *bool:
 		b, err := strconv.ParseBool(strings.TrimSpace(s))
 		if err != nil {
@@ -308,6 +342,8 @@ func BindFlags(fs *pflag.FlagSet) *Flags {
 			fs.StringVar(p, k.Flag, *p, usage)
 		case *int:
 			fs.IntVar(p, k.Flag, *p, usage)
+		case *float64:
+			fs.Float64Var(p, k.Flag, *p, usage)
 		case *bool:
 			fs.BoolVar(p, k.Flag, *p, usage)
 		}

@@ -23,6 +23,19 @@ type Policy struct {
 	BaseDelay   time.Duration // first backoff, doubled per attempt
 	MaxDelay    time.Duration // cap of one backoff
 	Timeout     time.Duration // deadline of one attempt (0: none)
+	// OnRetry, if set, hears of every retry before its backoff (the upload
+	// pool lowers its concurrency on throttling answers).
+	OnRetry func(op, reason string)
+}
+
+// Throttling reports whether a retry reason is the store asking the
+// client to slow down.
+func Throttling(reason string) bool {
+	switch reason {
+	case "SlowDown", "HTTP503", "ServiceUnavailable", "HTTP429", "TooManyRequests", "RequestLimitExceeded":
+		return true
+	}
+	return false
 }
 
 // Backoff returns the delay before retry number n (1-based): full jitter
@@ -100,12 +113,15 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		if attempt >= s.policy.MaxAttempts {
 			return fmt.Errorf("%s: gave up after %d attempts: %w", op, attempt, err)
 		}
+		reason := Reason(err)
+		if stalled {
+			reason = "timeout"
+		}
 		if s.counter != nil {
-			reason := Reason(err)
-			if stalled {
-				reason = "timeout"
-			}
 			s.counter.Retry(op, reason)
+		}
+		if s.policy.OnRetry != nil {
+			s.policy.OnRetry(op, reason)
 		}
 		t := time.NewTimer(s.policy.Backoff(attempt))
 		select {
