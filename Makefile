@@ -4,7 +4,7 @@ PKGS := ./...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
 
-.PHONY: run test test-race vet build minio fuzz bench clean
+.PHONY: run test vet build minio docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 run:
@@ -23,6 +23,10 @@ vet:
 	$(GO) vet $(PKGS)
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+
+## docs: regenerate docs/configuration.md from the Config struct.
+docs:
+	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync ./internal/config
 
 build:
 	$(GO) build -o bin/durashuffle ./cmd/durashuffle

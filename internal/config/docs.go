@@ -1,0 +1,62 @@
+package config
+
+import (
+	"fmt"
+	"strings"
+)
+
+// druid maps keys to the Druid durable-storage property they replace.
+var druid = map[string]string{
+	"bucket":             "`druid.msq.intermediate.storage.bucket`",
+	"prefix":             "`druid.msq.intermediate.storage.prefix`",
+	"chunk_size":         "`druid.msq.intermediate.storage.chunkSize` (Druid default 100MiB)",
+	"retry_max_attempts": "`druid.msq.intermediate.storage.maxRetry` (Druid default 10)",
+	"upload_concurrency": "none: Druid's upload pool size is not configurable (PR 16481)",
+	"max_buffered_chunks": "none: Druid bounds chunks on local disk under " +
+		"`druid.msq.intermediate.storage.tempDir`; durashuffle holds them in memory",
+	"endpoint":   "`druid.s3.endpoint.url` (deep-storage S3 client settings)",
+	"region":     "`druid.s3.endpoint.signingRegion`",
+	"path_style": "`druid.s3.enablePathStyleAccess`",
+}
+
+// Markdown renders docs/configuration.md from the struct, so the
+// documentation cannot drift from the code (a test compares them).
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString(`# Configuration
+
+Generated from ` + "`internal/config/config.go`" + ` by ` + "`make docs`" + `; a test fails when
+this page and the code disagree.
+
+Every key can be set in a YAML file (` + "`--config FILE`" + `), as an environment
+variable, or as a flag; flags win over the environment, which wins over the
+file. Sizes take units (` + "`5MiB`" + `, ` + "`1GiB`" + `), durations Go syntax (` + "`100ms`" + `, ` + "`6h`" + `).
+Invalid values are refused at start with the key, the allowed range and the
+value, and the command exits with code 2.
+
+Memory: a process holds at most ` + "`max_buffered_chunks x chunk_size`" + ` bytes of
+chunks (defaults: 16 x 8 MiB = 128 MiB), plus ` + "`coalesce_budget`" + ` of unencoded
+rows per open writer, plus about ` + "`read_ahead x read_range_bytes`" + ` per open reader.
+
+| key | environment | flag | type | default | Druid equivalent | meaning |
+|---|---|---|---|---|---|---|
+`)
+	def := Default()
+	for _, k := range Keys() {
+		v := def.Value(k)
+		if v == "" {
+			v = "(none)"
+		}
+		d := druid[k.Name]
+		if d == "" {
+			d = "-"
+		}
+		fmt.Fprintf(&b, "| `%s` | `%s` | `--%s` | %s | `%s` | %s | %s |\n", k.Name, k.Env, k.Flag, k.Type, v, d, k.Doc)
+	}
+	b.WriteString(`
+Druid properties with no counterpart: ` + "`druid.msq.intermediate.storage.enable`" + ` and
+` + "`.type`" + ` (durashuffle is always on and always S3-compatible) and ` + "`.tempDir`" + `
+(durashuffle keeps no local temporary files: chunks are bounded in memory).
+`)
+	return b.String()
+}
