@@ -9,6 +9,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
@@ -120,4 +121,19 @@ func (c *Client) SealWorkers(ctx context.Context, query string, stage int, worke
 		return nil, err
 	}
 	return manifest.Seal(ctx, c.st, c.layout, query, stage, workers)
+}
+
+// ReaderOptions are the reader settings of the client's configuration.
+func (c *Client) ReaderOptions() reader.Options {
+	gap := int64(c.cfg.ReadGapBytes)
+	if gap == 0 {
+		gap = -1 // config 0: only directly adjacent frames share a GET
+	}
+	return reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap}
+}
+
+// OpenStage opens a committed stage for reading: one GET when it is
+// sealed, a LIST and a GET per worker manifest when it is not.
+func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reader.Stage, error) {
+	return reader.Open(ctx, c.st, c.layout, query, stage, c.ReaderOptions())
 }

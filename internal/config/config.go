@@ -56,6 +56,8 @@ type Config struct {
 	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
 	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification. Off unless set explicitly."`
+	SSE                string `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
+	SSEKMSKeyID        string `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
 
 	ChunkSize         Size `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
 	UploadConcurrency int  `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
@@ -178,6 +180,14 @@ func (c Config) Validate() error {
 	case "lz4", "zstd", "none":
 	default:
 		bad("compression", "one of lz4, zstd, none", strconv.Quote(c.Compression))
+	}
+	switch c.SSE {
+	case "", "AES256", "aws:kms":
+	default:
+		bad("sse", "empty, AES256 or aws:kms", strconv.Quote(c.SSE))
+	}
+	if c.SSEKMSKeyID != "" && c.SSE != "aws:kms" {
+		bad("sse_kms_key_id", "set only with sse aws:kms", "a key with sse "+strconv.Quote(c.SSE))
 	}
 	switch c.Checksum {
 	case "crc32c", "none":
