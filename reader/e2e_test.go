@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -43,7 +45,19 @@ type env struct {
 }
 
 func newEnv(t *testing.T, ep testenv.Endpoint) *env {
-	raw, counter := ep.NewStore(t)
+	// Go's transport dials spare connections for concurrent requests and
+	// parks the unused ones; a server shutting down waits 5 s for such a
+	// connection that never sent a request. Closing them first (cleanups
+	// run last-registered first) keeps the tests fast.
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	t.Cleanup(hc.CloseIdleConnections)
+	counter := new(store.Counter)
+	o := ep.Options(counter)
+	o.HTTPClient = hc
+	raw, err := s3store.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := config.Default()
 	cfg.Bucket = ep.Bucket
 	cfg.Prefix = "rt"
@@ -260,7 +274,7 @@ func TestReadResultsPaging(t *testing.T) {
 		mid := frames[len(frames)/2]
 		pages := []struct{ off, lim int64 }{
 			{0, 10},
-			{frames[1][0] - 3, 7},            // across a frame boundary
+			{frames[1][0] - 3, 7},             // across a frame boundary
 			{mid[0] + 1, mid[1] - mid[0] + 5}, // inside one frame into the next
 			{frames[len(frames)-3][0] + 2, -1},
 			{total - 1, 100},

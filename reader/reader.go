@@ -49,10 +49,13 @@ type Options struct {
 	// mean fewer requests and more memory per range in flight; a frame
 	// larger than this is still fetched whole, in a GET of its own.
 	RangeBytes int64
-	// ReadAhead is the number of ranges fetched or waiting ahead of the
-	// caller, the one being delivered included (default 4). Stored bytes
-	// held by a stream are at most ReadAhead x RangeBytes, or one oversized
-	// frame alone, whatever the stage's size.
+	// ReadAhead is the window of ranges a stream holds: in flight,
+	// decoded and waiting, or being delivered (default 4). The range being
+	// delivered counts, so 1 fetches only when the caller asks and 4 keeps
+	// up to 3 GETs in flight while the caller consumes. Stored bytes held
+	// are at most ReadAhead x RangeBytes, or one oversized frame alone,
+	// whatever the stage's size; the decoded records of those ranges come
+	// on top.
 	ReadAhead int
 	// GapBytes: frames separated by at most this many bytes are fetched in
 	// one GET, and the gap is read and dropped (default 256 KiB). Negative
