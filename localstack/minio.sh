@@ -86,22 +86,36 @@ pick_port() {
 	die "no free loopback port found"
 }
 
-healthy() {
-	local url=$1/minio/health/live
+# http_ok URL: GET answers 200.
+http_ok() {
 	if command -v curl >/dev/null; then
-		curl -fsS -o /dev/null --max-time 2 "$url" 2>/dev/null
+		curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null
 	else
-		local port=${1##*:}
-		exec 3<>"/dev/tcp/127.0.0.1/$port" || return 1
-		printf 'GET /minio/health/live HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n' >&3
-		local status
+		local rest=${1#http://} status
+		local hostport=${rest%%/*} path=/${rest#*/}
+		exec 3<>"/dev/tcp/${hostport%:*}/${hostport##*:}" || return 1
+		printf 'GET %s HTTP/1.0\r\nHost: %s\r\n\r\n' "$path" "$hostport" >&3
 		read -r _ status _ <&3 || status=
 		exec 3>&-
 		[[ $status == 200 ]]
 	fi
 }
 
+# healthy ENDPOINT: live, and ready to serve S3. /minio/health/live answers
+# 200 as soon as the HTTP server is up, while S3 requests still get 503
+# until the object layer is initialized; /minio/health/cluster waits for it.
+healthy() {
+	http_ok "$1/minio/health/live" && http_ok "$1/minio/health/cluster"
+}
+
+# log_tail LOG prints the end of MinIO's log without any line that could
+# carry the password (some MinIO versions print it in the banner).
+log_tail() {
+	tail -n 30 "$1" 2>/dev/null | grep -viF -e "$MINIO_ROOT_PASSWORD" -e rootpass >&2 || true
+}
+
 cmd_start() {
+	local pid
 	if pid=$(state_get pid) && is_minio "$pid"; then
 		echo "endpoint=$(state_get endpoint)"
 		return
@@ -117,7 +131,7 @@ cmd_start() {
 	export MINIO_UPDATE=off MINIO_BROWSER=off
 
 	# A port seen free can be taken before MinIO binds it: retry a few.
-	local attempt port cport endpoint pid deadline
+	local attempt port cport endpoint deadline
 	for attempt in 1 2 3 4 5; do
 		port=$(pick_port)
 		cport=$(pick_port)
@@ -143,7 +157,7 @@ cmd_start() {
 			kill -9 "$pid" 2>/dev/null || true
 			rm -rf "$data"
 			echo "minio.sh: MinIO not healthy after ${START_TIMEOUT}s; log tail:" >&2
-			tail -n 30 "$log" >&2 || true
+			log_tail "$log"
 			exit 1
 		fi
 		wait "$pid" 2>/dev/null || true
@@ -154,7 +168,7 @@ cmd_start() {
 	done
 	rm -rf "$data"
 	echo "minio.sh: MinIO exited during start; log tail:" >&2
-	tail -n 30 "$log" >&2 || true
+	log_tail "$log"
 	exit 1
 }
 

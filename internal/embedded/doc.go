@@ -1,29 +1,41 @@
 // Package embedded runs a zero-setup S3 server in-process on loopback,
 // backed by a directory, so durashuffle works (and its tests run) with no
 // object store installed.
-// It is gofakes3 with its filesystem backend plus three small fixes:
+// It is gofakes3 with its filesystem backend, plus small fixes where
+// gofakes3 falls short of what durashuffle relies on.
+//
+// The fixes (no S3 protocol is written here; failures are gofakes3's own
+// error codes, and the one synthesized response uses its result type):
 //
 //   - x-amz-checksum-crc32c is verified on PutObject and UploadPart
 //     (gofakes3 ignores it), answering 400 BadDigest like S3.
 //   - aws-chunked bodies that gofakes3 cannot decode (any part upload, and
-//     the trailer variants the SDKs use over TLS) are refused with 501
-//     instead of being stored encoded. s3store never sends them.
-//   - PutObject bodies are read in full before the backend sees them: the
+//     the trailer variants SDKs use over TLS) are refused with 501 instead
+//     of being stored still encoded. s3store never sends them: it always
+//     sends its checksum as a header.
+//   - PutObject bodies are read in full before the backend sees them. The
 //     backend writes the object file in place while reading the network,
-//     under a lock shared by every request, so a cut connection or a bad
-//     checksum would leave a torn object, and one slow client would stall
-//     all others. Listing is recomputed from the flat key list, because the
-//     backend's directory listing misplaces prefixes not ending in "/",
-//     sorts "a/x" before "a-x", reports empty directories of deleted keys
-//     as common prefixes, and fails with NoSuchBucket for a prefix whose
+//     under a lock every request shares, so a cut connection or a bad
+//     checksum would leave a torn object (fatal for a manifest committed
+//     with If-None-Match) and one slow client would stall all others.
+//   - Listing is recomputed from the backend's flat key list. Its
+//     directory listing misplaces prefixes that do not end in "/", sorts
+//     "a/x" before "a-x", reports the empty directories of deleted keys
+//     as common prefixes, and answers NoSuchBucket for a prefix whose
 //     directory does not exist.
+//   - ListMultipartUploads of a bucket that never had an upload answers an
+//     empty list, not 404 NoSuchUpload.
 //
-// Limits that remain (none matter to durashuffle's layout): multipart
-// parts are held in memory until Complete (which assembles the object in
-// memory too) and open uploads do not survive a restart; upload IDs restart
-// at 1; a key cannot also be a "directory" of another key ("a/b" and
-// "a/b/c"), and parent directories of deleted keys stay on disk; listings
-// ignore max-keys and return everything in one page; concurrent readers of
-// a key being overwritten can see a torn object; only CRC32C checksums are
-// verified.
+// What gofakes3 does right, and the contract suite checks: conditional
+// put (If-None-Match: * is checked and written under one lock, so racing
+// commits get exactly one winner and 412s), ranged GET (416 past the end),
+// multipart upload, DeleteObjects, prefix and delimiter listing.
+//
+// Limits that remain, none of which durashuffle's layout meets: parts are
+// held in memory until Complete, which assembles the object in memory too;
+// open uploads do not survive a restart and upload IDs restart at 1; a key
+// cannot also be a "directory" of another key ("a/b" and "a/b/c"), and
+// the parent directories of deleted keys stay on disk; listings ignore
+// max-keys and return one page; a reader of a key being overwritten can
+// see a torn object; only CRC32C is verified; signatures are not checked.
 package embedded

@@ -52,7 +52,7 @@ func Start(dataDir string, buckets ...string) (*Server, error) {
 	}
 	s := &Server{
 		srv: &http.Server{
-			Handler:           checkBodies(faker.Server()),
+			Handler:           emptyUploadLists(checkBodies(faker.Server())),
 			ReadHeaderTimeout: 30 * time.Second,
 			// Clients that hang up mid-request are routine under fault
 			// tests; they are not worth a line on stderr.

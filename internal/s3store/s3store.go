@@ -121,6 +121,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			// to add AWS_CA_BUNDLE to it and fail on a plain client.
 			so.HTTPClient = o.HTTPClient
 		}
+		// "Expect: 100-continue" on every part over 2 MiB costs a round
+		// trip before the body is sent, per part; it would only save bytes
+		// on requests that fail anyway.
+		so.ContinueHeaderThresholdBytes = -1
 		so.Retryer = aws.NopRetryer{}
 		// AWS_MAX_ATTEMPTS in the environment must not bring retries back.
 		so.RetryMaxAttempts = 1
@@ -317,18 +321,25 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 		out.Body.Close()
 		return nil, &store.Error{Op: "GetObject", Key: key, Err: fmt.Errorf("server ignored Range %s", *in.Range)}
 	}
-	return &body{rc: out.Body, key: key}, nil
+	b := &body{r: out.Body, rc: out.Body, key: key}
+	if length > 0 {
+		// Never more than asked for, even from a server that sent the
+		// whole object for a range starting at 0.
+		b.r = io.LimitReader(out.Body, length)
+	}
+	return b, nil
 }
 
 // body classifies errors met while reading a GET response, so a reader
 // cut off mid-stream learns it may retry the rest.
 type body struct {
+	r   io.Reader
 	rc  io.ReadCloser
 	key string
 }
 
 func (b *body) Read(p []byte) (int, error) {
-	n, err := b.rc.Read(p)
+	n, err := b.r.Read(p)
 	if err != nil && err != io.EOF {
 		err = classify("GetObject", b.key, fmt.Errorf("read body: %w", err))
 	}

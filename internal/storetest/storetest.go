@@ -21,8 +21,8 @@ import (
 	"github.com/durashuffle/durashuffle/internal/store"
 )
 
-// MiB is S3's unit for part sizes.
-const MiB = 1 << 20
+// mib: S3 part sizes are counted in MiB (5 MiB minimum but the last).
+const mib = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -59,7 +59,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 func testPutGet(t *testing.T, s store.Store, pfx string) {
 	ctx := testContext(t)
 	key := pfx + "obj"
-	body := data(1*MiB+17, 1)
+	body := data(1*mib+17, 1)
 	put(t, s, key, body, store.PutOptions{})
 
 	for _, r := range []struct {
@@ -214,7 +214,7 @@ func testPutChecksum(t *testing.T, s store.Store, pfx string) {
 func testMultipart(t *testing.T, s store.Store, pfx string) {
 	ctx := testContext(t)
 	key := pfx + "data-0.arrows"
-	sizes := []int{5 * MiB, 5 * MiB, 1024}
+	sizes := []int{5 * mib, 5 * mib, 1024}
 	var whole []byte
 	bodies := make([][]byte, len(sizes))
 	for i, n := range sizes {
@@ -260,11 +260,11 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 	}
 	// A range across the part boundary, as a reader of a frame split
 	// between two chunks asks for it.
-	off := int64(5*MiB - 1000)
+	off := int64(5*mib - 1000)
 	if got := get(ctx, t, s, key, off, 2000); !bytes.Equal(got, whole[off:off+2000]) {
 		t.Errorf("range across parts 1-2 differs at %d", firstDiff(got, whole[off:off+2000]))
 	}
-	off = int64(10*MiB - 3)
+	off = int64(10*mib - 3)
 	if got := get(ctx, t, s, key, off, -1); !bytes.Equal(got, whole[off:]) {
 		t.Errorf("tail across parts 2-3 differs at %d", firstDiff(got, whole[off:]))
 	}
@@ -297,7 +297,7 @@ func testListUploadsAbort(t *testing.T, s store.Store, pfx string) {
 	if err != nil {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
-	body := data(5*MiB, 30)
+	body := data(5*mib, 30)
 	if _, err := s.UploadPart(ctx, key, id, 1, body, crc32.Checksum(body, castagnoli)); err != nil {
 		t.Fatalf("UploadPart: %v", err)
 	}
