@@ -127,7 +127,8 @@ type Writer interface {
 	// CompleteMultipart assembles parts (ascending numbers) into key.
 	CompleteMultipart(ctx context.Context, key, uploadID string, parts []Part) error
 	// AbortMultipart discards an upload and its parts. Aborting an upload
-	// that no longer exists returns ErrNotFound.
+	// that no longer exists returns nil or ErrNotFound (MinIO answers a
+	// repeated abort with success, S3 with 404 NoSuchUpload).
 	AbortMultipart(ctx context.Context, key, uploadID string) error
 }
 
