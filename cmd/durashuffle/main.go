@@ -20,7 +20,6 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/reader"
 )
 
 // Exit codes.
@@ -144,11 +143,12 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		c.Flags().SortFlags = false
 		root.AddCommand(c)
 	}
-	root.Args = func(_ *cobra.Command, args []string) error {
+	root.Args = cobra.ArbitraryArgs
+	root.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
 			return usagef("unknown command %q", args[0])
 		}
-		return nil
+		return cmd.Help()
 	}
 	return root
 }
@@ -191,15 +191,6 @@ func (a *app) open(ctx context.Context) (*durashuffle.Client, error) {
 	}
 	a.log.Debug("connecting", "bucket", cfg.Bucket, "endpoint", cfg.Endpoint, "prefix", cfg.Prefix)
 	return durashuffle.Open(ctx, cfg, nil)
-}
-
-// readerOptions maps the read_* configuration onto the reader's options.
-func readerOptions(cfg config.Config) reader.Options {
-	gap := int64(cfg.ReadGapBytes)
-	if gap == 0 {
-		gap = -1 // the reader's zero means its default; ours means "no gap"
-	}
-	return reader.Options{RangeBytes: int64(cfg.ReadRangeBytes), ReadAhead: cfg.ReadAhead, GapBytes: gap}
 }
 
 // stageFlags are --query and --stage, validated before any request.

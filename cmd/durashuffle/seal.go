@@ -71,7 +71,7 @@ again with the same committed attempts succeeds and changes nothing.`,
 		},
 	}
 	sf.bind(cmd.Flags())
-	cmd.Flags().IntVarP(&workers, "workers", "w", 0, "number of workers (IDs 0..N-1) that must have committed")
+	cmd.Flags().IntVar(&workers, "workers", 0, "number of workers (IDs 0..N-1) that must have committed")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }

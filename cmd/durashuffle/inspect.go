@@ -1,0 +1,248 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+type inspectObject struct {
+	Key   string `json:"key"`
+	Size  int64  `json:"size"`
+	Parts int    `json:"parts"`
+}
+
+type inspectWorker struct {
+	Worker        string          `json:"worker"`
+	Attempt       string          `json:"attempt"`
+	Rows          int64           `json:"rows"`
+	Frames        int             `json:"frames"`
+	BytesLogical  int64           `json:"bytes_logical"`
+	BytesStored   int64           `json:"bytes_stored"`
+	ChunkSize     int64           `json:"chunk_size"`
+	Compression   string          `json:"compression"`
+	WriterVersion string          `json:"writer_version"`
+	WrittenAt     time.Time       `json:"written_at"`
+	Objects       []inspectObject `json:"objects"`
+}
+
+type inspectPartition struct {
+	Partition    int   `json:"partition"`
+	Rows         int64 `json:"rows"`
+	Frames       int   `json:"frames"`
+	BytesLogical int64 `json:"bytes_logical"`
+	BytesStored  int64 `json:"bytes_stored"`
+}
+
+type inspectSkew struct {
+	MinStored  int64   `json:"min_bytes_stored"`
+	MaxStored  int64   `json:"max_bytes_stored"`
+	MeanStored float64 `json:"mean_bytes_stored"`
+	MaxOverAvg float64 `json:"max_over_mean"`
+}
+
+type inspectOutput struct {
+	Query         string             `json:"query"`
+	Stage         int                `json:"stage"`
+	Sealed        bool               `json:"sealed"`
+	Results       bool               `json:"results"`
+	Partitions    int                `json:"partitions"`
+	Schema        []string           `json:"schema"`
+	Totals        manifest.Totals    `json:"totals"`
+	CompressRatio float64            `json:"compression_ratio"`
+	Workers       []inspectWorker    `json:"workers"`
+	PartitionList []inspectPartition `json:"partition_stats"`
+	Skew          inspectSkew        `json:"skew"`
+	Requests      map[string]int64   `json:"requests"`
+}
+
+func (a *app) inspectCommand() *cobra.Command {
+	var (
+		sf     stageFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "inspect",
+		Short: "Show a stage's workers, objects, partitions and compression",
+		Long: `inspect loads a stage's manifest (one GET when the stage is sealed; a LIST
+and a GET per worker manifest otherwise) and shows its workers with their
+committed attempts and data objects (key, size, parts), every partition
+with its rows and logical and stored bytes, the compression ratio, and a
+histogram of per-partition stored bytes that makes skew visible.`,
+		Example: `  durashuffle inspect --bucket shuffle --query q42 --stage 0
+  durashuffle inspect --bucket shuffle --query q42 --stage 0 --json | jq .partition_stats`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			c, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			m, err := manifest.LoadStage(cmd.Context(), c.Store(), c.Layout(), sf.query, sf.stage)
+			if err != nil {
+				return err
+			}
+			out := describeStage(m, c.Layout())
+			out.Requests = c.Counter().Requests()
+			if asJSON {
+				return printJSON(a.stdout, out)
+			}
+			printInspect(a.stdout, out)
+			return nil
+		},
+	}
+	sf.bind(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stage as JSON")
+	return cmd
+}
+
+// describeStage summarizes a stage manifest.
+func describeStage(m *manifest.Stage, l manifest.Layout) *inspectOutput {
+	out := &inspectOutput{
+		Query: m.Query, Stage: m.Stage, Sealed: m.Sealed, Results: m.Results, Partitions: m.Partitions,
+		Workers: []inspectWorker{}, PartitionList: make([]inspectPartition, m.Partitions),
+	}
+	if sc, err := frame.DecodeSchema(m.Schema); err == nil && len(m.Schema) > 0 {
+		for _, f := range sc.Fields() {
+			out.Schema = append(out.Schema, f.Name+": "+f.Type.String())
+		}
+	}
+	for p := range out.PartitionList {
+		out.PartitionList[p].Partition = p
+	}
+	for _, w := range m.Workers {
+		t := w.Sum()
+		iw := inspectWorker{
+			Worker: w.Worker, Attempt: w.Attempt, Rows: t.Rows, Frames: t.Frames,
+			BytesLogical: t.BytesLogical, BytesStored: t.BytesStored, ChunkSize: w.ChunkSize,
+			Compression: w.Compression, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
+			Objects: []inspectObject{},
+		}
+		for _, o := range w.Objects {
+			iw.Objects = append(iw.Objects, inspectObject{Key: l.ObjectKey(m.Query, m.Stage, o.Key), Size: o.Size, Parts: o.Parts})
+		}
+		out.Workers = append(out.Workers, iw)
+		for _, f := range w.Frames {
+			ps := &out.PartitionList[f.Partition]
+			ps.Rows += f.Rows
+			ps.Frames++
+			ps.BytesLogical += f.Bytes
+			ps.BytesStored += f.Length
+		}
+		out.Totals.Rows += t.Rows
+		out.Totals.BytesLogical += t.BytesLogical
+		out.Totals.BytesStored += t.BytesStored
+		out.Totals.Frames += t.Frames
+		out.Totals.Objects += t.Objects
+		out.Totals.Parts += t.Parts
+	}
+	out.CompressRatio = ratio(float64(out.Totals.BytesLogical), float64(out.Totals.BytesStored))
+	if len(out.PartitionList) > 0 {
+		sizes := partitionSizes(out.PartitionList)
+		var sum int64
+		for _, s := range sizes {
+			sum += s
+		}
+		out.Skew.MinStored, out.Skew.MaxStored = slices.Min(sizes), slices.Max(sizes)
+		out.Skew.MeanStored = round(float64(sum) / float64(len(sizes)))
+		out.Skew.MaxOverAvg = ratio(float64(out.Skew.MaxStored), out.Skew.MeanStored)
+	}
+	return out
+}
+
+func partitionSizes(ps []inspectPartition) []int64 {
+	out := make([]int64, len(ps))
+	for i, p := range ps {
+		out[i] = p.BytesStored
+	}
+	return out
+}
+
+func printInspect(w io.Writer, s *inspectOutput) {
+	state := "sealed"
+	if !s.Sealed {
+		state = "not sealed (read from worker manifests)"
+	}
+	kind := "shuffle stage"
+	if s.Results {
+		kind = "results stage"
+	}
+	fmt.Fprintf(w, "%s stage %d: %s, %s\n", s.Query, s.Stage, kind, state)
+	fmt.Fprintf(w, "  %d rows in %d partitions, %d frames, %d objects, %d parts\n",
+		s.Totals.Rows, s.Partitions, s.Totals.Frames, s.Totals.Objects, s.Totals.Parts)
+	fmt.Fprintf(w, "  %s logical, %s stored, compression ratio %.2f\n",
+		mib(s.Totals.BytesLogical), mib(s.Totals.BytesStored), s.CompressRatio)
+	if len(s.Schema) > 0 {
+		fmt.Fprintf(w, "  schema: %s\n", strings.Join(s.Schema, ", "))
+	}
+
+	fmt.Fprintln(w, "\nworkers")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  WORKER\tATTEMPT\tROWS\tFRAMES\tLOGICAL\tSTORED\tCOMPRESSION\tWRITTEN")
+	for _, x := range s.Workers {
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", x.Worker, x.Attempt, x.Rows, x.Frames,
+			mib(x.BytesLogical), mib(x.BytesStored), x.Compression, x.WrittenAt.Format(time.RFC3339))
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\nobjects")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  KEY\tSIZE\tBYTES\tPARTS")
+	for _, x := range s.Workers {
+		for _, o := range x.Objects {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\n", o.Key, mib(o.Size), o.Size, o.Parts)
+		}
+	}
+	tw.Flush()
+
+	fmt.Fprintln(w, "\npartitions")
+	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "PARTITION\tROWS\tFRAMES\tLOGICAL\tSTORED\t")
+	for _, p := range s.PartitionList {
+		fmt.Fprintf(tw, "%d\t%d\t%d\t%s\t%s\t\n", p.Partition, p.Rows, p.Frames, mib(p.BytesLogical), mib(p.BytesStored))
+	}
+	tw.Flush()
+
+	fmt.Fprintf(w, "\nstored bytes per partition (min %s, mean %s, max %s, max/mean %.2f)\n",
+		mib(s.Skew.MinStored), mib(int64(s.Skew.MeanStored)), mib(s.Skew.MaxStored), s.Skew.MaxOverAvg)
+	for _, line := range histogram(partitionSizes(s.PartitionList), 8, 40) {
+		fmt.Fprintln(w, "  "+line)
+	}
+}
+
+// histogram bins sizes into at most bins equal ranges between their
+// minimum and maximum and draws one bar per bin, width chars at most.
+func histogram(sizes []int64, bins, width int) []string {
+	if len(sizes) == 0 {
+		return nil
+	}
+	lo, hi := slices.Min(sizes), slices.Max(sizes)
+	if lo == hi {
+		return []string{fmt.Sprintf("%10s  %s %d", mib(lo), strings.Repeat("#", width), len(sizes))}
+	}
+	counts := make([]int, bins)
+	step := float64(hi-lo) / float64(bins)
+	for _, s := range sizes {
+		b := int(float64(s-lo) / step)
+		counts[min(b, bins-1)]++
+	}
+	top := slices.Max(counts)
+	out := make([]string, bins)
+	for b, n := range counts {
+		from := lo + int64(float64(b)*step)
+		to := lo + int64(float64(b+1)*step)
+		bar := strings.Repeat("#", (n*width+top-1)/top)
+		out[b] = fmt.Sprintf("%10s - %-10s |%-*s %d", mib(from), mib(to), width, bar, n)
+	}
+	return out
+}
