@@ -12,8 +12,8 @@ run:
 
 ## test: every test, MinIO-backed ones included (MinIO is built once, then cached).
 test: minio vet
-	$(GO) test -count=1 -timeout 20m $(PKGS)
-	$(GO) test -count=1 -race -timeout 10m $(RACE_PKGS)
+	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
+	bash scripts/gotest.sh -count=1 -race -timeout 10m $(RACE_PKGS)
 
 ## minio: install the pinned MinIO server the tests start on loopback.
 minio:
