@@ -138,6 +138,7 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		a.readCommand(),
 		a.inspectCommand(),
 		a.lsCommand(),
+		a.serveCommand(),
 	} {
 		c.Args = noArgs
 		c.Flags().SortFlags = false

@@ -1,0 +1,231 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+type serveOptions struct {
+	embedded bool
+	dataDir  string
+}
+
+func (a *app) serveCommand() *cobra.Command {
+	o := &serveOptions{}
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Run the Arrow Flight sidecar that query workers write stages to and read partitions from",
+		Long: `serve runs durashuffle as a sidecar next to a query worker: an Arrow Flight
+service on --listen (loopback by default, or unix:/path for a socket) and
+/metrics, /healthz and /readyz on --metrics-listen.
+
+Workers DoPut a stage's output (descriptor CMD {"query","stage","worker",
+"attempt","partitions"}, every batch's app_metadata {"partition": N}; the end
+of the stream commits), seal it with the seal-stage action and DoGet
+partitions back (ticket {"query","stage","partition"}). All streams share one
+upload pool and its memory budget (max_buffered_chunks x chunk_size); a slow
+store slows the clients, not the sidecar's memory. docs/sidecar.md has the
+whole protocol and client examples in Go and Python.
+
+With auth_token set (--auth-token or DURASHUFFLE_AUTH_TOKEN; the environment
+keeps it out of ps) every call must carry "authorization: Bearer <token>".
+
+On SIGTERM or SIGINT it refuses new streams, lets streams in flight finish
+for --shutdown-grace, then aborts the rest: their output is not committed
+and their uploads are aborted. A second signal aborts at once. The exit code
+is 0 once shut down that way, 1 if serving or the cleanup failed.
+
+--embedded-s3 serves from an in-process S3 server (objects in --data-dir, or
+in a temporary directory removed on exit): a local trial with no setup.`,
+		Example: `  # A local trial on the in-process S3 server:
+  durashuffle serve --embedded-s3 --listen 127.0.0.1:8815 --metrics-listen 127.0.0.1:9815
+
+  # Next to a worker, against S3, on a unix socket, with a token:
+  DURASHUFFLE_AUTH_TOKEN=$(cat /run/secrets/ds-token) \
+    durashuffle serve --config /etc/durashuffle.yaml --listen unix:/run/durashuffle/flight.sock`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.runServe(cmd.Context(), o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.BoolVar(&o.embedded, "embedded-s3", false, "serve from an in-process S3 server on loopback (bucket: --bucket, default durashuffle)")
+	fs.StringVar(&o.dataDir, "data-dir", "", "with --embedded-s3: keep the objects in this directory (default: a temporary directory, removed on exit)")
+	return cmd
+}
+
+func (a *app) runServe(ctx context.Context, o *serveOptions) error {
+	cfg, err := a.config()
+	if err != nil {
+		return err
+	}
+	if o.dataDir != "" && !o.embedded {
+		return usagef("--data-dir is for --embedded-s3")
+	}
+	if o.embedded && cfg.Endpoint != "" {
+		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Endpoint)
+	}
+	m := metrics.New()
+
+	var client *durashuffle.Client
+	if o.embedded {
+		if cfg.Bucket == "" {
+			cfg.Bucket = defaultDemoBucket
+		}
+		stop, err := a.startEmbeddedServer(o.dataDir, &cfg)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		// Our own transport, so its idle connections can be closed before
+		// the server stops: it would wait 5 s for a spare connection the
+		// transport dialed and never used.
+		conns := cfg.UploadConcurrency + cfg.MaxStreams*cfg.ReadAhead + 16
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = conns, conns, conns
+		defer tr.CloseIdleConnections()
+		counter := &store.Counter{}
+		s3, err := s3store.New(ctx, s3store.Options{
+			Bucket: cfg.Bucket, Endpoint: cfg.Endpoint, PathStyle: true, Region: "us-east-1",
+			Counter: counter, HTTPClient: &http.Client{Transport: tr},
+			// The embedded server checks no signatures: fixed keys spare
+			// the SDK a walk down the credential chain.
+			AccessKeyID: "durashuffle", SecretAccessKey: "durashuffle",
+		})
+		if err != nil {
+			return err
+		}
+		client = durashuffle.NewClient(s3, cfg, counter, m)
+	} else if client, err = durashuffle.Open(ctx, cfg, m); err != nil {
+		return err
+	}
+	defer client.Close()
+
+	ln, err := sidecar.Listen(cfg.Listen)
+	if err != nil {
+		return err
+	}
+	var hln net.Listener
+	if cfg.MetricsListen != "" {
+		if hln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+			ln.Close()
+			return fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
+		}
+	}
+	srv := sidecar.New(client, sidecar.Options{Logger: a.log, Metrics: m})
+
+	if !sidecar.IsLoopback(cfg.Listen) && cfg.AuthToken == "" {
+		a.log.Warn("listening beyond loopback without auth_token: anyone who reaches the port can read and delete data", "listen", cfg.Listen)
+	}
+	flightAddr := ln.Addr().String()
+	if ln.Addr().Network() == "unix" {
+		flightAddr = "unix:" + flightAddr
+	}
+	metricsAddr := ""
+	if hln != nil {
+		metricsAddr = "http://" + hln.Addr().String()
+	}
+	a.log.Info("serving Arrow Flight", "listen", flightAddr, "metrics", metricsAddr,
+		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "",
+		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
+		"memory_budget", config.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)))
+
+	served := make(chan error, 2)
+	go func() { served <- srv.Serve(ln) }()
+	serving := 1
+	if hln != nil {
+		serving++
+		go func() { served <- srv.ServeMetrics(hln) }()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("signal received: draining", "grace", cfg.ShutdownGrace)
+	case serveErr = <-served:
+		serving--
+		if serveErr == nil {
+			serveErr = errors.New("server stopped unexpectedly")
+		}
+		a.log.Error("serving failed: shutting down", "err", serveErr)
+	}
+
+	// Another signal while draining ends the grace at once.
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace.D())
+	defer cancel()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sig)
+	go func() {
+		select {
+		case <-sig:
+			a.log.Warn("second signal: aborting streams in flight now")
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	start := time.Now()
+	err = srv.Shutdown(sctx)
+	for range serving {
+		if e := <-served; e != nil && serveErr == nil {
+			serveErr = e
+		}
+	}
+	switch {
+	case errors.Is(err, sidecar.ErrCleanup):
+		return err
+	case err != nil:
+		a.log.Warn("shut down with streams cut off; their output was aborted", "err", err, "seconds", time.Since(start).Seconds())
+	default:
+		a.log.Info("shut down cleanly", "seconds", time.Since(start).Seconds())
+	}
+	return serveErr
+}
+
+// startEmbeddedServer starts the in-process S3 server with cfg's bucket
+// and points cfg at it. The returned function stops it and removes a
+// temporary data directory.
+func (a *app) startEmbeddedServer(dataDir string, cfg *config.Config) (func(), error) {
+	dir, temp := dataDir, false
+	if dir == "" {
+		d, err := os.MkdirTemp("", "durashuffle-serve-")
+		if err != nil {
+			return nil, err
+		}
+		dir, temp = d, true
+	}
+	srv, err := embedded.Start(dir, cfg.Bucket)
+	if err != nil {
+		if temp {
+			os.RemoveAll(dir)
+		}
+		return nil, err
+	}
+	cfg.Endpoint, cfg.PathStyle = srv.Endpoint(), true
+	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Bucket)
+	return func() {
+		if err := srv.Close(); err != nil {
+			a.log.Warn("embedded S3 server stop", "err", err)
+		}
+		if temp {
+			if err := os.RemoveAll(dir); err != nil {
+				a.log.Warn("remove embedded data dir", "dir", dir, "err", err)
+			}
+		}
+	}, nil
+}

@@ -1,0 +1,291 @@
+package metrics
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/uploader"
+)
+
+// Metric names, as documented in docs/sidecar.md.
+const (
+	UploadQueueChunks     = "durashuffle_upload_queue_chunks"
+	UploadQueuedSeconds   = "durashuffle_upload_queued_seconds"
+	UploadPartSeconds     = "durashuffle_upload_part_seconds"
+	UploadBytesTotal      = "durashuffle_upload_bytes_total"
+	ReadBytesTotal        = "durashuffle_read_bytes_total"
+	RequestsTotal         = "durashuffle_requests_total"
+	RetriesTotal          = "durashuffle_retries_total"
+	UploadConcurrency     = "durashuffle_upload_concurrency"
+	BufferedBytes         = "durashuffle_buffered_bytes"
+	SidecarStreams        = "durashuffle_sidecar_streams"
+	SidecarStreamsWait    = "durashuffle_sidecar_streams_waiting"
+	SidecarCallsTotal     = "durashuffle_sidecar_calls_total"
+	SidecarRowsTotal      = "durashuffle_sidecar_rows_total"
+	SidecarCommitsTotal   = "durashuffle_sidecar_commits_total"
+	SidecarAbortsTotal    = "durashuffle_sidecar_aborts_total"
+	requestsHelp          = "Object-store requests sent, by SDK operation and HTTP status (none: no response arrived)."
+	retriesHelp           = "Object-store requests retried, by SDK operation and reason (service code, HTTPnnn, reset, timeout)."
+	uploadConcurrencyHelp = "Parts the upload pool lets in flight now (upload_concurrency, lowered while the store throttles)."
+)
+
+// Metrics holds durashuffle's collectors on a private registry (never the
+// global one, so two instances in one process, as in tests, do not
+// collide). Every method is safe for concurrent use; a nil *Metrics
+// ignores every event, so callers need not check.
+type Metrics struct {
+	reg *prometheus.Registry
+
+	queue       prometheus.Gauge
+	queued      prometheus.Histogram
+	part        prometheus.Histogram
+	uploadBytes prometheus.Counter
+	readBytes   prometheus.Counter
+	buffered    prometheus.Gauge
+
+	streams  *prometheus.GaugeVec
+	waiting  prometheus.Gauge
+	calls    *prometheus.CounterVec
+	rows     *prometheus.CounterVec
+	commits  prometheus.Counter
+	aborts   prometheus.Counter
+	counters counterCollector
+	concOnce sync.Once
+}
+
+var _ uploader.Observer = (*Metrics)(nil)
+
+// New returns Metrics registered on a fresh registry together with the Go
+// runtime and process collectors.
+func New() *Metrics {
+	m := &Metrics{
+		reg: prometheus.NewRegistry(),
+		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: UploadQueueChunks,
+			Help: "Chunks encoded and waiting for an upload worker."}),
+		queued: prometheus.NewHistogram(prometheus.HistogramOpts{Name: UploadQueuedSeconds,
+			Help:    "Time a chunk waited in the queue before its upload started.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}), // 1 ms .. 33 s
+		part: prometheus.NewHistogram(prometheus.HistogramOpts{Name: UploadPartSeconds,
+			Help:    "Time to upload one part (or single put), retries included.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}), // 10 ms .. 82 s
+		uploadBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: UploadBytesTotal,
+			Help: "Bytes stored by finished parts and single puts."}),
+		readBytes: prometheus.NewCounter(prometheus.CounterOpts{Name: ReadBytesTotal,
+			Help: "Bytes read from the object store (ranged GETs and manifests)."}),
+		buffered: prometheus.NewGauge(prometheus.GaugeOpts{Name: BufferedBytes,
+			Help: "Bytes held in chunk buffers (filling, queued or uploading); at most max_buffered_chunks x chunk_size."}),
+		streams: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: SidecarStreams,
+			Help: "Sidecar Flight streams being served, by method (each holds one of max_streams slots)."}, []string{"method"}),
+		waiting: prometheus.NewGauge(prometheus.GaugeOpts{Name: SidecarStreamsWait,
+			Help: "Sidecar Flight streams waiting for one of max_streams slots."}),
+		calls: prometheus.NewCounterVec(prometheus.CounterOpts{Name: SidecarCallsTotal,
+			Help: "Sidecar Flight calls finished, by method and gRPC status code."}, []string{"method", "code"}),
+		rows: prometheus.NewCounterVec(prometheus.CounterOpts{Name: SidecarRowsTotal,
+			Help: "Rows the sidecar received (DoPut) or sent (DoGet)."}, []string{"method"}),
+		commits: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarCommitsTotal,
+			Help: "DoPut streams whose worker output was committed."}),
+		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarAbortsTotal,
+			Help: "DoPut streams aborted: cancelled, failed, rejected or cut off at shutdown."}),
+	}
+	m.counters.requests = prometheus.NewDesc(RequestsTotal, requestsHelp, []string{"op", "code"}, nil)
+	m.counters.retries = prometheus.NewDesc(RetriesTotal, retriesHelp, []string{"op", "reason"}, nil)
+	m.reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		m.queue, m.queued, m.part, m.uploadBytes, m.readBytes, m.buffered,
+		m.streams, m.waiting, m.calls, m.rows, m.commits, m.aborts,
+		&m.counters,
+	)
+	return m
+}
+
+// Registry returns the private registry, for tests and extra collectors.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Handler serves the registry in the Prometheus exposition formats.
+func (m *Metrics) Handler() http.Handler {
+	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
+}
+
+// Queued implements uploader.Observer.
+func (m *Metrics) Queued(delta int) {
+	if m != nil {
+		m.queue.Add(float64(delta))
+	}
+}
+
+// Buffered implements uploader.Observer.
+func (m *Metrics) Buffered(bytes int64) {
+	if m != nil {
+		m.buffered.Set(float64(bytes))
+	}
+}
+
+// PartDone implements uploader.Observer.
+func (m *Metrics) PartDone(queued, upload time.Duration) {
+	if m != nil {
+		m.queued.Observe(queued.Seconds())
+		m.part.Observe(upload.Seconds())
+	}
+}
+
+// Uploaded implements uploader.Observer.
+func (m *Metrics) Uploaded(bytes int64) {
+	if m != nil {
+		m.uploadBytes.Add(float64(bytes))
+	}
+}
+
+// ReadBytes records n bytes read from the object store.
+func (m *Metrics) ReadBytes(n int64) {
+	if m != nil && n > 0 {
+		m.readBytes.Add(float64(n))
+	}
+}
+
+// WatchCounter exports c's request and retry counts as
+// durashuffle_requests_total{op,code} and durashuffle_retries_total{op,reason}.
+// They are read from c at scrape time, so requests made before the call
+// count too, and c's observer hook stays free for others. A later call
+// replaces c.
+func (m *Metrics) WatchCounter(c *store.Counter) {
+	if m == nil {
+		return
+	}
+	m.counters.mu.Lock()
+	m.counters.c = c
+	m.counters.mu.Unlock()
+}
+
+// WatchConcurrency exports f(), called at scrape time, as
+// durashuffle_upload_concurrency: the pool's effective value. Only the
+// first call counts.
+func (m *Metrics) WatchConcurrency(f func() int) {
+	if m == nil {
+		return
+	}
+	m.concOnce.Do(func() {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: UploadConcurrency, Help: uploadConcurrencyHelp},
+			func() float64 { return float64(f()) }))
+	})
+}
+
+// StreamStarted and StreamDone bracket a sidecar stream holding a slot.
+func (m *Metrics) StreamStarted(method string) {
+	if m != nil {
+		m.streams.WithLabelValues(method).Inc()
+	}
+}
+
+// StreamDone: see StreamStarted.
+func (m *Metrics) StreamDone(method string) {
+	if m != nil {
+		m.streams.WithLabelValues(method).Dec()
+	}
+}
+
+// StreamWaiting adds delta to the streams waiting for a slot.
+func (m *Metrics) StreamWaiting(delta int) {
+	if m != nil {
+		m.waiting.Add(float64(delta))
+	}
+}
+
+// Call records a finished sidecar call and its gRPC status code name.
+func (m *Metrics) Call(method, code string) {
+	if m != nil {
+		m.calls.WithLabelValues(method, code).Inc()
+	}
+}
+
+// Rows records rows received or sent by a sidecar method.
+func (m *Metrics) Rows(method string, n int64) {
+	if m != nil && n > 0 {
+		m.rows.WithLabelValues(method).Add(float64(n))
+	}
+}
+
+// PutDone records the end of a DoPut stream: committed or aborted.
+func (m *Metrics) PutDone(committed bool) {
+	switch {
+	case m == nil:
+	case committed:
+		m.commits.Inc()
+	default:
+		m.aborts.Inc()
+	}
+}
+
+// counterCollector turns a store.Counter's maps into counter samples at
+// scrape time. The maps only grow, so the samples are monotonic.
+type counterCollector struct {
+	requests, retries *prometheus.Desc
+	mu                sync.Mutex
+	c                 *store.Counter
+}
+
+func (cc *counterCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- cc.requests
+	ch <- cc.retries
+}
+
+func (cc *counterCollector) Collect(ch chan<- prometheus.Metric) {
+	cc.mu.Lock()
+	c := cc.c
+	cc.mu.Unlock()
+	if c == nil {
+		return
+	}
+	for k, n := range c.Statuses() {
+		code := "none"
+		if k.Status != 0 {
+			code = strconv.Itoa(k.Status)
+		}
+		ch <- prometheus.MustNewConstMetric(cc.requests, prometheus.CounterValue, float64(n), k.Op, code)
+	}
+	for k, n := range c.Retries() {
+		ch <- prometheus.MustNewConstMetric(cc.retries, prometheus.CounterValue, float64(n), k.Op, k.Reason)
+	}
+}
+
+// CountReads wraps st so that every byte read from a GetRange body adds to
+// durashuffle_read_bytes_total. Everything else passes through.
+func (m *Metrics) CountReads(st store.Store) store.Store {
+	if m == nil {
+		return st
+	}
+	return &readCounter{Store: st, m: m}
+}
+
+type readCounter struct {
+	store.Store
+	m *Metrics
+}
+
+func (r *readCounter) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	body, err := r.Store.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	return &countingBody{ReadCloser: body, m: r.m}, nil
+}
+
+type countingBody struct {
+	io.ReadCloser
+	m *Metrics
+}
+
+func (b *countingBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	b.m.ReadBytes(int64(n))
+	return n, err
+}

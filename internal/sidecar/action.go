@@ -1,0 +1,139 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+var actionTypes = []*flight.ActionType{
+	{Type: ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
+	{Type: ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
+	{Type: ActionGC, Description: `Remove expired results and abandoned attempts older than a duration. Body {"older_than": "6h"}. Not implemented yet: Unimplemented.`},
+}
+
+// ListActions lists seal-stage, delete-query and gc.
+func (s *Server) ListActions(_ *flight.Empty, stream flight.FlightService_ListActionsServer) error {
+	for _, a := range actionTypes {
+		if err := stream.Send(a); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// DoAction runs one action and sends one JSON result.
+func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoActionServer) error {
+	ctx := stream.Context()
+	var (
+		res any
+		err error
+	)
+	switch a.GetType() {
+	case ActionSealStage:
+		res, err = s.sealStage(ctx, a.GetBody())
+	case ActionDeleteQuery:
+		res, err = s.deleteQuery(ctx, a.GetBody())
+	case ActionGC:
+		var req GCRequest
+		if err := decodeStrict("gc body", a.GetBody(), &req); err != nil {
+			return err
+		}
+		return status.Error(codes.Unimplemented, "gc is not implemented yet; run the bucket's lifecycle rules meanwhile")
+	default:
+		return invalidf("unknown action %q; ListActions lists %s, %s and %s", a.GetType(), ActionSealStage, ActionDeleteQuery, ActionGC)
+	}
+	if err != nil {
+		return err
+	}
+	b, _ := json.Marshal(res)
+	return stream.Send(&flight.Result{Body: b})
+}
+
+func (s *Server) sealStage(ctx context.Context, body []byte) (*SealResult, error) {
+	var req SealRequest
+	if err := decodeStrict("seal-stage body", body, &req); err != nil {
+		return nil, err
+	}
+	if req.Stage == nil {
+		return nil, invalidf("seal-stage body has no stage")
+	}
+	if err := manifest.ValidateID("query", req.Query); err != nil {
+		return nil, invalidf("seal-stage: %v", err)
+	}
+	if err := manifest.ValidateStage(*req.Stage); err != nil {
+		return nil, invalidf("seal-stage: %v", err)
+	}
+	if req.Workers < 1 {
+		return nil, invalidf("seal-stage: workers must be at least 1, got %d", req.Workers)
+	}
+	m, err := s.c.Seal(ctx, req.Query, *req.Stage, req.Workers)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("stage sealed", "query", m.Query, "stage", m.Stage, "workers", len(m.Workers), "rows", m.Totals.Rows)
+	return &SealResult{
+		Sealed: true, Query: m.Query, Stage: m.Stage, Workers: len(m.Workers), Partitions: m.Partitions,
+		Rows: m.Totals.Rows, BytesLogical: m.Totals.BytesLogical, BytesStored: m.Totals.BytesStored,
+		Objects: m.Totals.Objects, Key: s.c.Layout().StageManifestKey(m.Query, m.Stage),
+	}, nil
+}
+
+// deleteQuery removes every key under the query's prefix and aborts the
+// multipart uploads open there. Writers of the query still running fail.
+func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, error) {
+	var req DeleteRequest
+	if err := decodeStrict("delete-query body", body, &req); err != nil {
+		return nil, err
+	}
+	if err := manifest.ValidateID("query", req.Query); err != nil {
+		return nil, invalidf("delete-query: %v", err)
+	}
+	prefix := s.c.Layout().QueryPrefix(req.Query)
+	s.stages.evict(req.Query, -1)
+	defer s.stages.evict(req.Query, -1) // in case a DoGet cached it meanwhile
+	res := &DeleteResult{Query: req.Query}
+	st := s.c.Store()
+	ups, err := st.ListUploads(ctx, prefix)
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("delete-query %s: list uploads under %s: %w", req.Query, prefix, err))
+	}
+	for _, u := range ups {
+		if err := st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !isNotFound(err) {
+			return nil, toStatus(fmt.Errorf("delete-query %s: abort upload of %s: %w", req.Query, u.Key, err))
+		}
+		res.AbortedUploads++
+	}
+	objs, _, err := st.List(ctx, prefix, "")
+	if err != nil {
+		return nil, toStatus(fmt.Errorf("delete-query %s: list %s: %w", req.Query, prefix, err))
+	}
+	// Manifests first: a reader opening the query meanwhile finds no
+	// stage rather than a manifest whose data objects are gone.
+	keys := make([]string, 0, len(objs))
+	for _, o := range objs {
+		if strings.HasSuffix(o.Key, "/manifest.json") {
+			keys = append(keys, o.Key)
+		}
+	}
+	for _, o := range objs {
+		if !strings.HasSuffix(o.Key, "/manifest.json") {
+			keys = append(keys, o.Key)
+		}
+	}
+	if len(keys) > 0 {
+		if err := st.Delete(ctx, keys...); err != nil {
+			return nil, toStatus(fmt.Errorf("delete-query %s: delete %d objects: %w", req.Query, len(keys), err))
+		}
+	}
+	res.DeletedObjects = len(keys)
+	s.log.Info("query deleted", "query", req.Query, "objects", res.DeletedObjects, "uploads_aborted", res.AbortedUploads)
+	return res, nil
+}

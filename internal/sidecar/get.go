@@ -1,0 +1,180 @@
+package sidecar
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+// DoGet streams the records of the ticket's partitions in the reader's
+// order: partitions ascending (repeats dropped), then workers in manifest
+// order, then each worker's frames in write order. A stage with no
+// manifest is NotFound, a partition outside the stage InvalidArgument.
+func (s *Server) DoGet(tkt *flight.Ticket, stream flight.FlightService_DoGetServer) error {
+	t, parts, err := parseTicket(tkt.GetTicket())
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	release, err := s.acquire(ctx, "DoGet")
+	if err != nil {
+		return err
+	}
+	defer release()
+	st, cached, err := s.openStage(ctx, t.Query, *t.Stage)
+	if err != nil {
+		return toStatus(err)
+	}
+	sent, err := s.sendPartitions(ctx, stream, st, parts)
+	if err != nil && cached && sent == 0 && isNotFound(err) {
+		// The stage was deleted, or deleted and written again, behind
+		// the cache: reload it once.
+		s.stages.evict(t.Query, *t.Stage)
+		if st, _, err = s.openStage(ctx, t.Query, *t.Stage); err != nil {
+			return toStatus(err)
+		}
+		_, err = s.sendPartitions(ctx, stream, st, parts)
+	}
+	return toStatus(err)
+}
+
+// sendPartitions streams the partitions of st and returns the batches sent.
+func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService_DoGetServer, st *reader.Stage, parts []int) (int, error) {
+	m := st.Manifest()
+	recs, err := st.ReadPartitions(ctx, parts)
+	if err != nil {
+		return 0, err
+	}
+	defer recs.Release()
+	w := flight.NewRecordWriter(stream, ipc.WithSchema(st.Schema()), ipc.WithAllocator(s.mem))
+	var (
+		rows int64
+		sent int
+	)
+	defer func() { s.m.Rows("DoGet", rows) }()
+	for recs.Next() {
+		rec := recs.RecordBatch()
+		if err := w.Write(rec); err != nil {
+			return sent + 1, fmt.Errorf("send %s stage %d: %w", m.Query, m.Stage, err)
+		}
+		sent++
+		rows += rec.NumRows()
+	}
+	if err := recs.Err(); err != nil {
+		return sent, err
+	}
+	// With no batches at all, Close still sends the schema.
+	return sent, w.Close()
+}
+
+// GetFlightInfo describes one committed stage (sealed, or assembled from
+// its worker manifests): schema, total rows and logical bytes, and one
+// endpoint per partition whose ticket DoGet takes.
+func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
+	query, stage, err := parseStageRef(d)
+	if err != nil {
+		return nil, err
+	}
+	st, _, err := s.openStage(ctx, query, stage)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return s.flightInfo(st, d), nil
+}
+
+// GetSchema returns a committed stage's schema.
+func (s *Server) GetSchema(ctx context.Context, d *flight.FlightDescriptor) (*flight.SchemaResult, error) {
+	query, stage, err := parseStageRef(d)
+	if err != nil {
+		return nil, err
+	}
+	st, _, err := s.openStage(ctx, query, stage)
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	return &flight.SchemaResult{Schema: flight.SerializeSchema(st.Schema(), s.mem)}, nil
+}
+
+// ListFlights lists every committed stage under the prefix, or only those
+// of one query when the criteria expression is {"query": "..."}. Each
+// stage costs a manifest GET (a LIST and a GET per worker if unsealed).
+func (s *Server) ListFlights(c *flight.Criteria, stream flight.FlightService_ListFlightsServer) error {
+	ctx := stream.Context()
+	var crit ListCriteria
+	if len(c.GetExpression()) > 0 {
+		if err := decodeStrict("ListFlights criteria", c.GetExpression(), &crit); err != nil {
+			return err
+		}
+	}
+	queries := []string{crit.Query}
+	if crit.Query == "" {
+		var err error
+		if queries, err = manifest.ListQueries(ctx, s.st, s.c.Layout()); err != nil {
+			return toStatus(err)
+		}
+	}
+	for _, q := range queries {
+		stages, err := manifest.ListStages(ctx, s.st, s.c.Layout(), q)
+		if err != nil {
+			return toStatus(err)
+		}
+		for _, si := range stages {
+			st, _, err := s.openStage(ctx, si.Query, si.Stage)
+			if errors.Is(err, manifest.ErrStageNotFound) {
+				continue // deleted since it was listed
+			}
+			if err != nil {
+				return toStatus(err)
+			}
+			info := s.flightInfo(st, stageDescriptor(si.Query, si.Stage))
+			if err := stream.Send(info); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// flightInfo describes a stage with one endpoint per partition.
+func (s *Server) flightInfo(st *reader.Stage, d *flight.FlightDescriptor) *flight.FlightInfo {
+	m := st.Manifest()
+	per := make([]PartitionMetadata, m.Partitions)
+	for i := range per {
+		per[i].Partition = i
+	}
+	t := m.Totals // summed by seal, or by LoadStage for an unsealed stage
+	for _, w := range m.Workers {
+		for _, f := range w.Frames {
+			p := &per[f.Partition]
+			p.Rows += f.Rows
+			p.BytesLogical += f.Bytes
+			p.BytesStored += f.Length
+			p.Frames++
+		}
+	}
+	info := &flight.FlightInfo{
+		Schema:           flight.SerializeSchema(st.Schema(), s.mem),
+		FlightDescriptor: d,
+		TotalRecords:     t.Rows,
+		TotalBytes:       t.BytesLogical,
+		Ordered:          true,
+	}
+	for _, p := range per {
+		tkt, _ := json.Marshal(Ticket{Query: m.Query, Stage: &m.Stage, Partition: &p.Partition})
+		md, _ := json.Marshal(p)
+		info.Endpoint = append(info.Endpoint, &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: tkt}, AppMetadata: md})
+	}
+	info.AppMetadata, _ = json.Marshal(StageMetadata{
+		Query: m.Query, Stage: m.Stage, Sealed: m.Sealed, Results: m.Results, Workers: len(m.Workers),
+		Partitions: m.Partitions, Rows: t.Rows, BytesLogical: t.BytesLogical, BytesStored: t.BytesStored,
+		Objects: t.Objects, Frames: t.Frames,
+	})
+	return info
+}

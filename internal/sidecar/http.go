@@ -1,0 +1,116 @@
+package sidecar
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// HTTPHandler serves the sidecar's plain HTTP endpoints:
+//
+//	/metrics  Prometheus exposition of the sidecar's private registry
+//	/healthz  200 while the process serves HTTP at all (liveness)
+//	/readyz   200 while the bucket is reachable and the sidecar is not
+//	          shutting down; 503 with the reason otherwise (readiness)
+func (s *Server) HTTPHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.m.Handler())
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		if err := s.Ready(); err != nil {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			fmt.Fprintf(w, "not ready: %v\n", err)
+			return
+		}
+		fmt.Fprintln(w, "ready")
+	})
+	return mux
+}
+
+// Ready returns nil when the sidecar should receive traffic: the latest
+// bucket probe succeeded, recently, and Shutdown has not started.
+func (s *Server) Ready() error {
+	if s.drain.Err() != nil {
+		return ErrShutdown
+	}
+	return s.ready.err()
+}
+
+// readiness probes the bucket in the background: one LIST of a prefix
+// that holds no keys ('~' is not allowed in IDs) per interval. It succeeds
+// exactly when the bucket exists and the credentials may list it, and
+// costs one cheap request whatever the bucket holds.
+type readiness struct {
+	interval time.Duration
+	cancel   context.CancelFunc
+	done     chan struct{}
+
+	mu     sync.Mutex
+	lastOK time.Time
+	last   error // result of the latest probe
+}
+
+func (r *readiness) start(s *Server, interval time.Duration) {
+	r.interval = interval
+	r.last = fmt.Errorf("bucket %q not probed yet", s.cfg.Bucket)
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	r.done = make(chan struct{})
+	prefix := s.c.Layout().Root() + "~readyz/"
+	go func() {
+		defer close(r.done)
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			pctx, pcancel := context.WithTimeout(ctx, min(interval, 10*time.Second))
+			_, _, err := s.c.Store().List(pctx, prefix, "/")
+			pcancel()
+			if ctx.Err() != nil {
+				return
+			}
+			r.mu.Lock()
+			prev := r.last
+			if err != nil {
+				r.last = fmt.Errorf("bucket %q unreachable: %w", s.cfg.Bucket, err)
+			} else {
+				r.last, r.lastOK = nil, time.Now()
+			}
+			now := r.last
+			r.mu.Unlock()
+			switch {
+			case now != nil && prev == nil:
+				s.log.Warn("not ready", "err", now)
+			case now == nil && prev != nil:
+				s.log.Info("ready: bucket reachable", "bucket", s.cfg.Bucket)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+		}
+	}()
+}
+
+func (r *readiness) err() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.last != nil {
+		return r.last
+	}
+	if age := time.Since(r.lastOK); age > 3*r.interval {
+		return fmt.Errorf("bucket probe has not answered for %v", age.Round(time.Second))
+	}
+	return nil
+}
+
+func (r *readiness) stop() {
+	r.cancel()
+	<-r.done
+}

@@ -1,0 +1,395 @@
+package sidecar
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+// Action types of DoAction.
+const (
+	ActionSealStage   = "seal-stage"
+	ActionDeleteQuery = "delete-query"
+	ActionGC          = "gc"
+)
+
+// Errors of the sidecar's lifecycle.
+var (
+	// ErrShutdown is the cause of streams cut off when the shutdown grace
+	// ends, and the message of calls refused while the sidecar drains.
+	ErrShutdown = errors.New("sidecar is shutting down")
+	// ErrCutOff: Shutdown's grace ended with calls still running; they
+	// were cut off and their DoPut output aborted (nothing committed).
+	ErrCutOff = errors.New("calls cut off at shutdown")
+	// ErrCleanup: aborting a stream's output failed, so objects or open
+	// multipart uploads of that attempt may remain.
+	ErrCleanup = errors.New("cleanup of aborted streams failed")
+)
+
+// PutCommand is DoPut's descriptor: FlightDescriptor CMD holding this
+// object as JSON. Unknown fields are rejected, so a misspelt key fails
+// loudly instead of defaulting.
+type PutCommand struct {
+	Query      string   `json:"query"`
+	Stage      *int     `json:"stage"`
+	Worker     WorkerID `json:"worker"`
+	Attempt    string   `json:"attempt,omitempty"` // empty: a fresh attempt ID
+	Partitions int      `json:"partitions"`
+	// Results marks a query's final results stage (kept for
+	// results_retention rather than until the query is deleted).
+	Results bool `json:"results,omitempty"`
+}
+
+// WorkerID is a worker ID in JSON: a string, or a non-negative integer
+// that means its decimal string (7 and "7" are the same worker).
+type WorkerID string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (w *WorkerID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*w = WorkerID(s)
+		return nil
+	}
+	n, err := strconv.ParseUint(string(b), 10, 63)
+	if err != nil {
+		return fmt.Errorf("worker must be a string or a non-negative integer, got %s", b)
+	}
+	*w = WorkerID(strconv.FormatUint(n, 10))
+	return nil
+}
+
+// PutResult is the JSON app_metadata of the PutResult a committed DoPut
+// sends before it ends.
+type PutResult struct {
+	Committed    bool   `json:"committed"`
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Worker       string `json:"worker"`
+	Attempt      string `json:"attempt"`
+	Partitions   int    `json:"partitions"`
+	Batches      int64  `json:"batches"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Frames       int    `json:"frames"`
+	Parts        int    `json:"parts"`
+}
+
+// batchMetadata is the app_metadata of every FlightData of a DoPut.
+type batchMetadata struct {
+	Partition *json.Number `json:"partition"`
+}
+
+// Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
+type Ticket struct {
+	Query      string `json:"query"`
+	Stage      *int   `json:"stage"`
+	Partition  *int   `json:"partition,omitempty"`
+	Partitions []int  `json:"partitions,omitempty"`
+}
+
+// StageRef names a stage: GetFlightInfo's and GetSchema's CMD descriptor
+// (DoPut's descriptor works too; its other fields are ignored) and the
+// descriptor of every FlightInfo the sidecar returns.
+type StageRef struct {
+	Query string `json:"query"`
+	Stage *int   `json:"stage"`
+}
+
+// ListCriteria is ListFlights' optional criteria expression, as JSON.
+type ListCriteria struct {
+	Query string `json:"query,omitempty"` // only this query's stages
+}
+
+// StageMetadata is the JSON app_metadata of a FlightInfo.
+type StageMetadata struct {
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Sealed       bool   `json:"sealed"`
+	Results      bool   `json:"results,omitempty"`
+	Workers      int    `json:"workers"`
+	Partitions   int    `json:"partitions"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Frames       int    `json:"frames"`
+}
+
+// PartitionMetadata is the JSON app_metadata of a FlightEndpoint.
+type PartitionMetadata struct {
+	Partition    int   `json:"partition"`
+	Rows         int64 `json:"rows"`
+	BytesLogical int64 `json:"bytes_logical"`
+	BytesStored  int64 `json:"bytes_stored"`
+	Frames       int   `json:"frames"`
+}
+
+// SealRequest is the body of the seal-stage action.
+type SealRequest struct {
+	Query   string `json:"query"`
+	Stage   *int   `json:"stage"`
+	Workers int    `json:"workers"`
+}
+
+// SealResult is the body of seal-stage's one result.
+type SealResult struct {
+	Sealed       bool   `json:"sealed"`
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Workers      int    `json:"workers"`
+	Partitions   int    `json:"partitions"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Key          string `json:"key"`
+}
+
+// DeleteRequest is the body of the delete-query action.
+type DeleteRequest struct {
+	Query string `json:"query"`
+}
+
+// DeleteResult is the body of delete-query's one result.
+type DeleteResult struct {
+	Query          string `json:"query"`
+	DeletedObjects int    `json:"deleted_objects"`
+	AbortedUploads int    `json:"aborted_uploads"`
+}
+
+// GCRequest is the body of the gc action.
+type GCRequest struct {
+	OlderThan string `json:"older_than"`
+}
+
+// decodeStrict parses b as exactly one JSON object into v, rejecting
+// unknown fields; what names the object in errors.
+func decodeStrict(what string, b []byte, v any) error {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return invalidf("%s is empty; want a JSON object", what)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return invalidf("%s is not valid: %v (got %s)", what, err, clip(b))
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return invalidf("%s has data after its JSON object (got %s)", what, clip(b))
+	}
+	return nil
+}
+
+// clip quotes at most 200 bytes of b for an error message.
+func clip(b []byte) string {
+	const n = 200
+	if len(b) > n {
+		return strconv.Quote(string(b[:n])) + "..."
+	}
+	return strconv.Quote(string(b))
+}
+
+func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
+	var c PutCommand
+	if d == nil {
+		return c, invalidf(`DoPut needs a FlightDescriptor of type CMD on its first message: {"query","stage","worker","attempt","partitions"}`)
+	}
+	if d.Type != flight.DescriptorCMD {
+		return c, invalidf(`DoPut descriptor must be of type CMD holding {"query","stage","worker","attempt","partitions"}, got %v`, d.Type)
+	}
+	if err := decodeStrict("DoPut descriptor", d.Cmd, &c); err != nil {
+		return c, err
+	}
+	if c.Stage == nil {
+		return c, invalidf("DoPut descriptor has no stage")
+	}
+	if c.Partitions < 1 {
+		return c, invalidf("DoPut descriptor: partitions must be at least 1, got %d", c.Partitions)
+	}
+	for _, id := range []struct{ kind, v string }{{"query", c.Query}, {"worker", string(c.Worker)}} {
+		if err := manifest.ValidateID(id.kind, id.v); err != nil {
+			return c, invalidf("DoPut descriptor: %v", err)
+		}
+	}
+	if c.Attempt != "" {
+		if err := manifest.ValidateID("attempt", c.Attempt); err != nil {
+			return c, invalidf("DoPut descriptor: %v", err)
+		}
+	}
+	if err := manifest.ValidateStage(*c.Stage); err != nil {
+		return c, invalidf("DoPut descriptor: %v", err)
+	}
+	return c, nil
+}
+
+// partitionOf reads the partition of batch number n (0-based) from its
+// app_metadata. A stage of one partition may omit it.
+func partitionOf(md []byte, partitions int, n int64) (int, error) {
+	if len(bytes.TrimSpace(md)) == 0 {
+		if partitions == 1 {
+			return 0, nil
+		}
+		return 0, invalidf(`batch %d has no app_metadata; every batch needs {"partition": N} with N in [0, %d)`, n, partitions)
+	}
+	var m batchMetadata
+	if err := json.Unmarshal(md, &m); err != nil {
+		return 0, invalidf(`batch %d: app_metadata is not {"partition": N}: %v (got %s)`, n, err, clip(md))
+	}
+	if m.Partition == nil {
+		return 0, invalidf(`batch %d: app_metadata has no "partition" (got %s)`, n, clip(md))
+	}
+	p, err := strconv.ParseInt(m.Partition.String(), 10, 64)
+	if err != nil {
+		return 0, invalidf("batch %d: partition %s is not an integer", n, m.Partition)
+	}
+	if p < 0 || p >= int64(partitions) {
+		return 0, invalidf("batch %d: partition %d is outside [0, %d)", n, p, partitions)
+	}
+	return int(p), nil
+}
+
+func parseTicket(b []byte) (Ticket, []int, error) {
+	var t Ticket
+	if err := decodeStrict("ticket", b, &t); err != nil {
+		return t, nil, err
+	}
+	if err := manifest.ValidateID("query", t.Query); err != nil {
+		return t, nil, invalidf("ticket: %v", err)
+	}
+	if t.Stage == nil {
+		return t, nil, invalidf("ticket has no stage")
+	}
+	if err := manifest.ValidateStage(*t.Stage); err != nil {
+		return t, nil, invalidf("ticket: %v", err)
+	}
+	switch {
+	case t.Partition != nil && t.Partitions != nil:
+		return t, nil, invalidf(`ticket has both "partition" and "partitions"; give one`)
+	case t.Partition != nil:
+		return t, []int{*t.Partition}, nil
+	case len(t.Partitions) > 0:
+		return t, t.Partitions, nil
+	case t.Partitions != nil:
+		return t, nil, invalidf(`ticket has an empty "partitions" list`)
+	default:
+		return t, nil, invalidf(`ticket names no partition: want "partition": N or "partitions": [...]`)
+	}
+}
+
+// parseStageRef reads a stage from a CMD descriptor (JSON with query and
+// stage; other keys, such as DoPut's, are ignored) or a PATH descriptor
+// [query, stage].
+func parseStageRef(d *flight.FlightDescriptor) (string, int, error) {
+	if d == nil {
+		return "", 0, invalidf(`no FlightDescriptor: want CMD {"query","stage"} or PATH [query, stage]`)
+	}
+	var ref StageRef
+	switch d.Type {
+	case flight.DescriptorCMD:
+		if err := json.Unmarshal(d.Cmd, &ref); err != nil {
+			return "", 0, invalidf(`descriptor is not {"query","stage"}: %v (got %s)`, err, clip(d.Cmd))
+		}
+		if ref.Stage == nil {
+			return "", 0, invalidf("descriptor has no stage")
+		}
+	case flight.DescriptorPATH:
+		if len(d.Path) != 2 {
+			return "", 0, invalidf("PATH descriptor must be [query, stage], got %q", d.Path)
+		}
+		n, err := strconv.Atoi(d.Path[1])
+		if err != nil {
+			return "", 0, invalidf("PATH descriptor [query, stage]: stage %q is not an integer", d.Path[1])
+		}
+		ref = StageRef{Query: d.Path[0], Stage: &n}
+	default:
+		return "", 0, invalidf("descriptor type %v: want CMD or PATH", d.Type)
+	}
+	if err := manifest.ValidateID("query", ref.Query); err != nil {
+		return "", 0, invalidf("descriptor: %v", err)
+	}
+	if err := manifest.ValidateStage(*ref.Stage); err != nil {
+		return "", 0, invalidf("descriptor: %v", err)
+	}
+	return ref.Query, *ref.Stage, nil
+}
+
+// stageDescriptor is the CMD descriptor of a stage's FlightInfo.
+func stageDescriptor(query string, stage int) *flight.FlightDescriptor {
+	b, _ := json.Marshal(StageRef{Query: query, Stage: &stage})
+	return &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: b}
+}
+
+func invalidf(format string, args ...any) error {
+	return status.Errorf(codes.InvalidArgument, format, args...)
+}
+
+// toStatus gives err its gRPC code by class. Errors that already carry a
+// status (from the stream itself, or made here) keep it.
+func toStatus(err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
+		return err
+	}
+	return status.Error(codeOf(err), err.Error())
+}
+
+func codeOf(err error) codes.Code {
+	var fe *reader.FrameError
+	switch {
+	case errors.Is(err, ErrShutdown):
+		return codes.Unavailable
+	case errors.Is(err, context.Canceled):
+		return codes.Canceled
+	case errors.Is(err, context.DeadlineExceeded):
+		return codes.DeadlineExceeded
+	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, config.ErrInvalid),
+		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema),
+		errors.Is(err, reader.ErrPartition):
+		return codes.InvalidArgument
+	case errors.Is(err, manifest.ErrStageNotFound):
+		return codes.NotFound
+	case errors.Is(err, manifest.ErrAlreadyCommitted):
+		return codes.AlreadyExists
+	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion):
+		return codes.FailedPrecondition
+	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, frame.ErrCorrupt),
+		errors.Is(err, reader.ErrChecksum), errors.Is(err, reader.ErrTruncated):
+		return codes.DataLoss
+	case store.IsNotFound(err):
+		// A manifest names an object that is gone: the stage was deleted
+		// while being read.
+		return codes.NotFound
+	case store.IsRetryable(err):
+		return codes.Unavailable
+	}
+	// A status wrapped inside a plain error (a stream's Recv failure).
+	if s, ok := status.FromError(err); ok && s.Code() != codes.Unknown {
+		return s.Code()
+	}
+	return codes.Internal
+}
+
+func isNotFound(err error) bool { return store.IsNotFound(err) }

@@ -1,0 +1,451 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"golang.org/x/sync/semaphore"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+// Flow-control windows of every connection and stream. gRPC's default
+// dynamic (BDP) windows grow to 16 MiB per stream; fixed ones bound what a
+// client can push ahead of a stream that is blocked on the upload budget:
+// at most streamWindow unread bytes per stream, plus the one message being
+// assembled (at most max_message_bytes). On loopback 1 MiB is far above
+// the bandwidth-delay product, so it costs no throughput.
+const (
+	streamWindow = 1 << 20
+	connWindow   = 16 << 20
+)
+
+// DefaultReadyInterval is how often the bucket is probed for /readyz.
+const DefaultReadyInterval = 5 * time.Second
+
+// Options configure a Server beyond the client's configuration.
+type Options struct {
+	// Logger receives stream outcomes and lifecycle events; nil discards.
+	// The auth token is never logged.
+	Logger *slog.Logger
+	// Metrics receives the sidecar's and the store's metrics and is served
+	// on /metrics. Build the client with the same Metrics as its upload
+	// Observer to get the pool's metrics too. nil: a fresh one (without
+	// the pool's metrics).
+	Metrics *metrics.Metrics
+	// ReadyInterval is how often the bucket is probed for /readyz
+	// (default DefaultReadyInterval).
+	ReadyInterval time.Duration
+	// Mem allocates decoded records (default the Go allocator).
+	Mem memory.Allocator
+}
+
+// Server is the Flight service on a durashuffle.Client. The client's
+// configuration supplies the sidecar keys: listen, metrics_listen,
+// auth_token, max_streams, max_message_bytes, shutdown_grace. Create it
+// with New, serve with Serve (and ServeMetrics), stop with Shutdown.
+// Safe for concurrent use.
+type Server struct {
+	flight.BaseFlightServer
+
+	c        *durashuffle.Client
+	cfg      config.Config
+	log      *slog.Logger
+	m        *metrics.Metrics
+	st       store.Store // the client's store, bytes read counted
+	mem      memory.Allocator
+	rd       reader.Options
+	tokenSum *[sha256.Size]byte // nil: no auth
+
+	grpc   *grpc.Server
+	slots  *semaphore.Weighted
+	stages stageCache
+
+	drain     context.Context // done once Shutdown starts
+	drainNow  context.CancelFunc
+	hard      context.Context // done when the grace ends: streams abort
+	hardStop  context.CancelCauseFunc
+	cut       atomic.Int64 // DoPut streams aborted by the end of the grace
+	abortErrs atomic.Int64 // aborts whose cleanup failed
+
+	mu       sync.Mutex
+	active   int           // calls inside a handler
+	idle     chan struct{} // closed when active drops to 0 while draining
+	httpSrv  *http.Server
+	shutOnce sync.Once
+	shutErr  error
+	shutDone chan struct{}
+
+	ready readiness
+}
+
+var _ flight.FlightServer = (*Server)(nil)
+
+// New builds the server on c; it listens on nothing until Serve. It starts
+// probing the bucket for /readyz right away.
+func New(c *durashuffle.Client, o Options) *Server {
+	cfg := c.Config()
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	if o.Metrics == nil {
+		o.Metrics = metrics.New()
+	}
+	if o.ReadyInterval <= 0 {
+		o.ReadyInterval = DefaultReadyInterval
+	}
+	if o.Mem == nil {
+		o.Mem = memory.DefaultAllocator
+	}
+	o.Metrics.WatchCounter(c.Counter())
+	o.Metrics.WatchConcurrency(c.Pool().Concurrency)
+
+	gap := int64(cfg.ReadGapBytes)
+	if gap == 0 {
+		gap = -1 // the reader's zero means its default; the config's means "no gap"
+	}
+	s := &Server{
+		c:        c,
+		cfg:      cfg,
+		log:      o.Logger,
+		m:        o.Metrics,
+		st:       o.Metrics.CountReads(c.Store()),
+		mem:      o.Mem,
+		rd:       reader.Options{RangeBytes: int64(cfg.ReadRangeBytes), ReadAhead: cfg.ReadAhead, GapBytes: gap, Mem: o.Mem},
+		slots:    semaphore.NewWeighted(int64(max(1, cfg.MaxStreams))),
+		shutDone: make(chan struct{}),
+	}
+	if cfg.AuthToken != "" {
+		sum := sha256.Sum256([]byte(cfg.AuthToken))
+		s.tokenSum = &sum
+	}
+	msg := int(cfg.MaxMessageBytes)
+	if msg <= 0 {
+		msg = int(config.Default().MaxMessageBytes)
+	}
+	s.drain, s.drainNow = context.WithCancel(context.Background())
+	s.hard, s.hardStop = context.WithCancelCause(context.Background())
+	s.grpc = grpc.NewServer(
+		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
+		grpc.ChainStreamInterceptor(s.streamInterceptor),
+		grpc.MaxRecvMsgSize(msg),
+		grpc.MaxSendMsgSize(msg),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
+	)
+	flight.RegisterFlightServiceServer(s.grpc, s)
+	s.ready.start(s, o.ReadyInterval)
+	return s
+}
+
+// Listen opens the Flight listener for an address in the listen key's
+// syntax: host:port for TCP, unix:/path for a unix socket (a stale socket
+// file left by a crashed sidecar is replaced; any other file is not).
+func Listen(addr string) (net.Listener, error) {
+	if strings.TrimSpace(addr) == "" {
+		// net.Listen would take "" as every interface, on a random port.
+		return nil, fmt.Errorf("%w: listen is empty: want host:port or unix:/path", config.ErrInvalid)
+	}
+	path, ok := strings.CutPrefix(addr, "unix:")
+	if !ok {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("listen on %s: %w", addr, err)
+		}
+		return ln, nil
+	}
+	if path == "" {
+		return nil, fmt.Errorf("%w: listen %q: unix: needs a socket path", config.ErrInvalid, addr)
+	}
+	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
+		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("listen on %s: another process is serving this socket", addr)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, fmt.Errorf("listen on %s: remove stale socket: %w", addr, err)
+		}
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return ln, nil
+}
+
+// IsLoopback reports whether a listen address only accepts local callers:
+// a unix socket or a loopback host.
+func IsLoopback(addr string) bool {
+	if strings.HasPrefix(addr, "unix:") {
+		return true
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Serve serves Flight on ln until Shutdown; it then returns nil.
+func (s *Server) Serve(ln net.Listener) error {
+	if s.drain.Err() != nil {
+		ln.Close()
+		return nil
+	}
+	return s.grpc.Serve(ln)
+}
+
+// ServeMetrics serves /metrics, /healthz and /readyz on ln until Shutdown;
+// it then returns nil.
+func (s *Server) ServeMetrics(ln net.Listener) error {
+	srv := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.mu.Lock()
+	if s.drain.Err() != nil {
+		s.mu.Unlock()
+		ln.Close()
+		return nil
+	}
+	s.httpSrv = srv
+	s.mu.Unlock()
+	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// Shutdown stops the sidecar: new calls are refused (Unavailable) and
+// /readyz turns 503 at once; streams in flight may finish until ctx is
+// done (the caller sets the shutdown grace as its deadline). Streams still
+// running then are cut off: their writers abort, so nothing of theirs is
+// committed and no multipart upload stays open, and Shutdown waits for
+// that cleanup. It returns nil if every call finished in time; an error
+// wrapping ErrCutOff that counts the calls cut off; or, if aborting an
+// output failed, one wrapping ErrCleanup. Calling it again waits for the
+// first call and returns its result. The client is not closed.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		defer close(s.shutDone)
+		s.shutErr = s.shutdown(ctx)
+	})
+	<-s.shutDone
+	return s.shutErr
+}
+
+func (s *Server) shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.drainNow()
+	active := s.active
+	idle := make(chan struct{})
+	if active == 0 {
+		close(idle)
+	} else {
+		s.idle = idle
+	}
+	s.mu.Unlock()
+	deadline, _ := ctx.Deadline()
+	s.log.Info("shutting down: refusing new streams", "in_flight", active, "deadline", deadline)
+
+	stopped := make(chan struct{})
+	go func() {
+		s.grpc.GracefulStop()
+		close(stopped)
+	}()
+	var err error
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		s.mu.Lock()
+		left := s.active
+		s.mu.Unlock()
+		s.log.Warn("shutdown grace ended: aborting streams still running", "streams", left)
+		// Writers fail through their contexts; handlers blocked on a
+		// client that sends nothing are woken by closing the transports.
+		// A handler that sees its context end returns Unavailable while
+		// its transport is still open; a moment later the transports close.
+		s.hardStop(ErrShutdown)
+		select {
+		case <-idle:
+		case <-time.After(200 * time.Millisecond):
+		}
+		s.grpc.Stop()
+		<-idle
+		err = fmt.Errorf("sidecar shutdown: %w: %d calls still running when the grace ended, %d of them DoPut streams whose output was aborted (%w)",
+			ErrCutOff, left, s.cut.Load(), context.Cause(ctx))
+	}
+	<-stopped
+	s.ready.stop()
+	s.mu.Lock()
+	srv := s.httpSrv
+	s.mu.Unlock()
+	if srv != nil {
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		if herr := srv.Shutdown(hctx); herr != nil {
+			srv.Close()
+		}
+	}
+	if n := s.abortErrs.Load(); n > 0 {
+		err = errors.Join(err, fmt.Errorf("sidecar shutdown: %w: %d streams (see the log); lifecycle rules must remove what they left", ErrCleanup, n))
+	}
+	s.log.Info("shut down", "cut_off", s.cut.Load())
+	return err
+}
+
+// enter registers a call; it fails while draining.
+func (s *Server) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.drain.Err() != nil {
+		return false
+	}
+	s.active++
+	return true
+}
+
+func (s *Server) leave() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.active--
+	if s.active == 0 && s.idle != nil {
+		close(s.idle)
+		s.idle = nil
+	}
+}
+
+// callContext is a call's context, also cancelled with ErrShutdown when
+// the shutdown grace ends.
+func (s *Server) callContext(ctx context.Context) (context.Context, func()) {
+	cctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.hard, func() { cancel(context.Cause(s.hard)) })
+	return cctx, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}
+
+// methodName is the Flight method of a full gRPC method name.
+func methodName(full string) string {
+	return full[strings.LastIndexByte(full, '/')+1:]
+}
+
+func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (resp any, err error) {
+	method := methodName(info.FullMethod)
+	defer func() { s.finish(method, err) }()
+	if !s.enter() {
+		return nil, status.Error(codes.Unavailable, ErrShutdown.Error())
+	}
+	defer s.leave()
+	if err := s.authorize(ctx); err != nil {
+		return nil, err
+	}
+	ctx, done := s.callContext(ctx)
+	defer done()
+	return handler(ctx, req)
+}
+
+func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) (err error) {
+	method := methodName(info.FullMethod)
+	defer func() { s.finish(method, err) }()
+	if !s.enter() {
+		return status.Error(codes.Unavailable, ErrShutdown.Error())
+	}
+	defer s.leave()
+	if err := s.authorize(ss.Context()); err != nil {
+		return err
+	}
+	ctx, done := s.callContext(ss.Context())
+	defer done()
+	return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+}
+
+// finish records a call's outcome; failures the server is to blame for are
+// logged.
+func (s *Server) finish(method string, err error) {
+	code := status.Code(err)
+	s.m.Call(method, code.String())
+	switch code {
+	case codes.Internal, codes.Unknown, codes.DataLoss:
+		s.log.Error("call failed", "method", method, "code", code.String(), "err", status.Convert(err).Message())
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }
+
+// authorize checks the bearer token when auth_token is set. Both sides are
+// hashed first so the comparison takes the same time whatever the length.
+func (s *Server) authorize(ctx context.Context) error {
+	if s.tokenSum == nil {
+		return nil
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	vals := md.Get("authorization")
+	if len(vals) == 0 {
+		return status.Error(codes.Unauthenticated, `missing "authorization: Bearer <token>" metadata; this sidecar requires auth_token`)
+	}
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(vals[0]), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return status.Error(codes.Unauthenticated, `authorization metadata is not "Bearer <token>"`)
+	}
+	sum := sha256.Sum256([]byte(strings.TrimSpace(tok)))
+	if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) != 1 {
+		return status.Error(codes.Unauthenticated, "invalid bearer token")
+	}
+	return nil
+}
+
+// acquire takes one of max_streams slots for a DoPut or DoGet, waiting
+// while all are taken. A waiting stream gives up when its caller goes away
+// or the sidecar starts shutting down. The returned func frees the slot.
+func (s *Server) acquire(ctx context.Context, method string) (func(), error) {
+	if !s.slots.TryAcquire(1) {
+		s.m.StreamWaiting(1)
+		wctx, cancel := context.WithCancel(ctx)
+		stop := context.AfterFunc(s.drain, cancel)
+		err := s.slots.Acquire(wctx, 1)
+		stop()
+		cancel()
+		s.m.StreamWaiting(-1)
+		if err != nil {
+			if ctx.Err() == nil {
+				return nil, status.Error(codes.Unavailable, ErrShutdown.Error())
+			}
+			return nil, toStatus(context.Cause(ctx))
+		}
+	}
+	s.m.StreamStarted(method)
+	return func() {
+		s.m.StreamDone(method)
+		s.slots.Release(1)
+	}, nil
+}
