@@ -26,6 +26,9 @@ var (
 	ErrStageNotFound = errors.New("stage not found")
 	// ErrMissingWorkers: seal was asked for workers that have not committed.
 	ErrMissingWorkers = errors.New("workers have not committed")
+	// ErrSealConflict: the stage is already sealed with other workers or
+	// attempts.
+	ErrSealConflict = errors.New("stage already sealed differently")
 	// ErrVersion: the manifest's major version is unknown to this reader.
 	ErrVersion = errors.New("unsupported manifest format version")
 	// ErrCorrupt: the manifest is not valid JSON or is inconsistent.

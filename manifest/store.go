@@ -128,7 +128,7 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 		if sameAttempts(old, s) {
 			return old, nil
 		}
-		return nil, fmt.Errorf("seal %s stage %d: already sealed with other workers or attempts", query, stage)
+		return nil, fmt.Errorf("%w: seal %s stage %d: the stage manifest names other workers or attempts", ErrSealConflict, query, stage)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("write stage manifest %s: %w", key, err)

@@ -373,7 +373,7 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, manifest.ErrAlreadyCommitted):
 		return codes.AlreadyExists
-	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion):
+	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict):
 		return codes.FailedPrecondition
 	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, frame.ErrCorrupt),
 		errors.Is(err, reader.ErrChecksum), errors.Is(err, reader.ErrTruncated):
