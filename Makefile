@@ -4,7 +4,7 @@ PKGS := ./...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
 
-.PHONY: run test vet build minio docs clean
+.PHONY: run test test-endpoint vet build minio docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 run:
@@ -14,6 +14,41 @@ run:
 test: minio vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -timeout 10m $(RACE_PKGS)
+
+## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
+.PHONY: soak
+soak: minio
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/faulttest
+
+## test-endpoint: the store contract suite and the end-to-end suites against
+## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they
+## start: make test-endpoint ENDPOINT=http://127.0.0.1:4566 [REGION=...]
+## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
+## ENDPOINT_PKGS=./internal/storetest. Credentials come from the AWS chain.
+## See docs/operations.md.
+ENDPOINT_PKGS ?= ./internal/storetest ./internal/s3store . ./reader ./cmd/durashuffle
+# NAME from the command line, else DURASHUFFLE_TEST_NAME from the
+# environment: a BUCKET or REGION exported for other tools is not picked up.
+testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
+test-endpoint:
+	@test -n "$(call testenv_var,ENDPOINT)" || { echo "usage: make test-endpoint ENDPOINT=http://host:port [REGION=r] [PATH_STYLE=false] [INSECURE=true] [BUCKET=b ENDPOINT_PKGS=./internal/storetest]" >&2; exit 2; }
+	DURASHUFFLE_TEST_ENDPOINT='$(call testenv_var,ENDPOINT)' DURASHUFFLE_TEST_REGION='$(call testenv_var,REGION)' \
+	DURASHUFFLE_TEST_BUCKET='$(call testenv_var,BUCKET)' DURASHUFFLE_TEST_PATH_STYLE='$(call testenv_var,PATH_STYLE)' \
+	DURASHUFFLE_TEST_INSECURE='$(call testenv_var,INSECURE)' \
+	  bash scripts/gotest.sh -count=1 -timeout 30m $(ENDPOINT_PKGS)
+
+## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
+## manifest decoders, the frame and schema decoders and the range planner.
+## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
+FUZZTIME ?= 30s
+FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage \
+	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./reader:FuzzPlan
+.PHONY: fuzz
+fuzz:
+	@set -e; for t in $(FUZZ_TARGETS); do \
+	  echo "== $${t#*:} ($${t%%:*}) for $(FUZZTIME)"; \
+	  $(GO) test -run '^$$' -fuzz "^$${t#*:}$$" -fuzztime $(FUZZTIME) $${t%%:*}; \
+	done
 
 ## minio: install the pinned MinIO server the tests start on loopback.
 minio:
@@ -33,3 +68,10 @@ build:
 
 clean:
 	rm -rf bin
+
+## bench: `durashuffle bench all` over the shaped link (several minutes, not part of test):
+## rewrites BENCHMARKS.md's generated tables and the charts and JSON in docs/bench/.
+.PHONY: bench
+bench:
+	$(GO) build -o bin/durashuffle ./cmd/durashuffle
+	./bin/durashuffle bench all --out docs/bench --markdown BENCHMARKS.md

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/store"
@@ -25,6 +26,9 @@ type Client struct {
 	pool    *uploader.Pool
 	counter *store.Counter
 	layout  manifest.Layout
+	// readHedge times the ranged GETs of every stage the client opens
+	// (nil: hedge_factor 0, no hedging).
+	readHedge *hedge.Hedger
 }
 
 // Open connects to the bucket of cfg with the AWS SDK (endpoint, region
@@ -78,7 +82,11 @@ func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs u
 		HedgeFactor: cfg.HedgeFactor,
 		HedgeMin:    cfg.HedgeMinDelay.D(),
 	}, obs)
-	return &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix}}
+	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix}}
+	if cfg.HedgeFactor > 0 {
+		c.readHedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
+	}
+	return c
 }
 
 // Close stops the upload pool. Writers must be committed or aborted.
@@ -129,7 +137,16 @@ func (c *Client) ReaderOptions() reader.Options {
 	if gap == 0 {
 		gap = -1 // config 0: only directly adjacent frames share a GET
 	}
-	return reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap}
+	return reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap, Hedge: c.readHedge}
+}
+
+// ReadHedged returns how many ranged GETs of the client's stages were
+// hedged and how many of those the second request won.
+func (c *Client) ReadHedged() (hedged, won int64) {
+	if c.readHedge == nil {
+		return 0, 0
+	}
+	return c.readHedge.Stats()
 }
 
 // OpenStage opens a committed stage for reading: one GET when it is

@@ -5,5 +5,7 @@
 // Records always come in the same order, by partition ascending, then by
 // worker in manifest order (sorted by worker ID), then frame by frame in
 // the order the worker wrote them, so every read of a stage, and every
-// page of its results, sees one deterministic stream.
+// page of its results, sees one deterministic stream. With
+// Options.Hedge, a ranged GET that runs far longer than its peers is sent
+// once more and the first complete answer wins.
 package reader

@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 )
@@ -64,6 +65,14 @@ type Options struct {
 	GapBytes int64
 	// Mem allocates decoded records (default memory.DefaultAllocator).
 	Mem memory.Allocator
+	// Hedge, if set, re-issues a ranged GET that runs far longer than its
+	// recent peers (hedge_factor times their p90, at least
+	// hedge_min_delay), once, and keeps the first complete answer; the
+	// other GET is cancelled. A hedged range briefly holds a second
+	// buffer of its size, on top of the ReadAhead x RangeBytes above.
+	// Share one Hedger among a client's stages: its window of recent
+	// latencies is what makes a GET late. nil: no hedging.
+	Hedge *hedge.Hedger
 }
 
 func (o Options) withDefaults() Options {
@@ -288,13 +297,7 @@ func (r *Records) launch(s *Stage, spans []span) {
 // its frames. The buffer is never reused: decoded arrays of an
 // uncompressed frame point into it.
 func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	buf := make([]byte, sp.Length)
-	n := 0
-	body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
-	if err == nil {
-		n, err = io.ReadFull(body, buf)
-		body.Close()
-	}
+	buf, n, err := s.get(ctx, sp)
 	var out []arrow.RecordBatch
 	for _, f := range sp.Frames {
 		if end := f.At + f.Frame.Length; int64(n) < end {
@@ -309,6 +312,46 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]
 		out = append(out, recs...)
 	}
 	return out, nil
+}
+
+// get reads span sp, hedged if the stage hedges: buf holds the n bytes
+// that arrived, and err says why not all of them did.
+func (s *Stage) get(ctx context.Context, sp span) (buf []byte, n int, err error) {
+	if s.o.Hedge == nil {
+		return getSpan(ctx, s.st, sp)
+	}
+	// Each request reads into a buffer of its own, since both may be
+	// receiving at once; Do returns after both have stopped.
+	var (
+		mu   sync.Mutex
+		have bool
+	)
+	// Do's own error is not needed: it fails only when every request did,
+	// and then err is the failure of the request that got furthest.
+	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
+		b, bn, berr := getSpan(ctx, s.st, sp)
+		mu.Lock()
+		defer mu.Unlock()
+		// A complete answer beats any partial one; between partial ones
+		// the longer wins, since its whole frames are still delivered.
+		if !have || err != nil && (berr == nil || bn > n) {
+			buf, n, err, have = b, bn, berr, true
+		}
+		return berr
+	})
+	return buf, n, err
+}
+
+// getSpan is one ranged GET of sp into a fresh buffer of its size.
+func getSpan(ctx context.Context, st store.Reader, sp span) ([]byte, int, error) {
+	buf := make([]byte, sp.Length)
+	body, err := st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+	if err != nil {
+		return buf, 0, err
+	}
+	defer body.Close()
+	n, err := io.ReadFull(body, buf)
+	return buf, n, err
 }
 
 func frameErr(s *Stage, f spanFrame, err error) *FrameError {

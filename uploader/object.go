@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/store"
 )
 
@@ -26,6 +28,7 @@ type Object struct {
 	mu       sync.Mutex
 	uploadID string
 	created  bool
+	strays   bool // CreateMultipartUpload was retried: an unseen upload may exist
 	single   bool // written with one PutObject
 	parts    []store.Part
 	size     int64
@@ -134,7 +137,9 @@ func (o *Object) ensureUpload() (string, error) {
 	if o.created {
 		return o.uploadID, nil
 	}
-	id, err := o.pool.st.CreateMultipart(o.ctx, o.key)
+	var attempts atomic.Int32
+	id, err := o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
+	o.strays = attempts.Load() > 1
 	if err != nil {
 		return "", fmt.Errorf("create multipart upload %s: %w", o.key, err)
 	}
@@ -189,11 +194,63 @@ func (o *Object) Finish() (Result, error) {
 			return Result{}, errors.Join(err, o.Abort())
 		}
 	}
-	if err := o.pool.st.CompleteMultipart(o.ctx, o.key, id, parts); err != nil {
+	if err := o.pool.st.CompleteMultipart(o.ctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
 		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
 		return Result{}, errors.Join(err, o.Abort())
 	}
+	if err := o.abortStrays(id); err != nil {
+		return Result{}, err
+	}
 	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// abortStrays aborts uploads of this key other than keep, which exist only
+// when a CreateMultipartUpload succeeded but its answer was lost.
+func (o *Object) abortStrays(keep string) error {
+	o.mu.Lock()
+	strays := o.strays
+	o.strays = false
+	o.mu.Unlock()
+	if !strays {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
+	defer cancel()
+	ups, err := o.pool.st.ListUploads(ctx, o.key)
+	if err != nil {
+		return fmt.Errorf("list uploads of %s after a retried create: %w", o.key, err)
+	}
+	var errs []error
+	for _, u := range ups {
+		if u.Key == o.key && u.UploadID != keep {
+			if err := o.pool.st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !store.IsNotFound(err) {
+				errs = append(errs, fmt.Errorf("abort stray upload of %s: %w", o.key, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// completedBefore settles a Complete that failed with NoSuchUpload: if an
+// earlier try succeeded and only its answer was lost, the object is there
+// with every byte, and the upload is rightly gone.
+func (o *Object) completedBefore(err error, size int64) bool {
+	if !store.IsNotFound(err) {
+		return false
+	}
+	objs, _, lerr := o.pool.st.List(o.ctx, o.key, "")
+	if lerr != nil {
+		return false
+	}
+	for _, obj := range objs {
+		if obj.Key == o.key && obj.Size == size {
+			o.mu.Lock()
+			o.created = false // nothing left to abort
+			o.mu.Unlock()
+			return true
+		}
+	}
+	return false
 }
 
 // Abort waits for parts in flight, then aborts the multipart upload on a
@@ -205,13 +262,13 @@ func (o *Object) Abort() error {
 	id, created := o.uploadID, o.created
 	o.created = false
 	o.mu.Unlock()
-	if !created {
-		return nil
+	var err error
+	if created {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
+		defer cancel()
+		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
+			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
+		}
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
-	defer cancel()
-	if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
-		return fmt.Errorf("abort multipart upload %s: %w", o.key, err)
-	}
-	return nil
+	return errors.Join(err, o.abortStrays(id))
 }

@@ -34,10 +34,17 @@ type Observer interface {
 	Uploaded(bytes int64)                  // bytes stored by a finished part
 }
 
+// Store is what the pool needs: writes, and a listing to settle the
+// outcome of a request whose answer was lost.
+type Store interface {
+	store.Writer
+	store.Lister
+}
+
 // Pool uploads chunks with a fixed number of workers and hands out a fixed
 // number of chunk buffers. Safe for concurrent use.
 type Pool struct {
-	st   store.Writer
+	st   Store
 	cfg  Config
 	obs  Observer
 	sem  *semaphore.Weighted
@@ -61,7 +68,7 @@ type Stats struct {
 }
 
 // New starts a pool with cfg.Concurrency workers writing to st.
-func New(st store.Writer, cfg Config, obs Observer) *Pool {
+func New(st Store, cfg Config, obs Observer) *Pool {
 	if cfg.Concurrency < 1 {
 		cfg.Concurrency = 1
 	}

@@ -11,6 +11,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"net"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -69,7 +70,7 @@ func Wrap(s store.Store, p Policy, counter *store.Counter) *Store {
 // Reason names the class of a retryable error for metrics and summaries.
 func Reason(err error) string {
 	var se *store.Error
-	if errors.As(err, &se) {
+	if errors.As(err, &se) && (se.Status < 200 || se.Status > 299) {
 		if se.Code != "" {
 			return se.Code
 		}
@@ -89,10 +90,24 @@ func Reason(err error) string {
 	return "other"
 }
 
+type attemptsKey struct{}
+
+// CountAttempts returns a context under which the retry layer adds one to
+// *n for every attempt it makes. A caller that sees more than one attempt
+// of a non-idempotent request (CreateMultipartUpload) knows an earlier
+// try may have succeeded unseen.
+func CountAttempts(ctx context.Context, n *atomic.Int32) context.Context {
+	return context.WithValue(ctx, attemptsKey{}, n)
+}
+
 // do runs fn until it succeeds, fails permanently, or runs out of attempts.
 func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) error) error {
 	var err error
+	counted, _ := ctx.Value(attemptsKey{}).(*atomic.Int32)
 	for attempt := 1; ; attempt++ {
+		if counted != nil {
+			counted.Add(1)
+		}
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if s.policy.Timeout > 0 {
 			actx, cancel = context.WithTimeout(ctx, s.policy.Timeout)

@@ -91,6 +91,12 @@ func retryable(status int, code string, err error) bool {
 	if retryableCodes[code] {
 		return true
 	}
+	if status >= 200 && status < 300 {
+		// The server said yes but its answer broke off on the way (a
+		// truncated body fails to deserialize): the same request again
+		// is the only way to learn the result.
+		return retryableTransport(err)
+	}
 	if status != 0 {
 		// 501 Not Implemented will be just as unimplemented next time.
 		return status == 429 || (status >= 500 && status != 501)

@@ -38,6 +38,20 @@ func respErr(status int, code string) error {
 	}
 }
 
+// truncated200 is a 200 whose body broke off while being deserialized.
+func truncated200() error {
+	return &smithy.OperationError{
+		ServiceID:     "S3",
+		OperationName: "CompleteMultipartUpload",
+		Err: &awshttp.ResponseError{
+			ResponseError: &smithyhttp.ResponseError{
+				Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 200}},
+				Err:      &smithy.DeserializationError{Err: io.ErrUnexpectedEOF},
+			},
+		},
+	}
+}
+
 // sendErr builds the chain for a request that got no response.
 func sendErr(err error) error {
 	return &smithy.OperationError{ServiceID: "S3", OperationName: "UploadPart",
@@ -55,6 +69,7 @@ func TestClassify(t *testing.T) {
 		retryable bool
 	}{
 		{"404 NoSuchKey", respErr(404, "NoSuchKey"), store.ErrNotFound, 404, "NoSuchKey", false},
+		{"200 answer cut short", truncated200(), nil, 200, "", true},
 		{"404 NoSuchUpload", respErr(404, "NoSuchUpload"), store.ErrNotFound, 404, "NoSuchUpload", false},
 		{"404 HEAD without body", respErr(404, "NotFound"), store.ErrNotFound, 404, "NotFound", false},
 		{"404 with unknown code", respErr(404, ""), store.ErrNotFound, 404, "", false},

@@ -1,0 +1,95 @@
+package reader
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/hedge"
+)
+
+// stallStore is a memStore whose nth GET (1-based) hangs until its
+// context ends, like a request stuck on a bad connection.
+type stallStore struct {
+	*memStore
+	mu    sync.Mutex
+	n     int
+	stall int
+}
+
+func (s *stallStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	s.mu.Lock()
+	s.n++
+	stuck := s.n == s.stall
+	s.mu.Unlock()
+	if stuck {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return s.memStore.GetRange(ctx, key, off, length)
+}
+
+func TestHedgedRangeRead(t *testing.T) {
+	const frames = 24
+	st, m, order := buildStage(t, 2, frame.LZ4, oneFramePerObject(frames))
+	st.delay = time.Millisecond
+	ss := &stallStore{memStore: st, stall: 12}
+	h := hedge.New(4, 20*time.Millisecond)
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	s := FromManifest(ss, testLayout, m, Options{ReadAhead: 3, Hedge: h, Mem: mem})
+	start := time.Now()
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect(t, recs)
+	recs.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("read took %v: the stuck GET was not hedged", d)
+	}
+	// One GET per frame, plus exactly one for the hedge.
+	if gets, _ := st.stats(); gets != frames {
+		t.Fatalf("%d GETs reached the store, want %d (the stuck one never did)", gets, frames)
+	}
+	if ss.n != frames+1 {
+		t.Fatalf("%d GETs issued, want %d: one per frame and one hedge", ss.n, frames+1)
+	}
+	if hedged, won := h.Stats(); hedged != 1 || won != 1 {
+		t.Fatalf("hedged %d, won %d; want 1 and 1", hedged, won)
+	}
+}
+
+// TestHedgeKeepsPartialFrames: when every request of a hedged span fails,
+// the frames that arrived whole are still delivered, as without hedging.
+func TestHedgeKeepsPartialFrames(t *testing.T) {
+	st, m, order := buildStage(t, 4, frame.LZ4, interleaved)
+	w := &m.Workers[0]
+	key := testLayout.ObjectKey(testQuery, testStage, w.Objects[0].Key)
+	last := w.Frames[4]
+	st.objs[key] = st.objs[key][:last.Offset+7]
+	h := hedge.New(2, time.Millisecond)
+	for _, opts := range []Options{{Hedge: h}, {RangeBytes: 1, ReadAhead: 2, Hedge: h}} {
+		s := FromManifest(st, testLayout, m, opts)
+		recs, err := s.ReadPartitions(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collect(t, recs)
+		recs.Release()
+		if err == nil {
+			t.Fatal("truncated object read without error")
+		}
+		mustContain(t, err, "truncated", "got 7")
+		equalRows(t, got, order[:rowsBefore(m, 0, 4)])
+	}
+}
