@@ -41,6 +41,7 @@ type demoOptions struct {
 	seed       uint64
 	dataDir    string
 	json       bool
+	prog       *progress // nil: no progress bars
 }
 
 // demoSummary is what `demo --json` prints.
@@ -212,8 +213,11 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
 		}
 	}
-	client := durashuffle.NewClient(s3, cfg, counter, nil)
+	o.prog = a.startProgress()
+	defer o.prog.close()
+	client := durashuffle.NewClient(s3, cfg, counter, o.prog.observer(int64(cfg.ChunkSize)))
 	defer client.Close()
+	o.prog.writingRows(client, o.rows)
 
 	// Write.
 	a.log.Info("writing", "query", o.query, "rows", o.rows, "workers", o.workers, "partitions", o.partitions,
@@ -257,6 +261,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	a.log.Info("reading back", "query", o.query, "partitions", o.partitions)
 	before = counter.Requests()
 	start = time.Now()
+	o.prog.readingRows(client, o.rows, sum.BytesStored)
 	read, ranges, err := readDemo(ctx, client, o)
 	sum.ReadRanges = ranges
 	sum.ReadSeconds = round(time.Since(start).Seconds())
@@ -285,6 +290,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	}
 	sum.OpenUploads = len(ups)
 
+	o.prog.done()
 	if o.json {
 		if err := printJSON(a.stdout, sum); err != nil {
 			return err
@@ -403,6 +409,7 @@ func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen
 						return fmt.Errorf("write %d rows to partition %d: %w", part.Record.NumRows(), part.Partition, err)
 					}
 				}
+				o.prog.wrote(batches[n].Hi - batches[n].Lo)
 			}
 		})
 	}
@@ -446,6 +453,7 @@ func readDemo(ctx context.Context, c *durashuffle.Client, o *demoOptions) ([]dem
 			defer rr.Close()
 			ranges.Add(int64(rr.Ranges()))
 			for rr.Next() {
+				o.prog.readRows(rr.RecordBatch().NumRows())
 				if err := demo.Check(rr.RecordBatch(), p, o.partitions, &digests[p]); err != nil {
 					return err
 				}

@@ -45,6 +45,7 @@ type app struct {
 	flags          *config.Flags
 	logLevel       string
 	logFormat      string
+	quiet          bool // --quiet: no progress bars
 	log            *slog.Logger
 }
 
@@ -128,6 +129,7 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 	a.flags = config.BindFlags(pf)
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
+	pf.BoolVar(&a.quiet, "quiet", false, "no progress bars (they are drawn only when stderr is a terminal)")
 	pf.SortFlags = false
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 

@@ -135,6 +135,11 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 		return usagef("refusing to write a binary Arrow stream to a terminal: use -o FILE, a pipe, or --format csv|jsonl")
 	}
 
+	var prog *progress
+	if o.output != "-" {
+		prog = a.startProgress()
+		defer prog.close()
+	}
 	c, err := a.open(ctx)
 	if err != nil {
 		return err
@@ -158,9 +163,9 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 		return err
 	}
 	defer recs.Close()
-	var src recordSource = recs
+	var src recordSource = prog.reading(c, recs, st.Manifest(), parts, o.offset, o.limit)
 	if parts != nil && (o.offset > 0 || o.limit >= 0) {
-		src = &pageSource{recordSource: recs, skip: o.offset, left: o.limit}
+		src = &pageSource{recordSource: src, skip: o.offset, left: o.limit}
 	}
 
 	out, finish, err := createOutput(o.output, a.stdout)
@@ -171,6 +176,7 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 	if err = finish(err); err != nil {
 		return err
 	}
+	prog.done()
 	a.log.Info("read", "query", o.stage.query, "stage", o.stage.stage, "rows", rows,
 		"seconds", round(time.Since(start).Seconds()), "requests", formatOps(c.Counter().Requests()))
 	return nil

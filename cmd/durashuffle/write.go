@@ -129,7 +129,9 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 		return err
 	}
 	mem := memory.DefaultAllocator
-	src, format, err := openArrowInput(o.input, a.stdin, mem)
+	prog := a.startProgress()
+	defer prog.close()
+	src, format, err := openArrowInput(o.input, a.stdin, mem, prog)
 	if err != nil {
 		return err
 	}
@@ -138,11 +140,12 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := durashuffle.Open(ctx, cfg, nil)
+	c, err := durashuffle.Open(ctx, cfg, prog.observer(int64(cfg.ChunkSize)))
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	prog.writingInput(c)
 
 	start := time.Now()
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{
@@ -177,6 +180,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	sum.MiBps = perSecond(t.BytesLogical, sum.Seconds)
 	sum.Requests = c.Counter().Requests()
 	sum.Manifest = c.Layout().WorkerManifestKey(sum.Query, sum.Stage, sum.Worker)
+	prog.done()
 	if o.json {
 		return printJSON(a.stdout, sum)
 	}
@@ -226,8 +230,8 @@ type recordSource interface {
 
 // openArrowInput opens name ("-": stdin) as an Arrow IPC file when it
 // starts with the file magic, else as an Arrow IPC stream. It returns the
-// format it found, "file" or "stream".
-func openArrowInput(name string, stdin io.Reader, mem memory.Allocator) (recordSource, string, error) {
+// format it found, "file" or "stream". prog counts the bytes read.
+func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *progress) (recordSource, string, error) {
 	var (
 		r       io.Reader
 		closeFn = func() error { return nil }
@@ -242,6 +246,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator) (recordS
 		}
 		r, closeFn = f, f.Close
 	}
+	r = prog.input(r)
 	br := bufio.NewReaderSize(r, 64<<10)
 	magic, err := br.Peek(len(arrowFileMagic))
 	if err != nil && !errors.Is(err, io.EOF) {
@@ -251,7 +256,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator) (recordS
 	if string(magic) == arrowFileMagic {
 		// The file format's footer is at the end: it needs random access.
 		var ra ipc.ReadAtSeeker
-		if f, ok := r.(*os.File); ok {
+		if f, ok := r.(ipc.ReadAtSeeker); ok {
 			ra = f
 		} else {
 			b, err := io.ReadAll(br)

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/creack/pty"
+
+	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// onTerminal runs the binary with stderr on a pseudo-terminal (stdout and
+// stdin stay plain) and returns everything the terminal received.
+func onTerminal(t *testing.T, env []string, args ...string) (stdout, term string) {
+	t.Helper()
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("open a pty: %v", err)
+	}
+	defer ptmx.Close()
+	if err := pty.Setsize(ptmx, &pty.Winsize{Rows: 40, Cols: 160}); err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Drain the terminal while the command runs, or it blocks once
+		// the pty's buffer is full. Reads end with EIO when the last
+		// handle on the other side is closed.
+		b := make([]byte, 32<<10)
+		for {
+			n, err := ptmx.Read(b)
+			mu.Lock()
+			out.Write(b[:n])
+			mu.Unlock()
+			if err != nil {
+				return
+			}
+		}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = baseEnv(append(env, "TERM=xterm"))
+	var so bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &so, tty
+	err = cmd.Run()
+	tty.Close()
+	wg.Wait()
+	mu.Lock()
+	term = out.String()
+	mu.Unlock()
+	if err != nil {
+		t.Fatalf("durashuffle %s: %v\nterminal:\n%s", strings.Join(args, " "), err, term)
+	}
+	return so.String(), term
+}
+
+// barText is what the bars draw and nothing else prints.
+var barText = []string{"parts in flight", "encoded", "ETA", "MiB/s", "\x1b["}
+
+func TestProgressOnTerminal(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, backend{"embedded", testenv.Embedded})
+
+	t.Run("demo", func(t *testing.T) {
+		stdout, term := onTerminal(t, nil, "demo", "--rows", "100000", "--workers", "2", "--partitions", "8")
+		for _, want := range []string{"write ", "100.0k / 100.0k rows", "100%", "ETA", "encoded", "upload",
+			"parts in flight", "/8", "buffers", "MiB/s", "read", "GETs", "msg=writing"} {
+			if !strings.Contains(term, want) {
+				t.Errorf("terminal lacks %q:\n%s", want, term)
+			}
+		}
+		if !strings.Contains(stdout, "verified row counts") || strings.Contains(stdout, "parts in flight") {
+			t.Errorf("stdout is not just the summary:\n%s", stdout)
+		}
+	})
+
+	const q = "q-progress"
+	t.Run("write", func(t *testing.T) {
+		// An Arrow IPC file: read with ReadAt, counted all the same.
+		file := arrowFile(t, testBatches(t, 0, 20000, 1000))
+		fi, err := os.Stat(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, term := onTerminal(t, tg.env, append([]string{"write", "-q", q, "-s", "0", "-w", "0",
+			"--partitions", "4", "--partition-by", "id", "-i", file}, tg.flags...)...)
+		for _, want := range []string{"input", "/ " + mib(fi.Size()), "100%", "encoded", "upload", "parts in flight"} {
+			if !strings.Contains(term, want) {
+				t.Errorf("terminal lacks %q:\n%s", want, term)
+			}
+		}
+		if !strings.Contains(stdout, "committed "+q) {
+			t.Errorf("stdout:\n%s", stdout)
+		}
+	})
+
+	t.Run("read", func(t *testing.T) {
+		tg.run(t, nil, "seal", "-q", q, "-s", "0", "--workers", "1").must(t)
+		st, _ := tg.ep.NewStore(t)
+		m, err := manifest.LoadStage(context.Background(), st, manifest.Layout{Prefix: "durashuffle"}, q, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := filepath.Join(t.TempDir(), "p.arrows")
+		_, term := onTerminal(t, tg.env, append([]string{"read", "-q", q, "-s", "0", "--partitions", "0-3", "-o", out}, tg.flags...)...)
+		// The total is the stored bytes of every frame, from the manifest.
+		total := mib(m.Totals.BytesStored)
+		for _, want := range []string{"read", total + " / " + total + " stored", "100%", "20.0k rows", "GETs"} {
+			if !strings.Contains(term, want) {
+				t.Errorf("terminal lacks %q:\n%s", want, term)
+			}
+		}
+		if _, got := readArrowStream(t, mustRead(t, out)); len(got) != 20000 {
+			t.Errorf("read %d rows, want 20000", len(got))
+		}
+	})
+
+	t.Run("quiet", func(t *testing.T) {
+		stdout, term := onTerminal(t, nil, "demo", "--quiet", "--rows", "50000", "--workers", "1", "--partitions", "4")
+		for _, bar := range barText {
+			if strings.Contains(term, bar) {
+				t.Errorf("--quiet, yet the terminal shows %q:\n%s", bar, term)
+			}
+		}
+		if !strings.Contains(term, "msg=writing") || !strings.Contains(stdout, "verified") {
+			t.Errorf("--quiet lost the logs or the summary:\nterminal:\n%s\nstdout:\n%s", term, stdout)
+		}
+	})
+}
+
+func TestNoProgressWithoutTerminal(t *testing.T) {
+	t.Parallel()
+	tg := newTarget(t, backend{"embedded", testenv.Embedded})
+	file := arrowFile(t, testBatches(t, 0, 5000, 1000))
+	out := filepath.Join(t.TempDir(), "p.arrows")
+	// stderr is a pipe in every run, as in every other test here.
+	for _, args := range [][]string{
+		{"demo", "--rows", "50000", "--workers", "1", "--partitions", "4"},
+		append([]string{"write", "-q", "q", "-s", "0", "-w", "0", "--partitions", "2", "--partition-by", "id", "-i", file}, tg.flags...),
+		append([]string{"seal", "-q", "q", "-s", "0", "--workers", "1"}, tg.flags...),
+		append([]string{"read", "-q", "q", "-s", "0", "--partitions", "0-1", "-o", out}, tg.flags...),
+	} {
+		r := cli(t, tg.env, nil, args...).must(t)
+		for _, bar := range barText {
+			if strings.Contains(r.stderr, bar) {
+				t.Errorf("%s: stderr is not a terminal, yet shows %q:\n%s", args[0], bar, r.stderr)
+			}
+		}
+		if args[0] != "seal" && !strings.Contains(r.stderr, "level=INFO") {
+			t.Errorf("%s: logs missing from stderr:\n%s", args[0], r.stderr)
+		}
+	}
+}
+
+func mustRead(t *testing.T, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

@@ -1,0 +1,5 @@
+// Package docstest holds tests that keep the operator documentation true
+// to the code: the metrics table of docs/operations.md against what
+// internal/metrics exports, and the byte-range recipe of docs/interop.md
+// against a stage written by the library.
+package docstest

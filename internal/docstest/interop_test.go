@@ -1,0 +1,164 @@
+package docstest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+)
+
+// TestFrameRangesRecipe follows docs/interop.md's "one frame straight from
+// S3" recipe with nothing but the manifest's JSON (as a Python client sees
+// it: no durashuffle types) and arrow-go's IPC reader (no durashuffle
+// decoding): GET the stage manifest, pick a partition's frames, GET each
+// byte range of its object, decode it as an Arrow IPC stream, check its
+// CRC32C.
+func TestFrameRangesRecipe(t *testing.T) {
+	ctx := context.Background()
+	st, _ := testenv.Embedded(t).NewStore(t)
+	cfg := config.Default()
+	cfg.ChunkSize = 5 * config.MiB
+	cfg.FrameTargetBytes = 64 * config.KiB
+	c := durashuffle.NewClient(st, cfg, nil, nil)
+	defer c.Close()
+
+	const query, stage, partitions, workers = "interop", 3, 4, 2
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "name", Type: arrow.BinaryTypes.String},
+	}, nil)
+	want := make([]int64, partitions) // rows and
+	sums := make([]int64, partitions) // sum of ids per partition
+	for w := range workers {
+		wr, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: stage, Worker: fmt.Sprint(w), Partitions: partitions, Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for batch := range 20 {
+			for p := range partitions {
+				b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+				for i := range 1000 {
+					id := int64(w*1_000_000 + batch*10_000 + p*1000 + i)
+					b.Field(0).(*array.Int64Builder).Append(id)
+					b.Field(1).(*array.StringBuilder).Append(fmt.Sprintf("row %d of partition %d, a string long enough to compress", id, p))
+					want[p]++
+					sums[p] += id
+				}
+				rec := b.NewRecordBatch()
+				if err := wr.Write(p, rec); err != nil {
+					t.Fatal(err)
+				}
+				rec.Release()
+				b.Release()
+			}
+		}
+		if _, err := wr.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Seal(ctx, query, stage, workers); err != nil {
+		t.Fatal(err)
+	}
+
+	// The recipe, step by step, with the docs' field names.
+	stagePrefix := fmt.Sprintf("%s/%s/stage-%d/", cfg.Prefix, query, stage)
+	var m struct {
+		Schema  []byte `json:"schema"` // base64 in the JSON
+		Workers []struct {
+			Objects []struct {
+				Key string `json:"key"`
+			} `json:"objects"`
+			Frames []struct {
+				Partition int    `json:"partition"`
+				Object    int    `json:"object"`
+				Offset    int64  `json:"offset"`
+				Length    int64  `json:"length"`
+				Rows      int64  `json:"rows"`
+				CRC32C    uint32 `json:"crc32c"`
+			} `json:"frames"`
+		} `json:"workers"`
+	}
+	if err := json.Unmarshal(get(t, st, stagePrefix+"manifest.json", 0, -1), &m); err != nil {
+		t.Fatal(err)
+	}
+	// The stage's schema is an Arrow IPC stream of its own (schema, end).
+	if r, err := ipc.NewReader(bytes.NewReader(m.Schema)); err != nil {
+		t.Errorf("manifest schema is not an Arrow IPC stream: %v", err)
+	} else {
+		if !r.Schema().Equal(schema) || r.Next() {
+			t.Errorf("manifest schema %s, want %s and no batches", r.Schema(), schema)
+		}
+		r.Release()
+	}
+	castagnoli := crc32.MakeTable(crc32.Castagnoli)
+	for p := range partitions {
+		var rows, sum int64
+		frames := 0
+		for _, w := range m.Workers {
+			for _, f := range w.Frames {
+				if f.Partition != p || f.Rows == 0 {
+					continue
+				}
+				frames++
+				body := get(t, st, stagePrefix+w.Objects[f.Object].Key, f.Offset, f.Length)
+				if got := crc32.Checksum(body, castagnoli); got != f.CRC32C {
+					t.Errorf("partition %d frame at %d: CRC32C %d, manifest says %d", p, f.Offset, got, f.CRC32C)
+				}
+				r, err := ipc.NewReader(bytes.NewReader(body))
+				if err != nil {
+					t.Fatalf("partition %d: the byte range [%d, +%d) is not an Arrow IPC stream: %v", p, f.Offset, f.Length, err)
+				}
+				if !r.Schema().Equal(schema) {
+					t.Errorf("frame schema %s", r.Schema())
+				}
+				var n int64
+				for r.Next() {
+					rec := r.RecordBatch()
+					n += rec.NumRows()
+					for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
+						sum += id
+					}
+				}
+				if err := r.Err(); err != nil {
+					t.Fatal(err)
+				}
+				r.Release()
+				if n != f.Rows {
+					t.Errorf("partition %d frame at %d: %d rows, manifest says %d", p, f.Offset, n, f.Rows)
+				}
+				rows += n
+			}
+		}
+		if rows != want[p] || sum != sums[p] || frames < 2 {
+			t.Errorf("partition %d: %d rows with id sum %d in %d frames; wrote %d rows with sum %d", p, rows, sum, frames, want[p], sums[p])
+		}
+	}
+}
+
+func get(t *testing.T, st interface {
+	GetRange(context.Context, string, int64, int64) (io.ReadCloser, error)
+}, key string, off, length int64) []byte {
+	t.Helper()
+	rc, err := st.GetRange(context.Background(), key, off, length)
+	if err != nil {
+		t.Fatalf("GET %s [%d, +%d): %v", key, off, length, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
