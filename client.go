@@ -47,6 +47,8 @@ func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Clien
 		Region:             cfg.Region,
 		PathStyle:          cfg.PathStyle,
 		InsecureSkipVerify: cfg.InsecureSkipVerify,
+		SSE:                cfg.SSE,
+		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,
 		MaxConns:           cfg.UploadConcurrency + cfg.ReadAhead + 16,
 	})

@@ -16,11 +16,18 @@
 #   MINIO_ROOT_USER, MINIO_ROOT_PASSWORD
 #                                credentials (test defaults); use them as
 #                                AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
+#   MINIO_KMS_SECRET_KEY         NAME:BASE64 of 32 bytes: MinIO's built-in KMS key, which
+#                                SSE-S3 (sse AES256) and SSE-KMS (sse aws:kms with
+#                                sse_kms_key_id NAME) need. Default: a fixed TEST-ONLY key
+#                                named durashuffle-key; never use it for real data.
 set -euo pipefail
 
 readonly MINIO_MODULE=github.com/minio/minio
 readonly MINIO_VERSION=v0.0.0-20260212201848-7aac2a2c5b7c
 readonly START_TIMEOUT=60
+# Test-only KMS key (32 fixed bytes), so the tests can exercise SSE-S3 and
+# SSE-KMS against a throwaway server. Not a secret worth keeping.
+readonly TEST_KMS_KEY=durashuffle-key:ZHVyYXNodWZmbGUtdGVzdC1rbXMta2V5LTMyYnl0ZXM=
 
 CACHE=${DURASHUFFLE_CACHE:-$HOME/.cache/durashuffle}
 STATE=${DURASHUFFLE_MINIO_STATE:-$CACHE/minio-state}
@@ -111,7 +118,7 @@ healthy() {
 # log_tail LOG prints the end of MinIO's log without any line that could
 # carry the password (some MinIO versions print it in the banner).
 log_tail() {
-	tail -n 30 "$1" 2>/dev/null | grep -viF -e "$MINIO_ROOT_PASSWORD" -e rootpass >&2 || true
+	tail -n 30 "$1" 2>/dev/null | grep -viF -e "$MINIO_ROOT_PASSWORD" -e "${MINIO_KMS_SECRET_KEY#*:}" -e rootpass >&2 || true
 }
 
 cmd_start() {
@@ -128,6 +135,7 @@ cmd_start() {
 
 	export MINIO_ROOT_USER=${MINIO_ROOT_USER:-durashuffle}
 	export MINIO_ROOT_PASSWORD=${MINIO_ROOT_PASSWORD:-durashuffle-test-secret}
+	export MINIO_KMS_SECRET_KEY=${MINIO_KMS_SECRET_KEY:-$TEST_KMS_KEY}
 	export MINIO_UPDATE=off MINIO_BROWSER=off
 
 	# A port seen free can be taken before MinIO binds it: retry a few.

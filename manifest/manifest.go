@@ -126,6 +126,12 @@ func (s *Stage) Encode() ([]byte, error) { return json.Marshal(s) }
 // MaxManifestBytes bounds what a reader accepts as a manifest.
 const MaxManifestBytes = 512 << 20
 
+// MaxPartitions bounds a manifest's partition count, as writers do
+// (durashuffle.MaxPartitions): readers and inspect allocate per partition,
+// so a manifest claiming 2^40 partitions must fail to decode rather than
+// ask for terabytes.
+const MaxPartitions = 1 << 20
+
 func checkVersion(what, v string) error {
 	majorStr, _, _ := strings.Cut(v, ".")
 	major, err := strconv.Atoi(majorStr)
@@ -177,8 +183,8 @@ func DecodeStage(what string, b []byte) (*Stage, error) {
 	if s.Kind != KindStage {
 		return nil, fmt.Errorf("%w: %s has kind %q, want %q", ErrCorrupt, what, s.Kind, KindStage)
 	}
-	if s.Partitions < 1 {
-		return nil, fmt.Errorf("%w: %s has %d partitions", ErrCorrupt, what, s.Partitions)
+	if s.Partitions < 1 || s.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("%w: %s has %d partitions, want 1 to %d", ErrCorrupt, what, s.Partitions, MaxPartitions)
 	}
 	for i := range s.Workers {
 		w := &s.Workers[i]
@@ -207,8 +213,8 @@ func (w *Worker) Check(what string) error {
 			return bad("%v", err)
 		}
 	}
-	if w.Partitions < 1 {
-		return bad("%d partitions", w.Partitions)
+	if w.Partitions < 1 || w.Partitions > MaxPartitions {
+		return bad("%d partitions, want 1 to %d", w.Partitions, MaxPartitions)
 	}
 	switch w.Compression {
 	case "lz4", "zstd", "none":

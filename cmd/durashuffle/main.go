@@ -140,6 +140,8 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		a.readCommand(),
 		a.inspectCommand(),
 		a.lsCommand(),
+		a.gcCommand(),
+		a.deleteQueryCommand(),
 		a.serveCommand(),
 	} {
 		c.Args = noArgs

@@ -9,9 +9,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
@@ -160,26 +162,202 @@ var ErrCorrupt = errors.New("corrupt frame")
 // caller's to release. The bytes of b may be referenced by the batches
 // when the frame is uncompressed, so b must not be reused until they are
 // released.
-func Decode(b []byte, mem memory.Allocator) (*arrow.Schema, []arrow.RecordBatch, error) {
-	r, err := ipc.NewReader(bytes.NewReader(b), ipc.WithAllocator(mem))
+//
+// b is untrusted: a frame whose messages claim more bytes than b holds, or
+// that decompresses to more than decodeLimit(len(b)) bytes, or whose
+// arrays are inconsistent (offsets, lengths, null counts, dictionary
+// indices) fails with ErrCorrupt rather than allocating without bound or
+// handing out arrays that panic when their values are read.
+func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBatch, err error) {
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	lim := &limitAllocator{mem: mem, left: decodeLimit(len(b)), size: len(b)}
+	r, err := newReader(b, lim)
 	if err != nil {
 		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer r.Release()
 	var out []arrow.RecordBatch
+	defer func() {
+		lim.disarm() // the batches outlive Decode; their frees must not count
+		if err != nil {
+			for _, rec := range out {
+				rec.Release()
+			}
+			out = nil
+		}
+	}()
+	var rows int64
 	for r.Next() {
 		rec := r.RecordBatch()
 		rec.Retain()
 		out = append(out, rec)
+		// Columns of type null need no bytes per row, so nothing else
+		// bounds a hostile row count.
+		if rows += rec.NumRows(); rows > decodeLimit(len(b)) {
+			return nil, nil, fmt.Errorf("%w: a frame of %d bytes claims more than %d rows", ErrCorrupt, len(b), decodeLimit(len(b)))
+		}
+		for i, col := range rec.Columns() {
+			if verr := validate(col); verr != nil {
+				return nil, nil, fmt.Errorf("%w: batch %d, column %q: %v", ErrCorrupt, len(out)-1, rec.Schema().Field(i).Name, verr)
+			}
+		}
 	}
 	if err := r.Err(); err != nil {
-		for _, rec := range out {
-			rec.Release()
-		}
 		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return r.Schema(), out, nil
 }
+
+// validate checks that an array decoded from untrusted bytes is safe to
+// read: array.Validate's structural checks (buffer sizes, first and last
+// offsets, children, dictionary), plus what array.ValidateFull adds that
+// reading values would otherwise trip over: offsets in order, null counts
+// that match the bitmap, dictionary indices in range. It skips
+// ValidateFull's UTF-8 check of every string, which costs a third of a
+// frame's decoding time and cannot make a read panic.
+func validate(a arrow.Array) error {
+	if err := array.Validate(a); err != nil {
+		return err
+	}
+	return validateData(a.Data())
+}
+
+func validateData(d arrow.ArrayData) error {
+	n, off := d.Len(), d.Offset()
+	bufs := d.Buffers()
+	switch d.DataType().ID() {
+	case arrow.STRING, arrow.BINARY, arrow.LIST, arrow.MAP:
+		if n > 0 {
+			if err := ordered(arrow.Int32Traits.CastFromBytes(bufs[1].Bytes()), off, n); err != nil {
+				return err
+			}
+		}
+	case arrow.LARGE_STRING, arrow.LARGE_BINARY, arrow.LARGE_LIST:
+		if n > 0 {
+			if err := ordered(arrow.Int64Traits.CastFromBytes(bufs[1].Bytes()), off, n); err != nil {
+				return err
+			}
+		}
+	case arrow.DICTIONARY, arrow.LIST_VIEW, arrow.LARGE_LIST_VIEW, arrow.STRING_VIEW, arrow.BINARY_VIEW,
+		arrow.RUN_END_ENCODED, arrow.SPARSE_UNION, arrow.DENSE_UNION:
+		// Rare in frames: the full check (for a dictionary, its indices
+		// against the dictionary, whose values it checks in full too).
+		arr := array.MakeFromData(d)
+		defer arr.Release()
+		return array.ValidateFull(arr)
+	}
+	if nulls := d.NullN(); nulls != array.UnknownNullCount {
+		actual := 0
+		switch d.DataType().ID() {
+		case arrow.NULL:
+			actual = n
+		default:
+			if len(bufs) > 0 && bufs[0] != nil {
+				actual = n - bitutil.CountSetBits(bufs[0].Bytes(), off, n)
+			}
+		}
+		if actual != nulls {
+			return fmt.Errorf("null count %d does not match the %d nulls of the validity bitmap", nulls, actual)
+		}
+	}
+	for i, c := range d.Children() {
+		if err := validateData(c); err != nil {
+			return fmt.Errorf("child %d: %w", i, err)
+		}
+	}
+	return nil
+}
+
+// ordered checks offsets[off : off+n+1]: present, non-negative and
+// non-decreasing (array.Validate has checked the last one against the
+// values' length).
+func ordered[T int32 | int64](offsets []T, off, n int) error {
+	if len(offsets) < off+n+1 {
+		return fmt.Errorf("%d offsets for %d values at offset %d", len(offsets), n, off)
+	}
+	o := offsets[off : off+n+1]
+	if o[0] < 0 {
+		return fmt.Errorf("offset %d is negative", o[0])
+	}
+	for i := 1; i < len(o); i++ {
+		if o[i] < o[i-1] {
+			return fmt.Errorf("offsets decrease at value %d: %d after %d", off+i-1, o[i], o[i-1])
+		}
+	}
+	return nil
+}
+
+// newReader opens the IPC stream held in b, which is untrusted: its
+// message metadata is verified first (verifyStream), and every message
+// must lie inside b, or a hostile metadata or body length would be
+// allocated before the short read is noticed. (ipc.NewReader ignores the
+// size-limit options; only a MessageReader applies them.)
+func newReader(b []byte, mem memory.Allocator) (*ipc.Reader, error) {
+	if err := verifyStream(b); err != nil {
+		return nil, err
+	}
+	limit := int64(max(len(b), 1))
+	opts := []ipc.Option{ipc.WithAllocator(mem), ipc.WithMetadataSizeLimit(limit), ipc.WithBodySizeLimit(limit)}
+	return ipc.NewReaderFromMessageReader(ipc.NewMessageReader(bytes.NewReader(b), opts...), opts...)
+}
+
+// decodeLimit bounds the bytes Decode allocates for the arrays of a frame
+// of n bytes: 1024 times the frame (LZ4 cannot expand more than about 255
+// times; zstd can, on constant data), and at least 256 MiB, far above
+// what a frame of frame_target_bytes (default 1 MiB) decodes to.
+func decodeLimit(n int) int64 {
+	return max(minDecodeLimit, decodeRatio*int64(n))
+}
+
+const (
+	minDecodeLimit = 256 << 20
+	decodeRatio    = 1024
+)
+
+// limitAllocator fails an allocation, by panicking with ErrCorrupt (the
+// IPC reader recovers it into an error), once the allocations of one
+// Decode would pass the limit. A hostile frame can claim any
+// uncompressed buffer size; this is what stops it being allocated.
+type limitAllocator struct {
+	mem  memory.Allocator
+	size int // the frame's bytes, for the message
+
+	mu   sync.Mutex
+	left int64
+	off  bool
+}
+
+func (a *limitAllocator) take(n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.off || n <= 0 {
+		return
+	}
+	if int64(n) > a.left {
+		panic(fmt.Errorf("%w: a frame of %d bytes asks for %d more bytes of arrays, past its limit of %d", ErrCorrupt, a.size, n, decodeLimit(a.size)))
+	}
+	a.left -= int64(n)
+}
+
+func (a *limitAllocator) disarm() {
+	a.mu.Lock()
+	a.off = true
+	a.mu.Unlock()
+}
+
+func (a *limitAllocator) Allocate(size int) []byte {
+	a.take(size)
+	return a.mem.Allocate(size)
+}
+
+func (a *limitAllocator) Reallocate(size int, b []byte) []byte {
+	a.take(size - len(b))
+	return a.mem.Reallocate(size, b)
+}
+
+func (a *limitAllocator) Free(b []byte) { a.mem.Free(b) }
 
 // EncodeSchema returns the Arrow IPC encoding of schema (a stream holding
 // only the schema message), as stored base64 in manifests.
@@ -192,9 +370,10 @@ func EncodeSchema(schema *arrow.Schema) ([]byte, error) {
 	return buf.Bytes(), nil
 }
 
-// DecodeSchema is the inverse of EncodeSchema.
+// DecodeSchema is the inverse of EncodeSchema. b is untrusted (it comes
+// from a manifest): lengths in it are checked against its size.
 func DecodeSchema(b []byte) (*arrow.Schema, error) {
-	r, err := ipc.NewReader(bytes.NewReader(b))
+	r, err := newReader(b, memory.DefaultAllocator)
 	if err != nil {
 		return nil, fmt.Errorf("decode schema: %w", err)
 	}

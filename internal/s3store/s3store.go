@@ -61,6 +61,14 @@ type Options struct {
 	// the credential chain: the embedded server and tests need fixed keys
 	// without a round trip through the environment.
 	AccessKeyID, SecretAccessKey string
+	// SSE is the server-side encryption requested on every object written
+	// (PutObject and CreateMultipartUpload; parts inherit the upload's):
+	// "" leaves it to the bucket's default, "AES256" is SSE-S3, "aws:kms"
+	// SSE-KMS.
+	SSE string
+	// SSEKMSKeyID names the KMS key for SSE "aws:kms"; empty uses the
+	// account's (or server's) default key.
+	SSEKMSKeyID string
 }
 
 // Store is a store.Store on one S3 bucket. Safe for concurrent use.
@@ -68,6 +76,8 @@ type Store struct {
 	client *s3.Client
 	bucket string
 	region string
+	sse    types.ServerSideEncryption
+	kmsKey *string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -82,6 +92,14 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	}
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
+	}
+	switch o.SSE {
+	case "", string(types.ServerSideEncryptionAes256), string(types.ServerSideEncryptionAwsKms):
+	default:
+		return nil, fmt.Errorf("s3store: SSE %q: want empty, AES256 or aws:kms", o.SSE)
+	}
+	if o.SSEKMSKeyID != "" && o.SSE != string(types.ServerSideEncryptionAwsKms) {
+		return nil, fmt.Errorf("s3store: SSEKMSKeyID is set but SSE is %q, not aws:kms", o.SSE)
 	}
 	loadOpts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify)),
@@ -132,7 +150,11 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			so.APIOptions = append(so.APIOptions, addCounter(o.Counter))
 		}
 	})
-	return &Store{client: client, bucket: o.Bucket, region: cfg.Region}, nil
+	st := &Store{client: client, bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
+	if o.SSEKMSKeyID != "" {
+		st.kmsKey = aws.String(o.SSEKMSKeyID)
+	}
+	return st, nil
 }
 
 // newHTTPClient pools enough connections that concurrent parts and ranged
@@ -220,6 +242,7 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts store.Put
 	if opts.CRC32C != nil {
 		in.ChecksumCRC32C = aws.String(encodeCRC32C(*opts.CRC32C))
 	}
+	in.ServerSideEncryption, in.SSEKMSKeyId = s.sse, s.kmsKey
 	_, err := s.client.PutObject(ctx, in)
 	return classify("PutObject", key, err)
 }
@@ -235,6 +258,9 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error)
 		// Complete echoes every part's checksum. MinIO enforces the same;
 		// gofakes3 ignores the header and keeps it as metadata.
 		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
+		// Parts and the completed object inherit the upload's encryption.
+		ServerSideEncryption: s.sse,
+		SSEKMSKeyId:          s.kmsKey,
 	})
 	if err != nil {
 		return "", classify("CreateMultipartUpload", key, err)

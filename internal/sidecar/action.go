@@ -5,18 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
 var actionTypes = []*flight.ActionType{
 	{Type: ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
 	{Type: ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
-	{Type: ActionGC, Description: `Remove expired results and abandoned attempts older than a duration. Body {"older_than": "6h"}. Not implemented yet: Unimplemented.`},
+	{Type: ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
 }
 
 // ListActions lists seal-stage, delete-query and gc.
@@ -42,11 +42,7 @@ func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoAction
 	case ActionDeleteQuery:
 		res, err = s.deleteQuery(ctx, a.GetBody())
 	case ActionGC:
-		var req GCRequest
-		if err := decodeStrict("gc body", a.GetBody(), &req); err != nil {
-			return err
-		}
-		return status.Error(codes.Unimplemented, "gc is not implemented yet; run the bucket's lifecycle rules meanwhile")
+		res, err = s.runGC(ctx, a.GetBody())
 	default:
 		return invalidf("unknown action %q; ListActions lists %s, %s and %s", a.GetType(), ActionSealStage, ActionDeleteQuery, ActionGC)
 	}
@@ -136,4 +132,24 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, e
 	res.DeletedObjects = len(keys)
 	s.log.Info("query deleted", "query", req.Query, "objects", res.DeletedObjects, "uploads_aborted", res.AbortedUploads)
 	return res, nil
+}
+
+// runGC collects garbage under the prefix: uploads and uncommitted attempt
+// data older than older_than, results stages past results_retention.
+func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
+	var req GCRequest
+	if err := decodeStrict("gc body", body, &req); err != nil {
+		return nil, err
+	}
+	d, err := time.ParseDuration(strings.TrimSpace(req.OlderThan))
+	if err != nil || d < 0 {
+		return nil, invalidf("gc: older_than %q: want a non-negative duration such as 6h", req.OlderThan)
+	}
+	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.ResultsRetention.D()})
+	if err != nil {
+		return nil, toStatus(err)
+	}
+	s.log.Info("gc done", "older_than", d, "uploads_aborted", r.Totals.UploadsAborted,
+		"objects_deleted", r.Totals.ObjectsDeleted, "bytes_deleted", r.Totals.BytesDeleted, "stages_deleted", r.Totals.StagesDeleted)
+	return &r, nil
 }

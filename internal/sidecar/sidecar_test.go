@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -416,8 +417,17 @@ func TestPutOutcomes(t *testing.T) {
 	_, err = e.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: []byte(`{"query":"nope","stage":0}`)})
 	wantCode(t, err, codes.NotFound)
 
-	err = doAction(ctx, e.fc, sidecar.ActionGC, map[string]any{"older_than": "6h"}, nil)
-	wantCode(t, err, codes.Unimplemented, "gc")
+	var rep gc.Report
+	if err := doAction(ctx, e.fc, sidecar.ActionGC, map[string]any{"older_than": "6h"}, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Totals != (gc.Totals{}) || rep.Scanned.Stages == 0 || rep.Prefix != e.client.Layout().Root() {
+		t.Fatalf("gc of young committed stages removed something or saw nothing: %+v", rep)
+	}
+	for _, bad := range []string{"soon", "-1h", ""} {
+		err = doAction(ctx, e.fc, sidecar.ActionGC, map[string]any{"older_than": bad}, nil)
+		wantCode(t, err, codes.InvalidArgument, "older_than")
+	}
 	err = doAction(ctx, e.fc, "drop-everything", map[string]any{}, nil)
 	wantCode(t, err, codes.InvalidArgument, "unknown action", sidecar.ActionSealStage)
 	la, err := e.fc.ListActions(ctx, &flight.Empty{})

@@ -1,0 +1,77 @@
+package sidecar_test
+
+import (
+	"context"
+	"net"
+	"testing"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+)
+
+// TestLoopbackByDefault: the default listen addresses accept local
+// callers only, and IsLoopback (which makes `serve` warn about listening
+// beyond loopback without a token) tells loopback from the rest.
+func TestLoopbackByDefault(t *testing.T) {
+	d := config.Default()
+	for _, addr := range []string{d.Listen, d.MetricsListen} {
+		if !sidecar.IsLoopback(addr) {
+			t.Fatalf("default address %q is not loopback", addr)
+		}
+	}
+	for addr, want := range map[string]bool{
+		"127.0.0.1:8815": true, "127.0.0.2:1": true, "[::1]:8815": true, "localhost:8815": true, "unix:/run/ds.sock": true,
+		"0.0.0.0:8815": false, ":8815": false, "[::]:8815": false, "10.1.2.3:8815": false, "example.com:8815": false, "nonsense": false,
+	} {
+		if got := sidecar.IsLoopback(addr); got != want {
+			t.Errorf("IsLoopback(%q) = %v, want %v", addr, got, want)
+		}
+	}
+	// The default host really binds loopback only.
+	host, _, _ := net.SplitHostPort(d.Listen)
+	ln, err := sidecar.Listen(net.JoinHostPort(host, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if ip := ln.Addr().(*net.TCPAddr).IP; !ip.IsLoopback() {
+		t.Fatalf("listening on %v", ip)
+	}
+	if _, err := sidecar.Listen(""); err == nil {
+		t.Fatal("an empty listen address was accepted (it would mean every interface)")
+	}
+}
+
+// TestMessageSizeLimit: with max_message_bytes 1 MiB, a DoPut message over
+// it is refused (ResourceExhausted, naming both sizes) and commits nothing;
+// messages under it go through.
+func TestMessageSizeLimit(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) { c.MaxMessageBytes = 1 * config.MiB }})
+	ctx := context.Background()
+	big, _ := genBatch("w", 0, 2000, 1024) // ~2 MiB in one FlightData message
+	_, err := doPut(ctx, e.fc, putCmd("q-big", 0, "w", "", 2), testSchema, batches([]putBatch{{big, partMD(0)}}))
+	wantCode(t, err, codes.ResourceExhausted, "larger than max", "vs. 1048576")
+	e.nothingLeft("q-big", 0, "w")
+
+	var want []row
+	var bs []putBatch
+	for b := range 4 {
+		rec, rows := genBatch("w", int32(b), 600, 1024) // ~650 KiB each
+		bs = append(bs, putBatch{rec, partMD(0)})
+		want = append(want, rows...)
+	}
+	res, err := doPut(ctx, e.fc, putCmd("q-ok", 0, "0", "", 1), testSchema, batches(bs))
+	if err != nil || !res.Committed {
+		t.Fatalf("put of messages under the limit: %+v, %v", res, err)
+	}
+	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, got, err := doGet(ctx, e.fc, map[string]any{"query": "q-ok", "stage": 0, "partition": 0})
+	if err != nil || len(got) != len(want) {
+		t.Fatalf("get: %d rows, want %d: %v", len(got), len(want), err)
+	}
+}
