@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 )
@@ -59,12 +61,22 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 		sent int
 	)
 	defer func() { s.m.Rows("DoGet", rows) }()
+	// A message carries one batch; batches are cut to half the message
+	// limit so a frame written with a larger frame_target_bytes than the
+	// reader's max_message_bytes still goes out.
+	maxBytes := int64(s.cfg.MaxMessageBytes) / 2
 	for recs.Next() {
 		rec := recs.RecordBatch()
-		if err := w.Write(rec); err != nil {
-			return sent + 1, fmt.Errorf("send %s stage %d: %w", m.Query, m.Stage, err)
+		for _, piece := range splitBatch(rec, maxBytes) {
+			err := w.Write(piece)
+			if piece != rec {
+				piece.Release()
+			}
+			if err != nil {
+				return sent + 1, fmt.Errorf("send %s stage %d: %w", m.Query, m.Stage, err)
+			}
+			sent++
 		}
-		sent++
 		rows += rec.NumRows()
 	}
 	if err := recs.Err(); err != nil {
@@ -177,4 +189,20 @@ func (s *Server) flightInfo(st *reader.Stage, d *flight.FlightDescriptor) *fligh
 		Objects: t.Objects, Frames: t.Frames,
 	})
 	return info
+}
+
+// splitBatch cuts rec into row slices of at most about maxBytes each. The
+// pieces other than rec itself are the caller's to release.
+func splitBatch(rec arrow.RecordBatch, maxBytes int64) []arrow.RecordBatch {
+	size := frame.LogicalSize(rec)
+	n := rec.NumRows()
+	if size <= maxBytes || n <= 1 || maxBytes <= 0 {
+		return []arrow.RecordBatch{rec}
+	}
+	step := max(1, n*maxBytes/size)
+	var out []arrow.RecordBatch
+	for lo := int64(0); lo < n; lo += step {
+		out = append(out, rec.NewSlice(lo, min(lo+step, n)))
+	}
+	return out
 }

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 
 	"google.golang.org/grpc/codes"
@@ -47,9 +48,14 @@ func TestLoopbackByDefault(t *testing.T) {
 
 // TestMessageSizeLimit: with max_message_bytes 1 MiB, a DoPut message over
 // it is refused (ResourceExhausted, naming both sizes) and commits nothing;
-// messages under it go through.
+// messages under it go through, and DoGet cuts frames coalesced past the
+// limit (frame_target_bytes 4 MiB here) into batches that fit.
 func TestMessageSizeLimit(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) { c.MaxMessageBytes = 1 * config.MiB }})
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
+		c.MaxMessageBytes = 1 * config.MiB
+		c.FrameTargetBytes = 4 * config.MiB
+		c.CoalesceBudget = 16 * config.MiB
+	}})
 	ctx := context.Background()
 	big, _ := genBatch("w", 0, 2000, 1024) // ~2 MiB in one FlightData message
 	_, err := doPut(ctx, e.fc, putCmd("q-big", 0, "w", "", 2), testSchema, batches([]putBatch{{big, partMD(0)}}))
@@ -73,5 +79,8 @@ func TestMessageSizeLimit(t *testing.T) {
 	_, got, err := doGet(ctx, e.fc, map[string]any{"query": "q-ok", "stage": 0, "partition": 0})
 	if err != nil || len(got) != len(want) {
 		t.Fatalf("get: %d rows, want %d: %v", len(got), len(want), err)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("get: %s", firstDiff(got, want))
 	}
 }
