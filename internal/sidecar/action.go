@@ -3,7 +3,6 @@ package sidecar
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"time"
 
@@ -92,44 +91,15 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, e
 	if err := manifest.ValidateID("query", req.Query); err != nil {
 		return nil, invalidf("delete-query: %v", err)
 	}
-	prefix := s.c.Layout().QueryPrefix(req.Query)
 	s.stages.evict(req.Query, -1)
 	defer s.stages.evict(req.Query, -1) // in case a DoGet cached it meanwhile
-	res := &DeleteResult{Query: req.Query}
-	st := s.c.Store()
-	ups, err := st.ListUploads(ctx, prefix)
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("delete-query %s: list uploads under %s: %w", req.Query, prefix, err))
-	}
-	for _, u := range ups {
-		if err := st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !isNotFound(err) {
-			return nil, toStatus(fmt.Errorf("delete-query %s: abort upload of %s: %w", req.Query, u.Key, err))
-		}
-		res.AbortedUploads++
-	}
-	objs, _, err := st.List(ctx, prefix, "")
-	if err != nil {
-		return nil, toStatus(fmt.Errorf("delete-query %s: list %s: %w", req.Query, prefix, err))
-	}
-	// Manifests first: a reader opening the query meanwhile finds no
+	// Manifests go first, so a reader opening the query meanwhile finds no
 	// stage rather than a manifest whose data objects are gone.
-	keys := make([]string, 0, len(objs))
-	for _, o := range objs {
-		if strings.HasSuffix(o.Key, "/manifest.json") {
-			keys = append(keys, o.Key)
-		}
+	r, err := gc.DeleteQuery(ctx, s.c.Store(), s.c.Layout(), req.Query)
+	if err != nil {
+		return nil, toStatus(err)
 	}
-	for _, o := range objs {
-		if !strings.HasSuffix(o.Key, "/manifest.json") {
-			keys = append(keys, o.Key)
-		}
-	}
-	if len(keys) > 0 {
-		if err := st.Delete(ctx, keys...); err != nil {
-			return nil, toStatus(fmt.Errorf("delete-query %s: delete %d objects: %w", req.Query, len(keys), err))
-		}
-	}
-	res.DeletedObjects = len(keys)
+	res := &DeleteResult{Query: req.Query, DeletedObjects: r.Totals.ObjectsDeleted, AbortedUploads: r.Totals.UploadsAborted}
 	s.log.Info("query deleted", "query", req.Query, "objects", res.DeletedObjects, "uploads_aborted", res.AbortedUploads)
 	return res, nil
 }
