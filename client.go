@@ -41,7 +41,18 @@ func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Clien
 		return nil, fmt.Errorf("%w: bucket is not set", config.ErrInvalid)
 	}
 	counter := &store.Counter{}
-	s3, err := s3store.New(ctx, s3store.Options{
+	s3, err := s3store.New(ctx, StoreOptions(cfg, counter))
+	if err != nil {
+		return nil, err
+	}
+	return NewClient(s3, cfg, counter, obs), nil
+}
+
+// StoreOptions maps cfg to the S3 store's options, counting requests in
+// counter (which may be nil). The connection cap covers the upload pool
+// with its hedges and every reader window the sidecar may serve at once.
+func StoreOptions(cfg config.Config, counter *store.Counter) s3store.Options {
+	return s3store.Options{
 		Bucket:             cfg.Bucket,
 		Endpoint:           cfg.Endpoint,
 		Region:             cfg.Region,
@@ -50,12 +61,8 @@ func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Clien
 		SSE:                cfg.SSE,
 		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,
-		MaxConns:           cfg.UploadConcurrency + cfg.ReadAhead + 16,
-	})
-	if err != nil {
-		return nil, err
+		MaxConns:           2*cfg.UploadConcurrency + cfg.MaxStreams*cfg.ReadAhead + 16,
 	}
-	return NewClient(s3, cfg, counter, obs), nil
 }
 
 // NewClient builds a Client on an existing store (which must not retry by

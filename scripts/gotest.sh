@@ -16,10 +16,16 @@ if grep -qE '^\s*--- SKIP' "$log"; then
 	rc=1
 fi
 if [ "$rc" != 0 ]; then
-	echo "---- failures ----"
-	grep -nE '^\s*--- FAIL|^FAIL|panic:' "$log" | head -50
-	echo "---- full log tail ----"
-	tail -n 300 "$log"
+	echo "---- output of the failed tests ----"
+	# go test -v tags output with "=== RUN/CONT Name"; keep each test's
+	# lines and print those of the tests that failed, and any panic.
+	awk '
+		/^=== (RUN|CONT|PAUSE|NAME) / { cur = $3; next }
+		/^\s*--- FAIL: / { failed[$3] = 1 }
+		/^panic:|^FAIL\s/ { print; next }
+		{ if (cur != "") out[cur] = out[cur] $0 "\n" }
+		END { for (t in failed) if (t in out) printf "== %s\n%s", t, out[t] }
+	' "$log" | head -n 400
 fi
 grep -E '^(ok|FAIL|\?)\s' "$log"
 passed=$(grep -cE '^\s*--- PASS' "$log")

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,10 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/embedded"
-	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 )
@@ -176,47 +171,16 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	}
 
 	// The embedded server unless an endpoint is configured.
-	var opts s3store.Options
-	if cfg.Endpoint == "" {
-		stopServer, err := a.startEmbedded(o, &cfg)
-		if err != nil {
-			return err
-		}
-		defer stopServer()
-		sum.Embedded = true
-		// It checks no signatures: fixed keys spare the SDK a walk down
-		// the credential chain and its instance-metadata timeouts.
-		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
-		// Our own transport, to close its idle connections before the
-		// server stops: a connection dialled but never used counts as
-		// active for 5 s, and Shutdown would wait for it.
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		maxConns := cfg.UploadConcurrency + o.readers*cfg.ReadAhead + 16
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = maxConns, maxConns, maxConns
-		tr.ForceAttemptHTTP2 = false
-		opts.HTTPClient = &http.Client{Transport: tr}
-		defer tr.CloseIdleConnections()
-	}
-	sum.Endpoint = cfg.Endpoint
-
-	counter := &store.Counter{}
-	opts.Bucket, opts.Endpoint, opts.Region = cfg.Bucket, cfg.Endpoint, cfg.Region
-	opts.PathStyle, opts.InsecureSkipVerify = cfg.PathStyle, cfg.InsecureSkipVerify
-	opts.Counter = counter
-	opts.MaxConns = cfg.UploadConcurrency + o.readers*cfg.ReadAhead + 16
-	s3, err := s3store.New(ctx, opts)
+	sum.Embedded = cfg.Endpoint == ""
+	o.prog = a.startProgress()
+	defer o.prog.close()
+	client, closeClient, err := a.connect(ctx, &cfg, sum.Embedded, o.dataDir, o.prog.observer(int64(cfg.ChunkSize)))
 	if err != nil {
 		return err
 	}
-	if !sum.Embedded {
-		if err := s3.EnsureBucket(ctx); err != nil {
-			return fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
-		}
-	}
-	o.prog = a.startProgress()
-	defer o.prog.close()
-	client := durashuffle.NewClient(s3, cfg, counter, o.prog.observer(int64(cfg.ChunkSize)))
-	defer client.Close()
+	defer closeClient()
+	sum.Endpoint = cfg.Endpoint
+	counter := client.Counter()
 	o.prog.writingRows(client, o.rows)
 
 	// Write.
@@ -303,38 +267,6 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 			len(sum.Mismatches), o.partitions, sum.RowsRead, sum.RowsWritten)
 	}
 	return nil
-}
-
-// startEmbedded starts the in-process S3 server and points cfg at it. The
-// returned function stops it and removes a temporary data directory.
-func (a *app) startEmbedded(o *demoOptions, cfg *config.Config) (func(), error) {
-	dir, temp := o.dataDir, false
-	if dir == "" {
-		d, err := os.MkdirTemp("", "durashuffle-demo-")
-		if err != nil {
-			return nil, err
-		}
-		dir, temp = d, true
-	}
-	srv, err := embedded.Start(dir, cfg.Bucket)
-	if err != nil {
-		if temp {
-			os.RemoveAll(dir)
-		}
-		return nil, err
-	}
-	cfg.Endpoint, cfg.PathStyle = srv.Endpoint(), true
-	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Bucket)
-	return func() {
-		if err := srv.Close(); err != nil {
-			a.log.Warn("embedded S3 server stop", "err", err)
-		}
-		if temp {
-			if err := os.RemoveAll(dir); err != nil {
-				a.log.Warn("remove embedded data dir", "dir", dir, "err", err)
-			}
-		}
-	}, nil
 }
 
 // writeDemo runs the workers concurrently and returns the digest of what

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -15,11 +14,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/embedded"
 	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/store"
 )
 
 type serveOptions struct {
@@ -88,34 +84,18 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		if cfg.Bucket == "" {
 			cfg.Bucket = defaultDemoBucket
 		}
-		stop, err := a.startEmbeddedServer(o.dataDir, &cfg)
+		c, closeClient, err := a.connect(ctx, &cfg, true, o.dataDir, m)
 		if err != nil {
 			return err
 		}
-		defer stop()
-		// Our own transport, so its idle connections can be closed before
-		// the server stops: it would wait 5 s for a spare connection the
-		// transport dialed and never used.
-		conns := cfg.UploadConcurrency + cfg.MaxStreams*cfg.ReadAhead + 16
-		tr := http.DefaultTransport.(*http.Transport).Clone()
-		tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = conns, conns, conns
-		defer tr.CloseIdleConnections()
-		counter := &store.Counter{}
-		s3, err := s3store.New(ctx, s3store.Options{
-			Bucket: cfg.Bucket, Endpoint: cfg.Endpoint, PathStyle: true, Region: "us-east-1",
-			Counter: counter, HTTPClient: &http.Client{Transport: tr},
-			// The embedded server checks no signatures: fixed keys spare
-			// the SDK a walk down the credential chain.
-			AccessKeyID: "durashuffle", SecretAccessKey: "durashuffle",
-		})
-		if err != nil {
+		defer closeClient()
+		client = c
+	} else {
+		if client, err = durashuffle.Open(ctx, cfg, m); err != nil {
 			return err
 		}
-		client = durashuffle.NewClient(s3, cfg, counter, m)
-	} else if client, err = durashuffle.Open(ctx, cfg, m); err != nil {
-		return err
+		defer client.Close()
 	}
-	defer client.Close()
 
 	ln, err := sidecar.Listen(cfg.Listen)
 	if err != nil {
@@ -195,37 +175,4 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		a.log.Info("shut down cleanly", "seconds", time.Since(start).Seconds())
 	}
 	return serveErr
-}
-
-// startEmbeddedServer starts the in-process S3 server with cfg's bucket
-// and points cfg at it. The returned function stops it and removes a
-// temporary data directory.
-func (a *app) startEmbeddedServer(dataDir string, cfg *config.Config) (func(), error) {
-	dir, temp := dataDir, false
-	if dir == "" {
-		d, err := os.MkdirTemp("", "durashuffle-serve-")
-		if err != nil {
-			return nil, err
-		}
-		dir, temp = d, true
-	}
-	srv, err := embedded.Start(dir, cfg.Bucket)
-	if err != nil {
-		if temp {
-			os.RemoveAll(dir)
-		}
-		return nil, err
-	}
-	cfg.Endpoint, cfg.PathStyle = srv.Endpoint(), true
-	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Bucket)
-	return func() {
-		if err := srv.Close(); err != nil {
-			a.log.Warn("embedded S3 server stop", "err", err)
-		}
-		if temp {
-			if err := os.RemoveAll(dir); err != nil {
-				a.log.Warn("remove embedded data dir", "dir", dir, "err", err)
-			}
-		}
-	}, nil
 }
