@@ -111,7 +111,7 @@ func MinIO(t testing.TB) Endpoint {
 		t.Fatal("testenv: MinIO starts a server for the whole test binary and needs testenv.Main to stop it: " +
 			"add `func TestMain(m *testing.M) { testenv.Main(m) }` to the package's tests")
 	}
-	minio.once.Do(startMinIO)
+	minio.once.Do(startMinIOWithRetries)
 	if minio.err != nil {
 		t.Fatalf("testenv: start MinIO: %v", minio.err)
 	}
@@ -147,6 +147,27 @@ const (
 	minioUser     = "durashuffle"
 	minioPassword = "durashuffle-test-secret"
 )
+
+// startMinIOWithRetries tries a few times: on a loaded machine a start can
+// fail for passing reasons (a port taken between pick and bind by another
+// test binary's server). Every failure is kept for the message.
+func startMinIOWithRetries() {
+	var errs []error
+	for attempt := 1; attempt <= 3; attempt++ {
+		minio.err = nil
+		startMinIO()
+		if minio.err == nil {
+			return
+		}
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, minio.err))
+		if minio.state != "" {
+			os.RemoveAll(minio.state)
+			minio.state = ""
+		}
+		time.Sleep(time.Second)
+	}
+	minio.err = errors.Join(errs...)
+}
 
 func startMinIO() {
 	root, err := repoRoot()
