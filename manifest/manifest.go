@@ -144,20 +144,30 @@ func checkVersion(what, v string) error {
 	return nil
 }
 
-// DecodeWorker parses and checks a worker manifest; what names it in errors.
-func DecodeWorker(what string, b []byte) (*Worker, error) {
+// decodeVersioned checks the format version before decoding b into v, so
+// a manifest of an unknown major version is refused as such rather than
+// misread.
+func decodeVersioned(what string, b []byte, v any) error {
 	var probe struct {
 		FormatVersion string `json:"format_version"`
 	}
 	if err := json.Unmarshal(b, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrCorrupt, what, err)
+		return fmt.Errorf("%w: %s is not JSON: %v", ErrCorrupt, what, err)
 	}
 	if err := checkVersion(what, probe.FormatVersion); err != nil {
-		return nil, err
+		return err
 	}
+	if err := json.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	}
+	return nil
+}
+
+// DecodeWorker parses and checks a worker manifest; what names it in errors.
+func DecodeWorker(what string, b []byte) (*Worker, error) {
 	var w Worker
-	if err := json.Unmarshal(b, &w); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	if err := decodeVersioned(what, b, &w); err != nil {
+		return nil, err
 	}
 	if err := w.Check(what); err != nil {
 		return nil, err
@@ -167,18 +177,9 @@ func DecodeWorker(what string, b []byte) (*Worker, error) {
 
 // DecodeStage parses and checks a stage manifest; what names it in errors.
 func DecodeStage(what string, b []byte) (*Stage, error) {
-	var probe struct {
-		FormatVersion string `json:"format_version"`
-	}
-	if err := json.Unmarshal(b, &probe); err != nil {
-		return nil, fmt.Errorf("%w: %s is not JSON: %v", ErrCorrupt, what, err)
-	}
-	if err := checkVersion(what, probe.FormatVersion); err != nil {
-		return nil, err
-	}
 	var s Stage
-	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", ErrCorrupt, what, err)
+	if err := decodeVersioned(what, b, &s); err != nil {
+		return nil, err
 	}
 	if s.Kind != KindStage {
 		return nil, fmt.Errorf("%w: %s has kind %q, want %q", ErrCorrupt, what, s.Kind, KindStage)
