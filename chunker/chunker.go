@@ -286,12 +286,14 @@ func release(recs []arrow.RecordBatch) {
 
 func (w *Writer) encoder() {
 	defer w.encWG.Done()
+	mem := &reuseAllocator{parent: w.opt.Mem}
+	defer mem.release()
 	for j := range w.jobs {
 		res := encoded{seq: j.seq, partition: j.partition}
 		if w.ctx.Err() == nil {
 			res.buf = bufPool.Get().(*bytes.Buffer)
 			res.buf.Reset()
-			res.stats, res.err = frame.Encode(res.buf, w.schema, j.recs, w.opt.Compression, w.opt.Mem)
+			res.stats, res.err = frame.Encode(res.buf, w.schema, j.recs, w.opt.Compression, mem)
 			if res.err != nil {
 				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
 			}

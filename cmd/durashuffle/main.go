@@ -142,6 +142,7 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		a.lsCommand(),
 		a.gcCommand(),
 		a.deleteQueryCommand(),
+		a.benchCommand(),
 		a.serveCommand(),
 	} {
 		c.Args = noArgs

@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/durashuffle/durashuffle/internal/bench"
+	"github.com/durashuffle/durashuffle/internal/config"
+)
+
+type benchOptions struct {
+	latency       time.Duration
+	connBandwidth config.Size
+	rounds        int
+	stored        config.Size
+	partitions    int
+	producers     int
+	workers       int
+	writeRows     int
+	poolRows      int
+	input         string
+	seed          uint64
+	readers       int
+	smallRows     string
+	smallOverLink bool
+	writers       string
+	logical       string
+	chunkSizes    string
+	concurrencies string
+	json          bool
+	plot          string
+	out           string
+	markdown      string
+	cpuProfile    string
+	server        string
+	memLimit      string
+}
+
+func (a *app) benchCommand() *cobra.Command {
+	o := &benchOptions{}
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure durashuffle against the alternatives over a shaped link",
+		Long: `bench measures durashuffle's write and read paths over a shaped link and
+against what a user would otherwise run, on the same link, with the same
+part size and concurrency:
+
+  write          durashuffle vs sequential (each chunk uploaded by the goroutine
+                 that built it, Druid before PR 16481) vs the AWS SDK's
+                 transfermanager uploading the same already-encoded bytes
+  read           durashuffle reading every partition vs transfermanager
+                 downloading the same objects whole
+  small-batches  the same rows written as 128-row and as 8192-row batches
+  encode         the CPU side alone (uploads discarded), 1 and N writer goroutines
+  memory         peak RSS writing 1 GiB and 4 GiB of logical output
+  sweep          chunk sizes x concurrencies, with a recommended configuration
+  all            every scenario; --out and --markdown write the charts and tables
+
+The link is toxiproxy, in process, in front of the endpoint (an in-memory
+S3 endpoint built for benchmarks unless --endpoint is given; --server
+embedded uses the demo's server): --latency per request round trip
+and --conn-bandwidth per connection, both directions. Every contender gets
+upload_concurrency connections, so the link limit is upload_concurrency x
+conn_bandwidth. Each contender runs in a child process, so its peak RSS is
+its own; rounds alternate contenders and medians are reported.`,
+		Example: `  durashuffle bench write
+  durashuffle bench read --json
+  durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png
+  AWS_PROFILE=bench durashuffle bench write --endpoint https://s3.eu-west-1.amazonaws.com \
+    --region eu-west-1 --bucket my-bench --latency 0 --conn-bandwidth 0`,
+	}
+	pf := cmd.PersistentFlags()
+	o.connBandwidth = 8 * config.MiB
+	o.stored = 256 * config.MiB
+	pf.DurationVar(&o.latency, "latency", 20*time.Millisecond, "added round-trip latency per request (half on each direction); 0 with --conn-bandwidth 0: no shaping")
+	pf.Var(&o.connBandwidth, "conn-bandwidth", "bandwidth per connection and direction (bytes per second, e.g. 8MiB)")
+	pf.IntVar(&o.rounds, "rounds", 3, "rounds per contender, alternated; medians are reported")
+	pf.Var(&o.stored, "stored", "stored (encoded) size of the data set for write, read, small-batches, encode and sweep")
+	pf.IntVar(&o.partitions, "partitions", 64, "output partitions")
+	pf.IntVar(&o.producers, "producers", 2, "goroutines calling Write per worker")
+	pf.IntVar(&o.workers, "workers", 1, "writers (one data object each) per contender")
+	pf.IntVar(&o.writeRows, "write-rows", 128, "rows per Write call (the demo's 8192-row input batches split over 64 partitions)")
+	pf.IntVar(&o.poolRows, "pool-rows", 8192, "pre-generated distinct rows per partition (more than a frame's worth)")
+	pf.StringVar(&o.input, "input", bench.InputPool, "input rows: pool (pre-generated, sliced) or fresh (generated while writing)")
+	pf.Uint64Var(&o.seed, "seed", 1, "generator seed")
+	pf.IntVar(&o.readers, "readers", 8, "partitions the durashuffle reader streams at once")
+	pf.StringVar(&o.smallRows, "small-rows", "128,8192", "small-batches: the two Write sizes in rows, small first")
+	pf.BoolVar(&o.smallOverLink, "small-over-link", false, "small-batches over the link instead of the null store")
+	pf.StringVar(&o.writers, "writers", "1,"+strconv.Itoa(runtime.NumCPU()), "encode: writer goroutine counts")
+	pf.StringVar(&o.logical, "logical", "1GiB,4GiB", "memory: logical output sizes")
+	pf.StringVar(&o.chunkSizes, "chunk-sizes", "5MiB,8MiB,100MB", "sweep: chunk sizes")
+	pf.StringVar(&o.concurrencies, "concurrencies", "5,10,30", "sweep: upload concurrencies")
+	pf.BoolVar(&o.json, "json", false, "print each scenario's report as one JSON object")
+	pf.StringVar(&o.plot, "plot", "", "draw the results into this PNG file")
+	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
+	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
+	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
+	pf.StringVar(&o.memLimit, "memory-limit", "off", "memory: the writer's soft memory limit (GOMEMLIMIT): off, bound (the scenario's bound) or a size")
+	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
+
+	for _, s := range bench.Scenarios {
+		cmd.AddCommand(&cobra.Command{
+			Use:   s,
+			Short: "Run the " + s + " scenario",
+			Args:  noArgs,
+			RunE: func(c *cobra.Command, _ []string) error {
+				return a.runBench(c.Context(), o, []string{s})
+			},
+		})
+	}
+	cmd.AddCommand(&cobra.Command{
+		Use:   "all",
+		Short: "Run every scenario",
+		Args:  noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return a.runBench(c.Context(), o, bench.Scenarios)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:    "replot",
+		Short:  "Redraw the charts in --out (and --markdown's tables) from the JSON reports there",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if o.out == "" {
+				return usagef("replot needs --out DIR")
+			}
+			reps, err := bench.Replot(o.out)
+			if err != nil || o.markdown == "" {
+				return err
+			}
+			return bench.UpdateMarkdown(o.markdown, reps, o.out)
+		},
+	})
+	cmd.AddCommand(&cobra.Command{
+		Use:    "child",
+		Short:  "Run one contender (internal: reads a job on stdin)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(c *cobra.Command, _ []string) error {
+			return bench.RunChild(c.Context(), a.stdin, a.stdout)
+		},
+	})
+	return cmd
+}
+
+func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string) error {
+	cfg, err := a.config()
+	if err != nil {
+		return err
+	}
+	opts, err := o.options(cfg)
+	if err != nil {
+		return err
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	opts.Runner = &bench.Runner{Command: []string{exe, "bench", "child"}, Stderr: a.stderr, CPUProfile: o.cpuProfile}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	opts.Log = a.stderr
+	env, err := bench.Start(ctx, opts)
+	if err != nil {
+		return err
+	}
+	defer env.Close()
+	var reports []*bench.Report
+	for _, s := range scenarios {
+		rep, err := env.Run(ctx, s)
+		if err != nil {
+			return fmt.Errorf("bench %s: %w", s, err)
+		}
+		reports = append(reports, rep)
+		if o.json {
+			if err := printJSON(a.stdout, rep); err != nil {
+				return err
+			}
+		} else {
+			bench.PrintText(a.stdout, rep)
+			fmt.Fprintln(a.stdout)
+		}
+		if o.plot != "" && len(scenarios) == 1 {
+			if err := bench.Plot(rep, o.plot); err != nil {
+				return fmt.Errorf("plot: %w", err)
+			}
+		}
+		if o.out != "" {
+			if err := writeBenchOut(o.out, rep); err != nil {
+				return err
+			}
+		}
+	}
+	if o.markdown != "" {
+		if err := bench.UpdateMarkdown(o.markdown, reports, o.out); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeBenchOut(dir string, rep *bench.Report) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(rep, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, rep.Scenario+".json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return bench.Plot(rep, filepath.Join(dir, rep.Scenario+".png"))
+}
+
+func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
+	if o.rounds < 1 {
+		return nil, usagef("--rounds must be at least 1, got %d", o.rounds)
+	}
+	if o.input != bench.InputPool && o.input != bench.InputFresh {
+		return nil, usagef("--input %q: want pool or fresh", o.input)
+	}
+	if o.partitions < 1 || o.producers < 1 || o.workers < 1 || o.writeRows < 1 || o.readers < 1 || o.poolRows < 1 {
+		return nil, usagef("--partitions, --producers, --workers, --write-rows, --pool-rows and --readers must be at least 1")
+	}
+	small, err := intList("--small-rows", o.smallRows)
+	if err != nil {
+		return nil, err
+	}
+	writers, err := intList("--writers", o.writers)
+	if err != nil {
+		return nil, err
+	}
+	concs, err := intList("--concurrencies", o.concurrencies)
+	if err != nil {
+		return nil, err
+	}
+	chunks, err := sizeList("--chunk-sizes", o.chunkSizes)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range chunks {
+		if c < config.MinPartSize || c > config.MaxPartSize {
+			return nil, usagef("--chunk-sizes: %s is outside [%s, %s]", c, config.Size(config.MinPartSize), config.Size(config.MaxPartSize))
+		}
+	}
+	logical, err := sizeList("--logical", o.logical)
+	if err != nil {
+		return nil, err
+	}
+	opts := &bench.Options{
+		Config: cfg, Latency: o.latency, ConnBandwidth: int64(o.connBandwidth), Rounds: o.rounds,
+		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
+		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server,
+		Data: bench.Data{Input: o.input, Partitions: o.partitions, WriteRows: o.writeRows, PoolRows: o.poolRows,
+			Producers: o.producers, Workers: o.workers, Seed: o.seed},
+	}
+	for _, l := range logical {
+		opts.MemLogical = append(opts.MemLogical, int64(l))
+	}
+	switch o.memLimit {
+	case "off", "":
+	case "bound":
+		opts.MemoryLimit = -1
+	default:
+		v, err := config.ParseSize(o.memLimit)
+		if err != nil || v < 1 {
+			return nil, usagef("--memory-limit %q: want off, bound or a size", o.memLimit)
+		}
+		opts.MemoryLimit = int64(v)
+	}
+	return opts, nil
+}
+
+func intList(flag, s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, usagef("%s: %q is not a positive integer", flag, f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func sizeList(flag, s string) ([]config.Size, error) {
+	var out []config.Size
+	for _, f := range strings.Split(s, ",") {
+		v, err := config.ParseSize(strings.TrimSpace(f))
+		if err != nil || v < 1 {
+			return nil, usagef("%s: %q is not a size", flag, f)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

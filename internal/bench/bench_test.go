@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+)
+
+// TestMain lets the test binary act as a bench child process.
+func TestMain(m *testing.M) {
+	if os.Getenv(ChildEnv) == "1" {
+		if err := RunChild(context.Background(), os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func smokeOptions(t *testing.T) *Options {
+	t.Helper()
+	cfg := config.Default()
+	return &Options{
+		Config: cfg, Latency: 2 * time.Millisecond, ConnBandwidth: 256 << 20, Rounds: 1,
+		Stored: 16 << 20, Readers: 4, SmallRows: []int{128, 8192}, Writers: []int{1, 2},
+		MemLogical: []int64{8 << 20, 16 << 20}, ChunkSizes: []config.Size{5 * config.MiB}, Concurrencies: []int{2},
+		Data:   Data{Input: InputPool, Partitions: 8, WriteRows: 128, PoolRows: 8192, Producers: 2, Workers: 1, Seed: 1},
+		Runner: &Runner{Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{ChildEnv + "=1"}, Stderr: os.Stderr},
+	}
+}
+
+// TestSmokeWrite runs the write scenario at a tiny size, so that the code
+// path cannot rot; it asserts shape, not speed (speed is what `make
+// bench` measures).
+func TestSmokeWrite(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	rep, err := env.Run(ctx, ScenarioWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got struct {
+		Scenario string `json:"scenario"`
+		Link     struct {
+			LatencyMS          float64 `json:"latency_ms"`
+			ConnBandwidthBytes int64   `json:"conn_bandwidth_bytes"`
+			LimitBytesPerS     int64   `json:"limit_bytes_per_s"`
+		} `json:"link"`
+		Results []map[string]any `json:"results"`
+	}
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.Scenario != "write" || got.Link.LatencyMS != 2 || got.Link.LimitBytesPerS != 8*got.Link.ConnBandwidthBytes {
+		t.Fatalf("scenario %q link %+v", got.Scenario, got.Link)
+	}
+	var names []string
+	for _, r := range got.Results {
+		names = append(names, fmt.Sprint(r["name"]))
+		for _, k := range []string{"seconds", "stored_bytes_per_s", "logical_bytes_per_s", "peak_rss_bytes", "requests"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("result %v has no %q", r["name"], k)
+			}
+		}
+		if r["peak_rss_bytes"].(float64) <= 0 || r["seconds"].(float64) <= 0 {
+			t.Errorf("result %v: peak RSS %v, seconds %v", r["name"], r["peak_rss_bytes"], r["seconds"])
+		}
+	}
+	if strings.Join(names, ",") != "durashuffle,sequential,transfermanager" {
+		t.Fatalf("contenders %v", names)
+	}
+	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
+	// The same rows and configuration; frame boundaries depend on how two
+	// producers interleave, so the sizes agree closely, not exactly.
+	if ds.StoredBytes == 0 || ratio(float64(ds.StoredBytes), float64(tm.StoredBytes)) < 0.95 || ratio(float64(ds.StoredBytes), float64(tm.StoredBytes)) > 1.05 {
+		t.Fatalf("durashuffle stored %d bytes, transfermanager %d: want about the same bytes", ds.StoredBytes, tm.StoredBytes)
+	}
+	var text bytes.Buffer
+	PrintText(&text, rep)
+	if !strings.Contains(text.String(), "transfermanager") {
+		t.Fatalf("text report:\n%s", text.String())
+	}
+	dir := t.TempDir()
+	if err := Plot(rep, filepath.Join(dir, "write.png")); err != nil {
+		t.Fatal(err)
+	}
+	md := filepath.Join(dir, "B.md")
+	os.WriteFile(md, []byte("# prose\n\n<!-- bench:write -->\nold\n<!-- /bench:write -->\n\nafter\n"), 0o644)
+	if err := UpdateMarkdown(md, []*Report{rep}, dir); err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := os.ReadFile(md)
+	if s := string(mb); strings.Contains(s, "\nold\n") || !strings.Contains(s, "after") || !strings.Contains(s, "| durashuffle |") {
+		t.Fatalf("markdown:\n%s", s)
+	}
+}
+
+// TestSmokeRead reads a tiny stage back with both readers.
+func TestSmokeRead(t *testing.T) {
+	ctx := context.Background()
+	env, err := Start(ctx, smokeOptions(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	rep, err := env.Run(ctx, ScenarioRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
+	if ds.ManifestGets != 1 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes {
+		t.Fatalf("durashuffle read %+v, transfermanager %+v", ds, tm)
+	}
+}
+
+// TestSmokeCPUScenarios runs small-batches and encode on the null store.
+func TestSmokeCPUScenarios(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	o.Stored = 4 << 20
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	for _, s := range []string{ScenarioSmallBatches, ScenarioEncode} {
+		rep, err := env.Run(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Results) != 2 || len(rep.Targets) == 0 || rep.Results[0].LogicalBytes == 0 {
+			t.Fatalf("%s: %+v", s, rep)
+		}
+	}
+}
+
+func TestMemServerRanges(t *testing.T) {
+	for _, c := range []struct {
+		h      string
+		lo, hi int64
+		ok     bool
+	}{
+		{"bytes=0-9", 0, 10, true}, {"bytes=5-", 5, 100, true}, {"bytes=-10", 90, 100, true},
+		{"bytes=90-200", 90, 100, true}, {"bytes=100-", 0, 0, false}, {"bytes=5-4", 0, 0, false}, {"items=0-1", 0, 0, false},
+	} {
+		lo, hi, ok := parseRange(c.h, 100)
+		if ok != c.ok || (ok && (lo != c.lo || hi != c.hi)) {
+			t.Errorf("parseRange(%q) = %d, %d, %v; want %d, %d, %v", c.h, lo, hi, ok, c.lo, c.hi, c.ok)
+		}
+	}
+}

@@ -1,0 +1,268 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+)
+
+// Contender names, as they appear in results.
+const (
+	Durashuffle     = "durashuffle"
+	Sequential      = "sequential"
+	TransferManager = "transfermanager"
+)
+
+// Job is one contender's run, handed to a child process as JSON.
+type Job struct {
+	Kind     string        `json:"kind"` // write, read, encode-files
+	Name     string        `json:"name"` // durashuffle, sequential, transfermanager
+	Endpoint string        `json:"endpoint"`
+	Dial     string        `json:"dial"` // the link's address, "" to dial the endpoint
+	Bucket   string        `json:"bucket"`
+	Embedded bool          `json:"embedded"` // fixed credentials, no signature checks
+	Config   config.Config `json:"config"`
+	Data     Data          `json:"data"`
+	Query    string        `json:"query"`
+	// NullStore discards every upload: the CPU side alone.
+	NullStore bool `json:"null_store"`
+	// Readers is how many partitions the durashuffle reader streams at once.
+	Readers int `json:"readers"`
+	// Files and Keys: transfermanager uploads Files[i] as Keys[i];
+	// encode-files writes the encoded streams to Files.
+	Files []string `json:"files,omitempty"`
+	Keys  []string `json:"keys,omitempty"`
+	// Conns is the link's connection count; 0 means upload_concurrency.
+	Conns int `json:"conns"`
+	// GOMAXPROCS of the child; 0 leaves the runtime's default.
+	Procs int `json:"procs,omitempty"`
+	// CPUProfile, if set, is where the child writes its CPU profile.
+	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MemoryLimit, if positive, is the child's soft memory limit
+	// (debug.SetMemoryLimit, as GOMEMLIMIT would set it).
+	MemoryLimit int64 `json:"memory_limit,omitempty"`
+}
+
+func (j *Job) conns() int {
+	if j.Conns > 0 {
+		return j.Conns
+	}
+	return j.Config.UploadConcurrency
+}
+
+// Result is one contender's measurement (one round) or, in a report, the
+// median of its rounds.
+type Result struct {
+	Name             string           `json:"name"`
+	Seconds          float64          `json:"seconds"`
+	StoredBytesPerS  float64          `json:"stored_bytes_per_s"`
+	LogicalBytesPerS float64          `json:"logical_bytes_per_s"`
+	PeakRSSBytes     int64            `json:"peak_rss_bytes"`
+	Requests         map[string]int64 `json:"requests"`
+
+	StoredBytes  int64 `json:"stored_bytes"`
+	LogicalBytes int64 `json:"logical_bytes"`
+	Rows         int64 `json:"rows,omitempty"`
+	Frames       int   `json:"frames,omitempty"`
+	Objects      int   `json:"objects,omitempty"`
+	// PeakBufferedChunks is the upload pool's high-water mark: equal to
+	// max_buffered_chunks when the link, not the encoder, was the limit.
+	PeakBufferedChunks int64 `json:"peak_buffered_chunks,omitempty"`
+	// FirstDataSeconds is when the first part (or ranged GET) started,
+	// from the start of the run: the pipeline's fill time. DataSeconds is
+	// from then to the end of the last one, and DataBytesPerS the stored
+	// bytes over it: the rate while the contender used the link.
+	FirstDataSeconds float64 `json:"first_data_seconds,omitempty"`
+	DataSeconds      float64 `json:"data_seconds,omitempty"`
+	DataBytesPerS    float64 `json:"data_bytes_per_s,omitempty"`
+	// MeanGetBytes is the stored bytes per ranged GET; GetCeiling what a
+	// connection can carry with GETs of that size: size / (size + round
+	// trip x bandwidth), the read's physical ceiling as a fraction of the
+	// link limit.
+	MeanGetBytes float64   `json:"mean_get_bytes,omitempty"`
+	GetCeiling   float64   `json:"get_ceiling,omitempty"`
+	RangedGets   int64     `json:"ranged_gets,omitempty"`
+	ManifestGets int64     `json:"manifest_gets,omitempty"`
+	InputBytes   int64     `json:"input_pool_bytes,omitempty"`
+	Rounds       []float64 `json:"round_seconds,omitempty"`
+	GoHeapPeak   int64     `json:"go_heap_peak_bytes,omitempty"`
+	// RusageMaxRSS is the child's ru_maxrss as wait4 reports it, kept for
+	// comparison: see peakRSS for why it is not the peak RSS.
+	RusageMaxRSS  int64    `json:"rusage_maxrss_bytes,omitempty"`
+	CPUSeconds    float64  `json:"cpu_seconds,omitempty"`
+	LinkFraction  float64  `json:"link_fraction,omitempty"` // stored bytes/s over the link limit
+	Keys          []string `json:"keys,omitempty"`          // data objects written
+	ChunkSize     int64    `json:"chunk_size,omitempty"`
+	Concurrency   int      `json:"upload_concurrency,omitempty"`
+	MaxBuffered   int      `json:"max_buffered_chunks,omitempty"`
+	MemoryBound   int64    `json:"memory_bound_bytes,omitempty"`
+	WriteRows     int      `json:"write_rows,omitempty"`
+	EncodeWriters int      `json:"writers,omitempty"`
+}
+
+func (r *Result) finish(d time.Duration) {
+	r.Seconds = d.Seconds()
+	if r.Seconds > 0 {
+		r.StoredBytesPerS = float64(r.StoredBytes) / r.Seconds
+		r.LogicalBytesPerS = float64(r.LogicalBytes) / r.Seconds
+	}
+}
+
+// ChildEnv, when set to 1 in a process's environment, makes the bench
+// package's test binary act as a child (see RunChild).
+const ChildEnv = "DURASHUFFLE_BENCH_CHILD"
+
+// RunChild runs the Job read from stdin and writes its Result to stdout:
+// the body of the hidden `durashuffle bench child` command.
+func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	var j Job
+	if err := json.NewDecoder(stdin).Decode(&j); err != nil {
+		return fmt.Errorf("bench child: decode job: %w", err)
+	}
+	if j.Procs > 0 {
+		runtime.GOMAXPROCS(j.Procs)
+	}
+	if j.MemoryLimit > 0 {
+		debug.SetMemoryLimit(j.MemoryLimit)
+	}
+	if j.CPUProfile != "" {
+		f, err := os.Create(j.CPUProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	r, err := runJob(ctx, &j)
+	if err != nil {
+		return fmt.Errorf("bench child %s %s: %w", j.Kind, j.Name, err)
+	}
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	r.GoHeapPeak = int64(ms.HeapSys)
+	r.PeakRSSBytes = peakRSS()
+	return json.NewEncoder(stdout).Encode(r)
+}
+
+// peakRSS is this process's own resident-set high-water mark (VmHWM in
+// /proc/self/status), 0 where there is no such file. ru_maxrss is not
+// used for it: on Linux, exec folds the RSS high-water mark of the
+// process image it replaces into the new image's ru_maxrss
+// (setmax_mm_hiwater_rss in fs/exec.c), and Go starts children with
+// clone(CLONE_VM|CLONE_VFORK), whose image before exec is the parent's
+// memory, so every child's ru_maxrss would be at least the parent's peak,
+// server and stored objects included.
+func peakRSS() int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(v)
+			if len(f) == 2 && f[1] == "kB" {
+				n, err := strconv.ParseInt(f[0], 10, 64)
+				if err == nil {
+					return n * 1024
+				}
+			}
+		}
+	}
+	return 0
+}
+
+func runJob(ctx context.Context, j *Job) (*Result, error) {
+	switch {
+	case j.Kind == "encode-files":
+		return encodeFiles(ctx, j)
+	case j.Kind == "write" && j.Name == Durashuffle:
+		return writeDurashuffle(ctx, j)
+	case j.Kind == "write" && j.Name == Sequential:
+		return writeSequential(ctx, j)
+	case j.Kind == "write" && j.Name == TransferManager:
+		return writeTM(ctx, j)
+	case j.Kind == "read" && j.Name == Durashuffle:
+		return readDurashuffle(ctx, j)
+	case j.Kind == "read" && j.Name == TransferManager:
+		return readTM(ctx, j)
+	}
+	return nil, fmt.Errorf("unknown job %s/%s", j.Kind, j.Name)
+}
+
+// Runner starts child processes: Command is the argv that runs RunChild
+// (`durashuffle bench child`, or a test binary with ChildEnv=1).
+type Runner struct {
+	Command []string
+	Env     []string
+	Stderr  io.Writer
+	// CPUProfile, if set, makes every child write a CPU profile to
+	// CPUProfile.<kind>-<name>-<n>.
+	CPUProfile string
+	runs       int
+}
+
+// Run runs j in a fresh child process and returns its Result with the
+// child's peak RSS (getrusage's ru_maxrss: the high-water mark of the
+// child's resident set, KiB on Linux) and CPU time.
+func (rn *Runner) Run(ctx context.Context, j *Job) (*Result, error) {
+	if rn.CPUProfile != "" {
+		rn.runs++
+		j.CPUProfile = fmt.Sprintf("%s.%s-%s-%d", rn.CPUProfile, j.Kind, j.Name, rn.runs)
+	}
+	in, err := json.Marshal(j)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, rn.Command[0], rn.Command[1:]...)
+	cmd.Env = append(os.Environ(), rn.Env...)
+	cmd.Stdin = bytes.NewReader(in)
+	var out, errb bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &errb
+	if err := cmd.Run(); err != nil {
+		if rn.Stderr != nil {
+			rn.Stderr.Write(errb.Bytes())
+		}
+		return nil, fmt.Errorf("%s %s child: %w: %s", j.Kind, j.Name, err, lastLine(errb.String()))
+	}
+	var r Result
+	if err := json.Unmarshal(out.Bytes(), &r); err != nil {
+		return nil, fmt.Errorf("%s %s child: decode result %q: %w", j.Kind, j.Name, out.String(), err)
+	}
+	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		r.RusageMaxRSS = ru.Maxrss * 1024
+		r.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		if r.PeakRSSBytes == 0 {
+			r.PeakRSSBytes = r.RusageMaxRSS
+		}
+	}
+	return &r, nil
+}
+
+func tvSeconds(tv syscall.Timeval) float64 {
+	return float64(tv.Sec) + float64(tv.Usec)/1e6
+}
+
+func lastLine(s string) string {
+	b := bytes.TrimSpace([]byte(s))
+	if i := bytes.LastIndexByte(b, '\n'); i >= 0 {
+		b = b[i+1:]
+	}
+	return string(b)
+}

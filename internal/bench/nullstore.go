@@ -1,0 +1,61 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync/atomic"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// nullStore accepts every upload and keeps nothing: the CPU side of the
+// write path alone. Requests are counted like a real store's.
+type nullStore struct {
+	counter *store.Counter
+	ids     atomic.Int64
+	stored  atomic.Int64
+}
+
+var _ store.Store = (*nullStore)(nil)
+
+func (s *nullStore) Put(_ context.Context, _ string, body []byte, _ store.PutOptions) error {
+	s.counter.Request("PutObject", 200)
+	s.stored.Add(int64(len(body)))
+	return nil
+}
+
+func (s *nullStore) CreateMultipart(context.Context, string) (string, error) {
+	s.counter.Request("CreateMultipartUpload", 200)
+	return fmt.Sprint(s.ids.Add(1)), nil
+}
+
+func (s *nullStore) UploadPart(_ context.Context, _, _ string, n int32, body []byte, _ uint32) (string, error) {
+	s.counter.Request("UploadPart", 200)
+	s.stored.Add(int64(len(body)))
+	return fmt.Sprintf(`"%d"`, n), nil
+}
+
+func (s *nullStore) CompleteMultipart(context.Context, string, string, []store.Part) error {
+	s.counter.Request("CompleteMultipartUpload", 200)
+	return nil
+}
+
+func (s *nullStore) AbortMultipart(context.Context, string, string) error {
+	s.counter.Request("AbortMultipartUpload", 204)
+	return nil
+}
+
+func (s *nullStore) GetRange(_ context.Context, key string, _, _ int64) (io.ReadCloser, error) {
+	return nil, &store.Error{Op: "GetObject", Key: key, Status: 404, Err: store.ErrNotFound}
+}
+
+func (s *nullStore) List(context.Context, string, string) ([]store.ObjectInfo, []string, error) {
+	return nil, nil, nil
+}
+
+func (s *nullStore) ListUploads(context.Context, string) ([]store.UploadInfo, error) {
+	return nil, nil
+}
+
+func (s *nullStore) Delete(context.Context, ...string) error { return nil }

@@ -1,0 +1,78 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// probeLink measures what the link carries on this machine right now:
+// conns connections each PUTting (then GETting) two part-sized bodies through the link, with nothing else to do: no
+// encoding, no multipart bookkeeping. It is the practical ceiling that
+// every contender shares, next to the nominal limit. It returns the PUT
+// and GET rates in bytes per second.
+func (e *Env) probeLink(ctx context.Context, conns int, part int64) (put, get float64, err error) {
+	if e.Link == nil || e.Link.Addr == "" {
+		return 0, 0, nil
+	}
+	hc, tr := HTTPClient(e.Link.Addr, conns)
+	defer tr.CloseIdleConnections()
+	opts := s3store.Options{Bucket: e.Bucket, Endpoint: e.Endpoint, Region: e.o.Config.Region, PathStyle: e.o.Config.PathStyle, HTTPClient: hc}
+	if e.Embedded {
+		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
+	}
+	st, err := s3store.New(ctx, opts)
+	if err != nil {
+		return 0, 0, err
+	}
+	body := make([]byte, part)
+	const each = 2
+	q := e.query("probe")
+	key := func(c, i int) string { return fmt.Sprintf("%s/%s/p-%d-%d", e.o.Config.Prefix, q, c, i) }
+	defer e.cleanup(ctx, q)
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for c := range conns {
+		g.Go(func() error {
+			for i := range each {
+				if err := st.Put(gctx, key(c, i), body, store.PutOptions{}); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, 0, fmt.Errorf("link probe PUT: %w", err)
+	}
+	put = float64(int64(conns)*each*part) / time.Since(start).Seconds()
+	start = time.Now()
+	g, gctx = errgroup.WithContext(ctx)
+	for c := range conns {
+		g.Go(func() error {
+			for i := range each {
+				rc, err := st.GetRange(gctx, key(c, i), 0, -1)
+				if err != nil {
+					return err
+				}
+				_, err = io.Copy(io.Discard, rc)
+				rc.Close()
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return 0, 0, fmt.Errorf("link probe GET: %w", err)
+	}
+	get = float64(int64(conns)*each*part) / time.Since(start).Seconds()
+	return put, get, nil
+}

@@ -1,0 +1,97 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+)
+
+// mibps formats bytes per second as MiB/s.
+func mibps(b float64) string { return fmt.Sprintf("%.1f", b/(1<<20)) }
+
+// PrintText writes the report as a readable table.
+func PrintText(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "durashuffle bench %s", rep.Scenario)
+	switch {
+	case rep.Link.LimitBytesPerS > 0:
+		fmt.Fprintf(w, ": link %.0f ms, %s/s per connection x %d connections = %s MiB/s limit",
+			rep.Link.LatencyMS, sizeString(rep.Link.ConnBandwidthBytes), rep.Link.Connections, mibps(float64(rep.Link.LimitBytesPerS)))
+	case rep.Link.ConnBandwidthBytes > 0:
+		fmt.Fprintf(w, ": link %.0f ms, %s/s per connection; each cell's limit is its concurrency x that",
+			rep.Link.LatencyMS, sizeString(rep.Link.ConnBandwidthBytes))
+	}
+	fmt.Fprintln(w)
+	s := rep.Setup
+	fmt.Fprintf(w, "  %d rows, %d partitions, %d-row writes (%s input), %d producers, %d worker(s); %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
+		s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)
+	if rep.Scenario == ScenarioSweep {
+		fmt.Fprintln(w, "  (chunk size and concurrency per cell as named; \"of link\" is against each cell's own limit)")
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\trequests\t")
+	for _, r := range rep.Results {
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
+			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), formatOps(r.Requests))
+	}
+	tw.Flush()
+	for _, r := range rep.Results {
+		if r.GetCeiling > 0 {
+			fmt.Fprintf(w, "  %s: %d ranged GETs of %.0f KiB on average; one connection carries at most %.3f of its bandwidth with GETs that size (size / (size + round trip x bandwidth))\n",
+				r.Name, r.RangedGets, r.MeanGetBytes/1024, r.GetCeiling)
+		}
+	}
+	for _, t := range rep.Targets {
+		mark := "ok  "
+		if !t.OK {
+			mark = "MISS"
+		}
+		fmt.Fprintf(w, "  %s %s: %.3f (target %s)\n", mark, t.Name, t.Got, t.Want)
+	}
+	if rep.Recommendation != "" {
+		fmt.Fprintf(w, "  recommended: %s\n", rep.Recommendation)
+	}
+}
+
+// formatOps prints per-operation counts sorted by operation.
+func formatOps(m map[string]int64) string {
+	if len(m) == 0 {
+		return "-"
+	}
+	var b strings.Builder
+	for i, k := range slices.Sorted(maps.Keys(m)) {
+		if i > 0 {
+			b.WriteString(" ")
+		}
+		fmt.Fprintf(&b, "%s=%d", shortOp(k), m[k])
+	}
+	return b.String()
+}
+
+func shortOp(op string) string {
+	switch op {
+	case "CreateMultipartUpload":
+		return "Create"
+	case "CompleteMultipartUpload":
+		return "Complete"
+	case "AbortMultipartUpload":
+		return "Abort"
+	}
+	return op
+}
+
+func optFloat(f float64) string {
+	if f == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", f)
+}
+
+func optMiB(b float64) string {
+	if b == 0 {
+		return "-"
+	}
+	return mibps(b)
+}

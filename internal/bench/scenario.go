@@ -1,0 +1,394 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// Scenario names.
+const (
+	ScenarioWrite        = "write"
+	ScenarioRead         = "read"
+	ScenarioSmallBatches = "small-batches"
+	ScenarioEncode       = "encode"
+	ScenarioMemory       = "memory"
+	ScenarioSweep        = "sweep"
+)
+
+// Scenarios lists every scenario in the order `bench all` runs them.
+var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep}
+
+// Options configure a benchmark run.
+type Options struct {
+	Config        config.Config // endpoint, bucket, chunk size, concurrency, ...
+	Latency       time.Duration
+	ConnBandwidth int64 // bytes per second per connection; 0 with Latency 0: no shaping
+	Rounds        int
+	Stored        int64 // stored bytes of the data set (write, read, sweep)
+	Data          Data  // partitions, producers, workers, write rows, input, seed
+	Readers       int   // partitions read at once
+	SmallRows     []int // small-batches: rows per Write, small first
+	SmallOverLink bool  // small-batches over the link instead of the null store
+	Writers       []int // encode: writer goroutine counts
+	MemLogical    []int64
+	ChunkSizes    []config.Size
+	Concurrencies []int
+	Runner        *Runner
+	Log           io.Writer // progress lines; nil: none
+	// MemoryLimit: the memory scenario's children run with this soft
+	// memory limit (GOMEMLIMIT); -1 means the scenario's bound, 0 none.
+	MemoryLimit int64
+	// Server is the in-process endpoint when Config.Endpoint is empty:
+	// ServerMemory (default) or ServerEmbedded.
+	Server string
+}
+
+// In-process endpoints.
+const (
+	ServerMemory   = "memory"
+	ServerEmbedded = "embedded"
+)
+
+// Env is what a run shares: the endpoint and the link in front of it.
+type Env struct {
+	o        *Options
+	Link     *Link
+	Endpoint string
+	Bucket   string
+	Embedded bool
+	direct   store.Store
+	workDir  string
+	server   string
+	stop     []func()
+	run      string
+}
+
+// Start brings up the endpoint (the embedded server unless
+// Config.Endpoint is set) and the shaped link in front of it.
+func Start(ctx context.Context, o *Options) (*Env, error) {
+	e := &Env{o: o, Bucket: o.Config.Bucket, Endpoint: o.Config.Endpoint, run: time.Now().UTC().Format("20060102T150405")}
+	if e.Bucket == "" {
+		e.Bucket = "durashuffle-bench"
+	}
+	dir, err := os.MkdirTemp("", "durashuffle-bench-")
+	if err != nil {
+		return nil, err
+	}
+	e.workDir = dir
+	e.stop = append(e.stop, func() { os.RemoveAll(dir) })
+	opts := s3store.Options{Bucket: e.Bucket, Region: o.Config.Region, PathStyle: o.Config.PathStyle, InsecureSkipVerify: o.Config.InsecureSkipVerify}
+	if e.Endpoint == "" {
+		switch o.Server {
+		case ServerEmbedded:
+			srv, err := embedded.Start(filepath.Join(dir, "s3"), e.Bucket)
+			if err != nil {
+				e.Close()
+				return nil, err
+			}
+			e.stop = append(e.stop, func() { srv.Close() })
+			e.Endpoint, e.server = srv.Endpoint(), "embedded S3 server (gofakes3, in the parent process)"
+		case ServerMemory, "":
+			srv, err := StartMemServer(e.Bucket)
+			if err != nil {
+				e.Close()
+				return nil, err
+			}
+			e.stop = append(e.stop, func() { srv.Close() })
+			e.Endpoint, e.server = srv.Endpoint(), "in-memory S3 endpoint (in the parent process)"
+		default:
+			e.Close()
+			return nil, fmt.Errorf("server %q: want memory or embedded", o.Server)
+		}
+		e.Embedded = true
+		o.Config.PathStyle = true
+		opts.PathStyle = true
+		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
+	}
+	opts.Endpoint = e.Endpoint
+	s3, err := s3store.New(ctx, opts)
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	if !e.Embedded {
+		if err := s3.EnsureBucket(ctx); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("bucket %s: %w", e.Bucket, err)
+		}
+	}
+	e.direct = s3
+	if e.Link, err = StartLink(e.Endpoint, o.Latency, o.ConnBandwidth); err != nil {
+		e.Close()
+		return nil, err
+	}
+	e.stop = append(e.stop, e.Link.Close)
+	return e, nil
+}
+
+// Close stops the link and the server and removes temporary files.
+func (e *Env) Close() {
+	for i := len(e.stop) - 1; i >= 0; i-- {
+		e.stop[i]()
+	}
+	e.stop = nil
+}
+
+func (e *Env) logf(format string, args ...any) {
+	if e.o.Log != nil {
+		fmt.Fprintf(e.o.Log, format+"\n", args...)
+	}
+}
+
+// Report is one scenario's outcome, as `--json` prints it.
+type Report struct {
+	Scenario string   `json:"scenario"`
+	Link     LinkInfo `json:"link"`
+	Results  []Result `json:"results"`
+	Targets  []Target `json:"targets,omitempty"`
+	// Setup says what was measured: data set, configuration, store.
+	Setup          Setup  `json:"setup"`
+	Recommendation string `json:"recommendation,omitempty"`
+}
+
+// Setup is the fixed part of a scenario.
+type Setup struct {
+	Rounds            int     `json:"rounds"`
+	Rows              int64   `json:"rows"`
+	Partitions        int     `json:"partitions"`
+	WriteRows         int     `json:"write_rows"`
+	Producers         int     `json:"producers"`
+	Workers           int     `json:"workers"`
+	Input             string  `json:"input"`
+	ChunkSize         int64   `json:"chunk_size"`
+	UploadConcurrency int     `json:"upload_concurrency"`
+	MaxBufferedChunks int     `json:"max_buffered_chunks"`
+	CoalesceBudget    int64   `json:"coalesce_budget"`
+	FrameTargetBytes  int64   `json:"frame_target_bytes"`
+	Compression       string  `json:"compression"`
+	Store             string  `json:"store"`
+	CPUs              int     `json:"cpus"`
+	StoredPerLogical  float64 `json:"stored_per_logical"`
+	Readers           int     `json:"readers,omitempty"`
+}
+
+// Target is one performance target checked against the medians.
+type Target struct {
+	Name string  `json:"name"`
+	Want string  `json:"want"`
+	Got  float64 `json:"got"`
+	Min  float64 `json:"min,omitempty"`
+	Max  float64 `json:"max,omitempty"`
+	OK   bool    `json:"ok"`
+}
+
+func atLeast(name string, got, min float64) Target {
+	return Target{Name: name, Want: fmt.Sprintf(">= %.2f", min), Got: round3(got), Min: min, OK: got >= min}
+}
+
+func atMost(name string, got, max float64) Target {
+	return Target{Name: name, Want: fmt.Sprintf("<= %.2f", max), Got: round3(got), Max: max, OK: got <= max}
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
+
+// Run runs one scenario.
+func (e *Env) Run(ctx context.Context, scenario string) (*Report, error) {
+	switch scenario {
+	case ScenarioWrite:
+		return e.runWrite(ctx)
+	case ScenarioRead:
+		return e.runRead(ctx)
+	case ScenarioSmallBatches:
+		return e.runSmallBatches(ctx)
+	case ScenarioEncode:
+		return e.runEncode(ctx)
+	case ScenarioMemory:
+		return e.runMemory(ctx)
+	case ScenarioSweep:
+		return e.runSweep(ctx)
+	}
+	return nil, fmt.Errorf("unknown scenario %q: want one of %s", scenario, strings.Join(Scenarios, ", "))
+}
+
+// storedPerLogical measures the compression of the data set: one frame
+// of each of a few partitions' pool rows, encoded as the writer would.
+func (e *Env) storedPerLogical() (float64, error) {
+	cfg := e.o.Config
+	b, err := demo.NewBatcher(demo.Generator{Seed: e.o.Data.Seed}, 1, nil)
+	if err != nil {
+		return 0, err
+	}
+	defer b.Release()
+	rows := int64(float64(cfg.FrameTargetBytes) / bytesPerRow)
+	var logical, stored int64
+	for i := range int64(4) {
+		parts := b.Batch(demo.Range{Lo: i * rows, Hi: (i + 1) * rows}, nil)
+		var buf bytes.Buffer
+		for _, p := range parts {
+			st, err := frame.Encode(&buf, demo.Schema(), []arrow.RecordBatch{p.Record}, cfg.Compression, memory.DefaultAllocator)
+			p.Record.Release()
+			if err != nil {
+				return 0, err
+			}
+			logical += st.Bytes
+		}
+		stored += int64(buf.Len())
+	}
+	return float64(stored) / float64(logical), nil
+}
+
+// rowsFor is the rows whose encoding is about stored bytes.
+func (e *Env) rowsFor(stored int64, ratio float64) int64 {
+	return int64(float64(stored) / ratio / bytesPerRow)
+}
+
+func (e *Env) setup(d Data, cfg config.Config, st string, ratio float64) Setup {
+	return Setup{
+		Rounds: e.o.Rounds, Rows: d.Rows, Partitions: d.Partitions, WriteRows: d.WriteRows,
+		Producers: d.Producers, Workers: d.Workers, Input: d.Input,
+		ChunkSize: int64(cfg.ChunkSize), UploadConcurrency: cfg.UploadConcurrency,
+		MaxBufferedChunks: cfg.BufferedChunks(), CoalesceBudget: int64(cfg.CoalesceBudget),
+		FrameTargetBytes: int64(cfg.FrameTargetBytes), Compression: cfg.Compression,
+		Store: st, CPUs: runtime.NumCPU(), StoredPerLogical: round3(ratio),
+	}
+}
+
+func (e *Env) storeName() string {
+	if e.server != "" {
+		return e.server
+	}
+	return e.Endpoint
+}
+
+// job is a job on this env's endpoint and link.
+func (e *Env) job(kind, name, query string, cfg config.Config, d Data) *Job {
+	return &Job{Kind: kind, Name: name, Endpoint: e.Endpoint, Dial: e.Link.Addr, Bucket: e.Bucket,
+		Embedded: e.Embedded, Config: cfg, Data: d, Query: query}
+}
+
+func (e *Env) query(parts ...string) string {
+	return "bench-" + e.run + "-" + strings.Join(parts, "-")
+}
+
+// cleanup deletes everything under a query; a failure only logs.
+func (e *Env) cleanup(ctx context.Context, query string) {
+	if e.direct == nil {
+		return
+	}
+	prefix := strings.Trim(e.o.Config.Prefix, "/")
+	if prefix != "" {
+		prefix += "/"
+	}
+	objs, _, err := e.direct.List(ctx, prefix+query+"/", "")
+	if err == nil && len(objs) > 0 {
+		keys := make([]string, len(objs))
+		for i, o := range objs {
+			keys[i] = o.Key
+		}
+		err = e.direct.Delete(ctx, keys...)
+	}
+	if err != nil {
+		e.logf("  cleanup of %s: %v", query, err)
+	}
+}
+
+// rounds runs each contender's job once per round, rotating the order
+// from round to round, and returns every contender's median.
+func (e *Env) rounds(ctx context.Context, names []string, mk func(name string, round int) *Job, after func(name string, r *Result)) ([]Result, error) {
+	all := make(map[string][]*Result)
+	for round := range max(1, e.o.Rounds) {
+		for k := range names {
+			name := names[(k+round)%len(names)]
+			j := mk(name, round)
+			r, err := e.o.Runner.Run(ctx, j)
+			if j.Kind == "write" && !j.NullStore {
+				e.cleanup(ctx, j.Query)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s: %w", round+1, name, err)
+			}
+			r.Name = name
+			if after != nil {
+				after(name, r)
+			}
+			e.logf("  round %d %-18s %7.2f s  %8.1f MiB/s stored  %8.1f MiB/s logical  rss %6.1f MiB  cpu %.1f s",
+				round+1, name, r.Seconds, r.StoredBytesPerS/(1<<20), r.LogicalBytesPerS/(1<<20), float64(r.PeakRSSBytes)/(1<<20), r.CPUSeconds)
+			all[name] = append(all[name], r)
+		}
+	}
+	out := make([]Result, 0, len(names))
+	for _, name := range names {
+		out = append(out, median(all[name]))
+	}
+	return out, nil
+}
+
+// median is the round with the median time, with the median peak RSS and
+// every round's time.
+func median(rs []*Result) Result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b *Result) int { return cmpFloat(a.Seconds, b.Seconds) })
+	m := *s[len(s)/2]
+	if len(s)%2 == 0 {
+		lo := s[len(s)/2-1]
+		m.Seconds = (lo.Seconds + m.Seconds) / 2
+		if m.Seconds > 0 {
+			m.StoredBytesPerS = float64(m.StoredBytes) / m.Seconds
+			m.LogicalBytesPerS = float64(m.LogicalBytes) / m.Seconds
+		}
+	}
+	rss := make([]int64, len(rs))
+	for i, r := range rs {
+		rss[i] = r.PeakRSSBytes
+		m.Rounds = append(m.Rounds, round3(r.Seconds))
+	}
+	slices.Sort(rss)
+	m.PeakRSSBytes = rss[len(rss)/2]
+	m.Keys = nil
+	return m
+}
+
+func cmpFloat(a, b float64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+func find(rs []Result, name string) *Result {
+	for i := range rs {
+		if rs[i].Name == name {
+			return &rs[i]
+		}
+	}
+	return &Result{}
+}
+
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
+}

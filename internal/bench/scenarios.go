@@ -1,0 +1,395 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+)
+
+func (e *Env) data(stored int64, ratio float64) Data {
+	d := e.o.Data
+	d.Rows = e.rowsFor(stored, ratio)
+	return d
+}
+
+// runWrite: durashuffle against sequential and transfermanager.
+func (e *Env) runWrite(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	rep := &Report{Scenario: ScenarioWrite, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	e.logf("write: %d rows (~%s stored) in %d partitions; %s chunks, concurrency %d", d.Rows, sizeString(e.o.Stored), d.Partitions, cfg.ChunkSize, cfg.UploadConcurrency)
+	if err := e.probe(ctx, rep, cfg); err != nil {
+		return nil, err
+	}
+
+	// The already-encoded bytes that transfermanager uploads: the data
+	// objects durashuffle's writer produces for the same rows and config.
+	dir := filepath.Join(e.workDir, "encoded")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	prep := e.job("encode-files", Durashuffle, e.query("encoded"), cfg, d)
+	prep.Files = []string{dir}
+	enc, err := e.o.Runner.Run(ctx, prep)
+	if err != nil {
+		return nil, fmt.Errorf("encode the data set to files: %w", err)
+	}
+	files := enc.Keys
+	defer func() {
+		for _, f := range files {
+			os.Remove(f)
+		}
+	}()
+
+	names := []string{Durashuffle, Sequential, TransferManager}
+	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
+		q := e.query("write", name, strconv.Itoa(round))
+		j := e.job("write", name, q, cfg, d)
+		if name == TransferManager {
+			j.Files = files
+			for i := range files {
+				j.Keys = append(j.Keys, fmt.Sprintf("%s/%s/data-%d.arrows", cfg.Prefix, q, i))
+			}
+		}
+		return j
+	}, func(name string, r *Result) {
+		if name == TransferManager {
+			r.LogicalBytes = enc.LogicalBytes
+			r.Rows = enc.Rows
+			r.finish(secondsDuration(r.Seconds))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	limit := float64(rep.Link.LimitBytesPerS)
+	ds, seq, tm := find(rep.Results, Durashuffle), find(rep.Results, Sequential), find(rep.Results, TransferManager)
+	for i := range rep.Results {
+		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
+	}
+	if limit > 0 {
+		rep.Targets = append(rep.Targets, atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.90))
+	}
+	rep.Targets = append(rep.Targets,
+		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
+		atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0))
+	return rep, nil
+}
+
+// runRead: durashuffle reading every partition against transfermanager
+// downloading the same objects whole.
+func (e *Env) runRead(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	rep := &Report{Scenario: ScenarioRead, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep.Setup.Readers = e.o.Readers
+	// The stage to read, written straight to the endpoint (not timed).
+	q := e.query("read")
+	prep := e.job("write", Durashuffle, q, cfg, d)
+	prep.Dial = ""
+	src, err := e.o.Runner.Run(ctx, prep)
+	if err != nil {
+		return nil, fmt.Errorf("write the stage to read: %w", err)
+	}
+	defer e.cleanup(ctx, q)
+	e.logf("read: %d rows, %s stored in %d objects, %d frames", src.Rows, sizeString(src.StoredBytes), src.Objects, src.Frames)
+	if err := e.probe(ctx, rep, cfg); err != nil {
+		return nil, err
+	}
+	names := []string{Durashuffle, TransferManager}
+	rep.Results, err = e.rounds(ctx, names, func(name string, _ int) *Job {
+		j := e.job("read", name, q, cfg, d)
+		j.Readers = e.o.Readers
+		j.Keys = src.Keys
+		return j
+	}, func(name string, r *Result) {
+		if name == TransferManager {
+			r.LogicalBytes = src.LogicalBytes
+			r.Rows = src.Rows
+			r.finish(secondsDuration(r.Seconds))
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	limit := float64(rep.Link.LimitBytesPerS)
+	for i := range rep.Results {
+		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
+	}
+	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
+	if ds.RangedGets > 0 {
+		ds.MeanGetBytes = float64(ds.StoredBytes) / float64(ds.RangedGets)
+		if bw := float64(rep.Link.ConnBandwidthBytes); bw > 0 {
+			ds.GetCeiling = round3(ds.MeanGetBytes / (ds.MeanGetBytes + rep.Link.LatencyMS/1000*bw))
+		}
+	}
+	if limit > 0 {
+		rep.Targets = append(rep.Targets, atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.85))
+	}
+	rep.Targets = append(rep.Targets,
+		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
+		Target{Name: "manifest GETs per stage", Want: "= 1", Got: float64(ds.ManifestGets), Min: 1, Max: 1, OK: ds.ManifestGets == 1})
+	return rep, nil
+}
+
+// runSmallBatches: the same rows fed as small and as large batches.
+func (e *Env) runSmallBatches(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	rows := e.o.SmallRows
+	if len(rows) != 2 {
+		return nil, fmt.Errorf("small-batches wants two batch sizes, got %v", rows)
+	}
+	d.PoolRows = max(d.PoolRows, rows[1])
+	st := "null store (uploads discarded): the CPU side alone"
+	link := LinkInfo{}
+	if e.o.SmallOverLink {
+		st = e.storeName()
+		link = e.Link.Info(cfg.UploadConcurrency)
+	}
+	rep := &Report{Scenario: ScenarioSmallBatches, Link: link, Setup: e.setup(d, cfg, st, spl)}
+	e.logf("small-batches: %d rows as %d-row and %d-row Writes, %s", d.Rows, rows[0], rows[1], st)
+	names := []string{fmt.Sprintf("%d-rows", rows[0]), fmt.Sprintf("%d-rows", rows[1])}
+	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
+		dd := d
+		dd.WriteRows = rows[0]
+		if name == names[1] {
+			dd.WriteRows = rows[1]
+		}
+		j := e.job("write", Durashuffle, e.query("small", name, strconv.Itoa(round)), cfg, dd)
+		j.NullStore = !e.o.SmallOverLink
+		return j
+	}, func(name string, r *Result) {
+		r.WriteRows = rows[0]
+		if name == names[1] {
+			r.WriteRows = rows[1]
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	small, large := &rep.Results[0], &rep.Results[1]
+	rep.Targets = []Target{
+		atMost(names[0]+" time / "+names[1]+" time", ratio(small.Seconds, large.Seconds), 1.10),
+		atMost(names[0]+" stored / "+names[1]+" stored", ratio(float64(small.StoredBytes), float64(large.StoredBytes)), 1.02),
+	}
+	return rep, nil
+}
+
+// runEncode: the CPU side alone (null store) with 1 and N writer
+// goroutines; N goroutines call Write and N encode.
+func (e *Env) runEncode(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	rep := &Report{Scenario: ScenarioEncode, Setup: e.setup(d, cfg, "null store (uploads discarded)", spl)}
+	var names []string
+	for _, n := range e.o.Writers {
+		names = append(names, writersName(n))
+	}
+	e.logf("encode: %d rows, writers %v, null store", d.Rows, e.o.Writers)
+	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
+		n := e.o.Writers[indexOf(names, name)]
+		c := cfg
+		c.EncodeConcurrency = n
+		dd := d
+		dd.Producers = n
+		j := e.job("write", Durashuffle, e.query("encode", strconv.Itoa(n), strconv.Itoa(round)), c, dd)
+		j.NullStore = true
+		return j
+	}, func(name string, r *Result) {
+		r.EncodeWriters = e.o.Writers[indexOf(names, name)]
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(rep.Results) >= 2 {
+		one, many := rep.Results[0], rep.Results[len(rep.Results)-1]
+		want := 1.7 * float64(many.EncodeWriters) / 2
+		rep.Targets = append(rep.Targets, atLeast(fmt.Sprintf("%s / %s throughput", names[len(names)-1], names[0]),
+			ratio(many.LogicalBytesPerS, one.LogicalBytesPerS), round3(want)))
+	}
+	return rep, nil
+}
+
+func writersName(n int) string {
+	if n == 1 {
+		return "1-writer"
+	}
+	return fmt.Sprintf("%d-writers", n)
+}
+
+func indexOf(names []string, name string) int {
+	for i, n := range names {
+		if n == name {
+			return i
+		}
+	}
+	return 0
+}
+
+// runMemory: peak RSS of durashuffle writing 1 GiB and 4 GiB of logical
+// output over the link, with freshly generated input (the engine's own
+// batches are part of what a writer process holds): once with the Go
+// runtime's defaults and once with GOMEMLIMIT set to the bound, as a
+// deployment that wants the bound enforced would run it.
+func (e *Env) runMemory(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.o.Data
+	d.Input = InputFresh
+	d.WriteRows = 8192
+	rep := &Report{Scenario: ScenarioMemory, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	bound := int64(cfg.BufferedChunks())*int64(cfg.ChunkSize) + int64(cfg.CoalesceBudget) + 96<<20
+	limits := []int64{0, bound}
+	switch {
+	case e.o.MemoryLimit < 0:
+		limits = []int64{bound}
+	case e.o.MemoryLimit > 0:
+		limits = []int64{e.o.MemoryLimit}
+	}
+	type variant struct {
+		logical, limit int64
+	}
+	var names []string
+	var vs []variant
+	for _, lim := range limits {
+		for _, l := range e.o.MemLogical {
+			name := sizeString(l) + "-logical"
+			if lim > 0 {
+				name += " GOMEMLIMIT=" + sizeString(lim)
+			}
+			names = append(names, name)
+			vs = append(vs, variant{l, lim})
+		}
+	}
+	rep.Setup.Rows = int64(float64(slices.Max(e.o.MemLogical)) / bytesPerRow)
+	e.logf("memory: %v, fresh input", names)
+	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
+		i := indexOf(names, name)
+		dd := d
+		dd.Rows = int64(float64(vs[i].logical) / bytesPerRow)
+		j := e.job("write", Durashuffle, e.query("memory", strconv.Itoa(i), strconv.Itoa(round)), cfg, dd)
+		j.MemoryLimit = vs[i].limit
+		return j
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	for i := range rep.Results {
+		rep.Results[i].MemoryBound = bound
+		rep.Results[i].MaxBuffered = cfg.BufferedChunks()
+	}
+	per := len(e.o.MemLogical)
+	for k := 0; k+per <= len(rep.Results) && per >= 2; k += per {
+		small, big := rep.Results[k], rep.Results[k+per-1]
+		rep.Targets = append(rep.Targets,
+			atMost(fmt.Sprintf("peak RSS %s / %s", big.Name, small.Name), ratio(float64(big.PeakRSSBytes), float64(small.PeakRSSBytes)), 1.1),
+			atMost(fmt.Sprintf("peak RSS %s / (max_buffered_chunks x chunk_size + coalesce_budget + 96 MiB = %s)", big.Name, sizeString(bound)),
+				ratio(float64(big.PeakRSSBytes), float64(bound)), 1.0))
+	}
+	return rep, nil
+}
+
+// runSweep: durashuffle's write over a grid of chunk sizes and
+// concurrencies (Druid PR 16481's table), with a recommendation.
+func (e *Env) runSweep(ctx context.Context) (*Report, error) {
+	base := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	rep := &Report{Scenario: ScenarioSweep, Link: e.Link.Info(base.UploadConcurrency), Setup: e.setup(d, base, e.storeName(), spl)}
+	// Each cell has its own connection count and limit (see the results).
+	rep.Link.Connections, rep.Link.LimitBytesPerS = 0, 0
+	type cell struct {
+		chunk config.Size
+		conc  int
+	}
+	var cells []cell
+	var names []string
+	for _, cs := range e.o.ChunkSizes {
+		for _, c := range e.o.Concurrencies {
+			cells = append(cells, cell{cs, c})
+			names = append(names, fmt.Sprintf("%s x %d", sizeString(int64(cs)), c))
+		}
+	}
+	e.logf("sweep: %d cells, %d rows", len(cells), d.Rows)
+	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
+		c := cells[indexOf(names, name)]
+		cfg := base
+		cfg.ChunkSize, cfg.UploadConcurrency = c.chunk, c.conc
+		cfg.MaxBufferedChunks = 0
+		return e.job("write", Durashuffle, e.query("sweep", strconv.Itoa(indexOf(names, name)), strconv.Itoa(round)), cfg, d)
+	}, func(name string, r *Result) {
+		c := cells[indexOf(names, name)]
+		r.ChunkSize, r.Concurrency = int64(c.chunk), c.conc
+		r.MaxBuffered = 2 * c.conc
+		r.LinkFraction = round3(ratio(r.StoredBytesPerS, float64(e.Link.Limit(c.conc))))
+	})
+	if err != nil {
+		return nil, err
+	}
+	rep.Recommendation = recommend(rep.Results)
+	return rep, nil
+}
+
+// recommend picks the fastest cell, or, among cells within 5% of it, the
+// one with the smallest peak RSS.
+func recommend(rs []Result) string {
+	if len(rs) == 0 {
+		return ""
+	}
+	best := rs[0]
+	for _, r := range rs {
+		if r.StoredBytesPerS > best.StoredBytesPerS {
+			best = r
+		}
+	}
+	pick := best
+	for _, r := range rs {
+		if r.StoredBytesPerS >= 0.95*best.StoredBytesPerS && r.PeakRSSBytes < pick.PeakRSSBytes {
+			pick = r
+		}
+	}
+	return fmt.Sprintf("chunk_size %s, upload_concurrency %d: %.1f MiB/s stored (%.0f%% of the fastest cell, %s), peak RSS %s",
+		sizeString(pick.ChunkSize), pick.Concurrency, pick.StoredBytesPerS/(1<<20),
+		100*pick.StoredBytesPerS/best.StoredBytesPerS, best.Name, sizeString(pick.PeakRSSBytes))
+}
+
+// probe measures the link before a scenario's rounds (see probeLink).
+func (e *Env) probe(ctx context.Context, rep *Report, cfg config.Config) error {
+	put, get, err := e.probeLink(ctx, cfg.UploadConcurrency, int64(cfg.ChunkSize))
+	if err != nil {
+		return err
+	}
+	rep.Link.ProbePutBytesPerS, rep.Link.ProbeGetBytesPerS = put, get
+	if put > 0 {
+		e.logf("  link probe: PUT %.1f MiB/s, GET %.1f MiB/s (limit %.1f MiB/s)", put/(1<<20), get/(1<<20), float64(rep.Link.LimitBytesPerS)/(1<<20))
+	}
+	return nil
+}

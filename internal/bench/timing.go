@@ -1,0 +1,70 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// dataClock records when the first data request (a part, a single put or
+// a ranged GET) started and when the last one ended: the span during
+// which the contender used the link. Before it is the pipeline's fill
+// time (encoding the first chunk), after it the commit.
+type dataClock struct {
+	mu          sync.Mutex
+	start       time.Time
+	first, last time.Time
+}
+
+func (c *dataClock) begin() {
+	c.mu.Lock()
+	if c.first.IsZero() {
+		c.first = time.Now()
+	}
+	c.mu.Unlock()
+}
+
+func (c *dataClock) end() {
+	c.mu.Lock()
+	c.last = time.Now()
+	c.mu.Unlock()
+}
+
+// fill sets r's first-data and data-span figures.
+func (c *dataClock) fill(r *Result) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.first.IsZero() || c.start.IsZero() {
+		return
+	}
+	r.FirstDataSeconds = c.first.Sub(c.start).Seconds()
+	if c.last.After(c.first) {
+		r.DataSeconds = c.last.Sub(c.first).Seconds()
+		if r.DataSeconds > 0 {
+			r.DataBytesPerS = float64(r.StoredBytes) / r.DataSeconds
+		}
+	}
+}
+
+// clockedStore times the data requests of a store.
+type clockedStore struct {
+	store.Store
+	c *dataClock
+}
+
+func (s clockedStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	if o.IfNoneMatch { // a manifest, not data
+		return s.Store.Put(ctx, key, body, o)
+	}
+	s.c.begin()
+	defer s.c.end()
+	return s.Store.Put(ctx, key, body, o)
+}
+
+func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+	s.c.begin()
+	defer s.c.end()
+	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+}

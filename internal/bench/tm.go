@@ -1,0 +1,186 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
+	tmtypes "github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager/types"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"github.com/aws/smithy-go/middleware"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// tmClient is the SDK's transfer manager on the same link as durashuffle:
+// the same HTTP client (connection count, dialling through the link), the
+// same endpoint and credentials, the same part size and concurrency. Its
+// own defaults stay (CRC32 checksums, standard retries), except that, like
+// durashuffle, it does not send "Expect: 100-continue", which would cost
+// it one extra round trip per part.
+func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*transfermanager.Client, *http.Transport, error) {
+	hc, tr := HTTPClient(j.Dial, j.conns())
+	region := j.Config.Region
+	if region == "" {
+		region = "us-east-1"
+	}
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(region)}
+	if j.Embedded {
+		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("durashuffle", "durashuffle", "")))
+	}
+	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	if err != nil {
+		return nil, nil, err
+	}
+	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) {
+		if j.Endpoint != "" {
+			o.BaseEndpoint = aws.String(j.Endpoint)
+		}
+		o.UsePathStyle = j.Config.PathStyle
+		o.HTTPClient = hc
+		o.ContinueHeaderThresholdBytes = -1
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Deserialize.Add(countMiddleware{counter, clock}, middleware.After)
+		})
+	})
+	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
+		o.PartSizeBytes = int64(j.Config.ChunkSize)
+		o.Concurrency = j.Config.UploadConcurrency
+		o.GetObjectType = tmtypes.GetObjectRanges
+	})
+	return tm, tr, nil
+}
+
+type countMiddleware struct {
+	c     *store.Counter
+	clock *dataClock
+}
+
+func (countMiddleware) ID() string { return "durashuffle.bench.Count" }
+
+func (m countMiddleware) HandleDeserialize(ctx context.Context, in middleware.DeserializeInput, next middleware.DeserializeHandler) (
+	middleware.DeserializeOutput, middleware.Metadata, error,
+) {
+	op := middleware.GetOperationName(ctx)
+	data := op == "UploadPart" || op == "PutObject" || op == "GetObject"
+	if data {
+		m.clock.begin()
+	}
+	out, md, err := next.HandleDeserialize(ctx, in)
+	if data {
+		m.clock.end()
+	}
+	status := 0
+	if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && resp != nil && resp.Response != nil {
+		status = resp.StatusCode
+	}
+	m.c.Request(middleware.GetOperationName(ctx), status)
+	return out, md, err
+}
+
+// writeTM uploads the already-encoded data objects (local files written
+// by encode-files) with UploadObject, all objects at once on the one
+// link.
+func writeTM(ctx context.Context, j *Job) (*Result, error) {
+	if len(j.Files) != len(j.Keys) || len(j.Files) == 0 {
+		return nil, fmt.Errorf("transfermanager write: %d files for %d keys", len(j.Files), len(j.Keys))
+	}
+	counter := &store.Counter{}
+	clock := &dataClock{}
+	tm, tr, err := tmClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	res := &Result{Name: j.Name, Objects: len(j.Files)}
+	files := make([]*os.File, len(j.Files))
+	for i, name := range j.Files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		res.StoredBytes += fi.Size()
+		files[i] = f
+	}
+	start := time.Now()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for i, f := range files {
+		g.Go(func() error {
+			_, err := tm.UploadObject(gctx, &transfermanager.UploadObjectInput{
+				Bucket: aws.String(j.Bucket), Key: aws.String(j.Keys[i]), Body: f,
+			})
+			if err != nil {
+				return fmt.Errorf("upload %s: %w", j.Keys[i], err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	res.finish(time.Since(start))
+	clock.fill(res)
+	res.Requests = counter.Requests()
+	return res, nil
+}
+
+// readTM downloads the stage's data objects whole, with ranged GETs of
+// the part size, concurrency at once, into a sink that keeps nothing.
+func readTM(ctx context.Context, j *Job) (*Result, error) {
+	counter := &store.Counter{}
+	clock := &dataClock{}
+	tm, tr, err := tmClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	res := &Result{Name: j.Name, Objects: len(j.Keys)}
+	var got atomic.Int64
+	start := time.Now()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for _, key := range j.Keys {
+		g.Go(func() error {
+			_, err := tm.DownloadObject(gctx, &transfermanager.DownloadObjectInput{
+				Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: discardAt{&got},
+			}, func(o *transfermanager.Options) {
+				o.PartSizeBytes = int64(j.Config.ReadRangeBytes)
+			})
+			if err != nil {
+				return fmt.Errorf("download %s: %w", key, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	res.StoredBytes = got.Load()
+	res.finish(time.Since(start))
+	clock.fill(res)
+	res.Requests = counter.Requests()
+	return res, nil
+}
+
+// discardAt counts what is written and keeps nothing.
+type discardAt struct{ n *atomic.Int64 }
+
+func (d discardAt) WriteAt(p []byte, _ int64) (int, error) {
+	d.n.Add(int64(len(p)))
+	return len(p), nil
+}

@@ -1,0 +1,390 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// openStore is the raw store of a job: S3 over the link, or the null
+// store. The transport, when there is one, is the caller's to close.
+func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.Transport, error) {
+	counter := &store.Counter{}
+	if j.NullStore {
+		return &nullStore{counter: counter}, counter, nil, nil
+	}
+	hc, tr := HTTPClient(j.Dial, j.conns())
+	opts := s3store.Options{
+		Bucket:     j.Bucket,
+		Endpoint:   j.Endpoint,
+		Region:     j.Config.Region,
+		PathStyle:  j.Config.PathStyle,
+		Counter:    counter,
+		HTTPClient: hc,
+	}
+	if j.Embedded {
+		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
+	}
+	s3, err := s3store.New(ctx, opts)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	return s3, counter, tr, nil
+}
+
+func closeIdle(tr *http.Transport) {
+	if tr != nil {
+		tr.CloseIdleConnections()
+	}
+}
+
+// prepareInput builds the input pool before the clock starts.
+func prepareInput(j *Job) (int64, error) {
+	if j.Data.Input == InputFresh {
+		return 0, nil
+	}
+	p, err := getPool(j.Data.Seed, j.Data.Partitions, j.Data.PoolRows)
+	if err != nil {
+		return 0, err
+	}
+	return p.size, nil
+}
+
+// writeDurashuffle is durashuffle's write path: Data.Workers writers on
+// one client (one upload pool), each fed by Data.Producers goroutines,
+// each committing its manifest; then, untimed, the stage is sealed.
+func writeDurashuffle(ctx context.Context, j *Job) (*Result, error) {
+	raw, counter, tr, err := openStore(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	return writeWith(ctx, j, raw, counter)
+}
+
+func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Counter) (*Result, error) {
+	clock := &dataClock{}
+	client := durashuffle.NewClient(clockedStore{raw, clock}, j.Config, counter, nil)
+	defer client.Close()
+	res := &Result{Name: j.Name}
+	var err error
+	if res.InputBytes, err = prepareInput(j); err != nil {
+		return nil, err
+	}
+	workers := max(1, j.Data.Workers)
+	manifests := make([]*manifest.Worker, workers)
+	before := counter.Requests()
+	start := time.Now()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		g.Go(func() error {
+			wr, err := client.NewWriter(gctx, durashuffle.WriterOptions{
+				Query: j.Query, Stage: 0, Worker: strconv.Itoa(w), Partitions: j.Data.Partitions, Schema: demo.Schema(),
+			})
+			if err != nil {
+				return err
+			}
+			if _, err := feed(gctx, j.Data, w, wr.Write); err != nil {
+				return errorsJoin(err, wr.Abort())
+			}
+			m, err := wr.Commit(gctx)
+			if err != nil {
+				return fmt.Errorf("worker %d: %w", w, err)
+			}
+			manifests[w] = m
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	res.Requests = store.Diff(counter.Requests(), before)
+	for _, m := range manifests {
+		t := m.Sum()
+		res.StoredBytes += t.BytesStored
+		res.LogicalBytes += t.BytesLogical
+		res.Rows += t.Rows
+		res.Frames += t.Frames
+		res.Objects += t.Objects
+		for _, o := range m.Objects {
+			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
+		}
+	}
+	res.PeakBufferedChunks = client.Pool().Stats().PeakBuffered
+	res.finish(elapsed)
+	clock.fill(res)
+	if !j.NullStore && j.Kind != "encode-files" {
+		if _, err := client.Seal(ctx, j.Query, 0, workers); err != nil {
+			return nil, fmt.Errorf("seal: %w", err)
+		}
+	}
+	return res, nil
+}
+
+func errorsJoin(err, cleanup error) error {
+	if cleanup != nil {
+		return fmt.Errorf("%w (abort: %v)", err, cleanup)
+	}
+	return err
+}
+
+// encodeFiles writes the data set with durashuffle's own writer into a
+// store that keeps data objects as local files: the already-encoded bytes
+// that transfermanager uploads.
+func encodeFiles(ctx context.Context, j *Job) (*Result, error) {
+	if len(j.Files) != 1 {
+		return nil, fmt.Errorf("encode-files wants one output directory, got %d", len(j.Files))
+	}
+	counter := &store.Counter{}
+	fs := &fileStore{nullStore: nullStore{counter: counter}, dir: j.Files[0], chunk: int64(j.Config.ChunkSize), files: map[string]*os.File{}}
+	defer fs.closeAll()
+	res, err := writeWith(ctx, j, fs, counter)
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.closeAll(); err != nil {
+		return nil, err
+	}
+	res.Keys = res.Keys[:0]
+	for _, k := range fs.order {
+		res.Keys = append(res.Keys, fs.path(k))
+	}
+	return res, nil
+}
+
+// fileStore keeps data objects (not manifests) as files under dir: part n
+// lands at offset (n-1) x chunk.
+type fileStore struct {
+	nullStore
+	dir   string
+	chunk int64
+	mu    sync.Mutex
+	files map[string]*os.File
+	order []string
+}
+
+func (s *fileStore) path(key string) string {
+	return filepath.Join(s.dir, strings.ReplaceAll(key, "/", "_"))
+}
+
+func (s *fileStore) file(key string) (*os.File, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if f, ok := s.files[key]; ok {
+		return f, nil
+	}
+	f, err := os.Create(s.path(key))
+	if err != nil {
+		return nil, err
+	}
+	s.files[key] = f
+	s.order = append(s.order, key)
+	return f, nil
+}
+
+func (s *fileStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	if strings.HasSuffix(key, ".json") {
+		return s.nullStore.Put(ctx, key, body, o)
+	}
+	f, err := s.file(key)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(body, 0)
+	return err
+}
+
+func (s *fileStore) CreateMultipart(ctx context.Context, key string) (string, error) {
+	if _, err := s.file(key); err != nil {
+		return "", err
+	}
+	return key, nil
+}
+
+func (s *fileStore) UploadPart(_ context.Context, key, _ string, n int32, body []byte, _ uint32) (string, error) {
+	f, err := s.file(key)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.WriteAt(body, int64(n-1)*s.chunk); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf(`"%d"`, n), nil
+}
+
+func (s *fileStore) closeAll() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var first error
+	for k, f := range s.files {
+		if err := f.Close(); err != nil && first == nil {
+			first = err
+		}
+		delete(s.files, k)
+	}
+	return first
+}
+
+// writeSequential is the write path of Druid before PR 16481: the same
+// chunker and encoder, but each chunk is uploaded synchronously by the
+// goroutine that filled it before the next chunk is built, one part in
+// flight at a time.
+func writeSequential(ctx context.Context, j *Job) (*Result, error) {
+	raw, counter, tr, err := openStore(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	cfg := j.Config
+	clock := &dataClock{}
+	st := retry.Wrap(clockedStore{raw, clock}, retry.Policy{
+		MaxAttempts: cfg.RetryMaxAttempts, BaseDelay: cfg.RetryBaseDelay.D(),
+		MaxDelay: cfg.RetryMaxDelay.D(), Timeout: cfg.RequestTimeout.D(),
+	}, counter)
+	res := &Result{Name: j.Name}
+	if res.InputBytes, err = prepareInput(j); err != nil {
+		return nil, err
+	}
+	layout := manifest.Layout{Prefix: cfg.Prefix}
+	workers := max(1, j.Data.Workers)
+	before := counter.Requests()
+	start := time.Now()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	results := make([]chunker.Result, workers)
+	for w := range workers {
+		g.Go(func() error {
+			worker, attempt := strconv.Itoa(w), durashuffle.NewAttemptID()
+			sink := &syncSink{ctx: gctx, st: st, chunk: int64(cfg.ChunkSize), checksum: cfg.Checksum == "crc32c",
+				key: func(obj int) string {
+					return layout.ObjectKey(j.Query, 0, manifest.DataName(worker, attempt, obj))
+				}}
+			ch, err := chunker.New(gctx, chunker.Options{
+				Schema: demo.Schema(), Partitions: j.Data.Partitions,
+				FrameTargetBytes: int64(cfg.FrameTargetBytes), CoalesceBudget: int64(cfg.CoalesceBudget),
+				Encoders: cfg.Encoders(), Compression: cfg.Compression, ChunkSize: int64(cfg.ChunkSize),
+				MaxObjectSize: int64(cfg.MaxObjectSize),
+			}, sink)
+			if err != nil {
+				return err
+			}
+			if _, err := feed(gctx, j.Data, w, ch.Write); err != nil {
+				ch.Abort(err)
+				return err
+			}
+			r, err := ch.Close()
+			if err != nil {
+				return err
+			}
+			results[w] = r
+			m := &manifest.Worker{Query: j.Query, Stage: 0, Worker: worker, Attempt: attempt,
+				Compression: cfg.Compression, Partitions: j.Data.Partitions, ChunkSize: int64(cfg.ChunkSize),
+				WriterVersion: durashuffle.Version, WrittenAt: time.Now().UTC()}
+			if m.Schema, err = frame.EncodeSchema(demo.Schema()); err != nil {
+				return err
+			}
+			for i, o := range r.Objects {
+				m.Objects = append(m.Objects, manifest.Object{Key: manifest.DataName(worker, attempt, i), Size: o.Size, Parts: o.Parts, CRC32C: o.CRC32C})
+			}
+			for _, f := range r.Frames {
+				m.Frames = append(m.Frames, manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C})
+			}
+			return manifest.Commit(gctx, st, layout, m)
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	res.Requests = store.Diff(counter.Requests(), before)
+	for _, r := range results {
+		res.LogicalBytes += r.Bytes
+		res.Rows += r.Rows
+		res.Frames += len(r.Frames)
+		res.Objects += len(r.Objects)
+		for _, o := range r.Objects {
+			res.StoredBytes += o.Size
+		}
+	}
+	res.PeakBufferedChunks = 1
+	res.finish(elapsed)
+	clock.fill(res)
+	return res, nil
+}
+
+// syncSink uploads every chunk on the chunker's appending goroutine, so
+// the chunker cannot build the next chunk until the part is stored.
+type syncSink struct {
+	ctx      context.Context
+	st       store.Store
+	chunk    int64
+	checksum bool
+	key      func(obj int) string
+	free     [][]byte
+	uploads  map[int]string
+	parts    map[int][]store.Part
+}
+
+func (s *syncSink) Acquire(context.Context) ([]byte, error) {
+	if n := len(s.free); n > 0 {
+		b := s.free[n-1]
+		s.free = s.free[:n-1]
+		return b[:0], nil
+	}
+	return make([]byte, 0, s.chunk), nil
+}
+
+func (s *syncSink) Release(b []byte) { s.free = append(s.free, b) }
+
+func (s *syncSink) Emit(obj int, part int32, buf []byte, last bool) error {
+	defer s.Release(buf)
+	key := s.key(obj)
+	var crc uint32
+	var sum *uint32
+	if s.checksum {
+		crc = frame.CRC32C(buf)
+		sum = &crc
+	}
+	if part == 1 && last {
+		return s.st.Put(s.ctx, key, buf, store.PutOptions{CRC32C: sum})
+	}
+	if s.uploads == nil {
+		s.uploads, s.parts = map[int]string{}, map[int][]store.Part{}
+	}
+	id, ok := s.uploads[obj]
+	if !ok {
+		var err error
+		if id, err = s.st.CreateMultipart(s.ctx, key); err != nil {
+			return err
+		}
+		s.uploads[obj] = id
+	}
+	etag, err := s.st.UploadPart(s.ctx, key, id, part, buf, crc)
+	if err != nil {
+		return err
+	}
+	s.parts[obj] = append(s.parts[obj], store.Part{Number: part, ETag: etag, CRC32C: sum, Size: int64(len(buf))})
+	if last {
+		return s.st.CompleteMultipart(s.ctx, key, id, s.parts[obj])
+	}
+	return nil
+}
