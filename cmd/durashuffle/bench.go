@@ -16,6 +16,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/bench"
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/faultproxy"
 )
 
 type benchOptions struct {
@@ -44,6 +45,7 @@ type benchOptions struct {
 	cpuProfile    string
 	server        string
 	memLimit      string
+	faults        string
 }
 
 func (a *app) benchCommand() *cobra.Command {
@@ -105,6 +107,7 @@ its own; rounds alternate contenders and medians are reported.`,
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
 	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
+	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "off", "memory: the writer's soft memory limit (GOMEMLIMIT): off, bound (the scenario's bound) or a size")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
 
@@ -268,10 +271,18 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	var faults *faultproxy.Spec
+	if o.faults != "" {
+		spec, err := faultproxy.ParseSpec(o.faults)
+		if err != nil {
+			return nil, usagef("--faults: %v", err)
+		}
+		faults = &spec
+	}
 	opts := &bench.Options{
 		Config: cfg, Latency: o.latency, ConnBandwidth: int64(o.connBandwidth), Rounds: o.rounds,
 		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
-		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server,
+		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, Faults: faults,
 		Data: bench.Data{Input: o.input, Partitions: o.partitions, WriteRows: o.writeRows, PoolRows: o.poolRows,
 			Producers: o.producers, Workers: o.workers, Seed: o.seed},
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/faultproxy"
 )
 
 // TestMain lets the test binary act as a bench child process.
@@ -165,5 +166,31 @@ func TestMemServerRanges(t *testing.T) {
 		if ok != c.ok || (ok && (lo != c.lo || hi != c.hi)) {
 			t.Errorf("parseRange(%q) = %d, %d, %v; want %d, %d, %v", c.h, lo, hi, ok, c.lo, c.hi, c.ok)
 		}
+	}
+}
+
+// TestSmokeWriteUnderFaults runs the write scenario with the fault proxy
+// between the link and the endpoint (bench --faults): every contender
+// still finishes, and the proxy did inject faults.
+func TestSmokeWriteUnderFaults(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	var log strings.Builder
+	o.Log = &log
+	o.Faults = &faultproxy.Spec{SlowDown: 0.2, Internal: 0.05, Seed: 5}
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := env.Run(ctx, ScenarioWrite)
+	env.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Results) != 3 {
+		t.Fatalf("%d contenders finished, want 3", len(rep.Results))
+	}
+	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
+		t.Fatalf("no faults were injected:\n%s", log.String())
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/internal/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/store"
@@ -60,6 +61,9 @@ type Options struct {
 	// Server is the in-process endpoint when Config.Endpoint is empty:
 	// ServerMemory (default) or ServerEmbedded.
 	Server string
+	// Faults, if set, puts the fault proxy between the link and the
+	// endpoint: every contender's requests meet the same faults.
+	Faults *faultproxy.Spec
 }
 
 // In-process endpoints.
@@ -136,7 +140,20 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 		}
 	}
 	e.direct = s3
-	if e.Link, err = StartLink(e.Endpoint, o.Latency, o.ConnBandwidth); err != nil {
+	upstream := e.Endpoint
+	if o.Faults != nil {
+		fp, err := faultproxy.Start(e.Endpoint, *o.Faults)
+		if err != nil {
+			e.Close()
+			return nil, fmt.Errorf("fault proxy: %w", err)
+		}
+		e.stop = append(e.stop, func() {
+			e.logf("faults injected: %s", fp.Stats())
+			fp.Close()
+		})
+		upstream = fp.URL()
+	}
+	if e.Link, err = StartLink(upstream, o.Latency, o.ConnBandwidth); err != nil {
 		e.Close()
 		return nil, err
 	}

@@ -383,6 +383,12 @@ func recommend(rs []Result) string {
 
 // probe measures the link before a scenario's rounds (see probeLink).
 func (e *Env) probe(ctx context.Context, rep *Report, cfg config.Config) error {
+	if e.o.Faults != nil {
+		// The probe measures the bare link; injected faults would only
+		// fail it (it does not retry), so with --faults it is not run.
+		e.logf("  link probe: skipped under --faults")
+		return nil
+	}
 	put, get, err := e.probeLink(ctx, cfg.UploadConcurrency, int64(cfg.ChunkSize))
 	if err != nil {
 		return err
