@@ -387,29 +387,10 @@ func TestDamagedObject(t *testing.T) {
 						t.Errorf("error does not say %q", c)
 					}
 				}
-				equalRows(t, got, order[:rowsBefore(m, 1, idx)])
+				equalRows(t, got, order[:reader.RowsBefore(m, 1, idx)])
 			})
 		}
 	})
-}
-
-// rowsBefore counts rows delivered before frame idx of worker w.
-func rowsBefore(m *manifest.Stage, w, idx int) int {
-	n := 0
-	for p := range m.Partitions {
-		for wi, wk := range m.Workers {
-			for fi, f := range wk.Frames {
-				if f.Partition != p {
-					continue
-				}
-				if wi == w && fi == idx {
-					return n
-				}
-				n += int(f.Rows)
-			}
-		}
-	}
-	panic("frame not in manifest")
 }
 
 func TestRequestBudget(t *testing.T) {
