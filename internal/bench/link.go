@@ -90,16 +90,22 @@ func StartLink(endpoint string, latency time.Duration, connBandwidth int64) (*Li
 		rateKB = 1
 	}
 	l.ConnBandwidth = rateKB * 1000
+	// Bandwidth before latency on each direction. The other way round,
+	// every chunk waits in the latency toxic for a timer of its own before
+	// the bandwidth toxic may take it, and that wait is not credited to the
+	// rate: with 8 connections the link carried 0.917 of its nominal
+	// bandwidth (16 MiB each) and 0.955 (48 MiB each), against 0.997 in
+	// this order, with the same 20 ms round trip.
 	for _, dir := range []string{"upstream", "downstream"} {
-		if latency > 0 {
-			half := latency.Milliseconds() / 2
-			if err := addToxic(p, fmt.Sprintf(`{"name":"latency_%s","type":"latency","stream":%q,"attributes":{"latency":%d}}`, dir, dir, half)); err != nil {
+		if rateKB > 0 {
+			if err := addToxic(p, fmt.Sprintf(`{"name":"bandwidth_%s","type":"bandwidth","stream":%q,"attributes":{"rate":%d}}`, dir, dir, rateKB)); err != nil {
 				p.Stop()
 				return nil, err
 			}
 		}
-		if rateKB > 0 {
-			if err := addToxic(p, fmt.Sprintf(`{"name":"bandwidth_%s","type":"bandwidth","stream":%q,"attributes":{"rate":%d}}`, dir, dir, rateKB)); err != nil {
+		if latency > 0 {
+			half := latency.Milliseconds() / 2
+			if err := addToxic(p, fmt.Sprintf(`{"name":"latency_%s","type":"latency","stream":%q,"attributes":{"latency":%d}}`, dir, dir, half)); err != nil {
 				p.Stop()
 				return nil, err
 			}
