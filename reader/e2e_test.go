@@ -153,6 +153,9 @@ func collect(t *testing.T, recs *reader.Records) ([]row, error) {
 		p := rec.Column(1).(*array.Int32)
 		seq := rec.Column(2).(*array.Int64)
 		s := rec.Column(3).(*array.String)
+		if rec.NumRows() > 0 && int(p.Value(0)) != recs.Partition() {
+			t.Fatalf("batch of partition %d reported as partition %d", p.Value(0), recs.Partition())
+		}
 		for i := range int(rec.NumRows()) {
 			out = append(out, row{w.Value(i), p.Value(i), seq.Value(i), s.Value(i)})
 		}
@@ -237,6 +240,76 @@ func TestRoundTrip(t *testing.T) {
 		}
 		recs, err = s2.ReadPartitions(ctx, nil)
 		equalRows(t, read(t, recs, err), order2)
+	})
+}
+
+// TestReadStored reads in storage order: the same rows as ReadPartitions,
+// each batch labelled with its partition, worker by worker and each
+// partition's rows in write order, in one GET per data object where
+// ReadPartitions needs one per run of a partition's frames.
+func TestReadStored(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		order := writeStage(t, e, "stored", 1, 3, 5, 6, map[int]bool{3: true}, true)
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		defer mem.AssertSize(t, 0)
+		s := open(t, e, "stored", 1, reader.Options{Mem: mem, GapBytes: -1})
+		m := s.Manifest()
+
+		byPart, err := s.ReadPartitions(ctx, nil)
+		equalRows(t, read(t, byPart, err), order)
+
+		for _, ps := range [][]int{nil, {4, 0}, {2}, {3}} {
+			in := map[int32]bool{}
+			for _, p := range ps {
+				in[int32(p)] = true
+			}
+			var want []row
+			for _, r := range order {
+				if ps == nil || in[r.P] {
+					want = append(want, r)
+				}
+			}
+			before := e.counter.Requests()
+			recs, err := s.ReadStored(ctx, ps)
+			got := read(t, recs, err)
+			if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != int64(recs.Ranges()) || len(d) > 1 {
+				t.Errorf("partitions %v: %v, want %d GetObject", ps, d, recs.Ranges())
+			}
+			if len(got) != len(want) {
+				t.Fatalf("partitions %v: %d rows, want %d", ps, len(got), len(want))
+			}
+			// Worker by worker; within a worker and partition, in write
+			// order; every row exactly once.
+			seen := map[row]bool{}
+			next := map[[2]int32]int64{}
+			lastW := int32(-1)
+			for i, r := range got {
+				if r.W < lastW {
+					t.Fatalf("partitions %v: row %d %+v after worker %d's rows", ps, i, r, lastW)
+				}
+				lastW = r.W
+				if k := [2]int32{r.W, r.P}; r.Seq != next[k] {
+					t.Fatalf("partitions %v: row %d %+v, want seq %d of worker %d partition %d", ps, i, r, next[k], r.W, r.P)
+				} else {
+					next[k]++
+				}
+				seen[r] = true
+			}
+			for _, r := range want {
+				if !seen[r] {
+					t.Fatalf("partitions %v: row %+v missing", ps, r)
+				}
+			}
+			t.Logf("partitions %v: %d rows in %d GETs (objects %d, by partition %d)", ps, len(got), recs.Ranges(), m.Totals.Objects, byPart.Ranges())
+			if ps == nil && recs.Ranges() != m.Totals.Objects {
+				t.Errorf("whole stage in %d GETs, want one per data object (%d); ReadPartitions took %d",
+					recs.Ranges(), m.Totals.Objects, byPart.Ranges())
+			}
+		}
+		if _, err := s.ReadStored(ctx, []int{5}); !errors.Is(err, reader.ErrPartition) {
+			t.Errorf("partition 5 of 5: %v, want ErrPartition", err)
+		}
 	})
 }
 

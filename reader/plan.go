@@ -79,6 +79,18 @@ func selectFrames(m *manifest.Stage, keys [][]string, partitions []int) []want {
 	return out
 }
 
+// storageOrder puts ws (from selectFrames) in the order the frames are
+// stored: worker by worker in manifest order, each worker's frames in
+// write order, which is object by object and, within an object, by
+// offset. planSpans then joins neighbours into GETs of up to RangeBytes
+// whatever partition they belong to.
+func storageOrder(ws []want) []want {
+	slices.SortFunc(ws, func(a, b want) int {
+		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Index, b.Index))
+	})
+	return ws
+}
+
 // pageFrames keeps the frames that hold rows [offset, offset+limit) of ws
 // (limit < 0: to the end) and sets Skip and Take on the first and last so
 // that exactly those rows are delivered. It uses the manifest's row counts

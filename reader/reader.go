@@ -165,6 +165,29 @@ func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records,
 	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
 }
 
+// ReadStored streams the records of the given partitions (nil or empty:
+// all) in the order they are stored rather than by partition: worker by
+// worker, each worker's frames in write order. Neighbouring frames share
+// a ranged GET whatever their partition, so reading a whole stage, or a
+// partition range whose frames lie close together, takes GETs of
+// RangeBytes (as a whole-object download would) instead of one GET per
+// frame; the window (ReadAhead) is the number of GETs in flight. It is
+// for consumers that do not need partition order (a hash aggregation, a
+// copy, a results download): Records.Partition says which partition each
+// batch belongs to. Every frame is CRC-checked and decoded as with
+// ReadPartitions; the same frames are delivered, in another order.
+func (s *Stage) ReadStored(ctx context.Context, partitions []int) (*Records, error) {
+	if s.schemaErr != nil {
+		return nil, s.schemaErr
+	}
+	ps, err := normalizePartitions(partitions, s.m.Partitions)
+	if err != nil {
+		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
+	}
+	ws := storageOrder(selectFrames(s.m, s.keys, ps))
+	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+}
+
 // ReadResults streams rows [offset, offset+limit) of the whole stage in
 // ReadPartitions' order (limit < 0: to the end). The manifest's row counts
 // pick the frames that hold the page, so frames before it are never
@@ -225,6 +248,7 @@ type Records struct {
 	cur    *fetch
 	next   int // index in cur.recs of the next batch to deliver
 	rec    arrow.RecordBatch
+	part   int // partition of rec
 	err    error
 	done   bool
 	closed bool
@@ -238,6 +262,7 @@ type fetch struct {
 	weight int64
 	done   chan struct{} // closed when recs and err are set
 	recs   []arrow.RecordBatch
+	parts  []int // parts[i] is the partition of recs[i]
 	err    error // after recs: the frames before the failure are delivered
 }
 
@@ -285,7 +310,7 @@ func (r *Records) launch(s *Stage, spans []span) {
 		go func() {
 			defer r.wg.Done()
 			defer close(f.done)
-			f.recs, f.err = fetchSpan(r.ctx, s, sp, r.schema)
+			f.recs, f.parts, f.err = fetchSpan(r.ctx, s, sp, r.schema)
 			if f.err != nil {
 				r.failed.Store(true)
 			}
@@ -293,65 +318,113 @@ func (r *Records) launch(s *Stage, spans []span) {
 	}
 }
 
-// fetchSpan GETs one span into a buffer of exactly its size and decodes
-// its frames. The buffer is never reused: decoded arrays of an
-// uncompressed frame point into it.
-func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	buf, n, err := s.get(ctx, sp)
-	var out []arrow.RecordBatch
-	for _, f := range sp.Frames {
-		if end := f.At + f.Frame.Length; int64(n) < end {
-			// Frames that arrived whole are still delivered; the error
-			// comes in their place in the stream.
-			return out, shortRead(s, sp, f, int64(n), err)
-		}
-		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
-		if err != nil {
-			return out, err
-		}
-		out = append(out, recs...)
-	}
-	return out, nil
-}
-
-// get reads span sp, hedged if the stage hedges: buf holds the n bytes
-// that arrived, and err says why not all of them did.
-func (s *Stage) get(ctx context.Context, sp span) (buf []byte, n int, err error) {
+// fetchSpan fetches and decodes one span, hedged if the stage hedges,
+// returning each batch's partition alongside. The frames before a
+// failure are returned with it, to be delivered before the error.
+func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]arrow.RecordBatch, []int, error) {
 	if s.o.Hedge == nil {
-		return getSpan(ctx, s.st, sp)
+		r := readSpan(ctx, s, sp, schema)
+		return r.recs, r.parts, r.err
 	}
-	// Each request reads into a buffer of its own, since both may be
-	// receiving at once; Do returns after both have stopped.
+	// Each request reads and decodes on its own, since both may be
+	// receiving at once; Do returns after both have stopped. Do's own
+	// error is not needed: it fails only when every request did, and then
+	// the request that got furthest is kept.
 	var (
 		mu   sync.Mutex
-		have bool
+		best *spanRead
 	)
-	// Do's own error is not needed: it fails only when every request did,
-	// and then err is the failure of the request that got furthest.
 	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
-		b, bn, berr := getSpan(ctx, s.st, sp)
+		r := readSpan(ctx, s, sp, schema)
 		mu.Lock()
 		defer mu.Unlock()
 		// A complete answer beats any partial one; between partial ones
 		// the longer wins, since its whole frames are still delivered.
-		if !have || err != nil && (berr == nil || bn > n) {
-			buf, n, err, have = b, bn, berr, true
+		if best == nil || best.err != nil && (r.err == nil || r.got > best.got) {
+			if best != nil {
+				release(best.recs)
+			}
+			best = r
+		} else {
+			release(r.recs)
 		}
-		return berr
+		return r.err
 	})
-	return buf, n, err
+	return best.recs, best.parts, best.err
 }
 
-// getSpan is one ranged GET of sp into a fresh buffer of its size.
-func getSpan(ctx context.Context, st store.Reader, sp span) ([]byte, int, error) {
+// spanRead is what one GET of a span delivered: the batches of the whole
+// frames that arrived and decoded, their partitions, the bytes that
+// arrived, and why the rest did not.
+type spanRead struct {
+	recs  []arrow.RecordBatch
+	parts []int
+	got   int64
+	err   error
+}
+
+// readSpan is one ranged GET of sp into a fresh buffer of its size. A
+// goroutine of its own receives the body, so the connection is drained
+// at the link's pace, while this one decodes each frame as soon as its
+// last byte has arrived: decoding overlaps the transfer of the frames
+// after it, and the span is ready almost as soon as its last byte is in.
+// The buffer is never reused: decoded arrays of an uncompressed frame
+// point into it.
+func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	buf := make([]byte, sp.Length)
-	body, err := st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
-	if err != nil {
-		return buf, 0, err
+	// The receiver sends, for each frame in turn, the bytes of the span
+	// that have arrived once the frame is whole. got and rerr are its
+	// final count and error, read after it closes whole.
+	whole := make(chan int64, len(sp.Frames))
+	var (
+		got  int64
+		rerr error
+	)
+	go func() {
+		defer close(whole)
+		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+		if err != nil {
+			rerr = err
+			return
+		}
+		defer body.Close()
+		for _, f := range sp.Frames {
+			if end := f.At + f.Frame.Length; got < end {
+				n, err := io.ReadFull(body, buf[got:end])
+				got += int64(n)
+				if err != nil {
+					rerr = err
+					return
+				}
+			}
+			whole <- got
+		}
+	}()
+	r := &spanRead{}
+	for _, f := range sp.Frames {
+		if _, ok := <-whole; !ok {
+			// Frames that arrived whole are still delivered; the error
+			// comes in their place in the stream.
+			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
+			return r
+		}
+		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
+		if err != nil {
+			r.err = err
+			break
+		}
+		r.recs = append(r.recs, recs...)
+		for range recs {
+			r.parts = append(r.parts, f.Frame.Partition)
+		}
 	}
-	defer body.Close()
-	n, err := io.ReadFull(body, buf)
-	return buf, n, err
+	cancel()
+	for range whole {
+	}
+	r.got = got
+	return r
 }
 
 func frameErr(s *Stage, f spanFrame, err error) *FrameError {
@@ -452,6 +525,9 @@ func (r *Records) Schema() *arrow.Schema { return r.schema }
 // RecordBatch returns the current batch, valid until the next Next.
 func (r *Records) RecordBatch() arrow.RecordBatch { return r.rec }
 
+// Partition returns the partition of the current batch.
+func (r *Records) Partition() int { return r.part }
+
 // Record returns the current batch.
 //
 // Deprecated: use RecordBatch.
@@ -477,6 +553,7 @@ func (r *Records) Next() bool {
 		if f := r.cur; f != nil {
 			if r.next < len(f.recs) {
 				r.rec, f.recs[r.next] = f.recs[r.next], nil
+				r.part = f.parts[r.next]
 				r.next++
 				return true
 			}

@@ -21,9 +21,12 @@ import (
 
 // Contender names, as they appear in results.
 const (
-	Durashuffle     = "durashuffle"
-	Sequential      = "sequential"
-	TransferManager = "transfermanager"
+	Durashuffle = "durashuffle"
+	// DurashuffleByPartition reads the stage partition by partition,
+	// Readers partitions at a time (bench read).
+	DurashuffleByPartition = "durashuffle-by-partition"
+	Sequential             = "sequential"
+	TransferManager        = "transfermanager"
 )
 
 // Job is one contender's run, handed to a child process as JSON.
@@ -197,7 +200,7 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeSequential(ctx, j)
 	case j.Kind == "write" && j.Name == TransferManager:
 		return writeTM(ctx, j)
-	case j.Kind == "read" && j.Name == Durashuffle:
+	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
 	case j.Kind == "read" && j.Name == TransferManager:
 		return readTM(ctx, j)

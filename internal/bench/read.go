@@ -11,11 +11,16 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/reader"
 )
 
-// readDurashuffle reads every partition of the stage back the way the
-// next stage's workers would: Readers partitions at a time, each a stream
-// of its own, every record decoded (and its CRC32C checked) and counted.
+// readDurashuffle reads every partition of the stage back, every record
+// decoded (and its CRC32C checked) and counted. As Durashuffle it is one
+// stream in storage order (Stage.ReadStored: the whole stage, read_ahead
+// GETs of read_range_bytes in flight), as a consumer that does not need
+// partition order reads; as DurashuffleByPartition it is the way a next
+// stage's workers read their partitions: Readers partitions at a time,
+// each a stream of its own (Stage.ReadPartitions).
 func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 	raw, counter, tr, err := openStore(ctx, j)
 	if err != nil {
@@ -32,30 +37,42 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 	if err != nil {
 		return nil, err
 	}
-	parts := st.Manifest().Partitions
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(max(1, j.Readers))
-	for p := range parts {
-		g.Go(func() error {
-			rr, err := st.ReadPartitions(gctx, []int{p})
-			if err != nil {
-				return err
-			}
-			defer rr.Close()
-			ranges.Add(int64(rr.Ranges()))
-			for rr.Next() {
-				rec := rr.RecordBatch()
-				rows.Add(rec.NumRows())
-				logical.Add(frame.LogicalSize(rec))
-			}
-			if err := rr.Err(); err != nil {
-				return fmt.Errorf("partition %d: %w", p, err)
-			}
-			return nil
-		})
+	drain := func(rr *reader.Records, what string) error {
+		defer rr.Close()
+		ranges.Add(int64(rr.Ranges()))
+		for rr.Next() {
+			rec := rr.RecordBatch()
+			rows.Add(rec.NumRows())
+			logical.Add(frame.LogicalSize(rec))
+		}
+		if err := rr.Err(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
 	}
-	if err := g.Wait(); err != nil {
-		return nil, err
+	if j.Name == Durashuffle {
+		rr, err := st.ReadStored(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		if err := drain(rr, "stage"); err != nil {
+			return nil, err
+		}
+	} else {
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(max(1, j.Readers))
+		for p := range st.Manifest().Partitions {
+			g.Go(func() error {
+				rr, err := st.ReadPartitions(gctx, []int{p})
+				if err != nil {
+					return err
+				}
+				return drain(rr, fmt.Sprintf("partition %d", p))
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, err
+		}
 	}
 	elapsed := time.Since(start)
 	res.Requests = store.Diff(counter.Requests(), before)

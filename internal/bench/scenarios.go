@@ -109,9 +109,15 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
-	names := []string{Durashuffle, TransferManager}
+	names := []string{Durashuffle, DurashuffleByPartition, TransferManager}
 	rep.Results, err = e.rounds(ctx, names, func(name string, _ int) *Job {
-		j := e.job("read", name, q, cfg, d)
+		c := cfg
+		if name == Durashuffle {
+			// One stream in storage order: as many GETs in flight as
+			// transfermanager's concurrency.
+			c.ReadAhead = cfg.UploadConcurrency
+		}
+		j := e.job("read", name, q, c, d)
 		j.Readers = e.o.Readers
 		j.Keys = src.Keys
 		return j
