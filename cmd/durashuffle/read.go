@@ -30,6 +30,7 @@ type readOptions struct {
 	limit      int64
 	format     string
 	output     string
+	order      string
 }
 
 func (a *app) readCommand() *cobra.Command {
@@ -46,6 +47,13 @@ same order; --offset and --limit select a page of rows, and only the
 frames holding that page are fetched. --offset and --limit also apply to
 a partition read.
 
+--order storage reads the same rows in the order they are stored (worker
+by worker, each worker's frames in write order) instead of by partition:
+neighbouring frames of any partition share a ranged GET, so reading a
+whole stage takes GETs of read_range_bytes rather than one per frame,
+with read_ahead of them in flight. For consumers that do not care about
+row order; --offset and --limit then count rows in that order.
+
 Formats: arrow (default) is a standard Arrow IPC stream that any Arrow
 implementation reads (pyarrow.ipc.open_stream); csv has a header row and
 empty fields for nulls; jsonl is one JSON object per row with the columns
@@ -56,6 +64,9 @@ in schema order. Arrow output is refused on a terminal: use -o or a pipe.`,
 
   # Partitions 0 to 15 as CSV:
   durashuffle read --bucket shuffle -q q42 -s 0 --partitions 0-15 --format csv > p0-15.csv
+
+  # A whole stage as fast as the link allows, in storage order:
+  durashuffle read --bucket shuffle -q q42 -s 0 --order storage --read-ahead 8 -o stage0.arrows
 
   # The second page of 100 result rows as JSON lines:
   durashuffle read --bucket shuffle -q q42 -s 2 --offset 100 --limit 100 --format jsonl`,
@@ -71,6 +82,7 @@ in schema order. Arrow output is refused on a terminal: use -o or a pipe.`,
 	fs.Int64Var(&o.limit, "limit", -1, "stop after this many rows (-1: no limit)")
 	fs.StringVarP(&o.format, "format", "f", "arrow", "output format: arrow, csv or jsonl")
 	fs.StringVarP(&o.output, "output", "o", "-", `output file; "-" is standard output`)
+	fs.StringVar(&o.order, "order", "partition", "row order: partition (by partition, worker, write order) or storage (as stored, fewest GETs)")
 	return cmd
 }
 
@@ -126,6 +138,9 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 	if o.limit < -1 {
 		return usagef("--limit must be -1 (no limit) or at least 0, got %d", o.limit)
 	}
+	if o.order != "partition" && o.order != "storage" {
+		return usagef("--order %q: want partition or storage", o.order)
+	}
 	switch o.format {
 	case "arrow", "csv", "jsonl":
 	default:
@@ -151,9 +166,12 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 		return err
 	}
 	var recs *reader.Records
-	if parts == nil {
+	switch {
+	case o.order == "storage":
+		recs, err = st.ReadStored(ctx, parts)
+	case parts == nil:
 		recs, err = st.ReadResults(ctx, o.offset, o.limit)
-	} else {
+	default:
 		recs, err = st.ReadPartitions(ctx, parts)
 	}
 	if errors.Is(err, reader.ErrPartition) {
@@ -164,7 +182,7 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 	}
 	defer recs.Close()
 	var src recordSource = prog.reading(c, recs, st.Manifest(), parts, o.offset, o.limit)
-	if parts != nil && (o.offset > 0 || o.limit >= 0) {
+	if (parts != nil || o.order == "storage") && (o.offset > 0 || o.limit >= 0) {
 		src = &pageSource{recordSource: src, skip: o.offset, left: o.limit}
 	}
 

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -272,6 +273,26 @@ func TestWriteSealRead(t *testing.T) {
 				for p := range parts {
 					_, got := readArrowStream(t, []byte(tg.run(t, nil, "read", "-q", q, "-s", "0", "--partition", strconv.Itoa(p)).must(t).stdout))
 					compareRows(t, got, want[p])
+				}
+			})
+
+			t.Run("storage order", func(t *testing.T) {
+				// The same rows, in storage order: worker 0's before
+				// worker 1's; only the order within a worker differs.
+				_, got := readArrowStream(t, []byte(tg.run(t, nil, "read", "-q", q, "-s", "0", "--order", "storage").must(t).stdout))
+				if len(got) != len(all) {
+					t.Fatalf("%d rows, want %d", len(got), len(all))
+				}
+				n0 := len(rowStrings(w0))
+				compareRows(t, slices.Sorted(slices.Values(got[:n0])), slices.Sorted(slices.Values(rowStrings(w0))))
+				compareRows(t, slices.Sorted(slices.Values(got[n0:])), slices.Sorted(slices.Values(rowStrings(w1))))
+				// A partition subset and a page of it.
+				_, got = readArrowStream(t, []byte(tg.run(t, nil, "read", "-q", q, "-s", "0", "--order", "storage", "--partition", "2").must(t).stdout))
+				compareRows(t, slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want[2])))
+				_, page := readArrowStream(t, []byte(tg.run(t, nil, "read", "-q", q, "-s", "0", "--order", "storage", "--partition", "2", "--offset", "5", "--limit", "7").must(t).stdout))
+				compareRows(t, page, got[5:12])
+				if r := tg.run(t, nil, "read", "-q", q, "-s", "0", "--order", "random"); r.code != 2 || !strings.Contains(r.stderr, `--order "random": want partition or storage`) {
+					t.Fatalf("--order random: exit %d\n%s", r.code, r.stderr)
 				}
 			})
 
