@@ -77,7 +77,8 @@ type Result struct {
 
 type pbuf struct {
 	recs  []arrow.RecordBatch
-	bytes int64
+	bytes int64 // logical: what frame_target_bytes counts
+	held  int64 // in memory: what coalesce_budget counts (heldPerLogical)
 	rows  int64
 }
 
@@ -108,7 +109,7 @@ type Writer struct {
 	mu       sync.Mutex
 	schema   *arrow.Schema
 	parts    []pbuf
-	buffered int64
+	buffered int64 // held bytes of every partition buffer
 	seq      int64
 	closed   bool
 	writers  sync.WaitGroup // Writes between buffering and submitting
@@ -200,6 +201,7 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 		return nil
 	}
 	size := frame.LogicalSize(rec)
+	perByte := heldPerLogical(rec)
 	w.mu.Lock()
 	if w.closed {
 		w.mu.Unlock()
@@ -219,11 +221,12 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 		step := max(1, (n*w.opt.FrameTargetBytes+size-1)/size)
 		for lo := int64(0); lo < n; lo += step {
 			s := rec.NewSlice(lo, min(lo+step, n))
-			ready = append(ready, w.addLocked(partition, s, frame.LogicalSize(s))...)
+			ss := frame.LogicalSize(s)
+			ready = append(ready, w.addLocked(partition, s, ss, int64(float64(ss)*perByte))...)
 			s.Release()
 		}
 	} else {
-		ready = w.addLocked(partition, rec, size)
+		ready = w.addLocked(partition, rec, size, int64(float64(size)*perByte))
 	}
 	w.writers.Add(1)
 	w.mu.Unlock()
@@ -231,14 +234,16 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return w.submit(ready)
 }
 
-// addLocked buffers rec and returns the jobs that became ready.
-func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64) []encodeJob {
+// addLocked buffers rec, size logical bytes occupying held bytes, and
+// returns the jobs that became ready.
+func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size, held int64) []encodeJob {
 	rec.Retain()
 	p := &w.parts[partition]
 	p.recs = append(p.recs, rec)
 	p.bytes += size
+	p.held += held
 	p.rows += rec.NumRows()
-	w.buffered += size
+	w.buffered += held
 	var ready []encodeJob
 	if p.bytes >= w.opt.FrameTargetBytes {
 		ready = append(ready, w.detachLocked(partition))
@@ -246,7 +251,7 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64) []e
 	for w.buffered > w.opt.CoalesceBudget {
 		largest := 0
 		for i := range w.parts {
-			if w.parts[i].bytes > w.parts[largest].bytes {
+			if w.parts[i].held > w.parts[largest].held {
 				largest = i
 			}
 		}
@@ -259,7 +264,7 @@ func (w *Writer) detachLocked(partition int) encodeJob {
 	p := &w.parts[partition]
 	j := encodeJob{seq: w.seq, partition: partition, recs: p.recs}
 	w.seq++
-	w.buffered -= p.bytes
+	w.buffered -= p.held
 	*p = pbuf{}
 	return j
 }

@@ -108,7 +108,7 @@ its own; rounds alternate contenders and medians are reported.`,
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
 	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
 	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/faultproxy)")
-	pf.StringVar(&o.memLimit, "memory-limit", "off", "memory: the writer's soft memory limit (GOMEMLIMIT): off, bound (the scenario's bound) or a size")
+	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
 
 	for _, s := range bench.Scenarios {
@@ -289,16 +289,19 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 	for _, l := range logical {
 		opts.MemLogical = append(opts.MemLogical, int64(l))
 	}
-	switch o.memLimit {
-	case "off", "":
-	case "bound":
-		opts.MemoryLimit = -1
-	default:
-		v, err := config.ParseSize(o.memLimit)
-		if err != nil || v < 1 {
-			return nil, usagef("--memory-limit %q: want off, bound or a size", o.memLimit)
+	for _, f := range strings.Split(o.memLimit, ",") {
+		var m config.MemoryLimit
+		switch f = strings.TrimSpace(f); f {
+		case "":
+			continue
+		case "bound":
+			m = config.MemoryLimit(cfg.MemoryBound(config.Load{Writers: max(1, o.workers)}))
+		default:
+			if err := m.Set(f); err != nil {
+				return nil, usagef("--memory-limit %q: want auto, off, bound or a size, comma-separated", o.memLimit)
+			}
 		}
-		opts.MemoryLimit = int64(v)
+		opts.MemoryLimits = append(opts.MemoryLimits, m)
 	}
 	return opts, nil
 }

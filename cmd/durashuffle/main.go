@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -187,6 +188,26 @@ func (a *app) setupLogging() error {
 // < flags, validated.
 func (a *app) config() (config.Config, error) {
 	return a.flags.Load(a.getenv)
+}
+
+// applyMemoryLimit sets this process's soft memory limit from
+// memory_limit for what the command runs (config.ApplyMemoryLimit: a
+// GOMEMLIMIT in the environment wins) and logs the limit in force. Only
+// the commands that own the process call it: write, demo, serve and the
+// bench child. With an in-process S3 server (embedded), memory_limit auto
+// sets none: the server keeps multipart parts in this process's memory
+// until Complete, which no configuration bounds.
+func (a *app) applyMemoryLimit(cfg config.Config, load config.Load, embedded bool) {
+	if embedded && cfg.MemoryLimit == config.MemoryLimitAuto {
+		cfg.MemoryLimit = config.MemoryLimitOff
+	}
+	got := cfg.ApplyMemoryLimit(load, a.getenv)
+	limit := debug.SetMemoryLimit(-1)
+	if limit == 1<<63-1 {
+		limit = 0
+	}
+	a.log.Info("memory limit", "limit", limit, "source", got.Source,
+		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 
 // open loads the configuration and connects to the bucket.

@@ -77,6 +77,8 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	if o.embedded && cfg.Endpoint != "" {
 		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Endpoint)
 	}
+	// Every Flight stream is a writer or a reader; all share one pool.
+	a.applyMemoryLimit(cfg, config.Load{Streams: cfg.MaxStreams}, o.embedded)
 	m := metrics.New()
 
 	var client *durashuffle.Client

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -128,6 +129,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
+	a.applyMemoryLimit(cfg, config.Load{Writers: 1}, false)
 	mem := memory.DefaultAllocator
 	prog := a.startProgress()
 	defer prog.close()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/debug"
 	"runtime/pprof"
 	"strconv"
 	"strings"
@@ -54,9 +53,9 @@ type Job struct {
 	Procs int `json:"procs,omitempty"`
 	// CPUProfile, if set, is where the child writes its CPU profile.
 	CPUProfile string `json:"cpu_profile,omitempty"`
-	// MemoryLimit, if positive, is the child's soft memory limit
-	// (debug.SetMemoryLimit, as GOMEMLIMIT would set it).
-	MemoryLimit int64 `json:"memory_limit,omitempty"`
+	// The durashuffle contenders' children apply Config.MemoryLimit as
+	// durashuffle write does (see applyMemoryLimit); the others run with
+	// the Go runtime's defaults.
 }
 
 func (j *Job) conns() int {
@@ -138,8 +137,8 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if j.Procs > 0 {
 		runtime.GOMAXPROCS(j.Procs)
 	}
-	if j.MemoryLimit > 0 {
-		debug.SetMemoryLimit(j.MemoryLimit)
+	if err := applyMemoryLimit(&j); err != nil {
+		return fmt.Errorf("bench child: %w", err)
 	}
 	if j.CPUProfile != "" {
 		f, err := os.Create(j.CPUProfile)
@@ -161,6 +160,32 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	r.GoHeapPeak = int64(ms.HeapSys)
 	r.PeakRSSBytes = peakRSS()
 	return json.NewEncoder(stdout).Encode(r)
+}
+
+// applyMemoryLimit sets a durashuffle contender's soft memory limit from
+// its configuration's memory_limit, as durashuffle write sets its own: a
+// process of Data.Workers writers, or of Readers partition streams. With
+// pool input the pool is the engine's memory, not durashuffle's: like an
+// engine embedding durashuffle would, the child adds it to the limit auto
+// derives (it is generated here, once, before anything is timed).
+func applyMemoryLimit(j *Job) error {
+	if !strings.HasPrefix(j.Name, Durashuffle) {
+		return nil
+	}
+	load := config.Load{Writers: max(1, j.Data.Workers)}
+	if j.Kind == "read" {
+		load = config.Load{Readers: max(1, j.Readers)}
+	}
+	cfg := j.Config
+	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" && j.Data.Input != InputFresh {
+		pool, err := prepareInput(j)
+		if err != nil {
+			return err
+		}
+		cfg.MemoryLimit = config.MemoryLimit(cfg.SoftMemoryLimit(load) + config.Size(pool))
+	}
+	cfg.ApplyMemoryLimit(load, os.Getenv)
+	return nil
 }
 
 // peakRSS is this process's own resident-set high-water mark (VmHWM in

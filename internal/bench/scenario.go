@@ -55,9 +55,10 @@ type Options struct {
 	Concurrencies []int
 	Runner        *Runner
 	Log           io.Writer // progress lines; nil: none
-	// MemoryLimit: the memory scenario's children run with this soft
-	// memory limit (GOMEMLIMIT); -1 means the scenario's bound, 0 none.
-	MemoryLimit int64
+	// MemoryLimits: the memory scenario runs every size once per value,
+	// as the writer's memory_limit; empty means Config.MemoryLimit alone
+	// (the product as configured).
+	MemoryLimits []config.MemoryLimit
 	// Server is the in-process endpoint when Config.Endpoint is empty:
 	// ServerMemory (default) or ServerEmbedded.
 	Server string

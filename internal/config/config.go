@@ -64,11 +64,12 @@ type Config struct {
 	MaxBufferedChunks int  `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
 	MaxObjectSize     Size `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
 
-	FrameTargetBytes  Size   `yaml:"frame_target_bytes" doc:"Coalesce a partition's rows until this many bytes before encoding a frame. Smaller frames mean more index entries and more, smaller reads."`
-	CoalesceBudget    Size   `yaml:"coalesce_budget" doc:"Memory for unencoded partition buffers per writer; past it, the largest are flushed early."`
-	EncodeConcurrency int    `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
-	Compression       string `yaml:"compression" doc:"Arrow IPC body compression of frames: lz4, zstd or none."`
-	Checksum          string `yaml:"checksum" doc:"Per-part S3 checksum: crc32c or none. Frames always carry a CRC32C in the manifest."`
+	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"Coalesce a partition's rows until this many bytes before encoding a frame. Smaller frames mean more index entries and more, smaller reads."`
+	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory for unencoded partition buffers per writer, counted as the bytes the retained batches occupy; past it, the largest are flushed early."`
+	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound, max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB (serve: per max_streams stream, see operations.md); off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
+	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
+	Compression       string      `yaml:"compression" doc:"Arrow IPC body compression of frames: lz4, zstd or none."`
+	Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c or none. Frames always carry a CRC32C in the manifest."`
 
 	ReadRangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
 	ReadAhead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes plus the decoded records."`
@@ -100,6 +101,7 @@ func Default() Config {
 		UploadConcurrency: 8,
 		FrameTargetBytes:  1 * MiB,
 		CoalesceBudget:    64 * MiB,
+		MemoryLimit:       MemoryLimitAuto,
 		Compression:       "lz4",
 		Checksum:          "crc32c",
 		ReadRangeBytes:    8 * MiB,
@@ -174,6 +176,9 @@ func (c Config) Validate() error {
 	sizeIn("frame_target_bytes", c.FrameTargetBytes, 4*KiB, 1*GiB)
 	if c.CoalesceBudget < c.FrameTargetBytes {
 		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
+	}
+	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < MinMemoryLimit {
+		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", MinMemoryLimit), c.MemoryLimit)
 	}
 	intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
 	switch c.Compression {
@@ -250,6 +255,8 @@ func Keys() []Key {
 			typ = "size"
 		case reflect.TypeFor[Duration]():
 			typ = "duration"
+		case reflect.TypeFor[MemoryLimit]():
+			typ = "size, auto or off"
 		}
 		ks = append(ks, Key{
 			Name:  name,
@@ -275,6 +282,8 @@ func (c *Config) set(k Key, s string) error {
 	case *Size:
 		return p.Set(s)
 	case *Duration:
+		return p.Set(s)
+	case *MemoryLimit:
 		return p.Set(s)
 	case *string:
 		*p = s
@@ -347,6 +356,8 @@ func BindFlags(fs *pflag.FlagSet) *Flags {
 		case *Size:
 			fs.Var(p, k.Flag, usage)
 		case *Duration:
+			fs.Var(p, k.Flag, usage)
+		case *MemoryLimit:
 			fs.Var(p, k.Flag, usage)
 		case *string:
 			fs.StringVar(p, k.Flag, *p, usage)

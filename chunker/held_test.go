@@ -1,0 +1,168 @@
+package chunker
+
+import (
+	"context"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/internal/frame"
+)
+
+func TestAllocSize(t *testing.T) {
+	// Go's size classes (runtime/sizeclasses.go) where the approximation
+	// is exact, and pages above 32 KiB.
+	for _, c := range []struct{ n, want int64 }{
+		{0, 0}, {1, 16}, {16, 16}, {17, 32}, {256, 256}, {257, 288}, {300, 320},
+		{1025, 1152}, {2100, 2304}, {8192, 8192}, {32768, 32768}, {32769, 40960}, {1 << 20, 1 << 20},
+	} {
+		if got := allocSize(c.n); got != c.want {
+			t.Errorf("allocSize(%d) = %d, want %d", c.n, got, c.want)
+		}
+	}
+}
+
+// reserved builds n rows whose builders reserved room for spare x n
+// rows and 100 payload bytes per reserved row, as engines' builders do.
+func reserved(n, spare int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	b.Reserve(spare * n)
+	b.Field(1).(*array.StringBuilder).ReserveData(spare * n * 100)
+	for i := range n {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.StringBuilder).Append("0123456789")
+	}
+	return b.NewRecordBatch()
+}
+
+// occupied is what rec's buffers occupy, computed the long way.
+func occupied(rec arrow.RecordBatch) int64 {
+	var n int64
+	for _, c := range rec.Columns() {
+		for _, b := range c.Data().Buffers() {
+			if b != nil && cap(b.Buf()) > 0 {
+				n += allocSize(int64(cap(b.Buf())) + allocPadding)
+			}
+		}
+	}
+	return n
+}
+
+func TestHeldPerLogical(t *testing.T) {
+	t.Run("batch that owns spare capacity is charged what it occupies", func(t *testing.T) {
+		rec := reserved(1000, 4)
+		defer rec.Release()
+		held := float64(frame.LogicalSize(rec)) * heldPerLogical(rec)
+		occ := float64(occupied(rec))
+		// Logical bytes: 8 + 4 + 10 per row = 22 KB; occupied: the 4000-row
+		// reservation and 400 KB of string data.
+		if held < 0.85*occ || held > 1.05*occ {
+			t.Fatalf("charged %.0f bytes, buffers occupy %.0f", held, occ)
+		}
+		if held < 10*float64(frame.LogicalSize(rec)) {
+			t.Fatalf("charged %.0f bytes for %d logical: spare capacity not counted", held, frame.LogicalSize(rec))
+		}
+	})
+	t.Run("disjoint slices add up to the batch once", func(t *testing.T) {
+		rec := reserved(1024, 2)
+		defer rec.Release()
+		whole := float64(frame.LogicalSize(rec)) * heldPerLogical(rec)
+		var sum float64
+		for lo := int64(0); lo < 1024; lo += 128 {
+			s := rec.NewSlice(lo, lo+128)
+			sum += float64(frame.LogicalSize(s)) * heldPerLogical(s)
+			s.Release()
+		}
+		if sum < 0.95*whole || sum > 1.05*whole {
+			t.Fatalf("8 slices charged %.0f bytes, the whole batch %.0f", sum, whole)
+		}
+	})
+	t.Run("slice of an exactly sized batch is charged its logical bytes", func(t *testing.T) {
+		rec := rows(memory.DefaultAllocator, 0, 100_000)
+		defer rec.Release()
+		exact, err := frame.Concat(schema, []arrow.RecordBatch{rec}, memory.DefaultAllocator)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer exact.Release()
+		s := exact.NewSlice(500, 628)
+		defer s.Release()
+		if r := heldPerLogical(s); r < 1 || r > 1.05 {
+			t.Fatalf("held per logical byte of a slice of an exact batch: %.3f, want about 1", r)
+		}
+	})
+}
+
+// heldCounts is the writer's budget count, the sum of its parts' and
+// the buffers detached so far.
+func (w *Writer) heldCounts() (buffered, sum int64, flushed int64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, p := range w.parts {
+		sum += p.held
+	}
+	return w.buffered, sum, w.seq
+}
+
+func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {
+	const budget = 512 << 10
+	newWriter := func(t *testing.T) *Writer {
+		o := opts(8)
+		o.FrameTargetBytes = budget // no partition reaches it: only the budget flushes
+		o.CoalesceBudget = budget
+		w, err := New(context.Background(), o, newSink(t, o.ChunkSize, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { w.Close() })
+		return w
+	}
+	t.Run("spare capacity flushes early", func(t *testing.T) {
+		w := newWriter(t)
+		var logical int64
+		for i := 0; ; i++ {
+			rec := reserved(200, 4) // 4.4 KB logical, ~100 KB held
+			logical += frame.LogicalSize(rec)
+			if err := w.Write(i%8, rec); err != nil {
+				t.Fatal(err)
+			}
+			rec.Release()
+			buffered, sum, flushed := w.heldCounts()
+			if buffered != sum || buffered > budget {
+				t.Fatalf("after %d writes: buffered %d, parts hold %d, budget %d", i+1, buffered, sum, budget)
+			}
+			if flushed > 0 {
+				// Counted in logical bytes, 512 KiB is some 120 of these.
+				if i+1 > 10 || logical > budget/4 {
+					t.Fatalf("first flush after %d writes (%d logical bytes): held bytes not counted", i+1, logical)
+				}
+				return
+			}
+		}
+	})
+	t.Run("slices of one caller batch do not flush early", func(t *testing.T) {
+		w := newWriter(t)
+		rec := reserved(4096, 1) // held ~ 0.5 MiB x 0.9: under the budget once
+		defer rec.Release()
+		whole := int64(float64(frame.LogicalSize(rec)) * heldPerLogical(rec))
+		if whole > budget {
+			t.Fatalf("test batch holds %d bytes, over the %d budget", whole, budget)
+		}
+		for lo := int64(0); lo < 4096; lo += 128 {
+			s := rec.NewSlice(lo, lo+128)
+			if err := w.Write(int(lo/128)%8, s); err != nil {
+				t.Fatal(err)
+			}
+			s.Release()
+		}
+		buffered, sum, flushed := w.heldCounts()
+		if flushed != 0 {
+			t.Fatalf("32 slices of a %d-byte batch flushed %d buffers under a %d budget", whole, flushed, budget)
+		}
+		if buffered != sum || buffered < whole*95/100 || buffered > whole*105/100 {
+			t.Fatalf("32 slices counted %d bytes (parts %d), the batch holds %d", buffered, sum, whole)
+		}
+	})
+}

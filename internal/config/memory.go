@@ -1,0 +1,156 @@
+package config
+
+import (
+	"fmt"
+	"runtime/debug"
+	"strings"
+)
+
+// MemoryLimit is the memory_limit key: a size, MemoryLimitAuto ("auto":
+// the configuration's own memory bound) or MemoryLimitOff ("off").
+type MemoryLimit int64
+
+// The values of memory_limit that are not sizes.
+const (
+	MemoryLimitAuto MemoryLimit = 0
+	MemoryLimitOff  MemoryLimit = -1
+)
+
+// MinMemoryLimit is the smallest explicit memory_limit: below it the Go
+// runtime alone would keep the collector running.
+const MinMemoryLimit = 32 * MiB
+
+// UnmanagedMemory is what memory_limit auto keeps below the memory bound:
+// resident memory the Go runtime's soft limit does not govern, so that
+// the process's RSS, not only its Go heap, stays within the bound. Measured
+// on a writer at the defaults: the binary's touched pages and other
+// memory outside the runtime's count, 23 MiB; the heap past the limit
+// while the collector marks and before the scavenger returns freed pages,
+// up to 12 MiB.
+const UnmanagedMemory = 40 * MiB
+
+// RuntimeHeadroom is what the memory bound allows beyond the buffers the
+// configuration sizes: the Go runtime and its collector's slack, the Arrow
+// allocator's padding, HTTP and SDK buffers, the encoders' working
+// buffers, the binary's pages.
+const RuntimeHeadroom = 96 * MiB
+
+func (m MemoryLimit) String() string {
+	switch {
+	case m == MemoryLimitAuto:
+		return "auto"
+	case m < 0:
+		return "off"
+	}
+	return Size(m).String()
+}
+
+// Set implements pflag.Value: auto, off or a size.
+func (m *MemoryLimit) Set(v string) error {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "auto":
+		*m = MemoryLimitAuto
+		return nil
+	case "off":
+		*m = MemoryLimitOff
+		return nil
+	}
+	n, err := ParseSize(v)
+	if err != nil || n == 0 {
+		return fmt.Errorf("memory limit %q: want auto, off or a size such as 512MiB", v)
+	}
+	*m = MemoryLimit(n)
+	return nil
+}
+
+// Type implements pflag.Value.
+func (m *MemoryLimit) Type() string { return "size, auto or off" }
+
+// UnmarshalText implements encoding.TextUnmarshaler.
+func (m *MemoryLimit) UnmarshalText(b []byte) error { return m.Set(string(b)) }
+
+// MarshalText implements encoding.TextMarshaler.
+func (m MemoryLimit) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
+
+// Load is what one process runs at once; the memory bound scales with it.
+type Load struct {
+	// Writers is the writers open at once, each with its own
+	// coalesce_budget of unencoded rows.
+	Writers int
+	// Readers is the partition streams read at once, each with about
+	// read_ahead x read_range_bytes of stored bytes in flight.
+	Readers int
+	// Streams is the sidecar's Flight streams (max_streams): each is a
+	// writer or a reader, plus the gRPC message being received or sent.
+	Streams int
+}
+
+// MemoryBound is what a process running load holds at most:
+//
+//	max_buffered_chunks x chunk_size                     chunks, shared
+//	+ Writers x coalesce_budget                          unencoded rows
+//	+ Readers x read_ahead x read_range_bytes            ranged GETs
+//	+ Streams x (max(coalesce_budget, read_ahead x read_range_bytes)
+//	             + max_message_bytes)                    sidecar streams
+//	+ RuntimeHeadroom (96 MiB)
+//
+// With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
+func (c Config) MemoryBound(l Load) Size {
+	chunks := Size(c.BufferedChunks()) * c.ChunkSize
+	read := Size(c.ReadAhead) * c.ReadRangeBytes
+	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
+	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + RuntimeHeadroom
+}
+
+// SoftMemoryLimit is the soft memory limit memory_limit asks for a process
+// running load: the size given; for auto, MemoryBound(load) less
+// UnmanagedMemory (248 MiB with the defaults and one writer, whose live
+// memory peaks near 205 MiB); 0 for off.
+func (c Config) SoftMemoryLimit(l Load) Size {
+	switch {
+	case c.MemoryLimit == MemoryLimitAuto:
+		return c.MemoryBound(l) - UnmanagedMemory
+	case c.MemoryLimit < 0:
+		return 0
+	}
+	return Size(c.MemoryLimit)
+}
+
+// AppliedMemoryLimit says what ApplyMemoryLimit did.
+type AppliedMemoryLimit struct {
+	Limit  Size   // the process's soft memory limit now; 0: none
+	Source string // "memory_limit", "memory_limit auto", "GOMEMLIMIT", "off"
+}
+
+// ApplyMemoryLimit sets the process's soft memory limit
+// (runtime/debug.SetMemoryLimit) to SoftMemoryLimit(load), unless
+// GOMEMLIMIT is set in the environment (getenv): the runtime applied that
+// at start, and an operator's explicit limit wins over the configuration.
+//
+// It changes the whole process, so only a program's main should call it,
+// once, for a process whose memory is mostly durashuffle's; the library
+// never does.
+func (c Config) ApplyMemoryLimit(l Load, getenv func(string) string) AppliedMemoryLimit {
+	if getenv("GOMEMLIMIT") != "" {
+		return AppliedMemoryLimit{Limit: currentMemoryLimit(), Source: "GOMEMLIMIT"}
+	}
+	lim := c.SoftMemoryLimit(l)
+	if lim <= 0 {
+		return AppliedMemoryLimit{Source: "off"}
+	}
+	debug.SetMemoryLimit(int64(lim))
+	src := "memory_limit"
+	if c.MemoryLimit == MemoryLimitAuto {
+		src = "memory_limit auto"
+	}
+	return AppliedMemoryLimit{Limit: lim, Source: src}
+}
+
+// currentMemoryLimit reads the soft memory limit; math.MaxInt64 (none) is 0.
+func currentMemoryLimit() Size {
+	n := debug.SetMemoryLimit(-1)
+	if n == 1<<63-1 {
+		return 0
+	}
+	return Size(n)
+}
