@@ -1,6 +1,7 @@
 package chunker
 
 import (
+	"math/bits"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -22,10 +23,23 @@ type reuseAllocator struct {
 	done   bool
 }
 
+// A frame of 1 MiB concatenated from small batches has column buffers
+// of a few KiB to a few hundred KiB (a 6000-row frame of lineitem: 6 KiB
+// for a one-character string's bytes, 47 KiB for an int64 column), each
+// allocated again for every frame unless kept here, and then its
+// compressed bodies, of the same sizes; all of them are live at once.
 const (
-	reuseMin  = 64 << 10 // smaller buffers are not worth keeping
-	reuseKeep = 64       // a frame has 16 columns x 2-3 buffers
+	reuseMin  = 4 << 10 // smaller buffers are not worth keeping
+	reuseKeep = 128     // a frame has 16 columns x 2-3 buffers, and as many compressed
 )
+
+// reuseClass rounds a request for a new buffer up to one of eight sizes
+// per power of two, so that the next frame's slightly larger column still
+// fits the buffer this one frees (rows per frame vary by a few percent).
+func reuseClass(size int) int {
+	step := 1 << (bits.Len(uint(size)) - 4) // size/16 < step <= size/8
+	return (size + step - 1) / step * step
+}
 
 func (a *reuseAllocator) Allocate(size int) []byte {
 	if size < reuseMin || a.done {
@@ -44,7 +58,7 @@ func (a *reuseAllocator) Allocate(size int) []byte {
 		a.free[best] = a.free[len(a.free)-1]
 		a.free = a.free[:len(a.free)-1]
 	} else {
-		orig = a.parent.Allocate(size)
+		orig = a.parent.Allocate(reuseClass(size))
 	}
 	if a.out == nil {
 		a.out = map[*byte][]byte{}

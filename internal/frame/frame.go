@@ -87,34 +87,6 @@ func Encode(buf *bytes.Buffer, schema *arrow.Schema, recs []arrow.RecordBatch, c
 	return st, nil
 }
 
-// Concat merges recs into one record batch with compact buffers.
-func Concat(schema *arrow.Schema, recs []arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, schema.NumFields())
-	defer func() {
-		for _, c := range cols {
-			if c != nil {
-				c.Release()
-			}
-		}
-	}()
-	var rows int64
-	for _, r := range recs {
-		rows += r.NumRows()
-	}
-	parts := make([]arrow.Array, len(recs))
-	for i := range cols {
-		for j, r := range recs {
-			parts[j] = r.Column(i)
-		}
-		c, err := array.Concatenate(parts, mem)
-		if err != nil {
-			return nil, fmt.Errorf("concatenate column %q: %w", schema.Field(i).Name, err)
-		}
-		cols[i] = c
-	}
-	return array.NewRecordBatch(schema, cols, rows), nil
-}
-
 // LogicalSize returns the uncompressed Arrow bytes of r's rows: exact for
 // fixed-width, string and binary columns, also when r is a slice of a
 // larger batch; other types are charged their whole buffers.
