@@ -74,7 +74,9 @@ embedded uses the demo's server): --latency per request round trip
 and --conn-bandwidth per connection, both directions. Every contender gets
 upload_concurrency connections, so the link limit is upload_concurrency x
 conn_bandwidth. Each contender runs in a child process, so its peak RSS is
-its own; rounds alternate contenders and medians are reported.`,
+its own; rounds alternate contenders and medians are reported. On a
+terminal, live bars show the run under way (round, contender, ETA) and what
+its child has encoded, uploaded or read; --quiet turns them off.`,
 		Example: `  durashuffle bench write
   durashuffle bench read --json
   durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png
@@ -171,6 +173,12 @@ func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string)
 		return err
 	}
 	opts.Runner = &bench.Runner{Command: []string{exe, "bench", "child"}, Stderr: a.stderr, CPUProfile: o.cpuProfile}
+	opts.Log = a.stderr
+	bars := a.newBenchBars()
+	if bars != nil {
+		opts.Runner.Watch = bars
+		opts.Runner.Stderr, opts.Log = bars.log, bars.log
+	}
 	if o.cpuProfile != "" {
 		f, err := os.Create(o.cpuProfile)
 		if err != nil {
@@ -182,7 +190,6 @@ func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string)
 		}
 		defer pprof.StopCPUProfile()
 	}
-	opts.Log = a.stderr
 	env, err := bench.Start(ctx, opts)
 	if err != nil {
 		return err
@@ -190,7 +197,9 @@ func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string)
 	defer env.Close()
 	var reports []*bench.Report
 	for _, s := range scenarios {
+		bars.begin(s)
 		rep, err := env.Run(ctx, s)
+		bars.end(err)
 		if err != nil {
 			return fmt.Errorf("bench %s: %w", s, err)
 		}

@@ -31,7 +31,8 @@ import (
 // pool, bytes stored by finished parts), the pool's stats (parts in
 // flight, effective concurrency, buffers held) and counters the commands
 // bump as they feed rows in or take rows out. A ticker copies them into
-// the bars; mpb redraws them in place.
+// the bars; mpb redraws them in place. bench draws bars of its own on a
+// progress (see benchBars).
 type progress struct {
 	a       *app
 	p       *mpb.Progress
@@ -136,9 +137,24 @@ func (p *progress) add(total int64, cur func() int64, dynTotal func() int64, nam
 	if total > 0 {
 		bar.SetTotal(total, false)
 	}
+	p.track(bar, cur, dynTotal)
+}
+
+// track has the ticker copy cur, and total unless it is nil, into bar.
+// cur and total are called with p.mu held: they must not wait for
+// anything that calls p's methods.
+func (p *progress) track(bar *mpb.Bar, cur, total func() int64) {
 	p.mu.Lock()
-	p.meters = append(p.meters, &meter{bar: bar, cur: cur, total: dynTotal})
+	p.meters = append(p.meters, &meter{bar: bar, cur: cur, total: total})
 	p.mu.Unlock()
+}
+
+// drop stops updating bar and removes it from the display.
+func (p *progress) drop(bar *mpb.Bar) {
+	p.mu.Lock()
+	p.meters = slices.DeleteFunc(p.meters, func(m *meter) bool { return m.bar == bar })
+	p.mu.Unlock()
+	bar.Abort(true)
 }
 
 // observer returns the upload pool observer feeding the bars, or nil.

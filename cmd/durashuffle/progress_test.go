@@ -6,6 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -161,6 +164,66 @@ func TestNoProgressWithoutTerminal(t *testing.T) {
 			t.Errorf("%s: logs missing from stderr:\n%s", args[0], r.stderr)
 		}
 	}
+}
+
+// benchArgs is a bench write at the smallest useful size: 16 MiB over
+// the default link, each contender running for a second or more.
+var benchArgs = []string{"bench", "write", "--stored", "16MiB", "--rounds", "1", "--partitions", "8"}
+
+func TestBenchProgressOnTerminal(t *testing.T) {
+	t.Parallel()
+	stdout, term := onTerminal(t, nil, benchArgs...)
+	// The scenario bar names each run; the child's bar what it moved.
+	for _, want := range []string{"round 1/1 durashuffle, run 1 of 3", "round 1/1 sequential, run 2 of 3",
+		"round 1/1 transfermanager, run 3 of 3", "preparing (encode-files durashuffle)", "3 runs done", "took ",
+		"ETA", "MiB encoded", "parts in flight", "buffers", "MiB/s"} {
+		if !strings.Contains(term, want) {
+			t.Errorf("terminal lacks %q:\n%s", want, term)
+		}
+	}
+	// Some bar showed bytes on their way, out of a known total.
+	var moving bool
+	for _, m := range regexp.MustCompile(`(\d+\.\d) MiB / \d+\.\d MiB uploaded`).FindAllStringSubmatch(term, -1) {
+		if f, _ := strconv.ParseFloat(m[1], 64); f > 0 {
+			moving = true
+		}
+	}
+	if !moving {
+		t.Errorf("no bar showed bytes uploaded:\n%s", term)
+	}
+	// Log lines print whole, above the bars.
+	if !regexp.MustCompile(`(?m)^(\x1b\[\d*A\x1b\[J)?  round 1 sequential +\d+\.\d+ s`).MatchString(term) {
+		t.Errorf("the round log line is not on a line of its own:\n%s", term)
+	}
+	if !strings.Contains(stdout, "durashuffle bench write") || !strings.Contains(stdout, "transfermanager") ||
+		strings.Contains(stdout, "\x1b[") || strings.Contains(stdout, "runs done") {
+		t.Errorf("stdout is not just the report:\n%s", stdout)
+	}
+}
+
+func TestNoBenchProgress(t *testing.T) {
+	t.Parallel()
+	bars := []string{"\x1b[", "run 1 of 3", "runs done", "MiB uploaded", "in flight", "ETA"}
+	check := func(t *testing.T, how, stdout, stderr string) {
+		for _, bar := range bars {
+			if strings.Contains(stderr, bar) {
+				t.Errorf("%s, yet stderr shows %q:\n%s", how, bar, stderr)
+			}
+		}
+		if !strings.Contains(stderr, "  round 1 transfermanager ") || !strings.Contains(stdout, "durashuffle bench write") {
+			t.Errorf("%s: the log or the report is missing:\nstderr:\n%s\nstdout:\n%s", how, stderr, stdout)
+		}
+	}
+	t.Run("quiet", func(t *testing.T) {
+		t.Parallel()
+		stdout, term := onTerminal(t, nil, slices.Concat(benchArgs, []string{"--quiet"})...)
+		check(t, "--quiet", stdout, term)
+	})
+	t.Run("pipe", func(t *testing.T) {
+		t.Parallel()
+		r := cli(t, nil, nil, benchArgs...).must(t)
+		check(t, "stderr is a pipe", r.stdout, r.stderr)
+	})
 }
 
 func mustRead(t *testing.T, name string) []byte {

@@ -56,6 +56,17 @@ type Job struct {
 	// The durashuffle contenders' children apply Config.MemoryLimit as
 	// durashuffle write does (see applyMemoryLimit); the others run with
 	// the Go runtime's defaults.
+
+	// ProgressFD, if positive, is a descriptor the child writes a Sample
+	// to every sampleEvery (see Runner.Watch).
+	ProgressFD int `json:"progress_fd,omitempty"`
+
+	// Round is where the job stands among its scenario's runs; nil for a
+	// scenario's preparation (the data set encoded to files, the stage to
+	// read). The parent's business only.
+	Round *Round `json:"-"`
+	// live counts what the child moves, when it reports progress.
+	live *liveMeter
 }
 
 func (j *Job) conns() int {
@@ -151,6 +162,10 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
+	if j.ProgressFD > 0 {
+		stop := j.startReporting()
+		defer stop()
+	}
 	r, err := runJob(ctx, &j)
 	if err != nil {
 		return fmt.Errorf("bench child %s %s: %w", j.Kind, j.Name, err)
@@ -242,16 +257,31 @@ type Runner struct {
 	// CPUProfile, if set, makes every child write a CPU profile to
 	// CPUProfile.<kind>-<name>-<n>.
 	CPUProfile string
-	runs       int
+	// Watch, if set, is told about every child and gets its samples.
+	Watch Watcher
+	runs  int
 }
 
 // Run runs j in a fresh child process and returns its Result with the
 // child's peak RSS (getrusage's ru_maxrss: the high-water mark of the
 // child's resident set, KiB on Linux) and CPU time.
 func (rn *Runner) Run(ctx context.Context, j *Job) (*Result, error) {
+	if rn.Watch == nil {
+		return rn.run(ctx, j)
+	}
+	rn.Watch.Started(j)
+	r, err := rn.run(ctx, j)
+	rn.Watch.Finished(j, r)
+	return r, err
+}
+
+func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
 	if rn.CPUProfile != "" {
 		rn.runs++
 		j.CPUProfile = fmt.Sprintf("%s.%s-%s-%d", rn.CPUProfile, j.Kind, j.Name, rn.runs)
+	}
+	if rn.Watch != nil {
+		j.ProgressFD = 3 // ExtraFiles[0], the pipe below
 	}
 	in, err := json.Marshal(j)
 	if err != nil {
@@ -263,7 +293,34 @@ func (rn *Runner) Run(ctx context.Context, j *Job) (*Result, error) {
 	var out, errb bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &errb
-	if err := cmd.Run(); err != nil {
+	var samples *os.File
+	if rn.Watch != nil {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("%s %s child: progress pipe: %w", j.Kind, j.Name, err)
+		}
+		samples, cmd.ExtraFiles = r, []*os.File{w}
+	}
+	err = cmd.Start()
+	if samples != nil {
+		// The child has its own copy of the write end once started:
+		// closing ours lets the reader see the end when the child exits.
+		cmd.ExtraFiles[0].Close()
+		if err != nil {
+			samples.Close()
+		} else {
+			read := make(chan struct{})
+			go func() {
+				defer close(read)
+				rn.readSamples(j, samples)
+			}()
+			defer func() { <-read }()
+		}
+	}
+	if err == nil {
+		err = cmd.Wait()
+	}
+	if err != nil {
 		if rn.Stderr != nil {
 			rn.Stderr.Write(errb.Bytes())
 		}

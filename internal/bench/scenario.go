@@ -333,10 +333,12 @@ func (e *Env) cleanup(ctx context.Context, query string) {
 // from round to round, and returns every contender's median.
 func (e *Env) rounds(ctx context.Context, names []string, mk func(name string, round int) *Job, after func(name string, r *Result)) ([]Result, error) {
 	all := make(map[string][]*Result)
-	for round := range max(1, e.o.Rounds) {
+	rounds := max(1, e.o.Rounds)
+	for round := range rounds {
 		for k := range names {
 			name := names[(k+round)%len(names)]
 			j := mk(name, round)
+			j.Round = &Round{Name: name, Round: round + 1, Rounds: rounds, Run: round*len(names) + k + 1, Runs: rounds * len(names)}
 			r, err := e.o.Runner.Run(ctx, j)
 			if j.Kind == "write" && !j.NullStore {
 				e.cleanup(ctx, j.Query)

@@ -49,7 +49,7 @@ func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataCl
 		o.HTTPClient = hc
 		o.ContinueHeaderThresholdBytes = -1
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Deserialize.Add(countMiddleware{counter, clock}, middleware.After)
+			return s.Deserialize.Add(countMiddleware{counter, clock, j.live}, middleware.After)
 		})
 	})
 	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
@@ -60,9 +60,13 @@ func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataCl
 	return tm, tr, nil
 }
 
+// countMiddleware counts every request and times the data requests; with
+// a live meter, it also counts data requests in flight and the bytes of
+// uploads the service acknowledged.
 type countMiddleware struct {
 	c     *store.Counter
 	clock *dataClock
+	live  *liveMeter // nil: no progress reported
 }
 
 func (countMiddleware) ID() string { return "durashuffle.bench.Count" }
@@ -74,10 +78,16 @@ func (m countMiddleware) HandleDeserialize(ctx context.Context, in middleware.De
 	data := op == "UploadPart" || op == "PutObject" || op == "GetObject"
 	if data {
 		m.clock.begin()
+		if m.live != nil {
+			m.live.begin()
+		}
 	}
 	out, md, err := next.HandleDeserialize(ctx, in)
 	if data {
 		m.clock.end()
+		if m.live != nil {
+			m.live.end(uploadLength(op, in.Request), err)
+		}
 	}
 	status := 0
 	if resp, ok := out.RawResponse.(*smithyhttp.Response); ok && resp != nil && resp.Response != nil {
@@ -85,6 +95,21 @@ func (m countMiddleware) HandleDeserialize(ctx context.Context, in middleware.De
 	}
 	m.c.Request(middleware.GetOperationName(ctx), status)
 	return out, md, err
+}
+
+// uploadLength is the body length of an upload request, 0 for any other.
+func uploadLength(op string, req any) int64 {
+	r, ok := req.(*smithyhttp.Request)
+	if !ok || (op != "UploadPart" && op != "PutObject") {
+		return 0
+	}
+	if r.ContentLength > 0 {
+		return r.ContentLength
+	}
+	if n, ok, err := r.StreamLength(); ok && err == nil {
+		return n
+	}
+	return 0
 }
 
 // writeTM uploads the already-encoded data objects (local files written
@@ -115,6 +140,9 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 		}
 		res.StoredBytes += fi.Size()
 		files[i] = f
+	}
+	if j.live != nil {
+		j.live.total.Store(res.StoredBytes)
 	}
 	start := time.Now()
 	clock.start = start
@@ -157,7 +185,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 	for _, key := range j.Keys {
 		g.Go(func() error {
 			_, err := tm.DownloadObject(gctx, &transfermanager.DownloadObjectInput{
-				Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: discardAt{&got},
+				Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: discardAt{&got, j.live},
 			}, func(o *transfermanager.Options) {
 				o.PartSizeBytes = int64(j.Config.ReadRangeBytes)
 			})
@@ -177,10 +205,17 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 	return res, nil
 }
 
-// discardAt counts what is written and keeps nothing.
-type discardAt struct{ n *atomic.Int64 }
+// discardAt counts what is written, in the live meter too if there is
+// one, and keeps nothing.
+type discardAt struct {
+	n    *atomic.Int64
+	live *liveMeter
+}
 
 func (d discardAt) WriteAt(p []byte, _ int64) (int, error) {
 	d.n.Add(int64(len(p)))
+	if d.live != nil {
+		d.live.received.Add(int64(len(p)))
+	}
 	return len(p), nil
 }

@@ -46,7 +46,7 @@ func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return s3, counter, tr, nil
+	return j.metered(s3), counter, tr, nil
 }
 
 func closeIdle(tr *http.Transport) {
@@ -81,7 +81,7 @@ func writeDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 
 func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Counter) (*Result, error) {
 	clock := &dataClock{}
-	client := durashuffle.NewClient(clockedStore{raw, clock}, j.Config, counter, nil)
+	client := durashuffle.NewClient(clockedStore{raw, clock}, j.Config, counter, j.observer())
 	defer client.Close()
 	res := &Result{Name: j.Name}
 	var err error
