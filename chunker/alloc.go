@@ -9,11 +9,13 @@ import (
 
 // reuseAllocator is one encoder's allocator for the buffers that live
 // only while a frame is encoded (the concatenated columns, the compressed
-// bodies): large buffers freed by one frame are handed to the next instead
-// of being allocated, zeroed and collected again (profiled: 35% of the
-// bytes the chunker allocated). Arrow zeroes what it needs itself
-// (padding, resized regions), so a reused buffer is not cleared here.
-// Every buffer goes back to the parent allocator, with the size it was
+// bodies): buffers freed by one frame are handed to the next instead of
+// being allocated, zeroed and collected again (profiled: 35% of the bytes
+// the chunker allocated; with buffers from 4 KiB kept, the bytes
+// BenchmarkWrite allocates per op fell from 66 MB to 13 MB for 128-row
+// input). A reused buffer is not cleared here: arrow zeroes what it needs
+// itself (padding, resized regions), and frame.Concat writes every byte
+// of the buffers it asks for. Every buffer goes back to the parent allocator, with the size it was
 // allocated with, by the time release has run and arrow has freed what
 // it holds. Not safe for concurrent use: one per encoder goroutine.
 type reuseAllocator struct {
