@@ -176,3 +176,25 @@ func TestReuseAllocatorReturnsEverything(t *testing.T) {
 	bt.Release()
 	mem.AssertSize(t, 0)
 }
+
+// TestReuseClass: a new buffer is rounded up by at most an eighth, and a
+// buffer freed by one frame serves the next frame's slightly larger
+// column.
+func TestReuseClass(t *testing.T) {
+	for n := reuseMin; n < 4<<20; n += n/7 + 1 {
+		if c := reuseClass(n); c < n || c > n+n/8 {
+			t.Fatalf("reuseClass(%d) = %d, want [%d, %d]", n, c, n, n+n/8)
+		}
+	}
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	a := &reuseAllocator{parent: mem}
+	b := a.Allocate(47_000)
+	a.Free(b)
+	if c := a.Allocate(48_000); &c[0] != &b[0] {
+		t.Fatal("a 48000-byte request did not reuse the freed 47000-byte buffer")
+	} else {
+		a.Free(c)
+	}
+	a.release()
+	mem.AssertSize(t, 0)
+}
