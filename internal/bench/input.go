@@ -54,6 +54,43 @@ const bytesPerRow = 176.5
 type pool struct {
 	recs []arrow.RecordBatch
 	size int64 // logical bytes
+
+	mu     sync.Mutex
+	pieces map[int64][][]piece // by Write size: [partition][k] = rows [k*n, (k+1)*n)
+}
+
+// piece is one Write's slice of a partition's pool, with its logical size.
+type piece struct {
+	rec  arrow.RecordBatch
+	size int64
+}
+
+// piecesOf cuts every partition's pool into Writes of n rows, once per
+// process, so that the timed Writes reuse the slices (a Write retains
+// its batch, and the writer releases it after encoding) instead of the
+// harness slicing and sizing the input on the clock. nil when the pool
+// rows are not a multiple of n.
+func (p *pool) piecesOf(n int64) [][]piece {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if ps, ok := p.pieces[n]; ok {
+		return ps
+	}
+	var ps [][]piece
+	if rows := p.recs[0].NumRows(); n > 0 && rows%n == 0 {
+		ps = make([][]piece, len(p.recs))
+		for i, src := range p.recs {
+			for lo := int64(0); lo < src.NumRows(); lo += n {
+				rec := src.NewSlice(lo, lo+n)
+				ps[i] = append(ps[i], piece{rec: rec, size: frame.LogicalSize(rec)})
+			}
+		}
+	}
+	if p.pieces == nil {
+		p.pieces = map[int64][][]piece{}
+	}
+	p.pieces[n] = ps
+	return ps
 }
 
 var (
@@ -145,6 +182,7 @@ func feed(ctx context.Context, d Data, worker int, write writeFunc) (int64, erro
 func feedPool(ctx context.Context, d Data, p *pool, rows int64, write writeFunc) (int64, error) {
 	n := int64(max(1, d.WriteRows))
 	writes := (rows + n - 1) / n
+	pieces := p.piecesOf(n)
 	var next atomic.Int64
 	var logical atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
@@ -169,10 +207,17 @@ func feedPool(ctx context.Context, d Data, p *pool, rows int64, write writeFunc)
 					}
 					off := (i / int64(d.Partitions)) * n % pr
 					hi := min(off+take, pr)
-					rec := src.NewSlice(off, hi)
-					logical.Add(frame.LogicalSize(rec))
-					err := write(part, rec)
-					rec.Release()
+					var err error
+					if pieces != nil && hi-off == n {
+						pc := pieces[part][off/n]
+						logical.Add(pc.size)
+						err = write(part, pc.rec)
+					} else {
+						rec := src.NewSlice(off, hi)
+						logical.Add(frame.LogicalSize(rec))
+						err = write(part, rec)
+						rec.Release()
+					}
 					if err != nil {
 						return fmt.Errorf("write %d rows to partition %d: %w", hi-off, part, err)
 					}

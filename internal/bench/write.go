@@ -64,6 +64,7 @@ func prepareInput(j *Job) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	p.piecesOf(int64(max(1, j.Data.WriteRows)))
 	return p.size, nil
 }
 
