@@ -163,34 +163,44 @@ func FuzzPlan(f *testing.F) {
 			t.Fatalf("page of %d rows at %d of %d: delivers %d rows, want %d", limit, offset, total, got, wantRows)
 		}
 
-		// planSpans: the page's frames, in order, in GETs that hold them.
-		spans := planSpans(page, o.RangeBytes, o.GapBytes)
-		var flat []want
-		for si, sp := range spans {
-			if len(sp.Frames) == 0 || sp.Offset < 0 || sp.Length <= 0 {
-				t.Fatalf("span %d: %+v", si, sp)
-			}
-			end := sp.Offset
-			for j, sf := range sp.Frames {
-				fr := sf.Frame
-				if sf.Key != sp.Key || sf.At != fr.Offset-sp.Offset || sf.At < 0 || sf.At+fr.Length > sp.Length {
-					t.Fatalf("span %d (%s @%d +%d) frame %d at %d: %+v", si, sp.Key, sp.Offset, sp.Length, j, sf.At, fr)
-				}
-				if j > 0 && (fr.Offset < end || fr.Offset-end > max(o.GapBytes, 0)) {
-					t.Fatalf("span %d frame %d at %d after %d: overlaps or gap over %d", si, j, fr.Offset, end, o.GapBytes)
-				}
-				end = fr.Offset + fr.Length
-				flat = append(flat, sf.want)
-			}
-			if end != sp.Offset+sp.Length {
-				t.Fatalf("span %d ends at %d, its last frame at %d", si, sp.Offset+sp.Length, end)
-			}
-			if len(sp.Frames) > 1 && sp.Length > o.RangeBytes {
-				t.Fatalf("span %d of %d bytes with %d frames exceeds range %d", si, sp.Length, len(sp.Frames), o.RangeBytes)
-			}
-		}
-		if !slices.Equal(flat, page) {
-			t.Fatalf("spans deliver %d frames, want the page's %d in order", len(flat), len(page))
+		// planSpans, and evenSpans over a window: the page's frames, in
+		// order, in GETs that hold them.
+		for _, spans := range [][]span{planSpans(page, o.RangeBytes, o.GapBytes), evenSpans(page, o.RangeBytes, o.GapBytes, int(1+offset%9))} {
+			checkSpans(t, spans, page, o)
 		}
 	})
+}
+
+// checkSpans fails unless spans deliver exactly page's frames, in order,
+// each within its span's bytes, with no overlap, no gap over o.GapBytes
+// and no span of several frames over o.RangeBytes.
+func checkSpans(t *testing.T, spans []span, page []want, o Options) {
+	t.Helper()
+	var flat []want
+	for si, sp := range spans {
+		if len(sp.Frames) == 0 || sp.Offset < 0 || sp.Length <= 0 {
+			t.Fatalf("span %d: %+v", si, sp)
+		}
+		end := sp.Offset
+		for j, sf := range sp.Frames {
+			fr := sf.Frame
+			if sf.Key != sp.Key || sf.At != fr.Offset-sp.Offset || sf.At < 0 || sf.At+fr.Length > sp.Length {
+				t.Fatalf("span %d (%s @%d +%d) frame %d at %d: %+v", si, sp.Key, sp.Offset, sp.Length, j, sf.At, fr)
+			}
+			if j > 0 && (fr.Offset < end || fr.Offset-end > max(o.GapBytes, 0)) {
+				t.Fatalf("span %d frame %d at %d after %d: overlaps or gap over %d", si, j, fr.Offset, end, o.GapBytes)
+			}
+			end = fr.Offset + fr.Length
+			flat = append(flat, sf.want)
+		}
+		if end != sp.Offset+sp.Length {
+			t.Fatalf("span %d ends at %d, its last frame at %d", si, sp.Offset+sp.Length, end)
+		}
+		if len(sp.Frames) > 1 && sp.Length > o.RangeBytes {
+			t.Fatalf("span %d of %d bytes with %d frames exceeds range %d", si, sp.Length, len(sp.Frames), o.RangeBytes)
+		}
+	}
+	if !slices.Equal(flat, page) {
+		t.Fatalf("spans deliver %d frames, want the page's %d in order", len(flat), len(page))
+	}
 }

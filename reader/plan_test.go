@@ -239,3 +239,51 @@ func TestPageFrames(t *testing.T) {
 		})
 	}
 }
+
+// TestEvenSpans checks that a read is cut into GETs whose count fills
+// whole windows, as even as frame boundaries allow, within rangeBytes,
+// never across objects, and that a small read is spread over the window
+// in GETs of at least minEvenSpan.
+func TestEvenSpans(t *testing.T) {
+	const mib = 1 << 20
+	frames := func(obj, n int, size int64) []want {
+		var ws []want
+		for i := range n {
+			ws = append(ws, fr(obj, int64(i)*size, size, 10))
+		}
+		return ws
+	}
+	sizes := func(spans []span) (lo, hi int64) {
+		lo = spans[0].Length
+		for _, s := range spans {
+			lo, hi = min(lo, s.Length), max(hi, s.Length)
+		}
+		return lo, hi
+	}
+	tests := []struct {
+		name       string
+		frames     []want
+		rangeBytes int64
+		window     int
+		spans      int   // how many GETs
+		lo, hi     int64 // their smallest and largest
+	}{
+		// planSpans: 33 GETs (32 of 8 MiB, one of 1 MiB), five rounds of 8.
+		{"257 MiB, window 8", frames(0, 257, mib), 8 * mib, 8, 40, 6 * mib, 7 * mib},
+		{"64 MiB fill the window exactly", frames(0, 64, mib), 8 * mib, 8, 8, 8 * mib, 8 * mib},
+		{"3 MiB over a window of 8", frames(0, 12, mib/4), 8 * mib, 8, 3, mib, mib},
+		{"window 1 is planSpans", frames(0, 20, mib), 8 * mib, 1, 3, 4 * mib, 8 * mib},
+		{"frames larger than half the even size", frames(0, 10, 3*mib), 8 * mib, 4, 6, 3 * mib, 6 * mib},
+		{"two objects", append(frames(0, 16, mib), frames(1, 16, mib)...), 8 * mib, 8, 8, 4 * mib, 4 * mib},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			spans := evenSpans(tc.frames, tc.rangeBytes, -1, tc.window)
+			checkSpans(t, spans, tc.frames, Options{RangeBytes: tc.rangeBytes, GapBytes: -1})
+			lo, hi := sizes(spans)
+			if len(spans) != tc.spans || lo != tc.lo || hi != tc.hi {
+				t.Fatalf("%d GETs of %d to %d bytes, want %d of %d to %d\n%q", len(spans), lo, hi, tc.spans, tc.lo, tc.hi, shape(spans))
+			}
+		})
+	}
+}

@@ -185,7 +185,7 @@ func (s *Stage) ReadStored(ctx context.Context, partitions []int) (*Records, err
 		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
 	}
 	ws := storageOrder(selectFrames(s.m, s.keys, ps))
-	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+	return s.stream(ctx, evenSpans(ws, s.o.RangeBytes, s.o.GapBytes, s.o.ReadAhead)), nil
 }
 
 // ReadResults streams rows [offset, offset+limit) of the whole stage in
