@@ -6,9 +6,11 @@ package frame
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"io"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -270,9 +272,62 @@ func newReader(b []byte, mem memory.Allocator) (*ipc.Reader, error) {
 	if err := verifyStream(b); err != nil {
 		return nil, err
 	}
-	limit := int64(max(len(b), 1))
-	opts := []ipc.Option{ipc.WithAllocator(mem), ipc.WithMetadataSizeLimit(limit), ipc.WithBodySizeLimit(limit)}
-	return ipc.NewReaderFromMessageReader(ipc.NewMessageReader(bytes.NewReader(b), opts...), opts...)
+	return ipc.NewReaderFromMessageReader(&messages{b: b}, ipc.WithAllocator(mem))
+}
+
+// messages reads the IPC messages of a verified stream in place: each
+// message's metadata and body are slices of the stream, not copies (an
+// io.Reader would copy every body once before decompressing it). Arrays
+// of buffers stored uncompressed point into the stream's bytes, which
+// must therefore outlive them and not change.
+type messages struct {
+	b   []byte
+	pos int
+	cur *ipc.Message
+}
+
+// Message returns the next message, io.EOF at the end-of-stream marker
+// or the end of the bytes. The stream was verified by verifyStream, so
+// every length lies inside b.
+func (m *messages) Message() (*ipc.Message, error) {
+	if m.cur != nil {
+		m.cur.Release()
+		m.cur = nil
+	}
+	b := m.b
+	if len(b)-m.pos < 4 {
+		return nil, io.EOF
+	}
+	n := int(int32(binary.LittleEndian.Uint32(b[m.pos:])))
+	m.pos += 4
+	if n == -1 {
+		n = int(int32(binary.LittleEndian.Uint32(b[m.pos:])))
+		m.pos += 4
+	}
+	if n == 0 {
+		return nil, io.EOF
+	}
+	meta := b[m.pos : m.pos+n]
+	m.pos += n
+	body, err := verifyMessage(meta)
+	if err != nil {
+		return nil, err
+	}
+	msg := ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(b[m.pos:m.pos+int(body)]))
+	m.pos += int(body)
+	m.cur = msg
+	return msg, nil
+}
+
+// Retain does nothing: messages holds no memory of its own.
+func (m *messages) Retain() {}
+
+// Release releases the last message.
+func (m *messages) Release() {
+	if m.cur != nil {
+		m.cur.Release()
+		m.cur = nil
+	}
 }
 
 // decodeLimit bounds the bytes Decode allocates for the arrays of a frame
