@@ -74,4 +74,4 @@ clean:
 .PHONY: bench
 bench:
 	$(GO) build -o bin/durashuffle ./cmd/durashuffle
-	./bin/durashuffle bench all --out docs/bench --markdown BENCHMARKS.md
+	./bin/durashuffle bench all --memory-limit auto,off --out docs/bench --markdown BENCHMARKS.md
