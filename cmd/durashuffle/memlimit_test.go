@@ -112,7 +112,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 			}
 		}
 		got := findMemoryLimit(t, log.String())
-		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes) + 96 MiB, less 40 MiB.
+		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes) + 96 MiB, less UnmanagedMemory.
 		want := int64(128+4*128+96)<<20 - int64(config.UnmanagedMemory)
 		if got.Limit != want || got.Source != "memory_limit auto" {
 			t.Fatalf("serve: %+v, want %d", got, want)
