@@ -145,25 +145,21 @@ func concatPieces(dt arrow.DataType, ps []piece, mem memory.Allocator) (_ arrow.
 		}
 		bufs = append(bufs, offs, data)
 	case arrow.LIST, arrow.MAP:
-		offs, cps, err := concatOffsets[int32](ps, n, true, mem)
+		offs, c, err := concatList[int32](ps, n, mem)
+		if offs != nil {
+			bufs = append(bufs, offs)
+		}
 		if err != nil {
 			return nil, err
-		}
-		bufs = append(bufs, offs)
-		c, err := concatPieces(ps[0].d.Children()[0].DataType(), cps, mem)
-		if err != nil {
-			return nil, fmt.Errorf("values: %w", err)
 		}
 		children = append(children, c)
 	case arrow.LARGE_LIST:
-		offs, cps, err := concatOffsets[int64](ps, n, true, mem)
+		offs, c, err := concatList[int64](ps, n, mem)
+		if offs != nil {
+			bufs = append(bufs, offs)
+		}
 		if err != nil {
 			return nil, err
-		}
-		bufs = append(bufs, offs)
-		c, err := concatPieces(ps[0].d.Children()[0].DataType(), cps, mem)
-		if err != nil {
-			return nil, fmt.Errorf("values: %w", err)
 		}
 		children = append(children, c)
 	case arrow.FIXED_SIZE_LIST:
@@ -264,6 +260,21 @@ func concatBinary[T int32 | int64](ps []piece, n int, mem memory.Allocator) (off
 		}
 	}
 	return offs, data, nil
+}
+
+// concatList concatenates the offsets of list pieces (T: their width) and
+// the values they point to. A non-nil offsets buffer is the caller's to
+// release, also with an error.
+func concatList[T int32 | int64](ps []piece, n int, mem memory.Allocator) (*memory.Buffer, arrow.ArrayData, error) {
+	offs, cps, err := concatOffsets[T](ps, n, true, mem)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := concatPieces(ps[0].d.Children()[0].DataType(), cps, mem)
+	if err != nil {
+		return offs, nil, fmt.Errorf("values: %w", err)
+	}
+	return offs, c, nil
 }
 
 // concatOffsets writes the n+1 offsets of the pieces, rebased to run on
