@@ -154,6 +154,17 @@ func (s *Stage) Schema() *arrow.Schema { return s.schema }
 // Next return false with the cause in Err. A partition outside the stage
 // fails at once, naming it and the partition count.
 func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
+	ws, err := s.partitionFrames(partitions)
+	if err != nil {
+		return nil, err
+	}
+	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+}
+
+// partitionFrames lists the frames of the given partitions (nil or empty:
+// all) in ReadPartitions' order, failing on a schema that does not decode
+// or a partition outside the stage.
+func (s *Stage) partitionFrames(partitions []int) ([]want, error) {
 	if s.schemaErr != nil {
 		return nil, s.schemaErr
 	}
@@ -161,8 +172,7 @@ func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records,
 	if err != nil {
 		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
 	}
-	ws := selectFrames(s.m, s.keys, ps)
-	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+	return selectFrames(s.m, s.keys, ps), nil
 }
 
 // ReadStored streams the records of the given partitions (nil or empty:
@@ -177,15 +187,11 @@ func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records,
 // batch belongs to. Every frame is CRC-checked and decoded as with
 // ReadPartitions; the same frames are delivered, in another order.
 func (s *Stage) ReadStored(ctx context.Context, partitions []int) (*Records, error) {
-	if s.schemaErr != nil {
-		return nil, s.schemaErr
-	}
-	ps, err := normalizePartitions(partitions, s.m.Partitions)
+	ws, err := s.partitionFrames(partitions)
 	if err != nil {
-		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
+		return nil, err
 	}
-	ws := storageOrder(selectFrames(s.m, s.keys, ps))
-	return s.stream(ctx, evenSpans(ws, s.o.RangeBytes, s.o.GapBytes, s.o.ReadAhead)), nil
+	return s.stream(ctx, evenSpans(storageOrder(ws), s.o.RangeBytes, s.o.GapBytes, s.o.ReadAhead)), nil
 }
 
 // ReadResults streams rows [offset, offset+limit) of the whole stage in
