@@ -18,8 +18,8 @@ import (
 )
 
 // allTypes has every Arrow primitive type, strings and large strings,
-// binaries, nested list, struct and map, and a dictionary column, all
-// nullable.
+// binaries, nested list, struct and map, a dictionary column and a
+// column of type null, all nullable.
 var allTypes = arrow.NewSchema([]arrow.Field{
 	{Name: "bool", Type: arrow.FixedWidthTypes.Boolean, Nullable: true},
 	{Name: "i8", Type: arrow.PrimitiveTypes.Int8, Nullable: true},
@@ -51,6 +51,7 @@ var allTypes = arrow.NewSchema([]arrow.Field{
 		arrow.Field{Name: "b", Type: arrow.BinaryTypes.String, Nullable: true}), Nullable: true},
 	{Name: "map", Type: arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Float64), Nullable: true},
 	{Name: "dict", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int16, ValueType: arrow.BinaryTypes.String}, Nullable: true},
+	{Name: "null", Type: arrow.Null, Nullable: true},
 }, nil)
 
 // appendValue appends row i's value (or a null, one row in seven) to b.
@@ -128,6 +129,8 @@ func appendValue(b array.Builder, i int, r *rand.Rand) {
 		}
 	case *array.BinaryDictionaryBuilder:
 		b.AppendString([]string{"red", "green", "blue", "a longer dictionary value"}[i%4])
+	case *array.NullBuilder:
+		b.AppendNull() // a column of type null holds nothing else
 	default:
 		panic(fmt.Sprintf("no generator for %T", b))
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
+	"slices"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -163,9 +164,14 @@ func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBa
 		}
 	}()
 	var rows int64
+	hasNull := containsNull(r.Schema().Fields())
 	for r.Next() {
 		rec := r.RecordBatch()
-		rec.Retain()
+		if hasNull {
+			rec = withNullBuffers(rec)
+		} else {
+			rec.Retain()
+		}
 		out = append(out, rec)
 		// Columns of type null need no bytes per row, so nothing else
 		// bounds a hostile row count.
@@ -182,6 +188,75 @@ func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBa
 		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	return r.Schema(), out, nil
+}
+
+// containsNull says whether any field, at any depth, is of type null.
+func containsNull(fields []arrow.Field) bool {
+	for _, f := range fields {
+		switch t := f.Type.(type) {
+		case *arrow.NullType:
+			return true
+		case arrow.NestedType:
+			if containsNull(t.Fields()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// withNullBuffers returns rec (retained, or rebuilt) with every array of
+// type null given the one absent validity buffer its layout declares:
+// arrow-go's IPC reader loads null arrays with no buffers at all, which
+// its own validator, and so Decode, would reject.
+func withNullBuffers(rec arrow.RecordBatch) arrow.RecordBatch {
+	cols := make([]arrow.Array, rec.NumCols())
+	for i, col := range rec.Columns() {
+		if d, changed := nullBuffers(col.Data()); changed {
+			cols[i] = array.MakeFromData(d)
+			d.Release()
+		} else {
+			col.Retain()
+			cols[i] = col
+		}
+	}
+	out := array.NewRecordBatch(rec.Schema(), cols, rec.NumRows())
+	for _, c := range cols {
+		c.Release()
+	}
+	return out
+}
+
+// nullBuffers returns d, or a new ArrayData (the caller's to release)
+// where d or a descendant is a null array without buffers.
+func nullBuffers(d arrow.ArrayData) (arrow.ArrayData, bool) {
+	bufs := d.Buffers()
+	changed := false
+	if d.DataType().ID() == arrow.NULL && len(bufs) == 0 {
+		bufs, changed = []*memory.Buffer{nil}, true
+	}
+	children := d.Children()
+	var kids []arrow.ArrayData
+	for i, c := range children {
+		if nc, ch := nullBuffers(c); ch {
+			if kids == nil {
+				kids = slices.Clone(children)
+			}
+			kids[i], changed = nc, true
+			defer nc.Release() // NewData retains it
+		}
+	}
+	if !changed {
+		return d, false
+	}
+	if kids == nil {
+		kids = children
+	}
+	nd := array.NewData(d.DataType(), d.Len(), bufs, kids, d.NullN(), d.Offset())
+	if dict := d.Dictionary(); dict != nil {
+		nd.SetDictionary(dict)
+	}
+	return nd, true
 }
 
 // validate checks that an array decoded from untrusted bytes is safe to
