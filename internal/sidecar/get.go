@@ -17,7 +17,9 @@ import (
 
 // DoGet streams the records of the ticket's partitions in the reader's
 // order: partitions ascending (repeats dropped), then workers in manifest
-// order, then each worker's frames in write order. A stage with no
+// order, then each worker's frames in write order; or, for a ticket with
+// "order": "storage", in the order they are stored (Stage.ReadStored).
+// Every batch's app_metadata is {"partition": N}. A stage with no
 // manifest is NotFound, a partition outside the stage InvalidArgument.
 func (s *Server) DoGet(tkt *flight.Ticket, stream flight.FlightService_DoGetServer) error {
 	t, parts, err := parseTicket(tkt.GetTicket())
@@ -34,7 +36,8 @@ func (s *Server) DoGet(tkt *flight.Ticket, stream flight.FlightService_DoGetServ
 	if err != nil {
 		return toStatus(err)
 	}
-	sent, err := s.sendPartitions(ctx, stream, st, parts)
+	storage := t.Order == OrderStorage
+	sent, err := s.sendPartitions(ctx, stream, st, parts, storage)
 	if err != nil && cached && sent == 0 && isNotFound(err) {
 		// The stage was deleted, or deleted and written again, behind
 		// the cache: reload it once.
@@ -42,15 +45,20 @@ func (s *Server) DoGet(tkt *flight.Ticket, stream flight.FlightService_DoGetServ
 		if st, _, err = s.openStage(ctx, t.Query, *t.Stage); err != nil {
 			return toStatus(err)
 		}
-		_, err = s.sendPartitions(ctx, stream, st, parts)
+		_, err = s.sendPartitions(ctx, stream, st, parts, storage)
 	}
 	return toStatus(err)
 }
 
-// sendPartitions streams the partitions of st and returns the batches sent.
-func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService_DoGetServer, st *reader.Stage, parts []int) (int, error) {
+// sendPartitions streams the partitions of st (nil: all), in storage
+// order or by partition, and returns the batches sent.
+func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService_DoGetServer, st *reader.Stage, parts []int, storage bool) (int, error) {
 	m := st.Manifest()
-	recs, err := st.ReadPartitions(ctx, parts)
+	read := st.ReadPartitions
+	if storage {
+		read = st.ReadStored
+	}
+	recs, err := read(ctx, parts)
 	if err != nil {
 		return 0, err
 	}
@@ -67,8 +75,9 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 	maxBytes := int64(s.cfg.MaxMessageBytes) / 2
 	for recs.Next() {
 		rec := recs.RecordBatch()
+		meta := []byte(fmt.Sprintf(`{"partition":%d}`, recs.Partition()))
 		for _, piece := range splitBatch(rec, maxBytes) {
-			err := w.Write(piece)
+			err := w.WriteWithAppMetadata(piece, meta)
 			if piece != rec {
 				piece.Release()
 			}

@@ -107,7 +107,19 @@ type Ticket struct {
 	Stage      *int   `json:"stage"`
 	Partition  *int   `json:"partition,omitempty"`
 	Partitions []int  `json:"partitions,omitempty"`
+	// Order is "partition" (the default: partitions ascending, then
+	// workers, then write order) or "storage": the batches as they are
+	// stored, fetched in GETs of read_range_bytes, each batch's
+	// app_metadata naming its partition. A storage-order ticket with no
+	// partition reads the whole stage.
+	Order string `json:"order,omitempty"`
 }
+
+// Ticket orders.
+const (
+	OrderPartition = "partition"
+	OrderStorage   = "storage"
+)
 
 // StageRef names a stage: GetFlightInfo's and GetSchema's CMD descriptor
 // (DoPut's descriptor works too; its other fields are ignored) and the
@@ -283,6 +295,11 @@ func parseTicket(b []byte) (Ticket, []int, error) {
 	if err := manifest.ValidateStage(*t.Stage); err != nil {
 		return t, nil, invalidf("ticket: %v", err)
 	}
+	switch t.Order {
+	case "", OrderPartition, OrderStorage:
+	default:
+		return t, nil, invalidf(`ticket order %q: want "partition" or "storage"`, t.Order)
+	}
 	switch {
 	case t.Partition != nil && t.Partitions != nil:
 		return t, nil, invalidf(`ticket has both "partition" and "partitions"; give one`)
@@ -292,6 +309,8 @@ func parseTicket(b []byte) (Ticket, []int, error) {
 		return t, t.Partitions, nil
 	case t.Partitions != nil:
 		return t, nil, invalidf(`ticket has an empty "partitions" list`)
+	case t.Order == OrderStorage:
+		return t, nil, nil // the whole stage
 	default:
 		return t, nil, invalidf(`ticket names no partition: want "partition": N or "partitions": [...]`)
 	}

@@ -136,6 +136,33 @@ func TestPutSealGet(t *testing.T) {
 			t.Fatalf("partitions [3 1]: got %d rows, want %d (%s)", len(got), len(exp), firstDiff(got, exp))
 		}
 
+		// In storage order: the same rows, each batch labelled with its
+		// partition; with partitions, only theirs.
+		partOf := map[row]int{}
+		for p := range partitions {
+			for _, r := range slices.Concat(want[p]...) {
+				partOf[r] = p
+			}
+		}
+		for _, ps := range [][]int{nil, {3, 1}} {
+			tkt := map[string]any{"query": query, "stage": stage, "order": "storage"}
+			if ps != nil {
+				tkt["partitions"] = ps
+			}
+			got := doGetLabelled(t, ctx, e.fc, tkt, partOf)
+			var exp []row
+			for p := range partitions {
+				if ps == nil || slices.Contains(ps, p) {
+					exp = append(exp, slices.Concat(want[p]...)...)
+				}
+			}
+			if !sameRows(got, exp) {
+				t.Fatalf("storage order, partitions %v: got %d rows, want the %d of those partitions", ps, len(got), len(exp))
+			}
+		}
+		_, _, err = doGet(ctx, e.fc, map[string]any{"query": query, "stage": stage, "order": "random"})
+		wantCode(t, err, codes.InvalidArgument, `ticket order "random"`)
+
 		// GetFlightInfo and ListFlights describe the stage.
 		info, err := e.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorPATH, Path: []string{query, fmt.Sprint(stage)}})
 		if err != nil {
@@ -532,4 +559,59 @@ func TestAuth(t *testing.T) {
 	if strings.Contains(e.logs.String(), token) {
 		t.Fatalf("the token is in the log:\n%s", e.logs)
 	}
+}
+
+// doGetLabelled reads a ticket's stream whole and checks that every
+// batch's app_metadata names the partition partOf gives its rows.
+func doGetLabelled(t *testing.T, ctx context.Context, c flight.Client, ticket any, partOf map[row]int) []row {
+	t.Helper()
+	b, err := json.Marshal(ticket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stream, err := c.DoGet(ctx, &flight.Ticket{Ticket: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rdr, err := flight.NewRecordReader(stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdr.Release()
+	var rows []row
+	for rdr.Next() {
+		var md struct {
+			Partition *int `json:"partition"`
+		}
+		if err := json.Unmarshal(rdr.LatestAppMetadata(), &md); err != nil || md.Partition == nil {
+			t.Fatalf("batch app_metadata %q: %v", rdr.LatestAppMetadata(), err)
+		}
+		for _, r := range rowsOf(rdr.RecordBatch()) {
+			if p, ok := partOf[r]; !ok || p != *md.Partition {
+				t.Fatalf("row %+v of partition %d (known %v) in a batch labelled %d", r, p, ok, *md.Partition)
+			}
+			rows = append(rows, r)
+		}
+	}
+	if err := rdr.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return rows
+}
+
+// sameRows says whether a and b hold the same rows, in any order.
+func sameRows(a, b []row) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	n := map[row]int{}
+	for _, r := range a {
+		n[r]++
+	}
+	for _, r := range b {
+		if n[r]--; n[r] < 0 {
+			return false
+		}
+	}
+	return true
 }
