@@ -21,11 +21,15 @@ if [ "$rc" != 0 ]; then
 	# lines and print those of the tests that failed, and any panic.
 	awk '
 		/^=== (RUN|CONT|PAUSE|NAME) / { cur = $3; next }
-		/^\s*--- FAIL: / { failed[$3] = 1 }
-		/^panic:|^FAIL\s/ { print; next }
+		/^[[:space:]]*--- FAIL: / { failed[$3] = 1 }
+		/^panic:|^FAIL[[:space:]]/ { print; next }
 		{ if (cur != "") out[cur] = out[cur] $0 "\n" }
 		END { for (t in failed) if (t in out) printf "== %s\n%s", t, out[t] }
 	' "$log" | head -n 400
+	# Parallel tests print their output after their "--- FAIL" line, out
+	# of the "=== RUN" sections above: show what follows each failure too.
+	# (POSIX classes: mawk has no \s.)
+	grep -E -A30 '^[[:space:]]*--- FAIL' "$log" | head -n 400
 fi
 grep -E '^(ok|FAIL|\?)\s' "$log"
 passed=$(grep -cE '^\s*--- PASS' "$log")
