@@ -42,7 +42,7 @@ test-endpoint:
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage \
-	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./reader:FuzzPlan
+	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
