@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -179,17 +178,11 @@ func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string)
 		opts.Runner.Watch = bars
 		opts.Runner.Stderr, opts.Log = bars.log, bars.log
 	}
-	if o.cpuProfile != "" {
-		f, err := os.Create(o.cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := bench.StartCPUProfile(o.cpuProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	env, err := bench.Start(ctx, opts)
 	if err != nil {
 		return err

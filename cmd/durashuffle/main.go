@@ -11,7 +11,6 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"strings"
 	"syscall"
 
@@ -202,11 +201,7 @@ func (a *app) applyMemoryLimit(cfg config.Config, load config.Load, embedded boo
 		cfg.MemoryLimit = config.MemoryLimitOff
 	}
 	got := cfg.ApplyMemoryLimit(load, a.getenv)
-	limit := debug.SetMemoryLimit(-1)
-	if limit == 1<<63-1 {
-		limit = 0
-	}
-	a.log.Info("memory limit", "limit", limit, "source", got.Source,
+	a.log.Info("memory limit", "limit", int64(config.CurrentMemoryLimit()), "source", got.Source,
 		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 

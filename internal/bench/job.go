@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -151,17 +150,11 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if err := applyMemoryLimit(&j); err != nil {
 		return fmt.Errorf("bench child: %w", err)
 	}
-	if j.CPUProfile != "" {
-		f, err := os.Create(j.CPUProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := StartCPUProfile(j.CPUProfile)
+	if err != nil {
+		return err
 	}
+	defer stopProfile()
 	if j.ProgressFD > 0 {
 		stop := j.startReporting()
 		defer stop()

@@ -2,8 +2,30 @@ package bench
 
 import (
 	"fmt"
+	"os"
+	"runtime/pprof"
 	"time"
 )
+
+// StartCPUProfile writes this process's CPU profile to path until stop
+// is called; with path empty it does nothing.
+func StartCPUProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
+}
 
 func secondsDuration(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
 

@@ -135,7 +135,7 @@ type AppliedMemoryLimit struct {
 // never does.
 func (c Config) ApplyMemoryLimit(l Load, getenv func(string) string) AppliedMemoryLimit {
 	if getenv("GOMEMLIMIT") != "" {
-		return AppliedMemoryLimit{Limit: currentMemoryLimit(), Source: "GOMEMLIMIT"}
+		return AppliedMemoryLimit{Limit: CurrentMemoryLimit(), Source: "GOMEMLIMIT"}
 	}
 	lim := c.SoftMemoryLimit(l)
 	if lim <= 0 {
@@ -149,8 +149,9 @@ func (c Config) ApplyMemoryLimit(l Load, getenv func(string) string) AppliedMemo
 	return AppliedMemoryLimit{Limit: lim, Source: src}
 }
 
-// currentMemoryLimit reads the soft memory limit; math.MaxInt64 (none) is 0.
-func currentMemoryLimit() Size {
+// CurrentMemoryLimit reads the process's soft memory limit; none
+// (math.MaxInt64) is 0.
+func CurrentMemoryLimit() Size {
 	n := debug.SetMemoryLimit(-1)
 	if n == 1<<63-1 {
 		return 0

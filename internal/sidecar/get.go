@@ -99,19 +99,25 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 // its worker manifests): schema, total rows and logical bytes, and one
 // endpoint per partition whose ticket DoGet takes.
 func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
-	query, stage, err := parseStageRef(d)
+	st, err := s.describedStage(ctx, d)
 	if err != nil {
 		return nil, err
-	}
-	st, _, err := s.openStage(ctx, query, stage)
-	if err != nil {
-		return nil, toStatus(err)
 	}
 	return s.flightInfo(st, d), nil
 }
 
 // GetSchema returns a committed stage's schema.
 func (s *Server) GetSchema(ctx context.Context, d *flight.FlightDescriptor) (*flight.SchemaResult, error) {
+	st, err := s.describedStage(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return &flight.SchemaResult{Schema: flight.SerializeSchema(st.Schema(), s.mem)}, nil
+}
+
+// describedStage opens the stage a descriptor names; its errors are
+// gRPC statuses.
+func (s *Server) describedStage(ctx context.Context, d *flight.FlightDescriptor) (*reader.Stage, error) {
 	query, stage, err := parseStageRef(d)
 	if err != nil {
 		return nil, err
@@ -120,7 +126,7 @@ func (s *Server) GetSchema(ctx context.Context, d *flight.FlightDescriptor) (*fl
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	return &flight.SchemaResult{Schema: flight.SerializeSchema(st.Schema(), s.mem)}, nil
+	return st, nil
 }
 
 // ListFlights lists every committed stage under the prefix, or only those
