@@ -112,20 +112,31 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
 
+	examples := map[string]string{
+		bench.ScenarioWrite: `  durashuffle bench write --rounds 5 --plot write.png
+  durashuffle bench write --endpoint http://127.0.0.1:9000 --path-style --bucket bench`,
+		bench.ScenarioRead:         `  durashuffle bench read --readers 16 --json`,
+		bench.ScenarioSmallBatches: `  durashuffle bench small-batches --small-rows 128,8192`,
+		bench.ScenarioEncode:       `  durashuffle bench encode --writers 1,2,4`,
+		bench.ScenarioMemory:       `  durashuffle bench memory --logical 1GiB,4GiB --memory-limit auto,off`,
+		bench.ScenarioSweep:        `  durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png`,
+	}
 	for _, s := range bench.Scenarios {
 		cmd.AddCommand(&cobra.Command{
-			Use:   s,
-			Short: "Run the " + s + " scenario",
-			Args:  noArgs,
+			Use:     s,
+			Short:   "Run the " + s + " scenario",
+			Example: examples[s],
+			Args:    noArgs,
 			RunE: func(c *cobra.Command, _ []string) error {
 				return a.runBench(c.Context(), o, []string{s})
 			},
 		})
 	}
 	cmd.AddCommand(&cobra.Command{
-		Use:   "all",
-		Short: "Run every scenario",
-		Args:  noArgs,
+		Use:     "all",
+		Short:   "Run every scenario",
+		Example: "  durashuffle bench all --out docs/bench --markdown BENCHMARKS.md",
+		Args:    noArgs,
 		RunE: func(c *cobra.Command, _ []string) error {
 			return a.runBench(c.Context(), o, bench.Scenarios)
 		},

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"github.com/spf13/cobra"
+	"io"
 	"strings"
 	"testing"
 )
@@ -114,6 +116,33 @@ func TestFailures(t *testing.T) {
 			t.Fatalf("uploads %v, err %v", ups, err)
 		}
 	})
+}
+
+// TestEveryCommandHasAnExample walks the whole command tree: every
+// command a user can run shows an example in its --help.
+func TestEveryCommandHasAnExample(t *testing.T) {
+	t.Parallel()
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard, getenv: func(string) string { return "" }}
+	var walk func(c *cobra.Command)
+	n := 0
+	walk = func(c *cobra.Command) {
+		for _, sub := range c.Commands() {
+			if sub.Hidden || sub.Name() == "help" || sub.Name() == "completion" {
+				continue
+			}
+			if sub.Runnable() {
+				n++
+				if strings.TrimSpace(sub.Example) == "" {
+					t.Errorf("%q has no example in its --help", sub.CommandPath())
+				}
+			}
+			walk(sub)
+		}
+	}
+	walk(a.rootCommand())
+	if n < 15 {
+		t.Fatalf("walked %d runnable commands, want every one (at least 15)", n)
+	}
 }
 
 func TestHelp(t *testing.T) {
