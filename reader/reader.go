@@ -100,6 +100,7 @@ type Stage struct {
 	o         Options
 	schema    *arrow.Schema
 	schemaErr error
+	dec       *frame.Decoder
 	keys      [][]string // keys[w][o]: full key of worker w's object o
 }
 
@@ -128,6 +129,11 @@ func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Optio
 		s.schema = arrow.NewSchema(nil, nil)
 	} else if s.schema, s.schemaErr = frame.DecodeSchema(m.Schema); s.schemaErr != nil {
 		s.schemaErr = fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, s.schemaErr)
+	}
+	if s.schemaErr == nil {
+		if s.dec, s.schemaErr = frame.NewDecoder(s.schema); s.schemaErr != nil {
+			s.schemaErr = fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, s.schemaErr)
+		}
 	}
 	s.keys = make([][]string, len(m.Workers))
 	for i, w := range m.Workers {
@@ -455,7 +461,7 @@ func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow
 	if got := frame.CRC32C(b); got != f.Frame.CRC32C {
 		return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
 	}
-	sch, recs, err := frame.Decode(b, s.o.Mem)
+	recs, err := s.dec.Decode(b, s.o.Mem)
 	if err != nil {
 		return nil, frameErr(s, f, err)
 	}
@@ -463,15 +469,9 @@ func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow
 	for _, rec := range recs {
 		rows += rec.NumRows()
 	}
-	switch {
-	case !sch.Equal(schema):
-		err = fmt.Errorf("%w: schema %s differs from the stage's %s", frame.ErrCorrupt, sch, schema)
-	case rows != f.Frame.Rows:
-		err = fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows)
-	}
-	if err != nil {
+	if rows != f.Frame.Rows {
 		release(recs)
-		return nil, frameErr(s, f, err)
+		return nil, frameErr(s, f, fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows))
 	}
 	return slice(recs, f.Skip, f.Take), nil
 }

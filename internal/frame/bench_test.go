@@ -78,7 +78,7 @@ func BenchmarkDecode(b *testing.B) {
 			b.SetBytes(size)
 			b.ReportAllocs()
 			for b.Loop() {
-				_, out, err := Decode(enc, memory.DefaultAllocator)
+				out, err := Decode(enc, demo.Schema(), memory.DefaultAllocator)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -1,7 +1,9 @@
-// Package frame encodes and decodes durashuffle frames: each frame is a
-// complete, self-contained Arrow IPC stream (schema, record batches,
-// end-of-stream marker) with IPC body compression, so any Arrow
-// implementation can decode one frame's byte range on its own.
+// Package frame encodes and decodes durashuffle frames. A frame holds
+// rows of one partition: an 8-byte header, then Arrow IPC messages (any
+// dictionary batches, then one record batch; no schema message, no
+// end-of-stream marker) compressed as one block. The stage's schema is
+// stored once, in the manifest: the schema message followed by a frame's
+// decompressed messages is a standard Arrow IPC stream.
 package frame
 
 import (
@@ -19,6 +21,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 // Compression names accepted by Encode, as in the manifest and config.
@@ -27,6 +31,22 @@ const (
 	Zstd = "zstd"
 	None = "none"
 )
+
+// The frame header: byte 0 is the codec of the payload, bytes 1 to 3 are
+// zero, bytes 4 to 7 are the payload's decompressed length (uint32, little
+// endian). The payload follows: the IPC messages as they are (codecNone),
+// one LZ4 block (codecLZ4, the block format without frame framing), or
+// one zstd frame (codecZstd).
+const (
+	HeaderSize = 8
+
+	codecNone byte = 0
+	codecLZ4  byte = 1
+	codecZstd byte = 2
+)
+
+// maxPayload is the largest decompressed frame the header can describe.
+const maxPayload = 1<<32 - 1
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -42,52 +62,201 @@ type Stats struct {
 	Bytes int64 // uncompressed Arrow buffer bytes of the rows
 }
 
-func options(schema *arrow.Schema, compression string, mem memory.Allocator) ([]ipc.Option, error) {
-	opts := []ipc.Option{ipc.WithSchema(schema), ipc.WithAllocator(mem)}
+// CodecName returns the compression name of the frame in b ("lz4",
+// "zstd", "none"), or "" when b has no valid header.
+func CodecName(b []byte) string {
+	if len(b) < HeaderSize {
+		return ""
+	}
+	switch b[0] {
+	case codecNone:
+		return None
+	case codecLZ4:
+		return LZ4
+	case codecZstd:
+		return Zstd
+	}
+	return ""
+}
+
+// Encoder encodes frames of one schema. It keeps its IPC writer, its
+// scratch buffer and its compressor from frame to frame, so a frame of a
+// few rows pays for its rows, not for setting up an encoder: the schema
+// is written once per stage (in the manifest), never per frame. Not safe
+// for concurrent use: one per encoding goroutine.
+type Encoder struct {
+	schema      *arrow.Schema
+	compression string
+	mem         memory.Allocator
+	schemaMsg   []byte // the schema message the IPC writer writes first
+
+	// A schema with dictionaries gets a fresh IPC writer per frame, so
+	// that every frame carries the dictionaries its rows use; otherwise
+	// one writer serves every frame.
+	fresh   bool
+	ipcw    *ipc.Writer
+	sink    switchWriter
+	scratch bytes.Buffer
+	lz      lz4.Compressor
+	zs      *zstd.Encoder
+}
+
+// switchWriter lets one IPC writer write each frame into its own buffer.
+type switchWriter struct{ w io.Writer }
+
+func (s *switchWriter) Write(p []byte) (int, error) { return s.w.Write(p) }
+
+// NewEncoder returns an encoder of frames of schema with compression
+// ("lz4", "zstd" or "none"); mem allocates the concatenated batches.
+func NewEncoder(schema *arrow.Schema, compression string, mem memory.Allocator) (*Encoder, error) {
 	switch compression {
-	case LZ4:
-		opts = append(opts, ipc.WithLZ4())
-	case Zstd:
-		opts = append(opts, ipc.WithZstd())
-	case None, "":
+	case LZ4, Zstd, None:
+	case "":
+		compression = None
 	default:
 		return nil, fmt.Errorf("frame compression %q: want lz4, zstd or none", compression)
 	}
-	return opts, nil
+	if mem == nil {
+		mem = memory.DefaultAllocator
+	}
+	msg, err := schemaMessage(schema)
+	if err != nil {
+		return nil, err
+	}
+	e := &Encoder{schema: schema, compression: compression, mem: mem, schemaMsg: msg, fresh: hasDictionary(schema.Fields())}
+	if compression == Zstd {
+		if e.zs, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
+			return nil, fmt.Errorf("zstd encoder: %w", err)
+		}
+	}
+	return e, nil
 }
 
-// Encode appends one frame holding recs (all of schema) to buf. Several
-// small batches are concatenated into one record batch first: one batch
-// per frame keeps per-batch metadata and compression framing from
-// growing with the number of inputs.
-func Encode(buf *bytes.Buffer, schema *arrow.Schema, recs []arrow.RecordBatch, compression string, mem memory.Allocator) (Stats, error) {
-	opts, err := options(schema, compression, mem)
-	if err != nil {
-		return Stats{}, err
+// Close releases the encoder's resources.
+func (e *Encoder) Close() {
+	if e.ipcw != nil {
+		e.ipcw.Close()
+		e.ipcw = nil
 	}
+	if e.zs != nil {
+		e.zs.Close()
+		e.zs = nil
+	}
+}
+
+// Encode appends one frame holding recs (all of the encoder's schema) to
+// buf. Several small batches are concatenated into one record batch
+// first: one batch per frame keeps per-batch metadata from growing with
+// the number of inputs.
+func (e *Encoder) Encode(buf *bytes.Buffer, recs []arrow.RecordBatch) (Stats, error) {
 	batches := recs
 	if len(recs) > 1 {
-		if merged, err := Concat(schema, recs, mem); err == nil {
+		if merged, err := Concat(e.schema, recs, e.mem); err == nil {
 			defer merged.Release()
 			batches = []arrow.RecordBatch{merged}
 		}
 		// Columns that cannot be concatenated (rare dictionary cases) are
 		// written as separate batches of the same frame.
 	}
-	w := ipc.NewWriter(buf, opts...)
+	e.scratch.Reset()
+	e.sink.w = &e.scratch
+	strip := e.ipcw == nil
+	if strip {
+		e.ipcw = ipc.NewWriter(&e.sink, ipc.WithSchema(e.schema), ipc.WithAllocator(e.mem))
+	}
 	var st Stats
 	for _, r := range batches {
-		if err := w.Write(r); err != nil {
-			w.Close()
+		if err := e.ipcw.Write(r); err != nil {
+			e.ipcw.Close()
+			e.ipcw = nil
 			return Stats{}, fmt.Errorf("encode frame of %d rows: %w", r.NumRows(), err)
 		}
 		st.Rows += r.NumRows()
 		st.Bytes += LogicalSize(r)
 	}
-	if err := w.Close(); err != nil {
-		return Stats{}, fmt.Errorf("close frame: %w", err)
+	if e.fresh {
+		// Closing writes the end-of-stream marker into scratch: drop it.
+		e.sink.w = io.Discard
+		e.ipcw.Close()
+		e.ipcw = nil
 	}
+	msgs := e.scratch.Bytes()
+	if strip {
+		if !bytes.HasPrefix(msgs, e.schemaMsg) {
+			return Stats{}, fmt.Errorf("encode frame: the IPC writer's schema message differs from the stage's (%d bytes)", len(e.schemaMsg))
+		}
+		msgs = msgs[len(e.schemaMsg):]
+	}
+	if len(msgs) > maxPayload {
+		return Stats{}, fmt.Errorf("encode frame of %d rows: %d bytes of IPC messages, more than a frame holds (%d)", st.Rows, len(msgs), maxPayload)
+	}
+	e.compress(buf, msgs)
 	return st, nil
+}
+
+// compress appends the header and msgs, compressed when that saves bytes.
+func (e *Encoder) compress(buf *bytes.Buffer, msgs []byte) {
+	var hdr [HeaderSize]byte
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(msgs)))
+	switch e.compression {
+	case LZ4:
+		buf.Grow(HeaderSize + lz4.CompressBlockBound(len(msgs)))
+		dst := buf.AvailableBuffer()[:HeaderSize+lz4.CompressBlockBound(len(msgs))]
+		n, err := e.lz.CompressBlock(msgs, dst[HeaderSize:])
+		if err == nil && n > 0 && n < len(msgs) {
+			hdr[0] = codecLZ4
+			copy(dst, hdr[:])
+			buf.Write(dst[:HeaderSize+n])
+			return
+		}
+	case Zstd:
+		dst := e.zs.EncodeAll(msgs, buf.AvailableBuffer()[:0])
+		if len(dst) < len(msgs) {
+			hdr[0] = codecZstd
+			buf.Write(hdr[:])
+			buf.Write(dst)
+			return
+		}
+	}
+	hdr[0] = codecNone
+	buf.Write(hdr[:])
+	buf.Write(msgs)
+}
+
+// Encode appends one frame holding recs (all of schema) to buf with a
+// one-off Encoder. Writers that encode many frames keep an Encoder.
+func Encode(buf *bytes.Buffer, schema *arrow.Schema, recs []arrow.RecordBatch, compression string, mem memory.Allocator) (Stats, error) {
+	e, err := NewEncoder(schema, compression, mem)
+	if err != nil {
+		return Stats{}, err
+	}
+	defer e.Close()
+	return e.Encode(buf, recs)
+}
+
+// hasDictionary says whether any field, at any depth, is dictionary encoded.
+func hasDictionary(fields []arrow.Field) bool {
+	for _, f := range fields {
+		switch t := f.Type.(type) {
+		case *arrow.DictionaryType:
+			return true
+		case arrow.NestedType:
+			if hasDictionary(t.Fields()) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// schemaMessage returns the encapsulated IPC schema message of schema
+// (EncodeSchema without the end-of-stream marker).
+func schemaMessage(schema *arrow.Schema) ([]byte, error) {
+	b, err := EncodeSchema(schema)
+	if err != nil {
+		return nil, err
+	}
+	return b[:len(b)-8], nil
 }
 
 // LogicalSize returns the uncompressed Arrow bytes of r's rows: exact for
@@ -133,24 +302,58 @@ func arraySize(a arrow.Array) int64 {
 // ErrCorrupt marks a frame that does not decode.
 var ErrCorrupt = errors.New("corrupt frame")
 
+// Decoder decodes the frames of one schema. Safe for concurrent use.
+type Decoder struct {
+	schema    *arrow.Schema
+	schemaMsg []byte
+}
+
+// NewDecoder returns a decoder of frames of schema (the stage's, from
+// its manifest).
+func NewDecoder(schema *arrow.Schema) (*Decoder, error) {
+	msg, err := schemaMessage(schema)
+	if err != nil {
+		return nil, err
+	}
+	return &Decoder{schema: schema, schemaMsg: msg}, nil
+}
+
+// Decode reads every record batch of one frame of schema with a one-off
+// Decoder. Readers of many frames keep a Decoder.
+func Decode(b []byte, schema *arrow.Schema, mem memory.Allocator) ([]arrow.RecordBatch, error) {
+	d, err := NewDecoder(schema)
+	if err != nil {
+		return nil, err
+	}
+	return d.Decode(b, mem)
+}
+
 // Decode reads every record batch of one frame. The batches are the
 // caller's to release. The bytes of b may be referenced by the batches
 // when the frame is uncompressed, so b must not be reused until they are
 // released.
 //
-// b is untrusted: a frame whose messages claim more bytes than b holds, or
-// that decompresses to more than decodeLimit(len(b)) bytes, or whose
-// arrays are inconsistent (offsets, lengths, null counts, dictionary
-// indices) fails with ErrCorrupt rather than allocating without bound or
-// handing out arrays that panic when their values are read.
-func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBatch, err error) {
+// b is untrusted: a frame whose header or messages claim more bytes than
+// b holds, or that decompresses to more than decodeLimit(len(b)) bytes,
+// or whose arrays are inconsistent (offsets, lengths, null counts,
+// dictionary indices) fails with ErrCorrupt rather than allocating
+// without bound or handing out arrays that panic when their values are
+// read.
+func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch, err error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
 	lim := &limitAllocator{mem: mem, left: decodeLimit(len(b)), size: len(b)}
-	r, err := newReader(b, lim)
+	payload, err := decompress(b, lim)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	if err := verifyStream(payload); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	r, err := ipc.NewReaderFromMessageReader(&messages{segs: [][]byte{d.schemaMsg, payload}}, ipc.WithAllocator(lim))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
 	defer r.Release()
 	var out []arrow.RecordBatch
@@ -164,7 +367,7 @@ func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBa
 		}
 	}()
 	var rows int64
-	hasNull := containsNull(r.Schema().Fields())
+	hasNull := containsNull(d.schema.Fields())
 	for r.Next() {
 		rec := r.RecordBatch()
 		if hasNull {
@@ -176,19 +379,100 @@ func Decode(b []byte, mem memory.Allocator) (_ *arrow.Schema, _ []arrow.RecordBa
 		// Columns of type null need no bytes per row, so nothing else
 		// bounds a hostile row count.
 		if rows += rec.NumRows(); rows > decodeLimit(len(b)) {
-			return nil, nil, fmt.Errorf("%w: a frame of %d bytes claims more than %d rows", ErrCorrupt, len(b), decodeLimit(len(b)))
+			return nil, fmt.Errorf("%w: a frame of %d bytes claims more than %d rows", ErrCorrupt, len(b), decodeLimit(len(b)))
 		}
 		for i, col := range rec.Columns() {
 			if verr := validate(col); verr != nil {
-				return nil, nil, fmt.Errorf("%w: batch %d, column %q: %v", ErrCorrupt, len(out)-1, rec.Schema().Field(i).Name, verr)
+				return nil, fmt.Errorf("%w: batch %d, column %q: %v", ErrCorrupt, len(out)-1, rec.Schema().Field(i).Name, verr)
 			}
 		}
 	}
 	if err := r.Err(); err != nil {
-		return nil, nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	return r.Schema(), out, nil
+	return out, nil
 }
+
+// Stream returns the frame in b as a standalone Arrow IPC stream: the
+// schema message, the frame's decompressed messages and the end-of-stream
+// marker, which any Arrow implementation's stream reader opens. It is
+// how a frame is read without durashuffle: decompress the payload the
+// header describes and put the stage's schema message before it.
+func (d *Decoder) Stream(b []byte) ([]byte, error) {
+	lim := &limitAllocator{mem: memory.DefaultAllocator, left: decodeLimit(len(b)), size: len(b)}
+	payload, err := decompress(b, lim)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	}
+	out := make([]byte, 0, len(d.schemaMsg)+len(payload)+8)
+	out = append(out, d.schemaMsg...)
+	out = append(out, payload...)
+	return append(out, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0), nil
+}
+
+// decompress checks b's header and returns its IPC messages: b's own
+// bytes for an uncompressed frame, else a new buffer of the length the
+// header declares, which lim must allow before it is allocated.
+func decompress(b []byte, lim *limitAllocator) ([]byte, error) {
+	if len(b) < HeaderSize {
+		return nil, fmt.Errorf("a frame of %d bytes is shorter than its %d-byte header", len(b), HeaderSize)
+	}
+	if b[1]|b[2]|b[3] != 0 {
+		return nil, fmt.Errorf("frame header bytes 1-3 are %x, want 0", b[1:4])
+	}
+	n := int64(binary.LittleEndian.Uint32(b[4:]))
+	src := b[HeaderSize:]
+	switch b[0] {
+	case codecNone:
+		if n != int64(len(src)) {
+			return nil, fmt.Errorf("uncompressed frame header says %d bytes, %d follow", n, len(src))
+		}
+		return src, nil
+	case codecLZ4, codecZstd:
+	default:
+		return nil, fmt.Errorf("unknown frame codec %d", b[0])
+	}
+	if n > lim.left {
+		return nil, fmt.Errorf("a frame of %d bytes claims %d decompressed bytes, past its limit of %d", len(b), n, decodeLimit(len(b)))
+	}
+	lim.left -= n
+	// Plain Go memory: decoded arrays point into it, and it lives as
+	// long as they do.
+	dst := make([]byte, n)
+	if b[0] == codecLZ4 {
+		got, err := lz4.UncompressBlock(src, dst)
+		if err != nil {
+			return nil, fmt.Errorf("lz4: %v", err)
+		}
+		if int64(got) != n {
+			return nil, fmt.Errorf("lz4 block decompressed to %d bytes, header says %d", got, n)
+		}
+		return dst, nil
+	}
+	dec := zstdDecoders.Get().(*zstd.Decoder)
+	defer zstdDecoders.Put(dec)
+	if err := dec.Reset(bytes.NewReader(src)); err != nil {
+		return nil, fmt.Errorf("zstd: %v", err)
+	}
+	if _, err := io.ReadFull(dec, dst); err != nil {
+		return nil, fmt.Errorf("zstd frame decompressed to fewer bytes than the header's %d: %v", n, err)
+	}
+	var one [1]byte
+	if k, _ := dec.Read(one[:]); k > 0 {
+		return nil, fmt.Errorf("zstd frame decompresses to more than the header's %d bytes", n)
+	}
+	return dst, nil
+}
+
+// zstdDecoders are streaming decoders (one goroutine each), so that a
+// frame decompresses into a buffer of exactly its declared size.
+var zstdDecoders = sync.Pool{New: func() any {
+	d, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true))
+	if err != nil {
+		panic(err) // only bad options fail
+	}
+	return d
+}}
 
 // containsNull says whether any field, at any depth, is of type null.
 func containsNull(fields []arrow.Field) bool {
@@ -347,32 +631,36 @@ func newReader(b []byte, mem memory.Allocator) (*ipc.Reader, error) {
 	if err := verifyStream(b); err != nil {
 		return nil, err
 	}
-	return ipc.NewReaderFromMessageReader(&messages{b: b}, ipc.WithAllocator(mem))
+	return ipc.NewReaderFromMessageReader(&messages{segs: [][]byte{b}}, ipc.WithAllocator(mem))
 }
 
-// messages reads the IPC messages of a verified stream in place: each
-// message's metadata and body are slices of the stream, not copies (an
-// io.Reader would copy every body once before decompressing it). Arrays
-// of buffers stored uncompressed point into the stream's bytes, which
-// must therefore outlive them and not change.
+// messages reads IPC messages in place from byte segments (the stage's
+// schema message, then a frame's verified messages): each message's
+// metadata and body are slices of a segment, not copies (an io.Reader
+// would copy every body once). Arrays of buffers stored uncompressed
+// point into the segments, which must therefore outlive them and not
+// change.
 type messages struct {
-	b   []byte
-	pos int
-	cur *ipc.Message
+	segs [][]byte
+	pos  int
+	cur  *ipc.Message
 }
 
-// Message returns the next message, io.EOF at the end-of-stream marker
-// or the end of the bytes. The stream was verified by verifyStream, so
-// every length lies inside b.
+// Message returns the next message, io.EOF at an end-of-stream marker or
+// the end of the segments. The segments were verified by verifyStream,
+// so every length lies inside its segment.
 func (m *messages) Message() (*ipc.Message, error) {
 	if m.cur != nil {
 		m.cur.Release()
 		m.cur = nil
 	}
-	b := m.b
-	if len(b)-m.pos < 4 {
+	for len(m.segs) > 0 && len(m.segs[0])-m.pos < 4 {
+		m.segs, m.pos = m.segs[1:], 0
+	}
+	if len(m.segs) == 0 {
 		return nil, io.EOF
 	}
+	b := m.segs[0]
 	n := int(int32(binary.LittleEndian.Uint32(b[m.pos:])))
 	m.pos += 4
 	if n == -1 {

@@ -3,6 +3,7 @@ package frame
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -43,8 +44,20 @@ func TestRoundTrip(t *testing.T) {
 			if st.Rows != 151 || st.Bytes <= 0 {
 				t.Fatalf("stats = %+v", st)
 			}
-			// Any Arrow IPC stream reader opens a frame on its own.
-			r, err := ipc.NewReader(bytes.NewReader(buf.Bytes()), ipc.WithAllocator(mem))
+			// Any Arrow IPC stream reader opens a frame behind the
+			// stage's schema message.
+			d, err := NewDecoder(recs[0].Schema())
+			if err != nil {
+				t.Fatal(err)
+			}
+			stream, err := d.Stream(buf.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := CodecName(buf.Bytes()); got != comp {
+				t.Fatalf("frame codec %q, want %q", got, comp)
+			}
+			r, err := ipc.NewReader(bytes.NewReader(stream), ipc.WithAllocator(mem))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +80,7 @@ func TestRoundTrip(t *testing.T) {
 				t.Fatalf("frame has %d batches, want small inputs coalesced into 1", batches)
 			}
 			r.Release()
-			_, out, err := Decode(buf.Bytes(), mem)
+			out, err := Decode(buf.Bytes(), recs[0].Schema(), mem)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,7 +109,7 @@ func TestDecodeCorrupt(t *testing.T) {
 		"empty":     nil,
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, recs, err := Decode(bad, mem)
+			recs, err := Decode(bad, rec.Schema(), mem)
 			for _, r := range recs {
 				r.Release()
 			}
@@ -174,12 +187,12 @@ func TestDecodeNullColumns(t *testing.T) {
 		if _, err := Encode(&buf, schema, []arrow.RecordBatch{rec}, comp, mem); err != nil {
 			t.Fatalf("%s: encode: %v", comp, err)
 		}
-		got, recs, err := Decode(buf.Bytes(), mem)
+		recs, err := Decode(buf.Bytes(), schema, mem)
 		if err != nil {
 			t.Fatalf("%s: decode: %v", comp, err)
 		}
-		if !got.Equal(schema) || len(recs) != 1 || !array.RecordEqual(recs[0], rec) {
-			t.Fatalf("%s: decoded %d batches of %s, want the batch written", comp, len(recs), got)
+		if len(recs) != 1 || !array.RecordEqual(recs[0], rec) {
+			t.Fatalf("%s: decoded %d batches, want the batch written", comp, len(recs))
 		}
 		for i, col := range recs[0].Columns() {
 			if err := array.ValidateFull(col); err != nil {
@@ -189,5 +202,80 @@ func TestDecodeNullColumns(t *testing.T) {
 		for _, r := range recs {
 			r.Release()
 		}
+	}
+}
+
+// TestEncoderFrames encodes several frames with one Encoder, for a schema
+// without dictionaries (one IPC writer for every frame) and one with a
+// dictionary (a writer per frame, so each frame carries its dictionary):
+// every frame decodes on its own, in any order, to the rows written.
+func TestEncoderFrames(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	plain := batch(t, mem, 0, 40)
+	defer plain.Release()
+	bld := array.NewRecordBuilder(mem, fuzzWide)
+	defer bld.Release()
+	for i := range 30 {
+		bld.Field(0).(*array.Int64Builder).Append(int64(i))
+		bld.Field(1).(*array.StringBuilder).Append("v")
+		bld.Field(2).AppendNull()
+		bld.Field(3).AppendNull()
+		bld.Field(4).(*array.BooleanBuilder).Append(i%3 == 0)
+		if err := bld.Field(5).(*array.BinaryDictionaryBuilder).AppendString([]string{"a", "bb", "ccc"}[i%3]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dict := bld.NewRecordBatch()
+	defer dict.Release()
+	for _, rec := range []arrow.RecordBatch{plain, dict} {
+		for _, comp := range []string{LZ4, Zstd, None} {
+			enc, err := NewEncoder(rec.Schema(), comp, mem)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var frames [][]byte
+			for k := int64(0); k < 3; k++ {
+				var buf bytes.Buffer
+				piece := rec.NewSlice(k*10, k*10+10)
+				if _, err := enc.Encode(&buf, []arrow.RecordBatch{piece}); err != nil {
+					t.Fatal(err)
+				}
+				piece.Release()
+				frames = append(frames, buf.Bytes())
+			}
+			enc.Close()
+			for _, k := range []int64{2, 0, 1} {
+				got, err := Decode(frames[k], rec.Schema(), mem)
+				if err != nil {
+					t.Fatalf("%s, %s frame %d: %v", rec.Schema().Field(rec.Schema().NumFields()-1).Name, comp, k, err)
+				}
+				want := rec.NewSlice(k*10, k*10+10)
+				if len(got) != 1 || !array.RecordEqual(got[0], want) {
+					t.Fatalf("%s frame %d: decoded %d batches that differ from rows [%d, %d)", comp, k, len(got), k*10, k*10+10)
+				}
+				want.Release()
+				for _, g := range got {
+					g.Release()
+				}
+			}
+		}
+	}
+}
+
+// TestDecodeHostileMetadataLength patches the first message's metadata
+// length inside an uncompressed frame to 2 GiB.
+func TestDecodeHostileMetadataLength(t *testing.T) {
+	mem := memory.NewGoAllocator()
+	rec := batch(t, mem, 0, 50)
+	defer rec.Release()
+	var buf bytes.Buffer
+	if _, err := Encode(&buf, rec.Schema(), []arrow.RecordBatch{rec}, None, mem); err != nil {
+		t.Fatal(err)
+	}
+	bad := bytes.Clone(buf.Bytes())
+	copy(bad[HeaderSize+4:], []byte{0xff, 0xff, 0xff, 0x7f})
+	if _, err := Decode(bad, rec.Schema(), mem); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "metadata length 2147483647") {
+		t.Fatalf("err %v, want ErrCorrupt naming the metadata length", err)
 	}
 }

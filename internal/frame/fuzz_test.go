@@ -51,10 +51,9 @@ func (p *peakAllocator) Free(b []byte) {
 
 // fuzzSeeds are valid frames of several shapes and compressions, and
 // damaged versions of them.
-func fuzzSeeds(f *testing.F) {
-	f.Helper()
-	mem := memory.NewGoAllocator()
-	wide := arrow.NewSchema([]arrow.Field{
+// fuzzWide is the wide schema of the fuzz seeds; fuzzSchemas are the
+// schemas a fuzz input's first byte picks for the frame in its other bytes.
+var fuzzWide = arrow.NewSchema([]arrow.Field{
 		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
 		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
@@ -62,6 +61,17 @@ func fuzzSeeds(f *testing.F) {
 		{Name: "b", Type: arrow.FixedWidthTypes.Boolean},
 		{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
 	}, nil)
+
+func fuzzSchemas(tb testing.TB) []*arrow.Schema {
+	simple := batch(tb, memory.NewGoAllocator(), 0, 1)
+	defer simple.Release()
+	return []*arrow.Schema{simple.Schema(), fuzzWide}
+}
+
+func fuzzSeeds(f *testing.F) {
+	f.Helper()
+	mem := memory.NewGoAllocator()
+	wide := fuzzWide
 	bld := array.NewRecordBuilder(mem, wide)
 	for i := range 20 {
 		bld.Field(0).(*array.Int64Builder).Append(int64(i))
@@ -95,13 +105,20 @@ func fuzzSeeds(f *testing.F) {
 			if _, err := Encode(&buf, recs[0].Schema(), recs, comp, mem); err != nil {
 				f.Fatal(err)
 			}
-			b := buf.Bytes()
+			pick := byte(0)
+			if recs[0].Schema().Equal(wide) {
+				pick = 1
+			}
+			b := append([]byte{pick}, buf.Bytes()...)
 			f.Add(b)
 			f.Add(b[:len(b)/2])
-			f.Add(b[:len(b)-8]) // no end-of-stream marker
+			f.Add(b[:len(b)-8])
 			flipped := bytes.Clone(b)
 			flipped[len(b)/3] ^= 0x5a
 			f.Add(flipped)
+			if stream, err := mustDecoder(f, recs[0].Schema()).Stream(buf.Bytes()); err == nil {
+				f.Add(append([]byte{pick}, stream...)) // a whole IPC stream is not a frame
+			}
 		}
 	}
 	s, err := EncodeSchema(wide)
@@ -110,8 +127,18 @@ func fuzzSeeds(f *testing.F) {
 	}
 	f.Add(s)
 	f.Add([]byte{})
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // a 2 GiB metadata length
+	f.Add([]byte{0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})                   // lz4 claiming 4 GiB
+	f.Add([]byte{1, 0, 0, 0, 0, 8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // a 2 GiB metadata length
 	f.Add([]byte("ARROW1\x00\x00"))
+}
+
+func mustDecoder(tb testing.TB, schema *arrow.Schema) *Decoder {
+	tb.Helper()
+	d, err := NewDecoder(schema)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return d
 }
 
 // FuzzDecode feeds Decode arbitrary bytes: it must fail with ErrCorrupt or
@@ -120,9 +147,14 @@ func fuzzSeeds(f *testing.F) {
 // than decodeLimit of the frame's size.
 func FuzzDecode(f *testing.F) {
 	fuzzSeeds(f)
-	f.Fuzz(func(t *testing.T, b []byte) {
+	schemas := fuzzSchemas(f)
+	f.Fuzz(func(t *testing.T, in []byte) {
+		if len(in) == 0 {
+			return
+		}
+		schema, b := schemas[int(in[0])%len(schemas)], in[1:]
 		mem := newPeakAllocator()
-		schema, recs, err := Decode(b, mem)
+		recs, err := Decode(b, schema, mem)
 		if peak, limit := mem.peak.Load(), decodeLimit(len(b)); peak > limit {
 			t.Fatalf("decoding %d bytes allocated %d bytes, limit %d", len(b), peak, limit)
 		}
@@ -192,11 +224,10 @@ func TestDecodeHostileLengths(t *testing.T) {
 		find, put []byte
 		want      string
 	}{
-		// The 8-byte uncompressed length that prefixes an LZ4 buffer.
-		{"uncompressed size 1 TiB", le(400), le(1 << 40), "past its limit"},
-		{"uncompressed size 300 MiB", le(400), le(300 << 20), "past its limit"},
-		// The first message's metadata length, after the continuation marker.
-		{"metadata length 2 GiB", frame[:8], append([]byte{0xff, 0xff, 0xff, 0xff}, 0xff, 0xff, 0xff, 0x7f), "metadata length 2147483647"},
+		// The frame header's decompressed length.
+		{"decompressed size 4 GiB", frame[:8], append([]byte{1, 0, 0, 0}, 0xff, 0xff, 0xff, 0xff), "past its limit"},
+		{"decompressed size 300 MiB", frame[:8], append([]byte{1, 0, 0, 0}, le(300 << 20)[:4]...), "past its limit"},
+		{"unknown codec", frame[:1], []byte{9}, "unknown frame codec 9"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			i := bytes.Index(frame, tc.find)
@@ -206,7 +237,7 @@ func TestDecodeHostileLengths(t *testing.T) {
 			bad := bytes.Clone(frame)
 			copy(bad[i:], tc.put)
 			pa := newPeakAllocator()
-			_, _, err := Decode(bad, pa)
+			_, err := Decode(bad, rec.Schema(), pa)
 			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err %v, want ErrCorrupt saying %q", err, tc.want)
 			}
