@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -20,6 +21,8 @@ var (
 	ErrPartition = errors.New("partition out of range")
 	ErrSchema    = errors.New("schema differs from the writer's schema")
 	ErrClosed    = errors.New("writer is closed")
+	// ErrBudget: the options cannot fit the coalesce budget.
+	ErrBudget = errors.New("coalesce budget too small")
 )
 
 // Sink receives the object byte stream as chunks. Implementations must be
@@ -73,24 +76,52 @@ type Result struct {
 	Objects []Object
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
+	Runs    int   // sorted runs flushed (the last at Close)
 }
 
-type pbuf struct {
-	recs  []arrow.RecordBatch
-	bytes int64 // logical: what frame_target_bytes counts
-	held  int64 // in memory: what coalesce_budget counts (heldPerLogical)
-	rows  int64
+// item is a piece of a partition's frame, in write order: a batch the
+// writer retains, or rows [lo, hi) of the run's arena.
+type item struct {
+	rec    arrow.RecordBatch
+	lo, hi int64
 }
+
+// pframe is a frame being filled or waiting for its run.
+type pframe struct {
+	items []item
+	bytes int64 // logical: what frame_target_bytes counts
+	arena int64 // logical bytes of its arena rows
+	held  int64 // memory of its retained batches and items
+}
+
+// pbuf is one partition's buffered rows since the last run: complete
+// frames, then the open one.
+type pbuf struct {
+	done []pframe
+	open pframe
+}
+
+// pbufSize is what one partition's state costs whatever it holds: its
+// pbuf, counted against coalesce_budget from the start.
+const pbufSize = int64(unsafe.Sizeof(pbuf{}))
+
+// itemSize is what each item costs in its frame's list.
+const itemSize = int64(unsafe.Sizeof(item{}))
+
+// entrySize is what each frame's index entry costs until Close.
+const entrySize = int64(unsafe.Sizeof(Frame{}))
 
 type encodeJob struct {
 	seq       int64
 	partition int
 	recs      []arrow.RecordBatch
+	held      int64 // counted in pending until the frame is appended
 }
 
 type encoded struct {
 	seq       int64
 	partition int
+	held      int64
 	buf       *bytes.Buffer
 	stats     frame.Stats
 	err       error
@@ -100,6 +131,17 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // Writer is the chunker for one worker attempt. Write is safe for many
 // goroutines at once; Close and Abort are called once, after the last Write.
+//
+// Rows are buffered per partition until the buffers fill coalesce_budget;
+// then every partition's rows are flushed at once, in partition order, as
+// a sorted run (Spark's sort-based shuffle spills the same way), so the
+// frames of neighbouring partitions lie next to each other in the object
+// and a reader of a partition range fetches each run's part in one GET. A
+// partition's rows in a run are cut into frames of about
+// frame_target_bytes. Small batches are copied into the run's arena, one
+// dense batch for every partition, so that many partitions of a few rows
+// each cost their rows, not a retained batch per write; batches of a
+// quarter frame or more are retained as they are.
 type Writer struct {
 	opt    Options
 	sink   Sink
@@ -107,14 +149,22 @@ type Writer struct {
 	cancel context.CancelCauseFunc
 
 	mu       sync.Mutex
+	room     *sync.Cond // pending fell or the writer failed
+	work     *sync.Cond // a job was queued or the queue closed
 	schema   *arrow.Schema
 	parts    []pbuf
-	buffered int64 // held bytes of every partition buffer
+	arena    *frame.Accumulator // nil: the schema has types it does not copy
+	arenaOK  bool
+	arenaLog int64 // logical bytes in the arena
+	buffered int64 // bytes held by the partitions' buffers and the arena
+	pending  int64 // bytes held by flushed frames not yet appended
+	fixed    int64 // per-partition state and index entries
 	seq      int64
+	runs     int
 	closed   bool
-	writers  sync.WaitGroup // Writes between buffering and submitting
+	queue    []encodeJob
+	qclosed  bool
 
-	jobs    chan encodeJob
 	results chan encoded
 	encWG   sync.WaitGroup
 	appDone chan struct{}
@@ -131,7 +181,9 @@ type Writer struct {
 	bytes   int64
 }
 
-// New starts a Writer emitting chunks to sink. ctx cancels it.
+// New starts a Writer emitting chunks to sink. ctx cancels it. It fails
+// when the partitions' fixed state alone would take more than half of
+// the coalesce budget.
 func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	if opt.Partitions < 1 {
 		return nil, fmt.Errorf("partitions must be at least 1, got %d", opt.Partitions)
@@ -151,18 +203,31 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	if opt.CoalesceBudget < opt.FrameTargetBytes {
 		opt.CoalesceBudget = opt.FrameTargetBytes
 	}
+	if fixed := int64(opt.Partitions) * pbufSize; fixed > opt.CoalesceBudget/2 {
+		return nil, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
+			ErrBudget, opt.Partitions, fixed, pbufSize, opt.CoalesceBudget, 2*fixed)
+	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{
 		opt:     opt,
 		sink:    sink,
 		ctx:     cctx,
 		cancel:  cancel,
-		schema:  opt.Schema,
 		parts:   make([]pbuf, opt.Partitions),
-		jobs:    make(chan encodeJob, opt.Encoders),
+		fixed:   int64(opt.Partitions) * pbufSize,
 		results: make(chan encoded, opt.Encoders),
 		appDone: make(chan struct{}),
 	}
+	w.room = sync.NewCond(&w.mu)
+	w.work = sync.NewCond(&w.mu)
+	if opt.Schema != nil {
+		w.setSchemaLocked(opt.Schema)
+	}
+	context.AfterFunc(cctx, func() {
+		w.mu.Lock()
+		w.room.Broadcast()
+		w.mu.Unlock()
+	})
 	for range opt.Encoders {
 		w.encWG.Add(1)
 		go w.encoder()
@@ -173,6 +238,11 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	}()
 	go w.appender()
 	return w, nil
+}
+
+func (w *Writer) setSchemaLocked(s *arrow.Schema) {
+	w.schema = s
+	w.arena, w.arenaOK = frame.NewAccumulator(s)
 }
 
 // Fail cancels the writer with err: blocked and later Writes return it.
@@ -186,9 +256,10 @@ func (w *Writer) Err() error {
 	return nil
 }
 
-// Write adds rec's rows to partition. The writer retains rec; the caller
-// may release it when Write returns. Write blocks while the encoders or
-// the upload budget are behind, and returns the writer's first failure at
+// Write adds rec's rows to partition. The writer keeps what it needs of
+// rec (a copy, or a reference); the caller may release it when Write
+// returns. Write blocks while the flushed frames still being encoded and
+// appended take the budget, and returns the writer's first failure at
 // once.
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if err := w.Err(); err != nil {
@@ -201,86 +272,143 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 		return nil
 	}
 	size := frame.LogicalSize(rec)
-	perByte := heldPerLogical(rec)
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.closed {
-		w.mu.Unlock()
 		return ErrClosed
 	}
 	if w.schema == nil {
-		w.schema = rec.Schema()
-	} else if !w.schema.Equal(rec.Schema()) {
-		w.mu.Unlock()
+		w.setSchemaLocked(rec.Schema())
+	} else if w.schema != rec.Schema() && !w.schema.Equal(rec.Schema()) {
 		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), w.schema)
 	}
-	var ready []encodeJob
 	// A batch larger than a frame is cut into frame-sized slices, so a
 	// reader never needs more than a frame's bytes to decode one.
 	if size > w.opt.FrameTargetBytes && rec.NumRows() > 1 {
+		perByte := heldPerLogical(rec)
 		n := rec.NumRows()
 		step := max(1, (n*w.opt.FrameTargetBytes+size-1)/size)
 		for lo := int64(0); lo < n; lo += step {
 			s := rec.NewSlice(lo, min(lo+step, n))
-			ss := frame.LogicalSize(s)
-			ready = append(ready, w.addLocked(partition, s, ss, int64(float64(ss)*perByte))...)
+			err := w.addLocked(partition, s, frame.LogicalSize(s), perByte)
 			s.Release()
-		}
-	} else {
-		ready = w.addLocked(partition, rec, size, int64(float64(size)*perByte))
-	}
-	w.writers.Add(1)
-	w.mu.Unlock()
-	defer w.writers.Done()
-	return w.submit(ready)
-}
-
-// addLocked buffers rec, size logical bytes occupying held bytes, and
-// returns the jobs that became ready.
-func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size, held int64) []encodeJob {
-	rec.Retain()
-	p := &w.parts[partition]
-	p.recs = append(p.recs, rec)
-	p.bytes += size
-	p.held += held
-	p.rows += rec.NumRows()
-	w.buffered += held
-	var ready []encodeJob
-	if p.bytes >= w.opt.FrameTargetBytes {
-		ready = append(ready, w.detachLocked(partition))
-	}
-	for w.buffered > w.opt.CoalesceBudget {
-		largest := 0
-		for i := range w.parts {
-			if w.parts[i].held > w.parts[largest].held {
-				largest = i
+			if err != nil {
+				return err
 			}
 		}
-		ready = append(ready, w.detachLocked(largest))
+		return nil
 	}
-	return ready
+	return w.addLocked(partition, rec, size, 0)
 }
 
-func (w *Writer) detachLocked(partition int) encodeJob {
-	p := &w.parts[partition]
-	j := encodeJob{seq: w.seq, partition: partition, recs: p.recs}
-	w.seq++
-	w.buffered -= p.held
-	*p = pbuf{}
-	return j
-}
-
-func (w *Writer) submit(jobs []encodeJob) error {
-	for i, j := range jobs {
-		select {
-		case w.jobs <- j:
-		case <-w.ctx.Done():
-			for _, k := range jobs[i:] {
-				release(k.recs)
-			}
-			return context.Cause(w.ctx)
+// addLocked buffers rec (size logical bytes) in partition, once the
+// budget has room. perByte is the held bytes per logical byte of rec if
+// the caller knows it (0: measure).
+func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
+	for w.buffered+w.pending+w.fixed+w.arenaGrowth() > w.opt.CoalesceBudget && w.pending > 0 {
+		if err := w.Err(); err != nil {
+			return err
 		}
+		w.room.Wait()
+	}
+	if err := w.Err(); err != nil {
+		return err
+	}
+	p := &w.parts[partition]
+	f := &p.open
+	n := rec.NumRows()
+	copied := false
+	if w.arenaOK && size < w.opt.FrameTargetBytes/4 {
+		before := w.arena.Held()
+		lo := w.arena.Rows()
+		if w.arena.Append(rec) == nil {
+			copied = true
+			w.buffered += w.arena.Held() - before
+			w.arenaLog += size
+			f.arena += size
+			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].hi == lo {
+				f.items[k-1].hi = lo + n // the partition's last write is contiguous
+			} else {
+				f.items = append(f.items, item{lo: lo, hi: lo + n})
+				f.held += itemSize
+				w.buffered += itemSize
+			}
+		}
+	}
+	if !copied {
+		if perByte == 0 {
+			perByte = heldPerLogical(rec)
+		}
+		rec.Retain()
+		h := int64(float64(size)*perByte) + objectsHeld(rec) + itemSize
+		f.items = append(f.items, item{rec: rec})
+		f.held += h
+		w.buffered += h
+	}
+	f.bytes += size
+	if f.bytes >= w.opt.FrameTargetBytes {
+		p.done = append(p.done, *f)
+		*f = pframe{}
+	}
+	// The arena's next growth (Go grows a large slice by a quarter) must
+	// fit too, or the run flushes now.
+	if w.buffered+w.fixed+w.arenaGrowth() >= w.opt.CoalesceBudget {
+		w.runLocked()
 	}
 	return nil
+}
+
+func (w *Writer) arenaGrowth() int64 {
+	if w.arena == nil {
+		return 0
+	}
+	return w.arena.Held() / 4
+}
+
+// runLocked flushes every partition's frames, in partition order, to the
+// encoders: one sorted run.
+func (w *Writer) runLocked() {
+	var arena arrow.RecordBatch
+	var arenaHeld int64
+	if w.arena != nil && w.arena.Rows() > 0 {
+		arenaHeld = w.arena.Held()
+		arena = w.arena.Finish()
+		defer arena.Release()
+	}
+	var held int64
+	for i := range w.parts {
+		p := &w.parts[i]
+		if len(p.open.items) > 0 {
+			p.done = append(p.done, p.open)
+		}
+		for _, f := range p.done {
+			j := encodeJob{seq: w.seq, partition: i, held: f.held, recs: make([]arrow.RecordBatch, len(f.items))}
+			if f.arena > 0 {
+				j.held += arenaHeld * f.arena / max(1, w.arenaLog)
+			}
+			for k, it := range f.items {
+				if it.rec != nil {
+					j.recs[k] = it.rec
+				} else {
+					j.recs[k] = arena.NewSlice(it.lo, it.hi)
+				}
+			}
+			w.seq++
+			held += j.held
+			w.queue = append(w.queue, j)
+		}
+		*p = pbuf{}
+	}
+	// Shares of the arena are rounded down: what is left over is the
+	// last job's.
+	if n := len(w.queue); n > 0 {
+		w.queue[n-1].held += w.buffered - held
+		held = w.buffered
+	}
+	w.pending += held
+	w.buffered, w.arenaLog = 0, 0
+	w.runs++
+	w.work.Broadcast()
 }
 
 func release(recs []arrow.RecordBatch) {
@@ -289,16 +417,54 @@ func release(recs []arrow.RecordBatch) {
 	}
 }
 
+// next takes the next job off the queue, waiting for one; false once the
+// queue is closed and empty.
+func (w *Writer) next() (encodeJob, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.queue) == 0 && !w.qclosed {
+		w.work.Wait()
+	}
+	if len(w.queue) == 0 {
+		return encodeJob{}, false
+	}
+	j := w.queue[0]
+	w.queue[0] = encodeJob{}
+	w.queue = w.queue[1:]
+	if len(w.queue) == 0 {
+		w.queue = nil
+	}
+	return j, true
+}
+
 func (w *Writer) encoder() {
 	defer w.encWG.Done()
 	mem := &reuseAllocator{parent: w.opt.Mem}
 	defer mem.release()
-	for j := range w.jobs {
-		res := encoded{seq: j.seq, partition: j.partition}
+	var enc *frame.Encoder
+	defer func() {
+		if enc != nil {
+			enc.Close()
+		}
+	}()
+	for {
+		j, ok := w.next()
+		if !ok {
+			return
+		}
+		res := encoded{seq: j.seq, partition: j.partition, held: j.held}
 		if w.ctx.Err() == nil {
-			res.buf = bufPool.Get().(*bytes.Buffer)
-			res.buf.Reset()
-			res.stats, res.err = frame.Encode(res.buf, w.schema, j.recs, w.opt.Compression, mem)
+			if enc == nil {
+				w.mu.Lock()
+				schema := w.schema
+				w.mu.Unlock()
+				enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
+			}
+			if res.err == nil {
+				res.buf = bufPool.Get().(*bytes.Buffer)
+				res.buf.Reset()
+				res.stats, res.err = enc.Encode(res.buf, j.recs)
+			}
 			if res.err != nil {
 				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
 			}
@@ -308,7 +474,8 @@ func (w *Writer) encoder() {
 	}
 }
 
-// appender puts encoded frames into the byte stream in submission order.
+// appender puts encoded frames into the byte stream in submission order,
+// and gives their budget back once they are in.
 func (w *Writer) appender() {
 	defer close(w.appDone)
 	pending := map[int64]encoded{}
@@ -333,6 +500,13 @@ func (w *Writer) appender() {
 				}
 				bufPool.Put(r.buf)
 			}
+			w.mu.Lock()
+			w.pending -= r.held
+			if r.buf != nil {
+				w.fixed += entrySize
+			}
+			w.room.Broadcast()
+			w.mu.Unlock()
 		}
 	}
 }
@@ -406,7 +580,7 @@ func (w *Writer) endObject() error {
 	return err
 }
 
-// Close flushes the remaining buffers in partition order, waits for the
+// Close flushes the remaining buffers as the last run, waits for the
 // encoders and emits the last chunk. The Result indexes every frame.
 func (w *Writer) Close() (Result, error) {
 	w.mu.Lock()
@@ -415,20 +589,16 @@ func (w *Writer) Close() (Result, error) {
 		return Result{}, ErrClosed
 	}
 	w.closed = true
-	var ready []encodeJob
-	for i := range w.parts {
-		if len(w.parts[i].recs) > 0 {
-			ready = append(ready, w.detachLocked(i))
-		}
+	if w.ctx.Err() == nil {
+		w.runLocked()
+	} else {
+		w.dropBuffersLocked()
 	}
+	w.qclosed = true
+	w.work.Broadcast()
 	w.mu.Unlock()
-	err := w.submit(ready)
-	w.writers.Wait()
-	close(w.jobs)
 	<-w.appDone
-	if err == nil {
-		err = w.Err()
-	}
+	err := w.Err()
 	if err == nil {
 		err = w.endObject()
 	}
@@ -438,7 +608,7 @@ func (w *Writer) Close() (Result, error) {
 		return Result{}, err
 	}
 	w.cancel(ErrClosed)
-	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes}, nil
+	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs}, nil
 }
 
 // Abort cancels the writer with cause and drops every buffer.
@@ -447,17 +617,35 @@ func (w *Writer) Abort(cause error) {
 	w.mu.Lock()
 	already := w.closed
 	w.closed = true
-	for i := range w.parts {
-		release(w.parts[i].recs)
-		w.parts[i] = pbuf{}
-	}
+	w.dropBuffersLocked()
+	w.qclosed = true
+	w.work.Broadcast()
 	w.mu.Unlock()
 	if !already {
-		w.writers.Wait()
-		close(w.jobs)
 		<-w.appDone
 		w.dropCurrent()
 	}
+}
+
+// dropBuffersLocked releases every buffered row.
+func (w *Writer) dropBuffersLocked() {
+	for i := range w.parts {
+		p := &w.parts[i]
+		for _, f := range append(p.done, p.open) {
+			for _, it := range f.items {
+				if it.rec != nil {
+					it.rec.Release()
+				}
+			}
+		}
+		*p = pbuf{}
+	}
+	if w.arena != nil {
+		if r := w.arena.Finish(); r != nil {
+			r.Release()
+		}
+	}
+	w.buffered, w.arenaLog = 0, 0
 }
 
 func (w *Writer) dropCurrent() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -103,12 +104,16 @@ func opts(partitions int) Options {
 func decodeAll(t *testing.T, s *memSink, res Result) map[int][]int64 {
 	t.Helper()
 	got := map[int][]int64{}
+	objects := map[int][]byte{}
 	for i, f := range res.Frames {
-		b := s.object(f.Object)[f.Offset : f.Offset+f.Length]
+		if objects[f.Object] == nil {
+			objects[f.Object] = s.object(f.Object)
+		}
+		b := objects[f.Object][f.Offset : f.Offset+f.Length]
 		if frame.CRC32C(b) != f.CRC32C {
 			t.Fatalf("frame %d: CRC mismatch", i)
 		}
-		_, recs, err := frame.Decode(b, memory.DefaultAllocator)
+		recs, err := frame.Decode(b, res.Schema, memory.DefaultAllocator)
 		if err != nil {
 			t.Fatalf("frame %d: %v", i, err)
 		}
@@ -362,5 +367,77 @@ func TestConcurrentWriters(t *testing.T) {
 	}
 	if len(seen) != 8*50*64 {
 		t.Fatalf("%d rows back, want %d", len(seen), 8*50*64)
+	}
+}
+
+// TestSortedRuns fills the coalesce budget several times over with small
+// batches spread over many partitions: every run is flushed in partition
+// order (so each partition's frames of one run are neighbours of the
+// next partition's), a partition has about one frame per run however
+// many batches it got, and the memory the writer counts never passes the
+// budget.
+func TestSortedRuns(t *testing.T) {
+	const partitions = 300
+	sink := newSink(t, 100_000, 4)
+	o := opts(partitions)
+	w, err := New(context.Background(), o, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[int][]int64{}
+	var writes int
+	for lo := 0; lo < 120_000; lo += 4 {
+		p := (lo * 7919 / 4) % partitions
+		rec := rows(memory.DefaultAllocator, lo, 4)
+		if err := w.Write(p, rec); err != nil {
+			t.Fatal(err)
+		}
+		rec.Release()
+		writes++
+		for i := lo; i < lo+4; i++ {
+			want[p] = append(want[p], int64(i))
+		}
+		w.mu.Lock()
+		used := w.buffered + w.pending + w.fixed
+		w.mu.Unlock()
+		if used > o.CoalesceBudget+4<<10 {
+			t.Fatalf("after %d writes the writer holds %d bytes, budget %d", writes, used, o.CoalesceBudget)
+		}
+	}
+	res, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Runs < 3 {
+		t.Fatalf("%d runs for %d bytes of rows under a %d-byte budget", res.Runs, res.Bytes, o.CoalesceBudget)
+	}
+	// Frames come in runs: partitions ascending, then again from a lower one.
+	runs := 1
+	for i := 1; i < len(res.Frames); i++ {
+		if res.Frames[i].Partition < res.Frames[i-1].Partition {
+			runs++
+		}
+	}
+	if runs != res.Runs {
+		t.Fatalf("frames form %d ascending runs, the writer says %d", runs, res.Runs)
+	}
+	if max := res.Runs * partitions; len(res.Frames) > max {
+		t.Fatalf("%d frames from %d writes: more than one per partition per run (%d)", len(res.Frames), writes, max)
+	}
+	got := decodeAll(t, sink, res)
+	for p := range partitions {
+		if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+			t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
+		}
+	}
+}
+
+// TestTooManyPartitions: a partition count whose fixed state alone
+// would take half the budget is refused, naming both numbers.
+func TestTooManyPartitions(t *testing.T) {
+	o := opts(1 << 20)
+	_, err := New(context.Background(), o, newSink(t, o.ChunkSize, 2))
+	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "1048576 partitions") || !strings.Contains(err.Error(), "coalesce_budget (524288 bytes)") {
+		t.Fatalf("New with 2^20 partitions and a 512 KiB budget: %v", err)
 	}
 }

@@ -80,3 +80,28 @@ func allocSize(n int64) int64 {
 	}
 	return (n + 8<<10 - 1) &^ (8<<10 - 1)
 }
+
+// objectsHeld estimates the Go objects a retained batch keeps besides its
+// buffers: the batch, and per array (column, child, dictionary) its
+// array, data and buffer headers. Measured on lineitem's 16 columns: a
+// retained batch of a few rows costs some 5 KiB this way.
+func objectsHeld(rec arrow.RecordBatch) int64 {
+	n := int64(128)
+	for _, c := range rec.Columns() {
+		n += dataObjects(c.Data())
+	}
+	return n
+}
+
+// Per array: the array value and its ArrayData (~200 bytes), plus a
+// memory.Buffer header (~64 bytes) per buffer.
+func dataObjects(d arrow.ArrayData) int64 {
+	n := int64(200 + 64*len(d.Buffers()))
+	for _, c := range d.Children() {
+		n += dataObjects(c)
+	}
+	if d.DataType().ID() == arrow.DICTIONARY && d.Dictionary() != nil {
+		n += dataObjects(d.Dictionary())
+	}
+	return n
+}

@@ -97,20 +97,25 @@ func TestHeldPerLogical(t *testing.T) {
 
 // heldCounts is the writer's budget count, the sum of its parts' and
 // the buffers detached so far.
-func (w *Writer) heldCounts() (buffered, sum int64, flushed int64) {
+func (w *Writer) heldCounts() (buffered, sum int64, runs int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for _, p := range w.parts {
-		sum += p.held
+		for _, f := range append(p.done, p.open) {
+			sum += f.held
+		}
 	}
-	return w.buffered, sum, w.seq
+	if w.arena != nil {
+		sum += w.arena.Held()
+	}
+	return w.buffered, sum, w.runs
 }
 
 func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {
 	const budget = 512 << 10
 	newWriter := func(t *testing.T) *Writer {
 		o := opts(8)
-		o.FrameTargetBytes = budget // no partition reaches it: only the budget flushes
+		o.FrameTargetBytes = budget // no partition fills a frame: only the budget flushes
 		o.CoalesceBudget = budget
 		w, err := New(context.Background(), o, newSink(t, o.ChunkSize, 64))
 		if err != nil {
@@ -119,50 +124,40 @@ func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {
 		t.Cleanup(func() { w.Close() })
 		return w
 	}
-	t.Run("spare capacity flushes early", func(t *testing.T) {
+	t.Run("small batches are charged their copy, not the caller's spare capacity", func(t *testing.T) {
 		w := newWriter(t)
 		var logical int64
 		for i := 0; ; i++ {
-			rec := reserved(200, 4) // 4.4 KB logical, ~100 KB held
+			rec := reserved(200, 4) // 4.4 KB logical, ~100 KB held by the caller
 			logical += frame.LogicalSize(rec)
 			if err := w.Write(i%8, rec); err != nil {
 				t.Fatal(err)
 			}
 			rec.Release()
-			buffered, sum, flushed := w.heldCounts()
-			if buffered != sum || buffered > budget {
-				t.Fatalf("after %d writes: buffered %d, parts hold %d, budget %d", i+1, buffered, sum, budget)
+			buffered, sum, runs := w.heldCounts()
+			if runs == 0 && buffered != sum {
+				t.Fatalf("after %d writes: buffered %d, buffers hold %d", i+1, buffered, sum)
 			}
-			if flushed > 0 {
-				// Counted in logical bytes, 512 KiB is some 120 of these.
-				if i+1 > 10 || logical > budget/4 {
-					t.Fatalf("first flush after %d writes (%d logical bytes): held bytes not counted", i+1, logical)
+			if runs > 0 {
+				// The arena's growth leaves at most half of it spare.
+				if logical < budget/3 {
+					t.Fatalf("first run after %d writes (%d logical bytes): copies over-counted", i+1, logical)
 				}
 				return
 			}
 		}
 	})
-	t.Run("slices of one caller batch do not flush early", func(t *testing.T) {
+	t.Run("retained batches are charged what they occupy", func(t *testing.T) {
 		w := newWriter(t)
-		rec := reserved(4096, 1) // held ~ 0.5 MiB x 0.9: under the budget once
+		rec := reserved(8000, 4) // 176 KB logical, a quarter frame or more: retained
 		defer rec.Release()
-		whole := int64(float64(frame.LogicalSize(rec)) * heldPerLogical(rec))
-		if whole > budget {
-			t.Fatalf("test batch holds %d bytes, over the %d budget", whole, budget)
+		if err := w.Write(0, rec); err != nil {
+			t.Fatal(err)
 		}
-		for lo := int64(0); lo < 4096; lo += 128 {
-			s := rec.NewSlice(lo, lo+128)
-			if err := w.Write(int(lo/128)%8, s); err != nil {
-				t.Fatal(err)
-			}
-			s.Release()
-		}
-		buffered, sum, flushed := w.heldCounts()
-		if flushed != 0 {
-			t.Fatalf("32 slices of a %d-byte batch flushed %d buffers under a %d budget", whole, flushed, budget)
-		}
-		if buffered != sum || buffered < whole*95/100 || buffered > whole*105/100 {
-			t.Fatalf("32 slices counted %d bytes (parts %d), the batch holds %d", buffered, sum, whole)
+		// It occupies 3.6 MB: charged that, it passes the budget alone
+		// and flushes at once.
+		if _, _, runs := w.heldCounts(); runs != 1 || occupied(rec) < budget {
+			t.Fatalf("a retained batch occupying %d bytes under a %d budget: %d runs, want 1", occupied(rec), budget, runs)
 		}
 	})
 }
