@@ -198,3 +198,60 @@ func TestReuseClass(t *testing.T) {
 	a.release()
 	mem.AssertSize(t, 0)
 }
+
+// BenchmarkWriteWide writes the way a map task of a wide shuffle does:
+// every input batch of 8192 rows split across the partitions, so that at
+// 2048 partitions each Write carries 4 rows. MB/s is logical bytes.
+func BenchmarkWriteWide(b *testing.B) {
+	for _, partitions := range []int{64, 2048} {
+		bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var parts []demo.Part
+		var logical int64
+		for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 400_000}, 8192) {
+			for _, p := range bt.Batch(r, nil) {
+				parts = append(parts, p)
+				logical += frame.LogicalSize(p.Record)
+			}
+		}
+		bt.Release()
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			b.SetBytes(logical)
+			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			var frames int
+			for b.Loop() {
+				w, err := New(context.Background(), Options{
+					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
+					CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
+					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+				}, newDiscardSink(8<<20, 4))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, p := range parts {
+					if err := w.Write(p.Partition, p.Record); err != nil {
+						b.Fatal(err)
+					}
+				}
+				res, err := w.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				frames = len(res.Frames)
+				var stored int64
+				for _, o := range res.Objects {
+					stored += o.Size
+				}
+				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
+			}
+			b.ReportMetric(float64(frames), "frames")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+		for _, p := range parts {
+			p.Record.Release()
+		}
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -80,10 +81,32 @@ type Result struct {
 }
 
 // item is a piece of a partition's frame, in write order: a batch the
-// writer retains, or rows [lo, hi) of the run's arena.
+// writer retains, or rows [lo, hi) of segment seg of the run's arena.
 type item struct {
 	rec    arrow.RecordBatch
+	seg    int
 	lo, hi int64
+}
+
+// arenaSegment is the bytes after which the arena starts a new segment:
+// a segment grows (copying its buffers as Go grows a slice) only up to
+// this, and the next one starts with the capacity the last one reached,
+// so rows are copied into the arena once, not again at every growth.
+const arenaSegment = 1 << 20
+
+// runArena is a run's arena, shared by the frames of the run: the last
+// of them to be encoded releases it.
+type runArena struct {
+	segs []arrow.RecordBatch
+	refs atomic.Int64
+}
+
+func (a *runArena) release() {
+	if a.refs.Add(-1) == 0 {
+		for _, s := range a.segs {
+			s.Release()
+		}
+	}
 }
 
 // pframe is a frame being filled or waiting for its run.
@@ -114,8 +137,21 @@ const entrySize = int64(unsafe.Sizeof(Frame{}))
 type encodeJob struct {
 	seq       int64
 	partition int
-	recs      []arrow.RecordBatch
-	held      int64 // counted in pending until the frame is appended
+	items     []item    // the frame's rows in write order
+	arena     *runArena // the arena its ranges are of, or nil
+	held      int64     // counted in pending until the frame is appended
+}
+
+// release drops the job's references.
+func (j *encodeJob) release() {
+	for _, it := range j.items {
+		if it.rec != nil {
+			it.rec.Release()
+		}
+	}
+	if j.arena != nil {
+		j.arena.release()
+	}
 }
 
 type encoded struct {
@@ -153,9 +189,9 @@ type Writer struct {
 	work     *sync.Cond // a job was queued or the queue closed
 	schema   *arrow.Schema
 	parts    []pbuf
-	arena    *frame.Accumulator // nil: the schema has types it does not copy
-	arenaOK  bool
-	arenaLog int64 // logical bytes in the arena
+	arena    []*frame.Accumulator // the run's arena, in segments; the last one grows
+	arenaOK  bool                 // the schema's types are copied
+	arenaLog int64                // logical bytes in the arena
 	buffered int64 // bytes held by the partitions' buffers and the arena
 	pending  int64 // bytes held by flushed frames not yet appended
 	fixed    int64 // per-partition state and index entries
@@ -242,7 +278,23 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 
 func (w *Writer) setSchemaLocked(s *arrow.Schema) {
 	w.schema = s
-	w.arena, w.arenaOK = frame.NewAccumulator(s)
+	var seg *frame.Accumulator
+	if seg, w.arenaOK = frame.NewAccumulator(s); w.arenaOK {
+		w.arena = []*frame.Accumulator{seg}
+	}
+}
+
+// segment returns the arena's growing segment, starting a new one when it
+// is full.
+func (w *Writer) segment() (*frame.Accumulator, int) {
+	n := len(w.arena) - 1
+	if cur := w.arena[n]; cur.Used() >= arenaSegment {
+		next := cur.NewLike()
+		w.buffered += next.Held()
+		w.arena = append(w.arena, next)
+		n++
+	}
+	return w.arena[n], n
 }
 
 // Fail cancels the writer with err: blocked and later Writes return it.
@@ -319,17 +371,18 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	n := rec.NumRows()
 	copied := false
 	if w.arenaOK && size < w.opt.FrameTargetBytes/4 {
-		before := w.arena.Held()
-		lo := w.arena.Rows()
-		if w.arena.Append(rec) == nil {
+		seg, si := w.segment()
+		before := seg.Held()
+		lo := seg.Rows()
+		if seg.Append(rec) == nil {
 			copied = true
-			w.buffered += w.arena.Held() - before
+			w.buffered += seg.Held() - before
 			w.arenaLog += size
 			f.arena += size
-			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].hi == lo {
+			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
 				f.items[k-1].hi = lo + n // the partition's last write is contiguous
 			} else {
-				f.items = append(f.items, item{lo: lo, hi: lo + n})
+				f.items = append(f.items, item{seg: si, lo: lo, hi: lo + n})
 				f.held += itemSize
 				w.buffered += itemSize
 			}
@@ -359,21 +412,38 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 }
 
 func (w *Writer) arenaGrowth() int64 {
-	if w.arena == nil {
+	if len(w.arena) == 0 {
 		return 0
 	}
-	return w.arena.Held() / 4
+	return w.arena[len(w.arena)-1].Held() / 4
+}
+
+// finishArenaLocked ends the run's arena: its segments as batches, and a
+// fresh first segment shaped like the last one.
+func (w *Writer) finishArenaLocked() (*runArena, int64) {
+	if len(w.arena) == 0 || w.arena[0].Rows() == 0 {
+		return nil, 0
+	}
+	ra := &runArena{}
+	var held int64
+	for _, seg := range w.arena {
+		held += seg.Held()
+		if r := seg.Finish(); r != nil {
+			ra.segs = append(ra.segs, r)
+		}
+	}
+	last := w.arena[len(w.arena)-1]
+	w.arena = []*frame.Accumulator{last}
+	ra.refs.Store(1) // the run's own, dropped once every job took one
+	return ra, held
 }
 
 // runLocked flushes every partition's frames, in partition order, to the
 // encoders: one sorted run.
 func (w *Writer) runLocked() {
-	var arena arrow.RecordBatch
-	var arenaHeld int64
-	if w.arena != nil && w.arena.Rows() > 0 {
-		arenaHeld = w.arena.Held()
-		arena = w.arena.Finish()
-		defer arena.Release()
+	arena, arenaHeld := w.finishArenaLocked()
+	if arena != nil {
+		defer arena.release()
 	}
 	var held int64
 	for i := range w.parts {
@@ -382,16 +452,11 @@ func (w *Writer) runLocked() {
 			p.done = append(p.done, p.open)
 		}
 		for _, f := range p.done {
-			j := encodeJob{seq: w.seq, partition: i, held: f.held, recs: make([]arrow.RecordBatch, len(f.items))}
+			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items}
 			if f.arena > 0 {
 				j.held += arenaHeld * f.arena / max(1, w.arenaLog)
-			}
-			for k, it := range f.items {
-				if it.rec != nil {
-					j.recs[k] = it.rec
-				} else {
-					j.recs[k] = arena.NewSlice(it.lo, it.hi)
-				}
+				arena.refs.Add(1)
+				j.arena = arena
 			}
 			w.seq++
 			held += j.held
@@ -411,11 +476,6 @@ func (w *Writer) runLocked() {
 	w.work.Broadcast()
 }
 
-func release(recs []arrow.RecordBatch) {
-	for _, r := range recs {
-		r.Release()
-	}
-}
 
 // next takes the next job off the queue, waiting for one; false once the
 // queue is closed and empty.
@@ -441,7 +501,10 @@ func (w *Writer) encoder() {
 	defer w.encWG.Done()
 	mem := &reuseAllocator{parent: w.opt.Mem}
 	defer mem.release()
-	var enc *frame.Encoder
+	var (
+		enc    *frame.Encoder
+		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
+	)
 	defer func() {
 		if enc != nil {
 			enc.Close()
@@ -459,19 +522,53 @@ func (w *Writer) encoder() {
 				schema := w.schema
 				w.mu.Unlock()
 				enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
+				gather, _ = frame.NewAccumulator(schema)
 			}
 			if res.err == nil {
 				res.buf = bufPool.Get().(*bytes.Buffer)
 				res.buf.Reset()
-				res.stats, res.err = enc.Encode(res.buf, j.recs)
+				res.stats, res.err = encodeItems(enc, gather, res.buf, j)
 			}
 			if res.err != nil {
 				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
 			}
 		}
-		release(j.recs)
+		j.release()
 		w.results <- res
 	}
+}
+
+// encodeItems encodes one frame of j's rows into buf. A frame of one
+// batch is encoded as it is; otherwise its rows are gathered (copied,
+// once) into one batch, the arena's ranges and its batches in order.
+// Without a gatherer (a schema the Accumulator does not copy), the
+// batches are encoded together, which concatenates them.
+func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (frame.Stats, error) {
+	if len(j.items) == 1 && j.items[0].rec != nil {
+		return enc.Encode(buf, []arrow.RecordBatch{j.items[0].rec})
+	}
+	if gather == nil {
+		recs := make([]arrow.RecordBatch, len(j.items))
+		for i, it := range j.items {
+			recs[i] = it.rec
+		}
+		return enc.Encode(buf, recs)
+	}
+	gather.Reset()
+	for _, it := range j.items {
+		var err error
+		if it.rec != nil {
+			err = gather.Append(it.rec)
+		} else {
+			err = gather.AppendRange(j.arena.segs[it.seg], it.lo, it.hi-it.lo)
+		}
+		if err != nil {
+			return frame.Stats{}, err
+		}
+	}
+	rec := gather.View()
+	defer rec.Release()
+	return enc.Encode(buf, []arrow.RecordBatch{rec})
 }
 
 // appender puts encoded frames into the byte stream in submission order,
@@ -632,18 +729,12 @@ func (w *Writer) dropBuffersLocked() {
 	for i := range w.parts {
 		p := &w.parts[i]
 		for _, f := range append(p.done, p.open) {
-			for _, it := range f.items {
-				if it.rec != nil {
-					it.rec.Release()
-				}
-			}
+			(&encodeJob{items: f.items}).release()
 		}
 		*p = pbuf{}
 	}
-	if w.arena != nil {
-		if r := w.arena.Finish(); r != nil {
-			r.Release()
-		}
+	if arena, _ := w.finishArenaLocked(); arena != nil {
+		arena.release()
 	}
 	w.buffered, w.arenaLog = 0, 0
 }

@@ -105,8 +105,8 @@ func (w *Writer) heldCounts() (buffered, sum int64, runs int) {
 			sum += f.held
 		}
 	}
-	if w.arena != nil {
-		sum += w.arena.Held()
+	for _, seg := range w.arena {
+		sum += seg.Held()
 	}
 	return w.buffered, sum, w.runs
 }

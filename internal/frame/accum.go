@@ -20,6 +20,8 @@ type Accumulator struct {
 	schema *arrow.Schema
 	cols   []*growCol
 	rows   int64
+	held   int64 // capacity of every column's buffers
+	used   int64 // their length
 }
 
 // growCol is one column's buffers as they grow. Which buffers a type uses
@@ -32,6 +34,7 @@ type growCol struct {
 	width int // bytes per value of a fixed-width type; 4 or 8 for offsets
 	n     int
 	nulls int
+	hasV  bool // valid holds the column's bitmap
 	valid []byte
 	vals  []byte
 	offs  []byte
@@ -109,61 +112,69 @@ func newGrowCol(dt arrow.DataType) (*growCol, bool) {
 func (a *Accumulator) Rows() int64 { return a.rows }
 
 // Held is the bytes the accumulator's buffers occupy (their capacity).
-func (a *Accumulator) Held() int64 {
-	var n int64
-	for _, c := range a.cols {
-		n += c.held()
-	}
-	return n
-}
+func (a *Accumulator) Held() int64 { return a.held }
 
-func (c *growCol) held() int64 {
+// Used is the bytes of the accumulator's buffers holding rows.
+func (a *Accumulator) Used() int64 { return a.used }
+
+func (c *growCol) capacity() int64 {
 	n := int64(cap(c.valid) + cap(c.vals) + cap(c.offs))
 	for _, k := range c.kids {
-		n += k.held()
+		n += k.capacity()
 	}
 	return n
 }
 
-// maxAccumulated bounds the bytes of one column's values, far below what
-// 32-bit offsets address: an accumulation is cut into frames long before.
+// maxAccumulated bounds the bytes of one column's values before an
+// append, so that with the append (a piece of at most a frame) they stay
+// below what 32-bit offsets address: an accumulation is cut into frames
+// long before.
 const maxAccumulated = 1 << 30
 
 // Append copies rec's rows (rec must have the accumulator's schema). It
 // fails, changing nothing, when a column would pass maxAccumulated bytes;
 // the caller then starts a new accumulation.
 func (a *Accumulator) Append(rec arrow.RecordBatch) error {
-	n := int(rec.NumRows())
+	return a.AppendRange(rec, 0, rec.NumRows())
+}
+
+// AppendRange copies rows [lo, lo+n) of rec, as Append does.
+func (a *Accumulator) AppendRange(rec arrow.RecordBatch, lo, n int64) error {
 	if n == 0 {
 		return nil
 	}
 	for i, c := range a.cols {
-		d := rec.Column(i).Data()
-		if int64(len(c.vals))+dataSize(d) > maxAccumulated {
-			return fmt.Errorf("accumulate column %q: %d bytes held and %d more pass the %d-byte bound of one accumulation", a.schema.Field(i).Name, len(c.vals), dataSize(d), maxAccumulated)
+		if int64(len(c.vals)) > maxAccumulated {
+			return fmt.Errorf("accumulate column %q: %d bytes held pass the %d-byte bound of one accumulation", a.schema.Field(i).Name, len(c.vals), maxAccumulated)
 		}
 	}
 	for i, c := range a.cols {
 		d := rec.Column(i).Data()
-		c.append(d, d.Offset(), n)
+		grew, added := c.append(d, d.Offset()+int(lo), int(n))
+		a.held += grew
+		a.used += added
 	}
-	a.rows += int64(n)
+	a.rows += n
 	return nil
 }
 
-// append copies rows [off, off+n) of d's buffers (off includes d's offset).
-func (c *growCol) append(d arrow.ArrayData, off, n int) {
+// append copies rows [off, off+n) of d's buffers (off includes d's
+// offset) and returns how much the column's capacity and length grew.
+func (c *growCol) append(d arrow.ArrayData, off, n int) (grew, added int64) {
 	if n == 0 {
-		return
+		return 0, 0
 	}
+	c0 := cap(c.valid) + cap(c.vals) + cap(c.offs)
+	l0 := len(c.valid) + len(c.vals) + len(c.offs)
 	p := piece{d: d, off: off, n: n}
 	nulls := p.nulls()
 	if c.id == arrow.NULL {
 		nulls = n
-	} else if nulls > 0 || c.valid != nil {
-		if c.valid == nil {
-			c.valid = growBits(nil, 0, c.n+n)
+	} else if nulls > 0 || c.hasV {
+		if !c.hasV {
+			c.valid = growBits(c.valid[:0], 0, c.n+n)
 			bitutil.SetBitsTo(c.valid, 0, int64(c.n), true)
+			c.hasV = true
 		} else {
 			c.valid = growBits(c.valid, c.n, c.n+n)
 		}
@@ -187,13 +198,16 @@ func (c *growCol) append(d arrow.ArrayData, off, n int) {
 	case arrow.LIST, arrow.MAP, arrow.LARGE_LIST:
 		first, last := c.appendOffsets(d, off, n)
 		k := d.Children()[0]
-		c.kids[0].append(k, k.Offset()+first, last-first)
+		g, a := c.kids[0].append(k, k.Offset()+first, last-first)
+		grew, added = grew+g, added+a
 	case arrow.FIXED_SIZE_LIST:
 		k := d.Children()[0]
-		c.kids[0].append(k, k.Offset()+off*c.fsl, n*c.fsl)
+		g, a := c.kids[0].append(k, k.Offset()+off*c.fsl, n*c.fsl)
+		grew, added = grew+g, added+a
 	case arrow.STRUCT:
 		for i, k := range d.Children() {
-			c.kids[i].append(k, k.Offset()+off, n)
+			g, a := c.kids[i].append(k, k.Offset()+off, n)
+			grew, added = grew+g, added+a
 		}
 	default:
 		if b := d.Buffers()[1]; b != nil {
@@ -204,6 +218,7 @@ func (c *growCol) append(d arrow.ArrayData, off, n int) {
 	}
 	c.n += n
 	c.nulls += nulls
+	return grew + int64(cap(c.valid)+cap(c.vals)+cap(c.offs)-c0), added + int64(len(c.valid)+len(c.vals)+len(c.offs)-l0)
 }
 
 // appendOffsets appends the offsets of rows [off, off+n) of d rebased to
@@ -221,7 +236,7 @@ func (c *growCol) appendOffsets(d arrow.ArrayData, off, n int) (first, last int)
 func appendOffs[T int32 | int64](c *growCol, src []T) (first, last int) {
 	w := c.width
 	if len(c.offs) == 0 {
-		c.offs = make([]byte, w, 16*w) // the leading 0
+		c.offs = append(c.offs[:0], make([]byte, w)...) // the leading 0
 	}
 	end := getOff[T](c.offs[len(c.offs)-w:])
 	delta := end - src[0]
@@ -250,12 +265,24 @@ func growBits(b []byte, have, want int) []byte {
 // are none) and empties the accumulator. The batch owns the buffers: the
 // accumulator starts new ones.
 func (a *Accumulator) Finish() arrow.RecordBatch {
+	rec := a.View()
+	for _, c := range a.cols {
+		c.reset(false)
+	}
+	a.rows, a.held, a.used = 0, 0, 0
+	return rec
+}
+
+// View returns the accumulated rows as a record batch over the
+// accumulator's own buffers (nil when there are none), valid until the
+// next Append or Reset: for a caller that is done with it before then.
+func (a *Accumulator) View() arrow.RecordBatch {
 	if a.rows == 0 {
 		return nil
 	}
 	cols := make([]arrow.Array, len(a.cols))
 	for i, c := range a.cols {
-		d := c.finish()
+		d := c.data()
 		cols[i] = array.MakeFromData(d)
 		d.Release()
 	}
@@ -263,40 +290,90 @@ func (a *Accumulator) Finish() arrow.RecordBatch {
 	for _, c := range cols {
 		c.Release()
 	}
-	a.rows = 0
 	return rec
 }
 
-// finish builds the column's ArrayData and resets the column.
-func (c *growCol) finish() arrow.ArrayData {
+// NewLike returns an empty accumulator of the same schema whose buffers
+// start with the capacity of a's: the next segment of rows of the same
+// shape fills it without growing, so no buffer is copied to grow.
+func (a *Accumulator) NewLike() *Accumulator {
+	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
+	for i, c := range a.cols {
+		b.cols[i] = c.like()
+		b.held += b.cols[i].capacity()
+	}
+	return b
+}
+
+func (c *growCol) like() *growCol {
+	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
+	if cap(c.valid) > 0 {
+		n.valid = make([]byte, 0, cap(c.valid))
+	}
+	if cap(c.vals) > 0 {
+		n.vals = make([]byte, 0, cap(c.vals))
+	}
+	if cap(c.offs) > 0 {
+		n.offs = make([]byte, 0, cap(c.offs))
+	}
+	for _, k := range c.kids {
+		n.kids = append(n.kids, k.like())
+	}
+	return n
+}
+
+// Reset empties the accumulator and keeps its buffers for the next rows.
+func (a *Accumulator) Reset() {
+	for _, c := range a.cols {
+		c.reset(true)
+	}
+	a.rows, a.used = 0, 0
+}
+
+func (c *growCol) reset(keep bool) {
+	c.n, c.nulls, c.hasV = 0, 0, false
+	if keep {
+		c.valid, c.vals, c.offs = c.valid[:0], c.vals[:0], c.offs[:0]
+	} else {
+		c.valid, c.vals, c.offs = nil, nil, nil
+	}
+	for _, k := range c.kids {
+		k.reset(keep)
+	}
+}
+
+// data builds the column's ArrayData over its buffers.
+func (c *growCol) data() arrow.ArrayData {
 	buf := func(b []byte) *memory.Buffer {
 		if b == nil {
 			return nil
 		}
 		return memory.NewBufferBytes(b)
 	}
+	valid := c.valid
+	if !c.hasV {
+		valid = nil
+	}
 	var bufs []*memory.Buffer
 	switch c.id {
 	case arrow.NULL:
 		bufs = []*memory.Buffer{nil}
 	case arrow.STRING, arrow.BINARY, arrow.LARGE_STRING, arrow.LARGE_BINARY:
-		bufs = []*memory.Buffer{buf(c.valid), buf(c.offs), memory.NewBufferBytes(c.vals)}
+		bufs = []*memory.Buffer{buf(valid), buf(c.offs), memory.NewBufferBytes(c.vals)}
 	case arrow.LIST, arrow.MAP, arrow.LARGE_LIST:
-		bufs = []*memory.Buffer{buf(c.valid), buf(c.offs)}
+		bufs = []*memory.Buffer{buf(valid), buf(c.offs)}
 	case arrow.FIXED_SIZE_LIST, arrow.STRUCT:
-		bufs = []*memory.Buffer{buf(c.valid)}
+		bufs = []*memory.Buffer{buf(valid)}
 	default:
-		bufs = []*memory.Buffer{buf(c.valid), memory.NewBufferBytes(c.vals)}
+		bufs = []*memory.Buffer{buf(valid), memory.NewBufferBytes(c.vals)}
 	}
 	kids := make([]arrow.ArrayData, len(c.kids))
 	for i, k := range c.kids {
-		kids[i] = k.finish()
+		kids[i] = k.data()
 	}
 	d := array.NewData(c.dt, c.n, bufs, kids, c.nulls, 0)
 	for _, k := range kids {
 		k.Release()
 	}
-	c.n, c.nulls = 0, 0
-	c.valid, c.vals, c.offs = nil, nil, nil
 	return d
 }

@@ -540,8 +540,12 @@ func TestAccumulatorEveryType(t *testing.T) {
 				}
 				pieces = append(pieces, s)
 			}
-			if acc.Rows() != int64(round+1)*a.NumRows() || acc.Held() <= 0 {
-				t.Fatalf("rows %d held %d after round %d", acc.Rows(), acc.Held(), round)
+			var capacity int64
+			for _, c := range acc.cols {
+				capacity += c.capacity()
+			}
+			if acc.Rows() != int64(round+1)*a.NumRows() || acc.Held() <= 0 || acc.Held() != capacity {
+				t.Fatalf("rows %d held %d (buffers' capacity %d) after round %d", acc.Rows(), acc.Held(), capacity, round)
 			}
 		}
 		got := acc.Finish()
