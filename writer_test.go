@@ -49,6 +49,9 @@ func testConfig() config.Config {
 	cfg.UploadConcurrency = 4
 	cfg.MaxBufferedChunks = 6
 	cfg.FrameTargetBytes = 256 * config.KiB
+	// Runs of 4 MiB: a test's few MiB of rows are encoded and uploaded
+	// while it writes, not all at Commit.
+	cfg.CoalesceBudget = 4 * config.MiB
 	cfg.RetryBaseDelay = config.Duration(10 * time.Millisecond)
 	return cfg
 }

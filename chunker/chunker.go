@@ -174,7 +174,8 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 // frames of neighbouring partitions lie next to each other in the object
 // and a reader of a partition range fetches each run's part in one GET. A
 // partition's rows in a run are cut into frames of about
-// frame_target_bytes. Small batches are copied into the run's arena, one
+// frame_target_bytes; a frame that fills with large batches alone does not
+// wait for the run. Small batches are copied into the run's arena, one
 // dense batch for every partition, so that many partitions of a few rows
 // each cost their rows, not a retained batch per write; batches of a
 // quarter frame or more are retained as they are.
@@ -400,7 +401,19 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	}
 	f.bytes += size
 	if f.bytes >= w.opt.FrameTargetBytes {
-		p.done = append(p.done, *f)
+		if f.arena == 0 {
+			// A full frame of retained batches needs nothing from the
+			// run: it is encoded and uploaded now, while input still
+			// arrives (a frame of a full frame_target_bytes costs a GET
+			// of its own well spent).
+			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
+			w.seq++
+			w.buffered -= f.held
+			w.pending += f.held
+			w.work.Signal()
+		} else {
+			p.done = append(p.done, *f)
+		}
 		*f = pframe{}
 	}
 	// The arena's next growth (Go grows a large slice by a quarter) must
