@@ -2,6 +2,7 @@ package demo
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -81,12 +82,19 @@ func (b *builder) append(r *Row) {
 }
 
 // Batcher turns ranges of input rows into per-partition record batches,
-// the way a shuffle's map side splits each input batch by partition. One
-// Batcher per goroutine; its builders are reused from batch to batch.
+// the way a shuffle's map side splits each input batch by partition: the
+// rows are generated, ordered by partition (a counting sort, stable) and
+// built into one batch, and each partition gets a slice of it. Its state
+// is one builder, whatever the partition count. One Batcher per
+// goroutine; its builder and row buffer are reused from batch to batch.
 type Batcher struct {
 	gen        Generator
 	partitions int
-	builders   []*builder
+	builder    *builder
+	rows       []Row
+	part       []int32
+	order      []int32
+	start      []int32
 	mem        memory.Allocator
 }
 
@@ -99,51 +107,64 @@ func NewBatcher(gen Generator, partitions int, mem memory.Allocator) (*Batcher, 
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	return &Batcher{gen: gen, partitions: partitions, builders: make([]*builder, partitions), mem: mem}, nil
+	return &Batcher{gen: gen, partitions: partitions, mem: mem}, nil
 }
 
 // Batch generates rows r and returns one record per non-empty partition,
-// in partition order; the caller releases them. digests, if not nil, has
-// one entry per partition and gets every generated row added.
+// in partition order: slices of one batch, which the caller releases.
+// digests, if not nil, has one entry per partition and gets every
+// generated row added.
 func (b *Batcher) Batch(r Range, digests []Digest) []Part {
-	// Reserve a little over the expected share of each partition, so
-	// builders do not grow their buffers by doubling row after row.
-	expect := int(r.Len()/int64(b.partitions))*5/4 + 8
-	for p, bl := range b.builders {
-		if bl == nil {
-			bl = newBuilder(b.mem)
-			b.builders[p] = bl
-		}
-		bl.reserve(expect)
+	n := int(r.Len())
+	if b.builder == nil {
+		b.builder = newBuilder(b.mem)
 	}
-	var row Row
-	for i := r.Lo; i < r.Hi; i++ {
-		b.gen.Row(i, &row)
+	b.rows = slices.Grow(b.rows[:0], n)[:n]
+	b.part = slices.Grow(b.part[:0], n)[:n]
+	b.order = slices.Grow(b.order[:0], n)[:n]
+	if b.start == nil {
+		b.start = make([]int32, b.partitions+1)
+	}
+	clear(b.start)
+	for i := range n {
+		row := &b.rows[i]
+		b.gen.Row(r.Lo+int64(i), row)
 		p := PartitionOf(row.OrderKey, b.partitions)
-		bl := b.builders[p]
-		bl.append(&row)
+		b.part[i] = int32(p)
+		b.start[p+1]++
 		if digests != nil {
-			digests[p].Add(&row)
+			digests[p].Add(row)
 		}
 	}
+	for p := range b.partitions {
+		b.start[p+1] += b.start[p]
+	}
+	next := slices.Clone(b.start[:b.partitions])
+	for i, p := range b.part {
+		b.order[next[p]] = int32(i)
+		next[p]++
+	}
+	b.builder.reserve(n)
+	for _, i := range b.order {
+		b.builder.append(&b.rows[i])
+	}
+	rec := b.builder.rb.NewRecordBatch()
+	b.builder.rows = 0
+	defer rec.Release()
 	var out []Part
-	for p, bl := range b.builders {
-		if bl == nil || bl.rows == 0 {
-			continue
+	for p := range b.partitions {
+		if lo, hi := b.start[p], b.start[p+1]; hi > lo {
+			out = append(out, Part{Partition: p, Record: rec.NewSlice(int64(lo), int64(hi))})
 		}
-		out = append(out, Part{Partition: p, Record: bl.rb.NewRecordBatch()})
-		bl.rows = 0
 	}
 	return out
 }
 
-// Release frees the builders.
+// Release frees the builder.
 func (b *Batcher) Release() {
-	for i, bl := range b.builders {
-		if bl != nil {
-			bl.rb.Release()
-			b.builders[i] = nil
-		}
+	if b.builder != nil {
+		b.builder.rb.Release()
+		b.builder = nil
 	}
 }
 

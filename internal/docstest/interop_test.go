@@ -3,6 +3,7 @@ package docstest
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"hash/crc32"
@@ -13,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
@@ -116,9 +118,9 @@ func TestFrameRangesRecipe(t *testing.T) {
 				if got := crc32.Checksum(body, castagnoli); got != f.CRC32C {
 					t.Errorf("partition %d frame at %d: CRC32C %d, manifest says %d", p, f.Offset, got, f.CRC32C)
 				}
-				r, err := ipc.NewReader(bytes.NewReader(body))
+				r, err := ipc.NewReader(bytes.NewReader(frameStream(t, m.Schema, body)))
 				if err != nil {
-					t.Fatalf("partition %d: the byte range [%d, +%d) is not an Arrow IPC stream: %v", p, f.Offset, f.Length, err)
+					t.Fatalf("partition %d: the byte range [%d, +%d) behind the schema message is not an Arrow IPC stream: %v", p, f.Offset, f.Length, err)
 				}
 				if !r.Schema().Equal(schema) {
 					t.Errorf("frame schema %s", r.Schema())
@@ -161,4 +163,31 @@ func get(t *testing.T, st interface {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// frameStream is the recipe's decoding of one frame with nothing but an
+// LZ4 block decoder: the 8-byte header (codec, three zero bytes, the
+// decompressed length), the payload decompressed, the stage schema's IPC
+// message before it (the manifest's schema stream without its 8-byte
+// end-of-stream marker) and an end-of-stream marker after it.
+func frameStream(t *testing.T, schemaStream, body []byte) []byte {
+	t.Helper()
+	if len(body) < 8 {
+		t.Fatalf("a frame of %d bytes", len(body))
+	}
+	n := binary.LittleEndian.Uint32(body[4:8])
+	payload := body[8:]
+	switch body[0] {
+	case 0: // stored as is
+	case 1:
+		payload = make([]byte, n)
+		if got, err := lz4.UncompressBlock(body[8:], payload); err != nil || got != int(n) {
+			t.Fatalf("lz4 block: %d of %d bytes: %v", got, n, err)
+		}
+	default:
+		t.Fatalf("frame codec %d", body[0])
+	}
+	out := append([]byte{}, schemaStream[:len(schemaStream)-8]...)
+	out = append(out, payload...)
+	return append(out, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0)
 }
