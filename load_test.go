@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,13 +13,16 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
 )
 
 // heapSampler records the most heap in use, after a GC, while it runs:
 // live memory, not garbage waiting for the collector.
 type heapSampler struct {
 	peak atomic.Uint64
+	live atomic.Uint64
 	stop chan struct{}
 	done chan struct{}
 }
@@ -48,7 +52,17 @@ func (h *heapSampler) sample() {
 	if ms.HeapInuse > h.peak.Load() {
 		h.peak.Store(ms.HeapInuse)
 	}
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	if v := live[0].Value.Uint64(); v > h.live.Load() {
+		h.live.Store(v)
+	}
 }
+
+// Live is the most heap the collector found live (marked) at the end of
+// a cycle: what the program holds, without the garbage other goroutines
+// allocate between the collection and the reading of HeapInuse.
+func (h *heapSampler) Live() uint64 { return h.live.Load() }
 
 func (h *heapSampler) Stop() uint64 {
 	close(h.stop)
@@ -170,6 +184,122 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 			}
 			seen[id] = true
 			n++
+		}
+	}
+	if err := recs.Err(); err != nil || n != writers*rows {
+		t.Fatalf("read %d rows of %d: %v", n, writers*rows, err)
+	}
+}
+
+// TestLoadWideStageBoundedMemory: 4 writers of 4,096 partitions each, fed
+// as a wide shuffle's map side feeds them (every 8,192-row input batch
+// split across the partitions: 2 rows per Write), to MinIO. The live heap
+// stays under the bound the configuration promises however many
+// partitions there are; each writer's frames come in sorted runs, about
+// one frame per partition per run, not one per Write; and every row
+// reads back.
+func TestLoadWideStageBoundedMemory(t *testing.T) {
+	ctx := context.Background()
+	st, counter := testenv.MinIO(t).NewStore(t)
+	cfg := testConfig()
+	cfg.CoalesceBudget = 8 * config.MiB
+	cfg.HedgeFactor = 0
+	c := durashuffle.NewClient(st, cfg, counter, nil)
+	defer c.Close()
+	const (
+		writers    = 4
+		partitions = 4096
+		rows       = 100_000 // per writer: some 17 MiB of lineitem rows
+	)
+	// The bound: the chunk buffers, each writer's coalesce_budget (the
+	// partitions' state, the arena, retained rows and index entries are
+	// all counted in it), and 64 MiB for everything else (the test's own
+	// input batches, the SDK, the encoders' buffers, the runtime).
+	bound := uint64(int64(cfg.MaxBufferedChunks)*int64(cfg.ChunkSize) + writers*int64(cfg.CoalesceBudget) + 64<<20)
+
+	runtime.GC()
+	live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(live)
+	base := live[0].Value.Uint64()
+	heap := sampleHeap(20 * time.Millisecond)
+	var wg sync.WaitGroup
+	errs := make([]error, writers)
+	manifests := make([]*manifest.Worker, writers)
+	for wi := range writers {
+		wg.Go(func() {
+			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "wide", Worker: fmt.Sprint(wi), Partitions: partitions, Schema: demo.Schema()})
+			if err != nil {
+				errs[wi] = err
+				return
+			}
+			b, err := demo.NewBatcher(demo.Generator{Seed: uint64(wi)}, partitions, nil)
+			if err != nil {
+				errs[wi] = err
+				return
+			}
+			defer b.Release()
+			for _, r := range demo.Chunks(demo.Range{Lo: int64(wi) * rows, Hi: int64(wi+1) * rows}, 8192) {
+				for _, p := range b.Batch(r, nil) {
+					if err == nil {
+						err = w.Write(p.Partition, p.Record)
+					}
+					p.Record.Release()
+				}
+				if err != nil {
+					errs[wi] = err
+					w.Abort()
+					return
+				}
+			}
+			manifests[wi], errs[wi] = w.Commit(ctx)
+		})
+	}
+	wg.Wait()
+	heap.Stop()
+	peakHeap := heap.Live()
+	for wi, err := range errs {
+		if err != nil {
+			t.Fatalf("writer %d: %v", wi, err)
+		}
+	}
+	grew := peakHeap - min(base, peakHeap)
+	var frames, logical int64
+	for _, m := range manifests {
+		frames += int64(len(m.Frames))
+		logical += m.Totals.BytesLogical
+	}
+	// Sorted runs: a writer's rows are flushed when its budget fills, so
+	// it has about logical/budget runs, each with at most one frame per
+	// partition (2 rows per Write would otherwise be 12 frames each).
+	runs := logical/writers/int64(cfg.CoalesceBudget) + 2
+	t.Logf("%d writers x %d partitions: %d frames, %.1f MiB logical; live heap grew by %.1f MiB, bound %.1f MiB",
+		writers, partitions, frames, float64(logical)/(1<<20), float64(grew)/(1<<20), float64(bound)/(1<<20))
+	if grew > bound {
+		t.Fatalf("live heap grew by %d bytes, over the bound of %d", grew, bound)
+	}
+	if max := writers * runs * partitions; frames > max {
+		t.Fatalf("%d frames: more than %d runs x %d partitions per writer (%d)", frames, runs, partitions, max)
+	}
+	if _, err := c.Seal(ctx, "wide", 0, writers); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.OpenStage(ctx, "wide", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.ReadStored(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Release()
+	n := 0
+	for recs.Next() {
+		keys := recs.RecordBatch().Column(0).(*array.Int64)
+		for i := range keys.Len() {
+			n++
+			if p := demo.PartitionOf(keys.Value(i), partitions); p != recs.Partition() {
+				t.Fatalf("order key %d in partition %d, want %d", keys.Value(i), recs.Partition(), p)
+			}
 		}
 	}
 	if err := recs.Err(); err != nil || n != writers*rows {

@@ -96,17 +96,37 @@ const arenaSegment = 1 << 20
 
 // runArena is a run's arena, shared by the frames of the run: the last
 // of them to be encoded releases it.
+// Its memory is counted in the writer's pending bytes until then, as a
+// whole: a frame's share cannot be given back while the other frames of
+// the run still need the segments.
 type runArena struct {
+	w    *Writer
 	segs []arrow.RecordBatch
+	held int64
 	refs atomic.Int64
 }
 
 func (a *runArena) release() {
 	if a.refs.Add(-1) == 0 {
-		for _, s := range a.segs {
-			s.Release()
-		}
+		a.w.mu.Lock()
+		a.freeLocked()
+		a.w.mu.Unlock()
 	}
+}
+
+// releaseLocked is release with the writer's lock held.
+func (a *runArena) releaseLocked() {
+	if a.refs.Add(-1) == 0 {
+		a.freeLocked()
+	}
+}
+
+func (a *runArena) freeLocked() {
+	for _, s := range a.segs {
+		s.Release()
+	}
+	a.w.pending -= a.held
+	a.w.room.Broadcast()
 }
 
 // pframe is a frame being filled or waiting for its run.
@@ -437,10 +457,9 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 	if len(w.arena) == 0 || w.arena[0].Rows() == 0 {
 		return nil, 0
 	}
-	ra := &runArena{}
-	var held int64
+	ra := &runArena{w: w}
 	for _, seg := range w.arena {
-		held += seg.Held()
+		ra.held += seg.Held()
 		if r := seg.Finish(); r != nil {
 			ra.segs = append(ra.segs, r)
 		}
@@ -448,15 +467,16 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 	last := w.arena[len(w.arena)-1]
 	w.arena = []*frame.Accumulator{last}
 	ra.refs.Store(1) // the run's own, dropped once every job took one
-	return ra, held
+	w.pending += ra.held
+	return ra, ra.held
 }
 
 // runLocked flushes every partition's frames, in partition order, to the
 // encoders: one sorted run.
 func (w *Writer) runLocked() {
-	arena, arenaHeld := w.finishArenaLocked()
+	arena, _ := w.finishArenaLocked()
 	if arena != nil {
-		defer arena.release()
+		defer arena.releaseLocked()
 	}
 	var held int64
 	for i := range w.parts {
@@ -467,7 +487,6 @@ func (w *Writer) runLocked() {
 		for _, f := range p.done {
 			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items}
 			if f.arena > 0 {
-				j.held += arenaHeld * f.arena / max(1, w.arenaLog)
 				arena.refs.Add(1)
 				j.arena = arena
 			}
@@ -476,12 +495,6 @@ func (w *Writer) runLocked() {
 			w.queue = append(w.queue, j)
 		}
 		*p = pbuf{}
-	}
-	// Shares of the arena are rounded down: what is left over is the
-	// last job's.
-	if n := len(w.queue); n > 0 {
-		w.queue[n-1].held += w.buffered - held
-		held = w.buffered
 	}
 	w.pending += held
 	w.buffered, w.arenaLog = 0, 0
@@ -747,7 +760,7 @@ func (w *Writer) dropBuffersLocked() {
 		*p = pbuf{}
 	}
 	if arena, _ := w.finishArenaLocked(); arena != nil {
-		arena.release()
+		arena.releaseLocked()
 	}
 	w.buffered, w.arenaLog = 0, 0
 }
