@@ -33,8 +33,9 @@ service on --listen (loopback by default, or unix:/path for a socket) and
 /metrics, /healthz and /readyz on --metrics-listen.
 
 Workers DoPut a stage's output (descriptor CMD {"query","stage","worker",
-"attempt","partitions"}, every batch's app_metadata {"partition": N}; the end
-of the stream commits), seal it with the seal-stage action and DoGet
+"attempt","partitions"}, every batch's app_metadata {"partition": N}; only a
+last message {"commit": {"batches": B, "rows": R}} with matching counts
+commits), seal it with the seal-stage action and DoGet
 partitions back (ticket {"query","stage","partition"}). All streams share one
 upload pool and its memory budget (max_buffered_chunks x chunk_size); a slow
 store slows the clients, not the sidecar's memory. docs/sidecar.md has the

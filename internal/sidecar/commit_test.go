@@ -1,0 +1,151 @@
+package sidecar_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testenv"
+)
+
+// TestPutCommitMessage: only a commit message whose counts match what
+// arrived commits. A wrong count is InvalidArgument naming both numbers,
+// a stream without the message is Aborted, a malformed message or data
+// after it is InvalidArgument; none of them leaves anything behind.
+func TestPutCommitMessage(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{})
+	ctx := context.Background()
+	three := func() func() (putBatch, bool) {
+		var bs []putBatch
+		for b := range int32(3) {
+			r, _ := genBatch("c", b, 100+int(b), 8) // 100 + 101 + 102 = 303 rows
+			bs = append(bs, putBatch{r, partMD(int(b) % 2)})
+		}
+		return batches(bs)
+	}
+	raw := func(md string) func(int64, int64) []byte { return func(int64, int64) []byte { return []byte(md) } }
+	cases := []struct {
+		name   string
+		commit func(batches, rows int64) []byte
+		code   codes.Code
+		frags  []string
+	}{
+		{name: "batch count too low", commit: func(b, r int64) []byte { return commitMD(b-1, r) },
+			code: codes.InvalidArgument, frags: []string{"counts 2 batches and 303 rows", "received 3 batches and 303 rows", "nothing was committed"}},
+		{name: "row count too high", commit: func(b, r int64) []byte { return commitMD(b, r+1) },
+			code: codes.InvalidArgument, frags: []string{"counts 3 batches and 304 rows", "received 3 batches and 303 rows"}},
+		{name: "no commit message", commit: nil,
+			code: codes.Aborted, frags: []string{"stream ended without commit", "received 3 batches (303 rows)", `{"commit": {"batches": B, "rows": R}}`}},
+		{name: "commit without rows", commit: raw(`{"commit": {"batches": 3}}`),
+			code: codes.InvalidArgument, frags: []string{"with both counts"}},
+		{name: "commit with an unknown key", commit: raw(`{"commit": {"batches": 3, "rows": 303, "bytes": 1}}`),
+			code: codes.InvalidArgument, frags: []string{`unknown field "bytes"`}},
+		{name: "negative count", commit: raw(`{"commit": {"batches": -1, "rows": 303}}`),
+			code: codes.InvalidArgument, frags: []string{"must not be negative"}},
+		// Metadata-only messages that are not a commit are ignored, so
+		// the stream still lacks its commit.
+		{name: "other metadata only", commit: raw(`{"progress": 3}`),
+			code: codes.Aborted, frags: []string{"stream ended without commit"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := doPutCommit(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), testSchema, three(), c.commit)
+			wantCode(t, err, c.code, c.frags...)
+		})
+	}
+
+	t.Run("a batch after the commit message", func(t *testing.T) {
+		err := rawPut(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), func(s flight.FlightService_DoPutClient, desc []byte) error {
+			w := flight.NewRecordWriter(s, ipc.WithSchema(testSchema))
+			w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+			r, _ := genBatch("c", 0, 10, 8)
+			defer r.Release()
+			if err := w.WriteWithAppMetadata(r, partMD(0)); err != nil {
+				return err
+			}
+			if err := w.WriteMetadata(commitMD(1, 10)); err != nil {
+				return err
+			}
+			return w.WriteWithAppMetadata(r, partMD(1))
+		})
+		wantCode(t, err, codes.InvalidArgument, "another IPC message followed the commit message (after 1 batches)")
+	})
+	e.nothingLeft("q-commit", 0, "w")
+	if n := gauge(t, e.m, metrics.SidecarCommitsTotal, nil); n != 0 {
+		t.Fatalf("%v commits counted, want 0", n)
+	}
+
+	// The same stream with the right counts commits.
+	res, err := doPut(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), testSchema, three())
+	if err != nil || !res.Committed || res.Batches != 3 || res.Rows != 303 {
+		t.Fatalf("with the right counts: %+v %v", res, err)
+	}
+}
+
+// TestHalfCloseThenCancel is what grpc-js's cancel() does: the client
+// half-closes its side of the stream (END_STREAM) without a commit
+// message, the sidecar sees the end of the stream, and only then the
+// client cancels. The sidecar must not take that end for a commit: the
+// output is aborted, no manifest, object or upload remains.
+func TestHalfCloseThenCancel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, ep testenv.Endpoint) {
+		e := newEnv(t, ep, envOptions{})
+		const query, worker = "q-halfclose", "5"
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		stream, err := e.fc.DoPut(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		desc, _ := json.Marshal(putCmd(query, 0, worker, "a1", 4))
+		w := flight.NewRecordWriter(stream, ipc.WithSchema(testSchema))
+		w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+		var b int32
+		// Enough that the output's first part is uploaded: a truncated
+		// but well-formed output, which the old rule would have committed.
+		for e.counter.Requests()["UploadPart"] == 0 && b < 400 {
+			r, _ := genBatch(worker, b, 2000, 64)
+			if err := w.WriteWithAppMetadata(r, partMD(int(b)%4)); err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+			b++
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := stream.CloseSend(); err != nil {
+			t.Fatal(err)
+		}
+		// The gap grpc-js leaves between END_STREAM and RST_STREAM, made
+		// as wide as it takes: the sidecar has seen the end and decided.
+		waitFor(t, "the sidecar to end the stream", func() bool {
+			return strings.Contains(e.logs.String(), "put aborted") || gauge(t, e.m, metrics.SidecarCommitsTotal, nil) > 0
+		})
+		cancel()
+		_, err = stream.Recv()
+		if c := status.Code(err); c != codes.Aborted && c != codes.Canceled {
+			t.Fatalf("after half-close and cancel: %v (code %v), want Aborted or Canceled", err, c)
+		}
+		if n := gauge(t, e.m, metrics.SidecarCommitsTotal, nil); n != 0 {
+			t.Fatalf("the sidecar committed a stream that ended without its commit message (%v commits)", n)
+		}
+		if !strings.Contains(e.logs.String(), "stream ended without commit") {
+			t.Errorf("the log does not say why the put was aborted:\n%s", e.logs.String())
+		}
+		t.Logf("%d batches sent before the half-close; requests %v", b, e.counter.Requests())
+		e.nothingLeft(query, 0, worker)
+	})
+}
+
+func commitMD(batches, rows int64) []byte {
+	return []byte(fmt.Sprintf(`{"commit": {"batches": %d, "rows": %d}}`, batches, rows))
+}
