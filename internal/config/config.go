@@ -85,6 +85,8 @@ type Config struct {
 
 	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
 
+	CommitGuard string `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
+
 	Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
 	MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
 	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
@@ -114,6 +116,7 @@ func Default() Config {
 		HedgeFactor:       4,
 		HedgeMinDelay:     Duration(2 * time.Second),
 		ResultsRetention:  Duration(6 * time.Hour),
+		CommitGuard:       CommitGuardOn,
 		Listen:            "127.0.0.1:8815",
 		MetricsListen:     "127.0.0.1:9815",
 		MaxStreams:        64,
@@ -127,6 +130,12 @@ const (
 	MinPartSize = 5 * MiB
 	MaxPartSize = 5 * GiB
 	MaxParts    = 10000
+)
+
+// Values of commit_guard.
+const (
+	CommitGuardOn  = "on"
+	CommitGuardOff = "off"
 )
 
 // ErrInvalid marks a configuration error (exit code 2 in the CLI).
@@ -214,6 +223,11 @@ func (c Config) Validate() error {
 	}
 	if c.ResultsRetention < 0 {
 		bad("results_retention", "0 or positive", c.ResultsRetention)
+	}
+	switch c.CommitGuard {
+	case CommitGuardOn, CommitGuardOff:
+	default:
+		bad("commit_guard", "on or off", strconv.Quote(c.CommitGuard))
 	}
 	if c.HedgeFactor != 0 && (c.HedgeFactor < 1.5 || c.HedgeFactor > 100) {
 		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.HedgeFactor)

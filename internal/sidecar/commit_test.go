@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -12,7 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -148,4 +151,56 @@ func TestHalfCloseThenCancel(t *testing.T) {
 
 func commitMD(batches, rows int64) []byte {
 	return []byte(fmt.Sprintf(`{"commit": {"batches": %d, "rows": %d}}`, batches, rows))
+}
+
+// ignoreCondition is a store that takes If-None-Match: * and does not
+// enforce it (GCS's XML API, some gateways): real MinIO underneath.
+type ignoreCondition struct{ store.Store }
+
+func (s ignoreCondition) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	o.IfNoneMatch = false
+	return s.Store.Put(ctx, key, body, o)
+}
+
+// TestCommitGuardInSidecar: on a store that ignores If-None-Match: *,
+// /readyz is 503 and says why, the metric shows not_enforced, and a DoPut
+// fails with FailedPrecondition naming the store, leaving nothing behind.
+// On MinIO itself the guard passes and /readyz says so.
+func TestCommitGuardInSidecar(t *testing.T) {
+	ep := testenv.MinIO(t)
+	withEndpoint := func(c *config.Config) { c.Endpoint = ep.URL }
+	bad := newEnv(t, ep, envOptions{cfg: withEndpoint, wrap: func(s store.Store) store.Store { return ignoreCondition{s} }})
+	var code int
+	var body string
+	waitFor(t, "/readyz to give the guard's verdict", func() bool {
+		code, body = get(t, bad.httpURL+"/readyz")
+		return strings.Contains(body, "not ready: commit refused by the commit guard")
+	})
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "does not enforce If-None-Match: *") ||
+		!strings.Contains(body, ep.URL) || !strings.Contains(body, "commit guard: not_enforced (") {
+		t.Fatalf("/readyz on a store that ignores the condition: %d %q", code, body)
+	}
+	mf := scrape(t, bad.httpURL)
+	if sum(mf, metrics.CommitGuard, map[string]string{"state": "not_enforced"}) != 1 || sum(mf, metrics.CommitGuard, nil) != 1 {
+		t.Fatalf("%s: want not_enforced 1 and every other state 0, got %v", metrics.CommitGuard, mf[metrics.CommitGuard])
+	}
+	r, _ := genBatch("g", 0, 500, 16)
+	_, err := doPut(context.Background(), bad.fc, putCmd("q-guard", 0, "g", "", 2), testSchema, batches([]putBatch{{r, partMD(1)}}))
+	wantCode(t, err, codes.FailedPrecondition, "does not enforce If-None-Match: *", ep.URL, "nothing was committed")
+	bad.nothingLeft("q-guard", 0, "g")
+	if !strings.Contains(bad.logs.String(), "every commit will be refused") {
+		t.Errorf("the sidecar did not log the refusal:\n%s", bad.logs.String())
+	}
+	if n := bad.client.GuardProbes(); n != 1 {
+		t.Errorf("%d probes from readiness and a DoPut, want 1", n)
+	}
+
+	good := newEnv(t, ep, envOptions{cfg: withEndpoint})
+	waitReady(t, good)
+	if _, body := get(t, good.httpURL+"/readyz"); body != "ready\ncommit guard: enforced ("+ep.URL+", bucket "+ep.Bucket+")\n" {
+		t.Fatalf("/readyz on MinIO: %q", body)
+	}
+	if v := sum(scrape(t, good.httpURL), metrics.CommitGuard, map[string]string{"state": "enforced"}); v != 1 {
+		t.Fatalf(`%s{state="enforced"} = %v, want 1`, metrics.CommitGuard, v)
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/frame"
@@ -440,7 +441,8 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, manifest.ErrAlreadyCommitted):
 		return codes.AlreadyExists
-	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict):
+	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict),
+		errors.Is(err, durashuffle.ErrCommitGuard):
 		return codes.FailedPrecondition
 	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, frame.ErrCorrupt),
 		errors.Is(err, reader.ErrChecksum), errors.Is(err, reader.ErrTruncated):

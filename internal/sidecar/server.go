@@ -121,6 +121,7 @@ func New(c *durashuffle.Client, o Options) *Server {
 	}
 	o.Metrics.WatchCounter(c.Counter())
 	o.Metrics.WatchConcurrency(c.Pool().Concurrency)
+	o.Metrics.WatchCommitGuard(durashuffle.GuardStates, func() string { return c.CommitGuard().State })
 
 	gap := int64(cfg.ReadGapBytes)
 	if gap == 0 {
