@@ -93,6 +93,9 @@ type Config struct {
 	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
 	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
 	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, how long streams in flight may take to finish before they are aborted."`
+	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
+	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
+	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
 }
 
 // Default returns the configuration of DESIGN.md.
@@ -239,6 +242,13 @@ func (c Config) Validate() error {
 	sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		bad("tls_cert_file and tls_key_file", "both set or both empty",
+			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.TLSCertFile, c.TLSKeyFile))
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.TLSClientCAFile))
 	}
 	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
 		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))

@@ -74,6 +74,8 @@ func TestValidate(t *testing.T) {
 		{"object below chunk", func(c *Config) { c.MaxObjectSize = 6 * MiB }, "max_object_size must be 0 or at least chunk_size (8MiB), got 6MiB"},
 		{"commit guard", func(c *Config) { c.CommitGuard = "false" }, `commit_guard must be on or off, got "false"`},
 		{"commit guard empty", func(c *Config) { c.CommitGuard = "" }, `commit_guard must be on or off, got ""`},
+		{"tls key without cert", func(c *Config) { c.TLSKeyFile = "k.pem" }, `tls_cert_file and tls_key_file must be both set or both empty, got tls_cert_file "" and tls_key_file "k.pem"`},
+		{"client ca without tls", func(c *Config) { c.TLSClientCAFile = "ca.pem" }, `tls_client_ca_file must be set only with tls_cert_file and tls_key_file (mutual TLS needs TLS), got "ca.pem"`},
 		{"prefix escapes", func(c *Config) { c.Prefix = "../x" }, `prefix must be a relative key prefix without '..', got "../x"`},
 	}
 	for _, c := range cases {

@@ -110,11 +110,14 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 	e.m = metrics.New()
 	e.client = durashuffle.NewClient(st, cfg, counter, e.m)
 	t.Cleanup(e.client.Close)
-	e.srv = sidecar.New(e.client, sidecar.Options{
+	e.srv, err = sidecar.New(e.client, sidecar.Options{
 		Logger:        slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:       e.m,
 		ReadyInterval: 50 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := sidecar.Listen(cfg.Listen)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +146,11 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 		e.addr = "unix:" + e.addr
 	}
 	e.httpURL = "http://" + hln.Addr().String()
+	if cfg.TLSCertFile != "" {
+		// The test dials with the credentials it is about.
+		e.httpURL = "https://" + hln.Addr().String()
+		return e
+	}
 	e.fc = e.dial()
 	return e
 }
