@@ -2,19 +2,9 @@ package sidecar_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,96 +21,6 @@ import (
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
-
-// pki is a CA made for one test, a server certificate for 127.0.0.1 and
-// localhost, and a client certificate, all in PEM files; plus a client
-// certificate from another CA.
-type pki struct {
-	caFile, certFile, keyFile string
-	roots                     *x509.CertPool
-	client, stranger          tls.Certificate
-	keyPEM                    []byte // the server key's file contents
-}
-
-func newPKI(t *testing.T) *pki {
-	t.Helper()
-	dir := t.TempDir()
-	write := func(name string, b []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	ca, caKey, caPEM := newCA(t, "durashuffle test CA")
-	p := &pki{caFile: write("ca.pem", caPEM), roots: x509.NewCertPool()}
-	p.roots.AddCert(ca)
-	certPEM, keyPEM := issue(t, ca, caKey, &x509.Certificate{
-		Subject:     pkix.Name{CommonName: "durashuffle sidecar"},
-		DNSNames:    []string{"localhost"},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	})
-	p.certFile, p.keyFile, p.keyPEM = write("server.pem", certPEM), write("server-key.pem", keyPEM), keyPEM
-	clientTmpl := func() *x509.Certificate {
-		return &x509.Certificate{Subject: pkix.Name{CommonName: "worker-1"}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
-	}
-	var err error
-	if p.client, err = tls.X509KeyPair(issue(t, ca, caKey, clientTmpl())); err != nil {
-		t.Fatal(err)
-	}
-	other, otherKey, _ := newCA(t, "another CA")
-	if p.stranger, err = tls.X509KeyPair(issue(t, other, otherKey, clientTmpl())); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
-var serial int64
-
-func newCA(t *testing.T, name string) (*x509.Certificate, *ecdsa.PrivateKey, []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert, key, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-}
-
-func issue(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, tmpl *x509.Certificate) (certPEM, keyPEM []byte) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	serial++
-	tmpl.SerialNumber = big.NewInt(serial)
-	tmpl.NotBefore, tmpl.NotAfter = time.Now().Add(-time.Hour), time.Now().Add(time.Hour)
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kder})
-}
 
 // dialWith is a Flight client of the sidecar with the given transport
 // credentials.
@@ -172,9 +72,9 @@ func httpsGet(url string, tc *tls.Config) (int, string, error) {
 // trust the CA are refused, a client with the CA writes and reads a stage
 // and scrapes /metrics.
 func TestTLS(t *testing.T) {
-	p := newPKI(t)
+	p := testenv.NewPKI(t)
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
-		c.TLSCertFile, c.TLSKeyFile = p.certFile, p.keyFile
+		c.TLSCertFile, c.TLSKeyFile = p.CertFile, p.KeyFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || mutual {
 		t.Fatalf("TLS() = %v, %v; want TLS without client certificates", on, mutual)
@@ -193,7 +93,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("%v calls reached the server through failed handshakes", n)
 	}
 
-	trusted := e.dialWith(credentials.NewTLS(&tls.Config{RootCAs: p.roots}))
+	trusted := e.dialWith(credentials.NewTLS(&tls.Config{RootCAs: p.Roots}))
 	if n, err := listActions(trusted); err != nil || n != 3 {
 		t.Fatalf("client with the CA: %d actions, %v", n, err)
 	}
@@ -214,7 +114,7 @@ func TestTLS(t *testing.T) {
 	if code, body, _ := httpsGet(strings.Replace(e.httpURL, "https://", "http://", 1)+"/metrics", nil); code == http.StatusOK || strings.Contains(body, "durashuffle_") {
 		t.Errorf("plaintext /metrics on the TLS port: %d, %d bytes of metrics", code, len(body))
 	}
-	code, body, err := httpsGet(e.httpURL+"/metrics", &tls.Config{RootCAs: p.roots})
+	code, body, err := httpsGet(e.httpURL+"/metrics", &tls.Config{RootCAs: p.Roots})
 	if err != nil || code != http.StatusOK || !strings.Contains(body, metrics.SidecarCommitsTotal+" 1") {
 		t.Fatalf("/metrics with the CA: %d %v\n%.300s", code, err, body)
 	}
@@ -224,9 +124,9 @@ func TestTLS(t *testing.T) {
 // without a certificate, and one whose certificate another CA signed;
 // a client with a certificate of the CA gets through.
 func TestMutualTLS(t *testing.T) {
-	p := newPKI(t)
+	p := testenv.NewPKI(t)
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
-		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = p.certFile, p.keyFile, p.caFile
+		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = p.CertFile, p.KeyFile, p.CAFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || !mutual {
 		t.Fatalf("TLS() = %v, %v; want mutual TLS", on, mutual)
@@ -238,12 +138,12 @@ func TestMutualTLS(t *testing.T) {
 		why   string // the server's TLS alert
 	}{
 		{"no client certificate", nil, false, "certificate required"},
-		{"a certificate of another CA", []tls.Certificate{p.stranger}, false, "unknown certificate authority"},
-		{"a certificate of the CA", []tls.Certificate{p.client}, true, ""},
+		{"a certificate of another CA", []tls.Certificate{p.Stranger}, false, "unknown certificate authority"},
+		{"a certificate of the CA", []tls.Certificate{p.Client}, true, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			tc := &tls.Config{RootCAs: p.roots}
+			tc := &tls.Config{RootCAs: p.Roots}
 			if c.certs != nil {
 				// Sent whatever CAs the server asks for: Go would
 				// otherwise keep back a certificate of another CA.
@@ -279,16 +179,16 @@ func TestMutualTLS(t *testing.T) {
 // TestTLSConfigErrors: files that cannot be loaded stop New with an
 // error naming the key and the file, and never showing what it holds.
 func TestTLSConfigErrors(t *testing.T) {
-	p := newPKI(t)
+	p := testenv.NewPKI(t)
 	cases := []struct {
 		name      string
 		cert, key string
 		ca        string
 		want      string
 	}{
-		{"missing key file", p.certFile, p.keyFile + ".nope", "", "tls_key_file " + p.keyFile + ".nope"},
-		{"cert and key swapped", p.keyFile, p.certFile, "", "tls_cert_file " + p.keyFile},
-		{"CA file without a certificate", p.certFile, p.keyFile, p.keyFile, "tls_client_ca_file " + p.keyFile + " holds no PEM certificate"},
+		{"missing key file", p.CertFile, p.KeyFile + ".nope", "", "tls_key_file " + p.KeyFile + ".nope"},
+		{"cert and key swapped", p.KeyFile, p.CertFile, "", "tls_cert_file " + p.KeyFile},
+		{"CA file without a certificate", p.CertFile, p.KeyFile, p.KeyFile, "tls_client_ca_file " + p.KeyFile + " holds no PEM certificate"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -298,7 +198,7 @@ func TestTLSConfigErrors(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("LoadTLS: %v, want %q", err, c.want)
 			}
-			if strings.Contains(err.Error(), "PRIVATE KEY-----") || strings.Contains(err.Error(), string(p.keyPEM[30:60])) {
+			if strings.Contains(err.Error(), "PRIVATE KEY-----") || strings.Contains(err.Error(), string(p.KeyPEM[30:60])) {
 				t.Fatalf("the error shows the key: %v", err)
 			}
 		})
