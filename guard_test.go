@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
@@ -179,6 +180,14 @@ func TestCommitGuardOneProbe(t *testing.T) {
 			st, counter := ep.NewStore(t)
 			c := durashuffle.NewClient(st, testConfig(), counter, nil)
 			defer c.Close()
+			// What the probe costs on its own, on a client of its own.
+			solo := durashuffle.NewClient(st, testConfig(), nil, nil)
+			start := time.Now()
+			if err := solo.CheckCommitGuard(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("one probe (2 PutObject, 1 DeleteObjects): %v", time.Since(start).Round(10*time.Microsecond))
+			solo.Close()
 			var wg sync.WaitGroup
 			errs := make([]error, 8)
 			for i := range errs {

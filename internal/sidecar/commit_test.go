@@ -3,10 +3,13 @@ package sidecar_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
@@ -15,6 +18,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -202,5 +206,56 @@ func TestCommitGuardInSidecar(t *testing.T) {
 	}
 	if v := sum(scrape(t, good.httpURL), metrics.CommitGuard, map[string]string{"state": "enforced"}); v != 1 {
 		t.Fatalf(`%s{state="enforced"} = %v, want 1`, metrics.CommitGuard, v)
+	}
+}
+
+// denyProbe refuses puts of the commit guard's probe key with 403 while
+// deny is set, as credentials without s3:PutObject on the prefix would.
+type denyProbe struct {
+	store.Store
+	deny atomic.Bool
+}
+
+func (s *denyProbe) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	if s.deny.Load() && strings.Contains(key, "~commit-guard/") {
+		return &store.Error{Op: "PutObject", Key: key, Status: 403, Code: "AccessDenied", Err: errors.New("denied")}
+	}
+	return s.Store.Put(ctx, key, body, o)
+}
+
+// TestCommitGuardProbeFails: a probe that fails for another reason than
+// the store taking the second put leaves the sidecar ready (the bucket
+// answers), says so on /readyz, is not repeated every readiness interval,
+// fails the DoPut that needs it with nothing committed, and is retried by
+// the next DoPut, which commits once the store lets it.
+func TestCommitGuardProbeFails(t *testing.T) {
+	ep := testenv.MinIO(t)
+	dp := &denyProbe{}
+	dp.deny.Store(true)
+	e := newEnv(t, ep, envOptions{wrap: func(s store.Store) store.Store { dp.Store = s; return dp }})
+	waitReady(t, e)
+	waitFor(t, "the guard's first probe", func() bool { return e.client.CommitGuard().State == "error" })
+	time.Sleep(300 * time.Millisecond) // six readiness intervals
+	code, body := get(t, e.httpURL+"/readyz")
+	if code != http.StatusOK || !strings.Contains(body, "commit guard: error (") || !strings.Contains(body, "AccessDenied") {
+		t.Fatalf("/readyz after a denied probe: %d %q", code, body)
+	}
+	if n := e.client.GuardProbes(); n != 1 {
+		t.Fatalf("%d probes in six readiness intervals, want 1", n)
+	}
+	put := func() (sidecar.PutResult, error) {
+		r, _ := genBatch("d", 0, 100, 8)
+		return doPut(context.Background(), e.fc, putCmd("q-deny", 0, "d", "", 1), testSchema, batches([]putBatch{{r, nil}}))
+	}
+	if _, err := put(); err == nil || !strings.Contains(err.Error(), "commit guard: probe") || !strings.Contains(err.Error(), "AccessDenied") {
+		t.Fatalf("DoPut while the probe is denied: %v, want the probe's AccessDenied", err)
+	}
+	e.nothingLeft("q-deny", 0, "d")
+	dp.deny.Store(false)
+	if res, err := put(); err != nil || !res.Committed {
+		t.Fatalf("DoPut once the probe may put: %+v %v", res, err)
+	}
+	if g := e.client.CommitGuard(); g.State != "enforced" || e.client.GuardProbes() != 3 {
+		t.Fatalf("guard %q after %d probes, want enforced after 3 (readiness, two DoPuts)", g.State, e.client.GuardProbes())
 	}
 }

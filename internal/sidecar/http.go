@@ -15,10 +15,10 @@ import (
 //
 //	/metrics  Prometheus exposition of the sidecar's private registry
 //	/healthz  200 while the process serves HTTP at all (liveness)
-//	/readyz   200 while the bucket is reachable, the commit guard has
-//	          passed (or is off) and the sidecar is not shutting down; 503
-//	          with the reason otherwise (readiness). Either way a second
-//	          line gives the commit guard's state and the store.
+//	/readyz   200 while the bucket is reachable, the commit guard has not
+//	          found that the store ignores If-None-Match and the sidecar is
+//	          not shutting down; 503 with the reason otherwise (readiness).
+//	          Either way a line gives the commit guard's state and store.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.m.Handler())
@@ -36,14 +36,16 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		g := s.c.CommitGuard()
 		fmt.Fprintf(w, "commit guard: %s (%s)\n", g.State, g.Endpoint)
+		if g.State == durashuffle.GuardError {
+			fmt.Fprintf(w, "the last probe failed, the next commit probes again: %v\n", g.Err)
+		}
 	})
 	return mux
 }
 
 // Ready returns nil when the sidecar should receive traffic: the latest
-// bucket probe succeeded, recently, the commit guard found that the store
-// enforces If-None-Match: * (or commit_guard is off), and Shutdown has
-// not started.
+// bucket probe succeeded, recently, the commit guard has not found that
+// the store ignores If-None-Match: *, and Shutdown has not started.
 func (s *Server) Ready() error {
 	if s.drain.Err() != nil {
 		return ErrShutdown
@@ -55,9 +57,10 @@ func (s *Server) Ready() error {
 // that holds no keys ('~' is not allowed in IDs) per interval. It succeeds
 // exactly when the bucket exists and the credentials may list it, and
 // costs one cheap request whatever the bucket holds. Once the bucket
-// answers, it also runs the client's commit guard, so /readyz shows the
-// guard's verdict before the first commit; the guard probes once per
-// client (again only after a failed probe), not per interval.
+// answers, it also runs the client's commit guard once, so /readyz shows
+// the guard's verdict before the first commit: a store that does not
+// enforce If-None-Match makes the sidecar unready; a probe that failed
+// otherwise does not (commits probe again).
 type readiness struct {
 	interval time.Duration
 	cancel   context.CancelFunc
@@ -86,9 +89,18 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 			pcancel()
 			var gerr error
 			if err == nil {
-				gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
-				gerr = s.c.CheckCommitGuard(gctx)
-				gcancel()
+				// One probe, at the start: a probe that fails for a
+				// passing reason is retried by the next commit, not here,
+				// so a sidecar whose credentials cannot put (reads only)
+				// costs no request per interval.
+				if s.c.CommitGuard().State == durashuffle.GuardUnprobed {
+					gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+					s.c.CheckCommitGuard(gctx)
+					gcancel()
+				}
+				if g := s.c.CommitGuard(); g.State == durashuffle.GuardNotEnforced {
+					gerr = g.Err
+				}
 			}
 			if ctx.Err() != nil {
 				return
