@@ -29,6 +29,7 @@ type Client struct {
 	// readHedge times the ranged GETs of every stage the client opens
 	// (nil: hedge_factor 0, no hedging).
 	readHedge *hedge.Hedger
+	guard     commitGuard
 }
 
 // Open connects to the bucket of cfg with the AWS SDK (endpoint, region
@@ -136,6 +137,11 @@ func (c *Client) SealWorkers(ctx context.Context, query string, stage int, worke
 	}
 	if err := manifest.ValidateStage(stage); err != nil {
 		return nil, err
+	}
+	// The stage manifest is a conditional put too: a second seal with
+	// other attempts must fail, not overwrite the first.
+	if err := c.CheckCommitGuard(ctx); err != nil {
+		return nil, fmt.Errorf("seal %s stage %d: %w", query, stage, err)
 	}
 	return manifest.Seal(ctx, c.st, c.layout, query, stage, workers)
 }

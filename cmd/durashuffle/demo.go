@@ -47,6 +47,9 @@ type demoSummary struct {
 	Bucket   string `json:"bucket"`
 	Endpoint string `json:"endpoint"`
 	Embedded bool   `json:"embedded"`
+	// CommitGuard is the commit guard's state when the write began:
+	// enforced (the store refused a second If-None-Match: * put) or off.
+	CommitGuard string `json:"commit_guard"`
 
 	Committed     bool             `json:"committed"`
 	RowsWritten   int64            `json:"rows_written"`
@@ -184,6 +187,13 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	defer closeClient()
 	sum.Endpoint = cfg.Endpoint
 	counter := client.Counter()
+	// The commit guard's one probe, before the write phase: a store that
+	// would not make manifests commit points fails the demo before any
+	// upload, and the write's request counts are the write's own.
+	if err := client.CheckCommitGuard(ctx); err != nil {
+		return fmt.Errorf("write %s stage 0: %w", o.query, err)
+	}
+	sum.CommitGuard = client.CommitGuard().State
 	o.prog.writingRows(client, o.rows)
 
 	// Write.

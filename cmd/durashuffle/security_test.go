@@ -1,22 +1,54 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"encoding/json"
 	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
 // TestSecretNeverPrinted runs every command against MinIO with debug
 // logging, then with a wrong secret key, and checks that neither secret
 // appears in anything the binary prints, errors included. Credentials come
-// only from the AWS chain: no flag or config key takes them.
+// only from the AWS chain: no flag or config key takes them. Every command
+// runs with a bearer token and TLS files in its environment too, so the
+// JSON summaries and logs are searched for the token and the TLS key's
+// contents as well; serve gets its own runs at every log level (see
+// serveLeaks).
 func TestSecretNeverPrinted(t *testing.T) {
 	t.Parallel()
 	tg := newTarget(t, backends[1])
@@ -25,14 +57,20 @@ func TestSecretNeverPrinted(t *testing.T) {
 		t.Fatalf("MinIO's secret %q is too short to search for", secret)
 	}
 	const wrong = "wrong-secret-Zq8nW3pLk5Vt"
+	sec := newSidecarSecrets(t)
 	leaks := func(t *testing.T, r result, what string) {
 		t.Helper()
-		for _, s := range []string{secret, wrong} {
+		needles := map[string]string{"the AWS secret key": secret, "the wrong secret key": wrong}
+		for name, s := range sec.needles() {
+			needles[name] = s
+		}
+		for name, s := range needles {
 			if strings.Contains(r.stdout, s) || strings.Contains(r.stderr, s) {
-				t.Fatalf("%s printed a secret key:\nstdout:\n%s\nstderr:\n%s", what, r.stdout, r.stderr)
+				t.Fatalf("%s printed %s:\nstdout:\n%s\nstderr:\n%s", what, name, r.stdout, r.stderr)
 			}
 		}
 	}
+	tg.env = append(append([]string{}, tg.env...), sec.env()...)
 	in := arrowStream(t, testBatches(t, 0, 2000, 500))
 	debug := []string{"--log-level", "debug"}
 	var printed int
@@ -57,6 +95,28 @@ func TestSecretNeverPrinted(t *testing.T) {
 	if printed == 0 {
 		t.Fatal("debug logging printed nothing: the test proves nothing")
 	}
+
+	// The sidecar, at every log level and in both formats, serving
+	// authorized, unauthorized and plaintext callers over mutual TLS.
+	for _, run := range []struct{ level, format string }{
+		{"debug", "text"}, {"debug", "json"}, {"info", "text"}, {"warn", "text"}, {"error", "json"},
+	} {
+		t.Run("serve "+run.level+" "+run.format, func(t *testing.T) {
+			r := serveLeaks(t, tg, sec, run.level, run.format)
+			leaks(t, r, "serve --log-level "+run.level)
+			if run.level == "debug" && !strings.Contains(r.stderr, "serving Arrow Flight") {
+				t.Fatalf("serve at debug logged nothing of note: the test proves nothing\n%s", r.stderr)
+			}
+		})
+	}
+	// A key file that does not hold a key (cert and key swapped) stops
+	// serve with exit 2 and names the files, not what they hold.
+	swapped := append(append([]string{}, tg.env...), "DURASHUFFLE_TLS_CERT_FILE="+sec.pki.KeyFile, "DURASHUFFLE_TLS_KEY_FILE="+sec.pki.CertFile)
+	r := cli(t, swapped, nil, append([]string{"serve", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--log-level", "debug"}, tg.flags...)...)
+	if r.code != 2 || !strings.Contains(r.stderr, "tls_cert_file "+sec.pki.KeyFile) {
+		t.Fatalf("serve with the key as certificate: exit %d, want 2 naming the file:\n%s", r.code, r.stderr)
+	}
+	leaks(t, r, "serve with bad TLS files")
 
 	// A request that fails on the credentials: the error says so, and
 	// still shows no secret.
@@ -85,7 +145,7 @@ func TestSecretNeverPrinted(t *testing.T) {
 	if err := os.WriteFile(file, []byte("aws_secret_access_key: "+wrong+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	r := cli(t, tg.env, nil, append([]string{"ls", "--config", file}, tg.flags...)...)
+	r = cli(t, tg.env, nil, append([]string{"ls", "--config", file}, tg.flags...)...)
 	if r.code != 2 || !strings.Contains(r.stderr, "field aws_secret_access_key not found") {
 		t.Fatalf("a config file with a secret key: exit %d\n%s", r.code, r.stderr)
 	}
@@ -144,4 +204,194 @@ func TestTLSVerification(t *testing.T) {
 	if requests.Load() == 0 {
 		t.Fatal("nothing went through the TLS endpoint")
 	}
+}
+
+// sidecarSecrets are the sidecar's secrets for one test: a bearer token
+// and a TLS key (with its certificate and the CA of mutual TLS).
+type sidecarSecrets struct {
+	token, wrongToken string
+	pki               *testenv.PKI
+}
+
+func newSidecarSecrets(t *testing.T) *sidecarSecrets {
+	var b [12]byte
+	rand.Read(b[:])
+	return &sidecarSecrets{token: "tok-" + hex.EncodeToString(b[:]), wrongToken: "wrong-tok-Hd72mXq0Lr", pki: testenv.NewPKI(t)}
+}
+
+// env is the configuration that holds the secrets, as an operator would
+// set it: the token and the TLS files in DURASHUFFLE_ variables.
+func (s *sidecarSecrets) env() []string {
+	return []string{"DURASHUFFLE_AUTH_TOKEN=" + s.token, "DURASHUFFLE_TLS_CERT_FILE=" + s.pki.CertFile,
+		"DURASHUFFLE_TLS_KEY_FILE=" + s.pki.KeyFile, "DURASHUFFLE_TLS_CLIENT_CA_FILE=" + s.pki.CAFile}
+}
+
+// needles are the strings no output may hold: both tokens, the key file
+// whole, and every base64 line of its body.
+func (s *sidecarSecrets) needles() map[string]string {
+	out := map[string]string{"the bearer token": s.token, "the wrong bearer token": s.wrongToken,
+		"the TLS key file": string(s.pki.KeyPEM), "a PEM private key header": "BEGIN PRIVATE KEY"}
+	for i, line := range strings.Split(string(s.pki.KeyPEM), "\n") {
+		if len(line) >= 16 && !strings.HasPrefix(line, "-----") {
+			out[fmt.Sprintf("line %d of the TLS key file", i+1)] = line
+		}
+	}
+	return out
+}
+
+// serveLeaks runs serve with the secrets at a log level, makes every kind
+// of call a sidecar sees (a committed DoPut and a DoGet with the token, a
+// wrong token, none, a plaintext client; /metrics and /readyz over mutual
+// TLS), stops it with SIGTERM and returns everything it printed, with the
+// HTTP bodies appended to stdout so they are searched too.
+func serveLeaks(t *testing.T, tg target, sec *sidecarSecrets, level, format string) result {
+	t.Helper()
+	flightAddr, metricsAddr := freePort(t), freePort(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, append([]string{"serve", "--log-level", level, "--log-format", format,
+		"--listen", flightAddr, "--metrics-listen", metricsAddr}, tg.flags...)...)
+	cmd.Env = baseEnv(tg.env)
+	var so, se syncBuffer
+	cmd.Stdout, cmd.Stderr = &so, &se
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Process.Kill()
+
+	tc := &tls.Config{RootCAs: sec.pki.Roots, Certificates: []tls.Certificate{sec.pki.Client}}
+	hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: tc}}
+	defer hc.CloseIdleConnections()
+	var bodies strings.Builder
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := hc.Get("https://" + metricsAddr + "/readyz")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				bodies.Write(b)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready after 30 s: %v\n%s", err, se.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	c, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	authed := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+sec.token)
+	query := "sec-serve-" + level + "-" + format
+	if err := putOneBatch(authed, c, query); err != nil {
+		t.Fatalf("DoPut with the token: %v\n%s", err, se.String())
+	}
+	tkt, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "partition": 0})
+	get, err := c.DoGet(authed, &flight.Ticket{Ticket: tkt})
+	if err == nil {
+		_, err = get.Recv()
+	}
+	if err != nil {
+		t.Fatalf("DoGet with the token: %v", err)
+	}
+	for _, ctx := range []context.Context{
+		metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+sec.wrongToken),
+		metadata.AppendToOutgoingContext(ctx, "authorization", sec.wrongToken), // no scheme
+		ctx,
+	} {
+		if err := putOneBatch(ctx, c, query+"-x"); status.Code(err) != codes.Unauthenticated {
+			t.Fatalf("DoPut without the right token: %v, want Unauthenticated", err)
+		} else if strings.Contains(err.Error(), sec.wrongToken) || strings.Contains(err.Error(), sec.token) {
+			t.Fatalf("the error shows a token: %v", err)
+		}
+	}
+	plain, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := plain.ListFlights(authed, &flight.Criteria{}); err == nil {
+		t.Fatal("a plaintext client was served")
+	}
+	plain.Close()
+	for _, path := range []string{"/metrics", "/readyz", "/healthz"} {
+		resp, err := hc.Get("https://" + metricsAddr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		bodies.Write(b)
+	}
+
+	cmd.Process.Signal(syscall.SIGTERM)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	r := result{stdout: so.String() + bodies.String(), stderr: se.String()}
+	if errors.As(err, &ee) {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	if r.code != 0 {
+		t.Fatalf("serve exit %d after SIGTERM\n%s", r.code, r.stderr)
+	}
+	return r
+}
+
+// putOneBatch DoPuts one small batch as worker 0 of query, with the
+// commit message, and waits for the outcome.
+func putOneBatch(ctx context.Context, c flight.Client, query string) error {
+	stream, err := c.DoPut(ctx)
+	if err != nil {
+		return err
+	}
+	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil))
+	defer bld.Release()
+	bld.Field(0).(*array.Int64Builder).AppendValues([]int64{1, 2, 3}, nil)
+	rec := bld.NewRecordBatch()
+	defer rec.Release()
+	desc, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "worker": 0, "partitions": 1})
+	w := flight.NewRecordWriter(stream, ipc.WithSchema(rec.Schema()))
+	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+	if err := w.Write(rec); err == nil {
+		if err := w.Close(); err == nil {
+			w.WriteMetadata([]byte(`{"commit": {"batches": 1, "rows": 3}}`))
+		}
+	}
+	stream.CloseSend()
+	_, err = stream.Recv()
+	return err
+}
+
+// freePort returns a loopback address that was free a moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// syncBuffer collects a child's output while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -33,8 +33,9 @@ service on --listen (loopback by default, or unix:/path for a socket) and
 /metrics, /healthz and /readyz on --metrics-listen.
 
 Workers DoPut a stage's output (descriptor CMD {"query","stage","worker",
-"attempt","partitions"}, every batch's app_metadata {"partition": N}; the end
-of the stream commits), seal it with the seal-stage action and DoGet
+"attempt","partitions"}, every batch's app_metadata {"partition": N}; only a
+last message {"commit": {"batches": B, "rows": R}} with matching counts
+commits), seal it with the seal-stage action and DoGet
 partitions back (ticket {"query","stage","partition"}). All streams share one
 upload pool and its memory budget (max_buffered_chunks x chunk_size); a slow
 store slows the clients, not the sidecar's memory. docs/sidecar.md has the
@@ -42,6 +43,10 @@ whole protocol and client examples in Go and Python.
 
 With auth_token set (--auth-token or DURASHUFFLE_AUTH_TOKEN; the environment
 keeps it out of ps) every call must carry "authorization: Bearer <token>".
+With tls_cert_file and tls_key_file both ports speak TLS only; with
+tls_client_ca_file too, they require a client certificate of that CA.
+Listening beyond loopback without a token or without TLS is logged as a
+warning.
 
 On SIGTERM or SIGINT it refuses new streams, lets streams in flight finish
 for --shutdown-grace, then aborts the rest: their output is not committed
@@ -55,7 +60,12 @@ in a temporary directory removed on exit): a local trial with no setup.`,
 
   # Next to a worker, against S3, on a unix socket, with a token:
   DURASHUFFLE_AUTH_TOKEN=$(cat /run/secrets/ds-token) \
-    durashuffle serve --config /etc/durashuffle.yaml --listen unix:/run/durashuffle/flight.sock`,
+    durashuffle serve --config /etc/durashuffle.yaml --listen unix:/run/durashuffle/flight.sock
+
+  # On the network, with mutual TLS on both ports:
+  durashuffle serve --config /etc/durashuffle.yaml --listen 10.0.0.5:8815 --metrics-listen 10.0.0.5:9815 \
+    --tls-cert-file /etc/durashuffle/tls.pem --tls-key-file /etc/durashuffle/tls-key.pem \
+    --tls-client-ca-file /etc/durashuffle/clients-ca.pem`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runServe(cmd.Context(), o)
 		},
@@ -110,11 +120,18 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 			return fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
 		}
 	}
-	srv := sidecar.New(client, sidecar.Options{Logger: a.log, Metrics: m})
-
-	if !sidecar.IsLoopback(cfg.Listen) && cfg.AuthToken == "" {
-		a.log.Warn("listening beyond loopback without auth_token: anyone who reaches the port can read and delete data", "listen", cfg.Listen)
+	srv, err := sidecar.New(client, sidecar.Options{Logger: a.log, Metrics: m})
+	if err != nil {
+		ln.Close()
+		if hln != nil {
+			hln.Close()
+		}
+		return err
 	}
+	for _, w := range sidecar.ExposureWarnings(cfg) {
+		a.log.Warn(w)
+	}
+	tlsOn, mutual := srv.TLS()
 	flightAddr := ln.Addr().String()
 	if ln.Addr().Network() == "unix" {
 		flightAddr = "unix:" + flightAddr
@@ -122,9 +139,12 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	metricsAddr := ""
 	if hln != nil {
 		metricsAddr = "http://" + hln.Addr().String()
+		if tlsOn {
+			metricsAddr = "https://" + hln.Addr().String()
+		}
 	}
 	a.log.Info("serving Arrow Flight", "listen", flightAddr, "metrics", metricsAddr,
-		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "",
+		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "", "tls", tlsOn, "mtls", mutual,
 		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
 		"memory_budget", config.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)))
 

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -54,7 +55,11 @@ type writeSummary struct {
 	CompressRatio float64          `json:"compression_ratio"`
 	Seconds       float64          `json:"seconds"`
 	MiBps         float64          `json:"mib_per_s"`
-	Requests      map[string]int64 `json:"requests"`
+	Requests      map[string]int64 `json:"requests"` // the write's, after the commit guard's probe
+	// CommitGuard is the guard's state (enforced or off) and GuardRequests
+	// what its one probe cost (none when off).
+	CommitGuard   string           `json:"commit_guard"`
+	GuardRequests map[string]int64 `json:"commit_guard_requests"`
 	Manifest      string           `json:"manifest"`
 }
 
@@ -147,6 +152,12 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 		return err
 	}
 	defer c.Close()
+	// Fail before uploading anything on a store that would not make the
+	// manifest a commit point (Commit checks again; the answer is kept).
+	if err := c.CheckCommitGuard(ctx); err != nil {
+		return fmt.Errorf("write %s stage %d worker %s: %w", o.stage.query, o.stage.stage, o.worker, err)
+	}
+	guardRequests := c.Counter().Requests()
 	prog.writingInput(c)
 
 	start := time.Now()
@@ -180,7 +191,8 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	sum.CompressRatio = ratio(float64(t.BytesLogical), float64(t.BytesStored))
 	sum.Seconds = round(time.Since(start).Seconds())
 	sum.MiBps = perSecond(t.BytesLogical, sum.Seconds)
-	sum.Requests = c.Counter().Requests()
+	sum.Requests = store.Diff(c.Counter().Requests(), guardRequests)
+	sum.CommitGuard, sum.GuardRequests = c.CommitGuard().State, guardRequests
 	sum.Manifest = c.Layout().WorkerManifestKey(sum.Query, sum.Stage, sum.Worker)
 	prog.done()
 	if o.json {

@@ -221,6 +221,10 @@ func TestWriteSealRead(t *testing.T) {
 			if ws.Requests["PutObject"] != 2 || ws.Requests["CreateMultipartUpload"] != 0 {
 				t.Fatalf("write requests %v", ws.Requests)
 			}
+			// Before it, the commit guard's one probe: two puts, a delete.
+			if ws.CommitGuard != "enforced" || fmt.Sprint(ws.GuardRequests) != "map[DeleteObjects:1 PutObject:2]" {
+				t.Fatalf("commit guard %q with requests %v, want enforced after 2 PutObject and 1 DeleteObjects", ws.CommitGuard, ws.GuardRequests)
+			}
 
 			var ls lsOutput
 			tg.run(t, nil, "ls", "--json", "--query", q).must(t).decode(t, &ls)

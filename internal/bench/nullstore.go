@@ -4,22 +4,32 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"sync/atomic"
 
 	"github.com/durashuffle/durashuffle/internal/store"
 )
 
 // nullStore accepts every upload and keeps nothing: the CPU side of the
-// write path alone. Requests are counted like a real store's.
+// write path alone. Requests are counted like a real store's. It keeps
+// the keys of conditional puts only, and enforces If-None-Match: * on
+// them as S3 does, so the commit guard passes and manifests commit once.
 type nullStore struct {
 	counter *store.Counter
 	ids     atomic.Int64
 	stored  atomic.Int64
+	exists  sync.Map // keys put with IfNoneMatch
 }
 
 var _ store.Store = (*nullStore)(nil)
 
-func (s *nullStore) Put(_ context.Context, _ string, body []byte, _ store.PutOptions) error {
+func (s *nullStore) Put(_ context.Context, key string, body []byte, o store.PutOptions) error {
+	if o.IfNoneMatch {
+		if _, loaded := s.exists.LoadOrStore(key, struct{}{}); loaded {
+			s.counter.Request("PutObject", 412)
+			return &store.Error{Op: "PutObject", Key: key, Status: 412, Code: "PreconditionFailed", Err: store.ErrPreconditionFailed}
+		}
+	}
 	s.counter.Request("PutObject", 200)
 	s.stored.Add(int64(len(body)))
 	return nil
@@ -58,4 +68,9 @@ func (s *nullStore) ListUploads(context.Context, string) ([]store.UploadInfo, er
 	return nil, nil
 }
 
-func (s *nullStore) Delete(context.Context, ...string) error { return nil }
+func (s *nullStore) Delete(_ context.Context, keys ...string) error {
+	for _, k := range keys {
+		s.exists.Delete(k)
+	}
+	return nil
+}

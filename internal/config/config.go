@@ -85,12 +85,17 @@ type Config struct {
 
 	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
 
+	CommitGuard string `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
+
 	Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
 	MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
 	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
 	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
 	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
 	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, how long streams in flight may take to finish before they are aborted."`
+	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
+	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
+	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
 }
 
 // Default returns the configuration of DESIGN.md.
@@ -114,6 +119,7 @@ func Default() Config {
 		HedgeFactor:       4,
 		HedgeMinDelay:     Duration(2 * time.Second),
 		ResultsRetention:  Duration(6 * time.Hour),
+		CommitGuard:       CommitGuardOn,
 		Listen:            "127.0.0.1:8815",
 		MetricsListen:     "127.0.0.1:9815",
 		MaxStreams:        64,
@@ -127,6 +133,12 @@ const (
 	MinPartSize = 5 * MiB
 	MaxPartSize = 5 * GiB
 	MaxParts    = 10000
+)
+
+// Values of commit_guard.
+const (
+	CommitGuardOn  = "on"
+	CommitGuardOff = "off"
 )
 
 // ErrInvalid marks a configuration error (exit code 2 in the CLI).
@@ -215,6 +227,11 @@ func (c Config) Validate() error {
 	if c.ResultsRetention < 0 {
 		bad("results_retention", "0 or positive", c.ResultsRetention)
 	}
+	switch c.CommitGuard {
+	case CommitGuardOn, CommitGuardOff:
+	default:
+		bad("commit_guard", "on or off", strconv.Quote(c.CommitGuard))
+	}
 	if c.HedgeFactor != 0 && (c.HedgeFactor < 1.5 || c.HedgeFactor > 100) {
 		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.HedgeFactor)
 	}
@@ -225,6 +242,13 @@ func (c Config) Validate() error {
 	sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		bad("tls_cert_file and tls_key_file", "both set or both empty",
+			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.TLSCertFile, c.TLSKeyFile))
+	}
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.TLSClientCAFile))
 	}
 	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
 		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))

@@ -72,6 +72,10 @@ func TestValidate(t *testing.T) {
 		{"read ahead", func(c *Config) { c.ReadAhead = 0 }, "read_ahead must be between 1 and 256, got 0"},
 		{"retries", func(c *Config) { c.RetryMaxAttempts = 0 }, "retry_max_attempts must be between 1 and 100, got 0"},
 		{"object below chunk", func(c *Config) { c.MaxObjectSize = 6 * MiB }, "max_object_size must be 0 or at least chunk_size (8MiB), got 6MiB"},
+		{"commit guard", func(c *Config) { c.CommitGuard = "false" }, `commit_guard must be on or off, got "false"`},
+		{"commit guard empty", func(c *Config) { c.CommitGuard = "" }, `commit_guard must be on or off, got ""`},
+		{"tls key without cert", func(c *Config) { c.TLSKeyFile = "k.pem" }, `tls_cert_file and tls_key_file must be both set or both empty, got tls_cert_file "" and tls_key_file "k.pem"`},
+		{"client ca without tls", func(c *Config) { c.TLSClientCAFile = "ca.pem" }, `tls_client_ca_file must be set only with tls_cert_file and tls_key_file (mutual TLS needs TLS), got "ca.pem"`},
 		{"prefix escapes", func(c *Config) { c.Prefix = "../x" }, `prefix must be a relative key prefix without '..', got "../x"`},
 	}
 	for _, c := range cases {
@@ -136,5 +140,33 @@ func TestLoadErrors(t *testing.T) {
 	})
 	if err == nil || !strings.Contains(err.Error(), "DURASHUFFLE_READ_AHEAD") {
 		t.Fatalf("bad env: %v", err)
+	}
+}
+
+// TestCommitGuardOff: the guard is on unless a file, the environment or a
+// flag says off in so many words; YAML's unquoted off stays the word.
+func TestCommitGuardOff(t *testing.T) {
+	if Default().CommitGuard != CommitGuardOn {
+		t.Fatalf("default commit_guard %q, want on", Default().CommitGuard)
+	}
+	file := filepath.Join(t.TempDir(), "c.yaml")
+	if err := os.WriteFile(file, []byte("commit_guard: off\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := Default()
+	if err := c.LoadFile(file); err != nil || c.CommitGuard != CommitGuardOff || c.Validate() != nil {
+		t.Fatalf("commit_guard: off in YAML: %q, %v, %v", c.CommitGuard, err, c.Validate())
+	}
+	c = Default()
+	if err := c.LoadEnv(func(k string) string {
+		if k == "DURASHUFFLE_COMMIT_GUARD" {
+			return "no"
+		}
+		return ""
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `commit_guard must be on or off, got "no"`) {
+		t.Fatalf("DURASHUFFLE_COMMIT_GUARD=no: %v, want it refused", err)
 	}
 }

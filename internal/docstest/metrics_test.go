@@ -92,6 +92,7 @@ func scraped(t *testing.T) map[string]*dto.MetricFamily {
 	c.Retry("UploadPart", "SlowDown")
 	m.WatchCounter(c)
 	m.WatchConcurrency(func() int { return 8 })
+	m.WatchCommitGuard([]string{"unprobed", "enforced"}, func() string { return "enforced" })
 	// Sidecar events, through interfaces so that a change of their
 	// signatures shows up as an unscraped metric, not a build failure.
 	var x any = m

@@ -33,9 +33,11 @@ const (
 	SidecarRowsTotal      = "durashuffle_sidecar_rows_total"
 	SidecarCommitsTotal   = "durashuffle_sidecar_commits_total"
 	SidecarAbortsTotal    = "durashuffle_sidecar_aborts_total"
+	CommitGuard           = "durashuffle_commit_guard"
 	requestsHelp          = "Object-store requests sent, by SDK operation and HTTP status (none: no response arrived)."
 	retriesHelp           = "Object-store requests retried, by SDK operation and reason (service code, HTTPnnn, reset, timeout)."
 	uploadConcurrencyHelp = "Parts the upload pool lets in flight now (upload_concurrency, lowered while the store throttles)."
+	commitGuardHelp       = "Commit guard state: 1 for the current one (unprobed, enforced, not_enforced: every commit refused, error: the last probe failed, off), 0 for the others."
 )
 
 // Metrics holds durashuffle's collectors on a private registry (never the
@@ -52,14 +54,15 @@ type Metrics struct {
 	readBytes   prometheus.Counter
 	buffered    prometheus.Gauge
 
-	streams  *prometheus.GaugeVec
-	waiting  prometheus.Gauge
-	calls    *prometheus.CounterVec
-	rows     *prometheus.CounterVec
-	commits  prometheus.Counter
-	aborts   prometheus.Counter
-	counters counterCollector
-	concOnce sync.Once
+	streams   *prometheus.GaugeVec
+	waiting   prometheus.Gauge
+	calls     *prometheus.CounterVec
+	rows      *prometheus.CounterVec
+	commits   prometheus.Counter
+	aborts    prometheus.Counter
+	counters  counterCollector
+	concOnce  sync.Once
+	guardOnce sync.Once
 }
 
 var _ uploader.Observer = (*Metrics)(nil)
@@ -94,7 +97,7 @@ func New() *Metrics {
 		commits: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarCommitsTotal,
 			Help: "DoPut streams whose worker output was committed."}),
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarAbortsTotal,
-			Help: "DoPut streams aborted: cancelled, failed, rejected or cut off at shutdown."}),
+			Help: "DoPut streams aborted: cancelled, failed, rejected, ended without their commit message, or cut off at shutdown."}),
 	}
 	m.counters.requests = prometheus.NewDesc(RequestsTotal, requestsHelp, []string{"op", "code"}, nil)
 	m.counters.retries = prometheus.NewDesc(RetriesTotal, retriesHelp, []string{"op", "reason"}, nil)
@@ -177,6 +180,43 @@ func (m *Metrics) WatchConcurrency(f func() int) {
 		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: UploadConcurrency, Help: uploadConcurrencyHelp},
 			func() float64 { return float64(f()) }))
 	})
+}
+
+// WatchCommitGuard exports the commit guard's state as
+// durashuffle_commit_guard{state}: f, called at scrape time, returns the
+// current one of states, which is 1; the others are 0, so an alert can
+// match state="not_enforced" whether or not it ever happened. Only the
+// first call counts.
+func (m *Metrics) WatchCommitGuard(states []string, f func() string) {
+	if m == nil {
+		return
+	}
+	m.guardOnce.Do(func() {
+		m.reg.MustRegister(&guardCollector{
+			desc:   prometheus.NewDesc(CommitGuard, commitGuardHelp, []string{"state"}, nil),
+			states: states,
+			f:      f,
+		})
+	})
+}
+
+type guardCollector struct {
+	desc   *prometheus.Desc
+	states []string
+	f      func() string
+}
+
+func (g *guardCollector) Describe(ch chan<- *prometheus.Desc) { ch <- g.desc }
+
+func (g *guardCollector) Collect(ch chan<- prometheus.Metric) {
+	now := g.f()
+	for _, s := range g.states {
+		v := 0.0
+		if s == now {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(g.desc, prometheus.GaugeValue, v, s)
+	}
 }
 
 // StreamStarted and StreamDone bracket a sidecar stream holding a slot.

@@ -110,11 +110,14 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 	e.m = metrics.New()
 	e.client = durashuffle.NewClient(st, cfg, counter, e.m)
 	t.Cleanup(e.client.Close)
-	e.srv = sidecar.New(e.client, sidecar.Options{
+	e.srv, err = sidecar.New(e.client, sidecar.Options{
 		Logger:        slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		Metrics:       e.m,
 		ReadyInterval: 50 * time.Millisecond,
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	ln, err := sidecar.Listen(cfg.Listen)
 	if err != nil {
 		t.Fatal(err)
@@ -143,6 +146,11 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 		e.addr = "unix:" + e.addr
 	}
 	e.httpURL = "http://" + hln.Addr().String()
+	if cfg.TLSCertFile != "" {
+		// The test dials with the credentials it is about.
+		e.httpURL = "https://" + hln.Addr().String()
+		return e
+	}
 	e.fc = e.dial()
 	return e
 }
@@ -268,9 +276,16 @@ func putCmd(query string, stage int, worker any, attempt string, partitions int)
 }
 
 // doPut streams batches (from next, until it returns false) under the
-// descriptor and returns the PutResult. A server that rejects the stream
-// mid-way makes Send fail with io.EOF; the status then comes from Recv.
+// descriptor, ends with the commit message and returns the PutResult. A
+// server that rejects the stream mid-way makes Send fail with io.EOF; the
+// status then comes from Recv.
 func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool)) (sidecar.PutResult, error) {
+	return doPutCommit(ctx, c, cmd, schema, next, sidecar.CommitMetadata)
+}
+
+// doPutCommit is doPut with the commit message's app_metadata made by
+// commit from the batches and rows sent; a nil commit sends none.
+func doPutCommit(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool), commit func(batches, rows int64) []byte) (sidecar.PutResult, error) {
 	var res sidecar.PutResult
 	stream, err := c.DoPut(ctx)
 	if err != nil {
@@ -282,17 +297,24 @@ func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, 
 	}
 	w := flight.NewRecordWriter(stream, ipc.WithSchema(schema))
 	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: b})
+	var sent, rows int64
 	sendErr := func() error {
 		for {
 			pb, ok := next()
 			if !ok {
-				return w.Close()
+				if err := w.Close(); err != nil || commit == nil {
+					return err
+				}
+				return w.WriteMetadata(commit(sent, rows))
 			}
+			n := pb.rec.NumRows()
 			err := w.WriteWithAppMetadata(pb.rec, pb.md)
 			pb.rec.Release()
 			if err != nil {
 				return err
 			}
+			sent++
+			rows += n
 		}
 	}()
 	if sendErr != nil && !errors.Is(sendErr, io.EOF) {

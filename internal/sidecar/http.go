@@ -2,18 +2,23 @@ package sidecar
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/durashuffle/durashuffle"
 )
 
 // HTTPHandler serves the sidecar's plain HTTP endpoints:
 //
 //	/metrics  Prometheus exposition of the sidecar's private registry
 //	/healthz  200 while the process serves HTTP at all (liveness)
-//	/readyz   200 while the bucket is reachable and the sidecar is not
-//	          shutting down; 503 with the reason otherwise (readiness)
+//	/readyz   200 while the bucket is reachable, the commit guard has not
+//	          found that the store ignores If-None-Match and the sidecar is
+//	          not shutting down; 503 with the reason otherwise (readiness).
+//	          Either way a line gives the commit guard's state and store.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.m.Handler())
@@ -26,15 +31,21 @@ func (s *Server) HTTPHandler() http.Handler {
 		if err := s.Ready(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
-			return
+		} else {
+			fmt.Fprintln(w, "ready")
 		}
-		fmt.Fprintln(w, "ready")
+		g := s.c.CommitGuard()
+		fmt.Fprintf(w, "commit guard: %s (%s)\n", g.State, g.Endpoint)
+		if g.State == durashuffle.GuardError {
+			fmt.Fprintf(w, "the last probe failed, the next commit probes again: %v\n", g.Err)
+		}
 	})
 	return mux
 }
 
 // Ready returns nil when the sidecar should receive traffic: the latest
-// bucket probe succeeded, recently, and Shutdown has not started.
+// bucket probe succeeded, recently, the commit guard has not found that
+// the store ignores If-None-Match: *, and Shutdown has not started.
 func (s *Server) Ready() error {
 	if s.drain.Err() != nil {
 		return ErrShutdown
@@ -45,7 +56,11 @@ func (s *Server) Ready() error {
 // readiness probes the bucket in the background: one LIST of a prefix
 // that holds no keys ('~' is not allowed in IDs) per interval. It succeeds
 // exactly when the bucket exists and the credentials may list it, and
-// costs one cheap request whatever the bucket holds.
+// costs one cheap request whatever the bucket holds. Once the bucket
+// answers, it also runs the client's commit guard once, so /readyz shows
+// the guard's verdict before the first commit: a store that does not
+// enforce If-None-Match makes the sidecar unready; a probe that failed
+// otherwise does not (commits probe again).
 type readiness struct {
 	interval time.Duration
 	cancel   context.CancelFunc
@@ -67,18 +82,42 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 		defer close(r.done)
 		t := time.NewTicker(interval)
 		defer t.Stop()
+		refused := false // the guard's refusal was logged
 		for {
 			pctx, pcancel := context.WithTimeout(ctx, min(interval, 10*time.Second))
 			_, _, err := s.c.Store().List(pctx, prefix, "/")
 			pcancel()
+			var gerr error
+			if err == nil {
+				// One probe, at the start: a probe that fails for a
+				// passing reason is retried by the next commit, not here,
+				// so a sidecar whose credentials cannot put (reads only)
+				// costs no request per interval.
+				if s.c.CommitGuard().State == durashuffle.GuardUnprobed {
+					gctx, gcancel := context.WithTimeout(ctx, 10*time.Second)
+					s.c.CheckCommitGuard(gctx)
+					gcancel()
+				}
+				if g := s.c.CommitGuard(); g.State == durashuffle.GuardNotEnforced {
+					gerr = g.Err
+				}
+			}
 			if ctx.Err() != nil {
 				return
 			}
+			if errors.Is(gerr, durashuffle.ErrCommitGuard) && !refused {
+				refused = true
+				s.log.Error("every commit will be refused: the store does not enforce If-None-Match: * (commit_guard)",
+					"endpoint", s.c.CommitGuard().Endpoint, "err", gerr)
+			}
 			r.mu.Lock()
 			prev := r.last
-			if err != nil {
+			switch {
+			case err != nil:
 				r.last = fmt.Errorf("bucket %q unreachable: %w", s.cfg.Bucket, err)
-			} else {
+			case gerr != nil:
+				r.last = gerr
+			default:
 				r.last, r.lastOK = nil, time.Now()
 			}
 			now := r.last

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/frame"
@@ -96,9 +97,57 @@ type PutResult struct {
 	Parts        int    `json:"parts"`
 }
 
-// batchMetadata is the app_metadata of every FlightData of a DoPut.
+// batchMetadata is the app_metadata of every FlightData of a DoPut that
+// carries a record batch.
 type batchMetadata struct {
 	Partition *json.Number `json:"partition"`
+}
+
+// CommitMessage is the app_metadata of the last FlightData of a DoPut:
+// a message with no batch that asks the sidecar to commit. Counts are what
+// the client sent; the sidecar commits only when both match what it
+// received, so a stream cut short (a client that half-closes and then
+// cancels) can never commit a truncated output.
+type CommitMessage struct {
+	Commit *CommitCounts `json:"commit"`
+}
+
+// CommitCounts are the batches and rows a client sent in its DoPut.
+type CommitCounts struct {
+	Batches *int64 `json:"batches"`
+	Rows    *int64 `json:"rows"`
+}
+
+// CommitMetadata is the app_metadata of the commit message for a DoPut
+// that sent batches record batches holding rows rows in all.
+func CommitMetadata(batches, rows int64) []byte {
+	b, _ := json.Marshal(CommitMessage{Commit: &CommitCounts{Batches: &batches, Rows: &rows}})
+	return b
+}
+
+// parseCommit reads a metadata-only message's app_metadata. ok is false
+// when it is not a commit message (no JSON object with a "commit" key),
+// which is ignored; a "commit" that is malformed is InvalidArgument.
+func parseCommit(md []byte) (c CommitCounts, ok bool, err error) {
+	var keys map[string]json.RawMessage
+	if json.Unmarshal(md, &keys) != nil {
+		return c, false, nil
+	}
+	if _, has := keys["commit"]; !has {
+		return c, false, nil
+	}
+	var m CommitMessage
+	if err := decodeStrict("DoPut commit message", md, &m); err != nil {
+		return c, true, err
+	}
+	const want = `want {"commit": {"batches": B, "rows": R}}`
+	switch {
+	case m.Commit == nil || m.Commit.Batches == nil || m.Commit.Rows == nil:
+		return c, true, invalidf("DoPut commit message %s: %s with both counts", clip(md), want)
+	case *m.Commit.Batches < 0 || *m.Commit.Rows < 0:
+		return c, true, invalidf("DoPut commit message %s: counts must not be negative", clip(md))
+	}
+	return *m.Commit, true, nil
 }
 
 // Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
@@ -392,7 +441,8 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, manifest.ErrAlreadyCommitted):
 		return codes.AlreadyExists
-	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict):
+	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict),
+		errors.Is(err, durashuffle.ErrCommitGuard):
 		return codes.FailedPrecondition
 	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, frame.ErrCorrupt),
 		errors.Is(err, reader.ErrChecksum), errors.Is(err, reader.ErrTruncated):

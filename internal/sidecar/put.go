@@ -12,17 +12,23 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
 )
 
 // DoPut writes one worker attempt's output: the descriptor names it, each
-// record batch's app_metadata its partition. The end of the client's
-// stream commits; the one PutResult carries a PutResult JSON summary. A
-// stream that is cancelled, fails, or is rejected (InvalidArgument for a
-// bad descriptor, partition or schema change) aborts the attempt: nothing
-// is committed and no multipart upload stays open. A worker another
-// attempt already committed fails with AlreadyExists.
+// record batch's app_metadata its partition. Only an explicit commit
+// message commits: the stream's last FlightData, without a batch, whose
+// app_metadata is {"commit": {"batches": B, "rows": R}} with the counts
+// the sidecar received (a mismatch is InvalidArgument naming both). The
+// one PutResult then carries a PutResult JSON summary. A stream that ends
+// without the commit message fails with Aborted; one that is cancelled,
+// fails, or is rejected (InvalidArgument for a bad descriptor, partition
+// or schema change) aborts too: nothing is committed and no multipart
+// upload stays open. A worker another attempt already committed fails
+// with AlreadyExists.
 //
 // While the shared upload budget is spent, DoPut stops reading the stream,
 // so gRPC flow control slows the client instead of the sidecar buffering.
@@ -103,6 +109,15 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	if err := rdr.Err(); err != nil {
 		return in.failure(err, fmt.Sprintf("read batch %d", batches))
 	}
+	switch c := in.commit; {
+	case c == nil:
+		return status.Errorf(codes.Aborted, `stream ended without commit: received %d batches (%d rows) and no commit message; `+
+			`nothing was committed. End a DoPut with a message without a batch whose app_metadata is {"commit": {"batches": B, "rows": R}}`,
+			batches, rows)
+	case *c.Batches != batches || *c.Rows != rows:
+		return invalidf("commit message counts %d batches and %d rows, the sidecar received %d batches and %d rows; nothing was committed",
+			*c.Batches, *c.Rows, batches, rows)
+	}
 	m, err := w.Commit(ctx)
 	if err != nil {
 		return toStatus(err)
@@ -138,6 +153,9 @@ type putStream struct {
 	schema  []byte // IPC header of the stream's schema message
 	recvErr error  // the transport's failure, other than EOF
 	err     error  // a protocol violation found here (a status)
+	// commit holds the counts of the commit message once it arrived and
+	// the stream ended right after it; nil: no commit was asked for.
+	commit *CommitCounts
 }
 
 func (p *putStream) Recv() (*flight.FlightData, error) {
@@ -154,7 +172,15 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 				p.n++
 				return fd, nil // the reader takes the descriptor from it
 			}
-			continue
+			c, ok, err := parseCommit(fd.AppMetadata)
+			if err != nil {
+				p.err = err
+				return nil, err
+			}
+			if !ok {
+				continue // metadata of the client's own, no rows
+			}
+			return nil, p.committed(c)
 		}
 		switch messageType(fd.DataHeader) {
 		case ipc.MessageSchema:
@@ -176,6 +202,27 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 		p.n++
 		return fd, nil
 	}
+}
+
+// committed records the commit message and checks that the client's
+// stream ends right after it: the commit is the last message. It returns
+// io.EOF when it does, so the reader ends as on a plain end of stream.
+func (p *putStream) committed(c CommitCounts) error {
+	fd, err := p.stream.Recv()
+	switch {
+	case err == io.EOF:
+		p.commit = &c
+		return io.EOF
+	case err != nil:
+		p.recvErr = err
+		return err
+	}
+	what := "a metadata-only message"
+	if len(fd.DataHeader) > 0 {
+		what = "another IPC message"
+	}
+	p.err = invalidf("%s followed the commit message (after %d batches); the commit message must be the last of the stream, and nothing was committed", what, p.batches)
+	return p.err
 }
 
 // schemaChange compares a schema sent mid-stream with the first one.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,7 @@ import (
 	"golang.org/x/sync/semaphore"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -78,6 +80,7 @@ type Server struct {
 	mem      memory.Allocator
 	rd       reader.Options
 	tokenSum *[sha256.Size]byte // nil: no auth
+	tls      *tls.Config        // nil: plaintext ports
 
 	grpc   *grpc.Server
 	slots  *semaphore.Weighted
@@ -103,10 +106,16 @@ type Server struct {
 
 var _ flight.FlightServer = (*Server)(nil)
 
-// New builds the server on c; it listens on nothing until Serve. It starts
-// probing the bucket for /readyz right away.
-func New(c *durashuffle.Client, o Options) *Server {
+// New builds the server on c; it listens on nothing until Serve. With
+// tls_cert_file and tls_key_file set, both ports serve TLS only (and with
+// tls_client_ca_file, mutual TLS); New fails if those files cannot be
+// loaded. It starts probing the bucket for /readyz right away.
+func New(c *durashuffle.Client, o Options) (*Server, error) {
 	cfg := c.Config()
+	tc, err := LoadTLS(cfg)
+	if err != nil {
+		return nil, err
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -121,6 +130,7 @@ func New(c *durashuffle.Client, o Options) *Server {
 	}
 	o.Metrics.WatchCounter(c.Counter())
 	o.Metrics.WatchConcurrency(c.Pool().Concurrency)
+	o.Metrics.WatchCommitGuard(durashuffle.GuardStates, func() string { return c.CommitGuard().State })
 
 	gap := int64(cfg.ReadGapBytes)
 	if gap == 0 {
@@ -136,6 +146,7 @@ func New(c *durashuffle.Client, o Options) *Server {
 		rd:       reader.Options{RangeBytes: int64(cfg.ReadRangeBytes), ReadAhead: cfg.ReadAhead, GapBytes: gap, Mem: o.Mem},
 		slots:    semaphore.NewWeighted(int64(max(1, cfg.MaxStreams))),
 		shutDone: make(chan struct{}),
+		tls:      tc,
 	}
 	if cfg.AuthToken != "" {
 		sum := sha256.Sum256([]byte(cfg.AuthToken))
@@ -147,17 +158,27 @@ func New(c *durashuffle.Client, o Options) *Server {
 	}
 	s.drain, s.drainNow = context.WithCancel(context.Background())
 	s.hard, s.hardStop = context.WithCancelCause(context.Background())
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.ChainUnaryInterceptor(s.unaryInterceptor),
 		grpc.ChainStreamInterceptor(s.streamInterceptor),
 		grpc.MaxRecvMsgSize(msg),
 		grpc.MaxSendMsgSize(msg),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
-	)
+	}
+	if tc != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	flight.RegisterFlightServiceServer(s.grpc, s)
 	s.ready.start(s, o.ReadyInterval)
-	return s
+	return s, nil
+}
+
+// TLS reports whether the ports serve TLS, and whether they require a
+// client certificate.
+func (s *Server) TLS() (on, mutual bool) {
+	return s.tls != nil, s.tls != nil && s.tls.ClientAuth == tls.RequireAndVerifyClientCert
 }
 
 // Listen opens the Flight listener for an address in the listen key's
@@ -221,10 +242,14 @@ func (s *Server) Serve(ln net.Listener) error {
 	return s.grpc.Serve(ln)
 }
 
-// ServeMetrics serves /metrics, /healthz and /readyz on ln until Shutdown;
-// it then returns nil.
+// ServeMetrics serves /metrics, /healthz and /readyz on ln until Shutdown
+// (over TLS when the server has it); it then returns nil.
 func (s *Server) ServeMetrics(ln net.Listener) error {
-	srv := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second}
+	srv := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)} // failed handshakes: a scanner is no error
+	if s.tls != nil {
+		ln = tls.NewListener(ln, s.tls)
+	}
 	s.mu.Lock()
 	if s.drain.Err() != nil {
 		s.mu.Unlock()

@@ -1,0 +1,151 @@
+package durashuffle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// ErrCommitGuard: the store does not enforce If-None-Match: * on PutObject,
+// so the commit was refused. Errors wrapping it name the store's endpoint.
+var ErrCommitGuard = errors.New("the store does not enforce If-None-Match: * on PutObject")
+
+// Guard states, as CommitGuard reports them (and the metric labels them).
+const (
+	GuardUnprobed    = "unprobed"     // no commit yet: the probe runs before the first
+	GuardEnforced    = "enforced"     // the store refused the second conditional put: commits go ahead
+	GuardNotEnforced = "not_enforced" // the store took it: every commit fails
+	GuardError       = "error"        // the last probe failed; the next commit probes again
+	GuardOff         = "off"          // commit_guard off: no probe, commits go ahead
+)
+
+// GuardStates lists every state, for metrics.
+var GuardStates = []string{GuardUnprobed, GuardEnforced, GuardNotEnforced, GuardError, GuardOff}
+
+// GuardStatus is what the commit guard knows about the store.
+type GuardStatus struct {
+	State    string    // one of the Guard* states
+	Endpoint string    // the store, as errors name it
+	ProbedAt time.Time // when the last probe ended; zero before one
+	Err      error     // GuardNotEnforced: the refusal; GuardError: the probe's failure
+}
+
+// probeTimeout bounds one probe (three small requests with their retries)
+// when the caller's context has no earlier deadline.
+const probeTimeout = time.Minute
+
+// commitGuard probes once per Client whether the store enforces
+// If-None-Match: *. A definite answer is kept for the client's life; a
+// probe that fails (the store unreachable, the caller gone) is not, so the
+// next commit probes again. Safe for concurrent use: concurrent commits
+// wait for one probe rather than each sending their own.
+type commitGuard struct {
+	mu     sync.Mutex
+	status GuardStatus
+	probes int64 // probes sent, for tests and logs
+}
+
+// CheckCommitGuard returns nil when commits may go ahead: commit_guard is
+// off, or a probe has shown that the store refuses a second PutObject
+// with If-None-Match: * (412 or 409). It probes on the first call (two
+// puts and a delete of a key under the prefix that no layout key can
+// collide with) and keeps a definite answer; on a store that took the
+// second put, it and every later call return an error wrapping
+// ErrCommitGuard that names the endpoint. A probe that fails otherwise
+// returns that failure and is retried on the next call. Writer.Commit and
+// Seal call it before they write anything visible; callers may call it
+// earlier to fail before uploading. Safe for concurrent use.
+func (c *Client) CheckCommitGuard(ctx context.Context) error {
+	if c.cfg.CommitGuard == config.CommitGuardOff {
+		return nil
+	}
+	g := &c.guard
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch g.status.State {
+	case GuardEnforced:
+		return nil
+	case GuardNotEnforced:
+		return g.status.Err
+	}
+	g.probes++
+	state, err := c.probeGuard(ctx)
+	g.status = GuardStatus{State: state, Endpoint: c.storeName(), ProbedAt: time.Now(), Err: err}
+	return err
+}
+
+// CommitGuard reports the guard's state without probing.
+func (c *Client) CommitGuard() GuardStatus {
+	if c.cfg.CommitGuard == config.CommitGuardOff {
+		return GuardStatus{State: GuardOff, Endpoint: c.storeName()}
+	}
+	c.guard.mu.Lock()
+	defer c.guard.mu.Unlock()
+	s := c.guard.status
+	if s.State == "" {
+		s = GuardStatus{State: GuardUnprobed, Endpoint: c.storeName()}
+	}
+	return s
+}
+
+// GuardProbes returns how many probes the client has sent.
+func (c *Client) GuardProbes() int64 {
+	c.guard.mu.Lock()
+	defer c.guard.mu.Unlock()
+	return c.guard.probes
+}
+
+// storeName names the store in errors: its endpoint and bucket.
+func (c *Client) storeName() string {
+	ep := c.cfg.Endpoint
+	if ep == "" {
+		region := c.cfg.Region
+		if region == "" {
+			region = "the AWS chain's region"
+		}
+		ep = "AWS S3 (" + region + ")"
+	}
+	return fmt.Sprintf("%s, bucket %s", ep, c.cfg.Bucket)
+}
+
+// probeGuard puts a fresh key with If-None-Match: *, puts it again with
+// the same condition, which must fail, and deletes it.
+func (c *Client) probeGuard(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	// '~' is in no ID, so no key of the layout can be the probe's.
+	key := c.layout.Root() + "~commit-guard/" + hex.EncodeToString(b[:])
+	defer func() {
+		// A probe key left behind (the delete failed) is a few bytes
+		// outside the layout; gc never lists it and nothing reads it.
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer dcancel()
+		_ = c.st.Delete(dctx, key)
+	}()
+	opts := store.PutOptions{IfNoneMatch: true, ContentType: "text/plain"}
+	// A 412 on the first put of a fresh key means an earlier try of this
+	// very put succeeded and its answer was lost: the condition held.
+	if err := c.st.Put(ctx, key, []byte("1"), opts); err != nil && !errors.Is(err, store.ErrPreconditionFailed) {
+		return GuardError, fmt.Errorf("commit guard: probe %s (If-None-Match: *) at %s: %w", key, c.storeName(), err)
+	}
+	err := c.st.Put(ctx, key, []byte("2"), opts)
+	switch {
+	case errors.Is(err, store.ErrPreconditionFailed):
+		return GuardEnforced, nil
+	case err != nil:
+		return GuardError, fmt.Errorf("commit guard: second probe put of %s at %s: %w", key, c.storeName(), err)
+	}
+	return GuardNotEnforced, fmt.Errorf("commit refused by the commit guard: %w (store %s): it accepted a second PutObject of %s with If-None-Match: * "+
+		"where it must answer 412 or 409, so two attempts of a worker could both commit; nothing was committed. "+
+		"Use a store that enforces the condition, or set commit_guard: off only for a store you vouch for",
+		ErrCommitGuard, c.storeName(), key)
+}

@@ -1,0 +1,61 @@
+package sidecar
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
+
+	"github.com/durashuffle/durashuffle/internal/config"
+)
+
+// LoadTLS builds the server TLS configuration of both ports from
+// tls_cert_file and tls_key_file, and with tls_client_ca_file requires
+// every client to present a certificate signed by one of those CAs. It
+// returns nil when TLS is not configured. Errors name the keys and files,
+// never what the files hold.
+func LoadTLS(cfg config.Config) (*tls.Config, error) {
+	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
+		if cfg.TLSClientCAFile != "" {
+			return nil, fmt.Errorf("%w: tls_client_ca_file is set without tls_cert_file and tls_key_file", config.ErrInvalid)
+		}
+		return nil, nil
+	}
+	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("%w: tls_cert_file %s and tls_key_file %s: %v", config.ErrInvalid, cfg.TLSCertFile, cfg.TLSKeyFile, err)
+	}
+	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if cfg.TLSClientCAFile != "" {
+		pem, err := os.ReadFile(cfg.TLSClientCAFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: tls_client_ca_file: %v", config.ErrInvalid, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: tls_client_ca_file %s holds no PEM certificate", config.ErrInvalid, cfg.TLSClientCAFile)
+		}
+		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
+	}
+	return tc, nil
+}
+
+// ExposureWarnings lists what the configuration leaves open: a port
+// listening beyond loopback without TLS, or the Flight port without
+// auth_token. The sidecar logs each at start; none stops it.
+func ExposureWarnings(cfg config.Config) []string {
+	var out []string
+	tlsOn := cfg.TLSCertFile != ""
+	if !IsLoopback(cfg.Listen) {
+		if cfg.AuthToken == "" {
+			out = append(out, fmt.Sprintf("listen %s is beyond loopback without auth_token: anyone who reaches the port can read and delete data", cfg.Listen))
+		}
+		if !tlsOn {
+			out = append(out, fmt.Sprintf("listen %s is beyond loopback without TLS (tls_cert_file, tls_key_file): rows and the bearer token cross the network in the clear", cfg.Listen))
+		}
+	}
+	if cfg.MetricsListen != "" && !IsLoopback(cfg.MetricsListen) && !tlsOn {
+		out = append(out, fmt.Sprintf("metrics_listen %s is beyond loopback without TLS (tls_cert_file, tls_key_file) and has no authentication", cfg.MetricsListen))
+	}
+	return out
+}
