@@ -213,9 +213,9 @@ type Writer struct {
 	arena    []*frame.Accumulator // the run's arena, in segments; the last one grows
 	arenaOK  bool                 // the schema's types are copied
 	arenaLog int64                // logical bytes in the arena
-	buffered int64 // bytes held by the partitions' buffers and the arena
-	pending  int64 // bytes held by flushed frames not yet appended
-	fixed    int64 // per-partition state and index entries
+	buffered int64                // bytes held by the partitions' buffers and the arena
+	pending  int64                // bytes held by flushed frames not yet appended
+	fixed    int64                // per-partition state and index entries
 	seq      int64
 	runs     int
 	closed   bool
@@ -501,7 +501,6 @@ func (w *Writer) runLocked() {
 	w.runs++
 	w.work.Broadcast()
 }
-
 
 // next takes the next job off the queue, waiting for one; false once the
 // queue is closed and empty.

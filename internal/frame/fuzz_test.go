@@ -54,13 +54,13 @@ func (p *peakAllocator) Free(b []byte) {
 // fuzzWide is the wide schema of the fuzz seeds; fuzzSchemas are the
 // schemas a fuzz input's first byte picks for the frame in its other bytes.
 var fuzzWide = arrow.NewSchema([]arrow.Field{
-		{Name: "id", Type: arrow.PrimitiveTypes.Int64},
-		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
-		{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
-		{Name: "st", Type: arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Float64}), Nullable: true},
-		{Name: "b", Type: arrow.FixedWidthTypes.Boolean},
-		{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
-	}, nil)
+	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
+	{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+	{Name: "l", Type: arrow.ListOf(arrow.PrimitiveTypes.Int32), Nullable: true},
+	{Name: "st", Type: arrow.StructOf(arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Float64}), Nullable: true},
+	{Name: "b", Type: arrow.FixedWidthTypes.Boolean},
+	{Name: "d", Type: &arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int8, ValueType: arrow.BinaryTypes.String}},
+}, nil)
 
 func fuzzSchemas(tb testing.TB) []*arrow.Schema {
 	simple := batch(tb, memory.NewGoAllocator(), 0, 1)
@@ -127,7 +127,7 @@ func fuzzSeeds(f *testing.F) {
 	}
 	f.Add(s)
 	f.Add([]byte{})
-	f.Add([]byte{0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})                   // lz4 claiming 4 GiB
+	f.Add([]byte{0, 1, 0, 0, 0, 0xff, 0xff, 0xff, 0xff})                                     // lz4 claiming 4 GiB
 	f.Add([]byte{1, 0, 0, 0, 0, 8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x7f}) // a 2 GiB metadata length
 	f.Add([]byte("ARROW1\x00\x00"))
 }
