@@ -64,8 +64,8 @@ type Config struct {
 	MaxBufferedChunks int  `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
 	MaxObjectSize     Size `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
 
-	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"Coalesce a partition's rows until this many bytes before encoding a frame. Smaller frames mean more index entries and more, smaller reads."`
-	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory for unencoded partition buffers per writer, counted as the bytes the retained batches occupy; past it, the largest are flushed early."`
+	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
+	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload."`
 	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound, max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB (serve: per max_streams stream, see operations.md); off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
 	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
 	Compression       string      `yaml:"compression" doc:"Arrow IPC body compression of frames: lz4, zstd or none."`
