@@ -149,10 +149,12 @@ func headLength(what string, b []byte) (n int, err error) {
 		if err := json.Unmarshal(b, &probe); err != nil {
 			// A ranged read may cut a JSON manifest short: its version is
 			// usually near the start.
-			if i := bytes.Index(b, []byte(`"format_version":"`)); i >= 0 {
-				v, _, _ := bytes.Cut(b[i+18:], []byte(`"`))
-				probe.FormatVersion = string(v)
+			i := bytes.Index(b, []byte(`"format_version":"`))
+			if i < 0 {
+				return 0, fmt.Errorf("%w: %s is not JSON (version 1) nor a %q container: %v", ErrCorrupt, what, workerMagic, err)
 			}
+			v, _, _ := bytes.Cut(b[i+18:], []byte(`"`))
+			probe.FormatVersion = string(v)
 		}
 		if err := checkVersion(what, probe.FormatVersion); err != nil {
 			return 0, err

@@ -274,7 +274,7 @@ func TestRun(t *testing.T) {
 				t.Fatalf("gc at +7h: %+v", r.Totals)
 			}
 			want := []gc.Stage{
-				{Query: "q1", Stage: 1, Results: true, Sealed: true, Manifests: 2, Objects: 1},
+				{Query: "q1", Stage: 1, Results: true, Sealed: true, Manifests: 3, Objects: 1}, // stage manifest, its index, a worker manifest,
 				{Query: "q2", Stage: 0, Results: true, Sealed: false, Manifests: 2, Objects: 2},
 			}
 			for i, s := range r.Stages {
@@ -283,8 +283,8 @@ func TestRun(t *testing.T) {
 					t.Fatalf("deleted stage %d: %+v, want %+v", i, s, want[i])
 				}
 			}
-			if r.Totals.ObjectsDeleted != 7 {
-				t.Fatalf("deleted %d objects, want 7 (3 + 4)", r.Totals.ObjectsDeleted)
+			if r.Totals.ObjectsDeleted != 8 {
+				t.Fatalf("deleted %d objects, want 8 (4 + 4)", r.Totals.ObjectsDeleted)
 			}
 			calls := rec.calls()
 			sm, wm := indexOf(calls, l.StageManifestKey("q1", 1)), indexOf(calls, l.WorkerManifestKey("q1", 1, "0"))
@@ -333,9 +333,9 @@ func TestRun(t *testing.T) {
 			if len(keysOf(t, raw, l.QueryPrefix("q1"))) != 0 {
 				t.Fatalf("q1 keys left: %v", keysOf(t, raw, l.QueryPrefix("q1")))
 			}
-			// q1 held stage 0: stage manifest, 2 worker manifests, 2 data
-			// objects; and the foreign notes.bin under it.
-			if dr.Totals.ObjectsDeleted != 6 || dr.Totals.StagesDeleted != 1 || dr.Stages[0].Manifests != 3 || dr.Stages[0].Objects != 2 {
+			// q1 held stage 0: stage manifest, its index, 2 worker
+			// manifests, 2 data objects; and the foreign notes.bin under it.
+			if dr.Totals.ObjectsDeleted != 7 || dr.Totals.StagesDeleted != 1 || dr.Stages[0].Manifests != 4 || dr.Stages[0].Objects != 2 {
 				t.Fatalf("delete-query report: %+v %+v", dr.Totals, dr.Stages)
 			}
 			calls = rec.calls()
