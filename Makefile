@@ -38,10 +38,11 @@ test-endpoint:
 	  bash scripts/gotest.sh -count=1 -timeout 30m $(ENDPOINT_PKGS)
 
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
-## manifest decoders, the frame and schema decoders and the range planner.
+## manifest decoders (worker container, stage manifest, stage index), the
+## frame and schema decoders and the range planner.
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage \
+FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
 	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan
 .PHONY: fuzz
 fuzz:
