@@ -258,31 +258,23 @@ func headErr(key string, need int, err error) error {
 	return fmt.Errorf("read head of %s: %w", key, err)
 }
 
-// readRange reads bytes [off, off+n) of key; short says a shorter body
-// (the object ends first) is fine.
-func readRange(ctx context.Context, st store.Reader, key string, off, n int64, short bool) ([]byte, error) {
+// readInto fills dst with the bytes of key from off. Its length comes
+// from an offset table that was checked against the header's totals, so
+// a body that ends early is corrupt.
+func readInto(ctx context.Context, st store.Reader, key string, off int64, dst []byte) error {
+	n := int64(len(dst))
 	body, err := st.GetRange(ctx, key, off, n)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer body.Close()
-	if short {
-		b, err := io.ReadAll(io.LimitReader(body, n))
-		if err != nil {
-			return nil, fmt.Errorf("read %s bytes [%d, %d): %w", key, off, off+n, err)
-		}
-		return b, nil
-	}
-	// n comes from an offset table that was checked against the
-	// header's totals; a body that ends early is corrupt.
-	b := make([]byte, n)
-	if got, err := io.ReadFull(body, b); err != nil {
+	if got, err := io.ReadFull(body, dst); err != nil {
 		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-			return nil, fmt.Errorf("%w: %s: bytes [%d, %d) asked for, %d arrived", ErrCorrupt, key, off, off+n, got)
+			return fmt.Errorf("%w: %s: bytes [%d, %d) asked for, %d arrived", ErrCorrupt, key, off, off+n, got)
 		}
-		return nil, fmt.Errorf("read %s bytes [%d, %d): %w", key, off, off+n, err)
+		return fmt.Errorf("read %s bytes [%d, %d): %w", key, off, off+n, err)
 	}
-	return b, nil
+	return nil
 }
 
 // writeIndex is phase 2: it builds the index object at key, block by
@@ -310,6 +302,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	summary := make([]PartitionStats, P)
 	var written int64
 	bufs := make([][]byte, len(ws))
+	var arena []byte
 	for ga := 0; ga < groups; {
 		gb, n := ga, int64(0)
 		for gb < groups && (gb == ga || (n+groupEntries(gb))*EntrySize <= SealBlockBytes) {
@@ -317,17 +310,23 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			gb++
 		}
 		lo, hi := ga*k, min(gb*k, P)
+		// One buffer for the block, reused: each worker's entries of the
+		// block are read into their slice of it.
+		if int64(cap(arena)) < n*EntrySize {
+			arena = make([]byte, n*EntrySize)
+		}
+		var at int64
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(sealFetches)
 		for i, w := range ws {
 			a, b := int64(w.samples[ga]), int64(w.samples[gb])
-			bufs[i] = bufs[i][:0]
+			bufs[i] = arena[at : at+EntrySize*(b-a) : at+EntrySize*(b-a)]
+			at += EntrySize * (b - a)
 			if a == b {
 				continue
 			}
-			g.Go(func() (err error) {
-				bufs[i], err = readRange(gctx, st, w.key, w.entries+EntrySize*a, EntrySize*(b-a), false)
-				return err
+			g.Go(func() error {
+				return readInto(gctx, st, w.key, w.entries+EntrySize*a, bufs[i])
 			})
 		}
 		if err := g.Wait(); err != nil {

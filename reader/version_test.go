@@ -19,7 +19,7 @@ func TestOpenRefusesVersion1(t *testing.T) {
 		`"objects":[{"key":"worker-0/attempt-a/data-0.arrows","size":100,"parts":1,"crc32c":1}],` +
 		`"frames":[{"partition":1,"object":0,"offset":0,"length":100,"rows":5,"bytes":400,"crc32c":2}],"totals":{"rows":5,"frames":1}}`
 	for name, keys := range map[string]map[string]string{
-		"sealed": {testLayout.StageManifestKey(testQuery, testStage): `{"format_version":"1.0","kind":"stage","query":"q1","stage":3,"partitions":2,"workers":[` + v1Worker + `]}`},
+		"sealed":   {testLayout.StageManifestKey(testQuery, testStage): `{"format_version":"1.0","kind":"stage","query":"q1","stage":3,"partitions":2,"workers":[` + v1Worker + `]}`},
 		"unsealed": {testLayout.WorkerManifestKey(testQuery, testStage, "0"): v1Worker},
 	} {
 		t.Run(name, func(t *testing.T) {
