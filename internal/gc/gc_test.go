@@ -390,3 +390,39 @@ func TestDeleteQueryAbortsUploads(t *testing.T) {
 		t.Fatalf("uploads left: %v, want only q-other's", ups)
 	}
 }
+
+// TestLostSealIndex: the index a stage manifest names is kept; one no
+// manifest names (a seal that crashed between its index and its
+// manifest, or lost the race and could not delete it) is an orphan once
+// old enough, and the stage still reads afterwards.
+func TestLostSealIndex(t *testing.T) {
+	ctx := context.Background()
+	st := &store.Mem{}
+	c := durashuffle.NewClient(st, config.Default(), nil, nil)
+	defer c.Close()
+	l := c.Layout()
+	commit(t, c, "q", 0, "0", false, 0, 100)
+	s, err := c.Seal(ctx, "q", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := l.ObjectKey("q", 0, s.Index.Key)
+	lost := l.ObjectKey("q", 0, manifest.IndexName("20260101T000000-0123456789abcdef"))
+	st.Set(lost, []byte("DSI2 of a seal that crashed"))
+	r, err := gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Orphans) != 1 || r.Orphans[0].Key != lost || r.Scanned.Foreign != 0 {
+		t.Fatalf("orphans %+v (foreign %d), want only %s", r.Orphans, r.Scanned.Foreign, lost)
+	}
+	if _, ok := st.Bytes(named); !ok {
+		t.Fatalf("gc deleted the stage's index %s", named)
+	}
+	if _, ok := st.Bytes(lost); ok {
+		t.Fatalf("gc left the lost index %s", lost)
+	}
+	if n, err := rows(t, c, "q", 0); err != nil || n != 100 {
+		t.Fatalf("stage reads %d rows after gc: %v", n, err)
+	}
+}
