@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -535,6 +536,68 @@ func TestEmptyStage(t *testing.T) {
 		}
 		if _, err := s.ReadPartitions(ctx, []int{9}); !errors.Is(err, reader.ErrPartition) {
 			t.Errorf("partition 9 of 4: err = %v", err)
+		}
+	})
+}
+
+// byteCounter counts GETs and the bytes their bodies deliver.
+type byteCounter struct {
+	store.Store
+	gets, bytes atomic.Int64
+}
+
+func (b *byteCounter) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	b.gets.Add(1)
+	rc, err := b.Store.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	return countingBody{rc, &b.bytes}, nil
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestWideStageOnePartition: reading one partition of a sealed stage of
+// 16 workers x 4096 partitions transfers at most 256 KiB in at most 24
+// GETs, data included: the stage manifest, one ranged GET of the index
+// and the partition's frames, not the stage's metadata.
+func TestWideStageOnePartition(t *testing.T) {
+	if testing.Short() || raceEnabled {
+		t.Skip("writes 65,536 frames: too slow for -short and the race detector")
+	}
+	forEachBackend(t, func(t *testing.T, e *env) {
+		if strings.HasSuffix(t.Name(), "/embedded") {
+			t.Skip("the target is for a real MinIO")
+		}
+		ctx := context.Background()
+		const workers, partitions, p = 16, 4096, 1234
+		order := writeStage(t, e, "wide", 0, workers, partitions, 1, nil, true)
+		var want []row
+		for _, r := range order {
+			if r.P == p {
+				want = append(want, r)
+			}
+		}
+		bc := &byteCounter{Store: e.client.Store()}
+		s, err := reader.Open(ctx, bc, e.client.Layout(), "wide", 0, reader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := s.ReadPartitions(ctx, []int{p})
+		equalRows(t, read(t, recs, err), want)
+		gets, moved := bc.gets.Load(), bc.bytes.Load()
+		t.Logf("partition %d of %d x %d: %d GETs (%d ranges of data), %d bytes; %d frames in the stage", p, workers, partitions, gets, recs.Ranges(), moved, s.Manifest().Totals.Frames)
+		if gets > 24 || moved > 256<<10 {
+			t.Fatalf("%d GETs and %d bytes, want at most 24 and 256 KiB", gets, moved)
 		}
 	})
 }
