@@ -92,14 +92,25 @@ type PartitionStats struct {
 // bytes apart share one ranged GET of the index.
 const maxIndexGap = 1 << 20
 
-// Frames returns the frames of the given partitions (sorted, deduped and
-// in range; nil for all) in delivery order: by partition, then worker in
+// Frames returns the frames of the given partitions (in any order, with
+// repeats; nil or empty for all) in delivery order: by partition, then worker in
 // the stage's order, then each worker's write order. Each Frame's Worker
 // is its index into s.Workers. A sealed stage reads them from its index
 // object with one ranged GET for partitions [min, max] (a sparse set
 // whose entries lie far apart takes a GET per cluster); a stage assembled
 // from worker manifests has them in memory. Safe for concurrent use.
 func (s *Stage) Frames(ctx context.Context, st store.Reader, l Layout, partitions []int) ([]Frame, error) {
+	if len(partitions) == 0 {
+		partitions = nil
+	} else {
+		if !slices.IsSorted(partitions) {
+			partitions = slices.Sorted(slices.Values(partitions))
+		}
+		partitions = slices.Compact(slices.Clone(partitions))
+		if lo, hi := partitions[0], partitions[len(partitions)-1]; lo < 0 || hi >= s.Partitions {
+			return nil, fmt.Errorf("%s stage %d: partitions %d to %d asked for, the stage has %d", s.Query, s.Stage, lo, hi, s.Partitions)
+		}
+	}
 	if s.Index == nil {
 		return s.memFrames(partitions), nil
 	}
