@@ -1,5 +1,0 @@
-//go:build race
-
-package reader_test
-
-const raceEnabled = true
