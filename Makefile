@@ -10,10 +10,11 @@ RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
 run:
 	$(GO) run ./cmd/durashuffle demo
 
-## test: every test, MinIO-backed ones included (MinIO is built once, then cached).
+## test: every test, MinIO-backed ones included (MinIO is built once, then cached);
+## the race detector's run is -short (smaller wide stages).
 test: minio vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
-	bash scripts/gotest.sh -count=1 -race -timeout 10m $(RACE_PKGS)
+	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
 ## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
 .PHONY: soak
@@ -38,10 +39,11 @@ test-endpoint:
 	  bash scripts/gotest.sh -count=1 -timeout 30m $(ENDPOINT_PKGS)
 
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
-## manifest decoders, the frame and schema decoders and the range planner.
+## manifest decoders (worker container, stage manifest, stage index), the
+## frame and schema decoders and the range planner.
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
-FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage \
+FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
 	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan
 .PHONY: fuzz
 fuzz:

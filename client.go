@@ -117,8 +117,9 @@ func (c *Client) Pool() *uploader.Pool { return c.pool }
 // Layout returns the object layout under the configured prefix.
 func (c *Client) Layout() manifest.Layout { return c.layout }
 
-// Seal merges the manifests of workers "0".."workers-1" into the stage
-// manifest; it fails naming the workers that have not committed.
+// Seal merges the manifests of workers "0".."workers-1" into the stage's
+// index and manifest (manifest.Seal: a streaming merge in bounded
+// memory); it fails naming the workers that have not committed.
 func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*manifest.Stage, error) {
 	if workers < 1 {
 		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)

@@ -67,8 +67,8 @@ func TestOpenEncryptsEveryObject(t *testing.T) {
 				t.Fatalf("requests %v: want both a multipart upload and single puts", req)
 			}
 			objs, _, err := c.Store().List(ctx, c.Layout().Root(), "")
-			if err != nil || len(objs) != 5 {
-				t.Fatalf("%d objects (want 2 data, 2 worker manifests, 1 stage manifest): %v", len(objs), err)
+			if err != nil || len(objs) != 6 {
+				t.Fatalf("%d objects (want 2 data, 2 worker manifests, 1 stage index, 1 stage manifest): %v", len(objs), err)
 			}
 			for _, o := range objs {
 				h, err := raw.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &ep.Bucket, Key: aws.String(o.Key)})

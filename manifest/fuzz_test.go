@@ -2,9 +2,14 @@ package manifest
 
 import (
 	"bytes"
+	"context"
+	"encoding/binary"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/durashuffle/durashuffle/internal/store"
 )
 
 // manifestSeeds adds valid worker and stage manifests and hostile variants:
@@ -44,6 +49,25 @@ func manifestSeeds(f *testing.F) {
 			if bytes.Contains(b, []byte(r.old)) {
 				f.Add(bytes.Replace(b, []byte(r.old), []byte(r.new), 1))
 			}
+		}
+	}
+	// Binary containers (version 2): whole, cut short, with lengths,
+	// the offset table and entries overwritten.
+	w.FormatVersion, w.Kind = FormatVersion, KindWorker
+	cb, err := w.Encode()
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(cb)
+	for _, n := range []int{4, 8, len(cb) / 2, len(cb) - EntrySize, len(cb) - 1} {
+		f.Add(cb[:n])
+	}
+	hl := int(binary.LittleEndian.Uint32(cb[4:]))
+	for _, at := range []int{4, 8 + hl, 8 + hl + 4, 8 + hl + 16, 8 + hl + 20, 8 + hl + 24, 8 + hl + 28, 8 + hl + 44, len(cb) - 8} {
+		for _, v := range []uint32{0, 1, 5, 1 << 31, 0xffffffff} {
+			c := bytes.Clone(cb)
+			binary.LittleEndian.PutUint32(c[at:], v)
+			f.Add(c)
 		}
 	}
 	f.Add([]byte(`{"format_version":"1.0","kind":"worker"}`))
@@ -136,6 +160,92 @@ func FuzzDecodeStage(f *testing.F) {
 		}
 		if _, err := DecodeStage("re-encoded", again); err != nil {
 			t.Fatalf("a decoded stage does not decode again: %v", err)
+		}
+	})
+}
+
+// indexSeeds adds a sealed stage's manifest and index, whole and damaged.
+func indexSeeds(f *testing.F) {
+	f.Helper()
+	ctx := context.Background()
+	st := &store.Mem{}
+	ids := synthStage(f, st, testLayout, "q", 3, 6, 2)
+	s, err := Seal(ctx, st, testLayout, "q", 0, ids)
+	if err != nil {
+		f.Fatal(err)
+	}
+	mb, _ := st.Bytes(testLayout.StageManifestKey("q", 0))
+	ib, _ := st.Bytes(testLayout.ObjectKey("q", 0, s.Index.Key))
+	f.Add(mb, ib, []byte{})
+	f.Add(mb, ib, []byte{0})
+	f.Add(mb, ib, []byte{5, 0, 2})
+	f.Add(mb, ib[:len(ib)/2], []byte{3})
+	f.Add(mb[:len(mb)/2], ib, []byte{})
+	for at := 8; at < 8+6*EntrySize; at += 4 {
+		c := bytes.Clone(ib)
+		binary.LittleEndian.PutUint32(c[at:], 0xfffffff0)
+		f.Add(mb, c, []byte{1, 2})
+	}
+	f.Add(bytes.Replace(mb, []byte(`"entries":36`), []byte(`"entries":4294967295`), 1), ib, []byte{})
+	f.Add(bytes.Replace(mb, []byte(`"partitions":6`), []byte(`"partitions":1048576`), 1), ib, []byte{})
+}
+
+// FuzzDecodeIndex: for any stage manifest and index object bytes, the
+// stage decodes or fails classified, and Frames and Summary of any
+// partition set fail with ErrCorrupt or return entries that are safe:
+// partitions in the set and in delivery order, workers in range, every
+// frame inside its object.
+func FuzzDecodeIndex(f *testing.F) {
+	indexSeeds(f)
+	l := testLayout
+	f.Fuzz(func(t *testing.T, mb, ib, parts []byte) {
+		s, err := DecodeStage("fuzz", mb)
+		if err != nil {
+			decodeErr(t, err)
+			return
+		}
+		// The index is read from where the manifest says, with the fuzzed
+		// bytes.
+		mem := &store.Mem{}
+		mem.Set(l.ObjectKey(s.Query, s.Stage, s.Index.Key), ib)
+		var ps []int
+		for _, p := range parts {
+			ps = append(ps, int(p)%s.Partitions)
+		}
+		slices.Sort(ps)
+		ps = slices.Compact(ps)
+		if len(parts) == 0 {
+			ps = nil
+		}
+		fs, err := s.Frames(context.Background(), mem, l, ps)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !store.IsNotFound(err) && !errors.Is(err, store.ErrInvalidRange) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+		}
+		for i, fr := range fs {
+			if ps != nil && !slices.Contains(ps, fr.Partition) || fr.Partition < 0 || fr.Partition >= s.Partitions {
+				t.Fatalf("frame %d of partition %d, asked for %v", i, fr.Partition, ps)
+			}
+			if i > 0 && (fs[i-1].Partition > fr.Partition || fs[i-1].Partition == fr.Partition && fs[i-1].Worker > fr.Worker) {
+				t.Fatalf("frame %d out of order", i)
+			}
+			if fr.Worker < 0 || fr.Worker >= len(s.Workers) {
+				t.Fatalf("frame %d names worker %d of %d", i, fr.Worker, len(s.Workers))
+			}
+			if err := checkFrame(&fr, s.Workers[fr.Worker].Objects); err != nil {
+				t.Fatalf("frame %d: %v", i, err)
+			}
+		}
+		sum, err := s.Summary(context.Background(), mem, l)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) && !store.IsNotFound(err) && !errors.Is(err, store.ErrInvalidRange) {
+				t.Fatalf("unclassified summary error: %v", err)
+			}
+			return
+		}
+		if len(sum) != s.Partitions {
+			t.Fatalf("summary of %d partitions, stage has %d", len(sum), s.Partitions)
 		}
 	})
 }

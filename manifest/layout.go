@@ -121,3 +121,19 @@ func ParseStageDir(name string) (int, bool) {
 	n, err := strconv.Atoi(s)
 	return n, err == nil && n >= 0
 }
+
+// IndexName is the stage-relative key of a sealed stage's index object.
+// Every seal writes its own (sealID is random), so a seal that loses the
+// race to the stage manifest deletes only what it wrote.
+func IndexName(sealID string) string { return "index-" + sealID + ".bin" }
+
+// ParseIndexName reports whether a stage-relative name is an index
+// object's.
+func ParseIndexName(name string) bool {
+	id, ok := strings.CutPrefix(name, "index-")
+	if !ok {
+		return false
+	}
+	id, ok = strings.CutSuffix(id, ".bin")
+	return ok && ValidateID("seal", id) == nil
+}

@@ -10,10 +10,13 @@ import (
 )
 
 // Format versions. A reader refuses a manifest whose major version it
-// does not know; minor versions only add fields.
+// does not know; minor versions only add fields. Version 2 made the
+// worker manifest a binary container and split the sealed stage into a
+// small JSON manifest and a binary, partition-indexed index object (see
+// doc.go); version 1 stages are refused with ErrVersion.
 const (
-	FormatMajor   = 1
-	FormatVersion = "1.0"
+	FormatMajor   = 2
+	FormatVersion = "2.0"
 	KindWorker    = "worker"
 	KindStage     = "stage"
 )
@@ -43,9 +46,11 @@ type Object struct {
 	CRC32C uint32 `json:"crc32c"` // of the whole object
 }
 
-// Frame is one frame's index entry: where it is and what it holds.
+// Frame is one frame's index entry: where it is and what it holds. On
+// disk it is a 48-byte little-endian record (see EntrySize).
 type Frame struct {
 	Partition int    `json:"partition"`
+	Worker    int    `json:"worker"` // index into the stage's Workers; 0 in a worker manifest
 	Object    int    `json:"object"` // index into the worker's Objects
 	Offset    int64  `json:"offset"`
 	Length    int64  `json:"length"`
@@ -64,29 +69,37 @@ type Totals struct {
 	Parts        int   `json:"parts"`
 }
 
-// Worker is one worker's committed output. Frames are in the order they
-// were written.
+// Worker is one worker's committed output: the JSON header of its
+// worker manifest, and its frames. A stored worker manifest holds its
+// frames sorted by partition, in write order within a partition (Commit
+// sorts them so); a sealed stage's Workers carry headers only, no
+// Frames. In a stage manifest the fields the stage already says (format
+// version, kind, query, stage, schema, partitions) are left out and
+// filled in on decode.
 type Worker struct {
-	FormatVersion string    `json:"format_version"`
-	Kind          string    `json:"kind"`
-	Query         string    `json:"query"`
-	Stage         int       `json:"stage"`
+	FormatVersion string    `json:"format_version,omitempty"`
+	Kind          string    `json:"kind,omitempty"`
+	Query         string    `json:"query,omitempty"`
+	Stage         int       `json:"stage,omitempty"`
 	Worker        string    `json:"worker"`
 	Attempt       string    `json:"attempt"`
-	Schema        []byte    `json:"schema"` // Arrow IPC schema message stream, base64 in JSON
+	Schema        []byte    `json:"schema,omitempty"` // Arrow IPC schema message stream, base64 in JSON
 	Compression   string    `json:"compression"`
-	Partitions    int       `json:"partitions"`
+	Partitions    int       `json:"partitions,omitempty"`
 	ChunkSize     int64     `json:"chunk_size"`
 	Results       bool      `json:"results,omitempty"` // a query's final results stage
 	Objects       []Object  `json:"objects"`
-	Frames        []Frame   `json:"frames"`
+	Frames        []Frame   `json:"-"` // binary entries, after the header
 	Totals        Totals    `json:"totals"`
 	WriterVersion string    `json:"writer_version"`
 	WrittenAt     time.Time `json:"written_at"`
 }
 
-// Stage is a sealed stage: its workers' manifests in one object, sorted by
-// worker ID.
+// Stage is a stage: its workers (headers, sorted by worker ID) and, once
+// sealed, a reference to its index object. Frames are not held: Frames
+// and Summary fetch them from the index by partition range. A stage
+// assembled from worker manifests (not sealed) carries its workers'
+// Frames in memory instead.
 type Stage struct {
 	FormatVersion string    `json:"format_version"`
 	Kind          string    `json:"kind"`
@@ -98,9 +111,12 @@ type Stage struct {
 	Workers       []Worker  `json:"workers"`
 	Totals        Totals    `json:"totals"`
 	SealedAt      time.Time `json:"sealed_at"`
+	Index         *Index    `json:"index,omitempty"`
 	// Sealed is false for a stage assembled from worker manifests because
 	// no stage manifest exists yet. Not stored.
 	Sealed bool `json:"-"`
+	// encoded is the size of the stored manifest, for cache accounting.
+	encoded int
 }
 
 // Sum computes totals from objects and frames.
@@ -117,13 +133,22 @@ func (w *Worker) Sum() Totals {
 	return t
 }
 
-// Encode returns the JSON of a worker manifest.
-func (w *Worker) Encode() ([]byte, error) { return json.Marshal(w) }
+// Encode returns the JSON of a stage manifest. Its workers are written
+// without the fields the stage says for all of them.
+func (s *Stage) Encode() ([]byte, error) {
+	c := *s
+	c.Workers = make([]Worker, len(s.Workers))
+	for i, w := range s.Workers {
+		w.FormatVersion, w.Kind, w.Query, w.Stage, w.Schema, w.Partitions, w.Frames = "", "", "", 0, nil, 0, nil
+		c.Workers[i] = w
+	}
+	return json.Marshal(&c)
+}
 
-// Encode returns the JSON of a stage manifest.
-func (s *Stage) Encode() ([]byte, error) { return json.Marshal(s) }
-
-// MaxManifestBytes bounds what a reader accepts as a manifest.
+// MaxManifestBytes bounds what a reader accepts as a manifest: a worker
+// manifest, whole, or a stage manifest. The index object may be larger:
+// it is read by range, and each read allocates in proportion to the
+// bytes that arrive.
 const MaxManifestBytes = 512 << 20
 
 // MaxPartitions bounds a manifest's partition count, as writers do
@@ -163,18 +188,6 @@ func decodeVersioned(what string, b []byte, v any) error {
 	return nil
 }
 
-// DecodeWorker parses and checks a worker manifest; what names it in errors.
-func DecodeWorker(what string, b []byte) (*Worker, error) {
-	var w Worker
-	if err := decodeVersioned(what, b, &w); err != nil {
-		return nil, err
-	}
-	if err := w.Check(what); err != nil {
-		return nil, err
-	}
-	return &w, nil
-}
-
 // DecodeStage parses and checks a stage manifest; what names it in errors.
 func DecodeStage(what string, b []byte) (*Stage, error) {
 	var s Stage
@@ -189,6 +202,7 @@ func DecodeStage(what string, b []byte) (*Stage, error) {
 	}
 	for i := range s.Workers {
 		w := &s.Workers[i]
+		w.FormatVersion, w.Kind, w.Query, w.Stage, w.Schema, w.Partitions = s.FormatVersion, KindWorker, s.Query, s.Stage, s.Schema, s.Partitions
 		if err := w.Check(fmt.Sprintf("%s worker %q", what, w.Worker)); err != nil {
 			return nil, err
 		}
@@ -196,7 +210,14 @@ func DecodeStage(what string, b []byte) (*Stage, error) {
 			return nil, fmt.Errorf("%w: %s: worker %q has %d partitions, stage has %d", ErrCorrupt, what, w.Worker, w.Partitions, s.Partitions)
 		}
 	}
+	if s.Index == nil {
+		return nil, fmt.Errorf("%w: %s has no index", ErrCorrupt, what)
+	}
+	if err := s.Index.check(what, &s); err != nil {
+		return nil, err
+	}
 	s.Sealed = true
+	s.encoded = len(b)
 	return &s, nil
 }
 

@@ -45,7 +45,10 @@ func TestDecodeRejects(t *testing.T) {
 	mutate := func(f func(*Worker)) []byte {
 		w := sample()
 		f(w)
-		b, _ := w.Encode()
+		b, err := w.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
 		return b
 	}
 	cases := []struct {
@@ -54,12 +57,13 @@ func TestDecodeRejects(t *testing.T) {
 		is   error
 		want string
 	}{
-		{"not json", []byte("{nope"), ErrCorrupt, "m is not JSON"},
-		{"future major", mutate(func(w *Worker) { w.FormatVersion = "2.0" }), ErrVersion, `format_version "2.0"; this reader understands 1.x`},
+		{"not a container", []byte("nope, not a manifest"), ErrCorrupt, `m starts with "nope", not the magic "DSM2"`},
+		{"version 1 JSON", []byte(`{"format_version":"1.0","kind":"worker","frames":[]}`), ErrVersion, `format_version "1.0"; this reader understands 2.x`},
+		{"future major", mutate(func(w *Worker) { w.FormatVersion = "3.0" }), ErrVersion, `format_version "3.0"; this reader understands 2.x`},
 		{"no version", mutate(func(w *Worker) { w.FormatVersion = "" }), ErrCorrupt, `format_version ""`},
-		{"minor ok", mutate(func(w *Worker) { w.FormatVersion = "1.7" }), nil, ""},
+		{"minor ok", mutate(func(w *Worker) { w.FormatVersion = "2.7" }), nil, ""},
 		{"past object end", mutate(func(w *Worker) { w.Frames[1].Length = 201 }), ErrCorrupt, "frame 1 [100, +201) lies outside object worker-3/attempt-a1/data-0.arrows of 300 bytes"},
-		{"partition out of range", mutate(func(w *Worker) { w.Frames[0].Partition = 4 }), ErrCorrupt, "frame 0 has partition 4, outside [0, 4)"},
+		{"totals disagree", mutate(func(w *Worker) { w.Totals.Rows++ }), ErrCorrupt, "totals say"},
 		{"missing object", mutate(func(w *Worker) { w.Frames[0].Object = 1 }), ErrCorrupt, "frame 0 names object 1 of 1"},
 		{"bad id", mutate(func(w *Worker) { w.Worker = "../x" }), ErrCorrupt, "worker ID"},
 		{"bad compression", mutate(func(w *Worker) { w.Compression = "brotli" }), ErrCorrupt, `unknown compression "brotli"`},

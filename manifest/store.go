@@ -7,8 +7,6 @@ import (
 	"io"
 	"slices"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/durashuffle/durashuffle/internal/store"
 	"golang.org/x/sync/errgroup"
@@ -32,7 +30,8 @@ func readAll(ctx context.Context, st store.Reader, key string) ([]byte, error) {
 }
 
 // Commit writes a worker manifest with If-None-Match: *, the commit point
-// of the worker's output. If another attempt committed first it returns
+// of the worker's output. It sorts w.Frames by partition (stably: write
+// order within a partition stays), as the manifest stores them. If another attempt committed first it returns
 // ErrAlreadyCommitted (wrapped with the winner when it can be read).
 func Commit(ctx context.Context, st store.Store, l Layout, w *Worker) error {
 	w.FormatVersion, w.Kind = FormatVersion, KindWorker
@@ -45,7 +44,7 @@ func Commit(ctx context.Context, st store.Store, l Layout, w *Worker) error {
 		return err
 	}
 	key := l.WorkerManifestKey(w.Query, w.Stage, w.Worker)
-	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/octet-stream"})
 	if errors.Is(err, store.ErrPreconditionFailed) {
 		if won, rerr := LoadWorker(ctx, st, l, w.Query, w.Stage, w.Worker); rerr == nil && won.Attempt == w.Attempt {
 			// Our own earlier try of this put succeeded and its answer was lost.
@@ -71,72 +70,6 @@ func LoadWorker(ctx context.Context, st store.Reader, l Layout, query string, st
 	return DecodeWorker(key, b)
 }
 
-// Seal merges the manifests of the given workers into the stage manifest,
-// one object that lets a reader open the stage with one GET. It fails
-// naming the workers that have not committed. Sealing again with the same
-// committed attempts is a no-op; a stage sealed differently is an error.
-func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int, workers []string) (*Stage, error) {
-	if len(workers) == 0 {
-		return nil, fmt.Errorf("seal %s stage %d: no workers given", query, stage)
-	}
-	ws := make([]*Worker, len(workers))
-	var (
-		mu      sync.Mutex
-		missing []string
-	)
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(16)
-	for i, id := range workers {
-		if err := ValidateID("worker", id); err != nil {
-			return nil, err
-		}
-		g.Go(func() error {
-			w, err := LoadWorker(gctx, st, l, query, stage, id)
-			if store.IsNotFound(err) {
-				mu.Lock()
-				missing = append(missing, id)
-				mu.Unlock()
-				return nil
-			}
-			ws[i] = w
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(workers), strings.Join(missing, ", "))
-	}
-	s, err := merge(query, stage, ws)
-	if err != nil {
-		return nil, err
-	}
-	s.SealedAt = time.Now().UTC()
-	b, err := s.Encode()
-	if err != nil {
-		return nil, err
-	}
-	key := l.StageManifestKey(query, stage)
-	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
-	if errors.Is(err, store.ErrPreconditionFailed) {
-		old, lerr := LoadStageManifest(ctx, st, l, query, stage)
-		if lerr != nil {
-			return nil, lerr
-		}
-		if sameAttempts(old, s) {
-			return old, nil
-		}
-		return nil, fmt.Errorf("%w: seal %s stage %d: the stage manifest names other workers or attempts", ErrSealConflict, query, stage)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("write stage manifest %s: %w", key, err)
-	}
-	s.Sealed = true
-	return s, nil
-}
-
 func sameAttempts(a, b *Stage) bool {
 	if len(a.Workers) != len(b.Workers) {
 		return false
@@ -149,7 +82,8 @@ func sameAttempts(a, b *Stage) bool {
 	return true
 }
 
-// merge builds a stage from worker manifests, checking they agree.
+// merge builds an unsealed stage from whole worker manifests, checking
+// they agree. Its workers keep their frames in memory.
 func merge(query string, stage int, ws []*Worker) (*Stage, error) {
 	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage}
 	slices.SortFunc(ws, func(a, b *Worker) int { return compareWorkers(a.Worker, b.Worker) })
@@ -165,13 +99,7 @@ func merge(query string, stage int, ws []*Worker) (*Stage, error) {
 			}
 		}
 		s.Workers = append(s.Workers, *w)
-		t := w.Sum()
-		s.Totals.Rows += t.Rows
-		s.Totals.BytesLogical += t.BytesLogical
-		s.Totals.BytesStored += t.BytesStored
-		s.Totals.Frames += t.Frames
-		s.Totals.Objects += t.Objects
-		s.Totals.Parts += t.Parts
+		s.Totals.add(w.Sum())
 	}
 	return s, nil
 }
@@ -205,7 +133,9 @@ func LoadStageManifest(ctx context.Context, st store.Reader, l Layout, query str
 }
 
 // LoadStage opens a stage: one GET of the stage manifest when it is
-// sealed; otherwise a LIST of the stage and a GET per worker manifest.
+// sealed (its frames stay in the index object, read by Frames per
+// partition range); otherwise a LIST of the stage and a GET per worker
+// manifest, whose frames are then held in memory.
 func LoadStage(ctx context.Context, st store.Store, l Layout, query string, stage int) (*Stage, error) {
 	if err := ValidateID("query", query); err != nil {
 		return nil, err

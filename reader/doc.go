@@ -1,5 +1,6 @@
 // Package reader streams a committed stage back out of the object store:
-// one GET for a sealed stage's manifest, then ranged GETs that coalesce
+// one GET for a sealed stage's manifest and, per read, one ranged GET of
+// its index for the partitions read, then ranged GETs that coalesce
 // neighbouring frames, prefetched in a bounded window, each frame checked
 // against its manifest CRC32C before it is decoded into Arrow records.
 // Records always come in the same order, by partition ascending, then by

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -255,6 +257,13 @@ func TestReadStored(t *testing.T) {
 		defer mem.AssertSize(t, 0)
 		s := open(t, e, "stored", 1, reader.Options{Mem: mem, GapBytes: -1})
 		m := s.Manifest()
+		indexGets := func(ps []int) int64 {
+			fs, err := m.Frames(ctx, e.raw, e.client.Layout(), slices.Sorted(slices.Values(ps)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return int64(min(1, len(fs)))
+		}
 
 		byPart, err := s.ReadPartitions(ctx, nil)
 		equalRows(t, read(t, byPart, err), order)
@@ -270,11 +279,12 @@ func TestReadStored(t *testing.T) {
 					want = append(want, r)
 				}
 			}
+			wantIndex := indexGets(ps)
 			before := e.counter.Requests()
 			recs, err := s.ReadStored(ctx, ps)
 			got := read(t, recs, err)
-			if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != int64(recs.Ranges()) || len(d) > 1 {
-				t.Errorf("partitions %v: %v, want %d GetObject", ps, d, recs.Ranges())
+			if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != int64(recs.Ranges())+wantIndex || len(d) > 1 {
+				t.Errorf("partitions %v: %v, want %d GetObject (and one of the index)", ps, d, recs.Ranges())
 			}
 			if len(got) != len(want) {
 				t.Fatalf("partitions %v: %d rows, want %d", ps, len(got), len(want))
@@ -339,7 +349,11 @@ func TestReadResultsPaging(t *testing.T) {
 		// RangeBytes of 1 puts every frame in a GET of its own, so the
 		// GET count is exactly the number of frames a page needs.
 		s := open(t, e, "pages", 0, reader.Options{RangeBytes: 1})
-		frames := frameRows(s.Manifest())
+		full, err := reader.WithFrames(ctx, e.raw, e.client.Layout(), s.Manifest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		frames := frameRows(full)
 		if len(frames) < 10 {
 			t.Fatalf("only %d frames", len(frames))
 		}
@@ -370,8 +384,9 @@ func TestReadResultsPaging(t *testing.T) {
 				got := read(t, recs, err)
 				equalRows(t, got, order[min(pg.off, total):max(min(pg.off, total), end)])
 				diff := store.Diff(e.counter.Requests(), before)
-				if diff["GetObject"] != int64(need) || len(diff) > 1 && need > 0 || recs.Ranges() != need {
-					t.Errorf("requests %v, %d ranges planned; page needs %d frames", diff, recs.Ranges(), need)
+				// One GET of the index, then one per frame of the page.
+				if diff["GetObject"] != 1+int64(need) || len(diff) > 1 && need > 0 || recs.Ranges() != need {
+					t.Errorf("requests %v, %d ranges planned; page needs %d frames and the index", diff, recs.Ranges(), need)
 				}
 			})
 		}
@@ -382,7 +397,7 @@ func TestReadResultsPaging(t *testing.T) {
 		before := e.counter.Requests()
 		recs, err := s.ReadResults(ctx, 5, 300)
 		equalRows(t, read(t, recs, err), order[5:305])
-		if n := store.Diff(e.counter.Requests(), before)["GetObject"]; n != int64(recs.Ranges()) || n < 1 {
+		if n := store.Diff(e.counter.Requests(), before)["GetObject"]; n != 1+int64(recs.Ranges()) || n < 2 {
 			t.Errorf("%d GETs, %d ranges planned", n, recs.Ranges())
 		}
 	})
@@ -393,7 +408,10 @@ func TestDamagedObject(t *testing.T) {
 		ctx := context.Background()
 		order := writeStage(t, e, "dmg", 0, 2, 3, 4, nil, true)
 		s := open(t, e, "dmg", 0, reader.Options{})
-		m := s.Manifest()
+		m, err := reader.WithFrames(ctx, e.raw, e.client.Layout(), s.Manifest())
+		if err != nil {
+			t.Fatal(err)
+		}
 		w := m.Workers[1]
 		key := e.client.Layout().ObjectKey("dmg", 0, w.Objects[0].Key)
 		body, err := e.raw.GetRange(ctx, key, 0, -1)
@@ -407,7 +425,12 @@ func TestDamagedObject(t *testing.T) {
 		}
 		// The last frame of the object, so truncating it cuts nothing
 		// delivered earlier.
-		idx := len(w.Frames) - 1
+		idx := 0
+		for i, f := range w.Frames {
+			if f.Object == 0 && f.Offset > w.Frames[idx].Offset {
+				idx = i
+			}
+		}
 		f := w.Frames[idx]
 
 		tests := []struct {
@@ -478,8 +501,8 @@ func TestRequestBudget(t *testing.T) {
 		recs, err := s.ReadPartitions(ctx, nil)
 		equalRows(t, read(t, recs, err), order)
 		d := store.Diff(e.counter.Requests(), before)
-		if len(d) != 1 || d["GetObject"] != 1+int64(recs.Ranges()) {
-			t.Errorf("reading every partition cost %v, want only GetObject: 1 manifest + %d ranges", d, recs.Ranges())
+		if len(d) != 1 || d["GetObject"] != 2+int64(recs.Ranges()) {
+			t.Errorf("reading every partition cost %v, want only GetObject: 1 manifest + 1 index + %d ranges", d, recs.Ranges())
 		}
 		if frames := s.Manifest().Totals.Frames; recs.Ranges() > frames || recs.Ranges() < 1 {
 			t.Errorf("%d ranges for %d frames", recs.Ranges(), frames)
@@ -513,6 +536,68 @@ func TestEmptyStage(t *testing.T) {
 		}
 		if _, err := s.ReadPartitions(ctx, []int{9}); !errors.Is(err, reader.ErrPartition) {
 			t.Errorf("partition 9 of 4: err = %v", err)
+		}
+	})
+}
+
+// byteCounter counts GETs and the bytes their bodies deliver.
+type byteCounter struct {
+	store.Store
+	gets, bytes atomic.Int64
+}
+
+func (b *byteCounter) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	b.gets.Add(1)
+	rc, err := b.Store.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	return countingBody{rc, &b.bytes}, nil
+}
+
+type countingBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c countingBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// TestWideStageOnePartition: reading one partition of a sealed stage of
+// 16 workers x 4096 partitions on MinIO transfers at most 256 KiB in at
+// most 24 GETs, data included: the stage manifest, one ranged GET of the
+// index and the partition's frames, not the stage's metadata. With
+// -short it runs at 16 x 512 (the race detector's run), the same bounds.
+func TestWideStageOnePartition(t *testing.T) {
+	partitions := 4096
+	if testing.Short() {
+		partitions = 512
+	}
+	t.Run("minio", func(t *testing.T) {
+		e := newEnv(t, testenv.MinIO(t))
+		ctx := context.Background()
+		const workers, p = 16, 234
+		order := writeStage(t, e, "wide", 0, workers, partitions, 1, nil, true)
+		var want []row
+		for _, r := range order {
+			if r.P == p {
+				want = append(want, r)
+			}
+		}
+		bc := &byteCounter{Store: e.client.Store()}
+		s, err := reader.Open(ctx, bc, e.client.Layout(), "wide", 0, reader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := s.ReadPartitions(ctx, []int{p})
+		equalRows(t, read(t, recs, err), want)
+		gets, moved := bc.gets.Load(), bc.bytes.Load()
+		t.Logf("partition %d of %d x %d: %d GETs (%d ranges of data), %d bytes; %d frames in the stage", p, workers, partitions, gets, recs.Ranges(), moved, s.Manifest().Totals.Frames)
+		if gets > 24 || moved > 256<<10 {
+			t.Fatalf("%d GETs and %d bytes, want at most 24 and 256 KiB", gets, moved)
 		}
 	})
 }

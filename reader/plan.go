@@ -79,14 +79,29 @@ func selectFrames(m *manifest.Stage, keys [][]string, partitions []int) []want {
 	return out
 }
 
-// storageOrder puts ws (from selectFrames) in the order the frames are
-// stored: worker by worker in manifest order, each worker's frames in
-// write order, which is object by object and, within an object, by
-// offset. planSpans then joins neighbours into GETs of up to RangeBytes
-// whatever partition they belong to.
+// wantFrames turns frames from a stage's index (in delivery order, with
+// Worker set) into wants, leaving out frames that hold no rows. Index
+// is the frame's position in fs.
+func wantFrames(fs []manifest.Frame, keys [][]string) []want {
+	out := make([]want, 0, len(fs))
+	for i, f := range fs {
+		if f.Rows == 0 {
+			continue
+		}
+		out = append(out, want{Worker: f.Worker, Index: i, Key: keys[f.Worker][f.Object], Frame: f, Take: -1})
+	}
+	return out
+}
+
+// storageOrder puts ws (from selectFrames or wantFrames) in the order
+// the frames are stored: worker by worker in manifest order, each
+// worker's frames in write order, which is object by object and, within
+// an object, by offset. planSpans then joins neighbours into GETs of up
+// to RangeBytes whatever partition they belong to.
 func storageOrder(ws []want) []want {
 	slices.SortFunc(ws, func(a, b want) int {
-		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Index, b.Index))
+		return cmp.Or(cmp.Compare(a.Worker, b.Worker), cmp.Compare(a.Frame.Object, b.Frame.Object),
+			cmp.Compare(a.Frame.Offset, b.Frame.Offset), cmp.Compare(a.Index, b.Index))
 	})
 	return ws
 }

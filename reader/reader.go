@@ -96,6 +96,7 @@ func (o Options) withDefaults() Options {
 // independent stream.
 type Stage struct {
 	st        store.Reader
+	l         manifest.Layout
 	m         *manifest.Stage
 	o         Options
 	schema    *arrow.Schema
@@ -106,7 +107,9 @@ type Stage struct {
 
 // Open loads the stage's manifest (exactly one GET when the stage is
 // sealed; a LIST and a GET per worker manifest otherwise) and returns the
-// stage. st should already carry the retry layer: the reader does not
+// stage. A sealed stage's frame entries are not loaded: each read
+// fetches the entries of its partitions from the stage's index (one
+// ranged GET for a partition range). st should already carry the retry layer: the reader does not
 // retry on its own.
 func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, o Options) (*Stage, error) {
 	m, err := manifest.LoadStage(ctx, st, l, query, stage)
@@ -123,7 +126,7 @@ func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, 
 // FromManifest returns a stage for a manifest already in hand, without
 // any request. A schema that does not decode is reported by every Read.
 func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Options) *Stage {
-	s := &Stage{st: st, m: m, o: o.withDefaults()}
+	s := &Stage{st: st, l: l, m: m, o: o.withDefaults()}
 	if len(m.Schema) == 0 {
 		// A stage whose writers never saw a record may have no schema.
 		s.schema = arrow.NewSchema(nil, nil)
@@ -145,8 +148,17 @@ func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Optio
 	return s
 }
 
-// Manifest returns the stage's manifest. Callers must not modify it.
+// Manifest returns the stage's manifest: its workers' headers and, when
+// sealed, the reference to its index. It holds no frame entries of a
+// sealed stage; Summary and the reads fetch what they need. Callers must
+// not modify it.
 func (s *Stage) Manifest() *manifest.Stage { return s.m }
+
+// Summary returns each partition's rows, bytes and frames: one ranged GET
+// of the index's summary table when the stage is sealed, none otherwise.
+func (s *Stage) Summary(ctx context.Context) ([]manifest.PartitionStats, error) {
+	return s.m.Summary(ctx, s.st, s.l)
+}
 
 // Schema returns the schema of every record of the stage (nil only when
 // the manifest's schema does not decode).
@@ -160,7 +172,7 @@ func (s *Stage) Schema() *arrow.Schema { return s.schema }
 // Next return false with the cause in Err. A partition outside the stage
 // fails at once, naming it and the partition count.
 func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
-	ws, err := s.partitionFrames(partitions)
+	ws, err := s.partitionFrames(ctx, partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -169,8 +181,9 @@ func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records,
 
 // partitionFrames lists the frames of the given partitions (nil or empty:
 // all) in ReadPartitions' order, failing on a schema that does not decode
-// or a partition outside the stage.
-func (s *Stage) partitionFrames(partitions []int) ([]want, error) {
+// or a partition outside the stage. A sealed stage's come from its index:
+// one ranged GET for the entries of partitions [min, max].
+func (s *Stage) partitionFrames(ctx context.Context, partitions []int) ([]want, error) {
 	if s.schemaErr != nil {
 		return nil, s.schemaErr
 	}
@@ -178,7 +191,14 @@ func (s *Stage) partitionFrames(partitions []int) ([]want, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
 	}
-	return selectFrames(s.m, s.keys, ps), nil
+	if s.m.Index == nil {
+		return selectFrames(s.m, s.keys, ps), nil
+	}
+	fs, err := s.m.Frames(ctx, s.st, s.l, ps)
+	if err != nil {
+		return nil, fmt.Errorf("read %s stage %d: %w", s.m.Query, s.m.Stage, err)
+	}
+	return wantFrames(fs, s.keys), nil
 }
 
 // ReadStored streams the records of the given partitions (nil or empty:
@@ -193,7 +213,7 @@ func (s *Stage) partitionFrames(partitions []int) ([]want, error) {
 // batch belongs to. Every frame is CRC-checked and decoded as with
 // ReadPartitions; the same frames are delivered, in another order.
 func (s *Stage) ReadStored(ctx context.Context, partitions []int) (*Records, error) {
-	ws, err := s.partitionFrames(partitions)
+	ws, err := s.partitionFrames(ctx, partitions)
 	if err != nil {
 		return nil, err
 	}
@@ -213,7 +233,11 @@ func (s *Stage) ReadResults(ctx context.Context, offset, limit int64) (*Records,
 	if offset < 0 {
 		return nil, fmt.Errorf("read results of %s stage %d: offset %d is negative", s.m.Query, s.m.Stage, offset)
 	}
-	ws := pageFrames(selectFrames(s.m, s.keys, nil), offset, limit)
+	all, err := s.partitionFrames(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	ws := pageFrames(all, offset, limit)
 	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
 }
 
@@ -253,6 +277,7 @@ type Records struct {
 	bytes  *semaphore.Weighted // their stored bytes, ReadAhead x RangeBytes
 	budget int64
 	spans  int
+	plan   []Planned
 	failed atomic.Bool // a fetch failed: launch nothing after it
 	wg     sync.WaitGroup
 
@@ -290,6 +315,7 @@ func (s *Stage) stream(ctx context.Context, spans []span) *Records {
 		bytes:  semaphore.NewWeighted(budget),
 		budget: budget,
 		spans:  len(spans),
+		plan:   planned(spans),
 	}
 	r.refs.Store(1)
 	r.wg.Add(1)
@@ -514,6 +540,33 @@ func release(recs []arrow.RecordBatch) {
 // Ranges is the number of ranged GETs the stream makes when read to the
 // end, for request accounting.
 func (r *Records) Ranges() int { return r.spans }
+
+// Planned is one frame a stream delivers, in delivery order: its
+// partition, the rows of it delivered (after a results page's skip and
+// take) and its stored bytes.
+type Planned struct {
+	Partition int
+	Rows      int64
+	Stored    int64
+}
+
+// Plan lists the frames the stream delivers, in the order it delivers
+// them, for progress reporting. Callers must not modify it.
+func (r *Records) Plan() []Planned { return r.plan }
+
+func planned(spans []span) []Planned {
+	var out []Planned
+	for _, sp := range spans {
+		for _, f := range sp.Frames {
+			rows := f.Frame.Rows - f.Skip
+			if f.Take >= 0 {
+				rows = min(rows, f.Take)
+			}
+			out = append(out, Planned{Partition: f.Frame.Partition, Rows: rows, Stored: f.Frame.Length})
+		}
+	}
+	return out
+}
 
 // Retain adds a reference to the stream.
 func (r *Records) Retain() { r.refs.Add(1) }

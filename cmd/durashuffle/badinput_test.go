@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -199,8 +200,19 @@ func TestDamagedStoredData(t *testing.T) {
 	}
 	w1 := m.Workers[1]
 	dataKey := l.ObjectKey(q, 0, w1.Objects[0].Key)
-	fr := w1.Frames[len(w1.Frames)-1] // the object's last frame
+	all, err := m.Frames(ctx, st, l, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := -1 // index entry of the object's last frame
+	for i, f := range all {
+		if f.Worker == 1 && f.Object == 0 && (last < 0 || f.Offset > all[last].Offset) {
+			last = i
+		}
+	}
+	fr := all[last]
 	stageKey := l.StageManifestKey(q, 0)
+	indexKey := l.ObjectKey(q, 0, m.Index.Key)
 	get := func(key string) []byte {
 		t.Helper()
 		body, err := st.GetRange(ctx, key, 0, -1)
@@ -220,7 +232,10 @@ func TestDamagedStoredData(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	orig := map[string][]byte{dataKey: get(dataKey), stageKey: get(stageKey)}
+	orig := map[string][]byte{dataKey: get(dataKey), stageKey: get(stageKey), indexKey: get(indexKey)}
+	longer := bytes.Clone(orig[indexKey]) // the frame's length + 1
+	lenAt := m.Index.EntriesOffset + manifest.EntrySize*int64(last) + 24
+	binary.LittleEndian.PutUint64(longer[lenAt:], uint64(fr.Length+1))
 	flipped := bytes.Clone(orig[dataKey])
 	flipped[fr.Offset+fr.Length/2] ^= 0x01
 	// edit returns the stage manifest with f applied.
@@ -237,7 +252,6 @@ func TestDamagedStoredData(t *testing.T) {
 		}
 		return b
 	}
-	last := len(w1.Frames) - 1
 	for _, tc := range []struct {
 		name string
 		key  string
@@ -257,12 +271,12 @@ func TestDamagedStoredData(t *testing.T) {
 		{"inspect of a manifest not JSON", stageKey, orig[stageKey][:len(orig[stageKey])/2],
 			[]string{"inspect", "-q", q},
 			[]string{"corrupt manifest: " + stageKey + " is not JSON"}},
-		{"unknown major version", stageKey, edit(func(s *manifest.Stage) { s.FormatVersion = "2.0" }),
+		{"unknown major version", stageKey, edit(func(s *manifest.Stage) { s.FormatVersion = "3.0" }),
 			[]string{"read", "-q", q, "--format", "jsonl"},
-			[]string{"unsupported manifest format version", `format_version "2.0"; this reader understands 1.x`}},
-		{"frame past the object's end", stageKey, edit(func(s *manifest.Stage) { s.Workers[1].Frames[last].Length++ }),
-			[]string{"inspect", "-q", q, "--json"},
-			[]string{"corrupt manifest", `worker "1"`, fmt.Sprintf("frame %d [%d, +%d) lies outside object %s of %d bytes", last, fr.Offset, fr.Length+1, w1.Objects[0].Key, w1.Objects[0].Size)}},
+			[]string{"unsupported manifest format version", `format_version "3.0"; this reader understands 2.x`}},
+		{"frame past the object's end", indexKey, longer,
+			[]string{"read", "-q", q, "--partition", strconv.Itoa(fr.Partition), "--format", "jsonl"},
+			[]string{"corrupt manifest", indexKey, fmt.Sprintf("entry %d (partition %d, worker 1) [%d, +%d) lies outside object %s of %d bytes", last, fr.Partition, fr.Offset, fr.Length+1, w1.Objects[0].Key, w1.Objects[0].Size)}},
 		{"2^40 partitions", stageKey, edit(func(s *manifest.Stage) { s.Partitions = 1 << 40 }),
 			[]string{"inspect", "-q", q},
 			[]string{"corrupt manifest", "has 1099511627776 partitions, want 1 to 1048576"}},

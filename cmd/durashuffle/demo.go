@@ -80,7 +80,7 @@ type demoSummary struct {
 	ReadMiBps    float64          `json:"read_mib_per_s"`
 	ReadStored   float64          `json:"read_stored_mib_per_s"`
 	ReadRequests map[string]int64 `json:"read_requests"`
-	ReadRanges   int64            `json:"read_ranges"` // ranged data GETs; the rest of read_requests is the manifest
+	ReadRanges   int64            `json:"read_ranges"` // ranged data GETs; the rest of read_requests is the manifest and one index GET per partition
 
 	Verified           bool     `json:"verified"`
 	PartitionsVerified int      `json:"partitions_verified"`

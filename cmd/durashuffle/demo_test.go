@@ -77,9 +77,10 @@ func TestDemo(t *testing.T) {
 				t.Fatalf("write requests %v: uploads created, completed and aborted do not match", s.Requests)
 			}
 
-			// The read phase: one manifest GET, ranged data GETs, nothing else.
-			if len(s.ReadRequests) != 1 || s.ReadRequests["GetObject"] != s.ReadRanges+1 || s.ReadRanges < 16 {
-				t.Fatalf("read requests %v with %d ranged GETs: want only GetObject, one for the manifest", s.ReadRequests, s.ReadRanges)
+			// The read phase: one manifest GET, one ranged GET of the index
+			// per partition read, ranged data GETs, nothing else.
+			if len(s.ReadRequests) != 1 || s.ReadRequests["GetObject"] != s.ReadRanges+1+int64(s.Partitions) || s.ReadRanges < 16 {
+				t.Fatalf("read requests %v with %d ranged GETs: want only GetObject, one for the manifest and one of the index per partition (%d)", s.ReadRequests, s.ReadRanges, s.Partitions)
 			}
 			for _, op := range []string{"HeadObject", "ListObjectsV2"} {
 				if s.ReadRequests[op] != 0 || s.Requests[op] != 0 {
@@ -128,9 +129,10 @@ func TestDemo(t *testing.T) {
 				if objParts != s.Parts || in.Skew.MaxOverAvg < 1 || in.Skew.MaxStored < in.Skew.MinStored {
 					t.Fatalf("inspect parts %d (want %d), skew %+v", objParts, s.Parts, in.Skew)
 				}
-				// One GET: the stage is sealed.
-				if len(in.Requests) != 1 || in.Requests["GetObject"] != 1 {
-					t.Fatalf("inspect made requests %v, want one GetObject", in.Requests)
+				// Two GETs: the stage is sealed (its manifest, then its
+				// index's partition summary, no entries).
+				if len(in.Requests) != 1 || in.Requests["GetObject"] != 2 {
+					t.Fatalf("inspect made requests %v, want two GetObject", in.Requests)
 				}
 
 				human := tg.run(t, nil, "inspect", "--query", query, "--stage", "0").must(t).stdout

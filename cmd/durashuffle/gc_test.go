@@ -274,7 +274,7 @@ func TestDeleteQueryCLI(t *testing.T) {
 	}
 	var rep gc.Report
 	tg.run(t, nil, "delete-query", "-q", "gone", "--json").must(t).decode(t, &rep)
-	if rep.Query != "gone" || rep.Totals.StagesDeleted != 1 || rep.Totals.ObjectsDeleted != 3 {
+	if rep.Query != "gone" || rep.Totals.StagesDeleted != 1 || rep.Totals.ObjectsDeleted != 4 { // stage manifest, index, worker manifest, data
 		t.Fatalf("delete-query: %+v", rep.Totals)
 	}
 	if r := tg.run(t, nil, "read", "-q", "gone", "--format", "jsonl"); r.code != 1 || !strings.Contains(r.stderr, "stage not found") {

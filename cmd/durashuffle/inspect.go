@@ -72,8 +72,9 @@ func (a *app) inspectCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "inspect",
 		Short: "Show a stage's workers, objects, partitions and compression",
-		Long: `inspect loads a stage's manifest (one GET when the stage is sealed; a LIST
-and a GET per worker manifest otherwise) and shows its workers with their
+		Long: `inspect loads a stage's manifest and its index's per-partition summary
+(two GETs when the stage is sealed; a LIST and a GET per worker manifest
+otherwise) and shows its workers with their
 committed attempts and data objects (key, size, parts), every partition
 with its rows and logical and stored bytes, the compression ratio, and a
 histogram of per-partition stored bytes that makes skew visible.`,
@@ -92,7 +93,11 @@ histogram of per-partition stored bytes that makes skew visible.`,
 			if err != nil {
 				return err
 			}
-			out := describeStage(m, c.Layout())
+			per, err := m.Summary(cmd.Context(), c.Store(), c.Layout())
+			if err != nil {
+				return err
+			}
+			out := describeStage(m, per, c.Layout())
 			out.Requests = c.Counter().Requests()
 			if asJSON {
 				return printJSON(a.stdout, out)
@@ -106,8 +111,9 @@ histogram of per-partition stored bytes that makes skew visible.`,
 	return cmd
 }
 
-// describeStage summarizes a stage manifest.
-func describeStage(m *manifest.Stage, l manifest.Layout) *inspectOutput {
+// describeStage summarizes a stage manifest and its partitions' totals
+// (from the index's summary table, or the frames of an unsealed stage).
+func describeStage(m *manifest.Stage, per []manifest.PartitionStats, l manifest.Layout) *inspectOutput {
 	out := &inspectOutput{
 		Query: m.Query, Stage: m.Stage, Sealed: m.Sealed, Results: m.Results, Partitions: m.Partitions,
 		Workers: []inspectWorker{}, PartitionList: make([]inspectPartition, m.Partitions),
@@ -118,10 +124,14 @@ func describeStage(m *manifest.Stage, l manifest.Layout) *inspectOutput {
 		}
 	}
 	for p := range out.PartitionList {
-		out.PartitionList[p].Partition = p
+		ps := &out.PartitionList[p]
+		ps.Partition = p
+		if p < len(per) {
+			ps.Rows, ps.Frames, ps.BytesLogical, ps.BytesStored = per[p].Rows, int(per[p].Frames), per[p].BytesLogical, per[p].BytesStored
+		}
 	}
 	for _, w := range m.Workers {
-		t := w.Sum()
+		t := w.Totals
 		iw := inspectWorker{
 			Worker: w.Worker, Attempt: w.Attempt, Rows: t.Rows, Frames: t.Frames,
 			BytesLogical: t.BytesLogical, BytesStored: t.BytesStored, ChunkSize: w.ChunkSize,
@@ -132,13 +142,6 @@ func describeStage(m *manifest.Stage, l manifest.Layout) *inspectOutput {
 			iw.Objects = append(iw.Objects, inspectObject{Key: l.ObjectKey(m.Query, m.Stage, o.Key), Size: o.Size, Parts: o.Parts})
 		}
 		out.Workers = append(out.Workers, iw)
-		for _, f := range w.Frames {
-			ps := &out.PartitionList[f.Partition]
-			ps.Rows += f.Rows
-			ps.Frames++
-			ps.BytesLogical += f.Bytes
-			ps.BytesStored += f.Length
-		}
 		out.Totals.Rows += t.Rows
 		out.Totals.BytesLogical += t.BytesLogical
 		out.Totals.BytesStored += t.BytesStored

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,7 +15,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
@@ -320,17 +319,17 @@ func (p *progress) readRows(n int64) {
 }
 
 // reading shows read -o: the stored bytes of the frames delivered out of
-// those the read will fetch, as the manifest lists them. It returns src,
-// counting what passes through. parts nil means a results read of rows
-// [offset, offset+limit); a partition read fetches its partitions whole.
-func (p *progress) reading(c *durashuffle.Client, src recordSource, m *manifest.Stage, parts []int, offset, limit int64) recordSource {
+// those the read will fetch, as the stream's plan lists them. It returns
+// src, counting what passes through.
+func (p *progress) reading(c *durashuffle.Client, src recordSource, plan []reader.Planned) recordSource {
 	if p == nil {
 		return src
 	}
-	shares := frameShares(m, parts, offset, limit)
+	shares := make([]share, len(plan))
 	var total int64
-	for _, s := range shares {
-		total += s.bytes
+	for i, f := range plan {
+		shares[i] = share{f.Rows, f.Stored}
+		total += f.Stored
 	}
 	rs := &readSource{recordSource: src, shares: shares, rows: &p.rows}
 	start := time.Now()
@@ -348,52 +347,6 @@ func (p *progress) reading(c *durashuffle.Client, src recordSource, m *manifest.
 // share is one frame as a read delivers it: its rows (after the skip and
 // take of a page) and its stored bytes.
 type share struct{ rows, bytes int64 }
-
-// frameShares lists the frames a read fetches in delivery order: by
-// partition, then worker, then write order (as reader does). Empty frames
-// are never fetched.
-func frameShares(m *manifest.Stage, parts []int, offset, limit int64) []share {
-	var in map[int]bool
-	if parts != nil {
-		in = make(map[int]bool, len(parts))
-		for _, pt := range parts {
-			in[pt] = true
-		}
-		offset, limit = 0, -1 // a partition read pages after fetching
-	}
-	type frame struct {
-		part       int
-		rows, size int64
-	}
-	var fs []frame
-	for _, w := range m.Workers {
-		for _, f := range w.Frames {
-			if f.Rows > 0 && (in == nil || in[f.Partition]) {
-				fs = append(fs, frame{f.Partition, f.Rows, f.Length})
-			}
-		}
-	}
-	slices.SortStableFunc(fs, func(a, b frame) int { return cmp.Compare(a.part, b.part) })
-	var out []share
-	var seen int64
-	for _, f := range fs {
-		if limit == 0 {
-			break
-		}
-		if seen+f.rows <= offset {
-			seen += f.rows
-			continue
-		}
-		rows := f.rows - max(0, offset-seen)
-		seen += f.rows
-		if limit > 0 {
-			rows = min(rows, limit)
-			limit -= rows
-		}
-		out = append(out, share{rows, f.size})
-	}
-	return out
-}
 
 // readSource counts rows as they pass and turns them into stored bytes:
 // whole frames delivered, plus the delivered fraction of the current one.

@@ -181,7 +181,7 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 		return err
 	}
 	defer recs.Close()
-	var src recordSource = prog.reading(c, recs, st.Manifest(), parts, o.offset, o.limit)
+	var src recordSource = prog.reading(c, recs, recs.Plan())
 	if (parts != nil || o.order == "storage") && (o.offset > 0 || o.limit >= 0) {
 		src = &pageSource{recordSource: src, skip: o.offset, left: o.limit}
 	}

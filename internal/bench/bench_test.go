@@ -127,7 +127,7 @@ func TestSmokeRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
-	if ds.ManifestGets != 1 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes {
+	if ds.ManifestGets != 2 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes {
 		t.Fatalf("durashuffle read %+v, transfermanager %+v", ds, tm)
 	}
 }

@@ -107,7 +107,7 @@ type Result struct {
 	MeanGetBytes float64   `json:"mean_get_bytes,omitempty"`
 	GetCeiling   float64   `json:"get_ceiling,omitempty"`
 	RangedGets   int64     `json:"ranged_gets,omitempty"`
-	ManifestGets int64     `json:"manifest_gets,omitempty"`
+	ManifestGets int64     `json:"manifest_gets,omitempty"` // the stage manifest and ranged GETs of its index
 	InputBytes   int64     `json:"input_pool_bytes,omitempty"`
 	Rounds       []float64 `json:"round_seconds,omitempty"`
 	GoHeapPeak   int64     `json:"go_heap_peak_bytes,omitempty"`

@@ -211,15 +211,16 @@ func (j *Job) metered(st store.Store) store.Store {
 	return meteredStore{st, j.live}
 }
 
-// meteredStore counts a store's data requests: parts and single puts (a
-// conditional put is a manifest) and ranged GETs of data objects.
+// meteredStore counts a store's data requests: parts and single puts and
+// ranged GETs of data objects, not of manifests (conditional puts,
+// .json) or stage indexes.
 type meteredStore struct {
 	store.Store
 	m *liveMeter
 }
 
 func (s meteredStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
-	if o.IfNoneMatch {
+	if o.IfNoneMatch || !isData(key) {
 		return s.Store.Put(ctx, key, body, o)
 	}
 	s.m.begin()
@@ -229,6 +230,9 @@ func (s meteredStore) Put(ctx context.Context, key string, body []byte, o store.
 }
 
 func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+	if !isData(key) {
+		return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	}
 	s.m.begin()
 	etag, err := s.Store.UploadPart(ctx, key, id, n, body, crc)
 	s.m.end(int64(len(body)), err)
@@ -236,7 +240,7 @@ func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, b
 }
 
 func (s meteredStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
-	if strings.HasSuffix(key, ".json") {
+	if !isData(key) {
 		return s.Store.GetRange(ctx, key, off, length)
 	}
 	s.m.begin()
@@ -246,6 +250,11 @@ func (s meteredStore) GetRange(ctx context.Context, key string, off, length int6
 		return nil, err
 	}
 	return &meteredBody{ReadCloser: rc, m: s.m}, nil
+}
+
+// isData: anything but a manifest (.json) or a stage index.
+func isData(key string) bool {
+	return !strings.HasSuffix(key, ".json") && !(strings.Contains(key, "/index-") && strings.HasSuffix(key, ".bin"))
 }
 
 // meteredBody counts the bytes read from a GET; the request is in flight

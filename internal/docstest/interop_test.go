@@ -22,11 +22,12 @@ import (
 )
 
 // TestFrameRangesRecipe follows docs/interop.md's "one frame straight from
-// S3" recipe with nothing but the manifest's JSON (as a Python client sees
-// it: no durashuffle types) and arrow-go's IPC reader (no durashuffle
-// decoding): GET the stage manifest, pick a partition's frames, GET each
-// byte range of its object, decode it as an Arrow IPC stream, check its
-// CRC32C.
+// S3" recipe with nothing but the manifest's JSON and the index's
+// documented 48-byte entries (as a Python client sees them: no
+// durashuffle types) and arrow-go's IPC reader (no durashuffle decoding):
+// GET the stage manifest, GET the partition's entries from the index by
+// range, GET each frame's byte range of its object, decode it as an Arrow
+// IPC stream, check its CRC32C.
 func TestFrameRangesRecipe(t *testing.T) {
 	ctx := context.Background()
 	st, _ := testenv.Embedded(t).NewStore(t)
@@ -82,15 +83,30 @@ func TestFrameRangesRecipe(t *testing.T) {
 			Objects []struct {
 				Key string `json:"key"`
 			} `json:"objects"`
-			Frames []struct {
-				Partition int    `json:"partition"`
-				Object    int    `json:"object"`
-				Offset    int64  `json:"offset"`
-				Length    int64  `json:"length"`
-				Rows      int64  `json:"rows"`
-				CRC32C    uint32 `json:"crc32c"`
-			} `json:"frames"`
 		} `json:"workers"`
+		Index struct {
+			Key           string `json:"key"`
+			EntriesOffset int64  `json:"entries_offset"`
+			First         []byte `json:"first"` // base64 in the JSON
+		} `json:"index"`
+	}
+	type entry struct {
+		Partition, Worker, Object, CRC32C uint32
+		Offset, Length, Rows, Bytes       int64
+	}
+	// entries GETs partition p's 48-byte index entries: struct "<IIIIqqqq".
+	entries := func(p int) []entry {
+		first := func(p int) int64 { return int64(binary.LittleEndian.Uint32(m.Index.First[4*p:])) }
+		n := first(p+1) - first(p)
+		if n == 0 {
+			return nil
+		}
+		b := get(t, st, stagePrefix+m.Index.Key, m.Index.EntriesOffset+48*first(p), 48*n)
+		out := make([]entry, n)
+		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, out); err != nil {
+			t.Fatal(err)
+		}
+		return out
 	}
 	if err := json.Unmarshal(get(t, st, stagePrefix+"manifest.json", 0, -1), &m); err != nil {
 		t.Fatal(err)
@@ -108,40 +124,38 @@ func TestFrameRangesRecipe(t *testing.T) {
 	for p := range partitions {
 		var rows, sum int64
 		frames := 0
-		for _, w := range m.Workers {
-			for _, f := range w.Frames {
-				if f.Partition != p || f.Rows == 0 {
-					continue
-				}
-				frames++
-				body := get(t, st, stagePrefix+w.Objects[f.Object].Key, f.Offset, f.Length)
-				if got := crc32.Checksum(body, castagnoli); got != f.CRC32C {
-					t.Errorf("partition %d frame at %d: CRC32C %d, manifest says %d", p, f.Offset, got, f.CRC32C)
-				}
-				r, err := ipc.NewReader(bytes.NewReader(frameStream(t, m.Schema, body)))
-				if err != nil {
-					t.Fatalf("partition %d: the byte range [%d, +%d) behind the schema message is not an Arrow IPC stream: %v", p, f.Offset, f.Length, err)
-				}
-				if !r.Schema().Equal(schema) {
-					t.Errorf("frame schema %s", r.Schema())
-				}
-				var n int64
-				for r.Next() {
-					rec := r.RecordBatch()
-					n += rec.NumRows()
-					for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
-						sum += id
-					}
-				}
-				if err := r.Err(); err != nil {
-					t.Fatal(err)
-				}
-				r.Release()
-				if n != f.Rows {
-					t.Errorf("partition %d frame at %d: %d rows, manifest says %d", p, f.Offset, n, f.Rows)
-				}
-				rows += n
+		for _, f := range entries(p) {
+			if int(f.Partition) != p || f.Rows == 0 {
+				continue
 			}
+			frames++
+			body := get(t, st, stagePrefix+m.Workers[f.Worker].Objects[f.Object].Key, f.Offset, f.Length)
+			if got := crc32.Checksum(body, castagnoli); got != f.CRC32C {
+				t.Errorf("partition %d frame at %d: CRC32C %d, manifest says %d", p, f.Offset, got, f.CRC32C)
+			}
+			r, err := ipc.NewReader(bytes.NewReader(frameStream(t, m.Schema, body)))
+			if err != nil {
+				t.Fatalf("partition %d: the byte range [%d, +%d) behind the schema message is not an Arrow IPC stream: %v", p, f.Offset, f.Length, err)
+			}
+			if !r.Schema().Equal(schema) {
+				t.Errorf("frame schema %s", r.Schema())
+			}
+			var n int64
+			for r.Next() {
+				rec := r.RecordBatch()
+				n += rec.NumRows()
+				for _, id := range rec.Column(0).(*array.Int64).Int64Values() {
+					sum += id
+				}
+			}
+			if err := r.Err(); err != nil {
+				t.Fatal(err)
+			}
+			r.Release()
+			if n != f.Rows {
+				t.Errorf("partition %d frame at %d: %d rows, manifest says %d", p, f.Offset, n, f.Rows)
+			}
+			rows += n
 		}
 		if rows != want[p] || sum != sums[p] || frames < 2 {
 			t.Errorf("partition %d: %d rows with id sum %d in %d frames; wrote %d rows with sum %d", p, rows, sum, frames, want[p], sums[p])

@@ -59,7 +59,7 @@ type Stage struct {
 	Stage     int    `json:"stage"`
 	Results   bool   `json:"results"`
 	Sealed    bool   `json:"sealed"`
-	Manifests int    `json:"manifests"` // stage and worker manifests
+	Manifests int    `json:"manifests"` // stage and worker manifests, and stage indexes
 	Objects   int    `json:"objects"`   // data objects
 	Bytes     int64  `json:"bytes"`     // of manifests and data objects
 	// CommittedAt is the newest manifest's LastModified.
@@ -117,6 +117,7 @@ const (
 	stageManifest
 	workerManifest
 	dataObject
+	indexObject // a sealed stage's index, or a lost seal's
 )
 
 type keyInfo struct {
@@ -130,6 +131,7 @@ type keyInfo struct {
 // parseKey classifies key by the layout:
 //
 //	{root}{query}/stage-{n}/manifest.json
+//	{root}{query}/stage-{n}/index-{seal}.bin
 //	{root}{query}/stage-{n}/worker-{w}/manifest.json
 //	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
 //
@@ -154,6 +156,10 @@ func parseKey(l manifest.Layout, key string) keyInfo {
 	k := keyInfo{query: parts[0], stage: stage}
 	if len(parts) == 3 && parts[2] == "manifest.json" {
 		k.kind = stageManifest
+		return k
+	}
+	if len(parts) == 3 && manifest.ParseIndexName(parts[2]) {
+		k.kind = indexObject
 		return k
 	}
 	w, ok := strings.CutPrefix(parts[2], "worker-")
@@ -194,6 +200,7 @@ type stageKeys struct {
 	manifest *store.ObjectInfo           // stage manifest, if sealed
 	workers  map[string]store.ObjectInfo // worker manifests by worker
 	data     []dataKey
+	indexes  []store.ObjectInfo // the stage manifest names at most one
 }
 
 type dataKey struct {
@@ -267,7 +274,7 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 			continue // the store filtered loosely; not ours to judge
 		}
 		r.Scanned.Uploads++
-		if parseKey(l, u.Key).kind != dataObject {
+		if k := parseKey(l, u.Key).kind; k != dataObject && k != indexObject {
 			r.Scanned.Foreign++
 			continue
 		}
@@ -301,6 +308,9 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 		case dataObject:
 			s := get(k)
 			s.data = append(s.data, dataKey{obj: obj, worker: k.worker, attempt: k.attempt})
+		case indexObject:
+			s := get(k)
+			s.indexes = append(s.indexes, obj)
 		default:
 			r.Scanned.Foreign++
 		}
@@ -392,7 +402,8 @@ func judge(ctx context.Context, st store.Store, l manifest.Layout, s *stageKeys,
 		referenced = map[string]bool{}
 		unknown    = map[string]bool{} // workers whose data must be kept
 		results    bool
-		committed  int // manifests that decoded
+		committed  int  // manifests that decoded
+		keepIndex  bool // the stage manifest did not decode: its index may be in use
 	)
 	add := func(w *manifest.Worker) {
 		for _, o := range w.Objects {
@@ -413,11 +424,15 @@ func judge(ctx context.Context, st store.Store, l manifest.Layout, s *stageKeys,
 				for i := range m.Workers {
 					add(&m.Workers[i])
 				}
+				if m.Index != nil {
+					referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
+				}
 				results = results || m.Results
 				committed++
 			case store.IsNotFound(err):
 			case errors.Is(err, manifest.ErrCorrupt), errors.Is(err, manifest.ErrVersion):
 				// Its workers' own manifests still say what they committed.
+				keepIndex = true
 				v.skipped = append(v.skipped, fmt.Sprintf("%s: %v", s.manifest.Key, err))
 			default:
 				return fmt.Errorf("gc: %w", err)
@@ -460,6 +475,17 @@ func judge(ctx context.Context, st store.Store, l manifest.Layout, s *stageKeys,
 		}
 		orphans = append(orphans, d.obj)
 	}
+	// An index no stage manifest names is a lost or interrupted seal's
+	// (a seal writes its index before the manifest that names it).
+	var indexes []store.ObjectInfo
+	for _, o := range s.indexes {
+		switch {
+		case referenced[o.Key]:
+			indexes = append(indexes, o)
+		case !keepIndex && !o.LastModified.After(cutoff):
+			orphans = append(orphans, o)
+		}
+	}
 	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
 	v.orphans = orphans
 
@@ -490,6 +516,11 @@ func judge(ctx context.Context, st store.Store, l manifest.Layout, s *stageKeys,
 		v.delete[2] = append(v.delete[2], d.obj.Key)
 		x.Objects++
 		x.Bytes += d.obj.Size
+	}
+	for _, o := range indexes {
+		v.delete[2] = append(v.delete[2], o.Key)
+		x.Manifests++
+		x.Bytes += o.Size
 	}
 	v.expire = x
 	return v, nil
@@ -541,6 +572,10 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 		case dataObject:
 			order[2] = append(order[2], obj.Key)
 			s.Objects++
+		case indexObject:
+			// After the stage manifest that names it.
+			order[2] = append(order[2], obj.Key)
+			s.Manifests++
 		default:
 			// Under the query's own prefix everything is the query's.
 			order[2] = append(order[2], obj.Key)

@@ -274,7 +274,7 @@ func TestRun(t *testing.T) {
 				t.Fatalf("gc at +7h: %+v", r.Totals)
 			}
 			want := []gc.Stage{
-				{Query: "q1", Stage: 1, Results: true, Sealed: true, Manifests: 2, Objects: 1},
+				{Query: "q1", Stage: 1, Results: true, Sealed: true, Manifests: 3, Objects: 1}, // stage manifest, its index, a worker manifest,
 				{Query: "q2", Stage: 0, Results: true, Sealed: false, Manifests: 2, Objects: 2},
 			}
 			for i, s := range r.Stages {
@@ -283,8 +283,8 @@ func TestRun(t *testing.T) {
 					t.Fatalf("deleted stage %d: %+v, want %+v", i, s, want[i])
 				}
 			}
-			if r.Totals.ObjectsDeleted != 7 {
-				t.Fatalf("deleted %d objects, want 7 (3 + 4)", r.Totals.ObjectsDeleted)
+			if r.Totals.ObjectsDeleted != 8 {
+				t.Fatalf("deleted %d objects, want 8 (4 + 4)", r.Totals.ObjectsDeleted)
 			}
 			calls := rec.calls()
 			sm, wm := indexOf(calls, l.StageManifestKey("q1", 1)), indexOf(calls, l.WorkerManifestKey("q1", 1, "0"))
@@ -333,9 +333,9 @@ func TestRun(t *testing.T) {
 			if len(keysOf(t, raw, l.QueryPrefix("q1"))) != 0 {
 				t.Fatalf("q1 keys left: %v", keysOf(t, raw, l.QueryPrefix("q1")))
 			}
-			// q1 held stage 0: stage manifest, 2 worker manifests, 2 data
-			// objects; and the foreign notes.bin under it.
-			if dr.Totals.ObjectsDeleted != 6 || dr.Totals.StagesDeleted != 1 || dr.Stages[0].Manifests != 3 || dr.Stages[0].Objects != 2 {
+			// q1 held stage 0: stage manifest, its index, 2 worker
+			// manifests, 2 data objects; and the foreign notes.bin under it.
+			if dr.Totals.ObjectsDeleted != 7 || dr.Totals.StagesDeleted != 1 || dr.Stages[0].Manifests != 4 || dr.Stages[0].Objects != 2 {
 				t.Fatalf("delete-query report: %+v %+v", dr.Totals, dr.Stages)
 			}
 			calls = rec.calls()
@@ -388,5 +388,41 @@ func TestDeleteQueryAbortsUploads(t *testing.T) {
 	}
 	if ups := uploadKeys(t, raw); len(ups) != 1 || !strings.Contains(ups[0], "/q-other/") {
 		t.Fatalf("uploads left: %v, want only q-other's", ups)
+	}
+}
+
+// TestLostSealIndex: the index a stage manifest names is kept; one no
+// manifest names (a seal that crashed between its index and its
+// manifest, or lost the race and could not delete it) is an orphan once
+// old enough, and the stage still reads afterwards.
+func TestLostSealIndex(t *testing.T) {
+	ctx := context.Background()
+	st := &store.Mem{}
+	c := durashuffle.NewClient(st, config.Default(), nil, nil)
+	defer c.Close()
+	l := c.Layout()
+	commit(t, c, "q", 0, "0", false, 0, 100)
+	s, err := c.Seal(ctx, "q", 0, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := l.ObjectKey("q", 0, s.Index.Key)
+	lost := l.ObjectKey("q", 0, manifest.IndexName("20260101T000000-0123456789abcdef"))
+	st.Set(lost, []byte("DSI2 of a seal that crashed"))
+	r, err := gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Orphans) != 1 || r.Orphans[0].Key != lost || r.Scanned.Foreign != 0 {
+		t.Fatalf("orphans %+v (foreign %d), want only %s", r.Orphans, r.Scanned.Foreign, lost)
+	}
+	if _, ok := st.Bytes(named); !ok {
+		t.Fatalf("gc deleted the stage's index %s", named)
+	}
+	if _, ok := st.Bytes(lost); ok {
+		t.Fatalf("gc left the lost index %s", lost)
+	}
+	if n, err := rows(t, c, "q", 0); err != nil || n != 100 {
+		t.Fatalf("stage reads %d rows after gc: %v", n, err)
 	}
 }

@@ -14,6 +14,9 @@ func TestParseKey(t *testing.T) {
 	}{
 		{"durashuffle/q1/stage-0/manifest.json", keyInfo{kind: stageManifest, query: "q1"}},
 		{"durashuffle/q1/stage-12/worker-3/manifest.json", keyInfo{kind: workerManifest, query: "q1", stage: 12, worker: "3"}},
+		{"durashuffle/q1/stage-2/index-20260101T000000-0011223344556677.bin", keyInfo{kind: indexObject, query: "q1", stage: 2}},
+		{"durashuffle/q1/stage-2/index-.bin", keyInfo{}},
+		{"durashuffle/q1/stage-2/index-a/b.bin", keyInfo{}},
 		{"durashuffle/q1/stage-2/worker-w.1/attempt-20260101T000000-ab/data-0.arrows", keyInfo{kind: dataObject, query: "q1", stage: 2, worker: "w.1", attempt: "20260101T000000-ab"}},
 		{"durashuffle/q1/stage-2/worker-1/attempt-a/data-17.arrows", keyInfo{kind: dataObject, query: "q1", stage: 2, worker: "1", attempt: "a"}},
 		// Foreign: other prefixes, other shapes, invalid IDs.

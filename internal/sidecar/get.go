@@ -103,7 +103,7 @@ func (s *Server) GetFlightInfo(ctx context.Context, d *flight.FlightDescriptor) 
 	if err != nil {
 		return nil, err
 	}
-	return s.flightInfo(st, d), nil
+	return s.flightInfo(ctx, st, d)
 }
 
 // GetSchema returns a committed stage's schema.
@@ -160,7 +160,10 @@ func (s *Server) ListFlights(c *flight.Criteria, stream flight.FlightService_Lis
 			if err != nil {
 				return toStatus(err)
 			}
-			info := s.flightInfo(st, stageDescriptor(si.Query, si.Stage))
+			info, err := s.flightInfo(ctx, st, stageDescriptor(si.Query, si.Stage))
+			if err != nil {
+				return err
+			}
 			if err := stream.Send(info); err != nil {
 				return err
 			}
@@ -169,23 +172,22 @@ func (s *Server) ListFlights(c *flight.Criteria, stream flight.FlightService_Lis
 	return nil
 }
 
-// flightInfo describes a stage with one endpoint per partition.
-func (s *Server) flightInfo(st *reader.Stage, d *flight.FlightDescriptor) *flight.FlightInfo {
+// flightInfo describes a stage with one endpoint per partition, from the
+// partition summary of its index (one ranged GET, no entries; cached
+// with the stage) or, unsealed, its frames in memory. Errors are gRPC
+// statuses.
+func (s *Server) flightInfo(ctx context.Context, st *reader.Stage, d *flight.FlightDescriptor) (*flight.FlightInfo, error) {
 	m := st.Manifest()
+	sum, err := s.stages.summary(ctx, st)
+	if err != nil {
+		return nil, toStatus(err)
+	}
 	per := make([]PartitionMetadata, m.Partitions)
 	for i := range per {
-		per[i].Partition = i
+		ps := sum[i]
+		per[i] = PartitionMetadata{Partition: i, Rows: ps.Rows, BytesLogical: ps.BytesLogical, BytesStored: ps.BytesStored, Frames: int(ps.Frames)}
 	}
 	t := m.Totals // summed by seal, or by LoadStage for an unsealed stage
-	for _, w := range m.Workers {
-		for _, f := range w.Frames {
-			p := &per[f.Partition]
-			p.Rows += f.Rows
-			p.BytesLogical += f.Bytes
-			p.BytesStored += f.Length
-			p.Frames++
-		}
-	}
 	info := &flight.FlightInfo{
 		Schema:           flight.SerializeSchema(st.Schema(), s.mem),
 		FlightDescriptor: d,
@@ -203,7 +205,7 @@ func (s *Server) flightInfo(st *reader.Stage, d *flight.FlightDescriptor) *fligh
 		Partitions: m.Partitions, Rows: t.Rows, BytesLogical: t.BytesLogical, BytesStored: t.BytesStored,
 		Objects: t.Objects, Frames: t.Frames,
 	})
-	return info
+	return info, nil
 }
 
 // splitBatch cuts rec into row slices of at most about maxBytes each. The

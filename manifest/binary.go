@@ -1,0 +1,269 @@
+package manifest
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"slices"
+)
+
+// EntrySize is the size of one frame's index entry on disk: partition,
+// worker, object and CRC32C as u32, then offset, length, rows and
+// logical bytes as u64, all little-endian.
+const EntrySize = 48
+
+// Magic numbers of the binary objects of format 2.
+const (
+	workerMagic = "DSM2" // worker manifest container
+	indexMagic  = "DSI2" // stage index object
+)
+
+// MaxHeaderBytes bounds a worker manifest's JSON header.
+const MaxHeaderBytes = 64 << 20
+
+// workerPreamble is the magic and the header length before a worker
+// manifest's JSON header.
+const workerPreamble = 8
+
+func putEntry(b []byte, f *Frame) {
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], uint32(f.Partition))
+	le.PutUint32(b[4:], uint32(f.Worker))
+	le.PutUint32(b[8:], uint32(f.Object))
+	le.PutUint32(b[12:], f.CRC32C)
+	le.PutUint64(b[16:], uint64(f.Offset))
+	le.PutUint64(b[24:], uint64(f.Length))
+	le.PutUint64(b[32:], uint64(f.Rows))
+	le.PutUint64(b[40:], uint64(f.Bytes))
+}
+
+// getEntry decodes one entry. Counts past the int64 range come out
+// negative, which the callers' checks refuse.
+func getEntry(b []byte) Frame {
+	le := binary.LittleEndian
+	return Frame{
+		Partition: int(le.Uint32(b[0:])),
+		Worker:    int(le.Uint32(b[4:])),
+		Object:    int(le.Uint32(b[8:])),
+		CRC32C:    le.Uint32(b[12:]),
+		Offset:    int64(le.Uint64(b[16:])),
+		Length:    int64(le.Uint64(b[24:])),
+		Rows:      int64(le.Uint64(b[32:])),
+		Bytes:     int64(le.Uint64(b[40:])),
+	}
+}
+
+// checkFrame verifies that f lies inside object o of w.
+func checkFrame(f *Frame, objs []Object) error {
+	if f.Object < 0 || f.Object >= len(objs) {
+		return fmt.Errorf("names object %d of %d", f.Object, len(objs))
+	}
+	o := objs[f.Object]
+	if f.Offset < 0 || f.Length <= 0 || f.Offset > o.Size-f.Length {
+		return fmt.Errorf("[%d, +%d) lies outside object %s of %d bytes", f.Offset, f.Length, o.Key, o.Size)
+	}
+	if f.Rows < 0 || f.Bytes < 0 {
+		return fmt.Errorf("has negative counts (rows %d, bytes %d)", f.Rows, f.Bytes)
+	}
+	return nil
+}
+
+// sortByPartition orders frames by partition, keeping write order within
+// a partition, unless they already are.
+func sortByPartition(fs []Frame) {
+	if !slices.IsSortedFunc(fs, byPartition) {
+		slices.SortStableFunc(fs, byPartition)
+	}
+}
+
+func byPartition(a, b Frame) int { return cmp.Compare(a.Partition, b.Partition) }
+
+// Encode returns the stored form of a worker manifest: magic "DSM2", the
+// u32 length of the JSON header, the header, the partition offset table
+// ((Partitions+1) u32 entry indexes) and the entries, sorted by
+// partition. w.Frames is sorted in place (stably) if it is not.
+func (w *Worker) Encode() ([]byte, error) {
+	if w.Partitions < 1 || w.Partitions > MaxPartitions {
+		return nil, fmt.Errorf("encode worker manifest: %d partitions, want 1 to %d", w.Partitions, MaxPartitions)
+	}
+	if int64(len(w.Frames)) > math.MaxUint32 {
+		return nil, fmt.Errorf("encode worker manifest: %d frames, at most %d", len(w.Frames), uint32(math.MaxUint32))
+	}
+	for i, f := range w.Frames {
+		if f.Partition < 0 || f.Partition >= w.Partitions || f.Object < 0 || int64(f.Object) > math.MaxUint32 {
+			return nil, fmt.Errorf("encode worker manifest: frame %d has partition %d of %d, object %d", i, f.Partition, w.Partitions, f.Object)
+		}
+	}
+	sortByPartition(w.Frames)
+	h, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) > MaxHeaderBytes {
+		return nil, fmt.Errorf("encode worker manifest: header of %d bytes, at most %d", len(h), MaxHeaderBytes)
+	}
+	n := workerPreamble + len(h) + 4*(w.Partitions+1) + EntrySize*len(w.Frames)
+	b := make([]byte, n)
+	copy(b, workerMagic)
+	binary.LittleEndian.PutUint32(b[4:], uint32(len(h)))
+	copy(b[workerPreamble:], h)
+	table := b[workerPreamble+len(h):]
+	entries := table[4*(w.Partitions+1):]
+	i := 0
+	for p := 0; p <= w.Partitions; p++ {
+		for i < len(w.Frames) && w.Frames[i].Partition < p {
+			i++
+		}
+		binary.LittleEndian.PutUint32(table[4*p:], uint32(i))
+	}
+	for i := range w.Frames {
+		f := w.Frames[i]
+		f.Worker = 0
+		putEntry(entries[EntrySize*i:], &f)
+	}
+	return b, nil
+}
+
+// workerHead is a worker manifest's header and offset table, decoded
+// from the start of the object: all Seal needs before the entries.
+type workerHead struct {
+	w       *Worker
+	first   []byte // (Partitions+1) LE u32: partition p's entries are [first[p], first[p+1])
+	entries int64  // offset of the entries in the object
+	count   int    // entries
+}
+
+func (h *workerHead) at(p int) int { return int(binary.LittleEndian.Uint32(h.first[4*p:])) }
+
+// headLength returns how many bytes of a worker manifest hold its head,
+// from its first 8 bytes; ok is false when b is shorter than that. A
+// JSON manifest (version 1) is refused as such.
+func headLength(what string, b []byte) (n int, err error) {
+	if len(b) > 0 && b[0] == '{' {
+		var probe struct {
+			FormatVersion string `json:"format_version"`
+		}
+		if err := json.Unmarshal(b, &probe); err != nil {
+			// A ranged read may cut a JSON manifest short: its version is
+			// usually near the start.
+			i := bytes.Index(b, []byte(`"format_version":"`))
+			if i < 0 {
+				return 0, fmt.Errorf("%w: %s is not JSON (version 1) nor a %q container: %v", ErrCorrupt, what, workerMagic, err)
+			}
+			v, _, _ := bytes.Cut(b[i+18:], []byte(`"`))
+			probe.FormatVersion = string(v)
+		}
+		if err := checkVersion(what, probe.FormatVersion); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("%w: %s is JSON with format_version %q, but a %d.x worker manifest is a binary container", ErrCorrupt, what, probe.FormatVersion, FormatMajor)
+	}
+	if len(b) < workerPreamble {
+		return 0, fmt.Errorf("%w: %s is %d bytes, shorter than the %d-byte preamble", ErrCorrupt, what, len(b), workerPreamble)
+	}
+	if string(b[:4]) != workerMagic {
+		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q", ErrCorrupt, what, b[:4], workerMagic)
+	}
+	hl := binary.LittleEndian.Uint32(b[4:])
+	if hl > MaxHeaderBytes {
+		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d", ErrCorrupt, what, hl, MaxHeaderBytes)
+	}
+	return workerPreamble + int(hl), nil
+}
+
+// decodeHead decodes the header and offset table from b, which holds at
+// least the first headLength bytes of the object. tableNeed > 0 means b
+// is too short for the table: the head is tableNeed bytes.
+func decodeHead(what string, b []byte) (h *workerHead, need int, err error) {
+	hl, err := headLength(what, b)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(b) < hl {
+		return nil, hl, nil
+	}
+	var w Worker
+	if err := json.Unmarshal(b[workerPreamble:hl], &w); err != nil {
+		return nil, 0, fmt.Errorf("%w: %s header: %v", ErrCorrupt, what, err)
+	}
+	if err := checkVersion(what, w.FormatVersion); err != nil {
+		return nil, 0, err
+	}
+	if err := w.Check(what); err != nil {
+		return nil, 0, err
+	}
+	end := hl + 4*(w.Partitions+1)
+	if len(b) < end {
+		return nil, end, nil
+	}
+	h = &workerHead{w: &w, first: b[hl:end:end], entries: int64(end)}
+	prev := 0
+	if h.at(0) != 0 {
+		return nil, 0, fmt.Errorf("%w: %s: offset table starts at %d, not 0", ErrCorrupt, what, h.at(0))
+	}
+	for p := 1; p <= w.Partitions; p++ {
+		v := h.at(p)
+		if v < prev {
+			return nil, 0, fmt.Errorf("%w: %s: offset table falls from %d to %d at partition %d", ErrCorrupt, what, prev, v, p)
+		}
+		prev = v
+	}
+	h.count = prev
+	if h.count != w.Totals.Frames {
+		return nil, 0, fmt.Errorf("%w: %s: offset table holds %d entries, totals say %d frames", ErrCorrupt, what, h.count, w.Totals.Frames)
+	}
+	return h, 0, nil
+}
+
+// decodeEntries decodes the entries of partitions [lo, hi) of a worker
+// manifest, held in b (which starts at entry first[lo]), checking each
+// against the header: partition as the offset table says, frame inside
+// its object. worker is stored in each Frame's Worker field.
+func (h *workerHead) decodeEntries(what string, b []byte, lo, hi, worker int, out []Frame) ([]Frame, error) {
+	i := h.at(lo)
+	if want := (h.at(hi) - i) * EntrySize; len(b) != want {
+		return out, fmt.Errorf("%w: %s: entries of partitions [%d, %d) are %d bytes, want %d", ErrCorrupt, what, lo, hi, len(b), want)
+	}
+	for p := lo; p < hi; p++ {
+		for end := h.at(p + 1); i < end; i++ {
+			f := getEntry(b)
+			b = b[EntrySize:]
+			if f.Partition != p || f.Worker != 0 {
+				return out, fmt.Errorf("%w: %s: entry %d has partition %d worker %d, the offset table says partition %d worker 0", ErrCorrupt, what, i, f.Partition, f.Worker, p)
+			}
+			if err := checkFrame(&f, h.w.Objects); err != nil {
+				return out, fmt.Errorf("%w: %s: frame %d %v", ErrCorrupt, what, i, err)
+			}
+			f.Worker = worker
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// DecodeWorker parses and checks a whole worker manifest; what names it
+// in errors. A version 1 manifest (JSON) is refused with ErrVersion.
+func DecodeWorker(what string, b []byte) (*Worker, error) {
+	h, need, err := decodeHead(what, b)
+	if err != nil {
+		return nil, err
+	}
+	if h == nil {
+		return nil, fmt.Errorf("%w: %s is %d bytes, its head needs %d", ErrCorrupt, what, len(b), need)
+	}
+	rest := b[h.entries:]
+	if want := int64(h.count) * EntrySize; int64(len(rest)) != want {
+		return nil, fmt.Errorf("%w: %s has %d bytes of entries, its offset table says %d entries (%d bytes)", ErrCorrupt, what, len(rest), h.count, want)
+	}
+	h.w.Frames, err = h.decodeEntries(what, rest, 0, h.w.Partitions, 0, make([]Frame, 0, h.count))
+	if err != nil {
+		return nil, err
+	}
+	if got := h.w.Sum(); got != h.w.Totals {
+		return nil, fmt.Errorf("%w: %s: totals say %+v, frames and objects sum to %+v", ErrCorrupt, what, h.w.Totals, got)
+	}
+	return h.w, nil
+}

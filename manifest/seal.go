@@ -1,0 +1,469 @@
+package manifest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/store"
+)
+
+// Seal's memory bounds. Phase 1 keeps, per worker, its header and the
+// offset table sampled every k partitions, with k chosen so the samples
+// of all workers fit SealTableBytes; phase 2 holds one block of entries
+// (all workers' entries of a run of partitions) of about SealBlockBytes,
+// plus one part of the index upload (SealPartBytes). A single run of k
+// partitions with more entries than SealBlockBytes is a block of its
+// own, so a stage with one enormous partition can exceed it.
+const (
+	SealBlockBytes = 64 << 20
+	SealTableBytes = 16 << 20
+	SealPartBytes  = 8 << 20
+	// sealFetches is the ranged GETs of worker manifests in flight.
+	sealFetches = 16
+)
+
+// sealWorker is what phase 1 keeps of one worker manifest.
+type sealWorker struct {
+	key     string
+	w       *Worker
+	entries int64    // offset of the entries in the object
+	stride  int      // k
+	samples []uint32 // offset table at partitions 0, k, 2k, ..., and P
+}
+
+// Seal merges the manifests of the given workers into the stage's index
+// and manifest. It fails naming the workers that have not committed.
+// Sealing again with the same committed attempts is a no-op that returns
+// the stage; a stage sealed differently is ErrSealConflict.
+//
+// It runs in bounded memory, whatever the stage's size (see
+// SealBlockBytes): it reads each worker manifest's head (header and
+// offset table), then walks the partitions in blocks, fetching every
+// worker's entries of a block by ranged GET, merging them in (partition,
+// worker, write) order and streaming the index object out as a multipart
+// upload (one Put when it is small). The index is written under a fresh
+// name first; the stage manifest, written with If-None-Match: *, is the
+// commit point. A seal that loses that race deletes its index.
+func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int, workers []string) (*Stage, error) {
+	if len(workers) == 0 {
+		return nil, fmt.Errorf("seal %s stage %d: no workers given", query, stage)
+	}
+	for _, id := range workers {
+		if err := ValidateID("worker", id); err != nil {
+			return nil, err
+		}
+	}
+	ids := slices.Clone(workers)
+	slices.SortFunc(ids, compareWorkers)
+	ids = slices.Compact(ids)
+	ws, err := sealHeads(ctx, st, l, query, stage, ids)
+	if err != nil {
+		return nil, err
+	}
+	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage,
+		Partitions: ws[0].w.Partitions, Schema: ws[0].w.Schema, Results: ws[0].w.Results}
+	for _, w := range ws {
+		if w.w.Partitions != s.Partitions {
+			return nil, fmt.Errorf("%w: %s stage %d: worker %s has %d partitions, worker %s has %d", ErrCorrupt, query, stage, w.w.Worker, w.w.Partitions, ws[0].w.Worker, s.Partitions)
+		}
+		if string(w.w.Schema) != string(s.Schema) {
+			return nil, fmt.Errorf("%w: %s stage %d: worker %s wrote a different schema than worker %s", ErrCorrupt, query, stage, w.w.Worker, ws[0].w.Worker)
+		}
+		s.Workers = append(s.Workers, *w.w)
+		s.Totals.add(w.w.Totals)
+	}
+	if int64(s.Totals.Frames) > math.MaxUint32 {
+		return nil, fmt.Errorf("seal %s stage %d: %d frames, an index holds at most %d", query, stage, s.Totals.Frames, uint32(math.MaxUint32))
+	}
+	// Already sealed? Then nothing is built: the answer is the old stage,
+	// or a conflict.
+	if old, err := LoadStageManifest(ctx, st, l, query, stage); err == nil {
+		return sealedAgain(old, s)
+	} else if !store.IsNotFound(err) {
+		return nil, err
+	}
+
+	sealID := newSealID()
+	rel := IndexName(sealID)
+	key := l.ObjectKey(query, stage, rel)
+	x, err := writeIndex(ctx, st, key, s, ws)
+	if err != nil {
+		return nil, err
+	}
+	x.Key = rel
+	s.Index = x
+	s.SealedAt = time.Now().UTC()
+	b, err := s.Encode()
+	if err != nil {
+		return nil, err
+	}
+	mkey := l.StageManifestKey(query, stage)
+	err = st.Put(ctx, mkey, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+	if err != nil {
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+		defer cancel()
+		derr := st.Delete(dctx, key)
+		if errors.Is(err, store.ErrPreconditionFailed) {
+			old, lerr := LoadStageManifest(ctx, st, l, query, stage)
+			if lerr != nil {
+				return nil, lerr
+			}
+			return sealedAgain(old, s)
+		}
+		if derr != nil {
+			err = errors.Join(err, fmt.Errorf("delete index %s: %w", key, derr))
+		}
+		return nil, fmt.Errorf("write stage manifest %s: %w", mkey, err)
+	}
+	s.Sealed = true
+	s.encoded = len(b)
+	return s, nil
+}
+
+func sealedAgain(old, s *Stage) (*Stage, error) {
+	if sameAttempts(old, s) {
+		return old, nil
+	}
+	return nil, fmt.Errorf("%w: seal %s stage %d: the stage manifest names other workers or attempts", ErrSealConflict, s.Query, s.Stage)
+}
+
+func newSealID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
+}
+
+func (t *Totals) add(o Totals) {
+	t.Rows += o.Rows
+	t.BytesLogical += o.BytesLogical
+	t.BytesStored += o.BytesStored
+	t.Frames += o.Frames
+	t.Objects += o.Objects
+	t.Parts += o.Parts
+}
+
+// sealHeads is phase 1: each worker manifest's head, keeping the offset
+// table at every k-th partition only.
+func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, stage int, ids []string) ([]*sealWorker, error) {
+	ws := make([]*sealWorker, len(ids))
+	var (
+		mu      sync.Mutex
+		missing []string
+		stride  int // k, fixed by the first head decoded
+	)
+	strideFor := func(partitions int) int {
+		mu.Lock()
+		defer mu.Unlock()
+		if stride == 0 {
+			perWorker := 4 * int64(partitions+1)
+			stride = int(max(1, (int64(len(ids))*perWorker+SealTableBytes-1)/SealTableBytes))
+		}
+		return stride
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(sealFetches)
+	for i, id := range ids {
+		g.Go(func() error {
+			key := l.WorkerManifestKey(query, stage, id)
+			h, err := readHead(gctx, st, key)
+			if store.IsNotFound(err) {
+				mu.Lock()
+				missing = append(missing, id)
+				mu.Unlock()
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			if h.w.Query != query || h.w.Stage != stage || h.w.Worker != id {
+				return fmt.Errorf("%w: %s names %s stage %d worker %s", ErrCorrupt, key, h.w.Query, h.w.Stage, h.w.Worker)
+			}
+			k := strideFor(h.w.Partitions)
+			sw := &sealWorker{key: key, w: h.w, entries: h.entries, stride: k}
+			for p := 0; ; p += k {
+				p = min(p, h.w.Partitions)
+				sw.samples = append(sw.samples, uint32(h.at(p)))
+				if p == h.w.Partitions {
+					break
+				}
+			}
+			ws[i] = sw
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	if len(missing) > 0 {
+		slices.SortFunc(missing, compareWorkers)
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), strings.Join(missing, ", "))
+	}
+	for _, w := range ws {
+		if w.w.Partitions != ws[0].w.Partitions {
+			return nil, fmt.Errorf("%w: %s stage %d: worker %s has %d partitions, worker %s has %d", ErrCorrupt, query, stage, w.w.Worker, w.w.Partitions, ws[0].w.Worker, ws[0].w.Partitions)
+		}
+	}
+	return ws, nil
+}
+
+// readHead decodes a worker manifest's head with one GET: the body is
+// read as far as the head (preamble, header, offset table) and closed,
+// so the entries are not transferred (beyond what is in flight). The
+// object's size is not known beforehand, and a range past its end would
+// fail, so the GET is not ranged.
+func readHead(ctx context.Context, st store.Reader, key string) (*workerHead, error) {
+	body, err := st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b := make([]byte, workerPreamble, 64<<10)
+	if _, err := io.ReadFull(body, b); err != nil {
+		return nil, headErr(key, len(b), err)
+	}
+	if b[0] == '{' { // version 1: JSON; its version is near the start
+		rest, _ := io.ReadAll(io.LimitReader(body, 64<<10))
+		b = append(b, rest...)
+	}
+	for {
+		h, need, err := decodeHead(key, b)
+		if err != nil || h != nil {
+			return h, err
+		}
+		n := len(b)
+		b = slices.Grow(b, need-n)[:need]
+		if _, err := io.ReadFull(body, b[n:]); err != nil {
+			return nil, headErr(key, need, err)
+		}
+	}
+}
+
+func headErr(key string, need int, err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return fmt.Errorf("%w: %s ends before its head of %d bytes", ErrCorrupt, key, need)
+	}
+	return fmt.Errorf("read head of %s: %w", key, err)
+}
+
+// readInto fills dst with the bytes of key from off. Its length comes
+// from an offset table that was checked against the header's totals, so
+// a body that ends early is corrupt.
+func readInto(ctx context.Context, st store.Reader, key string, off int64, dst []byte) error {
+	n := int64(len(dst))
+	body, err := st.GetRange(ctx, key, off, n)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if got, err := io.ReadFull(body, dst); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: %s: bytes [%d, %d) asked for, %d arrived", ErrCorrupt, key, off, off+n, got)
+		}
+		return fmt.Errorf("read %s bytes [%d, %d): %w", key, off, off+n, err)
+	}
+	return nil
+}
+
+// writeIndex is phase 2: it builds the index object at key, block by
+// block, and returns its reference (without Key).
+func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []*sealWorker) (*Index, error) {
+	P := s.Partitions
+	k := ws[0].stride
+	groups := len(ws[0].samples) - 1 // group g is partitions [g*k, min((g+1)*k, P))
+	groupEntries := func(g int) int64 {
+		var n int64
+		for _, w := range ws {
+			n += int64(w.samples[g+1]) - int64(w.samples[g])
+		}
+		return n
+	}
+	up := &indexUpload{ctx: ctx, st: st, key: key}
+	defer up.abortUnlessDone()
+	var pre [indexPreamble]byte
+	copy(pre[:], indexMagic)
+	binary.LittleEndian.PutUint32(pre[4:], uint32(P))
+	if err := up.write(pre[:]); err != nil {
+		return nil, err
+	}
+	first := make([]byte, 4*(P+1))
+	summary := make([]PartitionStats, P)
+	var written int64
+	bufs := make([][]byte, len(ws))
+	var arena []byte
+	for ga := 0; ga < groups; {
+		gb, n := ga, int64(0)
+		for gb < groups && (gb == ga || (n+groupEntries(gb))*EntrySize <= SealBlockBytes) {
+			n += groupEntries(gb)
+			gb++
+		}
+		lo, hi := ga*k, min(gb*k, P)
+		// One buffer for the block, reused: each worker's entries of the
+		// block are read into their slice of it.
+		if int64(cap(arena)) < n*EntrySize {
+			arena = make([]byte, n*EntrySize)
+		}
+		var at int64
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(sealFetches)
+		for i, w := range ws {
+			a, b := int64(w.samples[ga]), int64(w.samples[gb])
+			bufs[i] = arena[at : at+EntrySize*(b-a) : at+EntrySize*(b-a)]
+			at += EntrySize * (b - a)
+			if a == b {
+				continue
+			}
+			g.Go(func() error {
+				return readInto(gctx, st, w.key, w.entries+EntrySize*a, bufs[i])
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return nil, fmt.Errorf("seal %s stage %d: partitions [%d, %d): %w", s.Query, s.Stage, lo, hi, err)
+		}
+		// Merge: partition by partition, worker by worker.
+		cur := make([]int, len(ws))
+		for p := lo; p < hi; p++ {
+			binary.LittleEndian.PutUint32(first[4*p:], uint32(written))
+			for i, w := range ws {
+				b := bufs[i]
+				for cur[i] < len(b) {
+					e := b[cur[i] : cur[i]+EntrySize]
+					f := getEntry(e)
+					if f.Partition < p || f.Partition >= hi || f.Worker != 0 {
+						return nil, fmt.Errorf("%w: %s: an entry of partitions [%d, %d) has partition %d worker %d (entries are sorted by partition)", ErrCorrupt, w.key, lo, hi, f.Partition, f.Worker)
+					}
+					if f.Partition != p {
+						break
+					}
+					if err := checkFrame(&f, w.w.Objects); err != nil {
+						return nil, fmt.Errorf("%w: %s: frame of partition %d %v", ErrCorrupt, w.key, p, err)
+					}
+					binary.LittleEndian.PutUint32(e[4:], uint32(i))
+					if err := up.write(e); err != nil {
+						return nil, err
+					}
+					summary[p].add(&f)
+					cur[i] += EntrySize
+					written++
+				}
+			}
+		}
+		for i, w := range ws {
+			if cur[i] != len(bufs[i]) {
+				return nil, fmt.Errorf("%w: %s: entries of partitions [%d, %d) are not sorted by partition", ErrCorrupt, w.key, lo, hi)
+			}
+		}
+		ga = gb
+	}
+	binary.LittleEndian.PutUint32(first[4*P:], uint32(written))
+	if written != int64(s.Totals.Frames) {
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d entries merged, the workers' totals say %d frames", ErrCorrupt, s.Query, s.Stage, written, s.Totals.Frames)
+	}
+	var rec [SummarySize]byte
+	for p := range summary {
+		putSummary(rec[:], &summary[p])
+		if err := up.write(rec[:]); err != nil {
+			return nil, err
+		}
+	}
+	size := up.n
+	if err := up.close(); err != nil {
+		return nil, err
+	}
+	return &Index{Size: size, Entries: written, EntriesOffset: indexPreamble,
+		SummaryOffset: indexPreamble + EntrySize*written, First: first}, nil
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// indexUpload streams an object out in parts of SealPartBytes: a single
+// Put if it never fills one, a multipart upload otherwise, aborted on a
+// context detached from the caller's if it does not complete.
+type indexUpload struct {
+	ctx      context.Context
+	st       store.Writer
+	key      string
+	buf      []byte
+	uploadID string
+	parts    []store.Part
+	n        int64
+	done     bool
+}
+
+func (u *indexUpload) write(b []byte) error {
+	for len(b) > 0 {
+		if u.buf == nil {
+			u.buf = make([]byte, 0, SealPartBytes)
+		}
+		c := min(len(b), SealPartBytes-len(u.buf))
+		u.buf = append(u.buf, b[:c]...)
+		b = b[c:]
+		u.n += int64(c)
+		if len(u.buf) == SealPartBytes {
+			if err := u.flush(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (u *indexUpload) flush() error {
+	if u.uploadID == "" {
+		id, err := u.st.CreateMultipart(u.ctx, u.key)
+		if err != nil {
+			return fmt.Errorf("start index upload %s: %w", u.key, err)
+		}
+		u.uploadID = id
+	}
+	n := int32(len(u.parts) + 1)
+	sum := crc32.Checksum(u.buf, castagnoli)
+	etag, err := u.st.UploadPart(u.ctx, u.key, u.uploadID, n, u.buf, sum)
+	if err != nil {
+		return fmt.Errorf("upload part %d of index %s (%d bytes): %w", n, u.key, len(u.buf), err)
+	}
+	u.parts = append(u.parts, store.Part{Number: n, ETag: etag, CRC32C: &sum, Size: int64(len(u.buf))})
+	u.buf = u.buf[:0]
+	return nil
+}
+
+func (u *indexUpload) close() error {
+	if u.uploadID == "" {
+		if err := u.st.Put(u.ctx, u.key, u.buf, store.PutOptions{}); err != nil {
+			return fmt.Errorf("write index %s (%d bytes): %w", u.key, len(u.buf), err)
+		}
+		u.done = true
+		return nil
+	}
+	if len(u.buf) > 0 {
+		if err := u.flush(); err != nil {
+			return err
+		}
+	}
+	if err := u.st.CompleteMultipart(u.ctx, u.key, u.uploadID, u.parts); err != nil {
+		return fmt.Errorf("complete index upload %s (%d parts, %d bytes): %w", u.key, len(u.parts), u.n, err)
+	}
+	u.done = true
+	return nil
+}
+
+func (u *indexUpload) abortUnlessDone() {
+	if u.done || u.uploadID == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), time.Minute)
+	defer cancel()
+	_ = u.st.AbortMultipart(ctx, u.key, u.uploadID)
+}
