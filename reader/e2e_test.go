@@ -65,7 +65,8 @@ func newEnv(t *testing.T, ep testenv.Endpoint) *env {
 	cfg.Prefix = "rt"
 	// Small frames, so a few thousand rows make dozens of frames.
 	cfg.FrameTargetBytes = 4 * config.KiB
-	cfg.CoalesceBudget = 64 * config.KiB
+	// Room for the per-partition state of the 4096-partition stage.
+	cfg.CoalesceBudget = 1 * config.MiB
 	cfg.RetryBaseDelay = config.Duration(time.Millisecond)
 	cfg.RetryMaxDelay = config.Duration(10 * time.Millisecond)
 	c := durashuffle.NewClient(raw, cfg, counter, nil)
@@ -600,4 +601,49 @@ func TestWideStageOnePartition(t *testing.T) {
 			t.Fatalf("%d GETs and %d bytes, want at most 24 and 256 KiB", gets, moved)
 		}
 	})
+}
+
+// TestPartitionRangeGets: 8 readers each read a range of 32 of a stage's
+// 256 partitions, as a downstream stage reads coalesced partitions. Each
+// worker's frames of a range lie together in each of its sorted runs, so
+// a range costs about one GET per worker object and run (plus the two
+// metadata GETs), not one per frame, and the rows still come in
+// partition, worker and write order.
+func TestPartitionRangeGets(t *testing.T) {
+	e := newEnv(t, testenv.MinIO(t))
+	ctx := context.Background()
+	const workers, partitions, readers = 4, 256, 8
+	order := writeStage(t, e, "ranges", 0, workers, partitions, 8, nil, true)
+	var total, frames int64
+	for k := range readers {
+		lo, hi := k*partitions/readers, (k+1)*partitions/readers
+		var ps []int
+		var want []row
+		for p := lo; p < hi; p++ {
+			ps = append(ps, p)
+		}
+		for _, r := range order {
+			if int(r.P) >= lo && int(r.P) < hi {
+				want = append(want, r)
+			}
+		}
+		bc := &byteCounter{Store: e.client.Store()}
+		s, err := reader.Open(ctx, bc, e.client.Layout(), "ranges", 0, reader.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		recs, err := s.ReadPartitions(ctx, ps)
+		equalRows(t, read(t, recs, err), want)
+		total += bc.gets.Load()
+		frames = int64(s.Manifest().Totals.Frames)
+		// Runs per worker: its rows over the coalesce budget, and the last.
+		runs := s.Manifest().Totals.BytesLogical/workers/int64(1<<20) + 2
+		if gets := bc.gets.Load(); gets > 2+workers*runs {
+			t.Fatalf("partitions [%d, %d): %d GETs, want at most 2 + %d workers x %d runs", lo, hi, gets, workers, runs)
+		}
+	}
+	t.Logf("%d range readers of a %d x %d stage with %d frames: %d GETs in all", readers, workers, partitions, frames, total)
+	if total*8 > frames {
+		t.Fatalf("%d GETs for %d frames: ranges are not read in runs", total, frames)
+	}
 }

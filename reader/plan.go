@@ -211,3 +211,63 @@ func planSpansEvery(ws []want, rangeBytes, gapBytes, every int64) []span {
 	}
 	return out
 }
+
+// group is what one fetch delivers: one span, or the spans of a group of
+// neighbouring partitions, fetched together and delivered sorted back
+// into partition order. length is their stored bytes.
+type group struct {
+	spans  []span
+	length int64
+}
+
+// partitionGroups plans ws (in ReadPartitions' order) as groups of whole
+// partitions of at most groupBytes of frames each. A group of several
+// partitions is planned in storage order (planSpans joins each worker's
+// neighbouring frames across the partitions into GETs of up to
+// rangeBytes); a partition alone in its group is already in storage
+// order, and streams span by span.
+func partitionGroups(ws []want, rangeBytes, gapBytes, groupBytes int64) []group {
+	var (
+		out   []group
+		cur   []want
+		bytes int64
+		parts int
+	)
+	flush := func() {
+		if len(cur) == 0 {
+			return
+		}
+		if parts == 1 {
+			for _, sp := range planSpans(cur, rangeBytes, gapBytes) {
+				out = append(out, group{spans: []span{sp}, length: sp.Length})
+			}
+		} else {
+			g := group{spans: planSpans(storageOrder(slices.Clone(cur)), rangeBytes, gapBytes)}
+			for _, sp := range g.spans {
+				g.length += sp.Length
+			}
+			out = append(out, g)
+		}
+		cur, bytes, parts = nil, 0, 0
+	}
+	for i := 0; i < len(ws); {
+		j := i
+		var pb int64
+		for j < len(ws) && ws[j].Frame.Partition == ws[i].Frame.Partition {
+			pb += ws[j].Frame.Length
+			j++
+		}
+		if parts > 0 && bytes+pb > groupBytes {
+			flush()
+		}
+		cur = append(cur, ws[i:j]...)
+		bytes += pb
+		parts++
+		if bytes > groupBytes {
+			flush()
+		}
+		i = j
+	}
+	flush()
+	return out
+}

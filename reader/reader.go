@@ -1,10 +1,12 @@
 package reader
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -171,12 +173,22 @@ func (s *Stage) Schema() *arrow.Schema { return s.schema }
 // stream, not just this call: cancelling it stops the prefetch and makes
 // Next return false with the cause in Err. A partition outside the stage
 // fails at once, naming it and the partition count.
+//
+// A set of several partitions is read in groups of neighbouring
+// partitions of about half the window's bytes (ReadAhead x RangeBytes):
+// each group's frames are fetched in storage order, every worker's run
+// of them in one GET of up to RangeBytes (the frames of neighbouring
+// partitions lie together in each sorted run), decoded, and delivered in
+// the order above. A range of partitions so costs about one GET per
+// writer object and run per group, not one per frame; a partition larger
+// than a group streams on its own.
 func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
 	ws, err := s.partitionFrames(ctx, partitions)
 	if err != nil {
 		return nil, err
 	}
-	return s.stream(ctx, planSpans(ws, s.o.RangeBytes, s.o.GapBytes)), nil
+	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
+	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget/2)), nil
 }
 
 // partitionFrames lists the frames of the given partitions (nil or empty:
@@ -293,9 +305,9 @@ type Records struct {
 
 var _ array.RecordReader = (*Records)(nil)
 
-// fetch is one span being fetched and decoded.
+// fetch is one group being fetched and decoded.
 type fetch struct {
-	span   span
+	group  group
 	weight int64
 	done   chan struct{} // closed when recs and err are set
 	recs   []arrow.RecordBatch
@@ -304,6 +316,14 @@ type fetch struct {
 }
 
 func (s *Stage) stream(ctx context.Context, spans []span) *Records {
+	gs := make([]group, len(spans))
+	for i, sp := range spans {
+		gs[i] = group{spans: []span{sp}, length: sp.Length}
+	}
+	return s.streamGroups(ctx, gs)
+}
+
+func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
 	r := &Records{
@@ -314,22 +334,24 @@ func (s *Stage) stream(ctx context.Context, spans []span) *Records {
 		count:  semaphore.NewWeighted(int64(s.o.ReadAhead)),
 		bytes:  semaphore.NewWeighted(budget),
 		budget: budget,
-		spans:  len(spans),
-		plan:   planned(spans),
+		plan:   plannedGroups(groups),
+	}
+	for _, g := range groups {
+		r.spans += len(g.spans)
 	}
 	r.refs.Store(1)
 	r.wg.Add(1)
-	go r.launch(s, spans)
+	go r.launch(s, groups)
 	return r
 }
 
 // launch starts fetches in plan order as the window allows. Each starts
 // once a count token and its bytes are free; the semaphores are FIFO, so
 // a large span is not starved by small ones behind it.
-func (r *Records) launch(s *Stage, spans []span) {
+func (r *Records) launch(s *Stage, groups []group) {
 	defer r.wg.Done()
 	defer close(r.slots)
-	for _, sp := range spans {
+	for _, g := range groups {
 		if r.failed.Load() {
 			return
 		}
@@ -337,18 +359,18 @@ func (r *Records) launch(s *Stage, spans []span) {
 			return
 		}
 		// An oversized frame takes the whole budget and is fetched alone.
-		w := min(sp.Length, r.budget)
+		w := min(g.length, r.budget)
 		if r.bytes.Acquire(r.ctx, w) != nil {
 			r.count.Release(1)
 			return
 		}
-		f := &fetch{span: sp, weight: w, done: make(chan struct{})}
+		f := &fetch{group: g, weight: w, done: make(chan struct{})}
 		r.slots <- f
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
 			defer close(f.done)
-			f.recs, f.parts, f.err = fetchSpan(r.ctx, s, sp, r.schema)
+			f.recs, f.parts, f.err = fetchGroup(r.ctx, s, g, r.schema)
 			if f.err != nil {
 				r.failed.Store(true)
 			}
@@ -356,13 +378,68 @@ func (r *Records) launch(s *Stage, spans []span) {
 	}
 }
 
+// fetchGroup fetches a group's spans, ReadAhead at a time, and returns
+// their batches in delivery order: a group of one span as it arrives
+// (the frames before a failure with the failure), a group of several
+// sorted by partition, worker and write order (none on a failure).
+func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, error) {
+	if len(g.spans) == 1 {
+		r := fetchSpan(ctx, s, g.spans[0], schema, false)
+		return r.recs, r.parts, r.err
+	}
+	reads := make([]*spanRead, len(g.spans))
+	sem := semaphore.NewWeighted(int64(s.o.ReadAhead))
+	var wg sync.WaitGroup
+	for i, sp := range g.spans {
+		if sem.Acquire(ctx, 1) != nil {
+			f := sp.Frames[0]
+			reads[i] = &spanRead{err: context.Cause(ctx), at: orderKey{f.Frame.Partition, f.Worker, f.Index}}
+			continue
+		}
+		wg.Go(func() {
+			defer sem.Release(1)
+			reads[i] = fetchSpan(ctx, s, sp, schema, true)
+		})
+	}
+	wg.Wait()
+	type item struct {
+		key  orderKey
+		rec  arrow.RecordBatch
+		part int
+	}
+	var (
+		items []item
+		err   error
+		at    orderKey // the first failed frame in delivery order
+	)
+	for _, rd := range reads {
+		if rd.err != nil && (err == nil || rd.at.compare(at) < 0) {
+			err, at = rd.err, rd.at
+		}
+		for i, rec := range rd.recs {
+			items = append(items, item{rd.keys[i], rec, rd.parts[i]})
+		}
+	}
+	slices.SortStableFunc(items, func(a, b item) int { return a.key.compare(b.key) })
+	// The frames before the first failure are delivered, then the error.
+	recs := make([]arrow.RecordBatch, 0, len(items))
+	parts := make([]int, 0, len(items))
+	for _, it := range items {
+		if err != nil && it.key.compare(at) >= 0 {
+			it.rec.Release()
+			continue
+		}
+		recs, parts = append(recs, it.rec), append(parts, it.part)
+	}
+	return recs, parts, err
+}
+
 // fetchSpan fetches and decodes one span, hedged if the stage hedges,
 // returning each batch's partition alongside. The frames before a
 // failure are returned with it, to be delivered before the error.
-func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]arrow.RecordBatch, []int, error) {
+func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, keepGoing bool) *spanRead {
 	if s.o.Hedge == nil {
-		r := readSpan(ctx, s, sp, schema)
-		return r.recs, r.parts, r.err
+		return readSpan(ctx, s, sp, schema, keepGoing)
 	}
 	// Each request reads and decodes on its own, since both may be
 	// receiving at once; Do returns after both have stopped. Do's own
@@ -373,7 +450,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]
 		best *spanRead
 	)
 	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
-		r := readSpan(ctx, s, sp, schema)
+		r := readSpan(ctx, s, sp, schema, keepGoing)
 		mu.Lock()
 		defer mu.Unlock()
 		// A complete answer beats any partial one; between partial ones
@@ -388,7 +465,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]
 		}
 		return r.err
 	})
-	return best.recs, best.parts, best.err
+	return best
 }
 
 // spanRead is what one GET of a span delivered: the batches of the whole
@@ -397,8 +474,17 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) ([]
 type spanRead struct {
 	recs  []arrow.RecordBatch
 	parts []int
+	keys  []orderKey // where each batch stands in ReadPartitions' order
 	got   int64
 	err   error
+	at    orderKey // with err: the frame that failed
+}
+
+// orderKey places a frame's batches in ReadPartitions' order.
+type orderKey struct{ partition, worker, index int }
+
+func (a orderKey) compare(b orderKey) int {
+	return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.worker, b.worker), cmp.Compare(a.index, b.index))
 }
 
 // readSpan is one ranged GET of sp into a fresh buffer of its size. A
@@ -408,7 +494,7 @@ type spanRead struct {
 // after it, and the span is ready almost as soon as its last byte is in.
 // The buffer is never reused: decoded arrays of an uncompressed frame
 // point into it.
-func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
+func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, keepGoing bool) *spanRead {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	buf := make([]byte, sp.Length)
@@ -441,21 +527,41 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 		}
 	}()
 	r := &spanRead{}
-	for _, f := range sp.Frames {
+	// fail records the failure of frame i; in a group (keepGoing) the one
+	// first in delivery order counts, and the span's other frames are
+	// still decoded, since some of them come before it in that order.
+	fail := func(i int, err error) {
+		f := sp.Frames[i]
+		if k := (orderKey{f.Frame.Partition, f.Worker, f.Index}); r.err == nil || k.compare(r.at) < 0 {
+			r.err, r.at = err, k
+		}
+	}
+	for i, f := range sp.Frames {
 		if _, ok := <-whole; !ok {
 			// Frames that arrived whole are still delivered; the error
 			// comes in their place in the stream.
-			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
+			err := shortRead(s, sp, f, got, rerr)
+			for j := i; j < len(sp.Frames); j++ {
+				fail(j, err)
+				if !keepGoing {
+					break
+				}
+			}
+			r.got = got
 			return r
 		}
 		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
 		if err != nil {
-			r.err = err
+			fail(i, err)
+			if keepGoing {
+				continue
+			}
 			break
 		}
 		r.recs = append(r.recs, recs...)
 		for range recs {
 			r.parts = append(r.parts, f.Frame.Partition)
+			r.keys = append(r.keys, orderKey{f.Frame.Partition, f.Worker, f.Index})
 		}
 	}
 	cancel()
@@ -554,10 +660,19 @@ type Planned struct {
 // them, for progress reporting. Callers must not modify it.
 func (r *Records) Plan() []Planned { return r.plan }
 
-func planned(spans []span) []Planned {
+func plannedGroups(groups []group) []Planned {
 	var out []Planned
-	for _, sp := range spans {
-		for _, f := range sp.Frames {
+	for _, g := range groups {
+		var fs []spanFrame
+		for _, sp := range g.spans {
+			fs = append(fs, sp.Frames...)
+		}
+		if len(g.spans) > 1 {
+			slices.SortStableFunc(fs, func(a, b spanFrame) int {
+				return orderKey{a.Frame.Partition, a.Worker, a.Index}.compare(orderKey{b.Frame.Partition, b.Worker, b.Index})
+			})
+		}
+		for _, f := range fs {
 			rows := f.Frame.Rows - f.Skip
 			if f.Take >= 0 {
 				rows = min(rows, f.Take)

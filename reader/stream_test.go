@@ -156,11 +156,13 @@ func oneFramePerObject(n int) [][]fspec {
 }
 
 func TestPrefetchWindow(t *testing.T) {
-	const readAhead, frames = 3, 24
-	st, m, _ := buildStage(t, 2, frame.LZ4, oneFramePerObject(frames))
+	const readAhead, frames = 3, 12 // of partition 0, and 12 of partition 1
+	st, m, _ := buildStage(t, 2, frame.LZ4, oneFramePerObject(2*frames))
 	st.delay = 2 * time.Millisecond
 	s := FromManifest(st, testLayout, m, Options{ReadAhead: readAhead})
-	recs, err := s.ReadPartitions(context.Background(), nil)
+	// One partition streams span by span (several are fetched in groups
+	// that are held whole: TestPartitionGroups).
+	recs, err := s.ReadPartitions(context.Background(), []int{0})
 	if err != nil {
 		t.Fatal(err)
 	}
