@@ -92,7 +92,7 @@ func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs u
 		HedgeFactor: cfg.HedgeFactor,
 		HedgeMin:    cfg.HedgeMinDelay.D(),
 	}, obs)
-	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix}}
+	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
 	if cfg.HedgeFactor > 0 {
 		c.readHedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}

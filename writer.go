@@ -151,7 +151,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes in %d parts", r.Key, r.Size, r.Parts, want.Size, want.Parts))
 		}
 		m.Objects = append(m.Objects, manifest.Object{
-			Key:    manifest.DataName(w.opt.Worker, w.opt.Attempt, i),
+			Key:    w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, i),
 			Size:   r.Size,
 			Parts:  r.Parts,
 			CRC32C: want.CRC32C,
@@ -255,7 +255,7 @@ func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
 	w.mu.Lock()
 	for len(w.objects) <= obj {
 		n := len(w.objects)
-		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, manifest.DataName(w.opt.Worker, w.opt.Attempt, n))
+		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, n))
 		w.objects = append(w.objects, w.c.pool.NewObject(w.ctx, key, func(err error) {
 			w.ch.Fail(err)
 			w.cancel(err)

@@ -3,6 +3,7 @@ package manifest
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"path"
 	"regexp"
 	"strconv"
@@ -46,8 +47,21 @@ func ValidateStage(stage int) error {
 //	{prefix}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{n}.arrows
 //	{prefix}/{query}/stage-{stage}/worker-{worker}/manifest.json
 //	{prefix}/{query}/stage-{stage}/manifest.json
+//
+// With Spread set (config key_spread), data objects live under one of
+// Spread prefixes instead, chosen by a hash of the attempt, so that their
+// PUTs and GETs spread over that many S3 prefixes rather than meeting in
+// the stage's one:
+//
+//	{prefix}/~{shard}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{n}.arrows
+//
+// Manifests stay where readers look for them. A manifest stores such an
+// object's key relative to the root ("~{shard}/{query}/stage-..."); a
+// reader and gc need no setting to find it.
 type Layout struct {
 	Prefix string
+	// Spread is the number of data prefixes (0 or 1: none).
+	Spread int
 }
 
 // Root is the prefix every key lives under, with a trailing slash (empty
@@ -88,14 +102,71 @@ func DataDir(worker, attempt string) string {
 	return "worker-" + worker + "/attempt-" + attempt + "/"
 }
 
-// DataName is the stage-relative key of data object n, as manifests store it.
+// DataName is the stage-relative key of data object n, as manifests store
+// it without spreading.
 func DataName(worker, attempt string, n int) string {
 	return DataDir(worker, attempt) + "data-" + strconv.Itoa(n) + ".arrows"
 }
 
-// ObjectKey resolves a manifest's stage-relative object key.
+// DataKey is the key a manifest stores for data object n of an attempt:
+// DataName, or with Spread its root-relative key under the attempt's
+// shard prefix.
+func (l Layout) DataKey(query string, stage int, worker, attempt string, n int) string {
+	if l.Spread <= 1 {
+		return DataName(worker, attempt, n)
+	}
+	h := fnv.New32a()
+	h.Write([]byte(query + "/" + strconv.Itoa(stage) + "/" + worker + "/" + attempt))
+	width := len(strconv.FormatUint(uint64(l.Spread-1), 16))
+	shard := strconv.FormatUint(uint64(h.Sum32()%uint32(l.Spread)), 16)
+	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + DataName(worker, attempt, n)
+}
+
+// SpreadMark begins the root-relative key of a spread data object (and
+// the name of its shard folder): no query ID can contain it.
+const SpreadMark = "~"
+
+// ObjectKey resolves a manifest's object key: stage-relative, or
+// root-relative for a spread data object.
 func (l Layout) ObjectKey(query string, stage int, rel string) string {
+	if strings.HasPrefix(rel, SpreadMark) {
+		return l.Root() + rel
+	}
 	return l.StagePrefix(query, stage) + rel
+}
+
+// CheckObjectKey says whether a manifest's object key is one the layout
+// makes for that query and stage: stage-relative, or under a shard
+// prefix and then the stage's own folder (so a manifest cannot name
+// another stage's objects).
+func CheckObjectKey(query string, stage int, rel string) bool {
+	if rel == "" || strings.Contains(rel, "..") {
+		return false
+	}
+	rest, spread := strings.CutPrefix(rel, SpreadMark)
+	if !spread {
+		return true
+	}
+	shard, tail, ok := strings.Cut(rest, "/")
+	if !ok || shard == "" || strings.Trim(shard, "0123456789abcdef") != "" {
+		return false
+	}
+	tail, ok = strings.CutPrefix(tail, query+"/stage-"+strconv.Itoa(stage)+"/worker-")
+	return ok && !strings.Contains(tail, SpreadMark)
+}
+
+// ParseSpread splits a key below the root into its shard folder
+// ("~{hex}/") and the rest, when it is under one.
+func ParseSpread(rest string) (shard, tail string, ok bool) {
+	r, spread := strings.CutPrefix(rest, SpreadMark)
+	if !spread {
+		return "", rest, false
+	}
+	hex, tail, found := strings.Cut(r, "/")
+	if !found || hex == "" || strings.Trim(hex, "0123456789abcdef") != "" {
+		return "", rest, false
+	}
+	return SpreadMark + hex + "/", tail, true
 }
 
 // ParseWorkerManifestKey returns the worker of a key below stagePrefix

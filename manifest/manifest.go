@@ -244,7 +244,7 @@ func (w *Worker) Check(what string) error {
 		return bad("unknown compression %q", w.Compression)
 	}
 	for i, o := range w.Objects {
-		if o.Size < 0 || o.Key == "" || strings.Contains(o.Key, "..") {
+		if o.Size < 0 || !CheckObjectKey(w.Query, w.Stage, o.Key) {
 			return bad("object %d (%q) is invalid", i, o.Key)
 		}
 	}

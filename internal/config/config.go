@@ -63,6 +63,7 @@ type Config struct {
 	UploadConcurrency int  `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
 	MaxBufferedChunks int  `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
 	MaxObjectSize     Size `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
+	KeySpread         int  `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
 
 	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
 	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload."`
@@ -128,6 +129,9 @@ func Default() Config {
 	}
 }
 
+// MaxKeySpread bounds key_spread: delete-query lists each shard prefix.
+const MaxKeySpread = 4096
+
 // S3 limits that bound the settings.
 const (
 	MinPartSize = 5 * MiB
@@ -181,6 +185,9 @@ func (c Config) Validate() error {
 	intIn("upload_concurrency", c.UploadConcurrency, 1, 1024)
 	if c.MaxBufferedChunks != 0 {
 		intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)
+	}
+	if c.KeySpread != 0 && (c.KeySpread < 2 || c.KeySpread > MaxKeySpread) {
+		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", MaxKeySpread), c.KeySpread)
 	}
 	if c.MaxObjectSize != 0 && c.MaxObjectSize < c.ChunkSize {
 		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.ChunkSize), c.MaxObjectSize)

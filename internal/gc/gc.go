@@ -134,11 +134,21 @@ type keyInfo struct {
 //	{root}{query}/stage-{n}/index-{seal}.bin
 //	{root}{query}/stage-{n}/worker-{w}/manifest.json
 //	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
+//	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
 //
 // Anything else is foreign, and gc never touches it.
 func parseKey(l manifest.Layout, key string) keyInfo {
 	rest, ok := strings.CutPrefix(key, l.Root())
 	if !ok {
+		return keyInfo{}
+	}
+	// {root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows:
+	// a data object spread over key_spread prefixes, and nothing else.
+	_, rest, spread := manifest.ParseSpread(rest)
+	if spread {
+		if k := parseKey(manifest.Layout{}, rest); k.kind == dataObject {
+			return k
+		}
 		return keyInfo{}
 	}
 	parts := strings.Split(rest, "/")
@@ -526,10 +536,36 @@ func judge(ctx context.Context, st store.Store, l manifest.Layout, s *stageKeys,
 	return v, nil
 }
 
+// queryObjects lists a query's objects: under its prefix, and under
+// every shard prefix ({root}~{shard}/) its spread data objects, whatever
+// key_spread the writers had.
+func queryObjects(ctx context.Context, st store.Lister, l manifest.Layout, query string) ([]store.ObjectInfo, error) {
+	prefix := l.QueryPrefix(query)
+	objs, _, err := st.List(ctx, prefix, "")
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	_, shards, err := st.List(ctx, l.Root()+manifest.SpreadMark, "/")
+	if err != nil {
+		return nil, fmt.Errorf("list %s%s: %w", l.Root(), manifest.SpreadMark, err)
+	}
+	for _, sh := range shards {
+		if _, _, ok := manifest.ParseSpread(strings.TrimPrefix(sh, l.Root())); !ok {
+			continue
+		}
+		more, _, err := st.List(ctx, sh+query+"/", "")
+		if err != nil {
+			return nil, fmt.Errorf("list %s: %w", sh+query+"/", err)
+		}
+		objs = append(objs, more...)
+	}
+	return objs, nil
+}
+
 // DeleteQuery deletes every object of a query and aborts its uploads: the
 // stage manifests first, then the worker manifests (so readers stop
 // finding the stages before any data goes), then everything else under
-// the query's prefix, then the open multipart uploads there. Idempotent.
+// the query's prefix (and its spread data objects), then the open multipart uploads there. Idempotent.
 // Writers of the query still running fail or leave objects that a later
 // DeleteQuery or Run removes.
 func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query string) (Report, error) {
@@ -538,14 +574,14 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	r := Report{Prefix: l.Root(), Query: query, Now: time.Now(), Uploads: []Upload{}, Orphans: []Object{}, Stages: []Stage{}}
 	prefix := l.QueryPrefix(query)
-	objs, _, err := st.List(ctx, prefix, "")
+	objs, err := queryObjects(ctx, st, l, query)
 	if err != nil {
-		return r, fmt.Errorf("delete-query %s: list %s: %w", query, prefix, err)
+		return r, fmt.Errorf("delete-query %s: %w", query, err)
 	}
 	var order [3][]string // stage manifests, worker manifests, the rest
 	stages := map[int]*Stage{}
 	for _, obj := range objs {
-		if !strings.HasPrefix(obj.Key, prefix) {
+		if k := parseKey(l, obj.Key); !strings.HasPrefix(obj.Key, prefix) && (k.kind != dataObject || k.query != query) {
 			continue
 		}
 		r.Scanned.Objects++
@@ -602,8 +638,13 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	if err != nil {
 		return r, fmt.Errorf("delete-query %s: list uploads under %s: %w", query, prefix, err)
 	}
+	spread, err := st.ListUploads(ctx, l.Root()+manifest.SpreadMark)
+	if err != nil {
+		return r, fmt.Errorf("delete-query %s: list uploads under %s%s: %w", query, l.Root(), manifest.SpreadMark, err)
+	}
+	ups = append(ups, spread...)
 	for _, u := range ups {
-		if !strings.HasPrefix(u.Key, prefix) {
+		if k := parseKey(l, u.Key); !strings.HasPrefix(u.Key, prefix) && (k.kind != dataObject || k.query != query) {
 			continue
 		}
 		r.Scanned.Uploads++
