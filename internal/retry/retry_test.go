@@ -166,3 +166,14 @@ func TestGetRangeGivesUp(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestThrottling(t *testing.T) {
+	for reason, want := range map[string]bool{
+		"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true, "HTTP503": true, "HTTP429": true,
+		"InternalError": false, "reset": false, "timeout": false, "HTTP500": false,
+	} {
+		if got := Throttling(reason); got != want {
+			t.Errorf("Throttling(%q) = %v, want %v", reason, got, want)
+		}
+	}
+}
