@@ -43,7 +43,7 @@ func (e *CleanupError) Error() string {
 		}
 	}
 	flatten(e.Cleanup)
-	cleanup := strings.Join(parts, "; ")
+	cleanup := strings.ReplaceAll(strings.Join(parts, "; "), "\n", "; ")
 	return fmt.Sprintf("%v; cleanup of attempt %s not finished (each step bounded by cleanup_timeout %v), left to gc: %s",
 		e.Err, e.Attempt, e.Timeout, cleanup)
 }

@@ -83,6 +83,8 @@ func Reason(err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused" // the server is down or restarting
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return "truncated"
 	case errors.As(err, &ne) && ne.Timeout():

@@ -177,3 +177,21 @@ func TestThrottling(t *testing.T) {
 		}
 	}
 }
+
+func TestReason(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&store.Error{Status: 503, Code: "SlowDownWrite"}, "SlowDownWrite"},
+		{&store.Error{Status: 502}, "HTTP502"},
+		{&store.Error{Err: syscall.ECONNRESET}, "reset"},
+		{&store.Error{Err: syscall.ECONNREFUSED}, "refused"},
+		{&store.Error{Err: io.ErrUnexpectedEOF}, "truncated"},
+		{errors.New("something else"), "other"},
+	} {
+		if got := Reason(c.err); got != c.want {
+			t.Errorf("Reason(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}

@@ -380,3 +380,32 @@ func bucketName(test string) string {
 	b.WriteString(hex.EncodeToString(rnd[:]))
 	return b.String()
 }
+
+// Credentials returns the access key and secret of the servers this
+// package starts (test-only values), for a test that starts servers of
+// its own, such as a MinIO cluster.
+func Credentials() (accessKey, secretKey string) { return testAccessKey, testSecretKey }
+
+// MinIOBinary returns the path of the pinned MinIO server, building it
+// with localstack/minio.sh install if it is not in the cache yet.
+func MinIOBinary() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "localstack", "minio.sh"), "install")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("localstack/minio.sh install: %w\n%s", err, stderr.String())
+	}
+	bin := strings.TrimSpace(string(out))
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("localstack/minio.sh install printed %q: %w", bin, err)
+	}
+	return bin, nil
+}
+
+// RepoRoot returns the module root (where go.mod and localstack/ are).
+func RepoRoot() (string, error) { return repoRoot() }
