@@ -428,6 +428,10 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 	cfg := config.Default()
 	cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.PathStyle = b, c.URL(0), "us-east-1", true
 	cfg.ChunkSize, cfg.UploadConcurrency = 5*config.MiB, 2
+	// After such a restart MinIO can hold a request for about two
+	// minutes (measured: a round took 1m58s with the default 5m
+	// request_timeout); cut and retry it instead.
+	cfg.RequestTimeout = config.Duration(15 * time.Second)
 	client, err := durashuffle.Open(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -439,6 +443,8 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 
 	for round := 1; round <= 4; round++ {
 		query := fmt.Sprintf("restart%d", round)
+		allUp(t, c)
+		before := client.Counter().Retries()
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		done := make(chan error, 1)
 		start := time.Now()
@@ -453,13 +459,13 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 		err := <-done
 		took := time.Since(start)
 		cancel()
-		retries := client.Counter().Retries()
+		retries := diffRetries(client.Counter().Retries(), before)
 		if err == nil {
 			verify(t, client, query, partitions, want)
-			t.Logf("round %d: node 1 (the client's) killed and restarted mid-upload: committed and verified in %v; retries so far %v", round, took.Round(time.Millisecond), retries)
+			t.Logf("round %d: node 1 (the client's) killed and restarted mid-upload: committed and verified in %v; retries %v", round, took.Round(time.Millisecond), retries)
 			continue
 		}
-		t.Logf("round %d: node 1 (the client's) killed and restarted mid-upload: failed after %v: %v; retries so far %v", round, took.Round(time.Millisecond), err, retries)
+		t.Logf("round %d: node 1 (the client's) killed and restarted mid-upload: failed after %v: %v; retries %v", round, took.Round(time.Millisecond), err, retries)
 		if !durashuffle.IsRetryable(err) {
 			t.Fatalf("round %d: IsRetryable(%v) = false: the engine would not rerun the task", round, err)
 		}
@@ -472,7 +478,12 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 				t.Fatalf("round %d: uploads left open %v, and the error does not say cleanup was left to gc", round, ups)
 			}
 		}
-		// The engine reruns the task as a new attempt.
+		// The engine reruns the task as a new attempt, once the cluster
+		// takes writes again: a restarted node answers 503 SlowDownWrite
+		// until it has rejoined.
+		waited := time.Now()
+		allUp(t, c)
+		t.Logf("round %d: the cluster took writes again %v after the failure", round, time.Since(waited).Round(time.Millisecond))
 		ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
 		err = writeStage(ctx, client, gen, query, "rerun", rows, partitions)
 		cancel()
@@ -481,6 +492,27 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 		}
 		verify(t, client, query, partitions, want)
 		t.Logf("round %d: the rerun committed and verified", round)
+	}
+}
+
+// diffRetries is after - before, as "op/reason": n.
+func diffRetries(after, before map[store.OpReason]int64) map[string]int64 {
+	out := map[string]int64{}
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out[k.Op+"/"+k.Reason] = d
+		}
+	}
+	return out
+}
+
+// allUp waits until every node is up and says the cluster takes writes.
+func allUp(t *testing.T, c *clustertest.Cluster) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := c.WaitAllUp(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
 
