@@ -4,15 +4,16 @@ PKGS := ./...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
 
-.PHONY: run test test-endpoint vet build minio docs clean
+.PHONY: run test test-endpoint vet build minio versitygw docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 run:
 	$(GO) run ./cmd/durashuffle demo
 
-## test: every test, MinIO-backed ones included (MinIO is built once, then cached);
-## the race detector's run is -short (smaller wide stages).
-test: minio vet
+## test: every test, MinIO- and versitygw-backed ones included (both are
+## built once, then cached); the race detector's run is -short (smaller
+## wide stages).
+test: minio versitygw vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
@@ -55,6 +56,10 @@ fuzz:
 ## minio: install the pinned MinIO server the tests start on loopback.
 minio:
 	@bash localstack/minio.sh install >/dev/null
+
+## versitygw: install the pinned versitygw gateway the tests start on loopback.
+versitygw:
+	@bash localstack/versitygw.sh install >/dev/null
 
 vet:
 	$(GO) vet $(PKGS)

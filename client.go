@@ -91,6 +91,8 @@ func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs u
 		Checksum:    cfg.Checksum == "crc32c",
 		HedgeFactor: cfg.HedgeFactor,
 		HedgeMin:    cfg.HedgeMinDelay.D(),
+
+		CleanupTimeout: cfg.CleanupTimeout.D(),
 	}, obs)
 	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
 	if cfg.HedgeFactor > 0 {

@@ -13,4 +13,7 @@
 //	c.Seal(ctx, "q1", 0, 4)                         // once all 4 workers committed
 //	st, _ := c.OpenStage(ctx, "q1", 0)              // one GET
 //	rr, _ := st.ReadPartitions(ctx, []int{7})       // an array.RecordReader
+//
+// A failed call leaves nothing visible; IsRetryable says whether the task
+// may succeed if run again (for a writer: as a new attempt).
 package durashuffle

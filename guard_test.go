@@ -175,8 +175,8 @@ func TestCommitGuardRetriesFailedProbe(t *testing.T) {
 // and the embedded server), and all commit.
 func TestCommitGuardOneProbe(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			ep := b.start(t)
+		t.Run(b.Name, func(t *testing.T) {
+			ep := b.Start(t)
 			st, counter := ep.NewStore(t)
 			c := durashuffle.NewClient(st, testConfig(), counter, nil)
 			defer c.Close()

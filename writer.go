@@ -223,7 +223,11 @@ func (w *Writer) cleanup(cause error) error {
 
 func (w *Writer) cleanupObjects(objs []*uploader.Object, cause error) error {
 	w.cancel(cause)
-	errs := []error{cause}
+	timeout := w.c.cfg.CleanupTimeout.D()
+	if timeout <= 0 {
+		timeout = uploader.DefaultCleanupTimeout
+	}
+	var errs []error
 	keys := make([]string, 0, len(objs))
 	for _, o := range objs {
 		if err := o.Abort(); err != nil {
@@ -232,16 +236,16 @@ func (w *Writer) cleanupObjects(objs []*uploader.Object, cause error) error {
 		keys = append(keys, o.Key())
 	}
 	if len(keys) > 0 {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 2*time.Minute)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), timeout)
 		defer cancel()
 		if err := w.c.st.Delete(ctx, keys...); err != nil {
 			errs = append(errs, fmt.Errorf("delete %d objects of attempt %s: %w", len(keys), w.opt.Attempt, err))
 		}
 	}
-	if len(errs) == 1 {
+	if len(errs) == 0 {
 		return cause
 	}
-	return errors.Join(errs...)
+	return &CleanupError{Err: cause, Cleanup: errors.Join(errs...), Attempt: w.opt.Attempt, Timeout: timeout}
 }
 
 // sink adapts the Writer to chunker.Sink: chunks go to the shared pool.

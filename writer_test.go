@@ -24,19 +24,15 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// backend is a store under test: the embedded server and a real MinIO.
-type backend struct {
-	name  string
-	start func(testing.TB) testenv.Endpoint
-}
-
-var backends = []backend{{"embedded", testenv.Embedded}, {"minio", testenv.MinIO}}
+// backends are the stores under test: the embedded server, a real MinIO
+// and versitygw.
+var backends = testenv.Backends()
 
 // forEach runs f against every backend with a raw store and its counter.
 func forEach(t *testing.T, f func(t *testing.T, st store.Store, counter *store.Counter)) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
-			e := b.start(t)
+		t.Run(b.Name, func(t *testing.T) {
+			e := b.Start(t)
 			st, counter := e.NewStore(t)
 			f(t, st, counter)
 		})

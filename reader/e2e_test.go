@@ -27,14 +27,11 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-// forEachBackend runs fn against the embedded server and against MinIO
-// (or the server named by DURASHUFFLE_TEST_ENDPOINT).
+// forEachBackend runs fn against the embedded server, MinIO and
+// versitygw (or the server named by DURASHUFFLE_TEST_ENDPOINT).
 func forEachBackend(t *testing.T, fn func(t *testing.T, e *env)) {
-	for _, b := range []struct {
-		name string
-		ep   func(testing.TB) testenv.Endpoint
-	}{{"embedded", testenv.Embedded}, {"minio", testenv.MinIO}} {
-		t.Run(b.name, func(t *testing.T) { fn(t, newEnv(t, b.ep(t))) })
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) { fn(t, newEnv(t, b.Start(t))) })
 	}
 }
 

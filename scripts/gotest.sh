@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs go test verbosely into a log and prints a short account: every
-# test that ran against MinIO, every failure, and each package's result.
+# test that ran against a real server (MinIO, versitygw, the MinIO
+# cluster), every failure, and each package's result.
 # A skipped test fails the run: no test may pass by not running.
 # Usage: scripts/gotest.sh [go test flags and packages]
 set -uo pipefail
@@ -8,8 +9,13 @@ log=$(mktemp "${TMPDIR:-/tmp}/durashuffle-test.XXXXXX")
 trap 'rm -f "$log"' EXIT
 go test -v "$@" >"$log" 2>&1
 rc=$?
-grep -E '^\s*--- (PASS|FAIL|SKIP): .*/minio' "$log" | sed -E 's/^\s+/  /; s/ \(.*//' | sort -u
-echo "MinIO-backed tests passed: $(grep -cE '^\s*--- PASS: .*/minio' "$log")"
+# Subtests named after a real server (testenv.Backends), and the suites
+# that run on their own servers (TestMinIO, TestVersityGW, TestCluster*).
+real='(/|Test)(minio|versitygw|MinIO|VersityGW)([/ ]|$)|TestCluster'
+grep -E "^\s*--- (PASS|FAIL|SKIP): " "$log" | grep -E "$real" | sed -E 's/^\s+/  /; s/ \(.*//' | sort -u
+echo "MinIO-backed tests passed: $(grep -E '^\s*--- PASS: ' "$log" | grep -cE '(/|Test)(minio|MinIO)([/ ]|$)')"
+echo "versitygw-backed tests passed: $(grep -E '^\s*--- PASS: ' "$log" | grep -cE '(/|Test)(versitygw|VersityGW)([/ ]|$)')"
+echo "MinIO-cluster tests passed: $(grep -cE '^\s*--- PASS: TestCluster' "$log")"
 if grep -qE '^\s*--- SKIP' "$log"; then
 	echo "skipped tests (not allowed):"
 	grep -E '^\s*--- SKIP' "$log"

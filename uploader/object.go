@@ -7,14 +7,10 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/store"
 )
-
-// abortTimeout bounds cleanup that runs after the caller gave up.
-const abortTimeout = 2 * time.Minute
 
 // Object is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
@@ -214,7 +210,7 @@ func (o *Object) abortStrays(keep string) error {
 	if !strays {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), o.pool.cfg.CleanupTimeout)
 	defer cancel()
 	ups, err := o.pool.st.ListUploads(ctx, o.key)
 	if err != nil {
@@ -255,7 +251,10 @@ func (o *Object) completedBefore(err error, size int64) bool {
 
 // Abort waits for parts in flight, then aborts the multipart upload on a
 // context detached from the caller's, so a cancelled writer leaves no
-// parts behind. A failure to abort is returned, never swallowed.
+// parts behind, within the pool's CleanupTimeout: a store that hangs
+// the abort (MinIO without write quorum does) cannot hold the writer
+// longer. A failure to abort is returned, never swallowed; the upload is
+// then gc's to remove.
 func (o *Object) Abort() error {
 	o.wg.Wait()
 	o.mu.Lock()
@@ -264,7 +263,7 @@ func (o *Object) Abort() error {
 	o.mu.Unlock()
 	var err error
 	if created {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), abortTimeout)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), o.pool.cfg.CleanupTimeout)
 		defer cancel()
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)

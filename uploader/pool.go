@@ -23,7 +23,14 @@ type Config struct {
 	// wins. 0 disables hedging.
 	HedgeFactor float64
 	HedgeMin    time.Duration
+	// CleanupTimeout bounds each abort of a failed or aborted object, on
+	// a context detached from the caller's (0: DefaultCleanupTimeout).
+	// An upload not aborted by then is left to gc.
+	CleanupTimeout time.Duration
 }
+
+// DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
+const DefaultCleanupTimeout = 20 * time.Second
 
 // Observer receives pool events for metrics. Every method must be cheap
 // and safe for concurrent use; a nil Observer is allowed.
@@ -74,6 +81,9 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	}
 	if cfg.MaxBuffered < 1 {
 		cfg.MaxBuffered = 2 * cfg.Concurrency
+	}
+	if cfg.CleanupTimeout <= 0 {
+		cfg.CleanupTimeout = DefaultCleanupTimeout
 	}
 	p := &Pool{
 		st:   st,

@@ -117,10 +117,15 @@ type backend struct {
 	get  func(testing.TB) testenv.Endpoint
 }
 
-var backends = []backend{
-	{"embedded", testenv.Embedded},
-	{"minio", testenv.MinIO},
-}
+// backends: the embedded server, MinIO and versitygw (indexes 0 and 1 are
+// always the embedded server and MinIO).
+var backends = func() []backend {
+	var out []backend
+	for _, b := range testenv.Backends() {
+		out = append(out, backend{b.Name, b.Start})
+	}
+	return out
+}()
 
 // target is an endpoint with the flags and environment that reach it.
 type target struct {

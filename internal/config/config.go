@@ -80,6 +80,7 @@ type Config struct {
 	RetryBaseDelay   Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
 	RetryMaxDelay    Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
 	RequestTimeout   Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+	CleanupTimeout   Duration `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
 
 	HedgeFactor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
 	HedgeMinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
@@ -117,6 +118,7 @@ func Default() Config {
 		RetryBaseDelay:    Duration(100 * time.Millisecond),
 		RetryMaxDelay:     Duration(5 * time.Second),
 		RequestTimeout:    Duration(5 * time.Minute),
+		CleanupTimeout:    Duration(20 * time.Second),
 		HedgeFactor:       4,
 		HedgeMinDelay:     Duration(2 * time.Second),
 		ResultsRetention:  Duration(6 * time.Hour),
@@ -230,6 +232,9 @@ func (c Config) Validate() error {
 	}
 	if c.RequestTimeout < 0 {
 		bad("request_timeout", "0 (none) or positive", c.RequestTimeout)
+	}
+	if c.CleanupTimeout.D() < time.Second || c.CleanupTimeout.D() > time.Hour {
+		bad("cleanup_timeout", "between 1s and 1h0m0s", c.CleanupTimeout)
 	}
 	if c.ResultsRetention < 0 {
 		bad("results_retention", "0 or positive", c.ResultsRetention)

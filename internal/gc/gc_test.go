@@ -23,10 +23,7 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-var backends = []struct {
-	name  string
-	start func(testing.TB) testenv.Endpoint
-}{{"embedded", testenv.Embedded}, {"minio", testenv.MinIO}}
+var backends = testenv.Backends()
 
 // recStore records the keys of every Delete call, in order.
 type recStore struct {
@@ -148,10 +145,10 @@ func indexOf(calls [][]string, key string) int {
 // shaped exactly like ours.
 func TestRun(t *testing.T) {
 	for _, b := range backends {
-		t.Run(b.name, func(t *testing.T) {
+		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
-			ep := b.start(t)
+			ep := b.Start(t)
 			raw, _ := ep.NewStore(t)
 			rec := &recStore{Store: raw}
 			cfg := config.Default()

@@ -30,10 +30,11 @@ type Policy struct {
 }
 
 // Throttling reports whether a retry reason is the store asking the
-// client to slow down.
+// client to slow down. MinIO says SlowDownWrite and SlowDownRead (503)
+// when it lacks quorum or is overloaded.
 func Throttling(reason string) bool {
 	switch reason {
-	case "SlowDown", "HTTP503", "ServiceUnavailable", "HTTP429", "TooManyRequests", "RequestLimitExceeded":
+	case "SlowDown", "SlowDownWrite", "SlowDownRead", "HTTP503", "ServiceUnavailable", "HTTP429", "TooManyRequests", "RequestLimitExceeded":
 		return true
 	}
 	return false
@@ -82,6 +83,8 @@ func Reason(err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return "reset"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "refused" // the server is down or restarting
 	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
 		return "truncated"
 	case errors.As(err, &ne) && ne.Timeout():

@@ -166,3 +166,32 @@ func TestGetRangeGivesUp(t *testing.T) {
 		t.Fatalf("err = %v", err)
 	}
 }
+
+func TestThrottling(t *testing.T) {
+	for reason, want := range map[string]bool{
+		"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true, "HTTP503": true, "HTTP429": true,
+		"InternalError": false, "reset": false, "timeout": false, "HTTP500": false,
+	} {
+		if got := Throttling(reason); got != want {
+			t.Errorf("Throttling(%q) = %v, want %v", reason, got, want)
+		}
+	}
+}
+
+func TestReason(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{&store.Error{Status: 503, Code: "SlowDownWrite"}, "SlowDownWrite"},
+		{&store.Error{Status: 502}, "HTTP502"},
+		{&store.Error{Err: syscall.ECONNRESET}, "reset"},
+		{&store.Error{Err: syscall.ECONNREFUSED}, "refused"},
+		{&store.Error{Err: io.ErrUnexpectedEOF}, "truncated"},
+		{errors.New("something else"), "other"},
+	} {
+		if got := Reason(c.err); got != c.want {
+			t.Errorf("Reason(%v) = %q, want %q", c.err, got, c.want)
+		}
+	}
+}

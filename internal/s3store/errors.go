@@ -76,6 +76,8 @@ func classify(op, key string, err error) error {
 		e.Err = fmt.Errorf("%w: %w", store.ErrPreconditionFailed, err)
 	case e.Code == "InvalidRange", e.Status == 416:
 		e.Err = fmt.Errorf("%w: %w", store.ErrInvalidRange, err)
+	case e.Code == "InvalidPart":
+		e.Err = fmt.Errorf("%w: %w", store.ErrPartRejected, err)
 	}
 	e.Retryable = retryable(e.Status, e.Code, err)
 	return e

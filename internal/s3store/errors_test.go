@@ -77,6 +77,8 @@ func TestClassify(t *testing.T) {
 		{"412 PreconditionFailed", respErr(412, "PreconditionFailed"), store.ErrPreconditionFailed, 412, "PreconditionFailed", false},
 		{"409 ConditionalRequestConflict", respErr(409, "ConditionalRequestConflict"), store.ErrPreconditionFailed, 409, "ConditionalRequestConflict", false},
 		{"416 InvalidRange", respErr(416, "InvalidRange"), store.ErrInvalidRange, 416, "InvalidRange", false},
+		{"400 InvalidPart", respErr(400, "InvalidPart"), store.ErrPartRejected, 400, "InvalidPart", false},
+		{"503 SlowDownWrite (MinIO without write quorum)", respErr(503, "SlowDownWrite"), nil, 503, "SlowDownWrite", true},
 		{"503 SlowDown", respErr(503, "SlowDown"), nil, 503, "SlowDown", true},
 		{"500 InternalError", respErr(500, "InternalError"), nil, 500, "InternalError", true},
 		{"502 without body", respErr(502, ""), nil, 502, "", true},

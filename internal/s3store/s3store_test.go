@@ -34,10 +34,11 @@ func ctx(t *testing.T) context.Context {
 	return c
 }
 
-// servers runs f against the embedded server and against MinIO.
+// servers runs f against the embedded server, MinIO and versitygw.
 func servers(t *testing.T, f func(t *testing.T, e testenv.Endpoint)) {
-	t.Run("embedded", func(t *testing.T) { f(t, testenv.Embedded(t)) })
-	t.Run("minio", func(t *testing.T) { f(t, testenv.MinIO(t)) })
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) { f(t, b.Start(t)) })
+	}
 }
 
 // recorded is what a recording proxy saw of one request.
@@ -195,29 +196,62 @@ func TestCounter(t *testing.T) {
 }
 
 func TestErrorsFromServers(t *testing.T) {
-	servers(t, func(t *testing.T, e testenv.Endpoint) {
-		s, _ := e.NewStore(t)
-		ctx := ctx(t)
-		body := []byte("some bytes")
-		wrong := crc32.Checksum(body, castagnoli) + 1
-		err := s.Put(ctx, "e/bad", body, store.PutOptions{CRC32C: &wrong})
-		var se *store.Error
-		if !errors.As(err, &se) || se.Status != 400 || se.Retryable || se.Op != "PutObject" || se.Key != "e/bad" {
-			t.Errorf("put with wrong CRC32C: %#v", err)
-		} else {
-			t.Logf("wrong CRC32C: HTTP %d %s", se.Status, se.Code)
+	for _, be := range testenv.Backends() {
+		t.Run(be.Name, func(t *testing.T) { errorsFromServer(t, be.Name, be.Start(t)) })
+	}
+}
+
+func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
+	s, _ := e.NewStore(t)
+	ctx := ctx(t)
+	body := []byte("some bytes")
+	wrong := crc32.Checksum(body, castagnoli) + 1
+	err := s.Put(ctx, "e/bad", body, store.PutOptions{CRC32C: &wrong})
+	var se *store.Error
+	if !errors.As(err, &se) || se.Status != 400 || se.Retryable || se.Op != "PutObject" || se.Key != "e/bad" {
+		t.Errorf("put with wrong CRC32C: %#v", err)
+	} else {
+		t.Logf("wrong CRC32C: HTTP %d %s", se.Status, se.Code)
+	}
+	_, err = s.GetRange(ctx, "e/missing", 0, 10)
+	if !errors.As(err, &se) || se.Status != 404 || se.Code != "NoSuchKey" || se.Op != "GetObject" {
+		t.Errorf("missing key: %#v", err)
+	}
+	if err := s.AbortMultipart(ctx, "e/x", "no-such-upload-id"); err != nil && !store.IsNotFound(err) {
+		t.Errorf("abort of an unknown upload: %v", err)
+	}
+	// S3, MinIO and the embedded server say the upload is gone;
+	// versitygw checks the parts first and rejects them. Either way
+	// the same request will not succeed, and a fresh upload may.
+	err = s.CompleteMultipart(ctx, "e/x", "no-such-upload-id", []store.Part{{Number: 1, ETag: `"x"`}})
+	switch {
+	case b == "versitygw":
+		if !errors.As(err, &se) || se.Status != 400 || se.Code != "InvalidPart" || se.Retryable || !errors.Is(err, store.ErrPartRejected) {
+			t.Errorf("complete of an unknown upload on versitygw: %v, want a permanent 400 InvalidPart (store.ErrPartRejected)", err)
 		}
-		_, err = s.GetRange(ctx, "e/missing", 0, 10)
-		if !errors.As(err, &se) || se.Status != 404 || se.Code != "NoSuchKey" || se.Op != "GetObject" {
-			t.Errorf("missing key: %#v", err)
-		}
-		if err := s.AbortMultipart(ctx, "e/x", "no-such-upload-id"); err != nil && !store.IsNotFound(err) {
-			t.Errorf("abort of an unknown upload: %v", err)
-		}
-		if err := s.CompleteMultipart(ctx, "e/x", "no-such-upload-id", []store.Part{{Number: 1, ETag: `"x"`}}); !store.IsNotFound(err) {
-			t.Errorf("complete of an unknown upload: %v, want not found", err)
-		}
-	})
+	case !store.IsNotFound(err) || store.IsRetryable(err):
+		t.Errorf("complete of an unknown upload: %v, want a permanent not found", err)
+	}
+
+	// A part the server does not have (here: a wrong ETag) is 400
+	// InvalidPart everywhere, classed as ErrPartRejected.
+	key := "e/wrong-etag"
+	id, err := s.CreateMultipart(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := bytes.Repeat([]byte("p"), 5<<20)
+	sum := crc32.Checksum(part, castagnoli)
+	if _, err := s.UploadPart(ctx, key, id, 1, part, sum); err != nil {
+		t.Fatal(err)
+	}
+	err = s.CompleteMultipart(ctx, key, id, []store.Part{{Number: 1, ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: &sum, Size: int64(len(part))}})
+	if !errors.As(err, &se) || se.Status != 400 || se.Code != "InvalidPart" || se.Retryable || !errors.Is(err, store.ErrPartRejected) {
+		t.Errorf("complete with a wrong ETag: %v, want a permanent 400 InvalidPart (store.ErrPartRejected)", err)
+	}
+	if err := s.AbortMultipart(ctx, key, id); err != nil {
+		t.Errorf("abort after the rejected complete: %v", err)
+	}
 }
 
 func TestEnsureBucket(t *testing.T) {

@@ -149,3 +149,38 @@ func TestServerSideEncryption(t *testing.T) {
 		}
 	})
 }
+
+// TestServerSideEncryptionIgnoredByVersityGW records a difference that an
+// operator must know: versitygw (POSIX backend) accepts the SSE headers
+// and stores the object in the clear, without saying so. A put with
+// sse AES256, and one with aws:kms and a key that exists nowhere, both
+// succeed; HeadObject then reports no encryption. durashuffle sends the
+// headers as configured and cannot tell; docs/operations.md says so.
+func TestServerSideEncryptionIgnoredByVersityGW(t *testing.T) {
+	e := testenv.VersityGW(t)
+	raw := rawS3(t, e)
+	for _, tc := range []struct{ name, sse, key string }{
+		{"SSE-S3", "AES256", ""},
+		{"SSE-KMS with an unknown key", "aws:kms", "no-such-key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := e.Options(nil)
+			o.SSE, o.SSEKMSKeyID = tc.sse, tc.key
+			s, err := s3store.New(ctx(t), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			key := "sse/" + tc.name
+			if err := s.Put(ctx(t), key, []byte("in the clear"), store.PutOptions{}); err != nil {
+				t.Fatalf("put with sse %s key %q: %v (versitygw used to accept it: update operations.md)", tc.sse, tc.key, err)
+			}
+			h, err := raw.HeadObject(ctx(t), &s3.HeadObjectInput{Bucket: &e.Bucket, Key: aws.String(key)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h.ServerSideEncryption != "" || aws.ToString(h.SSEKMSKeyId) != "" {
+				t.Fatalf("versitygw now reports SSE %q key %q for %s: it encrypts; update operations.md", h.ServerSideEncryption, aws.ToString(h.SSEKMSKeyId), key)
+			}
+		})
+	}
+}

@@ -451,7 +451,9 @@ func codeOf(err error) codes.Code {
 		// A manifest names an object that is gone: the stage was deleted
 		// while being read.
 		return codes.NotFound
-	case store.IsRetryable(err):
+	case store.IsRetryable(err), errors.Is(err, store.ErrPartRejected):
+		// A rerun of the task may succeed (durashuffle.IsRetryable):
+		// InvalidPart from Complete is MinIO's tie-break after a restart.
 		return codes.Unavailable
 	}
 	// A status wrapped inside a plain error (a stream's Recv failure).

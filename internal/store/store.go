@@ -22,6 +22,14 @@ var (
 	ErrPreconditionFailed = errors.New("precondition failed")
 	// ErrInvalidRange: a ranged GET asked for bytes past the object's end.
 	ErrInvalidRange = errors.New("invalid range")
+	// ErrPartRejected: CompleteMultipartUpload refused a part it had
+	// acknowledged (S3's 400 InvalidPart), so the upload cannot be
+	// completed as sent. The same request fails again (not retryable
+	// here), but a fresh upload may succeed: MinIO answers it after a node
+	// of an erasure set restarts (its quorum tie-break can discard parts
+	// written while another node was marked offline), versitygw for an
+	// upload that no longer exists.
+	ErrPartRejected = errors.New("part rejected")
 )
 
 // Error is what implementations return for a failed request: the operation,

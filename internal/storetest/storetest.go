@@ -42,6 +42,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 		{"ConditionalPutRace", testConditionalPutRace},
 		{"PutChecksum", testPutChecksum},
 		{"Multipart", testMultipart},
+		{"CompleteRepeated", testCompleteRepeated},
 		{"MultipartBadChecksum", testMultipartBadChecksum},
 		{"ListUploadsAbort", testListUploadsAbort},
 		{"List", testList},
@@ -274,6 +275,39 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 	}
 	if ups := uploads(t, s, pfx); len(ups) != 0 {
 		t.Errorf("ListUploads after Complete = %v, want none", ups)
+	}
+}
+
+// testCompleteRepeated is a retried CompleteMultipartUpload whose first
+// answer was lost: the second call must either succeed (MinIO, versitygw)
+// or say the upload is gone (S3: 404 NoSuchUpload), never fail in a way
+// that could be taken for a broken upload, and the object must stay whole.
+// The uploader relies on it (uploader.Object.Finish).
+func testCompleteRepeated(t *testing.T, s store.Store, pfx string) {
+	ctx := testContext(t)
+	key := pfx + "completed-twice"
+	body := data(5*mib+100, 15)
+	id, err := s.CreateMultipart(ctx, key)
+	if err != nil {
+		t.Fatalf("CreateMultipart: %v", err)
+	}
+	sum := crc32.Checksum(body, castagnoli)
+	etag, err := s.UploadPart(ctx, key, id, 1, body, sum)
+	if err != nil {
+		t.Fatalf("UploadPart: %v", err)
+	}
+	parts := []store.Part{{Number: 1, ETag: etag, CRC32C: &sum, Size: int64(len(body))}}
+	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
+		t.Fatalf("CompleteMultipart: %v", err)
+	}
+	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
+		wantErr(t, "second CompleteMultipart", err, store.ErrNotFound, false)
+	}
+	if got := get(ctx, t, s, key, 0, -1); !bytes.Equal(got, body) {
+		t.Errorf("after a repeated Complete the object is %d bytes, want %d (first diff at %d)", len(got), len(body), firstDiff(got, body))
+	}
+	if ups := uploads(t, s, pfx); len(ups) != 0 {
+		t.Errorf("ListUploads after two Completes = %v, want none", ups)
 	}
 }
 

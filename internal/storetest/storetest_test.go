@@ -25,3 +25,12 @@ func TestMinIO(t *testing.T) {
 		return s
 	})
 }
+
+// TestVersityGW runs against versitygw, a gateway that keeps objects as
+// files, started here whether or not DURASHUFFLE_TEST_ENDPOINT is set.
+func TestVersityGW(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) store.Store {
+		s, _ := testenv.VersityGW(t).NewStore(t)
+		return s
+	})
+}

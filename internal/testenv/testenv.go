@@ -98,35 +98,73 @@ func Embedded(t testing.TB) Endpoint {
 // Main. The test fails, never skips, if no server can be had.
 func MinIO(t testing.TB) Endpoint {
 	t.Helper()
-	if url := os.Getenv(EnvEndpoint); url != "" {
-		e := Endpoint{
-			URL:       url,
-			Region:    os.Getenv(EnvRegion),
-			PathStyle: os.Getenv(EnvPathStyle) != "false",
-			Insecure:  os.Getenv(EnvInsecure) == "true",
-		}
+	if e, ok := external(); ok {
 		return withBucket(t, e, os.Getenv(EnvBucket))
 	}
-	if !mainRunning.Load() {
-		t.Fatal("testenv: MinIO starts a server for the whole test binary and needs testenv.Main to stop it: " +
-			"add `func TestMain(m *testing.M) { testenv.Main(m) }` to the package's tests")
-	}
-	minio.once.Do(startMinIOWithRetries)
-	if minio.err != nil {
-		t.Fatalf("testenv: start MinIO: %v", minio.err)
-	}
-	return withBucket(t, Endpoint{URL: minio.url, Region: "us-east-1", PathStyle: true}, "")
+	return minio.endpoint(t)
 }
 
-// Main runs the package's tests and then stops the MinIO server if one was
-// started. Call it from TestMain.
+// VersityGW returns an endpoint with a fresh bucket on a versitygw
+// gateway (POSIX backend) that this test binary starts with
+// localstack/versitygw.sh on first use and stops in Main: the second real
+// S3 implementation the suites run against. DURASHUFFLE_TEST_ENDPOINT does
+// not change it (Backends leaves it out instead). It fails, never skips,
+// if the gateway cannot be started.
+func VersityGW(t testing.TB) Endpoint {
+	t.Helper()
+	return versitygw.endpoint(t)
+}
+
+// Backend is one server the end-to-end suites run against.
+type Backend struct {
+	Name  string // "embedded", "minio", "versitygw"; a subtest name
+	Start func(testing.TB) Endpoint
+}
+
+// Backends returns every server an end-to-end suite runs against, in this
+// order: the embedded server, MinIO and versitygw. Index 0 is always the
+// embedded server and index 1 a real MinIO (or the external endpoint).
+// With DURASHUFFLE_TEST_ENDPOINT set there is no versitygw entry: the
+// external endpoint takes the place of the servers started here, and
+// running every suite twice against it would prove nothing more.
+func Backends() []Backend {
+	b := []Backend{{"embedded", Embedded}, {"minio", MinIO}}
+	if _, ok := external(); !ok {
+		b = append(b, Backend{"versitygw", VersityGW})
+	}
+	return b
+}
+
+// RealBackends is Backends without the embedded server: the S3
+// implementations durashuffle is checked against.
+func RealBackends() []Backend { return Backends()[1:] }
+
+// external is the endpoint named by DURASHUFFLE_TEST_ENDPOINT, without a
+// bucket yet.
+func external() (Endpoint, bool) {
+	url := os.Getenv(EnvEndpoint)
+	if url == "" {
+		return Endpoint{}, false
+	}
+	return Endpoint{
+		URL:       url,
+		Region:    os.Getenv(EnvRegion),
+		PathStyle: os.Getenv(EnvPathStyle) != "false",
+		Insecure:  os.Getenv(EnvInsecure) == "true",
+	}, true
+}
+
+// Main runs the package's tests and then stops every server the test
+// binary started. Call it from TestMain.
 func Main(m *testing.M) {
 	mainRunning.Store(true)
 	code := m.Run()
-	if err := stopMinIO(); err != nil {
-		fmt.Fprintln(os.Stderr, "testenv: stop MinIO:", err)
-		if code == 0 {
-			code = 1
+	for _, s := range []*server{minio, versitygw} {
+		if err := s.stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: stop %s: %v\n", s.name, err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)
@@ -134,101 +172,140 @@ func Main(m *testing.M) {
 
 var mainRunning atomic.Bool
 
-var minio struct {
+// Test credentials of the servers this package starts. Both servers get
+// the same pair, so the AWS environment variables set for subprocesses
+// (commands under test) are right for either.
+const (
+	testAccessKey = "durashuffle"
+	testSecretKey = "durashuffle-test-secret"
+)
+
+// server is a real S3 implementation started by one of localstack's
+// scripts, once per test binary.
+type server struct {
+	name     string   // for messages
+	script   string   // under localstack/
+	stateEnv string   // the script's state dir variable
+	watchEnv string   // the script's watched-pid variable
+	credEnv  []string // the script's credential variables: access key, secret
+
 	once  sync.Once
 	url   string
 	err   error
-	state string // minio.sh's state dir; empty if not started
+	state string // the script's state dir; empty if not started
 	root  string
 }
 
-// Test credentials for the MinIO this package starts.
-const (
-	minioUser     = "durashuffle"
-	minioPassword = "durashuffle-test-secret"
+var (
+	minio = &server{name: "MinIO", script: "minio.sh",
+		stateEnv: "DURASHUFFLE_MINIO_STATE", watchEnv: "DURASHUFFLE_MINIO_WATCH_PID",
+		credEnv: []string{"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}}
+	versitygw = &server{name: "versitygw", script: "versitygw.sh",
+		stateEnv: "DURASHUFFLE_VERSITYGW_STATE", watchEnv: "DURASHUFFLE_VERSITYGW_WATCH_PID",
+		credEnv: []string{"ROOT_ACCESS_KEY", "ROOT_SECRET_KEY"}}
 )
 
-// startMinIOWithRetries tries a few times: on a loaded machine a start can
+// endpoint starts the server on first use and returns a fresh bucket on it.
+func (s *server) endpoint(t testing.TB) Endpoint {
+	t.Helper()
+	if !mainRunning.Load() {
+		t.Fatalf("testenv: %s starts a server for the whole test binary and needs testenv.Main to stop it: "+
+			"add `func TestMain(m *testing.M) { testenv.Main(m) }` to the package's tests", s.name)
+	}
+	s.once.Do(s.startWithRetries)
+	if s.err != nil {
+		t.Fatalf("testenv: start %s: %v", s.name, s.err)
+	}
+	return withBucket(t, Endpoint{URL: s.url, Region: "us-east-1", PathStyle: true}, "")
+}
+
+// startWithRetries tries a few times: on a loaded machine a start can
 // fail for passing reasons (a port taken between pick and bind by another
 // test binary's server). Every failure is kept for the message.
-func startMinIOWithRetries() {
+func (s *server) startWithRetries() {
 	var errs []error
 	for attempt := 1; attempt <= 3; attempt++ {
-		minio.err = nil
-		startMinIO()
-		if minio.err == nil {
+		s.err = nil
+		s.start()
+		if s.err == nil {
 			return
 		}
-		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, minio.err))
-		if minio.state != "" {
-			os.RemoveAll(minio.state)
-			minio.state = ""
+		errs = append(errs, fmt.Errorf("attempt %d: %w", attempt, s.err))
+		if s.state != "" {
+			os.RemoveAll(s.state)
+			s.state = ""
 		}
 		time.Sleep(time.Second)
 	}
-	minio.err = errors.Join(errs...)
+	s.err = errors.Join(errs...)
 }
 
-func startMinIO() {
+func (s *server) start() {
 	root, err := repoRoot()
 	if err != nil {
-		minio.err = err
+		s.err = err
 		return
 	}
-	state, err := os.MkdirTemp("", "durashuffle-minio-state-")
+	state, err := os.MkdirTemp("", "durashuffle-"+strings.TrimSuffix(s.script, ".sh")+"-state-")
 	if err != nil {
-		minio.err = err
+		s.err = err
 		return
 	}
-	minio.root, minio.state = root, state
-	cmd := exec.Command("bash", filepath.Join(root, "localstack", "minio.sh"), "start")
+	s.root, s.state = root, state
+	cmd := exec.Command("bash", filepath.Join(root, "localstack", s.script), "start")
 	cmd.Env = append(os.Environ(),
-		"DURASHUFFLE_MINIO_STATE="+state,
+		s.stateEnv+"="+state,
 		// If this binary dies without running Main's cleanup (a test
 		// timeout panics), the script's watchdog stops the server.
-		"DURASHUFFLE_MINIO_WATCH_PID="+strconv.Itoa(os.Getpid()),
-		"MINIO_ROOT_USER="+minioUser,
-		"MINIO_ROOT_PASSWORD="+minioPassword,
+		s.watchEnv+"="+strconv.Itoa(os.Getpid()),
+		s.credEnv[0]+"="+testAccessKey,
+		s.credEnv[1]+"="+testSecretKey,
 	)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		minio.err = fmt.Errorf("localstack/minio.sh start: %w\n%s", err, stderr.String())
+		s.err = fmt.Errorf("localstack/%s start: %w\n%s", s.script, err, stderr.String())
 		return
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		if v, ok := strings.CutPrefix(line, "endpoint="); ok {
-			minio.url = strings.TrimSpace(v)
+			s.url = strings.TrimSpace(v)
 		}
 	}
-	if minio.url == "" {
-		minio.err = fmt.Errorf("localstack/minio.sh start printed no endpoint=: %q\n%s", out, stderr.String())
+	if s.url == "" {
+		s.err = fmt.Errorf("localstack/%s start printed no endpoint=: %q\n%s", s.script, out, stderr.String())
 		return
 	}
 	// Through the environment rather than only the Endpoint, so code under
 	// test that builds its own client from the AWS chain (and commands
 	// run as subprocesses) reaches the same server.
-	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": minioUser, "AWS_SECRET_ACCESS_KEY": minioPassword} {
+	s.err = UseTestCredentials()
+}
+
+// UseTestCredentials puts the credentials of the servers this package
+// starts into the process's AWS environment, where every client built
+// from the AWS chain (and every command run as a subprocess) finds them.
+func UseTestCredentials() error {
+	for k, v := range map[string]string{"AWS_ACCESS_KEY_ID": testAccessKey, "AWS_SECRET_ACCESS_KEY": testSecretKey} {
 		if err := os.Setenv(k, v); err != nil {
-			minio.err = err
-			return
+			return err
 		}
 	}
 	// A session token left in the environment would be sent with the
-	// MinIO keys and rejected.
-	os.Unsetenv("AWS_SESSION_TOKEN")
+	// test keys and rejected.
+	return os.Unsetenv("AWS_SESSION_TOKEN")
 }
 
-func stopMinIO() error {
-	if minio.state == "" {
+func (s *server) stop() error {
+	if s.state == "" {
 		return nil
 	}
-	defer os.RemoveAll(minio.state)
-	cmd := exec.Command("bash", filepath.Join(minio.root, "localstack", "minio.sh"), "stop")
-	cmd.Env = append(os.Environ(), "DURASHUFFLE_MINIO_STATE="+minio.state)
+	defer os.RemoveAll(s.state)
+	cmd := exec.Command("bash", filepath.Join(s.root, "localstack", s.script), "stop")
+	cmd.Env = append(os.Environ(), s.stateEnv+"="+s.state)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("localstack/minio.sh stop: %w\n%s", err, out)
+		return fmt.Errorf("localstack/%s stop: %w\n%s", s.script, err, out)
 	}
 	return nil
 }
@@ -303,3 +380,32 @@ func bucketName(test string) string {
 	b.WriteString(hex.EncodeToString(rnd[:]))
 	return b.String()
 }
+
+// Credentials returns the access key and secret of the servers this
+// package starts (test-only values), for a test that starts servers of
+// its own, such as a MinIO cluster.
+func Credentials() (accessKey, secretKey string) { return testAccessKey, testSecretKey }
+
+// MinIOBinary returns the path of the pinned MinIO server, building it
+// with localstack/minio.sh install if it is not in the cache yet.
+func MinIOBinary() (string, error) {
+	root, err := repoRoot()
+	if err != nil {
+		return "", err
+	}
+	var stderr bytes.Buffer
+	cmd := exec.Command("bash", filepath.Join(root, "localstack", "minio.sh"), "install")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("localstack/minio.sh install: %w\n%s", err, stderr.String())
+	}
+	bin := strings.TrimSpace(string(out))
+	if _, err := os.Stat(bin); err != nil {
+		return "", fmt.Errorf("localstack/minio.sh install printed %q: %w", bin, err)
+	}
+	return bin, nil
+}
+
+// RepoRoot returns the module root (where go.mod and localstack/ are).
+func RepoRoot() (string, error) { return repoRoot() }

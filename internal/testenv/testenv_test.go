@@ -19,12 +19,9 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 var validBucket = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]$`)
 
 func TestEndpoints(t *testing.T) {
-	for name, get := range map[string]func(testing.TB) testenv.Endpoint{
-		"embedded": testenv.Embedded,
-		"minio":    testenv.MinIO,
-	} {
-		t.Run(name, func(t *testing.T) {
-			a, b := get(t), get(t)
+	for _, be := range testenv.Backends() {
+		t.Run(be.Name, func(t *testing.T) {
+			a, b := be.Start(t), be.Start(t)
 			if a.Bucket == b.Bucket {
 				t.Errorf("two calls share bucket %q", a.Bucket)
 			}
