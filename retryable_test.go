@@ -140,6 +140,9 @@ func (s hangStore) AbortMultipart(ctx context.Context, key, id string) error {
 }
 
 func (s hangStore) Delete(ctx context.Context, keys ...string) error {
+	if len(keys) == 1 && strings.Contains(keys[0], "/~commit-guard/") {
+		return s.Store.Delete(ctx, keys...) // the commit guard's probe, before any part
+	}
 	<-ctx.Done()
 	return &store.Error{Op: "DeleteObjects", Err: ctx.Err()}
 }
