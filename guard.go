@@ -38,8 +38,14 @@ type GuardStatus struct {
 }
 
 // probeTimeout bounds one probe (three small requests with their retries)
-// when the caller's context has no earlier deadline.
-const probeTimeout = time.Minute
+// when the caller's context has no earlier deadline: on a healthy store a
+// probe takes milliseconds, and a store that does not answer must not
+// hold a write up for long (the commit probes again).
+const probeTimeout = 20 * time.Second
+
+// probeDeleteTimeout bounds the probe key's delete: a key left behind
+// is a few bytes outside the layout.
+const probeDeleteTimeout = 5 * time.Second
 
 // commitGuard probes once per Client whether the store enforces
 // If-None-Match: *. A definite answer is kept for the client's life; a
@@ -127,7 +133,7 @@ func (c *Client) probeGuard(ctx context.Context) (string, error) {
 	defer func() {
 		// A probe key left behind (the delete failed) is a few bytes
 		// outside the layout; gc never lists it and nothing reads it.
-		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), probeDeleteTimeout)
 		defer dcancel()
 		_ = c.st.Delete(dctx, key)
 	}()

@@ -106,22 +106,16 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 
 // Commit flushes the remaining buffers, waits for every part, completes
 // the uploads and writes the worker manifest with a conditional put. The
-// client's commit guard runs first (see Client.CheckCommitGuard): on a
-// store that does not enforce the condition the attempt is aborted and
-// the error wraps ErrCommitGuard. If
+// client's commit guard runs before the manifest put (see
+// Client.CheckCommitGuard): on a store that does not enforce the
+// condition the attempt's objects are deleted and the error wraps
+// ErrCommitGuard. If
 // another attempt committed first, this attempt's objects are deleted and
 // the error wraps manifest.ErrAlreadyCommitted. On any failure nothing is
 // visible to readers and no multipart upload is left open.
 func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if !w.finish() {
 		return nil, chunker.ErrClosed
-	}
-	// Before anything is completed: on a store that ignores
-	// If-None-Match, the manifest put below would not be a commit point.
-	if err := w.c.CheckCommitGuard(ctx); err != nil {
-		err = fmt.Errorf("commit worker %s of %s stage %d, attempt %s: %w", w.opt.Worker, w.opt.Query, w.opt.Stage, w.opt.Attempt, err)
-		w.ch.Abort(err)
-		return nil, w.cleanup(err)
 	}
 	res, err := w.ch.Close()
 	if err != nil {
@@ -175,6 +169,14 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		m.Frames[i] = manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C}
 	}
 	m.WrittenAt = time.Now().UTC()
+	// Before the one write that is visible: on a store that ignores
+	// If-None-Match, the manifest put below would not be a commit point.
+	// (After the data, so that a store that refuses writes says so in the
+	// data's own requests.)
+	if err := w.c.CheckCommitGuard(ctx); err != nil {
+		err = fmt.Errorf("commit worker %s of %s stage %d, attempt %s: %w", w.opt.Worker, w.opt.Query, w.opt.Stage, w.opt.Attempt, err)
+		return nil, w.cleanupObjects(objs, err)
+	}
 	if err := manifest.Commit(ctx, w.c.st, w.c.layout, m); err != nil {
 		return nil, w.cleanupObjects(objs, err)
 	}

@@ -154,8 +154,13 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	defer c.Close()
 	// Fail before uploading anything on a store that would not make the
 	// manifest a commit point (Commit checks again; the answer is kept).
-	if err := c.CheckCommitGuard(ctx); err != nil {
+	// A probe that got no verdict (the store did not answer) does not
+	// stop the write: its own requests say what the store answers, and
+	// Commit probes again.
+	if err := c.CheckCommitGuard(ctx); errors.Is(err, durashuffle.ErrCommitGuard) {
 		return fmt.Errorf("write %s stage %d worker %s: %w", o.stage.query, o.stage.stage, o.worker, err)
+	} else if err != nil {
+		a.log.Warn("commit guard probe failed; the commit probes again", "err", err)
 	}
 	guardRequests := c.Counter().Requests()
 	prog.writingInput(c)

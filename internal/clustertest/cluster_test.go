@@ -484,14 +484,23 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 		// The engine reruns the task as a new attempt, once the cluster
 		// takes writes again: a restarted node answers 503 SlowDownWrite
 		// until it has rejoined.
-		waited := time.Now()
-		allUp(t, c)
-		t.Logf("round %d: the cluster took writes again %v after the failure", round, time.Since(waited).Round(time.Millisecond))
-		ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
-		err = writeStage(ctx, client, gen, query, "rerun", rows, partitions)
-		cancel()
-		if err != nil {
-			t.Fatalf("round %d: rerun: %v", round, err)
+		// An engine retries a task a few times (Spark: 4 attempts); the
+		// node may still refuse writes for a while after it answers again.
+		for attempt := 1; ; attempt++ {
+			waited := time.Now()
+			allUp(t, c)
+			t.Logf("round %d: the cluster took writes again %v after the failure", round, time.Since(waited).Round(time.Millisecond))
+			ctx, cancel = context.WithTimeout(context.Background(), 3*time.Minute)
+			err = writeStage(ctx, client, gen, query, fmt.Sprintf("rerun%d", attempt), rows, partitions)
+			cancel()
+			if err == nil {
+				break
+			}
+			if attempt == 3 || !durashuffle.IsRetryable(err) {
+				t.Fatalf("round %d: rerun %d: %v", round, attempt, err)
+			}
+			t.Logf("round %d: rerun %d failed, retryably: %v", round, attempt, err)
+			time.Sleep(2 * time.Second)
 		}
 		verify(t, client, query, partitions, want)
 		t.Logf("round %d: the rerun committed and verified", round)

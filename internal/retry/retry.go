@@ -129,6 +129,13 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 			return err
 		}
 		if attempt >= s.policy.MaxAttempts {
+			if stalled {
+				// The store never answered the last attempt: a passing
+				// failure, not the caller's deadline (which is checked
+				// above), so the chain must not say DeadlineExceeded.
+				err = &store.Error{Op: op, Code: "RequestTimeout", Retryable: true,
+					Err: fmt.Errorf("no answer within request_timeout %v: %v", s.policy.Timeout, err)}
+			}
 			return fmt.Errorf("%s: gave up after %d attempts: %w", op, attempt, err)
 		}
 		reason := Reason(err)

@@ -195,3 +195,33 @@ func TestReason(t *testing.T) {
 		}
 	}
 }
+
+// stallStore never answers a Put before the attempt's deadline.
+type stallStore struct{ store.Store }
+
+func (stallStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// TestGiveUpOnStalls: a request whose every attempt hit request_timeout
+// gives up with a retryable store error, and its chain does not say
+// DeadlineExceeded (that is the caller's deadline): an engine may run
+// the task again. A caller's own deadline still ends it as such.
+func TestGiveUpOnStalls(t *testing.T) {
+	p := fast(3)
+	p.Timeout = 5 * time.Millisecond
+	err := Wrap(stallStore{}, p, nil).Put(context.Background(), "k", nil, store.PutOptions{})
+	if err == nil || !strings.Contains(err.Error(), "gave up after 3 attempts") || !strings.Contains(err.Error(), "RequestTimeout") {
+		t.Fatalf("err = %v, want a give-up naming RequestTimeout", err)
+	}
+	if !store.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v: retryable %v, DeadlineExceeded %v", err, store.IsRetryable(err), errors.Is(err, context.DeadlineExceeded))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
+	defer cancel()
+	p.Timeout = time.Hour
+	if err := Wrap(stallStore{}, p, nil).Put(ctx, "k", nil, store.PutOptions{}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("caller's deadline: err = %v", err)
+	}
+}
