@@ -123,6 +123,14 @@ type Result struct {
 	MemoryBound   int64    `json:"memory_bound_bytes,omitempty"`
 	WriteRows     int      `json:"write_rows,omitempty"`
 	EncodeWriters int      `json:"writers,omitempty"`
+	// Runs is the sorted runs of the written objects as stored (see
+	// sortedRuns). DataGets and MetadataGets are a reader's GETs of data
+	// objects and of everything else, with the bytes their bodies carried.
+	Runs          int   `json:"runs,omitempty"`
+	DataGets      int64 `json:"data_gets,omitempty"`
+	DataGetBytes  int64 `json:"data_get_bytes,omitempty"`
+	MetadataGets  int64 `json:"metadata_gets,omitempty"`
+	MetadataBytes int64 `json:"metadata_bytes,omitempty"`
 }
 
 func (r *Result) finish(d time.Duration) {
@@ -235,6 +243,8 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeTM(ctx, j)
 	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
+	case j.Kind == "read" && j.Name == DurashuffleRanges:
+		return readRanges(ctx, j)
 	case j.Kind == "read" && j.Name == TransferManager:
 		return readTM(ctx, j)
 	}

@@ -126,6 +126,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 		res.Rows += t.Rows
 		res.Frames += t.Frames
 		res.Objects += t.Objects
+		res.Runs += sortedRuns(m)
 		for _, o := range m.Objects {
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}
