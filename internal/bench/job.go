@@ -104,13 +104,15 @@ type Result struct {
 	// connection can carry with GETs of that size: size / (size + round
 	// trip x bandwidth), the read's physical ceiling as a fraction of the
 	// link limit.
-	MeanGetBytes float64   `json:"mean_get_bytes,omitempty"`
-	GetCeiling   float64   `json:"get_ceiling,omitempty"`
-	RangedGets   int64     `json:"ranged_gets,omitempty"`
-	ManifestGets int64     `json:"manifest_gets,omitempty"`
-	InputBytes   int64     `json:"input_pool_bytes,omitempty"`
-	Rounds       []float64 `json:"round_seconds,omitempty"`
-	GoHeapPeak   int64     `json:"go_heap_peak_bytes,omitempty"`
+	MeanGetBytes float64 `json:"mean_get_bytes,omitempty"`
+	GetCeiling   float64 `json:"get_ceiling,omitempty"`
+	RangedGets   int64   `json:"ranged_gets,omitempty"`
+	ManifestGets int64   `json:"manifest_gets,omitempty"`
+	// InputBytes is the input pool's size, or with fresh input what the
+	// row generators hold (freshInputBytes): the engine's memory.
+	InputBytes int64     `json:"input_pool_bytes,omitempty"`
+	Rounds     []float64 `json:"round_seconds,omitempty"`
+	GoHeapPeak int64     `json:"go_heap_peak_bytes,omitempty"`
 	// RusageMaxRSS is the child's ru_maxrss as wait4 reports it, kept for
 	// comparison: see peakRSS for why it is not the peak RSS.
 	RusageMaxRSS  int64    `json:"rusage_maxrss_bytes,omitempty"`
@@ -180,10 +182,12 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 
 // applyMemoryLimit sets a durashuffle contender's soft memory limit from
 // its configuration's memory_limit, as durashuffle write sets its own: a
-// process of Data.Workers writers, or of Readers partition streams. With
-// pool input the pool is the engine's memory, not durashuffle's: like an
-// engine embedding durashuffle would, the child adds it to the limit auto
-// derives (it is generated here, once, before anything is timed).
+// process of Data.Workers writers, or of Readers partition streams. The
+// input is the engine's memory, not durashuffle's: like an engine
+// embedding durashuffle would, the child adds it to the limit auto
+// derives: the pool (generated here, once, before anything is timed), or
+// with fresh input what the row generators hold (their per-partition
+// builders: 0.6 MiB at 64 partitions, 200 MiB per writer at 8192).
 func applyMemoryLimit(j *Job) error {
 	if !strings.HasPrefix(j.Name, Durashuffle) {
 		return nil
@@ -193,7 +197,7 @@ func applyMemoryLimit(j *Job) error {
 		load = config.Load{Readers: max(1, j.Readers)}
 	}
 	cfg := j.Config
-	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" && j.Data.Input != InputFresh {
+	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" {
 		pool, err := prepareInput(j)
 		if err != nil {
 			return err

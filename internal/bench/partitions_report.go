@@ -21,7 +21,7 @@ import (
 var partitionsColumns = []string{
 	"P", "writers", "write s", "write logical MiB/s", "write stored MiB/s", "read s", "read logical MiB/s",
 	"stored MiB", "frames", "runs", "write UploadPart + PutObject", "read data GETs (MiB)", "read metadata GETs (KiB)",
-	"write RSS / bound MiB", "read RSS / bound MiB",
+	"write RSS / bound MiB", "write input MiB", "read RSS / bound MiB",
 }
 
 func partitionsCells(r PartitionsRow) []string {
@@ -35,6 +35,7 @@ func partitionsCells(r PartitionsRow) []string {
 		fmt.Sprintf("%d (%.1f)", rd.DataGets, float64(rd.DataGetBytes)/(1<<20)),
 		fmt.Sprintf("%d (%.1f)", rd.MetadataGets, float64(rd.MetadataBytes)/(1<<10)),
 		fmt.Sprintf("%.0f / %.0f", float64(w.PeakRSSBytes)/(1<<20), float64(w.MemoryBound)/(1<<20)),
+		fmt.Sprintf("%.0f", float64(w.InputBytes)/(1<<20)),
 		fmt.Sprintf("%.0f / %.0f", float64(rd.PeakRSSBytes)/(1<<20), float64(rd.MemoryBound)/(1<<20)),
 	}
 }

@@ -55,10 +55,12 @@ func closeIdle(tr *http.Transport) {
 	}
 }
 
-// prepareInput builds the input pool before the clock starts.
+// prepareInput builds the input pool before the clock starts and returns
+// its size; with fresh input it returns what the generators will hold
+// (see freshInputBytes).
 func prepareInput(j *Job) (int64, error) {
 	if j.Data.Input == InputFresh {
-		return 0, nil
+		return freshInputBytes(j.Data)
 	}
 	p, err := getPool(j.Data.Seed, j.Data.Partitions, j.Data.PoolRows)
 	if err != nil {
