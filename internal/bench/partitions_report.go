@@ -146,7 +146,9 @@ func plotPartitions(rep *Report, path string) error {
 		line.Dashes = []vg.Length{vg.Points(2), vg.Points(3)}
 		speed.Add(line)
 		speed.Legend.Add(fmt.Sprintf("link limit, logical %.0f", lim), line)
+		speed.Y.Max = lim * 1.1
 	}
+	bytes.Legend.Left = true
 	const w, h = 7 * vg.Inch, 8 * vg.Inch
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
