@@ -37,6 +37,9 @@ type benchOptions struct {
 	logical       string
 	chunkSizes    string
 	concurrencies string
+	partCounts    string
+	partWriters   string
+	rangeReaders  int
 	json          bool
 	plot          string
 	out           string
@@ -65,6 +68,10 @@ part size and concurrency:
   encode         the CPU side alone (uploads discarded), 1 and N writer goroutines
   memory         peak RSS writing 1 GiB and 4 GiB of logical output
   sweep          chunk sizes x concurrencies, with a recommended configuration
+  partitions     the same rows written into 64 to 8192 partitions by 1 and 8
+                 writers (fresh 8192-row batches split across them), each stage
+                 read back by 8 range readers of P/8 partitions: throughput,
+                 stored bytes, frames, PUTs, GETs and peak RSS against the bound
   all            every scenario; --out and --markdown write the charts and tables
 
 The link is toxiproxy, in process, in front of the endpoint (an in-memory
@@ -88,7 +95,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.DurationVar(&o.latency, "latency", 20*time.Millisecond, "added round-trip latency per request (half on each direction); 0 with --conn-bandwidth 0: no shaping")
 	pf.Var(&o.connBandwidth, "conn-bandwidth", "bandwidth per connection and direction (bytes per second, e.g. 8MiB)")
 	pf.IntVar(&o.rounds, "rounds", 3, "rounds per contender, alternated; medians are reported")
-	pf.Var(&o.stored, "stored", "stored (encoded) size of the data set for write, read, small-batches, encode and sweep")
+	pf.Var(&o.stored, "stored", "stored (encoded) size of the data set for write, read, small-batches, encode, sweep and partitions")
 	pf.IntVar(&o.partitions, "partitions", 64, "output partitions")
 	pf.IntVar(&o.producers, "producers", 2, "goroutines calling Write per worker")
 	pf.IntVar(&o.workers, "workers", 1, "writers (one data object each) per contender")
@@ -103,6 +110,9 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.logical, "logical", "1GiB,4GiB", "memory: logical output sizes")
 	pf.StringVar(&o.chunkSizes, "chunk-sizes", "5MiB,8MiB,100MB", "sweep: chunk sizes")
 	pf.StringVar(&o.concurrencies, "concurrencies", "5,10,30", "sweep: upload concurrencies")
+	pf.StringVar(&o.partCounts, "partition-counts", "64,512,2048,8192", "partitions: partition counts (the targets compare 2048 with the smallest)")
+	pf.StringVar(&o.partWriters, "partition-writers", "1,8", "partitions: writer counts (writers on one client, one data object each)")
+	pf.IntVar(&o.rangeReaders, "range-readers", 8, "partitions: range readers reading each stage at once, P / range-readers partitions each")
 	pf.BoolVar(&o.json, "json", false, "print each scenario's report as one JSON object")
 	pf.StringVar(&o.plot, "plot", "", "draw the results into this PNG file")
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
@@ -120,6 +130,8 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 		bench.ScenarioEncode:       `  durashuffle bench encode --writers 1,2,4`,
 		bench.ScenarioMemory:       `  durashuffle bench memory --logical 1GiB,4GiB --memory-limit auto,off`,
 		bench.ScenarioSweep:        `  durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png`,
+		bench.ScenarioPartitions: `  durashuffle bench partitions --plot partitions.png
+  durashuffle bench partitions --stored 64MiB --partition-counts 64,2048 --partition-writers 1,8 --rounds 1`,
 	}
 	for _, s := range bench.Scenarios {
 		cmd.AddCommand(&cobra.Command{
@@ -256,8 +268,16 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 	if o.input != bench.InputPool && o.input != bench.InputFresh {
 		return nil, usagef("--input %q: want pool or fresh", o.input)
 	}
-	if o.partitions < 1 || o.producers < 1 || o.workers < 1 || o.writeRows < 1 || o.readers < 1 || o.poolRows < 1 {
-		return nil, usagef("--partitions, --producers, --workers, --write-rows, --pool-rows and --readers must be at least 1")
+	if o.partitions < 1 || o.producers < 1 || o.workers < 1 || o.writeRows < 1 || o.readers < 1 || o.poolRows < 1 || o.rangeReaders < 1 {
+		return nil, usagef("--partitions, --producers, --workers, --write-rows, --pool-rows, --readers and --range-readers must be at least 1")
+	}
+	partCounts, err := intList("--partition-counts", o.partCounts)
+	if err != nil {
+		return nil, err
+	}
+	partWriters, err := intList("--partition-writers", o.partWriters)
+	if err != nil {
+		return nil, err
 	}
 	small, err := intList("--small-rows", o.smallRows)
 	if err != nil {
@@ -296,6 +316,7 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 		Config: cfg, Latency: o.latency, ConnBandwidth: int64(o.connBandwidth), Rounds: o.rounds,
 		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
 		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, Faults: faults,
+		PartitionCounts: partCounts, PartitionWriters: partWriters, RangeReaders: o.rangeReaders, WidePartitions: 2048,
 		Data: bench.Data{Input: o.input, Partitions: o.partitions, WriteRows: o.writeRows, PoolRows: o.poolRows,
 			Producers: o.producers, Workers: o.workers, Seed: o.seed},
 	}

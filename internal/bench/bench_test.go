@@ -194,3 +194,81 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 		t.Fatalf("no faults were injected:\n%s", log.String())
 	}
 }
+
+// TestSmokePartitions runs bench partitions at a tiny size: every cell
+// writes and reads back the same rows, the 4-writer cell at the wide
+// count is added, and what it reports (frames, runs, requests, bounds)
+// is consistent; no time is asserted.
+func TestSmokePartitions(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	o.Stored = 4 << 20
+	o.PartitionCounts, o.PartitionWriters, o.RangeReaders, o.WidePartitions = []int{8, 64}, []int{1, 2}, 4, 64
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	rep, err := env.Run(ctx, ScenarioPartitions)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cells []string
+	for _, r := range rep.Partitions {
+		cells = append(cells, r.name())
+	}
+	if got, want := strings.Join(cells, ", "), "P=8 x 1-writer, P=8 x 2-writers, P=64 x 1-writer, P=64 x 2-writers, P=64 x 4-writers"; got != want {
+		t.Fatalf("cells %s, want %s", got, want)
+	}
+	rows := rep.Partitions[0].Write.Rows
+	for _, r := range rep.Partitions {
+		w, rd := r.Write, r.Read
+		if w.Rows != rows || rd.Rows != rows || w.StoredBytes == 0 || rd.StoredBytes != w.StoredBytes {
+			t.Errorf("%s: wrote %d rows (%d bytes), read %d (%d bytes); want %d rows each", r.name(), w.Rows, w.StoredBytes, rd.Rows, rd.StoredBytes, rows)
+		}
+		// Every partition has rows from every writer: at least one frame
+		// each, and at least one run per writer's object.
+		if w.Frames < r.Partitions*r.Writers || w.Objects != r.Writers || w.Runs < r.Writers || w.Runs > w.Frames {
+			t.Errorf("%s: %d frames, %d objects, %d runs", r.name(), w.Frames, w.Objects, w.Runs)
+		}
+		// One PUT per part or small object, one worker manifest each.
+		if puts := w.Requests["UploadPart"] + w.Requests["PutObject"]; puts < int64(2*r.Writers) {
+			t.Errorf("%s: write requests %v", r.name(), w.Requests)
+		}
+		// Each of the 4 range readers opens the stage (at least one
+		// metadata GET) and GETs every byte of its frames at least once.
+		if rd.MetadataGets < 4 || rd.MetadataBytes == 0 || rd.DataGets < 4 || rd.DataGetBytes < w.StoredBytes ||
+			rd.DataGets+rd.MetadataGets != rd.Requests["GetObject"] {
+			t.Errorf("%s: read %d data GETs (%d bytes), %d metadata GETs (%d bytes), requests %v",
+				r.name(), rd.DataGets, rd.DataGetBytes, rd.MetadataGets, rd.MetadataBytes, rd.Requests)
+		}
+		if w.MemoryBound != int64(o.Config.MemoryBound(config.Load{Writers: r.Writers})) ||
+			rd.MemoryBound != int64(o.Config.MemoryBound(config.Load{Readers: 4})) || w.PeakRSSBytes <= 0 || rd.PeakRSSBytes <= 0 || w.InputBytes <= 0 {
+			t.Errorf("%s: write RSS %d of %d (input %d), read RSS %d of %d", r.name(), w.PeakRSSBytes, w.MemoryBound, w.InputBytes, rd.PeakRSSBytes, rd.MemoryBound)
+		}
+	}
+	var names []string
+	for _, tg := range rep.Targets {
+		names = append(names, tg.Name)
+	}
+	if len(rep.Targets) != 9 || !strings.Contains(names[8], "GETs reading the 4 x 64 stage") {
+		t.Fatalf("targets %q", names)
+	}
+	dir := t.TempDir()
+	if err := Plot(rep, filepath.Join(dir, "partitions.png")); err != nil {
+		t.Fatal(err)
+	}
+	md := filepath.Join(dir, "B.md")
+	if err := UpdateMarkdown(md, []*Report{rep}, dir); err != nil {
+		t.Fatal(err)
+	}
+	mb, _ := os.ReadFile(md)
+	if s := string(mb); !strings.Contains(s, "| 64 | 4 |") || !strings.Contains(s, "GETs reading the 4 x 64 stage") {
+		t.Fatalf("markdown:\n%s", s)
+	}
+	var text bytes.Buffer
+	PrintText(&text, rep)
+	if !strings.Contains(text.String(), "read metadata GETs") {
+		t.Fatalf("text report:\n%s", text.String())
+	}
+}

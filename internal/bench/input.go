@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 
@@ -227,6 +228,42 @@ func feedPool(ctx context.Context, d Data, p *pool, rows int64, write writeFunc)
 	}
 	err := g.Wait()
 	return logical.Load(), err
+}
+
+var (
+	freshMu    sync.Mutex
+	freshCache = map[[2]int]int64{}
+)
+
+// freshInputBytes is what fresh input's generators hold while writing:
+// every producer of every worker has a demo.Batcher, whose builders (one
+// per partition, reserved for a little over the partition's share of an
+// input batch) stay allocated from batch to batch. It is measured once
+// per process, before anything is timed: the live heap of one Batcher
+// after one batch of d.WriteRows rows, times the producers.
+func freshInputBytes(d Data) (int64, error) {
+	key := [2]int{d.Partitions, d.WriteRows}
+	freshMu.Lock()
+	defer freshMu.Unlock()
+	one, ok := freshCache[key]
+	if !ok {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		b, err := demo.NewBatcher(demo.Generator{Seed: d.Seed}, d.Partitions, nil)
+		if err != nil {
+			return 0, err
+		}
+		for _, pt := range b.Batch(demo.Range{Lo: 0, Hi: int64(max(1, d.WriteRows))}, nil) {
+			pt.Record.Release()
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.Release()
+		one = max(0, int64(after.HeapAlloc)-int64(before.HeapAlloc))
+		freshCache[key] = one
+	}
+	return one * int64(max(1, d.Producers)*max(1, d.Workers)), nil
 }
 
 // feedFresh generates the rows while writing, as the demo does.

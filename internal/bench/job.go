@@ -104,13 +104,15 @@ type Result struct {
 	// connection can carry with GETs of that size: size / (size + round
 	// trip x bandwidth), the read's physical ceiling as a fraction of the
 	// link limit.
-	MeanGetBytes float64   `json:"mean_get_bytes,omitempty"`
-	GetCeiling   float64   `json:"get_ceiling,omitempty"`
-	RangedGets   int64     `json:"ranged_gets,omitempty"`
-	ManifestGets int64     `json:"manifest_gets,omitempty"` // the stage manifest and ranged GETs of its index
-	InputBytes   int64     `json:"input_pool_bytes,omitempty"`
-	Rounds       []float64 `json:"round_seconds,omitempty"`
-	GoHeapPeak   int64     `json:"go_heap_peak_bytes,omitempty"`
+	MeanGetBytes float64 `json:"mean_get_bytes,omitempty"`
+	GetCeiling   float64 `json:"get_ceiling,omitempty"`
+	RangedGets   int64   `json:"ranged_gets,omitempty"`
+	ManifestGets int64   `json:"manifest_gets,omitempty"` // the stage manifest and ranged GETs of its index
+	// InputBytes is the input pool's size, or with fresh input what the
+	// row generators hold (freshInputBytes): the engine's memory.
+	InputBytes int64     `json:"input_pool_bytes,omitempty"`
+	Rounds     []float64 `json:"round_seconds,omitempty"`
+	GoHeapPeak int64     `json:"go_heap_peak_bytes,omitempty"`
 	// RusageMaxRSS is the child's ru_maxrss as wait4 reports it, kept for
 	// comparison: see peakRSS for why it is not the peak RSS.
 	RusageMaxRSS  int64    `json:"rusage_maxrss_bytes,omitempty"`
@@ -123,6 +125,14 @@ type Result struct {
 	MemoryBound   int64    `json:"memory_bound_bytes,omitempty"`
 	WriteRows     int      `json:"write_rows,omitempty"`
 	EncodeWriters int      `json:"writers,omitempty"`
+	// Runs is the sorted runs of the written objects as stored (see
+	// sortedRuns). DataGets and MetadataGets are a reader's GETs of data
+	// objects and of everything else, with the bytes their bodies carried.
+	Runs          int   `json:"runs,omitempty"`
+	DataGets      int64 `json:"data_gets,omitempty"`
+	DataGetBytes  int64 `json:"data_get_bytes,omitempty"`
+	MetadataGets  int64 `json:"metadata_gets,omitempty"`
+	MetadataBytes int64 `json:"metadata_bytes,omitempty"`
 }
 
 func (r *Result) finish(d time.Duration) {
@@ -172,10 +182,12 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 
 // applyMemoryLimit sets a durashuffle contender's soft memory limit from
 // its configuration's memory_limit, as durashuffle write sets its own: a
-// process of Data.Workers writers, or of Readers partition streams. With
-// pool input the pool is the engine's memory, not durashuffle's: like an
-// engine embedding durashuffle would, the child adds it to the limit auto
-// derives (it is generated here, once, before anything is timed).
+// process of Data.Workers writers, or of Readers partition streams. The
+// input is the engine's memory, not durashuffle's: like an engine
+// embedding durashuffle would, the child adds it to the limit auto
+// derives: the pool (generated here, once, before anything is timed), or
+// with fresh input what the row generators hold (their per-partition
+// builders: 0.6 MiB at 64 partitions, 200 MiB per writer at 8192).
 func applyMemoryLimit(j *Job) error {
 	if !strings.HasPrefix(j.Name, Durashuffle) {
 		return nil
@@ -185,7 +197,7 @@ func applyMemoryLimit(j *Job) error {
 		load = config.Load{Readers: max(1, j.Readers)}
 	}
 	cfg := j.Config
-	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" && j.Data.Input != InputFresh {
+	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" {
 		pool, err := prepareInput(j)
 		if err != nil {
 			return err
@@ -235,6 +247,8 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeTM(ctx, j)
 	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
+	case j.Kind == "read" && j.Name == DurashuffleRanges:
+		return readRanges(ctx, j)
 	case j.Kind == "read" && j.Name == TransferManager:
 		return readTM(ctx, j)
 	}

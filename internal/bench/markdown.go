@@ -98,16 +98,21 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 	if rep.Scenario == ScenarioSweep {
 		sizing = "chunk and concurrency per row, max_buffered_chunks 2 x concurrency"
 	}
-	fmt.Fprintf(&b, "%d rows in %d partitions, %d-row Writes (%s input) from %d goroutine(s), %d worker(s); %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d rounds, medians.\n\n",
-		s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizing, s.Compression, s.StoredPerLogical, s.CPUs, s.Store, s.Rounds)
-	if rep.Scenario == ScenarioSweep {
+	if rep.Scenario != ScenarioPartitions {
+		fmt.Fprintf(&b, "%d rows in %d partitions, %d-row Writes (%s input) from %d goroutine(s), %d worker(s); %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d rounds, medians.\n\n",
+			s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizing, s.Compression, s.StoredPerLogical, s.CPUs, s.Store, s.Rounds)
+	}
+	switch rep.Scenario {
+	case ScenarioPartitions:
+		partitionsMarkdown(&b, rep)
+	case ScenarioSweep:
 		b.WriteString("| chunk | concurrency | link limit MiB/s | seconds | stored MiB/s | of link | peak RSS MiB | requests |\n|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rep.Results {
 			fmt.Fprintf(&b, "| %s | %d | %s | %.2f | %s | %.2f | %.0f | %s |\n", sizeString(r.ChunkSize), r.Concurrency,
 				mibps(float64(int64(r.Concurrency)*rep.Link.ConnBandwidthBytes)), r.Seconds, mibps(r.StoredBytesPerS), r.LinkFraction,
 				float64(r.PeakRSSBytes)/(1<<20), formatOps(r.Requests))
 		}
-	} else {
+	default:
 		b.WriteString("| contender | seconds (rounds) | stored MiB/s | logical MiB/s | of link | first data s | MiB/s sending | peak RSS MiB | stored MiB | requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rep.Results {
 			fmt.Fprintf(&b, "| %s | %.2f (%s) | %s | %s | %s | %s | %s | %.0f | %.1f | %s |\n", r.Name, r.Seconds, joinFloats(r.Rounds), mibps(r.StoredBytesPerS),

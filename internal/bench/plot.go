@@ -13,8 +13,12 @@ import (
 )
 
 // Plot draws the report as a PNG: stored MiB/s per contender (or per
-// cell of a sweep), with the link limit as a line.
+// cell of a sweep), with the link limit as a line; for bench partitions,
+// throughput and stored bytes against the partition count.
 func Plot(rep *Report, path string) error {
+	if rep.Scenario == ScenarioPartitions {
+		return plotPartitions(rep, path)
+	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("durashuffle bench %s", rep.Scenario)
 	switch {

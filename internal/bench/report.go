@@ -25,6 +25,13 @@ func PrintText(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintln(w)
 	s := rep.Setup
+	if rep.Scenario == ScenarioPartitions {
+		fmt.Fprintf(w, "  %d rows, %d-row input batches (%s) split across the partitions, %d producers per writer, %d range readers; %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
+			s.Rows, s.WriteRows, s.Input, s.Producers, s.Readers, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)
+		printPartitions(w, rep)
+		printTargets(w, rep)
+		return
+	}
 	fmt.Fprintf(w, "  %d rows, %d partitions, %d-row writes (%s input), %d producers, %d worker(s); %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
 		s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)
 	if rep.Scenario == ScenarioSweep {
@@ -43,6 +50,10 @@ func PrintText(w io.Writer, rep *Report) {
 				r.Name, r.RangedGets, r.MeanGetBytes/1024, r.GetCeiling)
 		}
 	}
+	printTargets(w, rep)
+}
+
+func printTargets(w io.Writer, rep *Report) {
 	for _, t := range rep.Targets {
 		mark := "ok  "
 		if !t.OK {

@@ -33,10 +33,11 @@ const (
 	ScenarioEncode       = "encode"
 	ScenarioMemory       = "memory"
 	ScenarioSweep        = "sweep"
+	ScenarioPartitions   = "partitions"
 )
 
 // Scenarios lists every scenario in the order `bench all` runs them.
-var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep}
+var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep, ScenarioPartitions}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -53,8 +54,16 @@ type Options struct {
 	MemLogical    []int64
 	ChunkSizes    []config.Size
 	Concurrencies []int
-	Runner        *Runner
-	Log           io.Writer // progress lines; nil: none
+	// PartitionCounts and PartitionWriters are bench partitions' grid;
+	// RangeReaders the readers that read each stage back, each a
+	// contiguous range of partitions. Its targets compare WidePartitions
+	// (2048) with the smallest count.
+	PartitionCounts  []int
+	PartitionWriters []int
+	RangeReaders     int
+	WidePartitions   int
+	Runner           *Runner
+	Log              io.Writer // progress lines; nil: none
 	// MemoryLimits: the memory scenario runs every size once per value,
 	// as the writer's memory_limit; empty means Config.MemoryLimit alone
 	// (the product as configured).
@@ -185,6 +194,9 @@ type Report struct {
 	// Setup says what was measured: data set, configuration, store.
 	Setup          Setup  `json:"setup"`
 	Recommendation string `json:"recommendation,omitempty"`
+	// Partitions is bench partitions' table, a write and a read per row
+	// (Results is empty).
+	Partitions []PartitionsRow `json:"partitions,omitempty"`
 }
 
 // Setup is the fixed part of a scenario.
@@ -243,6 +255,8 @@ func (e *Env) Run(ctx context.Context, scenario string) (*Report, error) {
 		return e.runMemory(ctx)
 	case ScenarioSweep:
 		return e.runSweep(ctx)
+	case ScenarioPartitions:
+		return e.runPartitions(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q: want one of %s", scenario, strings.Join(Scenarios, ", "))
 }

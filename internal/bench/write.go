@@ -55,10 +55,12 @@ func closeIdle(tr *http.Transport) {
 	}
 }
 
-// prepareInput builds the input pool before the clock starts.
+// prepareInput builds the input pool before the clock starts and returns
+// its size; with fresh input it returns what the generators will hold
+// (see freshInputBytes).
 func prepareInput(j *Job) (int64, error) {
 	if j.Data.Input == InputFresh {
-		return 0, nil
+		return freshInputBytes(j.Data)
 	}
 	p, err := getPool(j.Data.Seed, j.Data.Partitions, j.Data.PoolRows)
 	if err != nil {
@@ -131,6 +133,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 		res.Rows += t.Rows
 		res.Frames += t.Frames
 		res.Objects += t.Objects
+		res.Runs += sortedRuns(m)
 		for _, o := range m.Objects {
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}

@@ -1,0 +1,326 @@
+package bench
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+)
+
+// DurashuffleRanges reads a stage the way a downstream stage with Spark
+// AQE does (bench partitions): RangeReaders readers at once, each opening
+// the stage on its own and reading one contiguous range of partitions.
+const DurashuffleRanges = "durashuffle-ranges"
+
+// The shape of bench partitions' request target (issue 11): a stage of
+// getTargetWriters writers at the wide partition count, read by 8 range
+// readers, costs at most getTargetMax GETs, data and metadata together.
+const (
+	getTargetWriters = 4
+	getTargetMax     = 100
+)
+
+// PartitionsRow is one cell of bench partitions: a stage of Partitions
+// partitions written by Writers writers on one client, then read back by
+// range readers. Write and Read are the medians of the cell's rounds.
+type PartitionsRow struct {
+	Partitions int    `json:"partitions"`
+	Writers    int    `json:"writers"`
+	Write      Result `json:"write"`
+	Read       Result `json:"read"`
+}
+
+func (r PartitionsRow) name() string {
+	return fmt.Sprintf("P=%d x %s", r.Partitions, writersName(r.Writers))
+}
+
+// partitionCells is the scenario's grid: every partition count at every
+// writer count, plus getTargetWriters at the wide count when the grid
+// does not have it.
+func (e *Env) partitionCells() []PartitionsRow {
+	var cells []PartitionsRow
+	have := false
+	for _, p := range e.o.PartitionCounts {
+		for _, w := range e.o.PartitionWriters {
+			cells = append(cells, PartitionsRow{Partitions: p, Writers: w})
+			have = have || (p == e.o.WidePartitions && w == getTargetWriters)
+		}
+	}
+	if !have && slices.Contains(e.o.PartitionCounts, e.o.WidePartitions) {
+		cells = append(cells, PartitionsRow{Partitions: e.o.WidePartitions, Writers: getTargetWriters})
+	}
+	slices.SortStableFunc(cells, func(a, b PartitionsRow) int {
+		return cmp.Or(cmp.Compare(a.Partitions, b.Partitions), cmp.Compare(a.Writers, b.Writers))
+	})
+	return cells
+}
+
+// runPartitions: the same logical rows written into 64 to 8192
+// partitions by 1 and 8 writers, as a wide shuffle's map side hands them
+// over (fresh 8192-row batches split across the partitions), then read
+// back by range readers; throughput, stored bytes, requests and peak RSS
+// of both children against the bound of what each runs.
+func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
+	cfg := e.o.Config
+	spl, err := e.storedPerLogical()
+	if err != nil {
+		return nil, err
+	}
+	d := e.data(e.o.Stored, spl)
+	d.Input = InputFresh
+	d.WriteRows = 8192
+	readers := max(1, e.o.RangeReaders)
+	rep := &Report{Scenario: ScenarioPartitions, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep.Setup.Partitions, rep.Setup.Workers, rep.Setup.Readers = 0, 0, readers
+	cells := e.partitionCells()
+	e.logf("partitions: %d rows (~%s stored), partitions %v x writers %v, %d range readers", d.Rows, sizeString(e.o.Stored), e.o.PartitionCounts, e.o.PartitionWriters, readers)
+	if err := e.probe(ctx, rep, cfg); err != nil {
+		return nil, err
+	}
+	writes := make([][]*Result, len(cells))
+	reads := make([][]*Result, len(cells))
+	rounds := max(1, e.o.Rounds)
+	runs := 2 * rounds * len(cells)
+	for round := range rounds {
+		for k := range cells {
+			i := (k + round) % len(cells)
+			c := cells[i]
+			dd := d
+			dd.Partitions, dd.Workers = c.Partitions, c.Writers
+			q := e.query("partitions", strconv.Itoa(c.Partitions), strconv.Itoa(c.Writers), strconv.Itoa(round))
+			run := 2 * (round*len(cells) + k)
+			wj := e.job("write", Durashuffle, q, cfg, dd)
+			wj.Round = &Round{Name: c.name() + " write", Round: round + 1, Rounds: rounds, Run: run + 1, Runs: runs}
+			w, err := e.o.Runner.Run(ctx, wj)
+			if err != nil {
+				e.cleanup(ctx, q)
+				return nil, fmt.Errorf("round %d, %s write: %w", round+1, c.name(), err)
+			}
+			rj := e.job("read", DurashuffleRanges, q, cfg, dd)
+			rj.Readers = readers
+			rj.Round = &Round{Name: c.name() + " read", Round: round + 1, Rounds: rounds, Run: run + 2, Runs: runs}
+			r, err := e.o.Runner.Run(ctx, rj)
+			e.cleanup(ctx, q)
+			if err != nil {
+				return nil, fmt.Errorf("round %d, %s read: %w", round+1, c.name(), err)
+			}
+			// The stage's stored bytes are what the read moved; the child
+			// counts what its GETs carried (DataGetBytes), not the stage.
+			r.StoredBytes, r.Frames, r.Objects = w.StoredBytes, w.Frames, w.Objects
+			r.finish(secondsDuration(r.Seconds))
+			e.logf("  round %d %-22s write %6.2f s %6.1f MiB/s logical, rss %5.0f MiB; read %6.2f s %6.1f MiB/s logical, %d+%d GETs, rss %5.0f MiB",
+				round+1, c.name(), w.Seconds, w.LogicalBytesPerS/(1<<20), float64(w.PeakRSSBytes)/(1<<20),
+				r.Seconds, r.LogicalBytesPerS/(1<<20), r.DataGets, r.MetadataGets, float64(r.PeakRSSBytes)/(1<<20))
+			writes[i] = append(writes[i], w)
+			reads[i] = append(reads[i], r)
+		}
+	}
+	for i, c := range cells {
+		c.Write, c.Read = median(writes[i]), median(reads[i])
+		c.Write.Name, c.Read.Name = c.name()+" write", c.name()+" read"
+		c.Write.MemoryBound = int64(cfg.MemoryBound(config.Load{Writers: c.Writers}))
+		c.Read.MemoryBound = int64(cfg.MemoryBound(config.Load{Readers: readers}))
+		rep.Partitions = append(rep.Partitions, c)
+	}
+	rep.Targets = partitionTargets(rep.Partitions, e.o.WidePartitions, readers)
+	return rep, nil
+}
+
+// partitionTargets: at the wide partition count against the smallest,
+// per writer count, write and read throughput at least 0.8x and stored
+// bytes at most 1.05x; in every row, both children's peak RSS within
+// their bound; and the request budget of the getTargetWriters-writer
+// stage at the wide count.
+func partitionTargets(rows []PartitionsRow, wide, readers int) []Target {
+	if len(rows) == 0 {
+		return nil
+	}
+	base := rows[0].Partitions
+	cell := func(p, w int) *PartitionsRow {
+		for i := range rows {
+			if rows[i].Partitions == p && rows[i].Writers == w {
+				return &rows[i]
+			}
+		}
+		return nil
+	}
+	var ts []Target
+	var writers []int
+	for _, r := range rows {
+		if !slices.Contains(writers, r.Writers) {
+			writers = append(writers, r.Writers)
+		}
+	}
+	for _, w := range writers {
+		lo, hi := cell(base, w), cell(wide, w)
+		if lo == nil || hi == nil || base == wide {
+			continue
+		}
+		name := func(what string) string {
+			return fmt.Sprintf("%s, %s: P=%d / P=%d", writersName(w), what, wide, base)
+		}
+		ts = append(ts,
+			atLeast(name("write throughput"), ratio(hi.Write.LogicalBytesPerS, lo.Write.LogicalBytesPerS), 0.8),
+			atLeast(name("range-read throughput"), ratio(hi.Read.LogicalBytesPerS, lo.Read.LogicalBytesPerS), 0.8),
+			atMost(name("stored bytes"), ratio(float64(hi.Write.StoredBytes), float64(lo.Write.StoredBytes)), 1.05))
+	}
+	worst := func(side func(*PartitionsRow) *Result) (string, float64) {
+		name, top := "", 0.0
+		for i := range rows {
+			r := side(&rows[i])
+			if f := ratio(float64(r.PeakRSSBytes), float64(r.MemoryBound)); f > top {
+				name, top = rows[i].name(), f
+			}
+		}
+		return name, top
+	}
+	if n, f := worst(func(r *PartitionsRow) *Result { return &r.Write }); n != "" {
+		ts = append(ts, atMost("peak RSS / memory bound, writing child (highest: "+n+")", f, 1.0))
+	}
+	if n, f := worst(func(r *PartitionsRow) *Result { return &r.Read }); n != "" {
+		ts = append(ts, atMost("peak RSS / memory bound, reading child (highest: "+n+")", f, 1.0))
+	}
+	if c := cell(wide, getTargetWriters); c != nil {
+		gets := c.Read.DataGets + c.Read.MetadataGets
+		ts = append(ts, Target{Name: fmt.Sprintf("GETs reading the %d x %d stage with %d range readers (data + metadata)", getTargetWriters, wide, readers),
+			Want: fmt.Sprintf("<= %d", getTargetMax), Got: float64(gets), Max: getTargetMax, OK: gets <= getTargetMax})
+	}
+	return ts
+}
+
+// readRanges is the range read of bench partitions: j.Readers readers at
+// once, each as a task of a downstream stage would: it opens the stage
+// itself (Client.OpenStage) and reads one contiguous range of about
+// P / Readers partitions with ReadPartitions, every record decoded and
+// counted. GETs are counted below the retry layer by key (see getCounter),
+// so whatever metadata the reader fetches, and however, is counted.
+func readRanges(ctx context.Context, j *Job) (*Result, error) {
+	raw, counter, tr, err := openStore(ctx, j)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	gets := &getCounter{Store: raw}
+	client := durashuffle.NewClient(gets, j.Config, counter, nil)
+	defer client.Close()
+	res := &Result{Name: j.Name}
+	parts := max(1, j.Data.Partitions)
+	ranges := demo.Ranges(int64(parts), min(max(1, j.Readers), parts))
+	var rows, logical atomic.Int64
+	before := counter.Requests()
+	start := time.Now()
+	g, gctx := errgroup.WithContext(ctx)
+	for _, rg := range ranges {
+		g.Go(func() error {
+			ps := make([]int, 0, rg.Len())
+			for p := rg.Lo; p < rg.Hi; p++ {
+				ps = append(ps, int(p))
+			}
+			st, err := client.OpenStage(gctx, j.Query, 0)
+			if err != nil {
+				return err
+			}
+			rr, err := st.ReadPartitions(gctx, ps)
+			if err != nil {
+				return err
+			}
+			return drainRecords(rr, &rows, &logical, fmt.Sprintf("partitions %d-%d", rg.Lo, rg.Hi-1))
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	elapsed := time.Since(start)
+	res.Requests = store.Diff(counter.Requests(), before)
+	res.Rows, res.LogicalBytes = rows.Load(), logical.Load()
+	res.DataGets, res.DataGetBytes = gets.data.Load(), gets.dataBytes.Load()
+	res.MetadataGets, res.MetadataBytes = gets.meta.Load(), gets.metaBytes.Load()
+	if res.Rows != j.Data.Rows {
+		return nil, fmt.Errorf("read %d rows, the stage was written with %d", res.Rows, j.Data.Rows)
+	}
+	res.finish(elapsed)
+	return res, nil
+}
+
+// drainRecords reads rr to its end, adding its rows and logical bytes.
+func drainRecords(rr *reader.Records, rows, logical *atomic.Int64, what string) error {
+	defer rr.Close()
+	for rr.Next() {
+		rec := rr.RecordBatch()
+		rows.Add(rec.NumRows())
+		logical.Add(frame.LogicalSize(rec))
+	}
+	if err := rr.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// getCounter counts a store's GETs, each call one HTTP request (it sits
+// below the retry layer, so retries and hedges count), and the bytes their
+// bodies carried: data objects (*.arrows) apart from everything else a
+// reader fetches (manifests, indexes), which is metadata. Safe for
+// concurrent use.
+type getCounter struct {
+	store.Store
+	data, meta           atomic.Int64
+	dataBytes, metaBytes atomic.Int64
+}
+
+func (s *getCounter) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	n, b := &s.meta, &s.metaBytes
+	if strings.HasSuffix(key, ".arrows") {
+		n, b = &s.data, &s.dataBytes
+	}
+	n.Add(1)
+	rc, err := s.Store.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	return &countedBody{ReadCloser: rc, n: b}, nil
+}
+
+// countedBody adds the bytes read from a body to n.
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (b *countedBody) Read(p []byte) (int, error) {
+	k, err := b.ReadCloser.Read(p)
+	b.n.Add(int64(k))
+	return k, err
+}
+
+// sortedRuns counts the sorted runs of a worker's objects as they lie in
+// storage: a run is a stretch of frames whose partitions do not decrease,
+// so a reader of a partition range finds its frames together once per
+// run. One object written in partition order is one run.
+func sortedRuns(m *manifest.Worker) int {
+	fs := slices.Clone(m.Frames)
+	slices.SortFunc(fs, func(a, b manifest.Frame) int {
+		return cmp.Or(cmp.Compare(a.Object, b.Object), cmp.Compare(a.Offset, b.Offset))
+	})
+	runs := 0
+	for i, f := range fs {
+		if i == 0 || f.Object != fs[i-1].Object || f.Partition < fs[i-1].Partition {
+			runs++
+		}
+	}
+	return runs
+}
