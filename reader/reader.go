@@ -175,20 +175,22 @@ func (s *Stage) Schema() *arrow.Schema { return s.schema }
 // fails at once, naming it and the partition count.
 //
 // A set of several partitions is read in groups of neighbouring
-// partitions of about half the window's bytes (ReadAhead x RangeBytes):
-// each group's frames are fetched in storage order, every worker's run
-// of them in one GET of up to RangeBytes (the frames of neighbouring
-// partitions lie together in each sorted run), decoded, and delivered in
-// the order above. A range of partitions so costs about one GET per
-// writer object and run per group, not one per frame; a partition larger
-// than a group streams on its own.
+// partitions of up to three quarters of the window's bytes (ReadAhead x
+// RangeBytes): each group's frames are fetched in storage order, every
+// worker's run of them in one GET of up to RangeBytes (the frames of
+// neighbouring partitions lie together in each sorted run), ReadAhead
+// GETs at a time, and then decoded one by one as Next reaches them, in
+// the order above: a group holds its stored bytes and the records of
+// the frame being delivered. A range of partitions so costs about one
+// GET per writer object and run per group, not one per frame; a
+// partition larger than a group streams on its own.
 func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
 	ws, err := s.partitionFrames(ctx, partitions)
 	if err != nil {
 		return nil, err
 	}
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
-	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget/2)), nil
+	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget*3/4)), nil
 }
 
 // partitionFrames lists the frames of the given partitions (nil or empty:
@@ -278,6 +280,7 @@ func (e *FrameError) Unwrap() error { return e.Err }
 type Records struct {
 	refs   atomic.Int64
 	schema *arrow.Schema
+	stage  *Stage // decodes a group's frames as Next reaches them
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -312,7 +315,18 @@ type fetch struct {
 	done   chan struct{} // closed when recs and err are set
 	recs   []arrow.RecordBatch
 	parts  []int // parts[i] is the partition of recs[i]
-	err    error // after recs: the frames before the failure are delivered
+	// lazy: a group's frames, fetched but not decoded, in delivery order;
+	// Next decodes each when it gets there, so a group holds its stored
+	// bytes and one frame's records, not every frame's records.
+	lazy []lazyFrame
+	err  error // after recs (and lazy): the frames before the failure are delivered
+}
+
+// lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
+type lazyFrame struct {
+	sf  spanFrame
+	b   []byte
+	err error
 }
 
 func (s *Stage) stream(ctx context.Context, spans []span) *Records {
@@ -328,6 +342,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
 	r := &Records{
 		schema: s.schema,
+		stage:  s,
 		ctx:    cctx,
 		cancel: cancel,
 		slots:  make(chan *fetch, s.o.ReadAhead),
@@ -370,7 +385,7 @@ func (r *Records) launch(s *Stage, groups []group) {
 		go func() {
 			defer r.wg.Done()
 			defer close(f.done)
-			f.recs, f.parts, f.err = fetchGroup(r.ctx, s, g, r.schema)
+			f.recs, f.parts, f.lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
 			if f.err != nil {
 				r.failed.Store(true)
 			}
@@ -378,68 +393,93 @@ func (r *Records) launch(s *Stage, groups []group) {
 	}
 }
 
-// fetchGroup fetches a group's spans, ReadAhead at a time, and returns
-// their batches in delivery order: a group of one span as it arrives
-// (the frames before a failure with the failure), a group of several
-// sorted by partition, worker and write order (none on a failure).
-func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, error) {
+// fetchGroup fetches a group's spans. A group of one span is decoded as
+// it arrives (the frames before a failure returned with the failure). A
+// group of several is fetched ReadAhead GETs at a time, and its frames
+// returned undecoded, sorted into delivery order (partition, worker,
+// write order), each with its bytes or the reason they did not arrive.
+func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, []lazyFrame, error) {
 	if len(g.spans) == 1 {
-		r := fetchSpan(ctx, s, g.spans[0], schema, false)
-		return r.recs, r.parts, r.err
+		r := fetchSpan(ctx, s, g.spans[0], schema)
+		return r.recs, r.parts, nil, r.err
 	}
-	reads := make([]*spanRead, len(g.spans))
+	raws := make([]rawSpan, len(g.spans))
 	sem := semaphore.NewWeighted(int64(s.o.ReadAhead))
 	var wg sync.WaitGroup
 	for i, sp := range g.spans {
 		if sem.Acquire(ctx, 1) != nil {
-			f := sp.Frames[0]
-			reads[i] = &spanRead{err: context.Cause(ctx), at: orderKey{f.Frame.Partition, f.Worker, f.Index}}
+			raws[i] = rawSpan{err: context.Cause(ctx)}
 			continue
 		}
 		wg.Go(func() {
 			defer sem.Release(1)
-			reads[i] = fetchSpan(ctx, s, sp, schema, true)
+			raws[i] = fetchRaw(ctx, s, sp)
 		})
 	}
 	wg.Wait()
-	type item struct {
-		key  orderKey
-		rec  arrow.RecordBatch
-		part int
+	var lazy []lazyFrame
+	for i, sp := range g.spans {
+		rw := raws[i]
+		for _, f := range sp.Frames {
+			if end := f.At + f.Frame.Length; end <= rw.got {
+				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end]})
+			} else {
+				lazy = append(lazy, lazyFrame{sf: f, err: shortRead(s, sp, f, rw.got, rw.err)})
+			}
+		}
+	}
+	slices.SortStableFunc(lazy, func(a, b lazyFrame) int { return keyOf(a.sf).compare(keyOf(b.sf)) })
+	return nil, nil, lazy, nil
+}
+
+func keyOf(f spanFrame) orderKey { return orderKey{f.Frame.Partition, f.Worker, f.Index} }
+
+// rawSpan is the bytes of a span that arrived, and why the rest did not.
+type rawSpan struct {
+	buf []byte
+	got int64
+	err error
+}
+
+// fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
+// with the most bytes is kept).
+func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
+	get := func(ctx context.Context) rawSpan {
+		buf := make([]byte, sp.Length)
+		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+		if err != nil {
+			return rawSpan{buf: buf, err: err}
+		}
+		defer body.Close()
+		n, err := io.ReadFull(body, buf)
+		return rawSpan{buf: buf, got: int64(n), err: err}
+	}
+	if s.o.Hedge == nil {
+		return get(ctx)
 	}
 	var (
-		items []item
-		err   error
-		at    orderKey // the first failed frame in delivery order
+		mu   sync.Mutex
+		best rawSpan
+		have bool
 	)
-	for _, rd := range reads {
-		if rd.err != nil && (err == nil || rd.at.compare(at) < 0) {
-			err, at = rd.err, rd.at
+	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
+		r := get(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if !have || best.err != nil && (r.err == nil || r.got > best.got) {
+			best, have = r, true
 		}
-		for i, rec := range rd.recs {
-			items = append(items, item{rd.keys[i], rec, rd.parts[i]})
-		}
-	}
-	slices.SortStableFunc(items, func(a, b item) int { return a.key.compare(b.key) })
-	// The frames before the first failure are delivered, then the error.
-	recs := make([]arrow.RecordBatch, 0, len(items))
-	parts := make([]int, 0, len(items))
-	for _, it := range items {
-		if err != nil && it.key.compare(at) >= 0 {
-			it.rec.Release()
-			continue
-		}
-		recs, parts = append(recs, it.rec), append(parts, it.part)
-	}
-	return recs, parts, err
+		return r.err
+	})
+	return best
 }
 
 // fetchSpan fetches and decodes one span, hedged if the stage hedges,
 // returning each batch's partition alongside. The frames before a
 // failure are returned with it, to be delivered before the error.
-func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, keepGoing bool) *spanRead {
+func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
 	if s.o.Hedge == nil {
-		return readSpan(ctx, s, sp, schema, keepGoing)
+		return readSpan(ctx, s, sp, schema)
 	}
 	// Each request reads and decodes on its own, since both may be
 	// receiving at once; Do returns after both have stopped. Do's own
@@ -450,7 +490,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, kee
 		best *spanRead
 	)
 	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
-		r := readSpan(ctx, s, sp, schema, keepGoing)
+		r := readSpan(ctx, s, sp, schema)
 		mu.Lock()
 		defer mu.Unlock()
 		// A complete answer beats any partial one; between partial ones
@@ -474,10 +514,8 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, kee
 type spanRead struct {
 	recs  []arrow.RecordBatch
 	parts []int
-	keys  []orderKey // where each batch stands in ReadPartitions' order
 	got   int64
 	err   error
-	at    orderKey // with err: the frame that failed
 }
 
 // orderKey places a frame's batches in ReadPartitions' order.
@@ -494,7 +532,7 @@ func (a orderKey) compare(b orderKey) int {
 // after it, and the span is ready almost as soon as its last byte is in.
 // The buffer is never reused: decoded arrays of an uncompressed frame
 // point into it.
-func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, keepGoing bool) *spanRead {
+func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	buf := make([]byte, sp.Length)
@@ -527,41 +565,21 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema, keep
 		}
 	}()
 	r := &spanRead{}
-	// fail records the failure of frame i; in a group (keepGoing) the one
-	// first in delivery order counts, and the span's other frames are
-	// still decoded, since some of them come before it in that order.
-	fail := func(i int, err error) {
-		f := sp.Frames[i]
-		if k := (orderKey{f.Frame.Partition, f.Worker, f.Index}); r.err == nil || k.compare(r.at) < 0 {
-			r.err, r.at = err, k
-		}
-	}
-	for i, f := range sp.Frames {
+	for _, f := range sp.Frames {
 		if _, ok := <-whole; !ok {
 			// Frames that arrived whole are still delivered; the error
 			// comes in their place in the stream.
-			err := shortRead(s, sp, f, got, rerr)
-			for j := i; j < len(sp.Frames); j++ {
-				fail(j, err)
-				if !keepGoing {
-					break
-				}
-			}
-			r.got = got
+			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
 			return r
 		}
 		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
 		if err != nil {
-			fail(i, err)
-			if keepGoing {
-				continue
-			}
+			r.err = err
 			break
 		}
 		r.recs = append(r.recs, recs...)
 		for range recs {
 			r.parts = append(r.parts, f.Frame.Partition)
-			r.keys = append(r.keys, orderKey{f.Frame.Partition, f.Worker, f.Index})
 		}
 	}
 	cancel()
@@ -730,6 +748,21 @@ func (r *Records) Next() bool {
 				r.part = f.parts[r.next]
 				r.next++
 				return true
+			}
+			if len(f.lazy) > 0 {
+				lf := f.lazy[0]
+				f.lazy = f.lazy[1:]
+				f.recs, f.parts, r.next = nil, nil, 0
+				if lf.err == nil {
+					f.recs, lf.err = decodeFrame(r.stage, lf.sf, lf.b, r.schema)
+				}
+				if lf.err != nil {
+					f.err, f.lazy = lf.err, nil
+				}
+				for range f.recs {
+					f.parts = append(f.parts, lf.sf.Frame.Partition)
+				}
+				continue
 			}
 			if f.err != nil {
 				r.stop(f.err)
