@@ -25,6 +25,7 @@ type span struct {
 	Offset int64
 	Length int64
 	Frames []spanFrame
+	useful int64 // bytes of Frames, the rest of Length is gaps
 }
 
 // spanFrame is a frame inside a span; At is its offset within the span.
@@ -201,13 +202,17 @@ func planSpansEvery(ws []want, rangeBytes, gapBytes, every int64) []span {
 		if n := len(out); n > 0 && !split {
 			s := &out[n-1]
 			end := s.Offset + s.Length
-			if s.Key == w.Key && f.Offset >= end && f.Offset-end <= gapBytes && f.Offset+f.Length-s.Offset <= rangeBytes {
+			// A gap is read only while it is no larger than the frames the
+			// GET carries: at most half of it is thrown away.
+			gap := f.Offset - end
+			if s.Key == w.Key && f.Offset >= end && gap <= gapBytes && gap <= s.useful+f.Length && f.Offset+f.Length-s.Offset <= rangeBytes {
 				s.Frames = append(s.Frames, spanFrame{want: w, At: f.Offset - s.Offset})
 				s.Length = f.Offset + f.Length - s.Offset
+				s.useful += f.Length
 				continue
 			}
 		}
-		out = append(out, span{Key: w.Key, Offset: f.Offset, Length: f.Length, Frames: []spanFrame{{want: w}}})
+		out = append(out, span{Key: w.Key, Offset: f.Offset, Length: f.Length, Frames: []spanFrame{{want: w}}, useful: f.Length})
 	}
 	return out
 }
