@@ -32,9 +32,11 @@ func TestArrowOutputOpensInJavaScript(t *testing.T) {
 		}
 	}
 	tg := newTarget(t, backends[0])
-	tg.run(t, nil, "demo", "--query", "js", "--rows", "20000", "--workers", "2", "--partitions", "4", "--quiet", "--json").must(t)
+	// A wide stage (4 workers x 2048 partitions, a few rows in each frame),
+	// read as a range of 64 partitions: one stream from many small frames.
+	tg.run(t, nil, "demo", "--query", "js", "--rows", "60000", "--workers", "4", "--partitions", "2048", "--quiet", "--json").must(t)
 	out := filepath.Join(t.TempDir(), "p1.arrows")
-	tg.run(t, nil, "read", "--query", "js", "--stage", "0", "--partition", "1", "--format", "arrow", "-o", out, "--quiet").must(t)
+	tg.run(t, nil, "read", "--query", "js", "--stage", "0", "--partitions", "100-163", "--format", "arrow", "-o", out, "--quiet").must(t)
 
 	cmd := exec.Command("node", filepath.Join(jsDir, "check.mjs"), out)
 	var stderr bytes.Buffer
