@@ -1,5 +1,7 @@
 // Package chunker turns Arrow record batches tagged with a partition into
-// an object byte stream: it coalesces small batches per partition, encodes
-// full buffers into frames in parallel while input still arrives, and cuts
-// the stream into fixed-size chunks for the uploader, indexing every frame.
+// an object byte stream: it buffers rows per partition and, when the
+// coalesce budget fills, flushes every partition in partition order as a
+// sorted run, encoding its frames in parallel while input still arrives;
+// it cuts the stream into fixed-size chunks for the uploader, indexing
+// every frame.
 package chunker
