@@ -29,69 +29,12 @@ readonly START_TIMEOUT=60
 # SSE-KMS against a throwaway server. Not a secret worth keeping.
 readonly TEST_KMS_KEY=durashuffle-key:ZHVyYXNodWZmbGUtdGVzdC1rbXMta2V5LTMyYnl0ZXM=
 
-CACHE=${DURASHUFFLE_CACHE:-$HOME/.cache/durashuffle}
-STATE=${DURASHUFFLE_MINIO_STATE:-$CACHE/minio-state}
-STATE_FILE=$STATE/server
-
-die() {
-	echo "minio.sh: $*" >&2
-	exit 1
-}
-
-# state_get KEY prints KEY's value from the state file (never sourced, so a
-# stray file cannot run code).
-state_get() {
-	[[ -f $STATE_FILE ]] || return 1
-	sed -n "s/^$1=//p" "$STATE_FILE" | head -n 1
-}
-
-# is_minio PID: alive and still our server, not a recycled pid.
-is_minio() {
-	[[ -n ${1:-} ]] && kill -0 "$1" 2>/dev/null && [[ $(ps -o comm= -p "$1" 2>/dev/null) == minio* ]]
-}
-
-cmd_install() {
-	local dir=$CACHE/minio-$MINIO_VERSION
-	local bin=$dir/minio
-	if [[ -x $bin ]]; then
-		echo "$bin"
-		return
-	fi
-	command -v go >/dev/null || die "go is required to build MinIO ($MINIO_MODULE@$MINIO_VERSION)"
-	mkdir -p "$dir"
-	# Build into a private dir and rename: concurrent installs (parallel
-	# test binaries) each produce the same binary, and none sees half a file.
-	local tmp
-	tmp=$(mktemp -d "$dir/.install.XXXXXX")
-	echo "minio.sh: building $MINIO_MODULE@$MINIO_VERSION (first run only; takes minutes)" >&2
-	if ! (cd "$tmp" && GOBIN=$tmp CGO_ENABLED=0 go install "$MINIO_MODULE@$MINIO_VERSION") >&2; then
-		rm -rf "$tmp"
-		die "go install $MINIO_MODULE@$MINIO_VERSION failed"
-	fi
-	mv -f "$tmp/minio" "$bin"
-	rm -rf "$tmp"
-	echo "$bin"
-}
-
-port_free() {
-	if command -v ss >/dev/null; then
-		[[ -z $(ss -Hltn "sport = :$1" 2>/dev/null) ]]
-	else
-		! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
-	fi
-}
-
-pick_port() {
-	local p
-	for _ in $(seq 1 100); do
-		p=$((20000 + RANDOM % 40000))
-		if port_free "$p"; then
-			echo "$p"
-			return
-		fi
-	done
-	die "no free loopback port found"
-}
+SCRIPT=minio.sh LABEL=MinIO COMM=minio MODULE=$MINIO_MODULE VERSION=$MINIO_VERSION
+BUILD_NOTE="takes minutes" DATA_PREFIX=durashuffle-minio
+STATE=${DURASHUFFLE_MINIO_STATE:-${DURASHUFFLE_CACHE:-$HOME/.cache/durashuffle}/minio-state}
+WATCHED=${DURASHUFFLE_MINIO_WATCH_PID:-}
+# shellcheck source=server-lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/server-lib.sh"
 
 # http_ok URL: GET answers 200.
 http_ok() {
@@ -121,123 +64,22 @@ log_tail() {
 	tail -n 30 "$1" 2>/dev/null | grep -viF -e "$MINIO_ROOT_PASSWORD" -e "${MINIO_KMS_SECRET_KEY#*:}" -e rootpass >&2 || true
 }
 
-cmd_start() {
-	local pid
-	if pid=$(state_get pid) && is_minio "$pid"; then
-		echo "endpoint=$(state_get endpoint)"
-		return
-	fi
-	local bin
-	bin=$(cmd_install)
-	mkdir -p "$STATE"
-	local data log="$STATE/minio.log"
-	data=$(mktemp -d "${TMPDIR:-/tmp}/durashuffle-minio.XXXXXX")
+# launch BIN PORT DATA LOG starts MinIO in the background (pid), its
+# console on another free port.
+launch() {
+	local cport
+	cport=$(pick_port)
+	while [[ $cport == "$2" ]]; do cport=$(pick_port); done
+	"$1" server "$3" --address "127.0.0.1:$2" --console-address "127.0.0.1:$cport" </dev/null >"$4" 2>&1 &
+	pid=$!
+}
 
+cmd_start() {
 	export MINIO_ROOT_USER=${MINIO_ROOT_USER:-durashuffle}
 	export MINIO_ROOT_PASSWORD=${MINIO_ROOT_PASSWORD:-durashuffle-test-secret}
 	export MINIO_KMS_SECRET_KEY=${MINIO_KMS_SECRET_KEY:-$TEST_KMS_KEY}
 	export MINIO_UPDATE=off MINIO_BROWSER=off
-
-	# A port seen free can be taken before MinIO binds it: retry a few.
-	local attempt port cport endpoint deadline
-	for attempt in 1 2 3 4 5; do
-		port=$(pick_port)
-		cport=$(pick_port)
-		[[ $port != "$cport" ]] || continue
-		endpoint=http://127.0.0.1:$port
-		"$bin" server "$data" --address "127.0.0.1:$port" --console-address "127.0.0.1:$cport" \
-			</dev/null >"$log" 2>&1 &
-		pid=$!
-		deadline=$((SECONDS + START_TIMEOUT))
-		while ((SECONDS < deadline)); do
-			if ! kill -0 "$pid" 2>/dev/null; then
-				break
-			fi
-			if healthy "$endpoint"; then
-				printf 'pid=%s\nendpoint=%s\ndata=%s\nlog=%s\n' "$pid" "$endpoint" "$data" "$log" >"$STATE_FILE"
-				watch "$pid" "$data"
-				echo "endpoint=$endpoint"
-				return
-			fi
-			sleep 0.2
-		done
-		if kill -0 "$pid" 2>/dev/null; then
-			kill -9 "$pid" 2>/dev/null || true
-			rm -rf "$data"
-			echo "minio.sh: MinIO not healthy after ${START_TIMEOUT}s; log tail:" >&2
-			log_tail "$log"
-			exit 1
-		fi
-		wait "$pid" 2>/dev/null || true
-		if ! grep -qi "address already in use" "$log"; then
-			break
-		fi
-		echo "minio.sh: port taken, retrying (attempt $attempt)" >&2
-	done
-	rm -rf "$data"
-	echo "minio.sh: MinIO exited during start; log tail:" >&2
-	log_tail "$log"
-	exit 1
+	start_server
 }
 
-# watch PID DATA stops the server once DURASHUFFLE_MINIO_WATCH_PID exits.
-watch() {
-	local watched=${DURASHUFFLE_MINIO_WATCH_PID:-}
-	[[ -n $watched ]] || return 0
-	(
-		while kill -0 "$watched" 2>/dev/null && kill -0 "$1" 2>/dev/null; do
-			sleep 1
-		done
-		if kill -0 "$1" 2>/dev/null; then
-			stop_pid "$1"
-			rm -rf "$2"
-			if [[ $(state_get pid) == "$1" ]]; then rm -f "$STATE_FILE"; fi
-		fi
-	) </dev/null >/dev/null 2>&1 &
-	disown
-}
-
-stop_pid() {
-	is_minio "$1" || return 0
-	kill "$1" 2>/dev/null || true
-	for _ in $(seq 1 100); do
-		kill -0 "$1" 2>/dev/null || return 0
-		sleep 0.1
-	done
-	kill -9 "$1" 2>/dev/null || true
-}
-
-cmd_stop() {
-	local pid data
-	if ! pid=$(state_get pid); then
-		echo "minio.sh: not running" >&2
-		return
-	fi
-	data=$(state_get data)
-	stop_pid "$pid"
-	# Only ever delete a data dir this script created.
-	if [[ $data == */durashuffle-minio.* ]]; then
-		rm -rf "$data"
-	fi
-	rm -f "$STATE_FILE"
-}
-
-cmd_endpoint() {
-	local pid
-	if pid=$(state_get pid) && is_minio "$pid"; then
-		state_get endpoint
-	else
-		die "not running"
-	fi
-}
-
-case ${1:-} in
-install) cmd_install ;;
-start) cmd_start ;;
-stop) cmd_stop ;;
-endpoint) cmd_endpoint ;;
-*)
-	echo "usage: $0 install|start|stop|endpoint" >&2
-	exit 2
-	;;
-esac
+dispatch "${1:-}"
