@@ -123,7 +123,9 @@ func (a *runArena) releaseLocked() {
 
 func (a *runArena) freeLocked() {
 	for _, s := range a.segs {
-		s.Release()
+		if s != nil {
+			s.Release()
+		}
 	}
 	a.w.pending -= a.held
 	a.w.room.Broadcast()
@@ -460,9 +462,8 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 	ra := &runArena{w: w}
 	for _, seg := range w.arena {
 		ra.held += seg.Held()
-		if r := seg.Finish(); r != nil {
-			ra.segs = append(ra.segs, r)
-		}
+		// Index for index with the segments items name (nil: no rows).
+		ra.segs = append(ra.segs, seg.Finish())
 	}
 	last := w.arena[len(w.arena)-1]
 	w.arena = []*frame.Accumulator{last}
