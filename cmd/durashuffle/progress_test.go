@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -233,4 +235,45 @@ func mustRead(t *testing.T, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestArrowToDevNullNotATerminal: `read --format arrow > /dev/null` writes
+// (a character device is not a terminal), and stdout on a pseudo-terminal
+// is refused with exit 2: one terminal check for read and the progress bars.
+func TestArrowToDevNullNotATerminal(t *testing.T) {
+	tg := newTarget(t, backends[0])
+	tg.run(t, nil, "demo", "--query", "devnull", "--rows", "2000", "--workers", "1", "--partitions", "2", "--quiet").must(t)
+	args := append([]string{"read", "--query", "devnull", "--stage", "0", "--partition", "1"}, tg.flags...)
+
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	cmd := exec.Command(bin, args...)
+	cmd.Env = baseEnv(tg.env)
+	cmd.Stdout = null
+	var se bytes.Buffer
+	cmd.Stderr = &se
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("read --format arrow > /dev/null: %v\n%s", err, se.String())
+	}
+
+	ptmx, tty, err := pty.Open()
+	if err != nil {
+		t.Fatalf("open a pty: %v", err)
+	}
+	defer ptmx.Close()
+	go io.Copy(io.Discard, ptmx)
+	cmd = exec.Command(bin, args...)
+	cmd.Env = baseEnv(tg.env)
+	cmd.Stdout = tty
+	se.Reset()
+	cmd.Stderr = &se
+	err = cmd.Run()
+	tty.Close()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 2 || !strings.Contains(se.String(), "to a terminal") {
+		t.Fatalf("read --format arrow to a terminal: %v, stderr %q; want exit 2 refusing", err, se.String())
+	}
 }

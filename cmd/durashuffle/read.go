@@ -146,7 +146,7 @@ func (a *app) runRead(cmd *cobra.Command, o *readOptions) error {
 	default:
 		return usagef("--format %q: want arrow, csv or jsonl", o.format)
 	}
-	if o.format == "arrow" && o.output == "-" && isTerminal(a.stdout) {
+	if o.format == "arrow" && o.output == "-" && isTTY(a.stdout) {
 		return usagef("refusing to write a binary Arrow stream to a terminal: use -o FILE, a pipe, or --format csv|jsonl")
 	}
 
@@ -380,16 +380,6 @@ func (p *pageSource) Release() {
 		p.cur = nil
 	}
 	p.recordSource.Release()
-}
-
-// isTerminal reports whether w is a character device such as a terminal.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }
 
 // Compile-time check: reader.Records is a recordSource.
