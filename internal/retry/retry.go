@@ -33,11 +33,7 @@ type Policy struct {
 // client to slow down. MinIO says SlowDownWrite and SlowDownRead (503)
 // when it lacks quorum or is overloaded.
 func Throttling(reason string) bool {
-	switch reason {
-	case "SlowDown", "SlowDownWrite", "SlowDownRead", "HTTP503", "ServiceUnavailable", "HTTP429", "TooManyRequests", "RequestLimitExceeded":
-		return true
-	}
-	return false
+	return reason == "HTTP503" || reason == "HTTP429" || store.IsThrottlingCode(reason)
 }
 
 // Backoff returns the delay before retry number n (1-based): full jitter

@@ -170,6 +170,8 @@ func TestGetRangeGivesUp(t *testing.T) {
 func TestThrottling(t *testing.T) {
 	for reason, want := range map[string]bool{
 		"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true, "HTTP503": true, "HTTP429": true,
+		// AWS-wide throttling codes the store retries are throttling too.
+		"Throttling": true, "ThrottlingException": true, "RequestLimitExceeded": true,
 		"InternalError": false, "reset": false, "timeout": false, "HTTP500": false,
 	} {
 		if got := Throttling(reason); got != want {

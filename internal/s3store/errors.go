@@ -28,17 +28,17 @@ var (
 	// Codes worth retrying whatever their status. RequestTimeout and
 	// IncompleteBody arrive as 400 but mean the connection stalled or was
 	// cut while the body was in flight; the same request can succeed.
+	// Throttling codes (store.IsThrottlingCode) are retried too.
 	retryableCodes = map[string]bool{
-		"SlowDown":             true,
-		"RequestTimeout":       true,
-		"InternalError":        true,
-		"ServiceUnavailable":   true,
-		"Throttling":           true,
-		"ThrottlingException":  true,
-		"RequestLimitExceeded": true,
-		"IncompleteBody":       true,
+		"RequestTimeout": true,
+		"InternalError":  true,
+		"IncompleteBody": true,
 	}
 )
+
+// retryableCode says whether a service code is worth retrying whatever
+// its status: a transient failure or a store asking to slow down.
+func retryableCode(code string) bool { return retryableCodes[code] || store.IsThrottlingCode(code) }
 
 // classify turns an error from the SDK (or from reading a response body)
 // into a *store.Error that carries its class: the sentinel it wraps and
@@ -90,7 +90,7 @@ func retryable(status int, code string, err error) bool {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
-	if retryableCodes[code] {
+	if retryableCode(code) {
 		return true
 	}
 	if status >= 200 && status < 300 {

@@ -466,7 +466,7 @@ func deleteErrors(batch []string, errs []types.Error) error {
 	retry := true
 	var msgs []string
 	for i, e := range failed {
-		retry = retry && retryableCodes[aws.ToString(e.Code)]
+		retry = retry && retryableCode(aws.ToString(e.Code))
 		if i < 5 {
 			msgs = append(msgs, fmt.Sprintf("%s: %s %s", aws.ToString(e.Key), aws.ToString(e.Code), aws.ToString(e.Message)))
 		}

@@ -77,6 +77,22 @@ func IsRetryable(err error) bool {
 	return false
 }
 
+// throttlingCodes are the service codes of a store asking its client to
+// slow down: S3's SlowDown, MinIO's SlowDownWrite and SlowDownRead
+// (without quorum), the AWS-wide Throttling, ThrottlingException and
+// RequestLimitExceeded, and the generic ServiceUnavailable and
+// TooManyRequests. One list: the store retries them, and the retry
+// layer counts them as throttling (the upload pool backs off on it).
+var throttlingCodes = map[string]bool{
+	"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true,
+	"Throttling": true, "ThrottlingException": true, "RequestLimitExceeded": true,
+	"ServiceUnavailable": true, "TooManyRequests": true,
+}
+
+// IsThrottlingCode says whether a service error code asks the client to
+// slow down.
+func IsThrottlingCode(code string) bool { return throttlingCodes[code] }
+
 // IsNotFound reports whether err means the key does not exist.
 func IsNotFound(err error) bool { return errors.Is(err, ErrNotFound) }
 
