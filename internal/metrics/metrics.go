@@ -99,6 +99,15 @@ func New() *Metrics {
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarAbortsTotal,
 			Help: "DoPut streams aborted: cancelled, failed, rejected, ended without their commit message, or cut off at shutdown."}),
 	}
+	// Known label values start at 0, so a dashboard or an alert on a
+	// rate sees 0 rather than no data before the first event.
+	for _, method := range SidecarMethods {
+		m.streams.WithLabelValues(method)
+		m.rows.WithLabelValues(method)
+		for _, code := range SidecarCodes {
+			m.calls.WithLabelValues(method, code)
+		}
+	}
 	m.counters.requests = prometheus.NewDesc(RequestsTotal, requestsHelp, []string{"op", "code"}, nil)
 	m.counters.retries = prometheus.NewDesc(RetriesTotal, retriesHelp, []string{"op", "reason"}, nil)
 	m.reg.MustRegister(
@@ -292,10 +301,31 @@ func (cc *counterCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(cc.requests, prometheus.CounterValue, float64(n), k.Op, code)
 	}
-	for k, n := range c.Retries() {
+	retries := c.Retries()
+	for k, n := range retries {
 		ch <- prometheus.MustNewConstMetric(cc.retries, prometheus.CounterValue, float64(n), k.Op, k.Reason)
 	}
+	for _, op := range RetryOps {
+		for _, reason := range RetryReasons {
+			if _, seen := retries[store.OpReason{Op: op, Reason: reason}]; !seen {
+				ch <- prometheus.MustNewConstMetric(cc.retries, prometheus.CounterValue, 0, op, reason)
+			}
+		}
+	}
 }
+
+// The label values exported at 0 before their first event.
+var (
+	// SidecarMethods: the Flight methods the sidecar serves.
+	SidecarMethods = []string{"DoPut", "DoGet", "DoAction", "ListActions", "ListFlights", "GetFlightInfo", "GetSchema"}
+	// SidecarCodes: the gRPC codes its calls end with.
+	SidecarCodes = []string{"OK", "Canceled", "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
+		"ResourceExhausted", "Aborted", "Unauthenticated", "Unavailable", "Internal"}
+	// RetryOps and RetryReasons: the requests of the write and read paths
+	// and the failures that make them retry most.
+	RetryOps     = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "GetObject"}
+	RetryReasons = []string{"SlowDown", "HTTP503", "HTTP500", "reset", "timeout", "other"}
+)
 
 // CountReads wraps st so that every byte read from a GetRange body adds to
 // durashuffle_read_bytes_total. Everything else passes through.

@@ -117,3 +117,30 @@ func expose(t *testing.T, m *metrics.Metrics) string {
 	m.Handler().ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
 	return rec.Body.String()
 }
+
+// TestKnownLabelsStartAtZero: before any event, /metrics already has the
+// labelled counters at 0 for the known label values (dashboards and
+// alerts on rates see 0, not "no data"), and a counted event replaces
+// its zero rather than standing beside it.
+func TestKnownLabelsStartAtZero(t *testing.T) {
+	m := metrics.New()
+	c := &store.Counter{}
+	m.WatchCounter(c)
+	got := expose(t, m)
+	for _, line := range []string{
+		`durashuffle_retries_total{op="UploadPart",reason="SlowDown"} 0`,
+		`durashuffle_retries_total{op="GetObject",reason="timeout"} 0`,
+		`durashuffle_sidecar_calls_total{code="OK",method="DoPut"} 0`,
+		`durashuffle_sidecar_calls_total{code="Unavailable",method="DoGet"} 0`,
+		`durashuffle_sidecar_rows_total{method="DoGet"} 0`,
+	} {
+		if !strings.Contains(got, line+"\n") {
+			t.Errorf("a fresh registry lacks %q", line)
+		}
+	}
+	c.Retry("UploadPart", "SlowDown")
+	got = expose(t, m)
+	if n := strings.Count(got, `durashuffle_retries_total{op="UploadPart",reason="SlowDown"}`); n != 1 || !strings.Contains(got, `durashuffle_retries_total{op="UploadPart",reason="SlowDown"} 1`+"\n") {
+		t.Errorf("after one retry: %d series for UploadPart/SlowDown, want the one at 1", n)
+	}
+}
