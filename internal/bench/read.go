@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/reader"
 )
@@ -38,17 +37,8 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	drain := func(rr *reader.Records, what string) error {
-		defer rr.Close()
 		ranges.Add(int64(rr.Ranges()))
-		for rr.Next() {
-			rec := rr.RecordBatch()
-			rows.Add(rec.NumRows())
-			logical.Add(frame.LogicalSize(rec))
-		}
-		if err := rr.Err(); err != nil {
-			return fmt.Errorf("%s: %w", what, err)
-		}
-		return nil
+		return drainRecords(rr, &rows, &logical, what)
 	}
 	if j.Name == Durashuffle {
 		rr, err := st.ReadStored(ctx, nil)
