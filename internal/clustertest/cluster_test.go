@@ -284,6 +284,7 @@ func TestClusterWriteSurvivesNodeKill(t *testing.T) {
 	if err := c.WaitAllUp(ctx2); err != nil {
 		t.Fatal(err)
 	}
+	bucketSettled(t, s)
 	var rep gc.Report
 	g := run(t, c, b, time.Minute, "gc", "--older-than", "0s", "--json")
 	if g.code != 0 || json.Unmarshal([]byte(g.stdout), &rep) != nil {
@@ -392,6 +393,7 @@ func TestClusterWriteWithoutQuorumFailsFast(t *testing.T) {
 	if err := c.WaitAllUp(ctx); err != nil {
 		t.Fatal(err)
 	}
+	bucketSettled(t, s)
 	objs, ups := leftovers(t, s, "durashuffle/")
 	t.Logf("after the nodes returned: %d objects, %d uploads under the prefix", len(objs), len(ups))
 	for _, o := range objs {
@@ -525,6 +527,35 @@ func allUp(t *testing.T, c *clustertest.Cluster) {
 	defer cancel()
 	if err := c.WaitAllUp(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// bucketSettled waits until the bucket lists again after nodes
+// rejoined. The health endpoint answers before a restarted node has
+// loaded its bucket metadata, and for a moment after that a listing can
+// answer 404 NoSuchBucket for a bucket that exists (seen in CI, seconds
+// after WaitAllUp). What the tests then check must be the bucket's
+// contents, not that moment.
+func bucketSettled(t *testing.T, s store.Store) {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	for {
+		lctx, lcancel := context.WithTimeout(ctx, 10*time.Second)
+		_, _, err := s.List(lctx, "", "")
+		lcancel()
+		if err == nil {
+			if d := time.Since(start); d > time.Second {
+				t.Logf("the bucket listed again %v after the nodes were up", d.Round(time.Millisecond))
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the bucket does not list %v after every node is up: %v", time.Since(start).Round(time.Second), err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
 }
 
