@@ -1,6 +1,6 @@
 # durashuffle: the README's commands.
 GO ?= go
-PKGS := ./...
+PKGS := ./... ./cmd/durashuffle/...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
 
@@ -26,14 +26,14 @@ soak: minio
 ## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they
 ## start: make test-endpoint ENDPOINT=http://127.0.0.1:4566 [REGION=...]
 ## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
-## ENDPOINT_PKGS=./internal/storetest. Credentials come from the AWS chain.
+## ENDPOINT_PKGS=./storetest. Credentials come from the AWS chain.
 ## See docs/operations.md.
-ENDPOINT_PKGS ?= ./internal/storetest ./internal/s3store . ./reader ./cmd/durashuffle
+ENDPOINT_PKGS ?= ./storetest ./internal/s3store . ./reader ./cmd/durashuffle
 # NAME from the command line, else DURASHUFFLE_TEST_NAME from the
 # environment: a BUCKET or REGION exported for other tools is not picked up.
 testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
 test-endpoint:
-	@test -n "$(call testenv_var,ENDPOINT)" || { echo "usage: make test-endpoint ENDPOINT=http://host:port [REGION=r] [PATH_STYLE=false] [INSECURE=true] [BUCKET=b ENDPOINT_PKGS=./internal/storetest]" >&2; exit 2; }
+	@test -n "$(call testenv_var,ENDPOINT)" || { echo "usage: make test-endpoint ENDPOINT=http://host:port [REGION=r] [PATH_STYLE=false] [INSECURE=true] [BUCKET=b ENDPOINT_PKGS=./storetest]" >&2; exit 2; }
 	DURASHUFFLE_TEST_ENDPOINT='$(call testenv_var,ENDPOINT)' DURASHUFFLE_TEST_REGION='$(call testenv_var,REGION)' \
 	DURASHUFFLE_TEST_BUCKET='$(call testenv_var,BUCKET)' DURASHUFFLE_TEST_PATH_STYLE='$(call testenv_var,PATH_STYLE)' \
 	DURASHUFFLE_TEST_INSECURE='$(call testenv_var,INSECURE)' \
@@ -68,7 +68,7 @@ vet:
 
 ## docs: regenerate docs/configuration.md from the Config struct.
 docs:
-	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync ./internal/config
+	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync .
 
 build:
 	$(GO) build -o bin/durashuffle ./cmd/durashuffle

@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
@@ -21,7 +20,7 @@ const Version = "durashuffle/0.1.0"
 // the request counter and the upload pool that every writer shares. Safe
 // for concurrent use.
 type Client struct {
-	cfg     config.Config
+	cfg     Config
 	st      store.Store
 	pool    *uploader.Pool
 	counter *store.Counter
@@ -34,12 +33,12 @@ type Client struct {
 
 // Open connects to the bucket of cfg with the AWS SDK (endpoint, region
 // and credentials follow the usual AWS chain unless cfg sets them).
-func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Client, error) {
+func Open(ctx context.Context, cfg Config, obs uploader.Observer) (*Client, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: bucket is not set", config.ErrInvalid)
+		return nil, fmt.Errorf("%w: bucket is not set", ErrInvalidConfig)
 	}
 	counter := &store.Counter{}
 	s3, err := s3store.New(ctx, StoreOptions(cfg, counter))
@@ -52,7 +51,7 @@ func Open(ctx context.Context, cfg config.Config, obs uploader.Observer) (*Clien
 // StoreOptions maps cfg to the S3 store's options, counting requests in
 // counter (which may be nil). The connection cap covers the upload pool
 // with its hedges and every reader window the sidecar may serve at once.
-func StoreOptions(cfg config.Config, counter *store.Counter) s3store.Options {
+func StoreOptions(cfg Config, counter *store.Counter) s3store.Options {
 	return s3store.Options{
 		Bucket:             cfg.Bucket,
 		Endpoint:           cfg.Endpoint,
@@ -68,7 +67,7 @@ func StoreOptions(cfg config.Config, counter *store.Counter) s3store.Options {
 
 // NewClient builds a Client on an existing store (which must not retry by
 // itself: the client adds the one retry layer). counter may be nil.
-func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs uploader.Observer) *Client {
+func NewClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader.Observer) *Client {
 	if counter == nil {
 		counter = &store.Counter{}
 	}
@@ -105,7 +104,7 @@ func NewClient(raw store.Store, cfg config.Config, counter *store.Counter, obs u
 func (c *Client) Close() { c.pool.Close() }
 
 // Config returns the client's configuration.
-func (c *Client) Config() config.Config { return c.cfg }
+func (c *Client) Config() Config { return c.cfg }
 
 // Store returns the store with its retry layer.
 func (c *Client) Store() store.Store { return c.st }

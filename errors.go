@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // CleanupError is a writer failure (Commit or Abort) whose cleanup did not

@@ -9,8 +9,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // ErrCommitGuard: the store does not enforce If-None-Match: * on PutObject,
@@ -69,7 +68,7 @@ type commitGuard struct {
 // Seal call it before they write anything visible; callers may call it
 // earlier to fail before uploading. Safe for concurrent use.
 func (c *Client) CheckCommitGuard(ctx context.Context) error {
-	if c.cfg.CommitGuard == config.CommitGuardOff {
+	if c.cfg.CommitGuard == CommitGuardOff {
 		return nil
 	}
 	g := &c.guard
@@ -89,7 +88,7 @@ func (c *Client) CheckCommitGuard(ctx context.Context) error {
 
 // CommitGuard reports the guard's state without probing.
 func (c *Client) CommitGuard() GuardStatus {
-	if c.cfg.CommitGuard == config.CommitGuardOff {
+	if c.cfg.CommitGuard == CommitGuardOff {
 		return GuardStatus{State: GuardOff, Endpoint: c.storeName()}
 	}
 	c.guard.mu.Lock()

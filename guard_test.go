@@ -11,10 +11,9 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // probed runs c's commit guard and checks that it passed at the cost of
@@ -45,7 +44,7 @@ func (s ignoreCondition) Put(ctx context.Context, key string, body []byte, o sto
 
 // guardEnv is a client of a fresh MinIO bucket through wrap, and the raw
 // store beneath it for checking what is stored.
-func guardEnv(t *testing.T, wrap func(store.Store) store.Store, mut func(*config.Config)) (*durashuffle.Client, store.Store, testenv.Endpoint) {
+func guardEnv(t *testing.T, wrap func(store.Store) store.Store, mut func(*durashuffle.Config)) (*durashuffle.Client, store.Store, testenv.Endpoint) {
 	t.Helper()
 	ep := testenv.MinIO(t)
 	raw, counter := ep.NewStore(t)
@@ -121,7 +120,7 @@ func TestCommitGuardRefusesUnenforcingStore(t *testing.T) {
 	// commit_guard off, on the same kind of store: the operator vouches
 	// for it, so commits go ahead without a probe.
 	off, _, _ := guardEnv(t, func(s store.Store) store.Store { return ignoreCondition{s} },
-		func(c *config.Config) { c.CommitGuard = config.CommitGuardOff })
+		func(c *durashuffle.Config) { c.CommitGuard = durashuffle.CommitGuardOff })
 	if _, err := commitOne(off, "0"); err != nil {
 		t.Fatalf("commit with commit_guard off: %v", err)
 	}

@@ -12,7 +12,6 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -80,11 +79,11 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
-	cfg.ChunkSize = 5 * config.MiB
+	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.UploadConcurrency = 4
 	cfg.MaxBufferedChunks = 8
-	cfg.FrameTargetBytes = 64 * config.KiB
-	cfg.CoalesceBudget = 256 * config.KiB
+	cfg.FrameTargetBytes = 64 * durashuffle.KiB
+	cfg.CoalesceBudget = 256 * durashuffle.KiB
 	cfg.HedgeFactor = 0
 	c := durashuffle.NewClient(slowStore{st, 100 * time.Millisecond}, cfg, counter, nil)
 	defer c.Close()
@@ -202,7 +201,7 @@ func TestLoadWideStageBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
-	cfg.CoalesceBudget = 8 * config.MiB
+	cfg.CoalesceBudget = 8 * durashuffle.MiB
 	cfg.HedgeFactor = 0
 	c := durashuffle.NewClient(st, cfg, counter, nil)
 	defer c.Close()

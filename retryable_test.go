@@ -9,10 +9,9 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/gc"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestIsRetryable(t *testing.T) {
@@ -33,7 +32,7 @@ func TestIsRetryable(t *testing.T) {
 		{"lost commit race", fmt.Errorf("commit: %w", manifest.ErrAlreadyCommitted), false},
 		{"access denied", denied, false},
 		{"caller cancelled", errors.Join(slow, context.Canceled), false},
-		{"invalid configuration", fmt.Errorf("%w: chunk_size", config.ErrInvalid), false},
+		{"invalid configuration", fmt.Errorf("%w: chunk_size", durashuffle.ErrInvalidConfig), false},
 		{"invalid ID", manifest.ValidateID("query", "../x"), false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -154,7 +153,7 @@ func TestCleanupIsBounded(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.CleanupTimeout = config.Duration(time.Second)
+		cfg.CleanupTimeout = durashuffle.Duration(time.Second)
 		c := durashuffle.NewClient(hangStore{st}, cfg, counter, nil)
 		defer c.Close()
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "hung", Partitions: 2})

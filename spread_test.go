@@ -8,8 +8,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/gc"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestKeySpread: with key_spread 16, each worker's data objects go under

@@ -13,8 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // allTypes has every Arrow primitive type, strings and large strings,
@@ -171,8 +170,8 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.MaxObjectSize = 12 * config.MiB // several objects
-		cfg.FrameTargetBytes = 512 * config.KiB
+		cfg.MaxObjectSize = 12 * durashuffle.MiB // several objects
+		cfg.FrameTargetBytes = 512 * durashuffle.KiB
 		c := durashuffle.NewClient(st, cfg, counter, nil)
 		defer c.Close()
 		const partitions = 4 // partition 3 stays empty

@@ -15,11 +15,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -39,16 +38,16 @@ func forEach(t *testing.T, f func(t *testing.T, st store.Store, counter *store.C
 	}
 }
 
-func testConfig() config.Config {
-	cfg := config.Default()
-	cfg.ChunkSize = 5 * config.MiB
+func testConfig() durashuffle.Config {
+	cfg := durashuffle.DefaultConfig()
+	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.UploadConcurrency = 4
 	cfg.MaxBufferedChunks = 6
-	cfg.FrameTargetBytes = 256 * config.KiB
+	cfg.FrameTargetBytes = 256 * durashuffle.KiB
 	// Runs of 4 MiB: a test's few MiB of rows are encoded and uploaded
 	// while it writes, not all at Commit.
-	cfg.CoalesceBudget = 4 * config.MiB
-	cfg.RetryBaseDelay = config.Duration(10 * time.Millisecond)
+	cfg.CoalesceBudget = 4 * durashuffle.MiB
+	cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
 	return cfg
 }
 

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // The synthetic stage of the scale benchmarks: 1,000 workers x 10,000

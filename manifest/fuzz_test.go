@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // manifestSeeds adds valid worker and stage manifests and hostile variants:

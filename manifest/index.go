@@ -9,7 +9,7 @@ import (
 	"io"
 	"slices"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // SummarySize is the size of one partition's record in the index's

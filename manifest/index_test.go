@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // synthWorker builds worker w's manifest of a stage: frames frames of

@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 	"golang.org/x/sync/errgroup"
 )
 

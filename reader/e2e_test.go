@@ -18,12 +18,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -58,15 +57,15 @@ func newEnv(t *testing.T, ep testenv.Endpoint) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
+	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket = ep.Bucket
 	cfg.Prefix = "rt"
 	// Small frames, so a few thousand rows make dozens of frames.
-	cfg.FrameTargetBytes = 4 * config.KiB
+	cfg.FrameTargetBytes = 4 * durashuffle.KiB
 	// Room for the per-partition state of the 4096-partition stage.
-	cfg.CoalesceBudget = 1 * config.MiB
-	cfg.RetryBaseDelay = config.Duration(time.Millisecond)
-	cfg.RetryMaxDelay = config.Duration(10 * time.Millisecond)
+	cfg.CoalesceBudget = 1 * durashuffle.MiB
+	cfg.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
+	cfg.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
 	c := durashuffle.NewClient(raw, cfg, counter, nil)
 	t.Cleanup(c.Close)
 	return &env{client: c, raw: raw, counter: counter}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"slices"
 
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // RowsBefore exposes the test helper to the package's external tests.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestOpenRefusesVersion1: a stage written by a version 1 writer, sealed

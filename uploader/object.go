@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Object is one data object being uploaded: a single PutObject when its

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // scripted is a store whose answers a test scripts: it records every call

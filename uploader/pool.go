@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/hedge"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 	"golang.org/x/sync/semaphore"
 )
 

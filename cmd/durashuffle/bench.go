@@ -13,16 +13,16 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/durashuffle/durashuffle/internal/bench"
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/cmd/durashuffle/internal/bench"
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
 )
 
 type benchOptions struct {
 	latency       time.Duration
-	connBandwidth config.Size
+	connBandwidth durashuffle.Size
 	rounds        int
-	stored        config.Size
+	stored        durashuffle.Size
 	partitions    int
 	producers     int
 	workers       int
@@ -90,8 +90,8 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
     --region eu-west-1 --bucket my-bench --latency 0 --conn-bandwidth 0`,
 	}
 	pf := cmd.PersistentFlags()
-	o.connBandwidth = 8 * config.MiB
-	o.stored = 256 * config.MiB
+	o.connBandwidth = 8 * durashuffle.MiB
+	o.stored = 256 * durashuffle.MiB
 	pf.DurationVar(&o.latency, "latency", 20*time.Millisecond, "added round-trip latency per request (half on each direction); 0 with --conn-bandwidth 0: no shaping")
 	pf.Var(&o.connBandwidth, "conn-bandwidth", "bandwidth per connection and direction (bytes per second, e.g. 8MiB)")
 	pf.IntVar(&o.rounds, "rounds", 3, "rounds per contender, alternated; medians are reported")
@@ -261,7 +261,7 @@ func writeBenchOut(dir string, rep *bench.Report) error {
 	return bench.Plot(rep, filepath.Join(dir, rep.Scenario+".png"))
 }
 
-func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
+func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	if o.rounds < 1 {
 		return nil, usagef("--rounds must be at least 1, got %d", o.rounds)
 	}
@@ -296,8 +296,8 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 		return nil, err
 	}
 	for _, c := range chunks {
-		if c < config.MinPartSize || c > config.MaxPartSize {
-			return nil, usagef("--chunk-sizes: %s is outside [%s, %s]", c, config.Size(config.MinPartSize), config.Size(config.MaxPartSize))
+		if c < durashuffle.MinPartSize || c > durashuffle.MaxPartSize {
+			return nil, usagef("--chunk-sizes: %s is outside [%s, %s]", c, durashuffle.Size(durashuffle.MinPartSize), durashuffle.Size(durashuffle.MaxPartSize))
 		}
 	}
 	logical, err := sizeList("--logical", o.logical)
@@ -324,12 +324,12 @@ func (o *benchOptions) options(cfg config.Config) (*bench.Options, error) {
 		opts.MemLogical = append(opts.MemLogical, int64(l))
 	}
 	for _, f := range strings.Split(o.memLimit, ",") {
-		var m config.MemoryLimit
+		var m durashuffle.MemoryLimit
 		switch f = strings.TrimSpace(f); f {
 		case "":
 			continue
 		case "bound":
-			m = config.MemoryLimit(cfg.MemoryBound(config.Load{Writers: max(1, o.workers)}))
+			m = durashuffle.MemoryLimit(cfg.MemoryBound(durashuffle.MemoryLoad{Writers: max(1, o.workers)}))
 		default:
 			if err := m.Set(f); err != nil {
 				return nil, usagef("--memory-limit %q: want auto, off, bound or a size, comma-separated", o.memLimit)
@@ -352,10 +352,10 @@ func intList(flag, s string) ([]int, error) {
 	return out, nil
 }
 
-func sizeList(flag, s string) ([]config.Size, error) {
-	var out []config.Size
+func sizeList(flag, s string) ([]durashuffle.Size, error) {
+	var out []durashuffle.Size
 	for _, f := range strings.Split(s, ",") {
-		v, err := config.ParseSize(strings.TrimSpace(f))
+		v, err := durashuffle.ParseSize(strings.TrimSpace(f))
 		if err != nil || v < 1 {
 			return nil, usagef("%s: %q is not a size", flag, f)
 		}

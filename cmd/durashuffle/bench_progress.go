@@ -10,7 +10,7 @@ import (
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 
-	"github.com/durashuffle/durashuffle/internal/bench"
+	"github.com/durashuffle/durashuffle/cmd/durashuffle/internal/bench"
 )
 
 // benchBars draws bench's live progress while a scenario runs: a bar over

@@ -17,10 +17,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // defaultDemoBucket is the bucket the demo uses when none is configured.
@@ -177,7 +176,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	// The embedded server unless an endpoint is configured.
 	sum.Embedded = cfg.Endpoint == ""
 	// Writers, then readers: never both at once, but the bound counts both.
-	a.applyMemoryLimit(cfg, config.Load{Writers: o.workers, Readers: o.readers}, sum.Embedded)
+	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Writers: o.workers, Readers: o.readers}, sum.Embedded)
 	o.prog = a.startProgress()
 	defer o.prog.close()
 	client, closeClient, err := a.connect(ctx, &cfg, sum.Embedded, o.dataDir, o.prog.observer(int64(cfg.ChunkSize)))

@@ -6,17 +6,16 @@ import (
 	"os"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // startEmbedded starts the in-process S3 server with cfg's bucket and
 // points cfg at it. Objects live in dataDir, or in a temporary directory
 // that stop removes.
-func (a *app) startEmbedded(dataDir string, cfg *config.Config) (stop func(), err error) {
+func (a *app) startEmbedded(dataDir string, cfg *durashuffle.Config) (stop func(), err error) {
 	dir, temp := dataDir, false
 	if dir == "" {
 		if dir, err = os.MkdirTemp("", "durashuffle-s3-"); err != nil {
@@ -48,7 +47,7 @@ func (a *app) startEmbedded(dataDir string, cfg *config.Config) (stop func(), er
 // connect opens a client on cfg's endpoint, creating the bucket if it is
 // missing; or, with embedded, on an in-process S3 server started for it
 // (cfg is pointed at it). close stops the client and the server.
-func (a *app) connect(ctx context.Context, cfg *config.Config, embedded bool, dataDir string, obs uploader.Observer) (c *durashuffle.Client, close func(), err error) {
+func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, embedded bool, dataDir string, obs uploader.Observer) (c *durashuffle.Client, close func(), err error) {
 	stopServer := func() {}
 	opts := durashuffle.StoreOptions(*cfg, nil)
 	if embedded {

@@ -21,7 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/gc"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 var blobSchema = arrow.NewSchema([]arrow.Field{

@@ -18,7 +18,6 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -42,7 +41,7 @@ type app struct {
 	stdin          io.Reader
 	stdout, stderr io.Writer
 	getenv         func(string) string
-	flags          *config.Flags
+	flags          *configFlags
 	logLevel       string
 	logFormat      string
 	quiet          bool // --quiet: no progress bars
@@ -86,7 +85,7 @@ func exitCode(err error) int {
 	case err == nil:
 		return exitOK
 	case errors.As(err, new(usageError)),
-		errors.Is(err, config.ErrInvalid),
+		errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, manifest.ErrInvalidID):
 		return exitUsage
 	default:
@@ -126,7 +125,7 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
-	a.flags = config.BindFlags(pf)
+	a.flags = bindConfigFlags(pf)
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
 	pf.BoolVar(&a.quiet, "quiet", false, "no progress bars (they are drawn only when stderr is a terminal)")
@@ -185,23 +184,23 @@ func (a *app) setupLogging() error {
 
 // config loads the configuration: defaults < --config file < environment
 // < flags, validated.
-func (a *app) config() (config.Config, error) {
+func (a *app) config() (durashuffle.Config, error) {
 	return a.flags.Load(a.getenv)
 }
 
 // applyMemoryLimit sets this process's soft memory limit from
-// memory_limit for what the command runs (config.ApplyMemoryLimit: a
+// memory_limit for what the command runs (durashuffle.ApplyMemoryLimit: a
 // GOMEMLIMIT in the environment wins) and logs the limit in force. Only
 // the commands that own the process call it: write, demo, serve and the
 // bench child. With an in-process S3 server (embedded), memory_limit auto
 // sets none: the server keeps multipart parts in this process's memory
 // until Complete, which no configuration bounds.
-func (a *app) applyMemoryLimit(cfg config.Config, load config.Load, embedded bool) {
-	if embedded && cfg.MemoryLimit == config.MemoryLimitAuto {
-		cfg.MemoryLimit = config.MemoryLimitOff
+func (a *app) applyMemoryLimit(cfg durashuffle.Config, load durashuffle.MemoryLoad, embedded bool) {
+	if embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto {
+		cfg.MemoryLimit = durashuffle.MemoryLimitOff
 	}
 	got := cfg.ApplyMemoryLimit(load, a.getenv)
-	a.log.Info("memory limit", "limit", int64(config.CurrentMemoryLimit()), "source", got.Source,
+	a.log.Info("memory limit", "limit", int64(durashuffle.CurrentMemoryLimit()), "source", got.Source,
 		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 )
 
 // memoryLimitLog is the "memory limit" line a command logs: the runtime's
@@ -38,9 +38,9 @@ func findMemoryLimit(t *testing.T, stderr string) memoryLimitLog {
 func TestMemoryLimitApplied(t *testing.T) {
 	tg := newTarget(t, backends[0])
 	file := arrowFile(t, testBatches(t, 0, 2000, 500))
-	def := config.Default()
-	auto := int64(def.SoftMemoryLimit(config.Load{Writers: 1}))
-	if auto != int64(288*config.MiB-config.UnmanagedMemory) {
+	def := durashuffle.DefaultConfig()
+	auto := int64(def.SoftMemoryLimit(durashuffle.MemoryLoad{Writers: 1}))
+	if auto != int64(288*durashuffle.MiB-durashuffle.UnmanagedMemory) {
 		t.Fatalf("auto limit of one writer with the defaults is %d", auto)
 	}
 	cases := []struct {
@@ -82,7 +82,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 	t.Run("demo against an endpoint: writers and readers", func(t *testing.T) {
 		r := cli(t, tg.env, nil, append([]string{"demo", "--log-format", "json", "--rows", "5000", "--workers", "2",
 			"--read-partitions", "3", "--partitions", "4", "-q", "q-mem-demo"}, tg.flags...)...).must(t)
-		want := int64(def.SoftMemoryLimit(config.Load{Writers: 2, Readers: 3}))
+		want := int64(def.SoftMemoryLimit(durashuffle.MemoryLoad{Writers: 2, Readers: 3}))
 		if got := findMemoryLimit(t, r.stderr); got.Limit != want {
 			t.Fatalf("demo: %+v, want %d", got, want)
 		}
@@ -113,7 +113,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 		}
 		got := findMemoryLimit(t, log.String())
 		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes) + 96 MiB, less UnmanagedMemory.
-		want := int64(128+4*128+96)<<20 - int64(config.UnmanagedMemory)
+		want := int64(128+4*128+96)<<20 - int64(durashuffle.UnmanagedMemory)
 		if got.Limit != want || got.Source != "memory_limit auto" {
 			t.Fatalf("serve: %+v, want %d", got, want)
 		}

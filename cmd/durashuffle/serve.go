@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 )
@@ -88,7 +87,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Endpoint)
 	}
 	// Every Flight stream is a writer or a reader; all share one pool.
-	a.applyMemoryLimit(cfg, config.Load{Streams: cfg.MaxStreams}, o.embedded)
+	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Streams: cfg.MaxStreams}, o.embedded)
 	m := metrics.New()
 
 	var client *durashuffle.Client
@@ -146,7 +145,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	a.log.Info("serving Arrow Flight", "listen", flightAddr, "metrics", metricsAddr,
 		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "", "tls", tlsOn, "mtls", mutual,
 		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
-		"memory_budget", config.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)))
+		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)))
 
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()

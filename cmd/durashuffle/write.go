@@ -16,9 +16,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // arrowFileMagic opens (and ends) an Arrow IPC file; a stream has none.
@@ -134,7 +133,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	a.applyMemoryLimit(cfg, config.Load{Writers: 1}, false)
+	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Writers: 1}, false)
 	mem := memory.DefaultAllocator
 	prog := a.startProgress()
 	defer prog.close()

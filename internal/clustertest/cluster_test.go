@@ -21,13 +21,12 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/clustertest"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // The demo-sized write of these tests: 400,000 lineitem rows from 2
@@ -430,13 +429,13 @@ func TestClusterWriteWithoutQuorumFailsFast(t *testing.T) {
 func TestClusterClientNodeRestarted(t *testing.T) {
 	c := cluster(t)
 	b, s := bucket(t, c)
-	cfg := config.Default()
+	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.PathStyle = b, c.URL(0), "us-east-1", true
-	cfg.ChunkSize, cfg.UploadConcurrency = 5*config.MiB, 2
+	cfg.ChunkSize, cfg.UploadConcurrency = 5*durashuffle.MiB, 2
 	// After such a restart MinIO can hold a request for about two
 	// minutes; cut it and retry, as the retry layer does, rather than
 	// wait on one attempt (the default request_timeout is 5m).
-	cfg.RequestTimeout = config.Duration(15 * time.Second)
+	cfg.RequestTimeout = durashuffle.Duration(15 * time.Second)
 	client, err := durashuffle.Open(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -17,7 +17,6 @@ import (
 	"github.com/pierrec/lz4/v4"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -31,9 +30,9 @@ import (
 func TestFrameRangesRecipe(t *testing.T) {
 	ctx := context.Background()
 	st, _ := testenv.Embedded(t).NewStore(t)
-	cfg := config.Default()
-	cfg.ChunkSize = 5 * config.MiB
-	cfg.FrameTargetBytes = 64 * config.KiB
+	cfg := durashuffle.DefaultConfig()
+	cfg.ChunkSize = 5 * durashuffle.MiB
+	cfg.FrameTargetBytes = 64 * durashuffle.KiB
 	c := durashuffle.NewClient(st, cfg, nil, nil)
 	defer c.Close()
 

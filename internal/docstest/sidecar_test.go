@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -90,8 +89,8 @@ func TestSidecarGoClient(t *testing.T) {
 	}
 
 	st, _ := testenv.Embedded(t).NewStore(t)
-	cfg := config.Default()
-	cfg.ChunkSize = 5 * config.MiB
+	cfg := durashuffle.DefaultConfig()
+	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.AuthToken = "doc-example-token"
 	c := durashuffle.NewClient(st, cfg, nil, nil)
 	t.Cleanup(c.Close)

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -18,11 +18,11 @@ const stallFor = 5 * time.Minute
 // 2 s), so that of all the requests only the stalled one is late enough,
 // and a request timeout longer than the stall, so that only a hedge can
 // rescue the stalled request in time.
-func hedgeConfig(t *testing.T) config.Config {
+func hedgeConfig(t *testing.T) durashuffle.Config {
 	cfg := baseConfig()
-	d := config.Default()
+	d := durashuffle.DefaultConfig()
 	cfg.HedgeFactor, cfg.HedgeMinDelay = d.HedgeFactor, d.HedgeMinDelay
-	cfg.RequestTimeout = config.Duration(2 * stallFor)
+	cfg.RequestTimeout = durashuffle.Duration(2 * stallFor)
 	if cfg.HedgeFactor == 0 {
 		t.Fatal("hedging is off by default")
 	}

@@ -9,13 +9,12 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -28,16 +27,16 @@ func onMinIO(t *testing.T, f func(t *testing.T, e testenv.Endpoint)) {
 
 // baseConfig is small enough to be quick and large enough that every
 // worker's output is a real multipart upload (5 MiB parts, S3's minimum).
-func baseConfig() config.Config {
-	cfg := config.Default()
-	cfg.ChunkSize = 5 * config.MiB
+func baseConfig() durashuffle.Config {
+	cfg := durashuffle.DefaultConfig()
+	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.UploadConcurrency = 4
 	cfg.MaxBufferedChunks = 8
-	cfg.FrameTargetBytes = 512 * config.KiB
-	cfg.ReadRangeBytes = 2 * config.MiB
-	cfg.RetryBaseDelay = config.Duration(10 * time.Millisecond)
-	cfg.RetryMaxDelay = config.Duration(200 * time.Millisecond)
-	cfg.RequestTimeout = config.Duration(time.Minute)
+	cfg.FrameTargetBytes = 512 * durashuffle.KiB
+	cfg.ReadRangeBytes = 2 * durashuffle.MiB
+	cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
+	cfg.RetryMaxDelay = durashuffle.Duration(200 * time.Millisecond)
+	cfg.RequestTimeout = durashuffle.Duration(time.Minute)
 	return cfg
 }
 
@@ -53,7 +52,7 @@ type env struct {
 
 // newEnv chains one proxy per spec in front of e (the first spec's proxy
 // faces the client) and builds a client on them.
-func newEnv(t testing.TB, e testenv.Endpoint, cfg config.Config, specs ...faultproxy.Spec) *env {
+func newEnv(t testing.TB, e testenv.Endpoint, cfg durashuffle.Config, specs ...faultproxy.Spec) *env {
 	t.Helper()
 	ev := &env{}
 	target := e.URL

@@ -13,9 +13,9 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // EnvSoakRuns sets how many seeded runs the fault matrix makes (make soak

@@ -14,11 +14,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/gc"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -151,8 +150,8 @@ func TestRun(t *testing.T) {
 			ep := b.Start(t)
 			raw, _ := ep.NewStore(t)
 			rec := &recStore{Store: raw}
-			cfg := config.Default()
-			cfg.RetryBaseDelay = config.Duration(10 * time.Millisecond)
+			cfg := durashuffle.DefaultConfig()
+			cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
 			c := durashuffle.NewClient(raw, cfg, nil, nil)
 			defer c.Close()
 			l := c.Layout()
@@ -395,7 +394,7 @@ func TestDeleteQueryAbortsUploads(t *testing.T) {
 func TestLostSealIndex(t *testing.T) {
 	ctx := context.Background()
 	st := &store.Mem{}
-	c := durashuffle.NewClient(st, config.Default(), nil, nil)
+	c := durashuffle.NewClient(st, durashuffle.DefaultConfig(), nil, nil)
 	defer c.Close()
 	l := c.Layout()
 	commit(t, c, "q", 0, "0", false, 0, 100)

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestExposition: every metric of the operator's table is exposed under

@@ -15,7 +15,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Policy says how often and how patiently to retry.

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // script is a store whose Put answers from a list of errors, and whose

@@ -12,7 +12,7 @@ import (
 
 	"github.com/aws/smithy-go"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Service error codes, grouped by the class they put an error in.

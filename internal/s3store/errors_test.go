@@ -16,7 +16,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // respErr builds the error chain the SDK returns for an HTTP error response.

@@ -6,7 +6,7 @@ import (
 	"github.com/aws/smithy-go/middleware"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // countRequests records every HTTP request the client sends. It sits at the

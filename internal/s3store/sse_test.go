@@ -15,8 +15,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // rawS3 is a plain SDK client of the endpoint, to see what the server

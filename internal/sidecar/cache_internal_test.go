@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestStageCacheBoundedInBytes: the cache holds stages up to its bound

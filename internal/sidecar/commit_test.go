@@ -16,11 +16,11 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestPutCommitMessage: only a commit message whose counts match what
@@ -172,7 +172,7 @@ func (s ignoreCondition) Put(ctx context.Context, key string, body []byte, o sto
 // On MinIO itself the guard passes and /readyz says so.
 func TestCommitGuardInSidecar(t *testing.T) {
 	ep := testenv.MinIO(t)
-	withEndpoint := func(c *config.Config) { c.Endpoint = ep.URL }
+	withEndpoint := func(c *durashuffle.Config) { c.Endpoint = ep.URL }
 	bad := newEnv(t, ep, envOptions{cfg: withEndpoint, wrap: func(s store.Store) store.Store { return ignoreCondition{s} }})
 	var code int
 	var body string

@@ -26,13 +26,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
@@ -41,7 +40,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // client connected to it.
 type env struct {
 	t       *testing.T
-	cfg     config.Config
+	cfg     durashuffle.Config
 	raw     store.Store // no retries, no delays: for checking what is stored
 	counter *store.Counter
 	client  *durashuffle.Client
@@ -54,7 +53,7 @@ type env struct {
 }
 
 type envOptions struct {
-	cfg    func(*config.Config)
+	cfg    func(*durashuffle.Config)
 	wrap   func(store.Store) store.Store // around the raw store, under the retry layer
 	listen string                        // default 127.0.0.1:0
 	bucket string                        // default the endpoint's
@@ -79,16 +78,16 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := config.Default()
+	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket = so.Bucket
 	cfg.Prefix = "sc"
-	cfg.ChunkSize = 5 * config.MiB
+	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.UploadConcurrency = 4
-	cfg.FrameTargetBytes = 64 * config.KiB
-	cfg.CoalesceBudget = 1 * config.MiB
+	cfg.FrameTargetBytes = 64 * durashuffle.KiB
+	cfg.CoalesceBudget = 1 * durashuffle.MiB
 	cfg.EncodeConcurrency = 2
-	cfg.RetryBaseDelay = config.Duration(time.Millisecond)
-	cfg.RetryMaxDelay = config.Duration(10 * time.Millisecond)
+	cfg.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
+	cfg.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
 	cfg.Listen = "127.0.0.1:0"
 	cfg.MetricsListen = "127.0.0.1:0"
 	if o.listen != "" {

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc/codes"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -17,7 +17,7 @@ import (
 // callers only, and IsLoopback (which makes `serve` warn about listening
 // beyond loopback without a token) tells loopback from the rest.
 func TestLoopbackByDefault(t *testing.T) {
-	d := config.Default()
+	d := durashuffle.DefaultConfig()
 	for _, addr := range []string{d.Listen, d.MetricsListen} {
 		if !sidecar.IsLoopback(addr) {
 			t.Fatalf("default address %q is not loopback", addr)
@@ -51,10 +51,10 @@ func TestLoopbackByDefault(t *testing.T) {
 // messages under it go through, and DoGet cuts frames coalesced past the
 // limit (frame_target_bytes 4 MiB here) into batches that fit.
 func TestMessageSizeLimit(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
-		c.MaxMessageBytes = 1 * config.MiB
-		c.FrameTargetBytes = 4 * config.MiB
-		c.CoalesceBudget = 16 * config.MiB
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
+		c.MaxMessageBytes = 1 * durashuffle.MiB
+		c.FrameTargetBytes = 4 * durashuffle.MiB
+		c.CoalesceBudget = 16 * durashuffle.MiB
 	}})
 	ctx := context.Background()
 	big, _ := genBatch("w", 0, 2000, 1024) // ~2 MiB in one FlightData message

@@ -21,12 +21,12 @@ import (
 	"github.com/prometheus/common/model"
 	"google.golang.org/grpc/codes"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // scrape GETs /metrics and parses the text exposition.
@@ -442,12 +442,12 @@ func TestMemoryBounded(t *testing.T) {
 	)
 	var slow *slowParts
 	e := newEnv(t, testenv.MinIO(t), envOptions{
-		cfg: func(c *config.Config) {
-			c.ChunkSize = 5 * config.MiB
+		cfg: func(c *durashuffle.Config) {
+			c.ChunkSize = 5 * durashuffle.MiB
 			c.UploadConcurrency = 2
 			c.MaxBufferedChunks = 4
-			c.FrameTargetBytes = 256 * config.KiB
-			c.CoalesceBudget = 1 * config.MiB
+			c.FrameTargetBytes = 256 * durashuffle.KiB
+			c.CoalesceBudget = 1 * durashuffle.MiB
 			c.EncodeConcurrency = 2
 			c.Compression = "none"
 		},

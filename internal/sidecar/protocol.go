@@ -15,11 +15,10 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Action types of DoAction.
@@ -433,7 +432,7 @@ func codeOf(err error) codes.Code {
 		return codes.Canceled
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
-	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, config.ErrInvalid),
+	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema),
 		errors.Is(err, reader.ErrPartition):
 		return codes.InvalidArgument

@@ -27,10 +27,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Flow-control windows of every connection and stream. gRPC's default
@@ -73,7 +72,7 @@ type Server struct {
 	flight.BaseFlightServer
 
 	c        *durashuffle.Client
-	cfg      config.Config
+	cfg      durashuffle.Config
 	log      *slog.Logger
 	m        *metrics.Metrics
 	st       store.Store // the client's store, bytes read counted
@@ -154,7 +153,7 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 	}
 	msg := int(cfg.MaxMessageBytes)
 	if msg <= 0 {
-		msg = int(config.Default().MaxMessageBytes)
+		msg = int(durashuffle.DefaultConfig().MaxMessageBytes)
 	}
 	s.drain, s.drainNow = context.WithCancel(context.Background())
 	s.hard, s.hardStop = context.WithCancelCause(context.Background())
@@ -187,7 +186,7 @@ func (s *Server) TLS() (on, mutual bool) {
 func Listen(addr string) (net.Listener, error) {
 	if strings.TrimSpace(addr) == "" {
 		// net.Listen would take "" as every interface, on a random port.
-		return nil, fmt.Errorf("%w: listen is empty: want host:port or unix:/path", config.ErrInvalid)
+		return nil, fmt.Errorf("%w: listen is empty: want host:port or unix:/path", durashuffle.ErrInvalidConfig)
 	}
 	path, ok := strings.CutPrefix(addr, "unix:")
 	if !ok {
@@ -198,7 +197,7 @@ func Listen(addr string) (net.Listener, error) {
 		return ln, nil
 	}
 	if path == "" {
-		return nil, fmt.Errorf("%w: listen %q: unix: needs a socket path", config.ErrInvalid, addr)
+		return nil, fmt.Errorf("%w: listen %q: unix: needs a socket path", durashuffle.ErrInvalidConfig, addr)
 	}
 	if fi, err := os.Lstat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
 		if c, err := net.DialTimeout("unix", path, time.Second); err == nil {

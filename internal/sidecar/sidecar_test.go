@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"google.golang.org/grpc/codes"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
@@ -502,7 +502,7 @@ func TestAuth(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := "unix:" + filepath.Join(dir, "flight.sock")
-	e := newEnv(t, testenv.Embedded(t), envOptions{listen: sock, cfg: func(c *config.Config) { c.AuthToken = token }})
+	e := newEnv(t, testenv.Embedded(t), envOptions{listen: sock, cfg: func(c *durashuffle.Config) { c.AuthToken = token }})
 	if e.addr != sock {
 		t.Fatalf("listening on %s, want %s", e.addr, sock)
 	}

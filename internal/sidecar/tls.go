@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 )
 
 // LoadTLS builds the server TLS configuration of both ports from
@@ -14,26 +14,26 @@ import (
 // every client to present a certificate signed by one of those CAs. It
 // returns nil when TLS is not configured. Errors name the keys and files,
 // never what the files hold.
-func LoadTLS(cfg config.Config) (*tls.Config, error) {
+func LoadTLS(cfg durashuffle.Config) (*tls.Config, error) {
 	if cfg.TLSCertFile == "" && cfg.TLSKeyFile == "" {
 		if cfg.TLSClientCAFile != "" {
-			return nil, fmt.Errorf("%w: tls_client_ca_file is set without tls_cert_file and tls_key_file", config.ErrInvalid)
+			return nil, fmt.Errorf("%w: tls_client_ca_file is set without tls_cert_file and tls_key_file", durashuffle.ErrInvalidConfig)
 		}
 		return nil, nil
 	}
 	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
-		return nil, fmt.Errorf("%w: tls_cert_file %s and tls_key_file %s: %v", config.ErrInvalid, cfg.TLSCertFile, cfg.TLSKeyFile, err)
+		return nil, fmt.Errorf("%w: tls_cert_file %s and tls_key_file %s: %v", durashuffle.ErrInvalidConfig, cfg.TLSCertFile, cfg.TLSKeyFile, err)
 	}
 	tc := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
 	if cfg.TLSClientCAFile != "" {
 		pem, err := os.ReadFile(cfg.TLSClientCAFile)
 		if err != nil {
-			return nil, fmt.Errorf("%w: tls_client_ca_file: %v", config.ErrInvalid, err)
+			return nil, fmt.Errorf("%w: tls_client_ca_file: %v", durashuffle.ErrInvalidConfig, err)
 		}
 		pool := x509.NewCertPool()
 		if !pool.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("%w: tls_client_ca_file %s holds no PEM certificate", config.ErrInvalid, cfg.TLSClientCAFile)
+			return nil, fmt.Errorf("%w: tls_client_ca_file %s holds no PEM certificate", durashuffle.ErrInvalidConfig, cfg.TLSClientCAFile)
 		}
 		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
 	}
@@ -43,7 +43,7 @@ func LoadTLS(cfg config.Config) (*tls.Config, error) {
 // ExposureWarnings lists what the configuration leaves open: a port
 // listening beyond loopback without TLS, or the Flight port without
 // auth_token. The sidecar logs each at start; none stops it.
-func ExposureWarnings(cfg config.Config) []string {
+func ExposureWarnings(cfg durashuffle.Config) []string {
 	var out []string
 	tlsOn := cfg.TLSCertFile != ""
 	if !IsLoopback(cfg.Listen) {

@@ -16,7 +16,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
@@ -73,7 +73,7 @@ func httpsGet(url string, tc *tls.Config) (int, string, error) {
 // and scrapes /metrics.
 func TestTLS(t *testing.T) {
 	p := testenv.NewPKI(t)
-	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
 		c.TLSCertFile, c.TLSKeyFile = p.CertFile, p.KeyFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || mutual {
@@ -125,7 +125,7 @@ func TestTLS(t *testing.T) {
 // a client with a certificate of the CA gets through.
 func TestMutualTLS(t *testing.T) {
 	p := testenv.NewPKI(t)
-	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *config.Config) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
 		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = p.CertFile, p.KeyFile, p.CAFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || !mutual {
@@ -192,7 +192,7 @@ func TestTLSConfigErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := config.Default()
+			cfg := durashuffle.DefaultConfig()
 			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = c.cert, c.key, c.ca
 			_, err := sidecar.LoadTLS(cfg)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -208,22 +208,22 @@ func TestTLSConfigErrors(t *testing.T) {
 // TestExposureWarnings: a port beyond loopback without TLS, and the
 // Flight port without a token, are warned about; loopback is not.
 func TestExposureWarnings(t *testing.T) {
-	base := config.Default()
+	base := durashuffle.DefaultConfig()
 	cases := []struct {
 		name string
-		mut  func(*config.Config)
+		mut  func(*durashuffle.Config)
 		want []string
 	}{
-		{"loopback", func(*config.Config) {}, nil},
-		{"unix socket", func(c *config.Config) { c.Listen = "unix:/run/ds.sock" }, nil},
-		{"all interfaces, nothing set", func(c *config.Config) { c.Listen = "0.0.0.0:8815" },
+		{"loopback", func(*durashuffle.Config) {}, nil},
+		{"unix socket", func(c *durashuffle.Config) { c.Listen = "unix:/run/ds.sock" }, nil},
+		{"all interfaces, nothing set", func(c *durashuffle.Config) { c.Listen = "0.0.0.0:8815" },
 			[]string{"listen 0.0.0.0:8815 is beyond loopback without auth_token", "listen 0.0.0.0:8815 is beyond loopback without TLS"}},
-		{"token, no TLS", func(c *config.Config) { c.Listen, c.AuthToken = "10.0.0.5:8815", "t0ken" },
+		{"token, no TLS", func(c *durashuffle.Config) { c.Listen, c.AuthToken = "10.0.0.5:8815", "t0ken" },
 			[]string{"listen 10.0.0.5:8815 is beyond loopback without TLS"}},
-		{"TLS and token", func(c *config.Config) {
+		{"TLS and token", func(c *durashuffle.Config) {
 			c.Listen, c.AuthToken, c.TLSCertFile, c.TLSKeyFile, c.MetricsListen = ":8815", "t0ken", "c.pem", "k.pem", ":9815"
 		}, nil},
-		{"metrics beyond loopback", func(c *config.Config) { c.MetricsListen = "[::]:9815" },
+		{"metrics beyond loopback", func(c *durashuffle.Config) { c.MetricsListen = "[::]:9815" },
 			[]string{"metrics_listen [::]:9815 is beyond loopback without TLS"}},
 	}
 	for _, c := range cases {

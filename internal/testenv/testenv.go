@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Environment variables that point the tests at an existing server

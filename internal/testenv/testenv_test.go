@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -1,4 +1,4 @@
-package config
+package durashuffle
 
 import (
 	"fmt"
@@ -75,8 +75,8 @@ func (m *MemoryLimit) UnmarshalText(b []byte) error { return m.Set(string(b)) }
 // MarshalText implements encoding.TextMarshaler.
 func (m MemoryLimit) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
 
-// Load is what one process runs at once; the memory bound scales with it.
-type Load struct {
+// MemoryLoad is what one process runs at once; the memory bound scales with it.
+type MemoryLoad struct {
 	// Writers is the writers open at once, each with its own
 	// coalesce_budget of unencoded rows.
 	Writers int
@@ -98,7 +98,7 @@ type Load struct {
 //	+ RuntimeHeadroom (96 MiB)
 //
 // With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
-func (c Config) MemoryBound(l Load) Size {
+func (c Config) MemoryBound(l MemoryLoad) Size {
 	chunks := Size(c.BufferedChunks()) * c.ChunkSize
 	read := Size(c.ReadAhead) * c.ReadRangeBytes
 	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
@@ -109,7 +109,7 @@ func (c Config) MemoryBound(l Load) Size {
 // running load: the size given; for auto, MemoryBound(load) less
 // UnmanagedMemory (244 MiB with the defaults and one writer, whose live
 // memory peaks near 205 MiB); 0 for off.
-func (c Config) SoftMemoryLimit(l Load) Size {
+func (c Config) SoftMemoryLimit(l MemoryLoad) Size {
 	switch {
 	case c.MemoryLimit == MemoryLimitAuto:
 		return c.MemoryBound(l) - UnmanagedMemory
@@ -133,7 +133,7 @@ type AppliedMemoryLimit struct {
 // It changes the whole process, so only a program's main should call it,
 // once, for a process whose memory is mostly durashuffle's; the library
 // never does.
-func (c Config) ApplyMemoryLimit(l Load, getenv func(string) string) AppliedMemoryLimit {
+func (c Config) ApplyMemoryLimit(l MemoryLoad, getenv func(string) string) AppliedMemoryLimit {
 	if getenv("GOMEMLIMIT") != "" {
 		return AppliedMemoryLimit{Limit: CurrentMemoryLimit(), Source: "GOMEMLIMIT"}
 	}

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 )
 
 // Contender names, as they appear in results.
@@ -29,15 +29,15 @@ const (
 
 // Job is one contender's run, handed to a child process as JSON.
 type Job struct {
-	Kind     string        `json:"kind"` // write, read, encode-files
-	Name     string        `json:"name"` // durashuffle, sequential, transfermanager
-	Endpoint string        `json:"endpoint"`
-	Dial     string        `json:"dial"` // the link's address, "" to dial the endpoint
-	Bucket   string        `json:"bucket"`
-	Embedded bool          `json:"embedded"` // fixed credentials, no signature checks
-	Config   config.Config `json:"config"`
-	Data     Data          `json:"data"`
-	Query    string        `json:"query"`
+	Kind     string             `json:"kind"` // write, read, encode-files
+	Name     string             `json:"name"` // durashuffle, sequential, transfermanager
+	Endpoint string             `json:"endpoint"`
+	Dial     string             `json:"dial"` // the link's address, "" to dial the endpoint
+	Bucket   string             `json:"bucket"`
+	Embedded bool               `json:"embedded"` // fixed credentials, no signature checks
+	Config   durashuffle.Config `json:"config"`
+	Data     Data               `json:"data"`
+	Query    string             `json:"query"`
 	// NullStore discards every upload: the CPU side alone.
 	NullStore bool `json:"null_store"`
 	// Readers is how many partitions the durashuffle reader streams at once.
@@ -192,17 +192,17 @@ func applyMemoryLimit(j *Job) error {
 	if !strings.HasPrefix(j.Name, Durashuffle) {
 		return nil
 	}
-	load := config.Load{Writers: max(1, j.Data.Workers)}
+	load := durashuffle.MemoryLoad{Writers: max(1, j.Data.Workers)}
 	if j.Kind == "read" {
-		load = config.Load{Readers: max(1, j.Readers)}
+		load = durashuffle.MemoryLoad{Readers: max(1, j.Readers)}
 	}
 	cfg := j.Config
-	if cfg.MemoryLimit == config.MemoryLimitAuto && j.Kind != "read" {
+	if cfg.MemoryLimit == durashuffle.MemoryLimitAuto && j.Kind != "read" {
 		pool, err := prepareInput(j)
 		if err != nil {
 			return err
 		}
-		cfg.MemoryLimit = config.MemoryLimit(cfg.SoftMemoryLimit(load) + config.Size(pool))
+		cfg.MemoryLimit = durashuffle.MemoryLimit(cfg.SoftMemoryLimit(load) + durashuffle.Size(pool))
 	}
 	cfg.ApplyMemoryLimit(load, os.Getenv)
 	return nil

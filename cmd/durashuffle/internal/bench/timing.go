@@ -5,7 +5,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // dataClock records when the first data request (a part, a single put or

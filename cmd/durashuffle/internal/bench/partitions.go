@@ -14,12 +14,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/config"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // DurashuffleRanges reads a stage the way a downstream stage with Spark
@@ -133,8 +132,8 @@ func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 	for i, c := range cells {
 		c.Write, c.Read = median(writes[i]), median(reads[i])
 		c.Write.Name, c.Read.Name = c.name()+" write", c.name()+" read"
-		c.Write.MemoryBound = int64(cfg.MemoryBound(config.Load{Writers: c.Writers}))
-		c.Read.MemoryBound = int64(cfg.MemoryBound(config.Load{Readers: readers}))
+		c.Write.MemoryBound = int64(cfg.MemoryBound(durashuffle.MemoryLoad{Writers: c.Writers}))
+		c.Read.MemoryBound = int64(cfg.MemoryBound(durashuffle.MemoryLoad{Readers: readers}))
 		rep.Partitions = append(rep.Partitions, c)
 	}
 	rep.Targets = partitionTargets(rep.Partitions, e.o.WidePartitions, readers)

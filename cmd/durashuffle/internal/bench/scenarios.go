@@ -8,7 +8,7 @@ import (
 	"slices"
 	"strconv"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 )
 
 func (e *Env) data(stored int64, ratio float64) Data {
@@ -258,7 +258,7 @@ func indexOf(names []string, name string) int {
 // output over the link, with freshly generated input (the engine's own
 // batches are part of what a writer process holds). The child applies
 // memory_limit as durashuffle write does: by default the configuration's
-// (auto: the bound less config.UnmanagedMemory); MemoryLimits can add
+// (auto: the bound less durashuffle.UnmanagedMemory); MemoryLimits can add
 // others, such as off for the Go runtime's defaults.
 func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 	cfg := e.o.Config
@@ -270,15 +270,15 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 	d.Input = InputFresh
 	d.WriteRows = 8192
 	rep := &Report{Scenario: ScenarioMemory, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
-	load := config.Load{Writers: max(1, d.Workers)}
+	load := durashuffle.MemoryLoad{Writers: max(1, d.Workers)}
 	bound := int64(cfg.MemoryBound(load))
 	limits := e.o.MemoryLimits
 	if len(limits) == 0 {
-		limits = []config.MemoryLimit{cfg.MemoryLimit}
+		limits = []durashuffle.MemoryLimit{cfg.MemoryLimit}
 	}
 	type variant struct {
 		logical int64
-		limit   config.MemoryLimit
+		limit   durashuffle.MemoryLimit
 	}
 	var names []string
 	var vs []variant
@@ -286,7 +286,7 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 		c := cfg
 		c.MemoryLimit = lim
 		label := lim.String()
-		if lim == config.MemoryLimitAuto {
+		if lim == durashuffle.MemoryLimitAuto {
 			label += "(" + sizeString(int64(c.SoftMemoryLimit(load))) + ")"
 		}
 		for _, l := range e.o.MemLogical {
@@ -344,7 +344,7 @@ func (e *Env) runSweep(ctx context.Context) (*Report, error) {
 	// Each cell has its own connection count and limit (see the results).
 	rep.Link.Connections, rep.Link.LimitBytesPerS = 0, 0
 	type cell struct {
-		chunk config.Size
+		chunk durashuffle.Size
 		conc  int
 	}
 	var cells []cell
@@ -399,7 +399,7 @@ func recommend(rs []Result) string {
 }
 
 // probe measures the link before a scenario's rounds (see probeLink).
-func (e *Env) probe(ctx context.Context, rep *Report, cfg config.Config) error {
+func (e *Env) probe(ctx context.Context, rep *Report, cfg durashuffle.Config) error {
 	if e.o.Faults != nil {
 		// The probe measures the bare link; injected faults would only
 		// fail it (it does not retry), so with --faults it is not run.

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/embedded"
+	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func start(t *testing.T, dir string, buckets ...string) *embedded.Server {

@@ -1,4 +1,4 @@
-package config
+package durashuffle
 
 import (
 	"fmt"
@@ -19,13 +19,13 @@ var druid = map[string]string{
 	"path_style": "`druid.s3.enablePathStyleAccess`",
 }
 
-// Markdown renders docs/configuration.md from the struct, so the
+// ConfigMarkdown renders docs/configuration.md from the struct, so the
 // documentation cannot drift from the code (a test compares them).
-func Markdown() string {
+func ConfigMarkdown() string {
 	var b strings.Builder
 	b.WriteString(`# Configuration
 
-Generated from ` + "`internal/config/config.go`" + ` by ` + "`make docs`" + `; a test fails when
+Generated from ` + "`config.go`" + ` by ` + "`make docs`" + `; a test fails when
 this page and the code disagree.
 
 Every key can be set in a YAML file (` + "`--config FILE`" + `), as an environment
@@ -44,7 +44,7 @@ not grow to twice what is live; see operations.md, "Sizing memory".
 | key | environment | flag | type | default | Druid equivalent | meaning |
 |---|---|---|---|---|---|---|
 `)
-	def := Default()
+	def := DefaultConfig()
 	for _, k := range Keys() {
 		v := def.Value(k)
 		if v == "" {

@@ -1,4 +1,4 @@
-package config
+package durashuffle
 
 import (
 	"os"
@@ -9,8 +9,8 @@ import (
 // TestConfigurationDocInSync fails when docs/configuration.md and the
 // Config struct disagree. `make docs` rewrites the page.
 func TestConfigurationDocInSync(t *testing.T) {
-	path := filepath.Join("..", "..", "docs", "configuration.md")
-	want := Markdown()
+	path := filepath.Join("docs", "configuration.md")
+	want := ConfigMarkdown()
 	if os.Getenv("DURASHUFFLE_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)

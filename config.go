@@ -2,7 +2,7 @@
 // the defaults of DESIGN.md, loaded from YAML, DURASHUFFLE_* environment
 // variables and flags, and validated with errors that name the key, the
 // allowed range and the value.
-package config
+package durashuffle
 
 import (
 	"errors"
@@ -14,7 +14,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/spf13/pflag"
 	"gopkg.in/yaml.v3"
 )
 
@@ -100,8 +99,8 @@ type Config struct {
 	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
 }
 
-// Default returns the configuration of DESIGN.md.
-func Default() Config {
+// DefaultConfig returns the configuration of DESIGN.md.
+func DefaultConfig() Config {
 	return Config{
 		Prefix:            "durashuffle",
 		ChunkSize:         8 * MiB,
@@ -147,8 +146,8 @@ const (
 	CommitGuardOff = "off"
 )
 
-// ErrInvalid marks a configuration error (exit code 2 in the CLI).
-var ErrInvalid = errors.New("invalid configuration")
+// ErrInvalidConfig marks a configuration error (exit code 2 in the CLI).
+var ErrInvalidConfig = errors.New("invalid configuration")
 
 // BufferedChunks is max_buffered_chunks with its default applied.
 func (c Config) BufferedChunks() int {
@@ -171,7 +170,7 @@ func (c Config) Encoders() int {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(key, want string, got any) {
-		errs = append(errs, fmt.Errorf("%w: %s must be %s, got %v", ErrInvalid, key, want, got))
+		errs = append(errs, fmt.Errorf("%w: %s must be %s, got %v", ErrInvalidConfig, key, want, got))
 	}
 	sizeIn := func(key string, v, lo, hi Size) {
 		if v < lo || v > hi {
@@ -271,6 +270,7 @@ func (c Config) Validate() error {
 // Key describes one configuration key for flags, env and docs.
 type Key struct {
 	Name  string // yaml key, e.g. chunk_size
+	Go    string // Config's field, e.g. ChunkSize
 	Env   string // DURASHUFFLE_CHUNK_SIZE
 	Flag  string // chunk-size
 	Doc   string
@@ -296,6 +296,7 @@ func Keys() []Key {
 		}
 		ks = append(ks, Key{
 			Name:  name,
+			Go:    f.Name,
 			Env:   "DURASHUFFLE_" + strings.ToUpper(name),
 			Flag:  strings.ReplaceAll(name, "_", "-"),
 			Doc:   f.Tag.Get("doc"),
@@ -351,12 +352,12 @@ func (c *Config) set(k Key, s string) error {
 func (c *Config) LoadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return fmt.Errorf("%w: read config file: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: read config file: %v", ErrInvalidConfig, err)
 	}
 	dec := yaml.NewDecoder(strings.NewReader(string(b)))
 	dec.KnownFields(true)
 	if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
-		return fmt.Errorf("%w: config file %s: %v", ErrInvalid, path, err)
+		return fmt.Errorf("%w: config file %s: %v", ErrInvalidConfig, path, err)
 	}
 	return nil
 }
@@ -366,66 +367,9 @@ func (c *Config) LoadEnv(getenv func(string) string) error {
 	for _, k := range Keys() {
 		if s := getenv(k.Env); s != "" {
 			if err := c.set(k, s); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrInvalid, k.Env, err)
+				return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, k.Env, err)
 			}
 		}
 	}
 	return nil
-}
-
-// Flags binds a flag per key on fs. After parsing, Apply copies the flags
-// the user set onto a config, so flags win over file and environment.
-type Flags struct {
-	fs   *pflag.FlagSet
-	vals Config
-	file string
-}
-
-// BindFlags registers --config and one flag per key on fs.
-func BindFlags(fs *pflag.FlagSet) *Flags {
-	f := &Flags{fs: fs, vals: Default()}
-	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
-	for _, k := range Keys() {
-		v := reflect.ValueOf(&f.vals).Elem().Field(k.field).Addr().Interface()
-		usage := k.Doc + " (" + k.Env + ")"
-		switch p := v.(type) {
-		case *Size:
-			fs.Var(p, k.Flag, usage)
-		case *Duration:
-			fs.Var(p, k.Flag, usage)
-		case *MemoryLimit:
-			fs.Var(p, k.Flag, usage)
-		case *string:
-			fs.StringVar(p, k.Flag, *p, usage)
-		case *int:
-			fs.IntVar(p, k.Flag, *p, usage)
-		case *float64:
-			fs.Float64Var(p, k.Flag, *p, usage)
-		case *bool:
-			fs.BoolVar(p, k.Flag, *p, usage)
-		}
-	}
-	return f
-}
-
-// Load builds the configuration: defaults, then the --config file, then
-// the environment, then flags the user set; and validates it.
-func (f *Flags) Load(getenv func(string) string) (Config, error) {
-	c := Default()
-	if f.file != "" {
-		if err := c.LoadFile(f.file); err != nil {
-			return c, err
-		}
-	}
-	if err := c.LoadEnv(getenv); err != nil {
-		return c, err
-	}
-	src := reflect.ValueOf(&f.vals).Elem()
-	dst := reflect.ValueOf(&c).Elem()
-	for _, k := range Keys() {
-		if fl := f.fs.Lookup(k.Flag); fl != nil && fl.Changed {
-			dst.Field(k.field).Set(src.Field(k.field))
-		}
-	}
-	return c, c.Validate()
 }

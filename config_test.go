@@ -1,4 +1,4 @@
-package config
+package durashuffle
 
 import (
 	"errors"
@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/spf13/pflag"
 )
 
 func TestParseSize(t *testing.T) {
@@ -48,10 +45,10 @@ func TestParseSize(t *testing.T) {
 }
 
 func TestDefaultIsValid(t *testing.T) {
-	if err := Default().Validate(); err != nil {
+	if err := DefaultConfig().Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := Default().BufferedChunks(); got != 16 {
+	if got := DefaultConfig().BufferedChunks(); got != 16 {
 		t.Fatalf("default max_buffered_chunks = %d, want 2 x 8", got)
 	}
 }
@@ -80,46 +77,16 @@ func TestValidate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			cfg := Default()
+			cfg := DefaultConfig()
 			c.mut(&cfg)
 			err := cfg.Validate()
-			if err == nil || !errors.Is(err, ErrInvalid) {
-				t.Fatalf("Validate() = %v, want ErrInvalid", err)
+			if err == nil || !errors.Is(err, ErrInvalidConfig) {
+				t.Fatalf("Validate() = %v, want ErrInvalidConfig", err)
 			}
 			if !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("Validate() = %q, want it to contain %q", err, c.want)
 			}
 		})
-	}
-}
-
-func TestLoadPrecedence(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "c.yaml")
-	if err := os.WriteFile(file, []byte("chunk_size: 16MiB\nupload_concurrency: 3\nretry_base_delay: 250ms\nbucket: from-file\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := BindFlags(fs)
-	if err := fs.Parse([]string{"--config", file, "--upload-concurrency", "5"}); err != nil {
-		t.Fatal(err)
-	}
-	env := map[string]string{"DURASHUFFLE_CHUNK_SIZE": "32MiB", "DURASHUFFLE_UPLOAD_CONCURRENCY": "4"}
-	cfg, err := f.Load(func(k string) string { return env[k] })
-	if err != nil {
-		t.Fatal(err)
-	}
-	if cfg.ChunkSize != 32*MiB {
-		t.Errorf("chunk_size = %v, want env's 32MiB over file's 16MiB", cfg.ChunkSize)
-	}
-	if cfg.UploadConcurrency != 5 {
-		t.Errorf("upload_concurrency = %d, want flag's 5 over env's 4", cfg.UploadConcurrency)
-	}
-	if cfg.RetryBaseDelay.D() != 250*time.Millisecond || cfg.Bucket != "from-file" {
-		t.Errorf("file values lost: %v %q", cfg.RetryBaseDelay, cfg.Bucket)
-	}
-	if cfg.ReadAhead != 4 {
-		t.Errorf("read_ahead = %d, want default 4", cfg.ReadAhead)
 	}
 }
 
@@ -131,7 +98,7 @@ func TestLoadErrors(t *testing.T) {
 	if err := c.LoadFile(file); err == nil || !strings.Contains(err.Error(), "chunk_sise") {
 		t.Fatalf("unknown key: %v", err)
 	}
-	c = Default()
+	c = DefaultConfig()
 	err := c.LoadEnv(func(k string) string {
 		if k == "DURASHUFFLE_READ_AHEAD" {
 			return "many"
@@ -146,18 +113,18 @@ func TestLoadErrors(t *testing.T) {
 // TestCommitGuardOff: the guard is on unless a file, the environment or a
 // flag says off in so many words; YAML's unquoted off stays the word.
 func TestCommitGuardOff(t *testing.T) {
-	if Default().CommitGuard != CommitGuardOn {
-		t.Fatalf("default commit_guard %q, want on", Default().CommitGuard)
+	if DefaultConfig().CommitGuard != CommitGuardOn {
+		t.Fatalf("default commit_guard %q, want on", DefaultConfig().CommitGuard)
 	}
 	file := filepath.Join(t.TempDir(), "c.yaml")
 	if err := os.WriteFile(file, []byte("commit_guard: off\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	c := Default()
+	c := DefaultConfig()
 	if err := c.LoadFile(file); err != nil || c.CommitGuard != CommitGuardOff || c.Validate() != nil {
 		t.Fatalf("commit_guard: off in YAML: %q, %v, %v", c.CommitGuard, err, c.Validate())
 	}
-	c = Default()
+	c = DefaultConfig()
 	if err := c.LoadEnv(func(k string) string {
 		if k == "DURASHUFFLE_COMMIT_GUARD" {
 			return "no"

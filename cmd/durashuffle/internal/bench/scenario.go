@@ -16,13 +16,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/embedded"
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/s3store"
-	"github.com/durashuffle/durashuffle/internal/store"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Scenario names.
@@ -41,7 +41,7 @@ var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, Scen
 
 // Options configure a benchmark run.
 type Options struct {
-	Config        config.Config // endpoint, bucket, chunk size, concurrency, ...
+	Config        durashuffle.Config // endpoint, bucket, chunk size, concurrency, ...
 	Latency       time.Duration
 	ConnBandwidth int64 // bytes per second per connection; 0 with Latency 0: no shaping
 	Rounds        int
@@ -52,7 +52,7 @@ type Options struct {
 	SmallOverLink bool  // small-batches over the link instead of the null store
 	Writers       []int // encode: writer goroutine counts
 	MemLogical    []int64
-	ChunkSizes    []config.Size
+	ChunkSizes    []durashuffle.Size
 	Concurrencies []int
 	// PartitionCounts and PartitionWriters are bench partitions' grid;
 	// RangeReaders the readers that read each stage back, each a
@@ -67,7 +67,7 @@ type Options struct {
 	// MemoryLimits: the memory scenario runs every size once per value,
 	// as the writer's memory_limit; empty means Config.MemoryLimit alone
 	// (the product as configured).
-	MemoryLimits []config.MemoryLimit
+	MemoryLimits []durashuffle.MemoryLimit
 	// Server is the in-process endpoint when Config.Endpoint is empty:
 	// ServerMemory (default) or ServerEmbedded.
 	Server string
@@ -293,7 +293,7 @@ func (e *Env) rowsFor(stored int64, ratio float64) int64 {
 	return int64(float64(stored) / ratio / bytesPerRow)
 }
 
-func (e *Env) setup(d Data, cfg config.Config, st string, ratio float64) Setup {
+func (e *Env) setup(d Data, cfg durashuffle.Config, st string, ratio float64) Setup {
 	return Setup{
 		Rounds: e.o.Rounds, Rows: d.Rows, Partitions: d.Partitions, WriteRows: d.WriteRows,
 		Producers: d.Producers, Workers: d.Workers, Input: d.Input,
@@ -312,7 +312,7 @@ func (e *Env) storeName() string {
 }
 
 // job is a job on this env's endpoint and link.
-func (e *Env) job(kind, name, query string, cfg config.Config, d Data) *Job {
+func (e *Env) job(kind, name, query string, cfg durashuffle.Config, d Data) *Job {
 	return &Job{Kind: kind, Name: name, Endpoint: e.Endpoint, Dial: e.Link.Addr, Bucket: e.Bucket,
 		Embedded: e.Embedded, Config: cfg, Data: d, Query: query}
 }

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/config"
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/faultproxy"
 )
 
@@ -29,11 +29,11 @@ func TestMain(m *testing.M) {
 
 func smokeOptions(t *testing.T) *Options {
 	t.Helper()
-	cfg := config.Default()
+	cfg := durashuffle.DefaultConfig()
 	return &Options{
 		Config: cfg, Latency: 2 * time.Millisecond, ConnBandwidth: 256 << 20, Rounds: 1,
 		Stored: 16 << 20, Readers: 4, SmallRows: []int{128, 8192}, Writers: []int{1, 2},
-		MemLogical: []int64{8 << 20, 16 << 20}, ChunkSizes: []config.Size{5 * config.MiB}, Concurrencies: []int{2},
+		MemLogical: []int64{8 << 20, 16 << 20}, ChunkSizes: []durashuffle.Size{5 * durashuffle.MiB}, Concurrencies: []int{2},
 		Data:   Data{Input: InputPool, Partitions: 8, WriteRows: 128, PoolRows: 8192, Producers: 2, Workers: 1, Seed: 1},
 		Runner: &Runner{Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{ChildEnv + "=1"}, Stderr: os.Stderr},
 	}
@@ -242,8 +242,8 @@ func TestSmokePartitions(t *testing.T) {
 			t.Errorf("%s: read %d data GETs (%d bytes), %d metadata GETs (%d bytes), requests %v",
 				r.name(), rd.DataGets, rd.DataGetBytes, rd.MetadataGets, rd.MetadataBytes, rd.Requests)
 		}
-		if w.MemoryBound != int64(o.Config.MemoryBound(config.Load{Writers: r.Writers})) ||
-			rd.MemoryBound != int64(o.Config.MemoryBound(config.Load{Readers: 4})) || w.PeakRSSBytes <= 0 || rd.PeakRSSBytes <= 0 || w.InputBytes <= 0 {
+		if w.MemoryBound != int64(o.Config.MemoryBound(durashuffle.MemoryLoad{Writers: r.Writers})) ||
+			rd.MemoryBound != int64(o.Config.MemoryBound(durashuffle.MemoryLoad{Readers: 4})) || w.PeakRSSBytes <= 0 || rd.PeakRSSBytes <= 0 || w.InputBytes <= 0 {
 			t.Errorf("%s: write RSS %d of %d (input %d), read RSS %d of %d", r.name(), w.PeakRSSBytes, w.MemoryBound, w.InputBytes, rd.PeakRSSBytes, rd.MemoryBound)
 		}
 	}

@@ -1,14 +1,10 @@
-package config
+package durashuffle
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
-
-	"github.com/spf13/pflag"
 )
 
 func TestMemoryLimitParse(t *testing.T) {
@@ -45,13 +41,13 @@ func TestMemoryLimitParse(t *testing.T) {
 }
 
 func TestMemoryLimitDefaultAndValidate(t *testing.T) {
-	if Default().MemoryLimit != MemoryLimitAuto {
-		t.Fatalf("default memory_limit = %v, want auto", Default().MemoryLimit)
+	if DefaultConfig().MemoryLimit != MemoryLimitAuto {
+		t.Fatalf("default memory_limit = %v, want auto", DefaultConfig().MemoryLimit)
 	}
-	c := Default()
+	c := DefaultConfig()
 	c.MemoryLimit = MemoryLimit(16 * MiB)
 	err := c.Validate()
-	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "memory_limit must be auto, off or at least 32MiB, got 16MiB") {
+	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "memory_limit must be auto, off or at least 32MiB, got 16MiB") {
 		t.Fatalf("Validate() = %v", err)
 	}
 	c.MemoryLimit = MemoryLimitOff
@@ -60,51 +56,21 @@ func TestMemoryLimitDefaultAndValidate(t *testing.T) {
 	}
 }
 
-func TestMemoryLimitSources(t *testing.T) {
-	dir := t.TempDir()
-	file := filepath.Join(dir, "c.yaml")
-	if err := os.WriteFile(file, []byte("memory_limit: 400MiB\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	load := func(env map[string]string, args ...string) MemoryLimit {
-		t.Helper()
-		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		f := BindFlags(fs)
-		if err := fs.Parse(append([]string{"--config", file}, args...)); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := f.Load(func(k string) string { return env[k] })
-		if err != nil {
-			t.Fatal(err)
-		}
-		return cfg.MemoryLimit
-	}
-	if got := load(nil); got != MemoryLimit(400*MiB) {
-		t.Errorf("file: %v", got)
-	}
-	if got := load(map[string]string{"DURASHUFFLE_MEMORY_LIMIT": "off"}); got != MemoryLimitOff {
-		t.Errorf("env: %v", got)
-	}
-	if got := load(map[string]string{"DURASHUFFLE_MEMORY_LIMIT": "off"}, "--memory-limit", "auto"); got != MemoryLimitAuto {
-		t.Errorf("flag: %v", got)
-	}
-}
-
 func TestMemoryBound(t *testing.T) {
-	d := Default()
+	d := DefaultConfig()
 	cases := []struct {
 		name string
 		cfg  func(*Config)
-		load Load
+		load MemoryLoad
 		want Size
 	}{
 		// The benchmark issue's bound: 16 x 8 MiB + 64 MiB + 96 MiB.
-		{"one writer, defaults", nil, Load{Writers: 1}, 288 * MiB},
-		{"four writers", nil, Load{Writers: 4}, 128*MiB + 4*64*MiB + 96*MiB},
-		{"readers", nil, Load{Readers: 8}, 128*MiB + 8*4*8*MiB + 96*MiB},
-		{"sidecar streams", nil, Load{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 96*MiB},
-		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, Load{Streams: 2}, 128*MiB + 2*(32*MiB+4*MiB) + 96*MiB},
-		{"explicit buffers", func(c *Config) { c.MaxBufferedChunks = 4; c.ChunkSize = 5 * MiB }, Load{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
+		{"one writer, defaults", nil, MemoryLoad{Writers: 1}, 288 * MiB},
+		{"four writers", nil, MemoryLoad{Writers: 4}, 128*MiB + 4*64*MiB + 96*MiB},
+		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*4*8*MiB + 96*MiB},
+		{"sidecar streams", nil, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 96*MiB},
+		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(32*MiB+4*MiB) + 96*MiB},
+		{"explicit buffers", func(c *Config) { c.MaxBufferedChunks = 4; c.ChunkSize = 5 * MiB }, MemoryLoad{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -120,8 +86,8 @@ func TestMemoryBound(t *testing.T) {
 }
 
 func TestSoftMemoryLimit(t *testing.T) {
-	c := Default()
-	one := Load{Writers: 1}
+	c := DefaultConfig()
+	one := MemoryLoad{Writers: 1}
 	if got, want := c.SoftMemoryLimit(one), 288*MiB-UnmanagedMemory; got != want {
 		t.Errorf("auto: %v, want the bound less %v: %v", got, UnmanagedMemory, want)
 	}
@@ -141,14 +107,14 @@ func TestApplyMemoryLimit(t *testing.T) {
 	noEnv := func(string) string { return "" }
 
 	debug.SetMemoryLimit(1 << 40)
-	c := Default()
-	got := c.ApplyMemoryLimit(Load{Writers: 1}, noEnv)
-	if want := c.SoftMemoryLimit(Load{Writers: 1}); got.Limit != want || got.Source != "memory_limit auto" || debug.SetMemoryLimit(-1) != int64(want) {
+	c := DefaultConfig()
+	got := c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
+	if want := c.SoftMemoryLimit(MemoryLoad{Writers: 1}); got.Limit != want || got.Source != "memory_limit auto" || debug.SetMemoryLimit(-1) != int64(want) {
 		t.Fatalf("auto: %+v, runtime limit %d, want %d", got, debug.SetMemoryLimit(-1), want)
 	}
 
 	c.MemoryLimit = MemoryLimit(700 * MiB)
-	got = c.ApplyMemoryLimit(Load{Writers: 1}, noEnv)
+	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
 	if got.Limit != 700*MiB || got.Source != "memory_limit" || debug.SetMemoryLimit(-1) != int64(700*MiB) {
 		t.Fatalf("700MiB: %+v, runtime limit %d", got, debug.SetMemoryLimit(-1))
 	}
@@ -162,13 +128,13 @@ func TestApplyMemoryLimit(t *testing.T) {
 		}
 		return ""
 	}
-	got = c.ApplyMemoryLimit(Load{Writers: 1}, env)
+	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, env)
 	if got.Source != "GOMEMLIMIT" || got.Limit != TiB || debug.SetMemoryLimit(-1) != 1<<40 {
 		t.Fatalf("GOMEMLIMIT set: %+v, runtime limit %d, want 1TiB untouched", got, debug.SetMemoryLimit(-1))
 	}
 
 	c.MemoryLimit = MemoryLimitOff
-	got = c.ApplyMemoryLimit(Load{Writers: 1}, noEnv)
+	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
 	if got.Source != "off" || got.Limit != 0 || debug.SetMemoryLimit(-1) != 1<<40 {
 		t.Fatalf("off: %+v, runtime limit %d: off must leave the runtime's limit alone", got, debug.SetMemoryLimit(-1))
 	}

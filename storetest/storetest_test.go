@@ -3,9 +3,9 @@ package storetest_test
 import (
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/store"
-	"github.com/durashuffle/durashuffle/internal/storetest"
 	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/storetest"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

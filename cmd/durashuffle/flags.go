@@ -1,0 +1,65 @@
+package main
+
+import (
+	"reflect"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/spf13/pflag"
+)
+
+// configFlags binds a flag per key on fs. After parsing, Apply copies the flags
+// the user set onto a config, so flags win over file and environment.
+type configFlags struct {
+	fs   *pflag.FlagSet
+	vals durashuffle.Config
+	file string
+}
+
+// bindConfigFlags registers --config and one flag per key on fs.
+func bindConfigFlags(fs *pflag.FlagSet) *configFlags {
+	f := &configFlags{fs: fs, vals: durashuffle.DefaultConfig()}
+	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
+	for _, k := range durashuffle.Keys() {
+		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
+		usage := k.Doc + " (" + k.Env + ")"
+		switch p := v.(type) {
+		case *durashuffle.Size:
+			fs.Var(p, k.Flag, usage)
+		case *durashuffle.Duration:
+			fs.Var(p, k.Flag, usage)
+		case *durashuffle.MemoryLimit:
+			fs.Var(p, k.Flag, usage)
+		case *string:
+			fs.StringVar(p, k.Flag, *p, usage)
+		case *int:
+			fs.IntVar(p, k.Flag, *p, usage)
+		case *float64:
+			fs.Float64Var(p, k.Flag, *p, usage)
+		case *bool:
+			fs.BoolVar(p, k.Flag, *p, usage)
+		}
+	}
+	return f
+}
+
+// Load builds the configuration: defaults, then the --config file, then
+// the environment, then flags the user set; and validates it.
+func (f *configFlags) Load(getenv func(string) string) (durashuffle.Config, error) {
+	c := durashuffle.DefaultConfig()
+	if f.file != "" {
+		if err := c.LoadFile(f.file); err != nil {
+			return c, err
+		}
+	}
+	if err := c.LoadEnv(getenv); err != nil {
+		return c, err
+	}
+	src := reflect.ValueOf(&f.vals).Elem()
+	dst := reflect.ValueOf(&c).Elem()
+	for _, k := range durashuffle.Keys() {
+		if fl := f.fs.Lookup(k.Flag); fl != nil && fl.Changed {
+			dst.FieldByName(k.Go).Set(src.FieldByName(k.Go))
+		}
+	}
+	return c, c.Validate()
+}
