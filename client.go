@@ -29,6 +29,7 @@ type Client struct {
 	// (nil: hedge_factor 0, no hedging).
 	readHedge *hedge.Hedger
 	guard     commitGuard
+	fast      fastPath // memory store and peers (client_fast.go)
 }
 
 // Open connects to the bucket of cfg with the AWS SDK (endpoint, region
@@ -97,6 +98,7 @@ func NewClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader
 	if cfg.HedgeFactor > 0 {
 		c.readHedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}
+	c.fast.init(cfg, obs)
 	return c
 }
 
@@ -154,7 +156,9 @@ func (c *Client) ReaderOptions() reader.Options {
 	if gap == 0 {
 		gap = -1 // config 0: only directly adjacent frames share a GET
 	}
-	return reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap, Hedge: c.readHedge}
+	o := reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap, Hedge: c.readHedge}
+	c.fast.readerOptions(&o)
+	return o
 }
 
 // ReadHedged returns how many ranged GETs of the client's stages were

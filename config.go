@@ -7,6 +7,7 @@ package durashuffle
 import (
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"reflect"
 	"runtime"
@@ -97,6 +98,9 @@ type Config struct {
 	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
 	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
 	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
+
+	MemoryStoreBytes Size   `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
+	AdvertiseAddr    string `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
 }
 
 // DefaultConfig returns the configuration of DESIGN.md.
@@ -260,6 +264,14 @@ func (c Config) Validate() error {
 	}
 	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
 		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.TLSClientCAFile))
+	}
+	if c.MemoryStoreBytes < 0 {
+		bad("memory_store_bytes", "0 (off) or a size", c.MemoryStoreBytes)
+	}
+	if c.AdvertiseAddr != "" {
+		if _, port, err := net.SplitHostPort(c.AdvertiseAddr); err != nil || port == "" || port == "0" {
+			bad("advertise_addr", "empty or host:port with a fixed port", strconv.Quote(c.AdvertiseAddr))
+		}
 	}
 	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
 		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))

@@ -95,6 +95,7 @@ type MemoryLoad struct {
 //	+ Readers x read_ahead x read_range_bytes            ranged GETs
 //	+ Streams x (max(coalesce_budget, read_ahead x read_range_bytes)
 //	             + max_message_bytes)                    sidecar streams
+//	+ memory_store_bytes                                 frames kept for fast reads
 //	+ RuntimeHeadroom (96 MiB)
 //
 // With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
@@ -102,7 +103,7 @@ func (c Config) MemoryBound(l MemoryLoad) Size {
 	chunks := Size(c.BufferedChunks()) * c.ChunkSize
 	read := Size(c.ReadAhead) * c.ReadRangeBytes
 	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
-	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + RuntimeHeadroom
+	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.MemoryStoreBytes + RuntimeHeadroom
 }
 
 // SoftMemoryLimit is the soft memory limit memory_limit asks for a process

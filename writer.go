@@ -177,9 +177,11 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		err = fmt.Errorf("commit worker %s of %s stage %d, attempt %s: %w", w.opt.Worker, w.opt.Query, w.opt.Stage, w.opt.Attempt, err)
 		return nil, w.cleanupObjects(objs, err)
 	}
+	w.c.advertise(m, objs)
 	if err := manifest.Commit(ctx, w.c.st, w.c.layout, m); err != nil {
 		return nil, w.cleanupObjects(objs, err)
 	}
+	w.c.admit(m, objs)
 	w.cancel(chunker.ErrClosed)
 	return m, nil
 }
@@ -262,10 +264,12 @@ func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
 	for len(w.objects) <= obj {
 		n := len(w.objects)
 		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, n))
-		w.objects = append(w.objects, w.c.pool.NewObject(w.ctx, key, func(err error) {
+		o := w.c.pool.NewObject(w.ctx, key, func(err error) {
 			w.ch.Fail(err)
 			w.cancel(err)
-		}))
+		})
+		w.c.keep(o)
+		w.objects = append(w.objects, o)
 	}
 	o := w.objects[obj]
 	w.mu.Unlock()

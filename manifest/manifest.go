@@ -16,7 +16,7 @@ import (
 // doc.go); version 1 stages are refused with ErrVersion.
 const (
 	FormatMajor   = 2
-	FormatVersion = "2.0"
+	FormatVersion = "2.1"
 	KindWorker    = "worker"
 	KindStage     = "stage"
 )
@@ -93,6 +93,12 @@ type Worker struct {
 	Totals        Totals    `json:"totals"`
 	WriterVersion string    `json:"writer_version"`
 	WrittenAt     time.Time `json:"written_at"`
+	// Peer is the Flight address (advertise_addr) of the sidecar that
+	// committed the worker and kept its frames in memory at commit time;
+	// readers may fetch the frames from it, verified against the same
+	// CRC32Cs, before falling back to the store. Empty: read the store.
+	// Added in format 2.1; older readers ignore it.
+	Peer string `json:"peer,omitempty"`
 }
 
 // Stage is a stage: its workers (headers, sorted by worker ID) and, once

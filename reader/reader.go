@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -75,6 +76,22 @@ type Options struct {
 	// Share one Hedger among a client's stages: its window of recent
 	// latencies is what makes a GET late. nil: no hedging.
 	Hedge *hedge.Hedger
+	// Source, if set, is asked for each range before the store (a memory
+	// store, peer sidecars): see Source. Every frame it returns is checked
+	// against the manifest's CRC32C; what it does not serve, or serves
+	// wrong, is read from the store.
+	Source Source
+	// SourceHedge times Source fetches: one running longer than its delay
+	// (hedge_factor times the recent p90) is hedged by a GET of the same
+	// range from the store, and the first complete answer wins. Before it
+	// has samples, or when nil, SourceDelay is the delay.
+	SourceHedge *hedge.Hedger
+	// SourceDelay is the hedge delay of a Source fetch while SourceHedge
+	// has no samples (0: never hedge then).
+	SourceDelay time.Duration
+	// Observer counts bytes by source and fallbacks by reason (nil: not
+	// counted).
+	Observer Observer
 }
 
 func (o Options) withDefaults() Options {
@@ -444,6 +461,9 @@ type rawSpan struct {
 // fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
 // with the most bytes is kept).
 func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
+	if r, ok := fetchFast(ctx, s, sp); ok {
+		return r
+	}
 	get := func(ctx context.Context) rawSpan {
 		buf := make([]byte, sp.Length)
 		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
@@ -455,7 +475,9 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		return rawSpan{buf: buf, got: int64(n), err: err}
 	}
 	if s.o.Hedge == nil {
-		return get(ctx)
+		r := get(ctx)
+		s.served(SourceS3, r.got)
+		return r
 	}
 	var (
 		mu   sync.Mutex
@@ -471,6 +493,7 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		}
 		return r.err
 	})
+	s.served(SourceS3, best.got)
 	return best
 }
 
@@ -478,8 +501,13 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 // returning each batch's partition alongside. The frames before a
 // failure are returned with it, to be delivered before the error.
 func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
+	if rw, ok := fetchFast(ctx, s, sp); ok {
+		return decodeFast(s, sp, rw)
+	}
 	if s.o.Hedge == nil {
-		return readSpan(ctx, s, sp, schema)
+		r := readSpan(ctx, s, sp, schema)
+		s.served(SourceS3, r.got)
+		return r
 	}
 	// Each request reads and decodes on its own, since both may be
 	// receiving at once; Do returns after both have stopped. Do's own
@@ -505,6 +533,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *sp
 		}
 		return r.err
 	})
+	s.served(SourceS3, best.got)
 	return best
 }
 

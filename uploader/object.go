@@ -31,6 +31,111 @@ type Object struct {
 	err      error
 	wg       sync.WaitGroup
 	finished bool
+
+	// Chunks kept after upload for a Keeper (see Keep).
+	keeper    Keeper
+	keepOff   bool // stopped keeping: a chunk did not fit
+	kept      map[int32][]byte
+	keptBytes int64 // reserved from the keeper for kept
+}
+
+// Keeper is a byte budget that takes an object's uploaded chunk buffers
+// instead of the pool reusing them (the sidecar's memory store). Safe for
+// concurrent use.
+type Keeper interface {
+	// Reserve takes n bytes of the budget, or returns false.
+	Reserve(n int64) bool
+	// Unreserve gives back n reserved bytes; declined says they did not
+	// fit.
+	Unreserve(n int64, declined bool)
+}
+
+// Keep makes the object keep each chunk after it is uploaded, counted
+// against k, instead of returning the buffer to the pool: no copy (a
+// last chunk shorter than half a buffer is copied to its size, so the
+// budget counts what it holds). When a chunk does not fit, the object
+// stops keeping and gives back everything it kept. Call before the
+// first Submit.
+func (o *Object) Keep(k Keeper) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.keeper = k
+}
+
+// keep takes j's buffer after a successful upload. It reports whether
+// the object took the buffer itself (false: the pool reuses it).
+func (o *Object) keep(j *job) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.keeper == nil || o.keepOff || o.err != nil {
+		return false
+	}
+	buf, took := j.buf, true
+	if len(buf) < cap(buf)/2 {
+		buf, took = append([]byte(nil), buf...), false
+	}
+	n := int64(cap(buf))
+	if !o.keeper.Reserve(n) {
+		o.keepOff = true
+		o.keeper.Unreserve(o.keptBytes, true)
+		o.kept, o.keptBytes = nil, 0
+		return false
+	}
+	if o.kept == nil {
+		o.kept = map[int32][]byte{}
+	}
+	o.kept[j.part] = buf
+	o.keptBytes += n
+	return took
+}
+
+// Keeping reports whether every chunk uploaded so far was kept (false
+// without a Keeper).
+func (o *Object) Keeping() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.keeper != nil && !o.keepOff && o.err == nil
+}
+
+// TakeKept hands over the kept chunks in part order after a successful
+// Finish, with the bytes reserved for them, which the caller now owns
+// (to admit or unreserve). ok is false, and nothing is reserved any
+// more, unless every part was kept.
+func (o *Object) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	kept, n := o.kept, o.keptBytes
+	o.kept, o.keptBytes = nil, 0
+	parts := len(o.parts)
+	if o.single {
+		parts = 1
+	}
+	if o.keeper == nil || o.keepOff || o.err != nil || !o.finished || len(kept) != parts {
+		if o.keeper != nil {
+			o.keeper.Unreserve(n, false)
+		}
+		return nil, 0, false
+	}
+	chunks = make([][]byte, parts)
+	for i := range chunks {
+		c, has := kept[int32(i+1)]
+		if !has {
+			o.keeper.Unreserve(n, false)
+			return nil, 0, false
+		}
+		chunks[i] = c
+	}
+	return chunks, n, true
+}
+
+// dropKept gives back every kept chunk.
+func (o *Object) dropKept() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.keeper != nil && o.keptBytes > 0 {
+		o.keeper.Unreserve(o.keptBytes, false)
+	}
+	o.kept, o.keptBytes = nil, 0
 }
 
 // Result describes an uploaded object.
@@ -257,6 +362,7 @@ func (o *Object) completedBefore(err error, size int64) bool {
 // then gc's to remove.
 func (o *Object) Abort() error {
 	o.wg.Wait()
+	o.dropKept()
 	o.mu.Lock()
 	id, created := o.uploadID, o.created
 	o.created = false

@@ -190,6 +190,16 @@ func (p *Pool) Release(b []byte) {
 	p.sem.Release(1)
 }
 
+// forget returns the budget of a buffer without reusing the buffer: a
+// Keeper holds it now, counted against its own budget.
+func (p *Pool) forget() {
+	n := p.held.Add(-1)
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
 type job struct {
 	obj    *Object
 	part   int32
@@ -214,7 +224,11 @@ func (p *Pool) worker() {
 			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
 			p.obs.Uploaded(int64(len(j.buf)))
 		}
-		p.Release(j.buf)
+		if err == nil && j.obj.keep(j) {
+			p.forget() // the buffer now belongs to the object's Keeper
+		} else {
+			p.Release(j.buf)
+		}
 		j.obj.partDone(err)
 	}
 }

@@ -13,6 +13,9 @@ type configFlags struct {
 	fs   *pflag.FlagSet
 	vals durashuffle.Config
 	file string
+	// defaults, if set, changes DefaultConfig for one command (serve's
+	// memory store) before the file, environment and flags apply.
+	defaults func(*durashuffle.Config)
 }
 
 // bindConfigFlags registers --config and one flag per key on fs.
@@ -46,6 +49,9 @@ func bindConfigFlags(fs *pflag.FlagSet) *configFlags {
 // the environment, then flags the user set; and validates it.
 func (f *configFlags) Load(getenv func(string) string) (durashuffle.Config, error) {
 	c := durashuffle.DefaultConfig()
+	if f.defaults != nil {
+		f.defaults(&c)
+	}
 	if f.file != "" {
 		if err := c.LoadFile(f.file); err != nil {
 			return c, err

@@ -75,7 +75,11 @@ in a temporary directory removed on exit): a local trial with no setup.`,
 	return cmd
 }
 
+// ServeMemoryStoreBytes is serve's memory_store_bytes unless set.
+const ServeMemoryStoreBytes = durashuffle.GiB
+
 func (a *app) runServe(ctx context.Context, o *serveOptions) error {
+	a.flags.defaults = func(c *durashuffle.Config) { c.MemoryStoreBytes = ServeMemoryStoreBytes }
 	cfg, err := a.config()
 	if err != nil {
 		return err
@@ -145,7 +149,8 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	a.log.Info("serving Arrow Flight", "listen", flightAddr, "metrics", metricsAddr,
 		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "", "tls", tlsOn, "mtls", mutual,
 		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
-		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)))
+		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)),
+		"memory_store", cfg.MemoryStoreBytes, "advertise", cfg.AdvertiseAddr)
 
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()

@@ -35,6 +35,10 @@ func New(factor float64, minDelay time.Duration) *Hedger {
 	return &Hedger{Factor: factor, Min: minDelay, Warmup: 8, recent: make([]time.Duration, 64)}
 }
 
+// Observe records the latency of a request made outside Do (a request
+// hedged by another kind of request).
+func (h *Hedger) Observe(d time.Duration) { h.observe(d) }
+
 func (h *Hedger) observe(d time.Duration) {
 	h.mu.Lock()
 	h.recent[h.next] = d

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
 )
@@ -34,6 +35,14 @@ const (
 	SidecarCommitsTotal   = "durashuffle_sidecar_commits_total"
 	SidecarAbortsTotal    = "durashuffle_sidecar_aborts_total"
 	CommitGuard           = "durashuffle_commit_guard"
+	MemstoreBytes         = "durashuffle_memstore_bytes"
+	MemstoreAdmitted      = "durashuffle_memstore_admitted_bytes_total"
+	MemstoreDeclined      = "durashuffle_memstore_declined_bytes_total"
+	MemstoreEvicted       = "durashuffle_memstore_evicted_bytes_total"
+	MemstoreReleased      = "durashuffle_memstore_released_bytes_total"
+	ServedBytesTotal      = "durashuffle_served_bytes_total"
+	FallbacksTotal        = "durashuffle_fallbacks_total"
+	PeerSentBytesTotal    = "durashuffle_peer_sent_bytes_total"
 	requestsHelp          = "Object-store requests sent, by SDK operation and HTTP status (none: no response arrived)."
 	retriesHelp           = "Object-store requests retried, by SDK operation and reason (service code, HTTPnnn, reset, timeout)."
 	uploadConcurrencyHelp = "Parts the upload pool lets in flight now (upload_concurrency, lowered while the store throttles)."
@@ -60,6 +69,15 @@ type Metrics struct {
 	rows      *prometheus.CounterVec
 	commits   prometheus.Counter
 	aborts    prometheus.Counter
+	memBytes    prometheus.Gauge
+	memAdmitted prometheus.Counter
+	memDeclined prometheus.Counter
+	memEvicted  prometheus.Counter
+	memReleased prometheus.Counter
+	served      *prometheus.CounterVec
+	fallbacks   *prometheus.CounterVec
+	peerSent    prometheus.Counter
+
 	counters  counterCollector
 	concOnce  sync.Once
 	guardOnce sync.Once
@@ -99,6 +117,28 @@ func New() *Metrics {
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarAbortsTotal,
 			Help: "DoPut streams aborted: cancelled, failed, rejected, ended without their commit message, or cut off at shutdown."}),
 	}
+	m.memBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: MemstoreBytes,
+		Help: "Bytes the memory store holds or has reserved for writers uploading now; at most memory_store_bytes."})
+	m.memAdmitted = prometheus.NewCounter(prometheus.CounterOpts{Name: MemstoreAdmitted,
+		Help: "Bytes of committed workers admitted to the memory store."})
+	m.memDeclined = prometheus.NewCounter(prometheus.CounterOpts{Name: MemstoreDeclined,
+		Help: "Bytes of workers the memory store could not keep: the budget was taken by workers not yet read."})
+	m.memEvicted = prometheus.NewCounter(prometheus.CounterOpts{Name: MemstoreEvicted,
+		Help: "Bytes of workers already read evicted to admit others."})
+	m.memReleased = prometheus.NewCounter(prometheus.CounterOpts{Name: MemstoreReleased,
+		Help: "Bytes dropped from the memory store by release, delete-query, gc or a replaced worker."})
+	m.served = prometheus.NewCounterVec(prometheus.CounterOpts{Name: ServedBytesTotal,
+		Help: "Stored frame bytes readers received, by source: memory (this process), peer (another sidecar), s3."}, []string{"source"})
+	m.fallbacks = prometheus.NewCounterVec(prometheus.CounterOpts{Name: FallbacksTotal,
+		Help: "Ranges (frames, for checksum) read from S3 because memory or a peer fell short, by reason."}, []string{"reason"})
+	m.peerSent = prometheus.NewCounter(prometheus.CounterOpts{Name: PeerSentBytesTotal,
+		Help: "Stored bytes this sidecar's memory store served to peers."})
+	for _, src := range reader.ServedSources {
+		m.served.WithLabelValues(src)
+	}
+	for _, r := range reader.FallbackReasons {
+		m.fallbacks.WithLabelValues(r)
+	}
 	// Known label values start at 0, so a dashboard or an alert on a
 	// rate sees 0 rather than no data before the first event.
 	for _, method := range SidecarMethods {
@@ -115,6 +155,7 @@ func New() *Metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.queue, m.queued, m.part, m.uploadBytes, m.readBytes, m.buffered,
 		m.streams, m.waiting, m.calls, m.rows, m.commits, m.aborts,
+		m.memBytes, m.memAdmitted, m.memDeclined, m.memEvicted, m.memReleased, m.served, m.fallbacks, m.peerSent,
 		&m.counters,
 	)
 	return m
@@ -154,6 +195,62 @@ func (m *Metrics) PartDone(queued, upload time.Duration) {
 func (m *Metrics) Uploaded(bytes int64) {
 	if m != nil {
 		m.uploadBytes.Add(float64(bytes))
+	}
+}
+
+// MemstoreBytes implements memstore.Observer.
+func (m *Metrics) MemstoreBytes(n int64) {
+	if m != nil {
+		m.memBytes.Set(float64(n))
+	}
+}
+
+// MemstoreAdmitted implements memstore.Observer.
+func (m *Metrics) MemstoreAdmitted(n int64) {
+	if m != nil {
+		m.memAdmitted.Add(float64(n))
+	}
+}
+
+// MemstoreDeclined implements memstore.Observer.
+func (m *Metrics) MemstoreDeclined(n int64) {
+	if m != nil {
+		m.memDeclined.Add(float64(n))
+	}
+}
+
+// MemstoreEvicted implements memstore.Observer.
+func (m *Metrics) MemstoreEvicted(n int64) {
+	if m != nil {
+		m.memEvicted.Add(float64(n))
+	}
+}
+
+// MemstoreReleased implements memstore.Observer.
+func (m *Metrics) MemstoreReleased(n int64) {
+	if m != nil {
+		m.memReleased.Add(float64(n))
+	}
+}
+
+// Served implements reader.Observer.
+func (m *Metrics) Served(source string, n int64) {
+	if m != nil && n > 0 {
+		m.served.WithLabelValues(source).Add(float64(n))
+	}
+}
+
+// Fallback implements reader.Observer.
+func (m *Metrics) Fallback(reason string) {
+	if m != nil {
+		m.fallbacks.WithLabelValues(reason).Inc()
+	}
+}
+
+// PeerSent records n stored bytes served to a peer.
+func (m *Metrics) PeerSent(n int64) {
+	if m != nil {
+		m.peerSent.Add(float64(n))
 	}
 }
 

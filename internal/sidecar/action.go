@@ -16,9 +16,12 @@ var actionTypes = []*flight.ActionType{
 	{Type: ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
 	{Type: ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
 	{Type: ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
+	{Type: ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
+	{Type: ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
+	{Type: ActionFetch, Description: `Peer protocol: raw stored bytes of a committed worker held in memory. Body {"query","stage","worker","attempt","object","offset","length"}; results: the bytes, in order, at most 1 MiB each. NotFound when not held; never reads S3.`},
 }
 
-// ListActions lists seal-stage, delete-query and gc.
+// ListActions lists every action DoAction runs.
 func (s *Server) ListActions(_ *flight.Empty, stream flight.FlightService_ListActionsServer) error {
 	for _, a := range actionTypes {
 		if err := stream.Send(a); err != nil {
@@ -42,8 +45,15 @@ func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoAction
 		res, err = s.deleteQuery(ctx, a.GetBody())
 	case ActionGC:
 		res, err = s.runGC(ctx, a.GetBody())
+	case ActionRelease:
+		res, err = s.release(a.GetBody())
+	case ActionHeld:
+		res, err = s.held(a.GetBody())
+	case ActionFetch:
+		return s.fetch(ctx, a.GetBody(), stream)
 	default:
-		return invalidf("unknown action %q; ListActions lists %s, %s and %s", a.GetType(), ActionSealStage, ActionDeleteQuery, ActionGC)
+		return invalidf("unknown action %q; ListActions lists %s, %s, %s, %s, %s and %s", a.GetType(),
+			ActionSealStage, ActionDeleteQuery, ActionGC, ActionRelease, ActionHeld, ActionFetch)
 	}
 	if err != nil {
 		return err
@@ -93,6 +103,9 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, e
 	}
 	s.stages.evict(req.Query, -1)
 	defer s.stages.evict(req.Query, -1) // in case a DoGet cached it meanwhile
+	// Memory first: a reader must not be served a deleted query's frames.
+	s.c.MemStore().Release(req.Query, -1)
+	defer s.c.MemStore().Release(req.Query, -1) // a DoPut that committed meanwhile
 	// Manifests go first, so a reader opening the query meanwhile finds no
 	// stage rather than a manifest whose data objects are gone.
 	r, err := gc.DeleteQuery(ctx, s.c.Store(), s.c.Layout(), req.Query)
@@ -116,6 +129,10 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
 		return nil, invalidf("gc: older_than %q: want a non-negative duration such as 6h", req.OlderThan)
 	}
 	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.ResultsRetention.D()})
+	for _, st := range r.Stages {
+		s.stages.evict(st.Query, st.Stage)
+		s.c.MemStore().Release(st.Query, st.Stage)
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

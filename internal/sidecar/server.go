@@ -28,6 +28,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/peer"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -151,6 +152,12 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		sum := sha256.Sum256([]byte(cfg.AuthToken))
 		s.tokenSum = &sum
 	}
+	// Frames of workers that peers advertise come from them, with the
+	// same bearer token as every call; the memory store serves this
+	// sidecar's own. Both are only tried before S3.
+	c.UsePeers(peer.New(peer.Options{Token: cfg.AuthToken, TLS: peerTLS(tc)}))
+	fast := c.ReaderOptions()
+	s.rd.Source, s.rd.SourceHedge, s.rd.SourceDelay, s.rd.Observer = fast.Source, fast.SourceHedge, fast.SourceDelay, o.Metrics
 	msg := int(cfg.MaxMessageBytes)
 	if msg <= 0 {
 		msg = int(durashuffle.DefaultConfig().MaxMessageBytes)

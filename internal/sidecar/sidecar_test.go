@@ -469,7 +469,7 @@ func TestPutOutcomes(t *testing.T) {
 		}
 		names = append(names, a.Type)
 	}
-	if !slices.Equal(names, []string{sidecar.ActionSealStage, sidecar.ActionDeleteQuery, sidecar.ActionGC}) {
+	if !slices.Equal(names, []string{sidecar.ActionSealStage, sidecar.ActionDeleteQuery, sidecar.ActionGC, sidecar.ActionRelease, sidecar.ActionHeld, sidecar.ActionFetch}) {
 		t.Fatalf("ListActions: %v", names)
 	}
 

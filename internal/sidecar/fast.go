@@ -1,0 +1,161 @@
+package sidecar
+
+import (
+	"context"
+	"crypto/tls"
+	"slices"
+	"strings"
+
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/durashuffle/durashuffle/internal/memstore"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/peer"
+)
+
+// Action types of the fast path.
+const (
+	// ActionFetch serves raw frame bytes held in memory to a peer (the
+	// peer protocol, see package peer).
+	ActionFetch = peer.Action
+	// ActionRelease drops a stage's workers from the memory store.
+	ActionRelease = "release"
+	// ActionHeld lists the workers of a stage the memory store holds.
+	ActionHeld = "held"
+)
+
+// ReleaseRequest is the body of release: {"query","stage"}; without
+// stage, every stage of the query.
+type ReleaseRequest struct {
+	Query string `json:"query"`
+	Stage *int   `json:"stage,omitempty"`
+}
+
+// ReleaseResult is release's answer.
+type ReleaseResult struct {
+	Query         string `json:"query"`
+	Stage         *int   `json:"stage,omitempty"`
+	Workers       int    `json:"workers"`
+	BytesReleased int64  `json:"bytes_released"`
+}
+
+// HeldRequest is the body of held: {"query","stage"}; empty query: every
+// query, no stage: every stage.
+type HeldRequest struct {
+	Query string `json:"query,omitempty"`
+	Stage *int   `json:"stage,omitempty"`
+}
+
+// HeldWorker is one worker attempt in memory.
+type HeldWorker struct {
+	Query   string `json:"query"`
+	Stage   int    `json:"stage"`
+	Worker  string `json:"worker"`
+	Attempt string `json:"attempt"`
+	Bytes   int64  `json:"bytes"`
+	Read    bool   `json:"read"` // read at least once since admitted
+}
+
+// HeldResult is held's answer: the memory store's budget, what it holds
+// and reserves, and the workers.
+type HeldResult struct {
+	AdvertiseAddr string       `json:"advertise_addr,omitempty"`
+	BudgetBytes   int64        `json:"budget_bytes"`
+	HeldBytes     int64        `json:"held_bytes"`
+	ReservedBytes int64        `json:"reserved_bytes"`
+	Workers       []HeldWorker `json:"workers"`
+}
+
+// peerTLS is the client side of TLS for peer calls: the sidecar's own
+// certificate (for peers that require mutual TLS), and as roots the
+// system's plus tls_client_ca_file's, the CA that signs the cluster's
+// sidecars.
+func peerTLS(server *tls.Config) *tls.Config {
+	if server == nil {
+		return nil
+	}
+	return &tls.Config{Certificates: server.Certificates, RootCAs: server.ClientCAs, MinVersion: tls.VersionTLS12}
+}
+
+// fetch serves a peer's FetchRequest from the memory store: Results of
+// at most peer.MaxResultBytes whose bodies are the bytes; NotFound for
+// what is not held. It never reads the object store.
+func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightService_DoActionServer) error {
+	var req peer.FetchRequest
+	if err := decodeStrict("fetch body", body, &req); err != nil {
+		return err
+	}
+	if req.Length < 0 || req.Length > peer.MaxFetchBytes {
+		return invalidf("fetch: length %d out of range [0, %d]", req.Length, peer.MaxFetchBytes)
+	}
+	mem := s.c.MemStore()
+	b, err := mem.Read(memstore.Key{Query: req.Query, Stage: req.Stage, Worker: req.Worker, Attempt: req.Attempt}, req.Object, req.Offset, req.Length)
+	if err != nil {
+		return status.Error(codes.NotFound, err.Error())
+	}
+	for len(b) > 0 {
+		if ctx.Err() != nil {
+			return toStatus(context.Cause(ctx))
+		}
+		n := min(len(b), peer.MaxResultBytes)
+		if err := stream.Send(&flight.Result{Body: b[:n]}); err != nil {
+			return err
+		}
+		s.m.PeerSent(int64(n))
+		b = b[n:]
+	}
+	return nil
+}
+
+// release drops a stage's (or a query's) workers from the memory store.
+func (s *Server) release(body []byte) (*ReleaseResult, error) {
+	var req ReleaseRequest
+	if err := decodeStrict("release body", body, &req); err != nil {
+		return nil, err
+	}
+	if err := manifest.ValidateID("query", req.Query); err != nil {
+		return nil, invalidf("release: %v", err)
+	}
+	stage := -1
+	if req.Stage != nil {
+		if err := manifest.ValidateStage(*req.Stage); err != nil {
+			return nil, invalidf("release: %v", err)
+		}
+		stage = *req.Stage
+	}
+	n, bytes := s.c.MemStore().Release(req.Query, stage)
+	s.log.Info("released from memory", "query", req.Query, "stage", stage, "workers", n, "bytes", bytes)
+	return &ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
+}
+
+// held lists what the memory store holds.
+func (s *Server) held(body []byte) (*HeldResult, error) {
+	var req HeldRequest
+	if len(body) > 0 {
+		if err := decodeStrict("held body", body, &req); err != nil {
+			return nil, err
+		}
+	}
+	stage := -1
+	if req.Stage != nil {
+		stage = *req.Stage
+	}
+	mem := s.c.MemStore()
+	h, r := mem.Used()
+	res := &HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []HeldWorker{}}
+	for _, w := range mem.Holdings(req.Query, stage) {
+		res.Workers = append(res.Workers, HeldWorker{Query: w.Key.Query, Stage: w.Key.Stage, Worker: w.Key.Worker, Attempt: w.Key.Attempt, Bytes: w.Bytes, Read: w.Read})
+	}
+	slices.SortFunc(res.Workers, func(a, b HeldWorker) int {
+		if c := strings.Compare(a.Query, b.Query); c != 0 {
+			return c
+		}
+		if a.Stage != b.Stage {
+			return a.Stage - b.Stage
+		}
+		return strings.Compare(a.Worker, b.Worker)
+	})
+	return res, nil
+}

@@ -1,0 +1,296 @@
+package reader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/frame"
+)
+
+// Sources of stored bytes, as Observer.Served reports them.
+const (
+	SourceMemory = "memory" // this process's memory store
+	SourcePeer   = "peer"   // another sidecar's memory store, over Flight
+	SourceS3     = "s3"     // the object store
+)
+
+// Reasons a read fell back from a Source to the object store, as
+// Observer.Fallback reports them.
+const (
+	FallbackMiss        = "miss"        // the source does not hold the bytes (evicted, released, restarted)
+	FallbackChecksum    = "checksum"    // bytes from the source failed the manifest's CRC32C
+	FallbackTimeout     = "timeout"     // the source was late and the hedged GET answered first
+	FallbackRefused     = "refused"     // the peer refused the call (token, certificate)
+	FallbackUnavailable = "unavailable" // the peer could not be reached or went away mid-call
+	FallbackError       = "error"       // any other failure (short answer, bad request)
+)
+
+// FallbackReasons lists every reason, for metrics that start at 0.
+var FallbackReasons = []string{FallbackMiss, FallbackChecksum, FallbackTimeout, FallbackRefused, FallbackUnavailable, FallbackError}
+
+// ServedSources lists every source, for metrics that start at 0.
+var ServedSources = []string{SourceMemory, SourcePeer, SourceS3}
+
+// ErrNoSource is what a Source returns for a range it has no way to
+// serve (no memory store holds it and no peer is named): the read goes
+// to the object store and no fallback is counted.
+var ErrNoSource = errors.New("no fast source for these frames")
+
+// SourceError is a Source's failure with the reason it is counted under
+// (one of the Fallback constants).
+type SourceError struct {
+	Reason string
+	Err    error
+}
+
+func (e *SourceError) Error() string { return e.Reason + ": " + e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// SourceRange is a byte range of one committed worker's data object.
+type SourceRange struct {
+	Query   string
+	Stage   int
+	Worker  string
+	Attempt string
+	// Peer is the worker's advertised sidecar address from its manifest
+	// (empty: none).
+	Peer   string
+	Object int    // index into the worker's objects
+	Key    string // the object's full key, for messages
+	Offset int64
+	Length int64
+}
+
+// Source serves committed frames' stored bytes from somewhere faster
+// than the object store: a memory store, a peer sidecar. It is only an
+// accelerator: the reader checks every frame it returns against the
+// manifest's CRC32C and reads from the store whatever it cannot or does
+// not serve correctly. Implementations must be safe for concurrent use.
+type Source interface {
+	// Fetch returns exactly r.Length bytes of the range, and which source
+	// served them (SourceMemory or SourcePeer). The reader never modifies
+	// the bytes. It fails with ErrNoSource when it has nothing to ask, or
+	// with a *SourceError saying why it fell short; ctx cancelled means
+	// the reader stopped waiting.
+	Fetch(ctx context.Context, r SourceRange) ([]byte, string, error)
+}
+
+// Observer receives the reader's byte and fallback counts. Safe for
+// concurrent use, cheap; nil ignores them.
+type Observer interface {
+	// Served counts stored bytes delivered from source.
+	Served(source string, bytes int64)
+	// Fallback counts one range (or frame, for checksum) read from the
+	// store because the fast source fell short.
+	Fallback(reason string)
+}
+
+func (s *Stage) served(source string, n int64) {
+	if s.o.Observer != nil && n > 0 {
+		s.o.Observer.Served(source, n)
+	}
+}
+
+func (s *Stage) fallback(reason string) {
+	if s.o.Observer != nil {
+		s.o.Observer.Fallback(reason)
+	}
+}
+
+// fallbackReason classifies a Source's failure.
+func fallbackReason(err error) string {
+	var se *SourceError
+	if errors.As(err, &se) && se.Reason != "" {
+		return se.Reason
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return FallbackTimeout
+	}
+	return FallbackError
+}
+
+// sourceDelay is how long a Source may take before the same range is
+// also requested from the store: the Source hedger's delay (hedge_factor
+// times the recent p90 of Source fetches), or before it has samples,
+// SourceDelay.
+func (s *Stage) sourceDelay() time.Duration {
+	if h := s.o.SourceHedge; h != nil {
+		if d := h.Delay(); d > 0 {
+			return d
+		}
+	}
+	return s.o.SourceDelay
+}
+
+// fetchFast reads a span from the Source, hedged by a GET from the store
+// when the Source is late. ok is false when the Source has nothing to
+// offer or failed before the GET was sent: the caller reads the store as
+// usual. Otherwise the span's bytes are returned whole and checked:
+// every frame passed its CRC32C, or was read again from the store (its
+// own failure is then the span's error, as for a GET).
+func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
+	if s.o.Source == nil || len(sp.Frames) == 0 {
+		return rawSpan{}, false
+	}
+	f0 := sp.Frames[0]
+	w := &s.m.Workers[f0.Worker]
+	rng := SourceRange{Query: s.m.Query, Stage: s.m.Stage, Worker: w.Worker, Attempt: w.Attempt, Peer: w.Peer,
+		Object: f0.Frame.Object, Key: sp.Key, Offset: sp.Offset, Length: sp.Length}
+
+	type result struct {
+		b    []byte
+		from string
+		got  int64
+		err  error
+		s3   bool
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, 2)
+	start := time.Now()
+	go func() {
+		b, from, err := s.o.Source.Fetch(cctx, rng)
+		if err == nil && int64(len(b)) != sp.Length {
+			err = &SourceError{Reason: FallbackError, Err: fmt.Errorf("%s answered %d bytes of %s [%d, %d), want %d", from, len(b), sp.Key, sp.Offset, sp.Offset+sp.Length, sp.Length)}
+		}
+		results <- result{b: b, from: from, got: int64(len(b)), err: err}
+	}()
+	getS3 := func() {
+		r := getRange(cctx, s, sp)
+		results <- result{b: r.buf, from: SourceS3, got: r.got, err: r.err, s3: true}
+	}
+	var timer <-chan time.Time
+	if d := s.sourceDelay(); d > 0 {
+		t := time.NewTimer(d)
+		defer t.Stop()
+		timer = t.C
+	}
+	running, hedged := 1, false
+	var fastErr error
+	var s3res *result
+	for running > 0 {
+		select {
+		case <-timer:
+			timer = nil
+			if !hedged {
+				hedged = true
+				running++
+				go getS3()
+			}
+			continue
+		case r := <-results:
+			running--
+			if r.err == nil {
+				cancel()
+				for ; running > 0; running-- {
+					<-results
+				}
+				if r.s3 {
+					s.fallback(FallbackTimeout)
+					s.served(SourceS3, r.got)
+					return rawSpan{buf: r.b, got: r.got}, true
+				}
+				if s.o.SourceHedge != nil {
+					s.o.SourceHedge.Observe(time.Since(start))
+				}
+				return verifyFast(ctx, s, sp, r.b, r.from), true
+			}
+			if r.s3 {
+				s3res = &r
+				continue
+			}
+			fastErr = r.err
+			if errors.Is(r.err, ErrNoSource) {
+				if !hedged {
+					return rawSpan{}, false
+				}
+				continue
+			}
+			if ctx.Err() != nil {
+				continue // the reader stopped, not the source
+			}
+			if !hedged {
+				s.fallback(fallbackReason(r.err))
+				return rawSpan{}, false
+			}
+		}
+	}
+	// Both failed, or the Source failed after the GET started.
+	if fastErr != nil && !errors.Is(fastErr, ErrNoSource) && ctx.Err() == nil {
+		s.fallback(fallbackReason(fastErr))
+	}
+	if s3res != nil {
+		s.served(SourceS3, s3res.got)
+		return rawSpan{buf: s3res.b, got: s3res.got, err: s3res.err}, true
+	}
+	return rawSpan{err: context.Cause(ctx)}, true
+}
+
+// verifyFast checks each frame of a span served by a Source against its
+// CRC32C and reads the frames that fail from the store, into a copy of
+// the span (the Source's bytes are never modified).
+func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) rawSpan {
+	good := int64(len(b))
+	var own bool
+	for _, f := range sp.Frames {
+		lo, hi := f.At, f.At+f.Frame.Length
+		if frame.CRC32C(b[lo:hi]) == f.Frame.CRC32C {
+			continue
+		}
+		s.fallback(FallbackChecksum)
+		good -= f.Frame.Length
+		if !own {
+			b, own = append([]byte(nil), b...), true
+		}
+		n, err := readInto(ctx, s, sp.Key, sp.Offset+lo, b[lo:hi])
+		s.served(SourceS3, n)
+		if err != nil {
+			return rawSpan{buf: b, got: lo + n, err: err}
+		}
+	}
+	s.served(from, good)
+	return rawSpan{buf: b, got: int64(len(b))}
+}
+
+// readInto fills p with the store's bytes at off of key.
+func readInto(ctx context.Context, s *Stage, key string, off int64, p []byte) (int64, error) {
+	body, err := s.st.GetRange(ctx, key, off, int64(len(p)))
+	if err != nil {
+		return 0, err
+	}
+	defer body.Close()
+	n, err := io.ReadFull(body, p)
+	return int64(n), err
+}
+
+// getRange is one ranged GET of a span into a fresh buffer.
+func getRange(ctx context.Context, s *Stage, sp span) rawSpan {
+	buf := make([]byte, sp.Length)
+	n, err := readInto(ctx, s, sp.Key, sp.Offset, buf)
+	return rawSpan{buf: buf, got: n, err: err}
+}
+
+// decodeFast decodes a span fetchFast returned, as readSpan would: the
+// whole frames before a failure are delivered with it.
+func decodeFast(s *Stage, sp span, rw rawSpan) *spanRead {
+	r := &spanRead{got: rw.got}
+	for _, f := range sp.Frames {
+		if end := f.At + f.Frame.Length; end > rw.got {
+			r.err = shortRead(s, sp, f, rw.got, rw.err)
+			return r
+		}
+		recs, err := decodeFrame(s, f, rw.buf[f.At:f.At+f.Frame.Length], s.schema)
+		if err != nil {
+			r.err = err
+			return r
+		}
+		r.recs = append(r.recs, recs...)
+		for range recs {
+			r.parts = append(r.parts, f.Frame.Partition)
+		}
+	}
+	return r
+}
