@@ -93,7 +93,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		c := durashuffle.NewClient(st, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 0, Worker: "0", Attempt: "a", Partitions: 8})
@@ -147,7 +147,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 func TestSmallOutputIsOnePut(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 3, Worker: "7", Partitions: 4})
@@ -182,7 +182,7 @@ func TestSmallOutputIsOnePut(t *testing.T) {
 
 func TestEmptyOutputCommits(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, _ := c.NewWriter(context.Background(), durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2, Schema: schema})
@@ -214,7 +214,7 @@ func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
 		cfg := testConfig()
 		cfg.UploadConcurrency = 2
 		cfg.MaxBufferedChunks = 3
-		c := durashuffle.NewClient(slowStore{st, 150 * time.Millisecond}, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 150 * time.Millisecond}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
 		if err := writeRows(w, 40_000, 4); err != nil { // ~40 MiB, 8 chunks
@@ -255,7 +255,7 @@ func TestPermanentPartFailureCancelsWriter(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig()
 		bad := &badChecksumStore{Store: st, part: 2}
-		c := durashuffle.NewClient(bad, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(bad), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
 		const total = 200_000 // ~200 MiB if nothing stopped it
@@ -300,7 +300,7 @@ func retryReason(se *store.Error) string {
 func TestTwoAttemptsCommitOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		open := func(attempt string) *durashuffle.Writer {
 			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "3", Attempt: attempt, Partitions: 2})
@@ -341,7 +341,7 @@ func TestTwoAttemptsCommitOnce(t *testing.T) {
 func TestAbortLeavesNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2})
 		if err := writeRows(w, 15_000, 2); err != nil {
@@ -363,7 +363,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 
 func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
 	counter := &store.Counter{}
-	c := durashuffle.NewClient(nil, testConfig(), counter, nil)
+	c := testenv.Client(t, testConfig(), durashuffle.WithStore(nil), durashuffle.WithCounter(counter))
 	defer c.Close()
 	cases := []struct {
 		name string
