@@ -433,7 +433,9 @@ func TestCommitContextBoundsTheCommit(t *testing.T) {
 		name string
 		hold func(st store.Store) *holdStore
 	}{
-		{"complete", func(st store.Store) *holdStore { return &holdStore{Store: st, complete: true, held: make(chan struct{})} }},
+		{"complete", func(st store.Store) *holdStore {
+			return &holdStore{Store: st, complete: true, held: make(chan struct{})}
+		}},
 		{"parts in flight", func(st store.Store) *holdStore { return &holdStore{Store: st, part: 3, held: make(chan struct{})} }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
