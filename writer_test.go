@@ -361,9 +361,13 @@ func TestAbortLeavesNothing(t *testing.T) {
 	})
 }
 
+// noStore is a store whose every method panics (a nil Store inside).
+type noStore struct{ store.Store }
+
 func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
 	counter := &store.Counter{}
-	c := testenv.Client(t, testConfig(), durashuffle.WithStore(nil), durashuffle.WithCounter(counter))
+	// Any request on this store panics: nothing may be sent.
+	c := testenv.Client(t, testConfig(), durashuffle.WithStore(noStore{}), durashuffle.WithCounter(counter))
 	defer c.Close()
 	cases := []struct {
 		name string
