@@ -25,7 +25,7 @@ func TestRacingAttemptsCommitOnce(t *testing.T) {
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
 	cfg.HedgeFactor = 0
-	c := durashuffle.NewClient(st, cfg, counter, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (
 		attempts   = 4

@@ -37,7 +37,7 @@ func TestSchemaChangeRejected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
-	c := durashuffle.NewClient(st, testConfig(), counter, nil)
+	c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	bad := otherBatch()
 	defer bad.Release()
@@ -99,7 +99,7 @@ func TestPartitionOutOfRange(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, counter := testenv.Embedded(t).NewStore(t)
-	c := durashuffle.NewClient(st, testConfig(), counter, nil)
+	c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "range", Worker: "0", Partitions: 4})
 	if err != nil {

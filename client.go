@@ -3,14 +3,19 @@ package durashuffle
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Version is written into every manifest.
@@ -21,6 +26,7 @@ const Version = "durashuffle/0.1.0"
 // for concurrent use.
 type Client struct {
 	cfg     Config
+	raw     store.Store // below the retry layer
 	st      store.Store
 	pool    *uploader.Pool
 	counter *store.Counter
@@ -32,27 +38,121 @@ type Client struct {
 	fast      fastPath // memory store and peers (client_fast.go)
 }
 
-// Open connects to the bucket of cfg with the AWS SDK (endpoint, region
-// and credentials follow the usual AWS chain unless cfg sets them).
-func Open(ctx context.Context, cfg Config, obs uploader.Observer) (*Client, error) {
+// Open returns a Client for cfg. cfg is validated first; an invalid key
+// is an error wrapping ErrInvalidConfig that names the key, the allowed
+// range and the value. By default the client talks to the bucket of cfg
+// with the AWS SDK (endpoint, region and credentials follow the usual AWS
+// chain unless cfg or an option sets them); WithStore puts it on a store
+// of the caller's own instead. Open sends no request: a missing bucket or
+// a wrong credential shows in the first write or read.
+func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
+	var o options
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Bucket == "" {
-		return nil, fmt.Errorf("%w: bucket is not set", ErrInvalidConfig)
+	if o.counter == nil {
+		o.counter = &store.Counter{}
 	}
-	counter := &store.Counter{}
-	s3, err := s3store.New(ctx, StoreOptions(cfg, counter))
-	if err != nil {
-		return nil, err
+	st := o.store
+	if st == nil {
+		if cfg.Bucket == "" {
+			return nil, fmt.Errorf("%w: bucket is not set", ErrInvalidConfig)
+		}
+		so := storeOptions(cfg, o.counter)
+		so.AWS, so.HTTPClient = o.aws, o.httpClient
+		if o.credentials != nil {
+			so.Credentials = o.credentials
+		}
+		s3, err := s3store.New(ctx, so)
+		if err != nil {
+			return nil, err
+		}
+		st = s3
 	}
-	return NewClient(s3, cfg, counter, obs), nil
+	obs := o.observer
+	var m *metrics.Library
+	if o.registerer != nil {
+		m = metrics.NewLibrary()
+		obs = teeObserver{obs, m}
+	}
+	c := newClient(st, cfg, o.counter, obs)
+	if m != nil {
+		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, GuardStates, func() string { return c.CommitGuard().State }); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("register the client's metrics: %w", err)
+		}
+	}
+	return c, nil
 }
 
-// StoreOptions maps cfg to the S3 store's options, counting requests in
+// An Option adds to what Open builds: a store of the caller's own, an AWS
+// configuration or HTTP client for the S3 store, an observer, metrics.
+type Option func(*options)
+
+type options struct {
+	store       store.Store
+	counter     *store.Counter
+	observer    uploader.Observer
+	registerer  prometheus.Registerer
+	aws         *aws.Config
+	httpClient  *http.Client
+	credentials aws.CredentialsProvider
+}
+
+// WithStore puts the client on st instead of an S3 store built from cfg
+// (cfg's bucket, endpoint, region and TLS keys are then unused). st must
+// not retry by itself: the client adds the one retry layer. Check a store
+// of your own with storetest.Run.
+func WithStore(st store.Store) Option { return func(o *options) { o.store = st } }
+
+// WithCounter counts every request the store sends (by operation and
+// status) and every retry in c, which the caller may read at any time;
+// Client.Counter returns it. Without it the client counts in a Counter of
+// its own.
+func WithCounter(c *store.Counter) Option { return func(o *options) { o.counter = c } }
+
+// WithObserver sends the upload pool's events (chunks queued, bytes
+// buffered, parts done) to obs, for metrics of the caller's own.
+func WithObserver(obs uploader.Observer) Option { return func(o *options) { o.observer = obs } }
+
+// WithRegisterer registers the client's metrics on reg: requests by
+// operation and code, retries by operation and reason, bytes uploaded,
+// chunks queued and buffered, part latency, the pool's upload concurrency
+// and the commit guard's state (the names are those the sidecar exports,
+// listed in docs/operations.md). Open fails if reg already holds them.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) { o.registerer = reg }
+}
+
+// WithAWSConfig builds the S3 store on cfg (credentials, region, HTTP
+// client, middleware such as tracing) instead of loading the default AWS
+// chain. The store still turns off the SDK's own retries and sends its
+// own CRC32C checksums; Config's endpoint, region and path_style still
+// apply when set.
+func WithAWSConfig(cfg aws.Config) Option { return func(o *options) { o.aws = &cfg } }
+
+// WithHTTPClient sends the S3 store's requests through h instead of a
+// client sized from cfg (upload_concurrency, max_streams, read_ahead)
+// with insecure_skip_verify applied. Size its connection pool to the
+// parts and ranged GETs in flight, or they queue there.
+func WithHTTPClient(h *http.Client) Option { return func(o *options) { o.httpClient = h } }
+
+// WithCredentials signs the S3 store's requests with p instead of the
+// credentials of the AWS chain (for example
+// credentials.NewStaticCredentialsProvider, or embedded.Server's).
+func WithCredentials(p aws.CredentialsProvider) Option {
+	return func(o *options) { o.credentials = p }
+}
+
+// storeOptions maps cfg to the S3 store's options, counting requests in
 // counter (which may be nil). The connection cap covers the upload pool
 // with its hedges and every reader window the sidecar may serve at once.
-func StoreOptions(cfg Config, counter *store.Counter) s3store.Options {
+func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 	return s3store.Options{
 		Bucket:             cfg.Bucket,
 		Endpoint:           cfg.Endpoint,
@@ -66,12 +166,8 @@ func StoreOptions(cfg Config, counter *store.Counter) s3store.Options {
 	}
 }
 
-// NewClient builds a Client on an existing store (which must not retry by
-// itself: the client adds the one retry layer). counter may be nil.
-func NewClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader.Observer) *Client {
-	if counter == nil {
-		counter = &store.Counter{}
-	}
+// newClient builds a Client on st, which must not retry by itself.
+func newClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader.Observer) *Client {
 	var pool *uploader.Pool
 	st := retry.Wrap(raw, retry.Policy{
 		MaxAttempts: cfg.RetryMaxAttempts,
@@ -94,12 +190,28 @@ func NewClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader
 
 		CleanupTimeout: cfg.CleanupTimeout.D(),
 	}, obs)
-	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
+	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
 	if cfg.HedgeFactor > 0 {
 		c.readHedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}
 	c.fast.init(cfg, obs)
 	return c
+}
+
+// CreateBucket creates the configured bucket if it does not exist, as one
+// request (idempotent; safe to race with other callers). It is for trials
+// and tests: production buckets come with their lifecycle rules from the
+// operator (docs/operations.md). On a store given with WithStore it is an
+// error unless that store has a method EnsureBucket(ctx) error.
+func (c *Client) CreateBucket(ctx context.Context) error {
+	b, ok := c.raw.(interface{ EnsureBucket(context.Context) error })
+	if !ok {
+		return fmt.Errorf("create bucket: the client's store (%T) cannot create buckets", c.raw)
+	}
+	if err := b.EnsureBucket(ctx); err != nil {
+		return fmt.Errorf("create bucket %s: %w", c.cfg.Bucket, err)
+	}
+	return nil
 }
 
 // Close stops the upload pool. Writers must be committed or aborted.
@@ -174,4 +286,44 @@ func (c *Client) ReadHedged() (hedged, won int64) {
 // sealed, a LIST and a GET per worker manifest when it is not.
 func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reader.Stage, error) {
 	return reader.Open(ctx, c.st, c.layout, query, stage, c.ReaderOptions())
+}
+
+// teeObserver sends the pool's events to both observers (either may be
+// nil).
+type teeObserver struct{ a, b uploader.Observer }
+
+func (t teeObserver) Queued(delta int) {
+	if t.a != nil {
+		t.a.Queued(delta)
+	}
+	if t.b != nil {
+		t.b.Queued(delta)
+	}
+}
+
+func (t teeObserver) Buffered(bytes int64) {
+	if t.a != nil {
+		t.a.Buffered(bytes)
+	}
+	if t.b != nil {
+		t.b.Buffered(bytes)
+	}
+}
+
+func (t teeObserver) PartDone(queued, upload time.Duration) {
+	if t.a != nil {
+		t.a.PartDone(queued, upload)
+	}
+	if t.b != nil {
+		t.b.PartDone(queued, upload)
+	}
+}
+
+func (t teeObserver) Uploaded(bytes int64) {
+	if t.a != nil {
+		t.a.Uploaded(bytes)
+	}
+	if t.b != nil {
+		t.b.Uploaded(bytes)
+	}
 }

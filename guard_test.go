@@ -54,7 +54,7 @@ func guardEnv(t *testing.T, wrap func(store.Store) store.Store, mut func(*durash
 	if mut != nil {
 		mut(&cfg)
 	}
-	c := durashuffle.NewClient(wrap(raw), cfg, counter, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(wrap(raw)), durashuffle.WithCounter(counter))
 	t.Cleanup(c.Close)
 	return c, raw, ep
 }
@@ -177,10 +177,10 @@ func TestCommitGuardOneProbe(t *testing.T) {
 		t.Run(b.Name, func(t *testing.T) {
 			ep := b.Start(t)
 			st, counter := ep.NewStore(t)
-			c := durashuffle.NewClient(st, testConfig(), counter, nil)
+			c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 			defer c.Close()
 			// What the probe costs on its own, on a client of its own.
-			solo := durashuffle.NewClient(st, testConfig(), nil, nil)
+			solo := testenv.Client(t, testConfig(), durashuffle.WithStore(st))
 			start := time.Now()
 			if err := solo.CheckCommitGuard(context.Background()); err != nil {
 				t.Fatal(err)

@@ -85,7 +85,7 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	cfg.FrameTargetBytes = 64 * durashuffle.KiB
 	cfg.CoalesceBudget = 256 * durashuffle.KiB
 	cfg.HedgeFactor = 0
-	c := durashuffle.NewClient(slowStore{st, 100 * time.Millisecond}, cfg, counter, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 100 * time.Millisecond}), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (
 		writers    = 16
@@ -203,7 +203,7 @@ func TestLoadWideStageBoundedMemory(t *testing.T) {
 	cfg := testConfig()
 	cfg.CoalesceBudget = 8 * durashuffle.MiB
 	cfg.HedgeFactor = 0
-	c := durashuffle.NewClient(st, cfg, counter, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (
 		writers    = 4

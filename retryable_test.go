@@ -10,6 +10,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -68,7 +69,7 @@ func TestRejectedPartIsRetryableForTheTask(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		c := durashuffle.NewClient(&etagStore{Store: st, part: 2}, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(&etagStore{Store: st, part: 2}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "first", Partitions: 4})
 		if err != nil {
@@ -100,7 +101,7 @@ func TestRejectedPartIsRetryableForTheTask(t *testing.T) {
 
 		// What the engine does with a retryable error: the task again, as
 		// a new attempt.
-		good := durashuffle.NewClient(st, cfg, nil, nil)
+		good := testenv.Client(t, cfg, durashuffle.WithStore(st))
 		defer good.Close()
 		w, err = good.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "rerun", Partitions: 4})
 		if err != nil {
@@ -154,7 +155,7 @@ func TestCleanupIsBounded(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig()
 		cfg.CleanupTimeout = durashuffle.Duration(time.Second)
-		c := durashuffle.NewClient(hangStore{st}, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(hangStore{st}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "hung", Partitions: 2})
 		if err != nil {

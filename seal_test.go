@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -15,7 +16,7 @@ import (
 func TestSeal(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		for _, worker := range []string{"0", "1", "3"} {
 			w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Stage: 1, Worker: worker, Partitions: 4})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -22,7 +23,7 @@ func TestKeySpread(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig()
 		cfg.KeySpread = 16
-		c := durashuffle.NewClient(st, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		const workers = 8
 		for wi := range workers {

@@ -38,7 +38,7 @@ func TestOpenEncryptsEveryObject(t *testing.T) {
 			cfg.Bucket, cfg.Endpoint, cfg.PathStyle, cfg.Region = ep.Bucket, ep.URL, true, "us-east-1"
 			cfg.Prefix = tc.name
 			cfg.SSE, cfg.SSEKMSKeyID = tc.sse, tc.key
-			c, err := durashuffle.Open(ctx, cfg, nil)
+			c, err := durashuffle.Open(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

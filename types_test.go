@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -172,7 +173,7 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		cfg := testConfig()
 		cfg.MaxObjectSize = 12 * durashuffle.MiB // several objects
 		cfg.FrameTargetBytes = 512 * durashuffle.KiB
-		c := durashuffle.NewClient(st, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		const partitions = 4 // partition 3 stays empty
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "types", Worker: "0", Partitions: partitions, Schema: allTypes})

@@ -105,7 +105,10 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 }
 
 // Commit flushes the remaining buffers, waits for every part, completes
-// the uploads and writes the worker manifest with a conditional put. The
+// the uploads and writes the worker manifest with a conditional put. ctx
+// bounds all of it, CompleteMultipartUpload included: if ctx ends first,
+// Commit fails with its cause, and nothing is committed and no upload is
+// left open. The
 // client's commit guard runs before the manifest put (see
 // Client.CheckCommitGuard): on a store that does not enforce the
 // condition the attempt's objects are deleted and the error wraps
@@ -117,6 +120,14 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if !w.finish() {
 		return nil, chunker.ErrClosed
 	}
+	// ctx bounds the whole commit: the last frames' encoding, the parts
+	// still in flight, every CompleteMultipartUpload and the manifest put.
+	// When it ends first, the writer fails with its cause and cleans up.
+	stop := context.AfterFunc(ctx, func() {
+		w.cancel(fmt.Errorf("commit worker %s of %s stage %d: %w", w.opt.Worker, w.opt.Query, w.opt.Stage, context.Cause(ctx)))
+		w.ch.Fail(context.Cause(ctx))
+	})
+	defer stop()
 	res, err := w.ch.Close()
 	if err != nil {
 		return nil, w.cleanup(err)
@@ -135,7 +146,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	}
 	var firstErr error
 	for i, o := range objs {
-		r, err := o.Finish()
+		r, err := o.Finish(ctx)
 		if err != nil {
 			firstErr = errors.Join(firstErr, err)
 			continue

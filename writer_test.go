@@ -93,7 +93,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		c := durashuffle.NewClient(st, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 0, Worker: "0", Attempt: "a", Partitions: 8})
@@ -147,7 +147,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 func TestSmallOutputIsOnePut(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q1", Stage: 3, Worker: "7", Partitions: 4})
@@ -182,7 +182,7 @@ func TestSmallOutputIsOnePut(t *testing.T) {
 
 func TestEmptyOutputCommits(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		before := probed(t, c)
 		w, _ := c.NewWriter(context.Background(), durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2, Schema: schema})
@@ -214,7 +214,7 @@ func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
 		cfg := testConfig()
 		cfg.UploadConcurrency = 2
 		cfg.MaxBufferedChunks = 3
-		c := durashuffle.NewClient(slowStore{st, 150 * time.Millisecond}, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 150 * time.Millisecond}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
 		if err := writeRows(w, 40_000, 4); err != nil { // ~40 MiB, 8 chunks
@@ -255,7 +255,7 @@ func TestPermanentPartFailureCancelsWriter(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig()
 		bad := &badChecksumStore{Store: st, part: 2}
-		c := durashuffle.NewClient(bad, cfg, counter, nil)
+		c := testenv.Client(t, cfg, durashuffle.WithStore(bad), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
 		const total = 200_000 // ~200 MiB if nothing stopped it
@@ -300,7 +300,7 @@ func retryReason(se *store.Error) string {
 func TestTwoAttemptsCommitOnce(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		open := func(attempt string) *durashuffle.Writer {
 			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "3", Attempt: attempt, Partitions: 2})
@@ -341,7 +341,7 @@ func TestTwoAttemptsCommitOnce(t *testing.T) {
 func TestAbortLeavesNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := durashuffle.NewClient(st, testConfig(), counter, nil)
+		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2})
 		if err := writeRows(w, 15_000, 2); err != nil {
@@ -361,9 +361,13 @@ func TestAbortLeavesNothing(t *testing.T) {
 	})
 }
 
+// noStore is a store whose every method panics (a nil Store inside).
+type noStore struct{ store.Store }
+
 func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
 	counter := &store.Counter{}
-	c := durashuffle.NewClient(nil, testConfig(), counter, nil)
+	// Any request on this store panics: nothing may be sent.
+	c := testenv.Client(t, testConfig(), durashuffle.WithStore(noStore{}), durashuffle.WithCounter(counter))
 	defer c.Close()
 	cases := []struct {
 		name string
@@ -387,5 +391,95 @@ func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
 	}
 	if counter.Total() != 0 {
 		t.Fatalf("%d requests made", counter.Total())
+	}
+}
+
+// holdStore holds CompleteMultipartUpload or UploadPart (from the first
+// part numbered part on) until the request's context ends, and signals
+// when the first one is held.
+type holdStore struct {
+	store.Store
+	complete bool  // hold CompleteMultipartUpload
+	part     int32 // hold UploadPart of parts >= part (0: none)
+	held     chan struct{}
+	once     atomic.Bool
+}
+
+func (s *holdStore) hold(ctx context.Context) error {
+	if s.once.CompareAndSwap(false, true) {
+		close(s.held)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *holdStore) CompleteMultipart(ctx context.Context, key, id string, parts []store.Part) error {
+	if s.complete {
+		return s.hold(ctx)
+	}
+	return s.Store.CompleteMultipart(ctx, key, id, parts)
+}
+
+func (s *holdStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+	if s.part > 0 && n >= s.part {
+		return "", s.hold(ctx)
+	}
+	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+}
+
+// TestCommitContextBoundsTheCommit: the ctx given to Commit, not the one
+// given to NewWriter, bounds every request of the commit. Cancelled while
+// the store holds CompleteMultipartUpload, or while parts are still in
+// flight, Commit returns the cancellation, nothing is committed, no
+// upload is left open and no object is left.
+func TestCommitContextBoundsTheCommit(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		hold func(st store.Store) *holdStore
+	}{
+		{"complete", func(st store.Store) *holdStore {
+			return &holdStore{Store: st, complete: true, held: make(chan struct{})}
+		}},
+		{"parts in flight", func(st store.Store) *holdStore { return &holdStore{Store: st, part: 3, held: make(chan struct{})} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+				hs := tc.hold(st)
+				c := testenv.Client(t, testConfig(), durashuffle.WithStore(hs), durashuffle.WithCounter(counter))
+				defer c.Close()
+				w, err := c.NewWriter(context.Background(), durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "a", Partitions: 4})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// ~12 MiB: three 5 MiB parts, the last of them sent at Commit.
+				if err := writeRows(w, 12_000, 4); err != nil {
+					t.Fatal(err)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				go func() {
+					<-hs.held
+					cancel()
+				}()
+				m, err := w.Commit(ctx)
+				if err == nil || !errors.Is(err, context.Canceled) {
+					t.Fatalf("Commit = %v, %v; want the cancellation", m, err)
+				}
+				if !hs.once.Load() {
+					t.Fatal("the store never held a request: the test did not reach the commit's requests")
+				}
+				bg := context.Background()
+				if _, err := manifest.LoadWorker(bg, st, c.Layout(), "q", 0, "0"); !store.IsNotFound(err) {
+					t.Fatalf("worker manifest after a cancelled commit: %v, want not found", err)
+				}
+				ups, err := st.ListUploads(bg, "")
+				if err != nil || len(ups) != 0 {
+					t.Fatalf("uploads left open: %v %v", ups, err)
+				}
+				objs, _, err := st.List(bg, "", "")
+				if err != nil || len(objs) != 0 {
+					t.Fatalf("objects left: %v %v", objs, err)
+				}
+			})
+		})
 	}
 }

@@ -11,6 +11,8 @@ import (
 	"os"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/johannesboyne/gofakes3"
 	"github.com/johannesboyne/gofakes3/backend/s3afero"
 	"github.com/spf13/afero"
@@ -22,12 +24,47 @@ type Server struct {
 	srv      *http.Server
 	endpoint string
 	served   chan error
+	tempDir  string // removed by Close; "" when the caller gave dataDir
 }
 
 // Start serves the objects under dataDir (created if missing) on a free
 // loopback port, creating the given buckets if they do not exist yet.
 // Objects persist in dataDir across restarts; open multipart uploads do not.
+// An empty dataDir is a new temporary directory that Close removes, for a
+// test or a trial:
+//
+//	srv, err := embedded.Start("", "shuffle")
+//	defer srv.Close()
+//	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+//	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(embedded.Credentials()))
 func Start(dataDir string, buckets ...string) (*Server, error) {
+	temp := ""
+	if dataDir == "" {
+		d, err := os.MkdirTemp("", "durashuffle-embedded-")
+		if err != nil {
+			return nil, fmt.Errorf("embedded: data dir: %w", err)
+		}
+		dataDir, temp = d, d
+	}
+	s, err := start(dataDir, buckets)
+	if err != nil {
+		if temp != "" {
+			os.RemoveAll(temp)
+		}
+		return nil, err
+	}
+	s.tempDir = temp
+	return s, nil
+}
+
+// Credentials are keys for the server's clients: it accepts any, and
+// fixed ones spare the SDK a walk down the credential chain (and its
+// instance-metadata timeouts) where no AWS credentials are set.
+func Credentials() aws.CredentialsProvider {
+	return credentials.NewStaticCredentialsProvider("durashuffle", "durashuffle", "")
+}
+
+func start(dataDir string, buckets []string) (*Server, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: data dir: %w", err)
 	}
@@ -82,6 +119,9 @@ func (s *Server) Close() error {
 	}
 	if serr := <-s.served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
+	}
+	if s.tempDir != "" {
+		err = errors.Join(err, os.RemoveAll(s.tempDir))
 	}
 	return err
 }

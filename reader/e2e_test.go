@@ -66,7 +66,7 @@ func newEnv(t *testing.T, ep testenv.Endpoint) *env {
 	cfg.CoalesceBudget = 1 * durashuffle.MiB
 	cfg.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
 	cfg.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
-	c := durashuffle.NewClient(raw, cfg, counter, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
 	t.Cleanup(c.Close)
 	return &env{client: c, raw: raw, counter: counter}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"slices"
 	"strings"
@@ -85,6 +86,11 @@ func (m *Mem) Put(ctx context.Context, key string, body []byte, opts PutOptions)
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if opts.CRC32C != nil {
+		if got := crc32.Checksum(body, castagnoli); got != *opts.CRC32C {
+			return badDigest("PutObject", key, got, *opts.CRC32C)
+		}
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if _, ok := m.objs[key]; ok && opts.IfNoneMatch {
@@ -109,6 +115,9 @@ func (m *Mem) CreateMultipart(ctx context.Context, key string) (string, error) {
 
 // UploadPart implements Writer.
 func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c uint32) (string, error) {
+	if got := crc32.Checksum(body, castagnoli); got != crc32c {
+		return "", badDigest("UploadPart", key, got, crc32c)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, ok := m.uploads[uploadID]
@@ -223,3 +232,11 @@ func (m *Mem) Set(key string, b []byte) {
 }
 
 var _ Store = (*Mem)(nil)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// badDigest is S3's answer to a body whose CRC32C is not the one sent.
+func badDigest(op, key string, got, sent uint32) error {
+	return &Error{Op: op, Key: key, Status: 400, Code: "BadDigest",
+		Err: fmt.Errorf("the body's CRC32C is %08x, the request says %08x", got, sent)}
+}

@@ -26,10 +26,18 @@ const mib = 1 << 20
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// Run runs the contract suite. newStore is called once per subtest and may
-// return a store on a fresh bucket or a shared one: every subtest keeps to
-// a key prefix of its own. Subtests run in parallel.
-func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
+// Run runs the contract suite against st, from a test of the caller's:
+//
+//	func TestMyStore(t *testing.T) { storetest.Run(t, newMyStore(t)) }
+//
+// Each case is a subtest under its own key prefix (storetest/...), and
+// the cases run in parallel; st must be safe for concurrent use, as the
+// client requires. The suite leaves no upload open; it deletes what it
+// wrote as it goes, but a failed case may leave objects under storetest/
+// (point st at a bucket, or a prefix, for tests). Run it on the store as
+// the client will use it: durashuffle adds its retry layer above the
+// store, so st itself should not retry.
+func Run(t *testing.T, st store.Store) {
 	cases := []struct {
 		name string
 		fn   func(t *testing.T, s store.Store, pfx string)
@@ -52,7 +60,7 @@ func Run(t *testing.T, newStore func(t *testing.T) store.Store) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			c.fn(t, newStore(t), prefix(t))
+			c.fn(t, st, prefix(t))
 		})
 	}
 }

@@ -2,7 +2,9 @@ package storetest_test
 
 import (
 	"testing"
+	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/storetest"
@@ -10,27 +12,28 @@ import (
 
 func TestMain(m *testing.M) { testenv.Main(m) }
 
-func TestEmbedded(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, _ := testenv.Embedded(t).NewStore(t)
-		return s
-	})
+// TestContract runs the suite against every server of the end-to-end
+// suites (testenv.Backends: the embedded server, a real MinIO, versitygw;
+// or the server named by DURASHUFFLE_TEST_ENDPOINT), and against the
+// in-memory store.Mem the sidecar's tests and benchmarks use.
+func TestContract(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			s, _ := b.Start(t).NewStore(t)
+			storetest.Run(t, s)
+		})
+	}
+	t.Run("mem", func(t *testing.T) { storetest.Run(t, &store.Mem{}) })
 }
 
-// TestMinIO runs against a real MinIO (started here) or the server named
-// by DURASHUFFLE_TEST_ENDPOINT (LocalStack, AWS).
-func TestMinIO(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
+// TestContractThroughRetries runs the suite on MinIO through the retry
+// layer every client puts above its store: retries must not change an
+// answer (a conditional put's loser stays a loser, a missing key stays
+// missing, a repeated Complete stays idempotent).
+func TestContractThroughRetries(t *testing.T) {
+	t.Run("minio", func(t *testing.T) {
 		s, _ := testenv.MinIO(t).NewStore(t)
-		return s
-	})
-}
-
-// TestVersityGW runs against versitygw, a gateway that keeps objects as
-// files, started here whether or not DURASHUFFLE_TEST_ENDPOINT is set.
-func TestVersityGW(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) store.Store {
-		s, _ := testenv.VersityGW(t).NewStore(t)
-		return s
+		counter := &store.Counter{}
+		storetest.Run(t, retry.Wrap(s, retry.Policy{MaxAttempts: 4, BaseDelay: 10 * time.Millisecond, MaxDelay: 100 * time.Millisecond, Timeout: time.Minute}, counter))
 	})
 }

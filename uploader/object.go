@@ -269,9 +269,10 @@ func (o *Object) partDone(err error) {
 	o.wg.Done()
 }
 
-// Finish waits for every submitted part and completes the upload. On any
-// failure it aborts the upload and returns the first error.
-func (o *Object) Finish() (Result, error) {
+// Finish waits for every submitted part and completes the upload; ctx
+// bounds the CompleteMultipartUpload (with the object's own context). On
+// any failure it aborts the upload and returns the first error.
+func (o *Object) Finish(ctx context.Context) (Result, error) {
 	o.wg.Wait()
 	o.mu.Lock()
 	err, single, id, created := o.err, o.single, o.uploadID, o.created
@@ -295,7 +296,14 @@ func (o *Object) Finish() (Result, error) {
 			return Result{}, errors.Join(err, o.Abort())
 		}
 	}
-	if err := o.pool.st.CompleteMultipart(o.ctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
+	// The Complete is bounded by the caller's ctx (Writer.Commit's) as
+	// well as by the object's own: a commit that is given up on must not
+	// go on completing uploads behind the caller's back.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
+	defer stop()
+	if err := o.pool.st.CompleteMultipart(cctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
 		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
 		return Result{}, errors.Join(err, o.Abort())
 	}

@@ -175,7 +175,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		o := p.NewObject(context.Background(), "k", nil)
 		write(t, p, o, 1)
-		res, err := o.Finish()
+		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 1 || res.Size != testChunk/2 {
 			t.Fatalf("Finish = %+v, %v", res, err)
 		}
@@ -193,7 +193,7 @@ func TestObjectStates(t *testing.T) {
 			t.Fatal("an upload was created before any chunk")
 		}
 		write(t, p, o, 5)
-		res, err := o.Finish()
+		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 5 || res.Size != 4*testChunk+testChunk/2 {
 			t.Fatalf("Finish = %+v, %v", res, err)
 		}
@@ -221,7 +221,7 @@ func TestObjectStates(t *testing.T) {
 		var mu sync.Mutex
 		o := p.NewObject(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
 		write(t, p, o, 4)
-		_, err := o.Finish()
+		_, err := o.Finish(context.Background())
 		if !errors.Is(err, permanent) || !strings.Contains(err.Error(), "upload part 2 of k") {
 			t.Fatalf("Finish: %v, want the part 2 failure", err)
 		}
@@ -246,7 +246,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		o := p.NewObject(context.Background(), "k", nil)
 		write(t, p, o, 3)
-		res, err := o.Finish()
+		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 3 {
 			t.Fatalf("Finish = %+v, %v", res, err)
 		}
@@ -264,7 +264,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		o := p.NewObject(context.Background(), "k", nil)
 		write(t, p, o, 3)
-		_, err := o.Finish()
+		_, err := o.Finish(context.Background())
 		if !store.IsNotFound(err) || !strings.Contains(err.Error(), "complete multipart upload k (3 parts") {
 			t.Fatalf("Finish: %v, want the Complete's failure", err)
 		}
@@ -281,7 +281,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		o := p.NewObject(context.Background(), "k", nil)
 		write(t, p, o, 2)
-		if _, err := o.Finish(); err != nil {
+		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatal(err)
 		}
 		if st.count("Create") != 2 || st.count("ListUploads k") != 1 || st.count("Abort u1") != 1 || st.count("Abort u2") != 0 || len(st.uploads) != 0 {

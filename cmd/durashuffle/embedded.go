@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/embedded"
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	embeddeds3 "github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
 )
@@ -23,7 +21,7 @@ func (a *app) startEmbedded(dataDir string, cfg *durashuffle.Config) (stop func(
 		}
 		temp = true
 	}
-	srv, err := embedded.Start(dir, cfg.Bucket)
+	srv, err := embeddeds3.Start(dir, cfg.Bucket)
 	if err != nil {
 		if temp {
 			os.RemoveAll(dir)
@@ -49,29 +47,24 @@ func (a *app) startEmbedded(dataDir string, cfg *durashuffle.Config) (stop func(
 // (cfg is pointed at it). close stops the client and the server.
 func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, embedded bool, dataDir string, obs uploader.Observer) (c *durashuffle.Client, close func(), err error) {
 	stopServer := func() {}
-	opts := durashuffle.StoreOptions(*cfg, nil)
+	counter := &store.Counter{}
+	opts := []durashuffle.Option{durashuffle.WithCounter(counter), durashuffle.WithObserver(obs)}
 	if embedded {
 		if stopServer, err = a.startEmbedded(dataDir, cfg); err != nil {
 			return nil, nil, err
 		}
-		opts = durashuffle.StoreOptions(*cfg, nil)
-		// The embedded server checks no signatures: fixed keys spare the
-		// SDK a walk down the credential chain and its metadata timeouts.
-		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
+		opts = append(opts, durashuffle.WithCredentials(embeddeds3.Credentials()))
 	}
-	counter := &store.Counter{}
-	opts.Counter = counter
-	s3, err := s3store.New(ctx, opts)
-	if err != nil {
+	if c, err = durashuffle.Open(ctx, *cfg, opts...); err != nil {
 		stopServer()
 		return nil, nil, err
 	}
 	if !embedded {
-		if err := s3.EnsureBucket(ctx); err != nil {
+		if err := c.CreateBucket(ctx); err != nil {
+			c.Close()
 			stopServer()
-			return nil, nil, fmt.Errorf("bucket %s: %w", cfg.Bucket, err)
+			return nil, nil, err
 		}
 	}
-	c = durashuffle.NewClient(s3, *cfg, counter, obs)
 	return c, func() { c.Close(); stopServer() }, nil
 }

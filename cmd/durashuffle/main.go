@@ -211,7 +211,7 @@ func (a *app) open(ctx context.Context) (*durashuffle.Client, error) {
 		return nil, err
 	}
 	a.log.Debug("connecting", "bucket", cfg.Bucket, "endpoint", cfg.Endpoint, "prefix", cfg.Prefix)
-	return durashuffle.Open(ctx, cfg, nil)
+	return durashuffle.Open(ctx, cfg)
 }
 
 // stageFlags are --query and --stage, validated before any request.

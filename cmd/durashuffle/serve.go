@@ -106,7 +106,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		defer closeClient()
 		client = c
 	} else {
-		if client, err = durashuffle.Open(ctx, cfg, m); err != nil {
+		if client, err = durashuffle.Open(ctx, cfg, durashuffle.WithObserver(m)); err != nil {
 			return err
 		}
 		defer client.Close()

@@ -146,7 +146,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := durashuffle.Open(ctx, cfg, prog.observer(int64(cfg.ChunkSize)))
+	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithObserver(prog.observer(int64(cfg.ChunkSize))))
 	if err != nil {
 		return err
 	}

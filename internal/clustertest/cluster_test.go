@@ -436,7 +436,7 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 	// minutes; cut it and retry, as the retry layer does, rather than
 	// wait on one attempt (the default request_timeout is 5m).
 	cfg.RequestTimeout = durashuffle.Duration(15 * time.Second)
-	client, err := durashuffle.Open(context.Background(), cfg, nil)
+	client, err := durashuffle.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,7 +33,7 @@ func TestFrameRangesRecipe(t *testing.T) {
 	cfg := durashuffle.DefaultConfig()
 	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.FrameTargetBytes = 64 * durashuffle.KiB
-	c := durashuffle.NewClient(st, cfg, nil, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(st))
 	defer c.Close()
 
 	const query, stage, partitions, workers = "interop", 3, 4, 2

@@ -92,7 +92,7 @@ func TestSidecarGoClient(t *testing.T) {
 	cfg := durashuffle.DefaultConfig()
 	cfg.ChunkSize = 5 * durashuffle.MiB
 	cfg.AuthToken = "doc-example-token"
-	c := durashuffle.NewClient(st, cfg, nil, nil)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(st))
 	t.Cleanup(c.Close)
 	srv, err := sidecar.New(c, sidecar.Options{})
 	if err != nil {

@@ -76,7 +76,7 @@ func newEnv(t testing.TB, e testenv.Endpoint, cfg durashuffle.Config, specs ...f
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev.client = durashuffle.NewClient(raw, cfg, ev.counter, nil)
+	ev.client = testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(ev.counter))
 	t.Cleanup(ev.client.Close)
 	ev.direct, _ = e.NewStore(t)
 	return ev

@@ -152,7 +152,7 @@ func TestRun(t *testing.T) {
 			rec := &recStore{Store: raw}
 			cfg := durashuffle.DefaultConfig()
 			cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
-			c := durashuffle.NewClient(raw, cfg, nil, nil)
+			c := testenv.Client(t, cfg, durashuffle.WithStore(raw))
 			defer c.Close()
 			l := c.Layout()
 
@@ -394,7 +394,7 @@ func TestDeleteQueryAbortsUploads(t *testing.T) {
 func TestLostSealIndex(t *testing.T) {
 	ctx := context.Background()
 	st := &store.Mem{}
-	c := durashuffle.NewClient(st, durashuffle.DefaultConfig(), nil, nil)
+	c := testenv.Client(t, durashuffle.DefaultConfig(), durashuffle.WithStore(st))
 	defer c.Close()
 	l := c.Layout()
 	commit(t, c, "q", 0, "0", false, 0, 100)

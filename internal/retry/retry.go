@@ -297,6 +297,13 @@ func (r *resumer) Read(p []byte) (int, error) {
 		}
 		r.closeBody()
 		if oerr := r.open(); oerr != nil {
+			if r.left > 0 && errors.Is(oerr, store.ErrInvalidRange) {
+				// The range ran past the object's end, and the first body
+				// ended at it: a range cut short, as S3 answers it, not a
+				// break. (A resumed range starts where the object ended.)
+				r.left = 0
+				return n, io.EOF
+			}
 			return n, oerr
 		}
 		if n > 0 {

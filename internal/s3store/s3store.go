@@ -57,6 +57,14 @@ type Options struct {
 	// HTTPClient replaces the client built from MaxConns and
 	// InsecureSkipVerify (tests use it to put a fault proxy in the path).
 	HTTPClient *http.Client
+	// AWS, if set, is the SDK configuration to build on instead of
+	// loading the default chain (a caller's credentials, middleware,
+	// HTTP client). Its retryer and checksum settings are replaced: the
+	// store never retries and sends its own CRC32C.
+	AWS *aws.Config
+	// Credentials, if set, sign every request instead of the chain's (or
+	// AWS's) credentials.
+	Credentials aws.CredentialsProvider
 	// AccessKeyID and SecretAccessKey, when both set, are used instead of
 	// the credential chain: the embedded server and tests need fixed keys
 	// without a round trip through the environment.
@@ -121,9 +129,31 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		loadOpts = append(loadOpts, config.WithCredentialsProvider(
 			credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")))
 	}
-	cfg, err := config.LoadDefaultConfig(ctx, loadOpts...)
-	if err != nil {
-		return nil, fmt.Errorf("s3store: load AWS config: %w", err)
+	if o.Credentials != nil {
+		loadOpts = append(loadOpts, config.WithCredentialsProvider(o.Credentials))
+	}
+	var cfg aws.Config
+	if o.AWS != nil {
+		cfg = o.AWS.Copy()
+		cfg.Retryer = func() aws.Retryer { return aws.NopRetryer{} }
+		cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
+		cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
+		if cfg.HTTPClient == nil {
+			cfg.HTTPClient = newHTTPClient(o.MaxConns, o.InsecureSkipVerify)
+		}
+		if o.Region != "" {
+			cfg.Region = o.Region
+		}
+		if o.Credentials != nil {
+			cfg.Credentials = o.Credentials
+		} else if o.AccessKeyID != "" && o.SecretAccessKey != "" {
+			cfg.Credentials = credentials.NewStaticCredentialsProvider(o.AccessKeyID, o.SecretAccessKey, "")
+		}
+	} else {
+		var err error
+		if cfg, err = config.LoadDefaultConfig(ctx, loadOpts...); err != nil {
+			return nil, fmt.Errorf("s3store: load AWS config: %w", err)
+		}
 	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"

@@ -103,7 +103,7 @@ func TestStageCache(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	other := durashuffle.NewClient(e.raw, e.cfg, nil, nil)
+	other := testenv.Client(t, e.cfg, durashuffle.WithStore(e.raw))
 	defer other.Close()
 	want := make([][]row, partitions)
 	w, err := other.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: "0", Partitions: partitions, Schema: testSchema})

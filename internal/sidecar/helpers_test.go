@@ -105,7 +105,7 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 	}
 	e := &env{t: t, cfg: cfg, raw: raw, counter: counter, logs: &syncBuffer{}}
 	e.m = metrics.New()
-	e.client = durashuffle.NewClient(st, cfg, counter, e.m)
+	e.client = testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter), durashuffle.WithObserver(e.m))
 	t.Cleanup(e.client.Close)
 	e.srv, err = sidecar.New(e.client, sidecar.Options{
 		Logger:        slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
@@ -310,15 +311,18 @@ func (s *server) stop() error {
 	return nil
 }
 
-// repoRoot finds the module root, where localstack/ lives, from the test's
-// working directory (its package directory).
+// repoRoot finds the repository root, where localstack/ lives, from the
+// test's working directory (its package directory): the nearest directory
+// above it that holds localstack/minio.sh. The command line's own module
+// (cmd/durashuffle) has a go.mod of its own, so go.mod alone is not the
+// mark.
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		if _, err := os.Stat(filepath.Join(dir, "localstack", "minio.sh")); err == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
@@ -327,11 +331,7 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
-	out, err := exec.Command("go", "env", "GOMOD").Output()
-	if gomod := strings.TrimSpace(string(out)); err == nil && gomod != "" && gomod != os.DevNull {
-		return filepath.Dir(gomod), nil
-	}
-	return "", errors.New("testenv: no go.mod above the working directory; cannot find localstack/minio.sh")
+	return "", errors.New("testenv: no localstack/minio.sh above the working directory")
 }
 
 // withBucket sets e's bucket to shared, or to a fresh one named after t,
@@ -407,5 +407,16 @@ func MinIOBinary() (string, error) {
 	return bin, nil
 }
 
-// RepoRoot returns the module root (where go.mod and localstack/ are).
+// RepoRoot returns the repository root (where localstack/ is).
 func RepoRoot() (string, error) { return repoRoot() }
+
+// Client opens a durashuffle client on cfg with opts (usually WithStore),
+// failing the test if cfg is refused. The caller closes it.
+func Client(t testing.TB, cfg durashuffle.Config, opts ...durashuffle.Option) *durashuffle.Client {
+	t.Helper()
+	c, err := durashuffle.Open(context.Background(), cfg, opts...)
+	if err != nil {
+		t.Fatalf("open client: %v", err)
+	}
+	return c
+}

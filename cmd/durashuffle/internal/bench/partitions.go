@@ -215,7 +215,10 @@ func readRanges(ctx context.Context, j *Job) (*Result, error) {
 	}
 	defer closeIdle(tr)
 	gets := &getCounter{Store: raw}
-	client := durashuffle.NewClient(gets, j.Config, counter, nil)
+	client, err := durashuffle.Open(ctx, j.Config, durashuffle.WithStore(gets), durashuffle.WithCounter(counter))
+	if err != nil {
+		return nil, err
+	}
 	defer client.Close()
 	res := &Result{Name: j.Name}
 	parts := max(1, j.Data.Partitions)

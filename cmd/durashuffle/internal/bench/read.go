@@ -26,7 +26,10 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	defer closeIdle(tr)
-	client := durashuffle.NewClient(raw, j.Config, counter, nil)
+	client, err := durashuffle.Open(ctx, j.Config, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
+	if err != nil {
+		return nil, err
+	}
 	defer client.Close()
 	res := &Result{Name: j.Name}
 	var rows, logical, ranges atomic.Int64

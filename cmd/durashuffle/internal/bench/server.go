@@ -45,6 +45,7 @@ type memObject struct {
 
 type memUpload struct {
 	bucket, key string
+	started     time.Time
 	parts       map[int][]byte
 }
 
@@ -142,7 +143,7 @@ func (s *MemServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case r.Method == http.MethodPost && q.Has("uploads"):
 		id := strconv.FormatInt(s.ids.Add(1), 10)
 		s.mu.Lock()
-		s.uploads[id] = &memUpload{bucket: bucket, key: key, parts: map[int][]byte{}}
+		s.uploads[id] = &memUpload{bucket: bucket, key: key, parts: map[int][]byte{}, started: time.Now().UTC()}
 		s.mu.Unlock()
 		writeXML(w, struct {
 			XMLName  xml.Name `xml:"InitiateMultipartUploadResult"`
@@ -360,10 +361,27 @@ func (s *MemServer) serveBucket(w http.ResponseWriter, r *http.Request, bucket s
 			XMLName xml.Name `xml:"DeleteResult"`
 		}{})
 	case r.Method == http.MethodGet && has("uploads"):
-		writeXML(w, struct {
+		type upload struct {
+			Key      string `xml:"Key"`
+			UploadID string `xml:"UploadId"`
+			Started  string `xml:"Initiated"`
+		}
+		prefix := get("prefix")
+		res := struct {
 			XMLName xml.Name `xml:"ListMultipartUploadsResult"`
 			Bucket  string   `xml:"Bucket"`
-		}{Bucket: bucket})
+			Prefix  string   `xml:"Prefix"`
+			Uploads []upload `xml:"Upload"`
+		}{Bucket: bucket, Prefix: prefix}
+		s.mu.Lock()
+		for id, u := range s.uploads {
+			if u.bucket == bucket && strings.HasPrefix(u.key, prefix) {
+				res.Uploads = append(res.Uploads, upload{Key: u.key, UploadID: id, Started: u.started.Format(time.RFC3339)})
+			}
+		}
+		s.mu.Unlock()
+		slices.SortFunc(res.Uploads, func(a, b upload) int { return strings.Compare(a.Key+"\x00"+a.UploadID, b.Key+"\x00"+b.UploadID) })
+		writeXML(w, res)
 	case r.Method == http.MethodGet:
 		prefix, delim := get("prefix"), get("delimiter")
 		type content struct {

@@ -84,10 +84,12 @@ func writeDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 
 func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Counter) (*Result, error) {
 	clock := &dataClock{}
-	client := durashuffle.NewClient(clockedStore{raw, clock}, j.Config, counter, j.observer())
+	client, err := durashuffle.Open(ctx, j.Config, durashuffle.WithStore(clockedStore{raw, clock}), durashuffle.WithCounter(counter), durashuffle.WithObserver(j.observer()))
+	if err != nil {
+		return nil, err
+	}
 	defer client.Close()
 	res := &Result{Name: j.Name}
-	var err error
 	if res.InputBytes, err = prepareInput(j); err != nil {
 		return nil, err
 	}
