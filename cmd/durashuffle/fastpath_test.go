@@ -111,6 +111,16 @@ func (s *fastSidecar) ctx(ctx context.Context) context.Context {
 // "k=v" of match, from /metrics.
 func (s *fastSidecar) metric(name string, match ...string) float64 {
 	s.t.Helper()
+	v, found := s.metricFound(name, match...)
+	if !found {
+		s.t.Fatalf("metric %s %v not exported by the sidecar", name, match)
+	}
+	return v
+}
+
+// metricFound is metric for series that appear only once counted.
+func (s *fastSidecar) metricFound(name string, match ...string) (float64, bool) {
+	s.t.Helper()
 	resp, err := http.Get("http://" + s.metrics + "/metrics")
 	if err != nil {
 		s.t.Fatal(err)
@@ -146,10 +156,16 @@ func (s *fastSidecar) metric(name string, match ...string) float64 {
 		total += f
 		found = true
 	}
-	if !found {
-		s.t.Fatalf("metric %s %v not exported by the sidecar", name, match)
+	return total, found
+}
+
+// fallbacks renders the fallback counts by reason, for failure messages.
+func (s *fastSidecar) fallbacks() string {
+	var b strings.Builder
+	for _, r := range []string{"miss", "checksum", "timeout", "refused", "unavailable", "error"} {
+		fmt.Fprintf(&b, " %s=%v", r, s.metric("durashuffle_fallbacks_total", "reason="+r))
 	}
-	return total
+	return strings.TrimSpace(b.String())
 }
 
 // action runs a DoAction and decodes its one result into v.
@@ -327,7 +343,8 @@ func (s *fastSidecar) heldWorkers(ctx context.Context, query string) []string {
 // dataGets counts the sidecar's GETs of data ranges: every GetObject but
 // the stage manifest and index reads.
 func (s *fastSidecar) gets() float64 {
-	return s.metric("durashuffle_requests_total", "op=GetObject")
+	v, _ := s.metricFound("durashuffle_requests_total", "op=GetObject")
+	return v
 }
 
 func TestFastPathMemoryAndPeer(t *testing.T) {
@@ -445,12 +462,13 @@ func TestFastPathPeerFlipsAByte(t *testing.T) {
 	sameRows(t, got, want)
 	flipped := px.flipped.Load()
 	checksum := b.metric("durashuffle_fallbacks_total", "reason=checksum")
-	t.Logf("bytes flipped %d, checksum fallbacks %v, from s3 %v, from peer %v", flipped, checksum,
+	t.Logf("bytes flipped %d, fallbacks %s, from s3 %v, from peer %v", flipped, b.fallbacks(),
 		b.metric("durashuffle_served_bytes_total", "source=s3"), b.metric("durashuffle_served_bytes_total", "source=peer"))
 	if flipped == 0 {
 		t.Fatal("the proxy flipped no byte: the test did not run its fault")
 	}
-	if checksum == 0 || checksum > float64(flipped) || b.metric("durashuffle_served_bytes_total", "source=s3") == 0 {
+	if checksum == 0 || checksum > float64(flipped) || b.metric("durashuffle_served_bytes_total", "source=s3") == 0 ||
+		b.metric("durashuffle_served_bytes_total", "source=peer") == 0 {
 		t.Fatalf("%d bytes flipped, %v frames caught by CRC32C and read from s3", flipped, checksum)
 	}
 }
@@ -472,7 +490,7 @@ func TestFastPathPeerStalls(t *testing.T) {
 	sameRows(t, got, want)
 	timeout := b.metric("durashuffle_fallbacks_total", "reason=timeout")
 	s3 := b.metric("durashuffle_served_bytes_total", "source=s3")
-	t.Logf("stalled after %d bytes; %v hedged to s3, %v bytes from s3, %v from the peer", px.passed.Load(), timeout, s3,
+	t.Logf("stalled after %d bytes; fallbacks %s; %v hedged to s3, %v bytes from s3, %v from the peer", px.passed.Load(), b.fallbacks(), timeout, s3,
 		b.metric("durashuffle_served_bytes_total", "source=peer"))
 	if !px.stalled.Load() || timeout == 0 || s3 == 0 {
 		t.Fatalf("stalled %v, timeouts %v, s3 bytes %v: want the stalled ranges hedged to s3", px.stalled.Load(), timeout, s3)
@@ -583,7 +601,7 @@ type h2Proxy struct {
 }
 
 const (
-	h2Flip  = iota // flip one byte in the middle of every 8th large DATA frame
+	h2Flip  = iota // flip one byte in the middle of every 32nd large DATA frame
 	h2Stall        // pass 64 KiB of DATA payload, then nothing more
 )
 
@@ -640,7 +658,7 @@ func (p *h2Proxy) serve(c net.Conn) {
 			switch p.mode {
 			case h2Flip:
 				if n >= 4096 && hdr[4]&0x8 == 0 { // not padded
-					if large++; large%8 == 1 {
+					if large++; large%32 == 1 {
 						payload[n/2] ^= 0x5a
 						p.flipped.Add(1)
 					}
