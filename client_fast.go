@@ -136,4 +136,3 @@ func (c *Client) admit(m *manifest.Worker, objs []*uploader.Object) {
 	}
 	c.fast.mem.Admit(k, chunks, m.ChunkSize, sizes, reserved)
 }
-

@@ -677,4 +677,3 @@ func (p *h2Proxy) serve(c net.Conn) {
 		}
 	}
 }
-

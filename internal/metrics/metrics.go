@@ -63,12 +63,12 @@ type Metrics struct {
 	readBytes   prometheus.Counter
 	buffered    prometheus.Gauge
 
-	streams   *prometheus.GaugeVec
-	waiting   prometheus.Gauge
-	calls     *prometheus.CounterVec
-	rows      *prometheus.CounterVec
-	commits   prometheus.Counter
-	aborts    prometheus.Counter
+	streams     *prometheus.GaugeVec
+	waiting     prometheus.Gauge
+	calls       *prometheus.CounterVec
+	rows        *prometheus.CounterVec
+	commits     prometheus.Counter
+	aborts      prometheus.Counter
 	memBytes    prometheus.Gauge
 	memAdmitted prometheus.Counter
 	memDeclined prometheus.Counter
