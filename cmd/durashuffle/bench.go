@@ -130,6 +130,8 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 		bench.ScenarioEncode:       `  durashuffle bench encode --writers 1,2,4`,
 		bench.ScenarioMemory:       `  durashuffle bench memory --logical 1GiB,4GiB --memory-limit auto,off`,
 		bench.ScenarioSweep:        `  durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png`,
+		bench.ScenarioFastpath: `  durashuffle bench fastpath --stored 64MiB --rounds 2
+  durashuffle bench fastpath --endpoint http://127.0.0.1:9000 --path-style --bucket bench --latency 0 --conn-bandwidth 0`,
 		bench.ScenarioPartitions: `  durashuffle bench partitions --plot partitions.png
   durashuffle bench partitions --stored 64MiB --partition-counts 64,2048 --partition-writers 1,8 --rounds 1`,
 	}

@@ -98,11 +98,14 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 	if rep.Scenario == ScenarioSweep {
 		sizing = "chunk and concurrency per row, max_buffered_chunks 2 x concurrency"
 	}
-	if rep.Scenario != ScenarioPartitions {
+	if rep.Scenario != ScenarioPartitions && rep.Scenario != ScenarioFastpath {
 		fmt.Fprintf(&b, "%d rows in %d partitions, %d-row Writes (%s input) from %d goroutine(s), %d worker(s); %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d rounds, medians.\n\n",
 			s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizing, s.Compression, s.StoredPerLogical, s.CPUs, s.Store, s.Rounds)
 	}
 	switch rep.Scenario {
+	case ScenarioFastpath:
+		b.WriteString(fastpathSetup(rep) + "\n")
+		b.WriteString(fastpathTable(rep))
 	case ScenarioPartitions:
 		partitionsMarkdown(&b, rep)
 	case ScenarioSweep:

@@ -19,6 +19,9 @@ func Plot(rep *Report, path string) error {
 	if rep.Scenario == ScenarioPartitions {
 		return plotPartitions(rep, path)
 	}
+	if rep.Scenario == ScenarioFastpath {
+		return plotFastpath(rep, path)
+	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("durashuffle bench %s", rep.Scenario)
 	switch {
@@ -167,4 +170,24 @@ func Replot(dir string) ([]*Report, error) {
 		reps = append(reps, &r)
 	}
 	return reps, nil
+}
+
+// plotFastpath draws the read time of each memory store mode.
+func plotFastpath(rep *Report, path string) error {
+	p := plot.New()
+	p.Title.Text = "durashuffle bench fastpath: read time of 4 readers"
+	p.Y.Label.Text = "seconds"
+	vals := make(plotter.Values, len(rep.Fastpath))
+	names := make([]string, len(rep.Fastpath))
+	for i, r := range rep.Fastpath {
+		vals[i], names[i] = r.ReadSeconds, r.Mode
+	}
+	bars, err := plotter.NewBarChart(vals, vg.Points(40))
+	if err != nil {
+		return err
+	}
+	bars.Color = color.RGBA{R: 60, G: 110, B: 180, A: 255}
+	p.Add(bars)
+	p.NominalX(names...)
+	return p.Save(6*vg.Inch, 4*vg.Inch, path)
 }

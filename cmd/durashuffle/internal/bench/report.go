@@ -25,6 +25,12 @@ func PrintText(w io.Writer, rep *Report) {
 	}
 	fmt.Fprintln(w)
 	s := rep.Setup
+	if rep.Scenario == ScenarioFastpath {
+		fmt.Fprint(w, "  "+fastpathSetup(rep))
+		fmt.Fprint(w, fastpathTable(rep))
+		printTargets(w, rep)
+		return
+	}
 	if rep.Scenario == ScenarioPartitions {
 		fmt.Fprintf(w, "  %d rows, %d-row input batches (%s) split across the partitions, %d producers per writer, %d range readers; %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
 			s.Rows, s.WriteRows, s.Input, s.Producers, s.Readers, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)

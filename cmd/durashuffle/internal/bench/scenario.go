@@ -37,7 +37,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order `bench all` runs them.
-var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep, ScenarioPartitions}
+var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep, ScenarioPartitions, ScenarioFastpath}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -197,6 +197,9 @@ type Report struct {
 	// Partitions is bench partitions' table, a write and a read per row
 	// (Results is empty).
 	Partitions []PartitionsRow `json:"partitions,omitempty"`
+	// Fastpath is bench fastpath's table, one row per memory store mode
+	// (Results is empty).
+	Fastpath []FastpathRow `json:"fastpath,omitempty"`
 }
 
 // Setup is the fixed part of a scenario.
@@ -257,6 +260,8 @@ func (e *Env) Run(ctx context.Context, scenario string) (*Report, error) {
 		return e.runSweep(ctx)
 	case ScenarioPartitions:
 		return e.runPartitions(ctx)
+	case ScenarioFastpath:
+		return e.runFastpath(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q: want one of %s", scenario, strings.Join(Scenarios, ", "))
 }
