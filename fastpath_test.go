@@ -10,7 +10,6 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-
 // TestMemoryStoreServesOwnWrites: a library client with a memory store
 // reads what it committed from memory, with no data GET, and from the
 // store once released; a store too small for a worker declines it.
