@@ -358,6 +358,25 @@ func TestFastPathMemoryAndPeer(t *testing.T) {
 	if got := a.heldWorkers(ctx, query); len(got) != 2 {
 		t.Fatalf("a holds workers %v, want 0 and 1", got)
 	}
+	// inspect shows which workers a sidecar holds, and who advertised them.
+	for _, s := range []*fastSidecar{a, b} {
+		var out struct {
+			Workers []struct {
+				Worker string `json:"worker"`
+				Peer   string `json:"peer"`
+				Held   *bool  `json:"held"`
+			} `json:"workers"`
+		}
+		tg.run(t, nil, "inspect", "--query", query, "--stage", "0", "--prefix", "fastpath", "--sidecar", s.flight, "--json").must(t).decode(t, &out)
+		if len(out.Workers) != 2 {
+			t.Fatalf("inspect: %d workers", len(out.Workers))
+		}
+		for _, w := range out.Workers {
+			if w.Peer != a.flight || w.Held == nil || *w.Held != (s == a) {
+				t.Fatalf("inspect --sidecar %s: worker %s peer %q held %v; want peer %s, held %v", s.flight, w.Worker, w.Peer, w.Held, a.flight, s == a)
+			}
+		}
+	}
 
 	// Co-located: A reads its own workers from memory, no data GET.
 	before := a.gets()

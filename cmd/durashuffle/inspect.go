@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"slices"
@@ -8,9 +10,14 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/spf13/cobra"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -32,6 +39,12 @@ type inspectWorker struct {
 	WriterVersion string          `json:"writer_version"`
 	WrittenAt     time.Time       `json:"written_at"`
 	Objects       []inspectObject `json:"objects"`
+	// Peer is the sidecar that advertised the worker's frames in memory
+	// when it committed (format 2.1 peer).
+	Peer string `json:"peer,omitempty"`
+	// Held says whether the sidecar of --sidecar holds the worker in
+	// memory now (absent without --sidecar).
+	Held *bool `json:"held,omitempty"`
 }
 
 type inspectPartition struct {
@@ -62,12 +75,15 @@ type inspectOutput struct {
 	PartitionList []inspectPartition `json:"partition_stats"`
 	Skew          inspectSkew        `json:"skew"`
 	Requests      map[string]int64   `json:"requests"`
+	// Sidecar is the memory store of --sidecar (absent without it).
+	Sidecar *sidecar.HeldResult `json:"sidecar,omitempty"`
 }
 
 func (a *app) inspectCommand() *cobra.Command {
 	var (
-		sf     stageFlags
-		asJSON bool
+		sf          stageFlags
+		asJSON      bool
+		sidecarAddr string
 	)
 	cmd := &cobra.Command{
 		Use:   "inspect",
@@ -77,9 +93,14 @@ func (a *app) inspectCommand() *cobra.Command {
 otherwise) and shows its workers with their
 committed attempts and data objects (key, size, parts), every partition
 with its rows and logical and stored bytes, the compression ratio, and a
-histogram of per-partition stored bytes that makes skew visible.`,
+histogram of per-partition stored bytes that makes skew visible.
+
+With --sidecar host:port it also asks that sidecar (the held action, with
+auth_token as its bearer token) which of the stage's workers its memory
+store holds, and shows each worker's advertised peer.`,
 		Example: `  durashuffle inspect --bucket shuffle --query q42 --stage 0
-  durashuffle inspect --bucket shuffle --query q42 --stage 0 --json | jq .partition_stats`,
+  durashuffle inspect --bucket shuffle --query q42 --stage 0 --json | jq .partition_stats
+  durashuffle inspect --bucket shuffle --query q42 --stage 0 --sidecar 127.0.0.1:8815`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := sf.validate(); err != nil {
 				return err
@@ -99,6 +120,20 @@ histogram of per-partition stored bytes that makes skew visible.`,
 			}
 			out := describeStage(m, per, c.Layout())
 			out.Requests = c.Counter().Requests()
+			if sidecarAddr != "" {
+				h, err := sidecarHeld(cmd.Context(), sidecarAddr, c.Config().AuthToken, sf.query, sf.stage)
+				if err != nil {
+					return err
+				}
+				out.Sidecar = h
+				for i := range out.Workers {
+					held := false
+					for _, hw := range h.Workers {
+						held = held || (hw.Worker == out.Workers[i].Worker && hw.Attempt == out.Workers[i].Attempt)
+					}
+					out.Workers[i].Held = &held
+				}
+			}
 			if asJSON {
 				return printJSON(a.stdout, out)
 			}
@@ -108,7 +143,34 @@ histogram of per-partition stored bytes that makes skew visible.`,
 	}
 	sf.bind(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stage as JSON")
+	cmd.Flags().StringVar(&sidecarAddr, "sidecar", "", "also show which workers this sidecar (Flight host:port) holds in memory")
 	return cmd
+}
+
+// sidecarHeld asks a sidecar which workers of a stage it holds.
+func sidecarHeld(ctx context.Context, addr, token, query string, stage int) (*sidecar.HeldResult, error) {
+	fc, err := flight.NewClientWithMiddleware(addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("sidecar %s: %w", addr, err)
+	}
+	defer fc.Close()
+	if token != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+	}
+	body, _ := json.Marshal(sidecar.HeldRequest{Query: query, Stage: &stage})
+	stream, err := fc.DoAction(ctx, &flight.Action{Type: sidecar.ActionHeld, Body: body})
+	if err != nil {
+		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
+	}
+	res, err := stream.Recv()
+	if err != nil {
+		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
+	}
+	var h sidecar.HeldResult
+	if err := json.Unmarshal(res.GetBody(), &h); err != nil {
+		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
+	}
+	return &h, nil
 }
 
 // describeStage summarizes a stage manifest and its partitions' totals
@@ -136,7 +198,7 @@ func describeStage(m *manifest.Stage, per []manifest.PartitionStats, l manifest.
 			Worker: w.Worker, Attempt: w.Attempt, Rows: t.Rows, Frames: t.Frames,
 			BytesLogical: t.BytesLogical, BytesStored: t.BytesStored, ChunkSize: w.ChunkSize,
 			Compression: w.Compression, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
-			Objects: []inspectObject{},
+			Objects: []inspectObject{}, Peer: w.Peer,
 		}
 		for _, o := range w.Objects {
 			iw.Objects = append(iw.Objects, inspectObject{Key: l.ObjectKey(m.Query, m.Stage, o.Key), Size: o.Size, Parts: o.Parts})
@@ -191,12 +253,31 @@ func printInspect(w io.Writer, s *inspectOutput) {
 
 	fmt.Fprintln(w, "\nworkers")
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "  WORKER\tATTEMPT\tROWS\tFRAMES\tLOGICAL\tSTORED\tCOMPRESSION\tWRITTEN")
+	head := "  WORKER\tATTEMPT\tROWS\tFRAMES\tLOGICAL\tSTORED\tCOMPRESSION\tWRITTEN\tPEER"
+	if s.Sidecar != nil {
+		head += "\tHELD"
+	}
+	fmt.Fprintln(tw, head)
 	for _, x := range s.Workers {
-		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", x.Worker, x.Attempt, x.Rows, x.Frames,
-			mib(x.BytesLogical), mib(x.BytesStored), x.Compression, x.WrittenAt.Format(time.RFC3339))
+		peer := x.Peer
+		if peer == "" {
+			peer = "-"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s", x.Worker, x.Attempt, x.Rows, x.Frames,
+			mib(x.BytesLogical), mib(x.BytesStored), x.Compression, x.WrittenAt.Format(time.RFC3339), peer)
+		if x.Held != nil {
+			held := "no"
+			if *x.Held {
+				held = "yes"
+			}
+			fmt.Fprintf(tw, "\t%s", held)
+		}
+		fmt.Fprintln(tw)
 	}
 	tw.Flush()
+	if s.Sidecar != nil {
+		fmt.Fprintf(w, "  sidecar memory store: %s of %s held, %s reserved\n", mib(s.Sidecar.HeldBytes), mib(s.Sidecar.BudgetBytes), mib(s.Sidecar.ReservedBytes))
+	}
 
 	fmt.Fprintln(w, "\nobjects")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
