@@ -341,9 +341,10 @@ type fetch struct {
 
 // lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
 type lazyFrame struct {
-	sf  spanFrame
-	b   []byte
-	err error
+	sf      spanFrame
+	b       []byte
+	err     error
+	checked bool // b passed its CRC32C already
 }
 
 func (s *Stage) stream(ctx context.Context, spans []span) *Records {
@@ -439,7 +440,7 @@ func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([
 		rw := raws[i]
 		for _, f := range sp.Frames {
 			if end := f.At + f.Frame.Length; end <= rw.got {
-				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end]})
+				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end], checked: rw.checked})
 			} else {
 				lazy = append(lazy, lazyFrame{sf: f, err: shortRead(s, sp, f, rw.got, rw.err)})
 			}
@@ -456,6 +457,9 @@ type rawSpan struct {
 	buf []byte
 	got int64
 	err error
+	// checked: every whole frame in buf already passed its CRC32C
+	// (fetchFast verified it), so decoding need not check it again.
+	checked bool
 }
 
 // fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
@@ -637,8 +641,16 @@ func shortRead(s *Stage, sp span, f spanFrame, n int64, err error) error {
 // decodeFrame verifies b against the manifest and decodes it, applying
 // the frame's Skip and Take.
 func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	if got := frame.CRC32C(b); got != f.Frame.CRC32C {
-		return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+	return decodeChecked(s, f, b, false)
+}
+
+// decodeChecked is decodeFrame, skipping the CRC32C of bytes that already
+// passed it (checked).
+func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) ([]arrow.RecordBatch, error) {
+	if !checked {
+		if got := frame.CRC32C(b); got != f.Frame.CRC32C {
+			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+		}
 	}
 	recs, err := s.dec.Decode(b, s.o.Mem)
 	if err != nil {
@@ -783,7 +795,7 @@ func (r *Records) Next() bool {
 				f.lazy = f.lazy[1:]
 				f.recs, f.parts, r.next = nil, nil, 0
 				if lf.err == nil {
-					f.recs, lf.err = decodeFrame(r.stage, lf.sf, lf.b, r.schema)
+					f.recs, lf.err = decodeChecked(r.stage, lf.sf, lf.b, lf.checked)
 				}
 				if lf.err != nil {
 					f.err, f.lazy = lf.err, nil

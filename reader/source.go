@@ -231,7 +231,8 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 
 // verifyFast checks each frame of a span served by a Source against its
 // CRC32C and reads the frames that fail from the store, into a copy of
-// the span (the Source's bytes are never modified).
+// the span (the Source's bytes are never modified), checking those too.
+// The span it returns is marked checked: decoding does not check again.
 func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) rawSpan {
 	good := int64(len(b))
 	var own bool
@@ -250,9 +251,14 @@ func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) r
 		if err != nil {
 			return rawSpan{buf: b, got: lo + n, err: err}
 		}
+		if got := frame.CRC32C(b[lo:hi]); got != f.Frame.CRC32C {
+			// The store's own copy is bad too: the frame fails as it would
+			// without a fast source.
+			return rawSpan{buf: b, got: lo, err: frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))}
+		}
 	}
 	s.served(from, good)
-	return rawSpan{buf: b, got: int64(len(b))}
+	return rawSpan{buf: b, got: int64(len(b)), checked: true}
 }
 
 // readInto fills p with the store's bytes at off of key.
@@ -282,7 +288,7 @@ func decodeFast(s *Stage, sp span, rw rawSpan) *spanRead {
 			r.err = shortRead(s, sp, f, rw.got, rw.err)
 			return r
 		}
-		recs, err := decodeFrame(s, f, rw.buf[f.At:f.At+f.Frame.Length], s.schema)
+		recs, err := decodeChecked(s, f, rw.buf[f.At:f.At+f.Frame.Length], rw.checked)
 		if err != nil {
 			r.err = err
 			return r

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -43,6 +44,10 @@ const (
 	FastOff  = "memory store off"
 	FastAll  = "on, all held"
 	FastHalf = "on, half held"
+	// FastFloor is the timeline's floor: memory store off and the
+	// sidecars on the endpoint without the S3 link's shaping, so the read
+	// costs only decoding, checking and sending the rows on this machine.
+	FastFloor = "off, S3 unshaped (floor)"
 )
 
 // FastpathRow is one mode of bench fastpath: four sidecars each wrote one
@@ -85,10 +90,10 @@ func freeAddr() (string, error) {
 
 // startFastSidecars starts the sidecars on the shaped S3 link, each with
 // the memory store budget of mem[i] and a peer link of its own.
-func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size) ([]*fastSidecar, error) {
+func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, unshaped bool) ([]*fastSidecar, error) {
 	cfg := e.o.Config
 	endpoint := e.Endpoint
-	if e.Link.Addr != "" {
+	if e.Link.Addr != "" && !unshaped {
 		endpoint = "http://" + e.Link.Addr
 	}
 	var out []*fastSidecar
@@ -288,6 +293,12 @@ func putFastWorker(ctx context.Context, fc flight.Client, query string, w, parti
 			p.Record.Release()
 		}
 		if err != nil {
+			if err == io.EOF {
+				// The sidecar ended the stream: its status says why.
+				if _, rerr := stream.Recv(); rerr != nil {
+					err = rerr
+				}
+			}
 			return 0, err
 		}
 	}
@@ -357,13 +368,13 @@ func doAction(ctx context.Context, fc flight.Client, typ string, body, v any) er
 // budgets and reads it back; it returns the row of one round.
 func (e *Env) fastRound(ctx context.Context, mode string, mem []durashuffle.Size, round int, rowsPerWorker int64) (FastpathRow, error) {
 	row := FastpathRow{Mode: mode}
-	ss, err := e.startFastSidecars(ctx, mem)
+	ss, err := e.startFastSidecars(ctx, mem, mode == FastFloor)
 	if err != nil {
 		return row, err
 	}
 	defer e.stopFastSidecars(ss)
 	partitions := max(fastSidecars, e.o.Data.Partitions)
-	q := e.query("fastpath", strings.NewReplacer(" ", "", ",", "-").Replace(mode), strconv.Itoa(round))
+	q := e.query("fastpath", strings.NewReplacer(" ", "", ",", "-", "(", "", ")", "").Replace(mode), strconv.Itoa(round))
 	defer e.cleanup(ctx, q)
 	g, gctx := errgroup.WithContext(ctx)
 	stored := make([]int64, fastSidecars)
@@ -454,6 +465,7 @@ func (e *Env) runFastpath(ctx context.Context) (*Report, error) {
 		{FastOff, []durashuffle.Size{0, 0, 0, 0}},
 		{FastAll, []durashuffle.Size{all, all, all, all}},
 		{FastHalf, []durashuffle.Size{all, all, 0, 0}},
+		{FastFloor, []durashuffle.Size{0, 0, 0, 0}},
 	}
 	e.logf("fastpath: %d sidecars x %d rows (~%s stored each), %d partitions; peers on %s round trips, %s/s per connection",
 		fastSidecars, perWorker, sizeString(e.o.Stored/fastSidecars), rep.Setup.Partitions, peerLatency, sizeString(peerConnBandwidth))
@@ -487,15 +499,17 @@ func (e *Env) runFastpath(ctx context.Context) (*Report, error) {
 		rows[i].Errors = errors[i]
 	}
 	rep.Fastpath = rows
-	off, on, half := rows[0].ReadSeconds, rows[1].ReadSeconds, rows[2].ReadSeconds
+	off, on, half, floor := rows[0].ReadSeconds, rows[1].ReadSeconds, rows[2].ReadSeconds, rows[3].ReadSeconds
 	rep.Targets = append(rep.Targets,
 		atMost("all held: read time / memory store off", on/off, 0.3),
 		atMost("all held: data bytes from S3", float64(rows[1].BytesBy["s3"]), 0),
 		atMost("all held: GETs beyond the readers' metadata GETs", float64(rows[1].Gets-rows[1].MetaGets), 0),
 		atMost("half held: read time / memory store off", half/off, 1),
 		atLeast("half held: read time / all held", half/on, 1),
-		atMost("failed DoGets, all modes", float64(rows[0].Errors+rows[1].Errors+rows[2].Errors), 0),
+		atMost("failed DoGets, all modes", float64(rows[0].Errors+rows[1].Errors+rows[2].Errors+rows[3].Errors), 0),
 	)
+	e.logf("fastpath: floor (no S3 shaping, no memory store) %.3f s = %.2f of off; all held %.3f s = floor + %.3f s",
+		floor, ratio(floor, off), on, on-floor)
 	return rep, nil
 }
 
@@ -549,7 +563,7 @@ func fastpathSetup(rep *Report) string {
 	s := rep.Setup
 	return fmt.Sprintf("%d sidecar processes each DoPut one worker (%d rows in all, %d partitions, %s chunks, %s; %s stored in all), sealed; then %d readers at once, one per sidecar, each DoGets a quarter of the partitions. "+
 		"S3 link: %.0f ms round trip, %s/s per connection. Peers: each sidecar's Flight port behind a link of its own, %s round trip, %s/s per connection. "+
-		"Half held: sidecars 0 and 1 with a 1 GiB memory store, 2 and 3 without. %d CPUs; store: %s; %d rounds, medians.\n",
+		"Half held: sidecars 0 and 1 with a 1 GiB memory store, 2 and 3 without. Floor: memory store off and the sidecars on the endpoint directly, without the S3 link: what decoding, checking and sending the rows costs on this machine. %d CPUs; store: %s; %d rounds, medians.\n",
 		fastSidecars, s.Rows, s.Partitions, sizeString(s.ChunkSize), s.Compression, sizeString(fastStored(rep)), fastSidecars,
 		rep.Link.LatencyMS, sizeString(rep.Link.ConnBandwidthBytes), peerLatency, sizeString(peerConnBandwidth), s.CPUs, s.Store, s.Rounds)
 }
