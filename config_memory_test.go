@@ -70,6 +70,7 @@ func TestMemoryBound(t *testing.T) {
 		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*4*8*MiB + 96*MiB},
 		{"sidecar streams", nil, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 96*MiB},
 		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(32*MiB+4*MiB) + 96*MiB},
+		{"memory store", func(c *Config) { c.MemoryStoreBytes = 1 * GiB }, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 1*GiB + 96*MiB},
 		{"explicit buffers", func(c *Config) { c.MaxBufferedChunks = 4; c.ChunkSize = 5 * MiB }, MemoryLoad{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
 	}
 	for _, c := range cases {

@@ -112,8 +112,9 @@ func TestMemoryLimitApplied(t *testing.T) {
 			}
 		}
 		got := findMemoryLimit(t, log.String())
-		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes) + 96 MiB, less UnmanagedMemory.
-		want := int64(128+4*128+96)<<20 - int64(durashuffle.UnmanagedMemory)
+		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes)
+		// + serve's 1 GiB memory store + 96 MiB, less UnmanagedMemory.
+		want := int64(128+4*128+1024+96)<<20 - int64(durashuffle.UnmanagedMemory)
 		if got.Limit != want || got.Source != "memory_limit auto" {
 			t.Fatalf("serve: %+v, want %d", got, want)
 		}
