@@ -73,6 +73,8 @@ func TestValidate(t *testing.T) {
 		{"commit guard empty", func(c *Config) { c.CommitGuard = "" }, `commit_guard must be on or off, got ""`},
 		{"tls key without cert", func(c *Config) { c.TLSKeyFile = "k.pem" }, `tls_cert_file and tls_key_file must be both set or both empty, got tls_cert_file "" and tls_key_file "k.pem"`},
 		{"client ca without tls", func(c *Config) { c.TLSClientCAFile = "ca.pem" }, `tls_client_ca_file must be set only with tls_cert_file and tls_key_file (mutual TLS needs TLS), got "ca.pem"`},
+		{"advertise without port", func(c *Config) { c.AdvertiseAddr = "10.0.0.5" }, `advertise_addr must be empty or host:port with a fixed port, got "10.0.0.5"`},
+		{"advertise port 0", func(c *Config) { c.AdvertiseAddr = "10.0.0.5:0" }, `advertise_addr must be empty or host:port with a fixed port, got "10.0.0.5:0"`},
 		{"prefix escapes", func(c *Config) { c.Prefix = "../x" }, `prefix must be a relative key prefix without '..', got "../x"`},
 	}
 	for _, c := range cases {
