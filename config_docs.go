@@ -19,9 +19,9 @@ var druid = map[string]string{
 	"path_style": "`druid.s3.enablePathStyleAccess`",
 }
 
-// ConfigMarkdown renders docs/configuration.md from the struct, so the
+// configMarkdown renders docs/configuration.md from the struct, so the
 // documentation cannot drift from the code (a test compares them).
-func ConfigMarkdown() string {
+func configMarkdown() string {
 	var b strings.Builder
 	b.WriteString(`# Configuration
 

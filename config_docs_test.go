@@ -10,7 +10,7 @@ import (
 // Config struct disagree. `make docs` rewrites the page.
 func TestConfigurationDocInSync(t *testing.T) {
 	path := filepath.Join("docs", "configuration.md")
-	want := ConfigMarkdown()
+	want := configMarkdown()
 	if os.Getenv("DURASHUFFLE_UPDATE_DOCS") == "1" {
 		if err := os.WriteFile(path, []byte(want), 0o644); err != nil {
 			t.Fatal(err)

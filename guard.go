@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -128,7 +129,7 @@ func (c *Client) probeGuard(ctx context.Context) (string, error) {
 	var b [8]byte
 	_, _ = rand.Read(b[:])
 	// '~' is in no ID, so no key of the layout can be the probe's.
-	key := c.layout.Root() + "~commit-guard/" + hex.EncodeToString(b[:])
+	key := c.layout.Root() + manifest.GuardProbeDir + hex.EncodeToString(b[:])
 	defer func() {
 		// A probe key left behind (the delete failed) is a few bytes
 		// outside the layout; gc never lists it and nothing reads it.

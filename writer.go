@@ -155,12 +155,8 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		if r.Size != want.Size || r.Parts != want.Parts {
 			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes in %d parts", r.Key, r.Size, r.Parts, want.Size, want.Parts))
 		}
-		m.Objects = append(m.Objects, manifest.Object{
-			Key:    w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, i),
-			Size:   r.Size,
-			Parts:  r.Parts,
-			CRC32C: want.CRC32C,
-		})
+		want.Key = w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, i)
+		m.Objects = append(m.Objects, want)
 	}
 	if firstErr != nil {
 		return nil, w.cleanupObjects(objs, firstErr)
@@ -175,10 +171,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if m.Schema, err = frame.EncodeSchema(schema); err != nil {
 		return nil, w.cleanupObjects(objs, err)
 	}
-	m.Frames = make([]manifest.Frame, len(res.Frames))
-	for i, f := range res.Frames {
-		m.Frames[i] = manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C}
-	}
+	m.Frames = res.Frames
 	m.WrittenAt = time.Now().UTC()
 	// Before the one write that is visible: on a store that ignores
 	// If-None-Match, the manifest put below would not be a commit point.

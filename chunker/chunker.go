@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/manifest"
 )
 
 // MaxParts is S3's limit on parts per multipart upload.
@@ -52,29 +53,13 @@ type Options struct {
 	Mem              memory.Allocator
 }
 
-// Frame is one frame's index entry.
-type Frame struct {
-	Partition int
-	Object    int
-	Offset    int64
-	Length    int64
-	Rows      int64
-	Bytes     int64 // uncompressed Arrow bytes
-	CRC32C    uint32
-}
-
-// Object describes one data object of the stream.
-type Object struct {
-	Size   int64
-	Parts  int
-	CRC32C uint32 // of the whole object
-}
-
-// Result is what a closed Writer produced.
+// Result is what a closed Writer produced, in the manifest's own terms:
+// its frames and objects are those of the worker manifest, less what the
+// chunker cannot know (an object's key, a frame's worker index).
 type Result struct {
 	Schema  *arrow.Schema
-	Frames  []Frame // in stream order
-	Objects []Object
+	Frames  []manifest.Frame  // in stream order
+	Objects []manifest.Object // Size, Parts and CRC32C; Key is the writer's
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)
@@ -154,7 +139,7 @@ const pbufSize = int64(unsafe.Sizeof(pbuf{}))
 const itemSize = int64(unsafe.Sizeof(item{}))
 
 // entrySize is what each frame's index entry costs until Close.
-const entrySize = int64(unsafe.Sizeof(Frame{}))
+const entrySize = int64(unsafe.Sizeof(manifest.Frame{}))
 
 type encodeJob struct {
 	seq       int64
@@ -234,8 +219,8 @@ type Writer struct {
 	part    int32
 	objOff  int64
 	objCRC  uint32
-	objects []Object
-	frames  []Frame
+	objects []manifest.Object
+	frames  []manifest.Frame
 	rows    int64
 	bytes   int64
 }
@@ -649,7 +634,7 @@ func (w *Writer) appendFrame(r encoded) error {
 			return err
 		}
 	}
-	w.frames = append(w.frames, Frame{
+	w.frames = append(w.frames, manifest.Frame{
 		Partition: r.partition,
 		Object:    w.obj,
 		Offset:    w.objOff,
@@ -697,7 +682,7 @@ func (w *Writer) endObject() error {
 	w.part++
 	err := w.sink.Emit(w.obj, w.part, w.cur, true)
 	w.cur = nil
-	w.objects = append(w.objects, Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
+	w.objects = append(w.objects, manifest.Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
 	w.obj++
 	w.part, w.objOff, w.objCRC = 0, 0, 0
 	return err

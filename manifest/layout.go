@@ -126,6 +126,26 @@ func (l Layout) DataKey(query string, stage int, worker, attempt string, n int) 
 // the name of its shard folder): no query ID can contain it.
 const SpreadMark = "~"
 
+// GuardProbeDir holds the commit guard's probe keys, under the layout's
+// root: {root}~commit-guard/{16 hex digits}. A probe is written and
+// deleted at once; gc removes one whose delete failed.
+const GuardProbeDir = SpreadMark + "commit-guard/"
+
+// IsGuardProbe says whether rel, a key relative to the root, is a commit
+// guard probe.
+func IsGuardProbe(rel string) bool {
+	id, ok := strings.CutPrefix(rel, GuardProbeDir)
+	if !ok || len(id) != 16 {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // ObjectKey resolves a manifest's object key: stage-relative, or
 // root-relative for a spread data object.
 func (l Layout) ObjectKey(query string, stage int, rel string) string {

@@ -25,6 +25,10 @@ type Object struct {
 	uploadID string
 	created  bool
 	strays   bool // CreateMultipartUpload was retried: an unseen upload may exist
+	// abortErr is the failure of an abort that Finish ran, kept for the
+	// next Abort: Finish returns why the object failed, and the caller's
+	// cleanup (which calls Abort) learns what it could not clean.
+	abortErr error
 	single   bool // written with one PutObject
 	parts    []store.Part
 	size     int64
@@ -271,7 +275,8 @@ func (o *Object) partDone(err error) {
 
 // Finish waits for every submitted part and completes the upload; ctx
 // bounds the CompleteMultipartUpload (with the object's own context). On
-// any failure it aborts the upload and returns the first error.
+// any failure it aborts the upload and returns the first error; if that
+// abort fails, the next Abort returns its failure.
 func (o *Object) Finish(ctx context.Context) (Result, error) {
 	o.wg.Wait()
 	o.mu.Lock()
@@ -281,7 +286,7 @@ func (o *Object) Finish(ctx context.Context) (Result, error) {
 	o.finished = true
 	o.mu.Unlock()
 	if err != nil {
-		return Result{}, errors.Join(err, o.Abort())
+		return Result{}, o.abortAfter(err)
 	}
 	if single {
 		return Result{Key: o.key, Size: size, Parts: 1}, nil
@@ -293,7 +298,7 @@ func (o *Object) Finish(ctx context.Context) (Result, error) {
 	for i, pt := range parts {
 		if pt.Number != int32(i+1) {
 			err := fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
-			return Result{}, errors.Join(err, o.Abort())
+			return Result{}, o.abortAfter(err)
 		}
 	}
 	// The Complete is bounded by the caller's ctx (Writer.Commit's) as
@@ -305,7 +310,7 @@ func (o *Object) Finish(ctx context.Context) (Result, error) {
 	defer stop()
 	if err := o.pool.st.CompleteMultipart(cctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
 		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
-		return Result{}, errors.Join(err, o.Abort())
+		return Result{}, o.abortAfter(err)
 	}
 	if err := o.abortStrays(id); err != nil {
 		return Result{}, err
@@ -362,6 +367,17 @@ func (o *Object) completedBefore(err error, size int64) bool {
 	return false
 }
 
+// abortAfter aborts the object after the failure err and returns err
+// alone; a failed abort is kept for the next Abort to report.
+func (o *Object) abortAfter(err error) error {
+	if aerr := o.Abort(); aerr != nil {
+		o.mu.Lock()
+		o.abortErr = aerr
+		o.mu.Unlock()
+	}
+	return err
+}
+
 // Abort waits for parts in flight, then aborts the multipart upload on a
 // context detached from the caller's, so a cancelled writer leaves no
 // parts behind, within the pool's CleanupTimeout: a store that hangs
@@ -372,9 +388,12 @@ func (o *Object) Abort() error {
 	o.wg.Wait()
 	o.dropKept()
 	o.mu.Lock()
-	id, created := o.uploadID, o.created
-	o.created = false
+	id, created, prev := o.uploadID, o.created, o.abortErr
+	o.created, o.abortErr = false, nil
 	o.mu.Unlock()
+	if prev != nil {
+		return prev
+	}
 	var err error
 	if created {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), o.pool.cfg.CleanupTimeout)

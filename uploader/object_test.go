@@ -30,6 +30,7 @@ type scripted struct {
 	partErr     func(n int32) error
 	completeErr error // effect: the object exists (an answer lost)
 	noEffect    bool  // with completeErr: the Complete did nothing
+	abortErr    error // every AbortMultipart fails with it, doing nothing
 	completed   [][]store.Part
 }
 
@@ -107,8 +108,11 @@ func (s *scripted) CompleteMultipart(ctx context.Context, key, id string, parts 
 func (s *scripted) AbortMultipart(ctx context.Context, key, id string) error {
 	s.record("Abort %s", id)
 	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.abortErr != nil {
+		return s.abortErr
+	}
 	delete(s.uploads, id)
-	s.mu.Unlock()
 	return nil
 }
 
@@ -207,10 +211,40 @@ func TestObjectStates(t *testing.T) {
 		}
 	})
 
+	t.Run("a failed abort after a failed part is the next Abort's to report", func(t *testing.T) {
+		st := newScripted()
+		st.partErr = func(n int32) error {
+			if n == 4 { // the last: no Submit comes after it
+				return permanent
+			}
+			return nil
+		}
+		hang := errors.New("abort hung")
+		st.abortErr = hang
+		p := newTestPool(st)
+		defer p.Close()
+		o := p.NewObject(context.Background(), "k", func(error) {})
+		write(t, p, o, 4)
+		_, err := o.Finish(context.Background())
+		// Why the object failed, alone: the caller decides on it (a
+		// retryable part failure must not read as a deadline).
+		if !errors.Is(err, permanent) || errors.Is(err, hang) {
+			t.Fatalf("Finish: %v, want the part failure without the abort's", err)
+		}
+		if err := o.Abort(); !errors.Is(err, hang) {
+			t.Fatalf("Abort after Finish: %v, want the failed abort", err)
+		}
+		if err := o.Abort(); err != nil {
+			t.Fatalf("a second Abort: %v, want nil (reported once)", err)
+		}
+		if len(st.uploads) != 1 {
+			t.Fatalf("uploads %v: the failed abort left the upload to gc, want it listed", st.uploads)
+		}
+	})
 	t.Run("a failed part fails the object once, and the upload is aborted", func(t *testing.T) {
 		st := newScripted()
 		st.partErr = func(n int32) error {
-			if n == 2 {
+			if n == 4 { // the last: no Submit comes after it
 				return permanent
 			}
 			return nil
@@ -222,8 +256,8 @@ func TestObjectStates(t *testing.T) {
 		o := p.NewObject(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
 		write(t, p, o, 4)
 		_, err := o.Finish(context.Background())
-		if !errors.Is(err, permanent) || !strings.Contains(err.Error(), "upload part 2 of k") {
-			t.Fatalf("Finish: %v, want the part 2 failure", err)
+		if !errors.Is(err, permanent) || !strings.Contains(err.Error(), "upload part 4 of k") {
+			t.Fatalf("Finish: %v, want the part 4 failure", err)
 		}
 		if len(fails) != 1 || !errors.Is(fails[0], permanent) {
 			t.Fatalf("onFail called %d times: %v", len(fails), fails)

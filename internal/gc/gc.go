@@ -118,6 +118,7 @@ const (
 	workerManifest
 	dataObject
 	indexObject // a sealed stage's index, or a lost seal's
+	guardProbe  // a commit guard probe whose delete failed
 )
 
 type keyInfo struct {
@@ -135,12 +136,16 @@ type keyInfo struct {
 //	{root}{query}/stage-{n}/worker-{w}/manifest.json
 //	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
 //	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
+//	{root}~commit-guard/{16 hex digits}
 //
 // Anything else is foreign, and gc never touches it.
 func parseKey(l manifest.Layout, key string) keyInfo {
 	rest, ok := strings.CutPrefix(key, l.Root())
 	if !ok {
 		return keyInfo{}
+	}
+	if manifest.IsGuardProbe(rest) {
+		return keyInfo{kind: guardProbe}
 	}
 	// {root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows:
 	// a data object spread over key_spread prefixes, and nothing else.
@@ -294,6 +299,7 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 	}
 
 	stages := map[stageID]*stageKeys{}
+	var probes []store.ObjectInfo
 	get := func(k keyInfo) *stageKeys {
 		id := stageID{k.query, k.stage}
 		s := stages[id]
@@ -321,6 +327,13 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 		case indexObject:
 			s := get(k)
 			s.indexes = append(s.indexes, obj)
+		case guardProbe:
+			// A probe is a few bytes the commit guard writes and deletes
+			// at once; one still here is one whose delete failed (the
+			// store hung or the process died), and nothing reads it.
+			if !obj.LastModified.After(r.Cutoff) {
+				probes = append(probes, obj)
+			}
 		default:
 			r.Scanned.Foreign++
 		}
@@ -357,7 +370,7 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 		r.Uploads = append(r.Uploads, Upload{Key: u.Key, UploadID: u.UploadID, Initiated: u.Initiated})
 		r.Totals.UploadsAborted++
 	}
-	var orphans []store.ObjectInfo
+	orphans := probes
 	for _, v := range verdicts {
 		r.Skipped = append(r.Skipped, v.skipped...)
 		orphans = append(orphans, v.orphans...)
@@ -385,7 +398,7 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 	}
 	if !o.DryRun {
 		if err := deleteKeys(ctx, st, keys); err != nil {
-			return r, fmt.Errorf("gc: delete %d orphan data objects: %w", len(keys), err)
+			return r, fmt.Errorf("gc: delete %d orphan objects: %w", len(keys), err)
 		}
 	}
 	r.Totals.ObjectsDeleted += r.Totals.OrphanObjects

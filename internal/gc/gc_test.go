@@ -422,3 +422,39 @@ func TestLostSealIndex(t *testing.T) {
 		t.Fatalf("stage reads %d rows after gc: %v", n, err)
 	}
 }
+
+// TestRunRemovesStaleGuardProbes: a commit guard probe whose delete failed
+// ({prefix}/~commit-guard/{id}) is removed once older than the cutoff,
+// like an orphan; a fresh one and foreign keys are left alone.
+func TestRunRemovesStaleGuardProbes(t *testing.T) {
+	ctx := context.Background()
+	st := &store.Mem{}
+	l := manifest.Layout{Prefix: "durashuffle"}
+	probe := l.Root() + manifest.GuardProbeDir + "0123456789abcdef"
+	foreign := []string{l.Root() + manifest.GuardProbeDir + "not-a-probe", l.Root() + "~commit-guardx/0123456789abcdef", "elsewhere/~commit-guard/0123456789abcdef"}
+	for _, k := range append([]string{probe}, foreign...) {
+		if err := st.Put(ctx, k, []byte("x"), store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Younger than --older-than: kept.
+	r, err := gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour})
+	if err != nil || r.Totals.OrphanObjects != 0 {
+		t.Fatalf("gc of a fresh probe: %+v, %v; want nothing removed", r.Totals, err)
+	}
+	r, err = gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Totals.OrphanObjects != 1 || len(r.Orphans) != 1 || r.Orphans[0].Key != probe {
+		t.Fatalf("gc of a stale probe: %+v %v; want the probe %s removed", r.Totals, r.Orphans, probe)
+	}
+	if _, ok := st.Bytes(probe); ok {
+		t.Fatalf("the probe %s is still stored", probe)
+	}
+	for _, k := range foreign {
+		if _, ok := st.Bytes(k); !ok {
+			t.Errorf("gc removed %s, which is not a probe", k)
+		}
+	}
+}
