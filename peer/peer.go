@@ -156,9 +156,13 @@ func (c *Client) Fetch(ctx context.Context, r reader.SourceRange) ([]byte, strin
 	}
 	body, _ := json.Marshal(FetchRequest{Query: r.Query, Stage: r.Stage, Worker: r.Worker, Attempt: r.Attempt,
 		Object: r.Object, Offset: r.Offset, Length: r.Length})
+	// Only this client's own token goes to the peer: metadata the
+	// caller's context carries for other calls is not passed on.
+	md := metadata.MD{}
 	if c.o.Token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+c.o.Token)
+		md.Set("authorization", "Bearer "+c.o.Token)
 	}
+	ctx = metadata.NewOutgoingContext(ctx, md)
 	what := fmt.Sprintf("peer %s: %s bytes [%d, %d)", r.Peer, r.Key, r.Offset, r.Offset+r.Length)
 	stream, err := cn.fc.DoAction(ctx, &flight.Action{Type: Action, Body: body})
 	if err != nil {
