@@ -58,6 +58,7 @@ func StoreOptions(cfg Config, counter *store.Counter) s3store.Options {
 		Region:             cfg.Region,
 		PathStyle:          cfg.PathStyle,
 		InsecureSkipVerify: cfg.InsecureSkipVerify,
+		CAFile:             cfg.CAFile,
 		SSE:                cfg.SSE,
 		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,

@@ -54,7 +54,8 @@ type Config struct {
 	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL (MinIO, LocalStack); empty follows the AWS chain (AWS_ENDPOINT_URL, profile)."`
 	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
 	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification. Off unless set explicitly."`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
+	CAFile             string `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
 	SSE                string `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
 	SSEKMSKeyID        string `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
 

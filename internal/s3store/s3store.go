@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +49,9 @@ type Options struct {
 	// InsecureSkipVerify turns off TLS certificate verification. Only for
 	// test servers with self-signed certificates.
 	InsecureSkipVerify bool
+	// CAFile names a PEM bundle of CA certificates trusted besides the
+	// system's roots: a private CA that signed the endpoint's certificate.
+	CAFile string
 	// Counter, if set, records every HTTP request sent, by operation and
 	// status.
 	Counter *store.Counter
@@ -101,8 +106,12 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.SSEKMSKeyID != "" && o.SSE != string(types.ServerSideEncryptionAwsKms) {
 		return nil, fmt.Errorf("s3store: SSEKMSKeyID is set but SSE is %q, not aws:kms", o.SSE)
 	}
+	roots, err := loadRoots(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	loadOpts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify)),
+		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify, roots)),
 		// durashuffle retries in exactly one layer, above the store; SDK
 		// retries underneath would multiply attempts and hide them from
 		// the request counts.
@@ -161,7 +170,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 // GETs reuse them instead of paying a TCP (and TLS) handshake each. It is
 // the SDK's buildable client, not a plain one, so the chain can still add
 // AWS_CA_BUNDLE's roots, and redirects are not followed.
-func newHTTPClient(maxConns int, insecure bool) *awshttp.BuildableClient {
+func newHTTPClient(maxConns int, insecure bool, roots *x509.CertPool) *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
 		WithTransportOptions(func(t *http.Transport) {
@@ -175,7 +184,30 @@ func newHTTPClient(maxConns int, insecure bool) *awshttp.BuildableClient {
 				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 			}
 			t.TLSClientConfig.InsecureSkipVerify = insecure //nolint:gosec // opt-in, for test servers
+			if roots != nil {
+				t.TLSClientConfig.RootCAs = roots
+			}
 		})
+}
+
+// loadRoots returns the system's roots plus every certificate in the PEM
+// file caFile, or nil (the system's roots alone) when caFile is empty.
+func loadRoots(caFile string) (*x509.CertPool, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: CA file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("s3store: CA file %s (%d bytes) holds no PEM certificate", caFile, len(pem))
+	}
+	return roots, nil
 }
 
 // Bucket is the bucket this store reads and writes.

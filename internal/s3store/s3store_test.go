@@ -49,21 +49,21 @@ type recorded struct {
 
 // recordingProxy forwards to target and keeps every request's headers, to
 // check what the SDK really puts on the wire.
-func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
-	u, err := url.Parse(target)
+func recordingProxy(t *testing.T, e testenv.Endpoint) (string, func() []recorded) {
+	u, err := url.Parse(e.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var seen []recorded
 	rp := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rp.Transport = e.Transport(t)
+	srv := e.NewProxyServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, recorded{r.Method, r.URL.RawQuery, r.Header.Clone()})
 		mu.Unlock()
 		rp.ServeHTTP(w, r)
 	}))
-	t.Cleanup(srv.Close)
 	return srv.URL, func() []recorded {
 		mu.Lock()
 		defer mu.Unlock()
@@ -76,7 +76,7 @@ func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
 // checksum algorithm on create, If-None-Match, and Range.
 func TestWire(t *testing.T) {
 	servers(t, func(t *testing.T, e testenv.Endpoint) {
-		proxyURL, seen := recordingProxy(t, e.URL)
+		proxyURL, seen := recordingProxy(t, e)
 		e.URL = proxyURL
 		s, c := e.NewStore(t)
 		ctx := ctx(t)
