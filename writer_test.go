@@ -112,8 +112,18 @@ func TestWriteCutsExactParts(t *testing.T) {
 			wantParts += ceilDiv(o.Size, int64(cfg.ChunkSize))
 		}
 		req := store.Diff(counter.Requests(), before)
-		if wantParts < 4 || req["UploadPart"] != wantParts || int64(m.Totals.Parts) != wantParts {
-			t.Fatalf("UploadPart requests %d, manifest parts %d, want ceil(size/chunk) summed = %d", req["UploadPart"], m.Totals.Parts, wantParts)
+		// Over HTTPS parts stream while their chunks fill, and an
+		// object's last part, streamed with the chunk size as its length
+		// before the chunk ended short, is cut off (no answer) and sent
+		// again whole: at most one such request per object.
+		cut := counter.Statuses()[store.OpStatus{Op: "UploadPart", Status: 0}]
+		ps, streams := st.(store.PartStreamer)
+		streams = streams && ps.StreamsParts()
+		if maxCut := int64(len(m.Objects)); cut > 0 && !streams || cut > maxCut {
+			t.Fatalf("%d UploadPart requests cut off (streaming %v), want at most %d when streaming, else none", cut, streams, maxCut)
+		}
+		if wantParts < 4 || req["UploadPart"]-cut != wantParts || int64(m.Totals.Parts) != wantParts {
+			t.Fatalf("UploadPart requests %d (%d cut off), manifest parts %d, want ceil(size/chunk) summed = %d", req["UploadPart"], cut, m.Totals.Parts, wantParts)
 		}
 		if req["CreateMultipartUpload"] != 1 || req["CompleteMultipartUpload"] != 1 || req["PutObject"] != 1 {
 			t.Fatalf("requests %v: want 1 create, 1 complete, 1 manifest put", req)

@@ -39,6 +39,21 @@ type Sink interface {
 	Emit(obj int, part int32, buf []byte, last bool) error
 }
 
+// StreamSink is a Sink whose chunks may start uploading while they fill.
+// When Streaming reports true, every chunk is announced with Begin when
+// its buffer comes from Acquire, each append to it with Grow, and it ends
+// with Emit as usual (or Release, if the writer gives up).
+type StreamSink interface {
+	Sink
+	// Streaming reports whether the sink wants Begin and Grow.
+	Streaming() bool
+	// Begin says buf (from Acquire, empty) starts filling as chunk part
+	// (1-based) of object obj.
+	Begin(obj int, part int32, buf []byte) error
+	// Grow says the chunk begun last now holds n bytes.
+	Grow(n int)
+}
+
 // Options configure a Writer.
 type Options struct {
 	Schema           *arrow.Schema // nil: the first record's schema
@@ -204,6 +219,7 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 type Writer struct {
 	opt    Options
 	sink   Sink
+	stream StreamSink // the sink, when it streams chunks as they fill
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -276,6 +292,9 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		fixed:   int64(opt.Partitions) * pbufSize,
 		results: make(chan encoded, opt.Encoders),
 		appDone: make(chan struct{}),
+	}
+	if ss, ok := sink.(StreamSink); ok && ss.Streaming() {
+		w.stream = ss
 	}
 	w.room = sync.NewCond(&w.mu)
 	w.work = sync.NewCond(&w.mu)
@@ -680,11 +699,19 @@ func (w *Writer) appendFrame(r encoded) error {
 			if err != nil {
 				return err
 			}
+			if w.stream != nil {
+				if err := w.stream.Begin(w.obj, w.part+1, buf); err != nil {
+					return err // the sink has the buffer
+				}
+			}
 			w.cur = buf
 		}
 		n := min(int64(len(b)), w.opt.ChunkSize-int64(len(w.cur)))
 		w.cur = append(w.cur, b[:n]...)
 		b = b[n:]
+		if w.stream != nil {
+			w.stream.Grow(len(w.cur))
+		}
 	}
 	return nil
 }

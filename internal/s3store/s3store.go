@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
@@ -79,6 +80,7 @@ type Options struct {
 // Store is a store.Store on one S3 bucket. Safe for concurrent use.
 type Store struct {
 	client *s3.Client
+	tls    bool // the endpoint is https: parts can stream
 	bucket string
 	region string
 	sse    types.ServerSideEncryption
@@ -159,7 +161,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			so.APIOptions = append(so.APIOptions, addCounter(o.Counter))
 		}
 	})
-	st := &Store{client: client, bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
+	st := &Store{client: client, tls: o.Endpoint == "" || strings.HasPrefix(strings.ToLower(o.Endpoint), "https://"), bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
 	if o.SSEKMSKeyID != "" {
 		st.kmsKey = aws.String(o.SSEKMSKeyID)
 	}
@@ -318,6 +320,74 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): %w", n, len(body), err))
 	}
 	return aws.ToString(out.ETag), nil
+}
+
+// StreamsParts implements store.PartStreamer: the SDK sends trailing
+// checksums only over TLS, so only an https endpoint streams parts.
+func (s *Store) StreamsParts() bool { return s.tls }
+
+// UploadPartStream implements store.PartStreamer. The body goes out as
+// the reader yields it, aws-chunked with the CRC32C the SDK computes on
+// the way in a trailer, which the server checks against what arrived. It
+// returns the CRC32C the server acknowledged, after checking it against
+// the one of the bytes read here.
+func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	if !s.tls {
+		return "", 0, classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): streamed parts need an https endpoint", n, size))
+	}
+	r := &crcReader{r: body()}
+	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket:     &s.bucket,
+		Key:        &key,
+		UploadId:   &uploadID,
+		PartNumber: aws.Int32(n),
+		// Not a ReadSeeker: nothing may rewind or pre-read a body whose
+		// bytes do not exist yet.
+		Body:          struct{ io.Reader }{r},
+		ContentLength: aws.Int64(size),
+		// An algorithm and no value: the SDK computes it while sending
+		// and puts it in the aws-chunked trailer.
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
+	})
+	if err != nil {
+		return "", 0, classify("UploadPart", key, fmt.Errorf("streamed part %d (%d bytes): %w", n, size, err))
+	}
+	if r.n != size {
+		return "", 0, &store.Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("streamed part %d: sent %d of %d bytes", n, r.n, size)}
+	}
+	if v := aws.ToString(out.ChecksumCRC32C); v != "" {
+		got, err := decodeCRC32C(v)
+		if err != nil || got != r.crc {
+			return "", 0, &store.Error{Op: "UploadPart", Key: key, Status: 200,
+				Err: fmt.Errorf("streamed part %d (%d bytes): server acknowledged CRC32C %q, sent %s", n, size, v, encodeCRC32C(r.crc))}
+		}
+	}
+	return aws.ToString(out.ETag), r.crc, nil
+}
+
+// crcReader counts and checksums what is read through it.
+type crcReader struct {
+	r   io.Reader
+	n   int64
+	crc uint32
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// decodeCRC32C reads an x-amz-checksum-crc32c value.
+func decodeCRC32C(v string) (uint32, error) {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) != 4 {
+		return 0, fmt.Errorf("bad CRC32C %q", v)
+	}
+	return binary.BigEndian.Uint32(b), nil
 }
 
 // CompleteMultipart implements store.Writer.

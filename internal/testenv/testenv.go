@@ -81,6 +81,8 @@ func (e Endpoint) Transport(t testing.TB) *http.Transport {
 	t.Helper()
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.Proxy = nil
+	// HTTP/1.1, as the S3 store speaks it.
+	tr.ForceAttemptHTTP2 = false
 	if e.CAFile != "" {
 		pem, err := os.ReadFile(e.CAFile)
 		if err != nil {
@@ -402,14 +404,16 @@ func (s *server) stop() error {
 }
 
 // repoRoot finds the module root, where localstack/ lives, from the test's
-// working directory (its package directory).
+// working directory (its package directory): the nearest directory above
+// with a go.mod and localstack/ (cmd/durashuffle is a module of its own).
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
 		return "", err
 	}
 	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+		_, modErr := os.Stat(filepath.Join(dir, "go.mod"))
+		if _, err := os.Stat(filepath.Join(dir, "localstack", "minio.sh")); err == nil && modErr == nil {
 			return dir, nil
 		}
 		parent := filepath.Dir(dir)
