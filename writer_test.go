@@ -366,7 +366,7 @@ func TestAbortLeavesNothing(t *testing.T) {
 		ups, _ := st.ListUploads(ctx, "")
 		objs, _, _ := st.List(ctx, "", "")
 		if len(ups) != 0 || len(objs) != 0 {
-			t.Fatalf("after abort: %d uploads, %d objects", len(ups), len(objs))
+			t.Fatalf("after abort: %d uploads, %d objects; requests %v", len(ups), len(objs), counter.Statuses())
 		}
 	})
 }

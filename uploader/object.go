@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
@@ -29,6 +30,7 @@ type Object struct {
 	parts    []store.Part
 	size     int64
 	err      error
+	cut      bool // a part's request was cut off by cancellation
 	wg       sync.WaitGroup
 	finished bool
 }
@@ -156,6 +158,9 @@ func (o *Object) partDone(err error) {
 		if first {
 			o.err = err
 		}
+		if o.ctx.Err() != nil {
+			o.cut = true
+		}
 		o.mu.Unlock()
 		if first && o.onFail != nil {
 			o.onFail(err)
@@ -198,6 +203,39 @@ func (o *Object) Finish() (Result, error) {
 		return Result{}, err
 	}
 	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// abortAgain makes sure an aborted upload stays gone when parts of it
+// were cut off in flight: a server may still be writing such a part when
+// the abort arrives and bring the upload back once it is done (S3's
+// documentation says an abort may have to be repeated; versitygw does
+// it). It checks a few times, briefly apart, and aborts again while the
+// upload is listed.
+func (o *Object) abortAgain(ctx context.Context, id string) error {
+	for i := range 4 {
+		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("abort multipart upload %s: %w", o.key, context.Cause(ctx))
+		case <-t.C:
+		}
+		ups, err := o.pool.st.ListUploads(ctx, o.key)
+		if err != nil {
+			return fmt.Errorf("list uploads of %s after its abort: %w", o.key, err)
+		}
+		back := false
+		for _, u := range ups {
+			back = back || u.Key == o.key && u.UploadID == id
+		}
+		if !back {
+			return nil
+		}
+		if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
+			return fmt.Errorf("abort multipart upload %s again: %w", o.key, err)
+		}
+	}
+	return nil
 }
 
 // abortStrays aborts uploads of this key other than keep, which exist only
@@ -258,7 +296,7 @@ func (o *Object) completedBefore(err error, size int64) bool {
 func (o *Object) Abort() error {
 	o.wg.Wait()
 	o.mu.Lock()
-	id, created := o.uploadID, o.created
+	id, created, cut := o.uploadID, o.created, o.cut
 	o.created = false
 	o.mu.Unlock()
 	var err error
@@ -267,6 +305,8 @@ func (o *Object) Abort() error {
 		defer cancel()
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
+		} else if cut {
+			err = o.abortAgain(ctx, id)
 		}
 	}
 	return errors.Join(err, o.abortStrays(id))

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -66,6 +67,17 @@ type Job struct {
 	Round *Round `json:"-"`
 	// live counts what the child moves, when it reports progress.
 	live *liveMeter
+}
+
+// httpClient is the job's HTTP client on the link (see HTTPClient), TLS
+// trusting Config.CAFile.
+func (j *Job) httpClient() (*http.Client, *http.Transport, error) {
+	tc, err := clientTLS(j.Config.CAFile, j.Config.InsecureSkipVerify)
+	if err != nil {
+		return nil, nil, err
+	}
+	hc, tr := HTTPClient(j.Dial, j.conns(), tc)
+	return hc, tr, nil
 }
 
 func (j *Job) conns() int {

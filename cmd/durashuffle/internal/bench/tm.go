@@ -28,7 +28,10 @@ import (
 // durashuffle, it does not send "Expect: 100-continue", which would cost
 // it one extra round trip per part.
 func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*transfermanager.Client, *http.Transport, error) {
-	hc, tr := HTTPClient(j.Dial, j.conns())
+	hc, tr, err := j.httpClient()
+	if err != nil {
+		return nil, nil, err
+	}
 	region := j.Config.Region
 	if region == "" {
 		region = "us-east-1"

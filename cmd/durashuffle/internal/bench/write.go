@@ -30,7 +30,10 @@ func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.
 	if j.NullStore {
 		return &nullStore{counter: counter}, counter, nil, nil
 	}
-	hc, tr := HTTPClient(j.Dial, j.conns())
+	hc, tr, err := j.httpClient()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	opts := s3store.Options{
 		Bucket:     j.Bucket,
 		Endpoint:   j.Endpoint,
