@@ -26,6 +26,7 @@ const (
 	DurashuffleByPartition = "durashuffle-by-partition"
 	Sequential             = "sequential"
 	TransferManager        = "transfermanager"
+	Manager                = "manager"
 )
 
 // Job is one contender's run, handed to a child process as JSON.
@@ -257,12 +258,16 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeSequential(ctx, j)
 	case j.Kind == "write" && j.Name == TransferManager:
 		return writeTM(ctx, j)
+	case j.Kind == "write" && j.Name == Manager:
+		return writeManager(ctx, j)
 	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
 	case j.Kind == "read" && j.Name == DurashuffleRanges:
 		return readRanges(ctx, j)
 	case j.Kind == "read" && j.Name == TransferManager:
 		return readTM(ctx, j)
+	case j.Kind == "read" && j.Name == Manager:
+		return readManager(ctx, j)
 	}
 	return nil, fmt.Errorf("unknown job %s/%s", j.Kind, j.Name)
 }

@@ -115,14 +115,14 @@ func TestProgressSamples(t *testing.T) {
 			}
 		}
 	}
-	want := "durashuffle 1/1 1/3,sequential 1/1 2/3,transfermanager 1/1 3/3," +
-		"durashuffle 1/1 1/3,durashuffle-by-partition 1/1 2/3,transfermanager 1/1 3/3"
+	want := "durashuffle 1/1 1/4,sequential 1/1 2/4,transfermanager 1/1 3/4,manager 1/1 4/4," +
+		"durashuffle 1/1 1/4,durashuffle-by-partition 1/1 2/4,transfermanager 1/1 3/4,manager 1/1 4/4"
 	if got := strings.Join(rounds, ","); got != want {
 		t.Errorf("rounds watched:\n%s\nwant\n%s", got, want)
 	}
-	// encode-files, the three writers, the stage to read, the three readers.
-	if len(rec.runs) != 8 {
-		t.Errorf("%d children watched, want 8", len(rec.runs))
+	// encode-files, the four writers, the stage to read, the four readers.
+	if len(rec.runs) != 10 {
+		t.Errorf("%d children watched, want 10", len(rec.runs))
 	}
 
 	// Without a watcher, a job says nothing of progress to its child.

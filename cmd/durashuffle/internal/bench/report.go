@@ -38,10 +38,11 @@ func PrintText(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "  (chunk size and concurrency per cell as named; \"of link\" is against each cell's own limit)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\trequests\t")
+	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\tCPU s/GiB stored\tCPU s/GiB logical\trequests\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
-			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), formatOps(r.Requests))
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
+			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20),
+			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
 	}
 	tw.Flush()
 	for _, r := range rep.Results {
@@ -105,4 +106,13 @@ func optMiB(b float64) string {
 		return "-"
 	}
 	return mibps(b)
+}
+
+// cpuPerGiB is CPU seconds per GiB of bytes (0, shown as "-", when either
+// is unknown): the cost of encoding, checksums and TLS per byte moved.
+func cpuPerGiB(cpu float64, bytes int64) float64 {
+	if cpu <= 0 || bytes <= 0 {
+		return 0
+	}
+	return round3(cpu / (float64(bytes) / (1 << 30)))
 }

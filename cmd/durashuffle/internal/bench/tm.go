@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,22 @@ import (
 // durashuffle, it does not send "Expect: 100-continue", which would cost
 // it one extra round trip per part.
 func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*transfermanager.Client, *http.Transport, error) {
+	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, nil, err
+	}
+	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
+		o.PartSizeBytes = int64(j.Config.ChunkSize)
+		o.Concurrency = j.Config.UploadConcurrency
+		o.GetObjectType = tmtypes.GetObjectRanges
+	})
+	return tm, tr, nil
+}
+
+// sdkClient is the S3 client of the SDK's transfer libraries: the job's
+// HTTP client on the link, its endpoint and credentials, requests counted
+// and data requests timed; no "Expect: 100-continue".
+func sdkClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*s3.Client, *http.Transport, error) {
 	hc, tr, err := j.httpClient()
 	if err != nil {
 		return nil, nil, err
@@ -55,12 +72,7 @@ func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataCl
 			return s.Deserialize.Add(countMiddleware{counter, clock, j.live}, middleware.After)
 		})
 	})
-	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
-		o.PartSizeBytes = int64(j.Config.ChunkSize)
-		o.Concurrency = j.Config.UploadConcurrency
-		o.GetObjectType = tmtypes.GetObjectRanges
-	})
-	return tm, tr, nil
+	return s3c, tr, nil
 }
 
 // countMiddleware counts every request and times the data requests; with
@@ -105,6 +117,13 @@ func uploadLength(op string, req any) int64 {
 	r, ok := req.(*smithyhttp.Request)
 	if !ok || (op != "UploadPart" && op != "PutObject") {
 		return 0
+	}
+	// Over TLS the SDK sends aws-chunked bodies: their length has the
+	// chunk framing and the checksum trailer on top of the part's bytes.
+	if v := r.Header.Get("X-Amz-Decoded-Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
 	}
 	if r.ContentLength > 0 {
 		return r.ContentLength
