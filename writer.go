@@ -158,6 +158,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		return nil, w.cleanupObjects(objs, firstErr)
 	}
 	schema := res.Schema
+	m.Codecs = res.Codecs
 	if schema == nil {
 		schema = w.opt.Schema
 	}

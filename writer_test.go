@@ -399,3 +399,57 @@ func TestInvalidIDsRejectedBeforeAnyRequest(t *testing.T) {
 		t.Fatalf("%d requests made", counter.Total())
 	}
 }
+
+// TestCompressionAuto writes through a store slow enough that the upload
+// pool's buffers run out (the link is the bottleneck): compression auto
+// moves frames from lz4 to zstd, the manifest counts frames per codec,
+// and every row reads back whatever its frame's codec.
+func TestCompressionAuto(t *testing.T) {
+	e := backends[0].Start(t)
+	st, counter := e.NewStore(t)
+	ctx := context.Background()
+	cfg := testConfig()
+	cfg.Compression = "auto"
+	cfg.UploadConcurrency = 2
+	cfg.MaxBufferedChunks = 3
+	c := durashuffle.NewClient(slowStore{st, 300 * time.Millisecond}, cfg, counter, nil)
+	defer c.Close()
+	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "auto", Worker: "0", Partitions: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rows = 40_000
+	if err := writeRows(w, rows, 4); err != nil {
+		t.Fatal(err)
+	}
+	m, err := w.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0
+	for _, n := range m.Codecs {
+		sum += n
+	}
+	if m.Compression != "auto" || sum != m.Totals.Frames || m.Codecs["zstd"] == 0 {
+		t.Fatalf("compression %q, frames %d, codecs %v: want auto with zstd frames among them", m.Compression, m.Totals.Frames, m.Codecs)
+	}
+	if _, err := c.Seal(ctx, "auto", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	s, err := c.OpenStage(ctx, "auto", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := s.ReadStored(ctx, []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Close()
+	var got int64
+	for recs.Next() {
+		got += recs.RecordBatch().NumRows()
+	}
+	if err := recs.Err(); err != nil || got != rows {
+		t.Fatalf("read %d rows (%v), want %d", got, err, rows)
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -93,6 +94,9 @@ type Result struct {
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)
+	// Codecs counts frames by the codec in their headers ("lz4", "zstd",
+	// "none"): with compression auto, the mix the writer chose.
+	Codecs map[string]int
 }
 
 // item is a piece of a partition's frame, in write order: a batch the
@@ -220,6 +224,7 @@ type Writer struct {
 	opt    Options
 	sink   Sink
 	stream StreamSink // the sink, when it streams chunks as they fill
+	auto   *autoCodec // compression auto: picks each frame's codec
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -254,6 +259,7 @@ type Writer struct {
 	frames  []Frame
 	rows    int64
 	bytes   int64
+	codecs  map[string]int // frames per codec (from their headers)
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails
@@ -295,6 +301,9 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	}
 	if ss, ok := sink.(StreamSink); ok && ss.Streaming() {
 		w.stream = ss
+	}
+	if opt.Compression == frame.Auto {
+		w.auto = newAutoCodec(opt.Encoders)
 	}
 	w.room = sync.NewCond(&w.mu)
 	w.work = sync.NewCond(&w.mu)
@@ -569,10 +578,19 @@ func (w *Writer) encoder() {
 				enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
 				gather, _ = frame.NewAccumulator(schema)
 			}
+			var codec string
+			if res.err == nil && w.auto != nil {
+				codec = w.auto.codec()
+				res.err = enc.SetCodec(codec)
+			}
 			if res.err == nil {
 				res.buf = bufPool.Get().(*bytes.Buffer)
 				res.buf.Reset()
+				start := time.Now()
 				res.stats, res.err = encodeItems(enc, gather, res.buf, j)
+				if w.auto != nil && res.err == nil {
+					w.auto.encoded(codec, res.buf.Len(), time.Since(start))
+				}
 			}
 			if res.err != nil {
 				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
@@ -679,6 +697,11 @@ func (w *Writer) appendFrame(r encoded) error {
 	})
 	w.rows += r.stats.Rows
 	w.bytes += r.stats.Bytes
+	if w.codecs == nil {
+		w.codecs = map[string]int{}
+	}
+	w.codecs[frame.CodecName(b)]++
+	var waited time.Duration
 	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
 	w.objOff += int64(len(b))
 	for len(b) > 0 {
@@ -695,7 +718,9 @@ func (w *Writer) appendFrame(r encoded) error {
 			w.cur = nil
 		}
 		if w.cur == nil {
+			start := time.Now()
 			buf, err := w.sink.Acquire(w.ctx)
+			waited += time.Since(start)
 			if err != nil {
 				return err
 			}
@@ -712,6 +737,9 @@ func (w *Writer) appendFrame(r encoded) error {
 		if w.stream != nil {
 			w.stream.Grow(len(w.cur))
 		}
+	}
+	if w.auto != nil {
+		w.auto.appended(int(r.buf.Len()), waited)
 	}
 	return nil
 }
@@ -758,7 +786,7 @@ func (w *Writer) Close() (Result, error) {
 		return Result{}, err
 	}
 	w.cancel(ErrClosed)
-	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs}, nil
+	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs, Codecs: w.codecs}, nil
 }
 
 // Abort cancels the writer with cause and drops every buffer.

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -29,6 +30,7 @@ type inspectWorker struct {
 	BytesStored   int64           `json:"bytes_stored"`
 	ChunkSize     int64           `json:"chunk_size"`
 	Compression   string          `json:"compression"`
+	Codecs        map[string]int  `json:"codecs,omitempty"` // frames per codec, from the manifest
 	WriterVersion string          `json:"writer_version"`
 	WrittenAt     time.Time       `json:"written_at"`
 	Objects       []inspectObject `json:"objects"`
@@ -135,7 +137,7 @@ func describeStage(m *manifest.Stage, per []manifest.PartitionStats, l manifest.
 		iw := inspectWorker{
 			Worker: w.Worker, Attempt: w.Attempt, Rows: t.Rows, Frames: t.Frames,
 			BytesLogical: t.BytesLogical, BytesStored: t.BytesStored, ChunkSize: w.ChunkSize,
-			Compression: w.Compression, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
+			Compression: w.Compression, Codecs: w.Codecs, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
 			Objects: []inspectObject{},
 		}
 		for _, o := range w.Objects {
@@ -194,7 +196,7 @@ func printInspect(w io.Writer, s *inspectOutput) {
 	fmt.Fprintln(tw, "  WORKER\tATTEMPT\tROWS\tFRAMES\tLOGICAL\tSTORED\tCOMPRESSION\tWRITTEN")
 	for _, x := range s.Workers {
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\n", x.Worker, x.Attempt, x.Rows, x.Frames,
-			mib(x.BytesLogical), mib(x.BytesStored), x.Compression, x.WrittenAt.Format(time.RFC3339))
+			mib(x.BytesLogical), mib(x.BytesStored), compressionString(x.Compression, x.Codecs), x.WrittenAt.Format(time.RFC3339))
 	}
 	tw.Flush()
 
@@ -248,4 +250,18 @@ func histogram(sizes []int64, bins, width int) []string {
 		out[b] = fmt.Sprintf("%10s - %-10s |%-*s %d", mib(from), mib(to), width, bar, n)
 	}
 	return out
+}
+
+// compressionString is the configured compression with the frames' codec
+// mix when there is more than one codec: "auto (lz4 12, zstd 40)".
+func compressionString(compression string, codecs map[string]int) string {
+	if len(codecs) < 2 && compression != "auto" {
+		return compression
+	}
+	names := slices.Sorted(maps.Keys(codecs))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, codecs[n])
+	}
+	return compression + " (" + strings.Join(parts, ", ") + ")"
 }

@@ -85,10 +85,13 @@ func TestSmokeWrite(t *testing.T) {
 			t.Errorf("result %v: peak RSS %v, seconds %v", r["name"], r["peak_rss_bytes"], r["seconds"])
 		}
 	}
-	if strings.Join(names, ",") != "durashuffle,sequential,transfermanager,manager" {
+	if strings.Join(names, ",") != "durashuffle,durashuffle-auto,sequential,transfermanager,manager" {
 		t.Fatalf("contenders %v", names)
 	}
 	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
+	if auto := find(rep.Results, DurashuffleAuto); auto.Rows != ds.Rows || len(auto.Codecs) == 0 {
+		t.Fatalf("durashuffle-auto wrote %d rows (codecs %v), durashuffle %d", auto.Rows, auto.Codecs, ds.Rows)
+	}
 	if mgr.StoredBytes != tm.StoredBytes {
 		t.Fatalf("manager uploaded %d bytes, transfermanager %d: want the same files", mgr.StoredBytes, tm.StoredBytes)
 	}
@@ -190,8 +193,8 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 4 {
-		t.Fatalf("%d contenders finished, want 4", len(rep.Results))
+	if len(rep.Results) != 5 {
+		t.Fatalf("%d contenders finished, want 5", len(rep.Results))
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())

@@ -24,9 +24,11 @@ const (
 	// DurashuffleByPartition reads the stage partition by partition,
 	// Readers partitions at a time (bench read).
 	DurashuffleByPartition = "durashuffle-by-partition"
-	Sequential             = "sequential"
-	TransferManager        = "transfermanager"
-	Manager                = "manager"
+	// DurashuffleAuto is durashuffle's writer with compression auto.
+	DurashuffleAuto = "durashuffle-auto"
+	Sequential      = "sequential"
+	TransferManager = "transfermanager"
+	Manager         = "manager"
 )
 
 // Job is one contender's run, handed to a child process as JSON.
@@ -102,7 +104,10 @@ type Result struct {
 	LogicalBytes int64 `json:"logical_bytes"`
 	Rows         int64 `json:"rows,omitempty"`
 	Frames       int   `json:"frames,omitempty"`
-	Objects      int   `json:"objects,omitempty"`
+	// Codecs counts the frames written per codec (the manifests'):
+	// compression auto's mix.
+	Codecs  map[string]int `json:"codecs,omitempty"`
+	Objects int            `json:"objects,omitempty"`
 	// PeakBufferedChunks is the upload pool's high-water mark: equal to
 	// max_buffered_chunks when the link, not the encoder, was the limit.
 	PeakBufferedChunks int64 `json:"peak_buffered_chunks,omitempty"`
@@ -252,7 +257,7 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 	switch {
 	case j.Kind == "encode-files":
 		return encodeFiles(ctx, j)
-	case j.Kind == "write" && j.Name == Durashuffle:
+	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):
 		return writeDurashuffle(ctx, j)
 	case j.Kind == "write" && j.Name == Sequential:
 		return writeSequential(ctx, j)

@@ -121,6 +121,11 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 				optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
 		}
 		for _, r := range rep.Results {
+			if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {
+				fmt.Fprintf(&b, "\n%s's frames by codec (median round): %s.\n", r.Name, codecMix(r.Codecs))
+			}
+		}
+		for _, r := range rep.Results {
 			if r.GetCeiling > 0 {
 				fmt.Fprintf(&b, "\n%s made %d ranged GETs of %.0f KiB on average; a connection with %.0f ms round trips carries at most **%.3f** of its bandwidth with GETs that size (size / (size + round trip x bandwidth)).\n",
 					r.Name, r.RangedGets, r.MeanGetBytes/1024, rep.Link.LatencyMS, r.GetCeiling)

@@ -46,6 +46,11 @@ func PrintText(w io.Writer, rep *Report) {
 	}
 	tw.Flush()
 	for _, r := range rep.Results {
+		if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {
+			fmt.Fprintf(w, "  %s frames by codec: %s\n", r.Name, codecMix(r.Codecs))
+		}
+	}
+	for _, r := range rep.Results {
 		if r.GetCeiling > 0 {
 			fmt.Fprintf(w, "  %s: %d ranged GETs of %.0f KiB on average; one connection carries at most %.3f of its bandwidth with GETs that size (size / (size + round trip x bandwidth))\n",
 				r.Name, r.RangedGets, r.MeanGetBytes/1024, r.GetCeiling)
@@ -115,4 +120,18 @@ func cpuPerGiB(cpu float64, bytes int64) float64 {
 		return 0
 	}
 	return round3(cpu / (float64(bytes) / (1 << 30)))
+}
+
+// codecMix renders frames per codec: "lz4 120 (40%), zstd 180 (60%)".
+func codecMix(codecs map[string]int) string {
+	total := 0
+	for _, n := range codecs {
+		total += n
+	}
+	names := slices.Sorted(maps.Keys(codecs))
+	parts := make([]string, len(names))
+	for i, c := range names {
+		parts[i] = fmt.Sprintf("%s %d (%.0f%%)", c, codecs[c], 100*float64(codecs[c])/float64(max(total, 1)))
+	}
+	return strings.Join(parts, ", ")
 }

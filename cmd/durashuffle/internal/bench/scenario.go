@@ -144,6 +144,9 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 			}
 			e.stop = append(e.stop, func() { srv.Close() })
 			e.Endpoint, e.server = srv.Endpoint(), "in-memory S3 endpoint (in the parent process)"
+			if serverTLS != nil {
+				e.server = "in-memory S3 endpoint over HTTPS (in the parent process)"
+			}
 		default:
 			e.Close()
 			return nil, fmt.Errorf("server %q: want memory or embedded", o.Server)

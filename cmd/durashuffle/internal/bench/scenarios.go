@@ -50,10 +50,19 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		}
 	}()
 
-	names := []string{Durashuffle, Sequential, TransferManager, Manager}
+	names := []string{Durashuffle, DurashuffleAuto, Sequential, TransferManager, Manager}
+	if e.Link.Addr == "" {
+		// Unshaped, CPU-bound: what auto costs next to lz4; the
+		// baselines say nothing more there.
+		names = []string{Durashuffle, DurashuffleAuto}
+	}
 	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
 		q := e.query("write", name, strconv.Itoa(round))
-		j := e.job("write", name, q, cfg, d)
+		c := cfg
+		if name == DurashuffleAuto {
+			c.Compression = "auto"
+		}
+		j := e.job("write", name, q, c, d)
 		if name == TransferManager || name == Manager {
 			j.Files = files
 			for i := range files {
@@ -72,12 +81,19 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	limit := float64(rep.Link.LimitBytesPerS)
-	ds, seq, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, Sequential), find(rep.Results, TransferManager), find(rep.Results, Manager)
+	ds, auto := find(rep.Results, Durashuffle), find(rep.Results, DurashuffleAuto)
 	for i := range rep.Results {
 		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
 	}
+	if e.Link.Addr == "" {
+		rep.Targets = append(rep.Targets, atMost("durashuffle-auto time / durashuffle (lz4) time, unshaped", ratio(auto.Seconds, ds.Seconds), 1.05))
+		return rep, nil
+	}
+	seq, tm, mgr := find(rep.Results, Sequential), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if limit > 0 {
-		rep.Targets = append(rep.Targets, atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95))
+		rep.Targets = append(rep.Targets,
+			atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95),
+			atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0))
 	}
 	rep.Targets = append(rep.Targets,
 		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),

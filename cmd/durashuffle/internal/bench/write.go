@@ -137,6 +137,12 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 		res.Frames += t.Frames
 		res.Objects += t.Objects
 		res.Runs += sortedRuns(m)
+		for c, n := range m.Codecs {
+			if res.Codecs == nil {
+				res.Codecs = map[string]int{}
+			}
+			res.Codecs[c] += n
+		}
 		for _, o := range m.Objects {
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}
