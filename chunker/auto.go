@@ -25,7 +25,7 @@ import (
 type autoCodec struct {
 	encoders int
 	window   time.Duration // autoWindow; tests shorten it
-	level    atomic.Int32 // index into frame.Codecs
+	level    atomic.Int32  // index into frame.Codecs
 
 	mu       sync.Mutex
 	rate     [4]float64 // stored bytes per encode-second per encoder, EWMA; 0: not measured
