@@ -133,16 +133,19 @@ type Result struct {
 	GoHeapPeak int64     `json:"go_heap_peak_bytes,omitempty"`
 	// RusageMaxRSS is the child's ru_maxrss as wait4 reports it, kept for
 	// comparison: see peakRSS for why it is not the peak RSS.
-	RusageMaxRSS  int64    `json:"rusage_maxrss_bytes,omitempty"`
-	CPUSeconds    float64  `json:"cpu_seconds,omitempty"`
-	LinkFraction  float64  `json:"link_fraction,omitempty"` // stored bytes/s over the link limit
-	Keys          []string `json:"keys,omitempty"`          // data objects written
-	ChunkSize     int64    `json:"chunk_size,omitempty"`
-	Concurrency   int      `json:"upload_concurrency,omitempty"`
-	MaxBuffered   int      `json:"max_buffered_chunks,omitempty"`
-	MemoryBound   int64    `json:"memory_bound_bytes,omitempty"`
-	WriteRows     int      `json:"write_rows,omitempty"`
-	EncodeWriters int      `json:"writers,omitempty"`
+	RusageMaxRSS int64 `json:"rusage_maxrss_bytes,omitempty"`
+	// CPUSeconds is the child's CPU on the clock (see startClock);
+	// ProcessCPUSeconds all of it, input generation included.
+	CPUSeconds        float64  `json:"cpu_seconds,omitempty"`
+	ProcessCPUSeconds float64  `json:"process_cpu_seconds,omitempty"`
+	LinkFraction      float64  `json:"link_fraction,omitempty"` // stored bytes/s over the link limit
+	Keys              []string `json:"keys,omitempty"`          // data objects written
+	ChunkSize         int64    `json:"chunk_size,omitempty"`
+	Concurrency       int      `json:"upload_concurrency,omitempty"`
+	MaxBuffered       int      `json:"max_buffered_chunks,omitempty"`
+	MemoryBound       int64    `json:"memory_bound_bytes,omitempty"`
+	WriteRows         int      `json:"write_rows,omitempty"`
+	EncodeWriters     int      `json:"writers,omitempty"`
 	// Runs is the sorted runs of the written objects as stored (see
 	// sortedRuns). DataGets and MetadataGets are a reader's GETs of data
 	// objects and of everything else, with the bytes their bodies carried.
@@ -154,11 +157,44 @@ type Result struct {
 }
 
 func (r *Result) finish(d time.Duration) {
+	if clockCPU > 0 && r.CPUSeconds == 0 {
+		r.CPUSeconds = round3(clockCPU)
+	}
 	r.Seconds = d.Seconds()
 	if r.Seconds > 0 {
 		r.StoredBytesPerS = float64(r.StoredBytes) / r.Seconds
 		r.LogicalBytesPerS = float64(r.LogicalBytes) / r.Seconds
 	}
+}
+
+// clockCPU is the child's CPU seconds (user + system) between
+// startClock and stopClock: what its contender spent on the clock,
+// without the input pool built before it or the untimed work after.
+var (
+	clockCPU0 float64
+	clockCPU  float64
+)
+
+// startClock starts a contender's clock and notes the CPU used so far.
+func startClock() time.Time {
+	clockCPU0 = processCPU()
+	return time.Now()
+}
+
+// stopClock returns the time since start and notes the CPU used since.
+func stopClock(start time.Time) time.Duration {
+	d := time.Since(start)
+	clockCPU = processCPU() - clockCPU0
+	return d
+}
+
+// processCPU is this process's user + system CPU seconds so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
 }
 
 // ChildEnv, when set to 1 in a process's environment, makes the bench
@@ -361,7 +397,10 @@ func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.RusageMaxRSS = ru.Maxrss * 1024
-		r.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		r.ProcessCPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		if r.CPUSeconds == 0 {
+			r.CPUSeconds = r.ProcessCPUSeconds
+		}
 		if r.PeakRSSBytes == 0 {
 			r.PeakRSSBytes = r.RusageMaxRSS
 		}

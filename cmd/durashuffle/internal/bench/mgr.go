@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"sync/atomic"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
@@ -58,7 +57,7 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 	if j.live != nil {
 		j.live.total.Store(res.StoredBytes)
 	}
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range files {
@@ -72,7 +71,7 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil
@@ -95,7 +94,7 @@ func readManager(ctx context.Context, j *Job) (*Result, error) {
 	})
 	res := &Result{Name: j.Name, Objects: len(j.Keys)}
 	var got atomic.Int64
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for _, key := range j.Keys {
@@ -110,7 +109,7 @@ func readManager(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	res.StoredBytes = got.Load()
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil

@@ -7,7 +7,6 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -166,7 +165,7 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 	if j.live != nil {
 		j.live.total.Store(res.StoredBytes)
 	}
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range files {
@@ -183,7 +182,7 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil
@@ -201,7 +200,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 	defer closeIdle(tr)
 	res := &Result{Name: j.Name, Objects: len(j.Keys)}
 	var got atomic.Int64
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for _, key := range j.Keys {
@@ -221,7 +220,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	res.StoredBytes = got.Load()
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil

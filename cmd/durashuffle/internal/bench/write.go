@@ -102,7 +102,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 	workers := max(1, j.Data.Workers)
 	manifests := make([]*manifest.Worker, workers)
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range workers {
@@ -127,7 +127,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	for _, m := range manifests {
 		t := m.Sum()
@@ -285,7 +285,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	layout := manifest.Layout{Prefix: cfg.Prefix}
 	workers := max(1, j.Data.Workers)
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	results := make([]chunker.Result, workers)
@@ -332,7 +332,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	for _, r := range results {
 		res.LogicalBytes += r.Bytes
