@@ -299,7 +299,9 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		results: make(chan encoded, opt.Encoders),
 		appDone: make(chan struct{}),
 	}
-	if ss, ok := sink.(StreamSink); ok && ss.Streaming() {
+	// An object that cannot have a second part (max_object_size at most
+	// a chunk) is never streamed: it stays one PutObject.
+	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && w.maxObject() > opt.ChunkSize {
 		w.stream = ss
 	}
 	if opt.Compression == frame.Auto {
