@@ -210,32 +210,33 @@ func (o *Object) Finish() (Result, error) {
 // the abort arrives and bring the upload back once it is done (S3's
 // documentation says an abort may have to be repeated; versitygw does
 // it). It checks a few times, briefly apart, and aborts again while the
-// upload is listed.
-func (o *Object) abortAgain(ctx context.Context, id string) error {
+// upload is listed. Best effort: the abort itself succeeded, so a listing
+// or a repeated abort that fails (a store without quorum) is no error of
+// the object's; what it misses is gc's and the lifecycle rule's.
+func (o *Object) abortAgain(ctx context.Context, id string) {
 	for i := range 4 {
 		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("abort multipart upload %s: %w", o.key, context.Cause(ctx))
+			return
 		case <-t.C:
 		}
 		ups, err := o.pool.st.ListUploads(ctx, o.key)
 		if err != nil {
-			return fmt.Errorf("list uploads of %s after its abort: %w", o.key, err)
+			return
 		}
 		back := false
 		for _, u := range ups {
 			back = back || u.Key == o.key && u.UploadID == id
 		}
 		if !back {
-			return nil
+			return
 		}
 		if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
-			return fmt.Errorf("abort multipart upload %s again: %w", o.key, err)
+			return
 		}
 	}
-	return nil
 }
 
 // abortStrays aborts uploads of this key other than keep, which exist only
@@ -306,7 +307,7 @@ func (o *Object) Abort() error {
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
 		} else if cut {
-			err = o.abortAgain(ctx, id)
+			o.abortAgain(ctx, id)
 		}
 	}
 	return errors.Join(err, o.abortStrays(id))
