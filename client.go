@@ -159,6 +159,7 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 		Region:             cfg.Region,
 		PathStyle:          cfg.PathStyle,
 		InsecureSkipVerify: cfg.InsecureSkipVerify,
+		CAFile:             cfg.CAFile,
 		SSE:                cfg.SSE,
 		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,

@@ -55,7 +55,8 @@ type Config struct {
 	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL (MinIO, LocalStack); empty follows the AWS chain (AWS_ENDPOINT_URL, profile)."`
 	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
 	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification. Off unless set explicitly."`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
+	CAFile             string `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
 	SSE                string `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
 	SSEKMSKeyID        string `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
 
@@ -69,7 +70,7 @@ type Config struct {
 	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload."`
 	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound, max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB (serve: per max_streams stream, see operations.md); off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
 	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
-	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd or none."`
+	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
 	Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c or none. Frames always carry a CRC32C in the manifest."`
 
 	ReadRangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
@@ -206,9 +207,9 @@ func (c Config) Validate() error {
 	}
 	intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
 	switch c.Compression {
-	case "lz4", "zstd", "none":
+	case "lz4", "zstd", "none", "auto":
 	default:
-		bad("compression", "one of lz4, zstd, none", strconv.Quote(c.Compression))
+		bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Compression))
 	}
 	switch c.SSE {
 	case "", "AES256", "aws:kms":

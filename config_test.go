@@ -64,7 +64,7 @@ func TestValidate(t *testing.T) {
 		{"zero concurrency", func(c *Config) { c.UploadConcurrency = 0 }, "upload_concurrency must be between 1 and 1024, got 0"},
 		{"negative buffered", func(c *Config) { c.MaxBufferedChunks = -1 }, "max_buffered_chunks must be between 1 and 65536, got -1"},
 		{"budget below frame", func(c *Config) { c.CoalesceBudget = 512 * KiB }, "coalesce_budget must be at least frame_target_bytes (1MiB), got 512KiB"},
-		{"compression", func(c *Config) { c.Compression = "gzip" }, `compression must be one of lz4, zstd, none, got "gzip"`},
+		{"compression", func(c *Config) { c.Compression = "gzip" }, `compression must be one of lz4, zstd, none, auto, got "gzip"`},
 		{"checksum", func(c *Config) { c.Checksum = "md5" }, `checksum must be one of crc32c, none, got "md5"`},
 		{"read ahead", func(c *Config) { c.ReadAhead = 0 }, "read_ahead must be between 1 and 256, got 0"},
 		{"retries", func(c *Config) { c.RetryMaxAttempts = 0 }, "retry_max_attempts must be between 1 and 100, got 0"},

@@ -44,6 +44,9 @@ type Writer struct {
 	mu      sync.Mutex
 	objects []*uploader.Object
 	done    bool
+	// filling is the chunk being filled while its part streams; only the
+	// chunker's appending goroutine (and Close or Abort after it) uses it.
+	filling *uploader.Filling
 }
 
 // NewAttemptID returns a fresh attempt ID: a time stamp and random bits,
@@ -162,6 +165,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		return nil, w.cleanupObjects(objs, firstErr)
 	}
 	schema := res.Schema
+	m.Codecs = res.Codecs
 	if schema == nil {
 		schema = w.opt.Schema
 	}
@@ -260,11 +264,50 @@ func (w *Writer) cleanupObjects(objs []*uploader.Object, cause error) error {
 type sink Writer
 
 func (s *sink) Acquire(ctx context.Context) ([]byte, error) { return s.c.pool.Acquire(ctx) }
-func (s *sink) Release(buf []byte)                          { s.c.pool.Release(buf) }
+
+// Release returns a buffer that will not be emitted; a chunk already
+// begun is the pool's, and is abandoned instead.
+func (s *sink) Release(buf []byte) {
+	if f := s.filling; f != nil {
+		s.filling = nil
+		f.Abandon()
+		return
+	}
+	s.c.pool.Release(buf)
+}
+
+// Streaming implements chunker.StreamSink: parts stream while their
+// chunks fill when the pool's store can send them so (over HTTPS).
+func (s *sink) Streaming() bool { return s.c.pool.Streams() }
+
+// Begin implements chunker.StreamSink.
+func (s *sink) Begin(obj int, part int32, buf []byte) error {
+	f, err := s.object(obj).Begin(part, buf)
+	if err != nil {
+		return err
+	}
+	s.filling = f
+	return nil
+}
+
+// Grow implements chunker.StreamSink.
+func (s *sink) Grow(n int) { s.filling.Grow(n) }
 
 func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
+	if f := s.filling; f != nil {
+		s.filling = nil
+		f.Finish(last)
+		return nil
+	}
+	return s.object(obj).Submit(part, buf, last)
+}
+
+// object returns data object obj of the attempt, starting it (and any
+// before it) on first use.
+func (s *sink) object(obj int) *uploader.Object {
 	w := (*Writer)(s)
 	w.mu.Lock()
+	defer w.mu.Unlock()
 	for len(w.objects) <= obj {
 		n := len(w.objects)
 		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, n))
@@ -275,7 +318,5 @@ func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
 		w.c.keep(o)
 		w.objects = append(w.objects, o)
 	}
-	o := w.objects[obj]
-	w.mu.Unlock()
-	return o.Submit(part, buf, last)
+	return w.objects[obj]
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -40,6 +41,21 @@ type Sink interface {
 	Emit(obj int, part int32, buf []byte, last bool) error
 }
 
+// StreamSink is a Sink whose chunks may start uploading while they fill.
+// When Streaming reports true, every chunk is announced with Begin when
+// its buffer comes from Acquire, each append to it with Grow, and it ends
+// with Emit as usual (or Release, if the writer gives up).
+type StreamSink interface {
+	Sink
+	// Streaming reports whether the sink wants Begin and Grow.
+	Streaming() bool
+	// Begin says buf (from Acquire, empty) starts filling as chunk part
+	// (1-based) of object obj.
+	Begin(obj int, part int32, buf []byte) error
+	// Grow says the chunk begun last now holds n bytes.
+	Grow(n int)
+}
+
 // Options configure a Writer.
 type Options struct {
 	Schema           *arrow.Schema // nil: the first record's schema
@@ -63,6 +79,9 @@ type Result struct {
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)
+	// Codecs counts frames by the codec in their headers ("lz4", "zstd",
+	// "none"): with compression auto, the mix the writer chose.
+	Codecs map[string]int
 }
 
 // item is a piece of a partition's frame, in write order: a batch the
@@ -189,6 +208,8 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 type Writer struct {
 	opt    Options
 	sink   Sink
+	stream StreamSink // the sink, when it streams chunks as they fill
+	auto   *autoCodec // compression auto: picks each frame's codec
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -223,6 +244,7 @@ type Writer struct {
 	frames  []manifest.Frame
 	rows    int64
 	bytes   int64
+	codecs  map[string]int // frames per codec (from their headers)
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails
@@ -261,6 +283,14 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		fixed:   int64(opt.Partitions) * pbufSize,
 		results: make(chan encoded, opt.Encoders),
 		appDone: make(chan struct{}),
+	}
+	// An object that cannot have a second part (max_object_size at most
+	// a chunk) is never streamed: it stays one PutObject.
+	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && w.maxObject() > opt.ChunkSize {
+		w.stream = ss
+	}
+	if opt.Compression == frame.Auto {
+		w.auto = newAutoCodec(opt.Encoders)
 	}
 	w.room = sync.NewCond(&w.mu)
 	w.work = sync.NewCond(&w.mu)
@@ -535,10 +565,19 @@ func (w *Writer) encoder() {
 				enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
 				gather, _ = frame.NewAccumulator(schema)
 			}
+			var codec string
+			if res.err == nil && w.auto != nil {
+				codec = w.auto.codec()
+				res.err = enc.SetCodec(codec)
+			}
 			if res.err == nil {
 				res.buf = bufPool.Get().(*bytes.Buffer)
 				res.buf.Reset()
+				start := time.Now()
 				res.stats, res.err = encodeItems(enc, gather, res.buf, j)
+				if w.auto != nil && res.err == nil {
+					w.auto.encoded(codec, res.buf.Len(), time.Since(start))
+				}
 			}
 			if res.err != nil {
 				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
@@ -645,6 +684,11 @@ func (w *Writer) appendFrame(r encoded) error {
 	})
 	w.rows += r.stats.Rows
 	w.bytes += r.stats.Bytes
+	if w.codecs == nil {
+		w.codecs = map[string]int{}
+	}
+	w.codecs[frame.CodecName(b)]++
+	var waited time.Duration
 	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
 	w.objOff += int64(len(b))
 	for len(b) > 0 {
@@ -661,15 +705,28 @@ func (w *Writer) appendFrame(r encoded) error {
 			w.cur = nil
 		}
 		if w.cur == nil {
+			start := time.Now()
 			buf, err := w.sink.Acquire(w.ctx)
+			waited += time.Since(start)
 			if err != nil {
 				return err
+			}
+			if w.stream != nil {
+				if err := w.stream.Begin(w.obj, w.part+1, buf); err != nil {
+					return err // the sink has the buffer
+				}
 			}
 			w.cur = buf
 		}
 		n := min(int64(len(b)), w.opt.ChunkSize-int64(len(w.cur)))
 		w.cur = append(w.cur, b[:n]...)
 		b = b[n:]
+		if w.stream != nil {
+			w.stream.Grow(len(w.cur))
+		}
+	}
+	if w.auto != nil {
+		w.auto.appended(int(r.buf.Len()), waited)
 	}
 	return nil
 }
@@ -716,7 +773,7 @@ func (w *Writer) Close() (Result, error) {
 		return Result{}, err
 	}
 	w.cancel(ErrClosed)
-	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs}, nil
+	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs, Codecs: w.codecs}, nil
 }
 
 // Abort cancels the writer with cause and drops every buffer.

@@ -13,6 +13,10 @@
 #                                concurrent servers need one each
 #   DURASHUFFLE_MINIO_WATCH_PID  stop the server when this process exits (test binaries
 #                                set it so a killed test run leaves nothing behind)
+#   DURASHUFFLE_MINIO_CERTS_DIR  serve HTTPS with the certificate in this dir (MinIO's
+#                                --certs-dir: public.crt, private.key, and CAs/ca.crt, the
+#                                CA that signed it, which the health check trusts);
+#                                the endpoint is then https://
 #   MINIO_ROOT_USER, MINIO_ROOT_PASSWORD
 #                                credentials (test defaults); use them as
 #                                AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY
@@ -33,12 +37,18 @@ SCRIPT=minio.sh LABEL=MinIO COMM=minio MODULE=$MINIO_MODULE VERSION=$MINIO_VERSI
 BUILD_NOTE="takes minutes" DATA_PREFIX=durashuffle-minio
 STATE=${DURASHUFFLE_MINIO_STATE:-${DURASHUFFLE_CACHE:-$HOME/.cache/durashuffle}/minio-state}
 WATCHED=${DURASHUFFLE_MINIO_WATCH_PID:-}
+CERTS=${DURASHUFFLE_MINIO_CERTS_DIR:-}
+SCHEME=http
+if [[ -n $CERTS ]]; then SCHEME=https; fi
 # shellcheck source=server-lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/server-lib.sh"
 
 # http_ok URL: GET answers 200.
 http_ok() {
-	if command -v curl >/dev/null; then
+	if [[ -n $CERTS ]]; then
+		command -v curl >/dev/null || die "curl is required for the health check of an HTTPS MinIO"
+		curl -fsS -o /dev/null --max-time 2 --cacert "$CERTS/CAs/ca.crt" "$1" 2>/dev/null
+	elif command -v curl >/dev/null; then
 		curl -fsS -o /dev/null --max-time 2 "$1" 2>/dev/null
 	else
 		local rest=${1#http://} status
@@ -70,7 +80,9 @@ launch() {
 	local cport
 	cport=$(pick_port)
 	while [[ $cport == "$2" ]]; do cport=$(pick_port); done
-	"$1" server "$3" --address "127.0.0.1:$2" --console-address "127.0.0.1:$cport" </dev/null >"$4" 2>&1 &
+	local tls=()
+	if [[ -n $CERTS ]]; then tls=(--certs-dir "$CERTS"); fi
+	"$1" server "$3" --address "127.0.0.1:$2" --console-address "127.0.0.1:$cport" "${tls[@]}" </dev/null >"$4" 2>&1 &
 	pid=$!
 }
 

@@ -13,6 +13,7 @@
 #   STATE          the state dir (one per concurrent server)
 #   WATCHED        a pid to outlive, or empty
 #   DATA_PREFIX    the data dir's name prefix under TMPDIR (durashuffle-minio)
+#   SCHEME         http (default) or https, the endpoint's scheme
 #
 # and defines launch BIN PORT DATA LOG (start the server in the background
 # and set pid), healthy ENDPOINT and log_tail LOG (the log's end without
@@ -99,7 +100,7 @@ start_server() {
 	local attempt port endpoint deadline
 	for attempt in 1 2 3 4 5; do
 		port=$(pick_port)
-		endpoint=http://127.0.0.1:$port
+		endpoint=${SCHEME:-http}://127.0.0.1:$port
 		launch "$bin" "$port" "$data" "$log"
 		deadline=$((SECONDS + START_TIMEOUT))
 		while ((SECONDS < deadline)); do

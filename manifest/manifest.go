@@ -77,22 +77,26 @@ type Totals struct {
 // version, kind, query, stage, schema, partitions) are left out and
 // filled in on decode.
 type Worker struct {
-	FormatVersion string    `json:"format_version,omitempty"`
-	Kind          string    `json:"kind,omitempty"`
-	Query         string    `json:"query,omitempty"`
-	Stage         int       `json:"stage,omitempty"`
-	Worker        string    `json:"worker"`
-	Attempt       string    `json:"attempt"`
-	Schema        []byte    `json:"schema,omitempty"` // Arrow IPC schema message stream, base64 in JSON
-	Compression   string    `json:"compression"`
-	Partitions    int       `json:"partitions,omitempty"`
-	ChunkSize     int64     `json:"chunk_size"`
-	Results       bool      `json:"results,omitempty"` // a query's final results stage
-	Objects       []Object  `json:"objects"`
-	Frames        []Frame   `json:"-"` // binary entries, after the header
-	Totals        Totals    `json:"totals"`
-	WriterVersion string    `json:"writer_version"`
-	WrittenAt     time.Time `json:"written_at"`
+	FormatVersion string `json:"format_version,omitempty"`
+	Kind          string `json:"kind,omitempty"`
+	Query         string `json:"query,omitempty"`
+	Stage         int    `json:"stage,omitempty"`
+	Worker        string `json:"worker"`
+	Attempt       string `json:"attempt"`
+	Schema        []byte `json:"schema,omitempty"` // Arrow IPC schema message stream, base64 in JSON
+	Compression   string `json:"compression"`
+	// Codecs counts frames by the codec in their headers (lz4, zstd,
+	// none): with compression auto, the mix the writer chose. Readers
+	// decode each frame by its header, whatever this says.
+	Codecs        map[string]int `json:"codecs,omitempty"`
+	Partitions    int            `json:"partitions,omitempty"`
+	ChunkSize     int64          `json:"chunk_size"`
+	Results       bool           `json:"results,omitempty"` // a query's final results stage
+	Objects       []Object       `json:"objects"`
+	Frames        []Frame        `json:"-"` // binary entries, after the header
+	Totals        Totals         `json:"totals"`
+	WriterVersion string         `json:"writer_version"`
+	WrittenAt     time.Time      `json:"written_at"`
 	// Peer is the Flight address (advertise_addr) of the sidecar that
 	// committed the worker and kept its frames in memory at commit time;
 	// readers may fetch the frames from it, verified against the same
@@ -245,7 +249,7 @@ func (w *Worker) Check(what string) error {
 		return bad("%d partitions, want 1 to %d", w.Partitions, MaxPartitions)
 	}
 	switch w.Compression {
-	case "lz4", "zstd", "none":
+	case "lz4", "zstd", "none", "auto":
 	default:
 		return bad("unknown compression %q", w.Compression)
 	}

@@ -48,7 +48,7 @@ func newEnv(t *testing.T, ep testenv.Endpoint) *env {
 	// parks the unused ones; a server shutting down waits 5 s for such a
 	// connection that never sent a request. Closing them first (cleanups
 	// run last-registered first) keeps the tests fast.
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	hc := &http.Client{Transport: ep.Transport(t)}
 	t.Cleanup(hc.CloseIdleConnections)
 	counter := new(store.Counter)
 	o := ep.Options(counter)

@@ -156,6 +156,23 @@ type Writer interface {
 	AbortMultipart(ctx context.Context, key, uploadID string) error
 }
 
+// PartStreamer is a Writer that can upload a part while its bytes are
+// still being produced: the body streams as it is read, and the part's
+// CRC32C, computed on the way, goes in a trailer after it (S3's
+// aws-chunked encoding, which the AWS SDK sends only over TLS). Safe for
+// concurrent use.
+type PartStreamer interface {
+	// StreamsParts reports whether UploadPartStream works on this store
+	// (an https endpoint); when false, callers use UploadPart.
+	StreamsParts() bool
+	// UploadPartStream uploads part number n of exactly size bytes read
+	// from a reader that body returns; the reader may block until its
+	// bytes exist. Every attempt (a retry layer may make several) calls
+	// body for a reader from the part's first byte. It returns the ETag
+	// and the CRC32C the store acknowledged. Idempotent like UploadPart.
+	UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc32c uint32, err error)
+}
+
 // Lister lists keys and incomplete uploads. Safe for concurrent use.
 type Lister interface {
 	// List returns the objects under prefix in key order. With a non-empty

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
@@ -33,6 +34,7 @@ type Object struct {
 	parts    []store.Part
 	size     int64
 	err      error
+	cut      bool // a part's request was cut off by cancellation
 	wg       sync.WaitGroup
 	finished bool
 
@@ -265,6 +267,9 @@ func (o *Object) partDone(err error) {
 		if first {
 			o.err = err
 		}
+		if o.ctx.Err() != nil {
+			o.cut = true
+		}
 		o.mu.Unlock()
 		if first && o.onFail != nil {
 			o.onFail(err)
@@ -316,6 +321,40 @@ func (o *Object) Finish(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// abortAgain makes sure an aborted upload stays gone when parts of it
+// were cut off in flight: a server may still be writing such a part when
+// the abort arrives and bring the upload back once it is done (S3's
+// documentation says an abort may have to be repeated; versitygw does
+// it). It checks a few times, briefly apart, and aborts again while the
+// upload is listed. Best effort: the abort itself succeeded, so a listing
+// or a repeated abort that fails (a store without quorum) is no error of
+// the object's; what it misses is gc's and the lifecycle rule's.
+func (o *Object) abortAgain(ctx context.Context, id string) {
+	for i := range 4 {
+		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ups, err := o.pool.st.ListUploads(ctx, o.key)
+		if err != nil {
+			return
+		}
+		back := false
+		for _, u := range ups {
+			back = back || u.Key == o.key && u.UploadID == id
+		}
+		if !back {
+			return
+		}
+		if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
+			return
+		}
+	}
 }
 
 // abortStrays aborts uploads of this key other than keep, which exist only
@@ -388,7 +427,7 @@ func (o *Object) Abort() error {
 	o.wg.Wait()
 	o.dropKept()
 	o.mu.Lock()
-	id, created, prev := o.uploadID, o.created, o.abortErr
+	id, created, prev, cut := o.uploadID, o.created, o.abortErr, o.cut
 	o.created, o.abortErr = false, nil
 	o.mu.Unlock()
 	if prev != nil {
@@ -400,6 +439,8 @@ func (o *Object) Abort() error {
 		defer cancel()
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
+		} else if cut {
+			o.abortAgain(ctx, id)
 		}
 	}
 	return errors.Join(err, o.abortStrays(id))

@@ -23,11 +23,21 @@ type Config struct {
 	// wins. 0 disables hedging.
 	HedgeFactor float64
 	HedgeMin    time.Duration
+	// StreamAfter is how many bytes part 1 holds before its streamed
+	// upload starts (Object.Begin), so that an output smaller than that
+	// stays one PutObject; 0 means DefaultStreamAfter (at most
+	// ChunkSize).
+	StreamAfter int64
 	// CleanupTimeout bounds each abort of a failed or aborted object, on
 	// a context detached from the caller's (0: DefaultCleanupTimeout).
 	// An upload not aborted by then is left to gc.
 	CleanupTimeout time.Duration
 }
+
+// DefaultStreamAfter is Config.StreamAfter when it is 0: an output under
+// 1 MiB is one PutObject, a larger one starts sending after its first
+// MiB (a frame or two).
+const DefaultStreamAfter = 1 << 20
 
 // DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
 const DefaultCleanupTimeout = 20 * time.Second
@@ -60,10 +70,13 @@ type Pool struct {
 	wg   sync.WaitGroup
 	lim  *limiter
 	hdg  *hedge.Hedger // nil: no hedging
+	// streams: the store uploads parts while their chunks fill.
+	streams bool
 
 	held     atomic.Int64 // buffers handed out and not yet returned
 	peak     atomic.Int64
 	inFlight atomic.Int64
+	resent   atomic.Int64
 	closed   atomic.Bool
 }
 
@@ -72,6 +85,10 @@ type Stats struct {
 	Buffered     int64 // buffers held now
 	PeakBuffered int64 // most buffers held at once since the pool started
 	InFlight     int64 // parts being uploaded now
+	// Resent counts parts streamed while their chunks filled whose
+	// chunk then ended short (an object's last): the streamed request
+	// was cut off and the part sent again whole, with its real length.
+	Resent int64
 }
 
 // New starts a pool with cfg.Concurrency workers writing to st.
@@ -85,6 +102,10 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = DefaultCleanupTimeout
 	}
+	if cfg.StreamAfter <= 0 {
+		cfg.StreamAfter = DefaultStreamAfter
+	}
+	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
 	p := &Pool{
 		st:   st,
 		cfg:  cfg,
@@ -96,6 +117,9 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	}
 	if cfg.HedgeFactor > 0 {
 		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
+	}
+	if ps, ok := st.(store.PartStreamer); ok {
+		p.streams = ps.StreamsParts()
 	}
 	for range cfg.Concurrency {
 		p.wg.Add(1)
@@ -133,6 +157,15 @@ func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error
 	return p.hdg.Do(ctx, fn)
 }
 
+// Streams reports whether parts upload while their chunks fill
+// (Object.Begin): the store streams parts (an https endpoint). Otherwise
+// a chunk handed over by Begin is uploaded once it is complete.
+func (p *Pool) Streams() bool { return p.streams }
+
+// StreamAfter is how many bytes part 1 of an object holds before it
+// starts streaming.
+func (p *Pool) StreamAfter() int64 { return p.cfg.StreamAfter }
+
 // Config returns the pool's sizing.
 func (p *Pool) Config() Config { return p.cfg }
 
@@ -146,7 +179,7 @@ func (p *Pool) Close() {
 
 // Stats returns counters of the pool.
 func (p *Pool) Stats() Stats {
-	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load()}
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load()}
 }
 
 // Acquire returns an empty buffer with capacity ChunkSize, blocking while
@@ -205,6 +238,7 @@ type job struct {
 	part   int32
 	buf    []byte
 	last   bool
+	fill   *Filling // from Begin: the chunk may still be filling
 	queued time.Time
 }
 
@@ -217,7 +251,12 @@ func (p *Pool) worker() {
 		p.lim.acquire()
 		p.inFlight.Add(1)
 		start := time.Now()
-		err := j.obj.upload(j)
+		var err error
+		if j.fill != nil {
+			err = j.obj.uploadFilling(j)
+		} else {
+			err = j.obj.upload(j)
+		}
 		p.inFlight.Add(-1)
 		p.lim.release(err == nil)
 		if p.obs != nil && err == nil {

@@ -134,7 +134,7 @@ func TestConfigOutOfRange(t *testing.T) {
 		{"results retention", nil, []string{"gc", "--older-than", "1h", "--results-retention", "-1h"}, "results_retention must be 0 or positive, got -1h0m0s"},
 		{"sse", nil, []string{"ls", "--sse", "DES"}, `sse must be empty, AES256 or aws:kms, got "DES"`},
 		{"sse key without kms", nil, []string{"ls", "--sse-kms-key-id", "k1"}, "sse_kms_key_id must be set only with sse aws:kms"},
-		{"compression", []string{"DURASHUFFLE_COMPRESSION=gzip"}, []string{"ls"}, `compression must be one of lz4, zstd, none, got "gzip"`},
+		{"compression", []string{"DURASHUFFLE_COMPRESSION=gzip"}, []string{"ls"}, `compression must be one of lz4, zstd, none, auto, got "gzip"`},
 		{"frame target", nil, []string{"inspect", "-q", "q", "--frame-target-bytes", "1KiB"}, "frame_target_bytes must be between 4KiB and 1GiB, got 1KiB"},
 		{"prefix", nil, []string{"gc", "--older-than", "1h", "--prefix", "../other"}, `prefix must be a relative key prefix without '..', got "../other"`},
 		{"no bucket", nil, []string{"gc", "--older-than", "1h"}, "bucket is not set"},

@@ -46,6 +46,7 @@ type benchOptions struct {
 	markdown      string
 	cpuProfile    string
 	server        string
+	tls           bool
 	memLimit      string
 	faults        string
 }
@@ -118,6 +119,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
 	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
+	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS with a certificate made for the run (as S3 does: parts stream with trailing checksums); --tls=false for plain HTTP")
 	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
@@ -317,7 +319,7 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	opts := &bench.Options{
 		Config: cfg, Latency: o.latency, ConnBandwidth: int64(o.connBandwidth), Rounds: o.rounds,
 		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
-		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, Faults: faults,
+		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, TLS: o.tls, Faults: faults,
 		PartitionCounts: partCounts, PartitionWriters: partWriters, RangeReaders: o.rangeReaders, WidePartitions: 2048,
 		Data: bench.Data{Input: o.input, Partitions: o.partitions, WriteRows: o.writeRows, PoolRows: o.poolRows,
 			Producers: o.producers, Workers: o.workers, Seed: o.seed},

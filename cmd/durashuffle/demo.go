@@ -67,6 +67,7 @@ type demoSummary struct {
 	WriteStored   float64          `json:"write_stored_mib_per_s"`
 	Requests      map[string]int64 `json:"requests"`
 	Retries       map[string]int64 `json:"retries"`
+	PartsResent   int64            `json:"parts_resent"`
 	PeakBuffered  int64            `json:"peak_buffered_chunks"`
 	MaxBuffered   int              `json:"max_buffered_chunks"`
 	UploadConc    int              `json:"upload_concurrency"`
@@ -225,6 +226,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	sum.WriteMiBps = perSecond(sum.BytesLogical, sum.WriteSeconds)
 	sum.WriteStored = perSecond(sum.BytesStored, sum.WriteSeconds)
 	sum.PeakBuffered = client.Pool().Stats().PeakBuffered
+	sum.PartsResent = client.Pool().Stats().Resent
 	sum.Retries = map[string]int64{}
 	for k, v := range counter.Retries() {
 		sum.Retries[k.Op+"/"+k.Reason] += v

@@ -30,6 +30,7 @@ func TestCommitGuardExitsOne(t *testing.T) {
 	}
 	var swallowed, parts atomic.Int64
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = tg.ep.Transport(t) // MinIO speaks HTTPS with the test CA
 	rp.ModifyResponse = func(r *http.Response) error {
 		if r.Request.Method == http.MethodPut && r.Request.URL.Query().Has("partNumber") {
 			parts.Add(1)

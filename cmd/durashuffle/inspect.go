@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -36,6 +37,7 @@ type inspectWorker struct {
 	BytesStored   int64           `json:"bytes_stored"`
 	ChunkSize     int64           `json:"chunk_size"`
 	Compression   string          `json:"compression"`
+	Codecs        map[string]int  `json:"codecs,omitempty"` // frames per codec, from the manifest
 	WriterVersion string          `json:"writer_version"`
 	WrittenAt     time.Time       `json:"written_at"`
 	Objects       []inspectObject `json:"objects"`
@@ -197,7 +199,7 @@ func describeStage(m *manifest.Stage, per []manifest.PartitionStats, l manifest.
 		iw := inspectWorker{
 			Worker: w.Worker, Attempt: w.Attempt, Rows: t.Rows, Frames: t.Frames,
 			BytesLogical: t.BytesLogical, BytesStored: t.BytesStored, ChunkSize: w.ChunkSize,
-			Compression: w.Compression, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
+			Compression: w.Compression, Codecs: w.Codecs, WriterVersion: w.WriterVersion, WrittenAt: w.WrittenAt,
 			Objects: []inspectObject{}, Peer: w.Peer,
 		}
 		for _, o := range w.Objects {
@@ -264,7 +266,7 @@ func printInspect(w io.Writer, s *inspectOutput) {
 			peer = "-"
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%s\t%s\t%s\t%s\t%s", x.Worker, x.Attempt, x.Rows, x.Frames,
-			mib(x.BytesLogical), mib(x.BytesStored), x.Compression, x.WrittenAt.Format(time.RFC3339), peer)
+			mib(x.BytesLogical), mib(x.BytesStored), compressionString(x.Compression, x.Codecs), x.WrittenAt.Format(time.RFC3339), peer)
 		if x.Held != nil {
 			held := "no"
 			if *x.Held {
@@ -329,4 +331,18 @@ func histogram(sizes []int64, bins, width int) []string {
 		out[b] = fmt.Sprintf("%10s - %-10s |%-*s %d", mib(from), mib(to), width, bar, n)
 	}
 	return out
+}
+
+// compressionString is the configured compression with the frames' codec
+// mix when there is more than one codec: "auto (lz4 12, zstd 40)".
+func compressionString(compression string, codecs map[string]int) string {
+	if len(codecs) < 2 && compression != "auto" {
+		return compression
+	}
+	names := slices.Sorted(maps.Keys(codecs))
+	parts := make([]string, len(names))
+	for i, n := range names {
+		parts[i] = fmt.Sprintf("%s %d", n, codecs[n])
+	}
+	return compression + " (" + strings.Join(parts, ", ") + ")"
 }

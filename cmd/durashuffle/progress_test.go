@@ -176,8 +176,9 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 	t.Parallel()
 	stdout, term := onTerminal(t, nil, benchArgs...)
 	// The scenario bar names each run; the child's bar what it moved.
-	for _, want := range []string{"round 1/1 durashuffle, run 1 of 3", "round 1/1 sequential, run 2 of 3",
-		"round 1/1 transfermanager, run 3 of 3", "preparing (encode-files durashuffle)", "3 runs done", "took ",
+	for _, want := range []string{"round 1/1 durashuffle, run 1 of 5", "round 1/1 durashuffle-auto, run 2 of 5",
+		"round 1/1 sequential, run 3 of 5", "round 1/1 transfermanager, run 4 of 5", "round 1/1 manager, run 5 of 5",
+		"preparing (encode-files durashuffle)", "5 runs done", "took ",
 		"ETA", "MiB encoded", "parts in flight", "buffers", "MiB/s"} {
 		if !strings.Contains(term, want) {
 			t.Errorf("terminal lacks %q:\n%s", want, term)
@@ -205,7 +206,7 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 
 func TestNoBenchProgress(t *testing.T) {
 	t.Parallel()
-	bars := []string{"\x1b[", "run 1 of 3", "runs done", "MiB uploaded", "in flight", "ETA"}
+	bars := []string{"\x1b[", "run 1 of 5", "runs done", "MiB uploaded", "in flight", "ETA"}
 	check := func(t *testing.T, how, stdout, stderr string) {
 		for _, bar := range bars {
 			if strings.Contains(stderr, bar) {

@@ -163,6 +163,7 @@ func TestTLSVerification(t *testing.T) {
 	}
 	var requests atomic.Int64
 	rp := httputil.NewSingleHostReverseProxy(u)
+	rp.Transport = tg.ep.Transport(t) // MinIO speaks HTTPS with the test CA
 	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		requests.Add(1)
 		rp.ServeHTTP(w, r) // Host stays the proxy's, which the request was signed for

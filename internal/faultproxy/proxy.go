@@ -3,6 +3,7 @@ package faultproxy
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/xml"
 	"errors"
 	"fmt"
@@ -27,6 +28,7 @@ const closeWait = 10 * time.Second
 // use.
 type Proxy struct {
 	target *url.URL
+	scheme string // of the proxy's own endpoint
 	ln     net.Listener
 	srv    *http.Server
 	tr     *http.Transport
@@ -50,6 +52,15 @@ type Proxy struct {
 // must address buckets path-style, and their signatures stay valid: the
 // proxy forwards the Host header, path and query exactly as received.
 func Start(target string, spec Spec) (*Proxy, error) {
+	return StartTLS(target, spec, nil, nil)
+}
+
+// StartTLS is Start with TLS on either side: serverTLS (with its
+// certificate) makes the proxy listen for HTTPS, as an https S3 endpoint
+// would, and upstream is the client side's configuration for an https
+// target (its RootCAs). Either may be nil: plain HTTP in front, the
+// system's roots behind.
+func StartTLS(target string, spec Spec, serverTLS, upstream *tls.Config) (*Proxy, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err
 	}
@@ -65,7 +76,13 @@ func Start(target string, spec Spec) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: listen: %w", err)
 	}
+	scheme := "http"
+	if serverTLS != nil {
+		ln = tls.NewListener(ln, serverTLS.Clone())
+		scheme = "https"
+	}
 	p := &Proxy{
+		scheme: scheme,
 		target: u,
 		ln:     ln,
 		done:   make(chan struct{}),
@@ -78,6 +95,7 @@ func Start(target string, spec Spec) (*Proxy, error) {
 			// The client's Accept-Encoding (or its absence) goes to the
 			// server unchanged, and bodies come back byte for byte.
 			DisableCompression: true,
+			TLSClientConfig:    upstream,
 		},
 		spec:     spec,
 		rng:      rand.New(rand.NewPCG(spec.Seed, spec.Seed^0x9E3779B97F4A7C15)),
@@ -99,9 +117,10 @@ func burst(s Spec) int {
 	return 1 + int(s.RateLimit/10)
 }
 
-// URL is the proxy's endpoint, e.g. http://127.0.0.1:40123, for the
-// client's endpoint setting.
-func (p *Proxy) URL() string { return "http://" + p.ln.Addr().String() }
+// URL is the proxy's endpoint, e.g. http://127.0.0.1:40123 (https:// from
+// StartTLS with a server configuration), for the client's endpoint
+// setting.
+func (p *Proxy) URL() string { return p.scheme + "://" + p.ln.Addr().String() }
 
 // Close stops the proxy: it stops listening, closes client connections,
 // ends stalls and spikes, and waits (up to 10 s) for handlers to return.

@@ -57,7 +57,10 @@ func newEnv(t testing.TB, e testenv.Endpoint, cfg durashuffle.Config, specs ...f
 	ev := &env{}
 	target := e.URL
 	for i := len(specs) - 1; i >= 0; i-- {
-		p, err := faultproxy.Start(target, specs[i])
+		// Each proxy speaks what the endpoint speaks: over TLS, the
+		// client's parts stream with aws-chunked bodies and trailing
+		// checksums, and the faults meet that path.
+		p, err := faultproxy.StartTLS(target, specs[i], e.ServerTLS(t), e.Transport(t).TLSClientConfig)
 		if err != nil {
 			t.Fatal(err)
 		}

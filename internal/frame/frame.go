@@ -30,7 +30,18 @@ const (
 	LZ4  = "lz4"
 	Zstd = "zstd"
 	None = "none"
+	// Auto is a writer's choice per frame among Codecs (see
+	// Encoder.SetCodec); each frame's header names its own codec.
+	Auto = "auto"
+	// ZstdFastest is zstd at its fastest level: a codec an Encoder can
+	// be set to, stored as zstd (the decoder does not care for levels).
+	ZstdFastest = "zstd-fastest"
 )
+
+// Codecs are the codecs an Encoder can be set to, cheapest first: each
+// costs more CPU per byte than the one before and (on typical rows)
+// stores fewer bytes.
+var Codecs = []string{None, LZ4, ZstdFastest, Zstd}
 
 // The frame header: byte 0 is the codec of the payload, bytes 1 to 3 are
 // zero, bytes 4 to 7 are the payload's decompressed length (uint32, little
@@ -98,7 +109,8 @@ type Encoder struct {
 	sink    switchWriter
 	scratch bytes.Buffer
 	lz      lz4.Compressor
-	zs      *zstd.Encoder
+	zs      *zstd.Encoder // at the default level
+	zfast   *zstd.Encoder // at the fastest level
 }
 
 // switchWriter lets one IPC writer write each frame into its own buffer.
@@ -110,7 +122,9 @@ func (s *switchWriter) Write(p []byte) (int, error) { return s.w.Write(p) }
 // ("lz4", "zstd" or "none"); mem allocates the concatenated batches.
 func NewEncoder(schema *arrow.Schema, compression string, mem memory.Allocator) (*Encoder, error) {
 	switch compression {
-	case LZ4, Zstd, None:
+	case LZ4, Zstd, None, ZstdFastest:
+	case Auto:
+		compression = LZ4 // until SetCodec says otherwise
 	case "":
 		compression = None
 	default:
@@ -123,13 +137,35 @@ func NewEncoder(schema *arrow.Schema, compression string, mem memory.Allocator) 
 	if err != nil {
 		return nil, err
 	}
-	e := &Encoder{schema: schema, compression: compression, mem: mem, schemaMsg: msg, fresh: hasDictionary(schema.Fields())}
-	if compression == Zstd {
-		if e.zs, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1)); err != nil {
-			return nil, fmt.Errorf("zstd encoder: %w", err)
-		}
+	e := &Encoder{schema: schema, mem: mem, schemaMsg: msg, fresh: hasDictionary(schema.Fields())}
+	if err := e.SetCodec(compression); err != nil {
+		return nil, err
 	}
 	return e, nil
+}
+
+// SetCodec sets the codec of the frames encoded from now on: one of
+// Codecs. A zstd encoder is made on first use of its level.
+func (e *Encoder) SetCodec(codec string) error {
+	var err error
+	switch codec {
+	case None, LZ4:
+	case Zstd:
+		if e.zs == nil {
+			e.zs, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1))
+		}
+	case ZstdFastest:
+		if e.zfast == nil {
+			e.zfast, err = zstd.NewWriter(nil, zstd.WithEncoderConcurrency(1), zstd.WithEncoderLevel(zstd.SpeedFastest))
+		}
+	default:
+		return fmt.Errorf("frame codec %q: want one of %v", codec, Codecs)
+	}
+	if err != nil {
+		return fmt.Errorf("zstd encoder: %w", err)
+	}
+	e.compression = codec
+	return nil
 }
 
 // Close releases the encoder's resources.
@@ -141,6 +177,10 @@ func (e *Encoder) Close() {
 	if e.zs != nil {
 		e.zs.Close()
 		e.zs = nil
+	}
+	if e.zfast != nil {
+		e.zfast.Close()
+		e.zfast = nil
 	}
 }
 
@@ -209,14 +249,22 @@ func (e *Encoder) compress(buf *bytes.Buffer, msgs []byte) {
 			buf.Write(dst[:HeaderSize+n])
 			return
 		}
-	case Zstd:
-		dst := e.zs.EncodeAll(msgs, buf.AvailableBuffer()[:0])
+	case Zstd, ZstdFastest:
+		zs := e.zs
+		if e.compression == ZstdFastest {
+			zs = e.zfast
+		}
+		// The header first, then the compressed bytes straight into the
+		// buffer's spare room after it.
+		start := buf.Len()
+		hdr[0] = codecZstd
+		buf.Write(hdr[:])
+		dst := zs.EncodeAll(msgs, buf.AvailableBuffer()[:0])
 		if len(dst) < len(msgs) {
-			hdr[0] = codecZstd
-			buf.Write(hdr[:])
 			buf.Write(dst)
 			return
 		}
+		buf.Truncate(start)
 	}
 	hdr[0] = codecNone
 	buf.Write(hdr[:])

@@ -279,3 +279,60 @@ func TestDecodeHostileMetadataLength(t *testing.T) {
 		t.Fatalf("err %v, want ErrCorrupt naming the metadata length", err)
 	}
 }
+
+// TestSetCodecFramesInOneBuffer encodes frames back to back into one
+// buffer with spare room, switching the encoder's codec between them (as
+// compression auto does): each frame's header names its codec, and each
+// decodes to its rows.
+func TestSetCodecFramesInOneBuffer(t *testing.T) {
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	rec := batch(t, mem, 0, 2000)
+	defer rec.Release()
+	enc, err := NewEncoder(rec.Schema(), Auto, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer enc.Close()
+	var buf bytes.Buffer
+	buf.Grow(1 << 20) // spare room the encoders may write into
+	type span struct {
+		codec, want string
+		off, n      int
+	}
+	var spans []span
+	for _, c := range append(Codecs, Codecs...) {
+		if err := enc.SetCodec(c); err != nil {
+			t.Fatal(err)
+		}
+		off := buf.Len()
+		if _, err := enc.Encode(&buf, []arrow.RecordBatch{rec}); err != nil {
+			t.Fatal(err)
+		}
+		want := c
+		if c == ZstdFastest {
+			want = Zstd
+		}
+		spans = append(spans, span{c, want, off, buf.Len() - off})
+	}
+	if err := enc.SetCodec("brotli"); err == nil {
+		t.Fatal("SetCodec accepted brotli")
+	}
+	b := buf.Bytes()
+	for _, s := range spans {
+		f := b[s.off : s.off+s.n]
+		if got := CodecName(f); got != s.want {
+			t.Fatalf("frame set to %s has codec %q, want %q", s.codec, got, s.want)
+		}
+		recs, err := Decode(f, rec.Schema(), mem)
+		if err != nil {
+			t.Fatalf("decode frame set to %s: %v", s.codec, err)
+		}
+		if len(recs) != 1 || !array.RecordEqual(recs[0], rec) {
+			t.Fatalf("frame set to %s decodes to other rows", s.codec)
+		}
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+}

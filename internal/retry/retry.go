@@ -178,6 +178,27 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 	return etag, err
 }
 
+// StreamsParts implements store.PartStreamer: true when the store below
+// streams parts.
+func (s *Store) StreamsParts() bool {
+	ps, ok := s.inner.(store.PartStreamer)
+	return ok && ps.StreamsParts()
+}
+
+// UploadPartStream implements store.PartStreamer. Every attempt reads the
+// body again from its first byte (body()), from the caller's memory.
+func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc uint32, err error) {
+	ps, ok := s.inner.(store.PartStreamer)
+	if !ok || !ps.StreamsParts() {
+		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
+	}
+	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
+		etag, crc, err = ps.UploadPartStream(ctx, key, uploadID, n, size, body)
+		return err
+	})
+	return etag, crc, err
+}
+
 // CompleteMultipart implements store.Writer.
 func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) error {
 	return s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {

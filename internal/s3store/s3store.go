@@ -4,13 +4,16 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -47,6 +50,9 @@ type Options struct {
 	// InsecureSkipVerify turns off TLS certificate verification. Only for
 	// test servers with self-signed certificates.
 	InsecureSkipVerify bool
+	// CAFile names a PEM bundle of CA certificates trusted besides the
+	// system's roots: a private CA that signed the endpoint's certificate.
+	CAFile string
 	// Counter, if set, records every HTTP request sent, by operation and
 	// status.
 	Counter *store.Counter
@@ -82,6 +88,7 @@ type Options struct {
 // Store is a store.Store on one S3 bucket. Safe for concurrent use.
 type Store struct {
 	client *s3.Client
+	tls    bool // the endpoint is https: parts can stream
 	bucket string
 	region string
 	sse    types.ServerSideEncryption
@@ -109,8 +116,12 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.SSEKMSKeyID != "" && o.SSE != string(types.ServerSideEncryptionAwsKms) {
 		return nil, fmt.Errorf("s3store: SSEKMSKeyID is set but SSE is %q, not aws:kms", o.SSE)
 	}
+	roots, err := loadRoots(o.CAFile)
+	if err != nil {
+		return nil, err
+	}
 	loadOpts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify)),
+		config.WithHTTPClient(newHTTPClient(o.MaxConns, o.InsecureSkipVerify, roots)),
 		// durashuffle retries in exactly one layer, above the store; SDK
 		// retries underneath would multiply attempts and hide them from
 		// the request counts.
@@ -139,7 +150,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 		cfg.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired
 		cfg.ResponseChecksumValidation = aws.ResponseChecksumValidationWhenRequired
 		if cfg.HTTPClient == nil {
-			cfg.HTTPClient = newHTTPClient(o.MaxConns, o.InsecureSkipVerify)
+			cfg.HTTPClient = newHTTPClient(o.MaxConns, o.InsecureSkipVerify, roots)
 		}
 		if o.Region != "" {
 			cfg.Region = o.Region
@@ -180,7 +191,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			so.APIOptions = append(so.APIOptions, addCounter(o.Counter))
 		}
 	})
-	st := &Store{client: client, bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
+	st := &Store{client: client, tls: o.Endpoint == "" || strings.HasPrefix(strings.ToLower(o.Endpoint), "https://"), bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
 	if o.SSEKMSKeyID != "" {
 		st.kmsKey = aws.String(o.SSEKMSKeyID)
 	}
@@ -191,7 +202,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 // GETs reuse them instead of paying a TCP (and TLS) handshake each. It is
 // the SDK's buildable client, not a plain one, so the chain can still add
 // AWS_CA_BUNDLE's roots, and redirects are not followed.
-func newHTTPClient(maxConns int, insecure bool) *awshttp.BuildableClient {
+func newHTTPClient(maxConns int, insecure bool, roots *x509.CertPool) *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
 		WithTransportOptions(func(t *http.Transport) {
@@ -205,7 +216,30 @@ func newHTTPClient(maxConns int, insecure bool) *awshttp.BuildableClient {
 				t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 			}
 			t.TLSClientConfig.InsecureSkipVerify = insecure //nolint:gosec // opt-in, for test servers
+			if roots != nil {
+				t.TLSClientConfig.RootCAs = roots
+			}
 		})
+}
+
+// loadRoots returns the system's roots plus every certificate in the PEM
+// file caFile, or nil (the system's roots alone) when caFile is empty.
+func loadRoots(caFile string) (*x509.CertPool, error) {
+	if caFile == "" {
+		return nil, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("s3store: CA file: %w", err)
+	}
+	roots, err := x509.SystemCertPool()
+	if err != nil || roots == nil {
+		roots = x509.NewCertPool()
+	}
+	if !roots.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("s3store: CA file %s (%d bytes) holds no PEM certificate", caFile, len(pem))
+	}
+	return roots, nil
 }
 
 // Bucket is the bucket this store reads and writes.
@@ -316,6 +350,74 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): %w", n, len(body), err))
 	}
 	return aws.ToString(out.ETag), nil
+}
+
+// StreamsParts implements store.PartStreamer: the SDK sends trailing
+// checksums only over TLS, so only an https endpoint streams parts.
+func (s *Store) StreamsParts() bool { return s.tls }
+
+// UploadPartStream implements store.PartStreamer. The body goes out as
+// the reader yields it, aws-chunked with the CRC32C the SDK computes on
+// the way in a trailer, which the server checks against what arrived. It
+// returns the CRC32C the server acknowledged, after checking it against
+// the one of the bytes read here.
+func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	if !s.tls {
+		return "", 0, classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): streamed parts need an https endpoint", n, size))
+	}
+	r := &crcReader{r: body()}
+	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+		Bucket:     &s.bucket,
+		Key:        &key,
+		UploadId:   &uploadID,
+		PartNumber: aws.Int32(n),
+		// Not a ReadSeeker: nothing may rewind or pre-read a body whose
+		// bytes do not exist yet.
+		Body:          struct{ io.Reader }{r},
+		ContentLength: aws.Int64(size),
+		// An algorithm and no value: the SDK computes it while sending
+		// and puts it in the aws-chunked trailer.
+		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
+	})
+	if err != nil {
+		return "", 0, classify("UploadPart", key, fmt.Errorf("streamed part %d (%d bytes): %w", n, size, err))
+	}
+	if r.n != size {
+		return "", 0, &store.Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("streamed part %d: sent %d of %d bytes", n, r.n, size)}
+	}
+	if v := aws.ToString(out.ChecksumCRC32C); v != "" {
+		got, err := decodeCRC32C(v)
+		if err != nil || got != r.crc {
+			return "", 0, &store.Error{Op: "UploadPart", Key: key, Status: 200,
+				Err: fmt.Errorf("streamed part %d (%d bytes): server acknowledged CRC32C %q, sent %s", n, size, v, encodeCRC32C(r.crc))}
+		}
+	}
+	return aws.ToString(out.ETag), r.crc, nil
+}
+
+// crcReader counts and checksums what is read through it.
+type crcReader struct {
+	r   io.Reader
+	n   int64
+	crc uint32
+}
+
+func (c *crcReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	return n, err
+}
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// decodeCRC32C reads an x-amz-checksum-crc32c value.
+func decodeCRC32C(v string) (uint32, error) {
+	b, err := base64.StdEncoding.DecodeString(v)
+	if err != nil || len(b) != 4 {
+		return 0, fmt.Errorf("bad CRC32C %q", v)
+	}
+	return binary.BigEndian.Uint32(b), nil
 }
 
 // CompleteMultipart implements store.Writer.

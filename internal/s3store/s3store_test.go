@@ -14,6 +14,7 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -49,21 +50,21 @@ type recorded struct {
 
 // recordingProxy forwards to target and keeps every request's headers, to
 // check what the SDK really puts on the wire.
-func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
-	u, err := url.Parse(target)
+func recordingProxy(t *testing.T, e testenv.Endpoint) (string, func() []recorded) {
+	u, err := url.Parse(e.URL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var seen []recorded
 	rp := httputil.NewSingleHostReverseProxy(u)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	rp.Transport = e.Transport(t)
+	srv := e.NewProxyServer(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		seen = append(seen, recorded{r.Method, r.URL.RawQuery, r.Header.Clone()})
 		mu.Unlock()
 		rp.ServeHTTP(w, r)
 	}))
-	t.Cleanup(srv.Close)
 	return srv.URL, func() []recorded {
 		mu.Lock()
 		defer mu.Unlock()
@@ -76,7 +77,7 @@ func recordingProxy(t *testing.T, target string) (string, func() []recorded) {
 // checksum algorithm on create, If-None-Match, and Range.
 func TestWire(t *testing.T) {
 	servers(t, func(t *testing.T, e testenv.Endpoint) {
-		proxyURL, seen := recordingProxy(t, e.URL)
+		proxyURL, seen := recordingProxy(t, e)
 		e.URL = proxyURL
 		s, c := e.NewStore(t)
 		ctx := ctx(t)
@@ -491,4 +492,92 @@ func TestNewValidates(t *testing.T) {
 			t.Errorf("New(%+v) accepted", o)
 		}
 	}
+}
+
+// TestUploadPartStream streams a part to every server that speaks TLS
+// (MinIO here) from a body that is still being written: the request
+// reaches the server before the body's second half exists, goes out
+// aws-chunked with the CRC32C in a trailer, the server acknowledges that
+// checksum, and the completed object holds the bytes. Over plain HTTP
+// the store says it does not stream and refuses to.
+func TestUploadPartStream(t *testing.T) {
+	servers(t, func(t *testing.T, e testenv.Endpoint) {
+		proxyURL, seen := recordingProxy(t, e)
+		pe := e
+		pe.URL = proxyURL
+		s, _ := pe.NewStore(t)
+		ctx := ctx(t)
+		id, err := s.CreateMultipart(ctx, "stream/data")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.AbortMultipart(context.WithoutCancel(ctx), "stream/data", id)
+		body := bytes.Repeat([]byte("streamed part "), 400_000) // 5.6 MB: over S3's part minimum
+		if !e.TLS() {
+			if s.StreamsParts() {
+				t.Fatalf("store on %s streams parts", e.URL)
+			}
+			if _, _, err := s.UploadPartStream(ctx, "stream/data", id, 1, int64(len(body)), func() io.Reader { return bytes.NewReader(body) }); err == nil {
+				t.Fatal("a streamed part over plain HTTP succeeded")
+			}
+			return
+		}
+		if !s.StreamsParts() {
+			t.Fatalf("store on %s does not stream parts", e.URL)
+		}
+		pr, pw := io.Pipe()
+		half := len(body) / 2
+		go func() {
+			pw.Write(body[:half])
+			// The second half is written only once the request is at
+			// the server.
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				for _, r := range seen() {
+					if r.method == http.MethodPut && strings.Contains(r.query, "partNumber=1") {
+						pw.Write(body[half:])
+						pw.Close()
+						return
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			pw.CloseWithError(errors.New("the request never reached the server"))
+		}()
+		etag, crc, err := s.UploadPartStream(ctx, "stream/data", id, 1, int64(len(body)), func() io.Reader { return pr })
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := crc32.Checksum(body, castagnoli); crc != want {
+			t.Fatalf("acknowledged CRC32C %08x, want %08x", crc, want)
+		}
+		var part *recorded
+		for _, r := range seen() {
+			if r.method == http.MethodPut && strings.Contains(r.query, "partNumber=1") {
+				part = &r
+			}
+		}
+		if part == nil {
+			t.Fatal("no UploadPart seen")
+		}
+		if ce, tr, dl := part.header.Get("Content-Encoding"), part.header.Get("X-Amz-Trailer"), part.header.Get("X-Amz-Decoded-Content-Length"); !strings.Contains(ce, "aws-chunked") ||
+			!strings.EqualFold(tr, "x-amz-checksum-crc32c") || dl != strconv.Itoa(len(body)) {
+			t.Fatalf("streamed part sent with Content-Encoding %q, X-Amz-Trailer %q, decoded length %q; want aws-chunked, the CRC32C trailer, %d", ce, tr, dl, len(body))
+		}
+		if part.header.Get("X-Amz-Checksum-Crc32c") != "" {
+			t.Fatal("streamed part carries its checksum as a header")
+		}
+		if err := s.CompleteMultipart(ctx, "stream/data", id, []store.Part{{Number: 1, ETag: etag, CRC32C: &crc}}); err != nil {
+			t.Fatal(err)
+		}
+		rc, err := s.GetRange(ctx, "stream/data", 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("read back %d bytes (%v), want the %d streamed", len(got), err, len(body))
+		}
+	})
 }

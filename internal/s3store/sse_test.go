@@ -61,7 +61,7 @@ func TestServerSideEncryption(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := ctx(t)
-			proxyURL, seen := recordingProxy(t, e.URL)
+			proxyURL, seen := recordingProxy(t, e)
 			pe := e
 			pe.URL = proxyURL
 			o := pe.Options(nil)

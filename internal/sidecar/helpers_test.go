@@ -66,7 +66,7 @@ func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
 	t.Helper()
 	// Spare connections the S3 transport parks would keep the embedded
 	// server's shutdown waiting; close them first (cleanups run LIFO).
-	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	hc := &http.Client{Transport: ep.Transport(t)}
 	t.Cleanup(hc.CloseIdleConnections)
 	counter := new(store.Counter)
 	so := ep.Options(counter)

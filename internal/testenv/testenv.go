@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,6 +45,13 @@ type Endpoint struct {
 	Region    string // empty: the AWS chain
 	PathStyle bool
 	Insecure  bool
+	// CAFile is the PEM file of the CA that signed an https endpoint's
+	// certificate (the MinIO started here), empty for the system's roots.
+	CAFile string
+	// certsDir holds the server's certificate and key (public.crt,
+	// private.key) when this package made them, for test proxies that
+	// stand in for the server.
+	certsDir string
 	// AccessKeyID and SecretAccessKey are empty when credentials come from
 	// the AWS chain (environment).
 	AccessKeyID, SecretAccessKey string
@@ -55,10 +66,66 @@ func (e Endpoint) Options(c *store.Counter) s3store.Options {
 		Region:             e.Region,
 		PathStyle:          e.PathStyle,
 		InsecureSkipVerify: e.Insecure,
+		CAFile:             e.CAFile,
 		Counter:            c,
 		AccessKeyID:        e.AccessKeyID,
 		SecretAccessKey:    e.SecretAccessKey,
 	}
+}
+
+// TLS reports whether the endpoint is https.
+func (e Endpoint) TLS() bool { return strings.HasPrefix(e.URL, "https://") }
+
+// Transport returns an HTTP transport that trusts the endpoint's CA, for
+// a test proxy that forwards to it.
+func (e Endpoint) Transport(t testing.TB) *http.Transport {
+	t.Helper()
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	// HTTP/1.1, as the S3 store speaks it.
+	tr.ForceAttemptHTTP2 = false
+	if e.CAFile != "" {
+		pem, err := os.ReadFile(e.CAFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		roots := x509.NewCertPool()
+		roots.AppendCertsFromPEM(pem)
+		tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
+	}
+	return tr
+}
+
+// ServerTLS returns the TLS configuration of a test server that stands in
+// for the endpoint (a proxy in front of it) with the endpoint's own
+// certificate, so that clients of Options trust it as they trust the
+// endpoint; nil for a plain HTTP endpoint or one this package did not start.
+func (e Endpoint) ServerTLS(t testing.TB) *tls.Config {
+	t.Helper()
+	if e.certsDir == "" {
+		return nil
+	}
+	cert, err := tls.LoadX509KeyPair(filepath.Join(e.certsDir, "public.crt"), filepath.Join(e.certsDir, "private.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+}
+
+// NewProxyServer starts an httptest server for h that speaks what the
+// endpoint speaks: TLS with the endpoint's certificate for an https
+// endpoint started here, else plain HTTP. It closes when t ends.
+func (e Endpoint) NewProxyServer(t testing.TB, h http.Handler) *httptest.Server {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	if cfg := e.ServerTLS(t); cfg != nil {
+		srv.TLS = cfg
+		srv.StartTLS()
+	} else {
+		srv.Start()
+	}
+	t.Cleanup(srv.Close)
+	return srv
 }
 
 // NewStore returns a store on the endpoint's bucket and the counter that
@@ -96,7 +163,11 @@ func Embedded(t testing.TB) Endpoint {
 // MinIO returns an endpoint with a fresh bucket on a real S3 server: the
 // one named by DURASHUFFLE_TEST_ENDPOINT if set, else a MinIO server this
 // test binary starts with localstack/minio.sh on first use and stops in
-// Main. The test fails, never skips, if no server can be had.
+// Main. That MinIO serves HTTPS, as S3 does, with a certificate made
+// here for 127.0.0.1 by a CA made here (Endpoint.CAFile, and
+// AWS_CA_BUNDLE for clients built from the AWS chain); versitygw stays
+// plain HTTP, so both transports meet a real S3 implementation. The test
+// fails, never skips, if no server can be had.
 func MinIO(t testing.TB) Endpoint {
 	t.Helper()
 	if e, ok := external(); ok {
@@ -189,18 +260,20 @@ type server struct {
 	stateEnv string   // the script's state dir variable
 	watchEnv string   // the script's watched-pid variable
 	credEnv  []string // the script's credential variables: access key, secret
+	certsEnv string   // the script's certificate dir variable; empty: plain HTTP
 
-	once  sync.Once
-	url   string
-	err   error
-	state string // the script's state dir; empty if not started
-	root  string
+	once   sync.Once
+	url    string
+	err    error
+	state  string // the script's state dir; empty if not started
+	root   string
+	caFile string // the CA of the server's certificate; empty: plain HTTP
 }
 
 var (
 	minio = &server{name: "MinIO", script: "minio.sh",
 		stateEnv: "DURASHUFFLE_MINIO_STATE", watchEnv: "DURASHUFFLE_MINIO_WATCH_PID",
-		credEnv: []string{"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}}
+		credEnv: []string{"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}, certsEnv: "DURASHUFFLE_MINIO_CERTS_DIR"}
 	versitygw = &server{name: "versitygw", script: "versitygw.sh",
 		stateEnv: "DURASHUFFLE_VERSITYGW_STATE", watchEnv: "DURASHUFFLE_VERSITYGW_WATCH_PID",
 		credEnv: []string{"ROOT_ACCESS_KEY", "ROOT_SECRET_KEY"}}
@@ -217,7 +290,7 @@ func (s *server) endpoint(t testing.TB) Endpoint {
 	if s.err != nil {
 		t.Fatalf("testenv: start %s: %v", s.name, s.err)
 	}
-	return withBucket(t, Endpoint{URL: s.url, Region: "us-east-1", PathStyle: true}, "")
+	return withBucket(t, Endpoint{URL: s.url, Region: "us-east-1", PathStyle: true, CAFile: s.caFile, certsDir: s.certsDir()}, "")
 }
 
 // startWithRetries tries a few times: on a loaded machine a start can
@@ -262,6 +335,14 @@ func (s *server) start() {
 		s.credEnv[0]+"="+testAccessKey,
 		s.credEnv[1]+"="+testSecretKey,
 	)
+	if s.certsEnv != "" {
+		certs := filepath.Join(state, "certs")
+		if s.caFile, err = serverCertsDir(certs); err != nil {
+			s.err = fmt.Errorf("certificates for %s: %w", s.name, err)
+			return
+		}
+		cmd.Env = append(cmd.Env, s.certsEnv+"="+certs)
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
@@ -282,6 +363,11 @@ func (s *server) start() {
 	// test that builds its own client from the AWS chain (and commands
 	// run as subprocesses) reaches the same server.
 	s.err = UseTestCredentials()
+	if s.err == nil && s.caFile != "" {
+		// Clients built from the AWS chain, in this process and in
+		// commands run as subprocesses, trust the server's CA.
+		s.err = os.Setenv("AWS_CA_BUNDLE", s.caFile)
+	}
 }
 
 // UseTestCredentials puts the credentials of the servers this package
@@ -296,6 +382,13 @@ func UseTestCredentials() error {
 	// A session token left in the environment would be sent with the
 	// test keys and rejected.
 	return os.Unsetenv("AWS_SESSION_TOKEN")
+}
+
+func (s *server) certsDir() string {
+	if s.caFile == "" {
+		return ""
+	}
+	return filepath.Join(s.state, "certs")
 }
 
 func (s *server) stop() error {

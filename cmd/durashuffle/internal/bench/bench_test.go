@@ -31,7 +31,7 @@ func smokeOptions(t *testing.T) *Options {
 	t.Helper()
 	cfg := durashuffle.DefaultConfig()
 	return &Options{
-		Config: cfg, Latency: 2 * time.Millisecond, ConnBandwidth: 256 << 20, Rounds: 1,
+		Config: cfg, Latency: 2 * time.Millisecond, ConnBandwidth: 256 << 20, Rounds: 1, TLS: true,
 		Stored: 16 << 20, Readers: 4, SmallRows: []int{128, 8192}, Writers: []int{1, 2},
 		MemLogical: []int64{8 << 20, 16 << 20}, ChunkSizes: []durashuffle.Size{5 * durashuffle.MiB}, Concurrencies: []int{2},
 		Data:   Data{Input: InputPool, Partitions: 8, WriteRows: 128, PoolRows: 8192, Producers: 2, Workers: 1, Seed: 1},
@@ -85,10 +85,16 @@ func TestSmokeWrite(t *testing.T) {
 			t.Errorf("result %v: peak RSS %v, seconds %v", r["name"], r["peak_rss_bytes"], r["seconds"])
 		}
 	}
-	if strings.Join(names, ",") != "durashuffle,sequential,transfermanager" {
+	if strings.Join(names, ",") != "durashuffle,durashuffle-auto,sequential,transfermanager,manager" {
 		t.Fatalf("contenders %v", names)
 	}
-	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
+	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
+	if auto := find(rep.Results, DurashuffleAuto); auto.Rows != ds.Rows || len(auto.Codecs) == 0 {
+		t.Fatalf("durashuffle-auto wrote %d rows (codecs %v), durashuffle %d", auto.Rows, auto.Codecs, ds.Rows)
+	}
+	if mgr.StoredBytes != tm.StoredBytes {
+		t.Fatalf("manager uploaded %d bytes, transfermanager %d: want the same files", mgr.StoredBytes, tm.StoredBytes)
+	}
 	// The same rows and configuration; frame boundaries depend on how two
 	// producers interleave, so the sizes agree closely, not exactly.
 	if ds.StoredBytes == 0 || ratio(float64(ds.StoredBytes), float64(tm.StoredBytes)) < 0.95 || ratio(float64(ds.StoredBytes), float64(tm.StoredBytes)) > 1.05 {
@@ -126,9 +132,9 @@ func TestSmokeRead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
-	if ds.ManifestGets != 2 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes {
-		t.Fatalf("durashuffle read %+v, transfermanager %+v", ds, tm)
+	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
+	if ds.ManifestGets != 2 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes || mgr.StoredBytes != tm.StoredBytes {
+		t.Fatalf("durashuffle read %+v, transfermanager %+v, manager %+v", ds, tm, mgr)
 	}
 }
 
@@ -187,8 +193,8 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 3 {
-		t.Fatalf("%d contenders finished, want 3", len(rep.Results))
+	if len(rep.Results) != 5 {
+		t.Fatalf("%d contenders finished, want 5", len(rep.Results))
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())

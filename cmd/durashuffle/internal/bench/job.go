@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"runtime"
@@ -23,8 +24,11 @@ const (
 	// DurashuffleByPartition reads the stage partition by partition,
 	// Readers partitions at a time (bench read).
 	DurashuffleByPartition = "durashuffle-by-partition"
-	Sequential             = "sequential"
-	TransferManager        = "transfermanager"
+	// DurashuffleAuto is durashuffle's writer with compression auto.
+	DurashuffleAuto = "durashuffle-auto"
+	Sequential      = "sequential"
+	TransferManager = "transfermanager"
+	Manager         = "manager"
 )
 
 // Job is one contender's run, handed to a child process as JSON.
@@ -68,6 +72,17 @@ type Job struct {
 	live *liveMeter
 }
 
+// httpClient is the job's HTTP client on the link (see HTTPClient), TLS
+// trusting Config.CAFile.
+func (j *Job) httpClient() (*http.Client, *http.Transport, error) {
+	tc, err := clientTLS(j.Config.CAFile, j.Config.InsecureSkipVerify)
+	if err != nil {
+		return nil, nil, err
+	}
+	hc, tr := HTTPClient(j.Dial, j.conns(), tc)
+	return hc, tr, nil
+}
+
 func (j *Job) conns() int {
 	if j.Conns > 0 {
 		return j.Conns
@@ -89,7 +104,10 @@ type Result struct {
 	LogicalBytes int64 `json:"logical_bytes"`
 	Rows         int64 `json:"rows,omitempty"`
 	Frames       int   `json:"frames,omitempty"`
-	Objects      int   `json:"objects,omitempty"`
+	// Codecs counts the frames written per codec (the manifests'):
+	// compression auto's mix.
+	Codecs  map[string]int `json:"codecs,omitempty"`
+	Objects int            `json:"objects,omitempty"`
 	// PeakBufferedChunks is the upload pool's high-water mark: equal to
 	// max_buffered_chunks when the link, not the encoder, was the limit.
 	PeakBufferedChunks int64 `json:"peak_buffered_chunks,omitempty"`
@@ -115,16 +133,19 @@ type Result struct {
 	GoHeapPeak int64     `json:"go_heap_peak_bytes,omitempty"`
 	// RusageMaxRSS is the child's ru_maxrss as wait4 reports it, kept for
 	// comparison: see peakRSS for why it is not the peak RSS.
-	RusageMaxRSS  int64    `json:"rusage_maxrss_bytes,omitempty"`
-	CPUSeconds    float64  `json:"cpu_seconds,omitempty"`
-	LinkFraction  float64  `json:"link_fraction,omitempty"` // stored bytes/s over the link limit
-	Keys          []string `json:"keys,omitempty"`          // data objects written
-	ChunkSize     int64    `json:"chunk_size,omitempty"`
-	Concurrency   int      `json:"upload_concurrency,omitempty"`
-	MaxBuffered   int      `json:"max_buffered_chunks,omitempty"`
-	MemoryBound   int64    `json:"memory_bound_bytes,omitempty"`
-	WriteRows     int      `json:"write_rows,omitempty"`
-	EncodeWriters int      `json:"writers,omitempty"`
+	RusageMaxRSS int64 `json:"rusage_maxrss_bytes,omitempty"`
+	// CPUSeconds is the child's CPU on the clock (see startClock);
+	// ProcessCPUSeconds all of it, input generation included.
+	CPUSeconds        float64  `json:"cpu_seconds,omitempty"`
+	ProcessCPUSeconds float64  `json:"process_cpu_seconds,omitempty"`
+	LinkFraction      float64  `json:"link_fraction,omitempty"` // stored bytes/s over the link limit
+	Keys              []string `json:"keys,omitempty"`          // data objects written
+	ChunkSize         int64    `json:"chunk_size,omitempty"`
+	Concurrency       int      `json:"upload_concurrency,omitempty"`
+	MaxBuffered       int      `json:"max_buffered_chunks,omitempty"`
+	MemoryBound       int64    `json:"memory_bound_bytes,omitempty"`
+	WriteRows         int      `json:"write_rows,omitempty"`
+	EncodeWriters     int      `json:"writers,omitempty"`
 	// Runs is the sorted runs of the written objects as stored (see
 	// sortedRuns). DataGets and MetadataGets are a reader's GETs of data
 	// objects and of everything else, with the bytes their bodies carried.
@@ -136,11 +157,44 @@ type Result struct {
 }
 
 func (r *Result) finish(d time.Duration) {
+	if clockCPU > 0 && r.CPUSeconds == 0 {
+		r.CPUSeconds = round3(clockCPU)
+	}
 	r.Seconds = d.Seconds()
 	if r.Seconds > 0 {
 		r.StoredBytesPerS = float64(r.StoredBytes) / r.Seconds
 		r.LogicalBytesPerS = float64(r.LogicalBytes) / r.Seconds
 	}
+}
+
+// clockCPU is the child's CPU seconds (user + system) between
+// startClock and stopClock: what its contender spent on the clock,
+// without the input pool built before it or the untimed work after.
+var (
+	clockCPU0 float64
+	clockCPU  float64
+)
+
+// startClock starts a contender's clock and notes the CPU used so far.
+func startClock() time.Time {
+	clockCPU0 = processCPU()
+	return time.Now()
+}
+
+// stopClock returns the time since start and notes the CPU used since.
+func stopClock(start time.Time) time.Duration {
+	d := time.Since(start)
+	clockCPU = processCPU() - clockCPU0
+	return d
+}
+
+// processCPU is this process's user + system CPU seconds so far.
+func processCPU() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
 }
 
 // ChildEnv, when set to 1 in a process's environment, makes the bench
@@ -239,18 +293,22 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 	switch {
 	case j.Kind == "encode-files":
 		return encodeFiles(ctx, j)
-	case j.Kind == "write" && j.Name == Durashuffle:
+	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):
 		return writeDurashuffle(ctx, j)
 	case j.Kind == "write" && j.Name == Sequential:
 		return writeSequential(ctx, j)
 	case j.Kind == "write" && j.Name == TransferManager:
 		return writeTM(ctx, j)
+	case j.Kind == "write" && j.Name == Manager:
+		return writeManager(ctx, j)
 	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
 	case j.Kind == "read" && j.Name == DurashuffleRanges:
 		return readRanges(ctx, j)
 	case j.Kind == "read" && j.Name == TransferManager:
 		return readTM(ctx, j)
+	case j.Kind == "read" && j.Name == Manager:
+		return readManager(ctx, j)
 	}
 	return nil, fmt.Errorf("unknown job %s/%s", j.Kind, j.Name)
 }
@@ -339,7 +397,10 @@ func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
 	}
 	if ru, ok := cmd.ProcessState.SysUsage().(*syscall.Rusage); ok {
 		r.RusageMaxRSS = ru.Maxrss * 1024
-		r.CPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		r.ProcessCPUSeconds = tvSeconds(ru.Utime) + tvSeconds(ru.Stime)
+		if r.CPUSeconds == 0 {
+			r.CPUSeconds = r.ProcessCPUSeconds
+		}
 		if r.PeakRSSBytes == 0 {
 			r.PeakRSSBytes = r.RusageMaxRSS
 		}

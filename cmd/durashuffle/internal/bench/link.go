@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -146,7 +147,9 @@ func hostPort(endpoint string) (string, error) {
 // connections (the link's), all dialled to dial (the proxy) when it is
 // set, whatever host the URL names, so TLS and Host headers still name
 // the real endpoint.
-func HTTPClient(dial string, conns int) (*http.Client, *http.Transport) {
+// tlsCfg (may be nil) is the client's TLS configuration for an https
+// endpoint.
+func HTTPClient(dial string, conns int, tlsCfg *tls.Config) (*http.Client, *http.Transport) {
 	d := &net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}
 	tr := &http.Transport{
 		Proxy:                 nil,
@@ -156,6 +159,7 @@ func HTTPClient(dial string, conns int) (*http.Client, *http.Transport) {
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
 		ForceAttemptHTTP2:     false,
+		TLSClientConfig:       tlsCfg,
 		// Large socket buffers on both ends would let a client "finish"
 		// writing a part long before the link carried it.
 		WriteBufferSize: 64 << 10,

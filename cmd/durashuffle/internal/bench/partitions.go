@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -225,7 +224,7 @@ func readRanges(ctx context.Context, j *Job) (*Result, error) {
 	ranges := demo.Ranges(int64(parts), min(max(1, j.Readers), parts))
 	var rows, logical atomic.Int64
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, rg := range ranges {
 		g.Go(func() error {
@@ -247,7 +246,7 @@ func readRanges(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	res.Rows, res.LogicalBytes = rows.Load(), logical.Load()
 	res.DataGets, res.DataGetBytes = gets.data.Load(), gets.dataBytes.Load()

@@ -21,7 +21,11 @@ func (e *Env) probeLink(ctx context.Context, conns int, part int64) (put, get fl
 	if e.Link == nil || e.Link.Addr == "" {
 		return 0, 0, nil
 	}
-	hc, tr := HTTPClient(e.Link.Addr, conns)
+	tc, err := clientTLS(e.o.Config.CAFile, e.o.Config.InsecureSkipVerify)
+	if err != nil {
+		return 0, 0, err
+	}
+	hc, tr := HTTPClient(e.Link.Addr, conns, tc)
 	defer tr.CloseIdleConnections()
 	opts := s3store.Options{Bucket: e.Bucket, Endpoint: e.Endpoint, Region: e.o.Config.Region, PathStyle: e.o.Config.PathStyle, HTTPClient: hc}
 	if e.Embedded {

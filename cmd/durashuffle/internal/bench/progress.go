@@ -286,3 +286,20 @@ func (b *meteredBody) finish() {
 		b.m.end(0, nil)
 	}
 }
+
+// StreamsParts and UploadPartStream pass the store's streamed parts
+// through (store.PartStreamer), metered like UploadPart.
+func (s meteredStore) StreamsParts() bool { return streamsParts(s.Store) }
+
+func (s meteredStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	s.m.begin()
+	etag, crc, err := s.Store.(store.PartStreamer).UploadPartStream(ctx, key, id, n, size, body)
+	s.m.end(size, err)
+	return etag, crc, err
+}
+
+// streamsParts says whether st streams parts (store.PartStreamer).
+func streamsParts(st store.Store) bool {
+	ps, ok := st.(store.PartStreamer)
+	return ok && ps.StreamsParts()
+}

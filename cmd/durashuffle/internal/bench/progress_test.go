@@ -98,7 +98,7 @@ func TestProgressSamples(t *testing.T) {
 			if last.Encoded != stored || last.Sent != 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded, nothing sent", what, last, stored)
 			}
-		case j.Kind == "write" && j.Name == Durashuffle:
+		case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):
 			if last.Encoded != stored || last.Sent != stored || last.Buffers < 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded and sent", what, last, stored)
 			}
@@ -115,14 +115,14 @@ func TestProgressSamples(t *testing.T) {
 			}
 		}
 	}
-	want := "durashuffle 1/1 1/3,sequential 1/1 2/3,transfermanager 1/1 3/3," +
-		"durashuffle 1/1 1/3,durashuffle-by-partition 1/1 2/3,transfermanager 1/1 3/3"
+	want := "durashuffle 1/1 1/5,durashuffle-auto 1/1 2/5,sequential 1/1 3/5,transfermanager 1/1 4/5,manager 1/1 5/5," +
+		"durashuffle 1/1 1/4,durashuffle-by-partition 1/1 2/4,transfermanager 1/1 3/4,manager 1/1 4/4"
 	if got := strings.Join(rounds, ","); got != want {
 		t.Errorf("rounds watched:\n%s\nwant\n%s", got, want)
 	}
-	// encode-files, the three writers, the stage to read, the three readers.
-	if len(rec.runs) != 8 {
-		t.Errorf("%d children watched, want 8", len(rec.runs))
+	// encode-files, the five writers, the stage to read, the four readers.
+	if len(rec.runs) != 11 {
+		t.Errorf("%d children watched, want 11", len(rec.runs))
 	}
 
 	// Without a watcher, a job says nothing of progress to its child.

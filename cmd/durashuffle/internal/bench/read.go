@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync/atomic"
-	"time"
 
 	"golang.org/x/sync/errgroup"
 
@@ -34,7 +33,7 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 	res := &Result{Name: j.Name}
 	var rows, logical, ranges atomic.Int64
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	st, err := client.OpenStage(ctx, j.Query, 0)
 	if err != nil {
 		return nil, err
@@ -67,7 +66,7 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 			return nil, err
 		}
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	t := st.Manifest().Totals
 	res.StoredBytes = t.BytesStored

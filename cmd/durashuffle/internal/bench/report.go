@@ -44,12 +44,18 @@ func PrintText(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "  (chunk size and concurrency per cell as named; \"of link\" is against each cell's own limit)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\trequests\t")
+	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\tCPU s/GiB stored\tCPU s/GiB logical\trequests\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
-			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), formatOps(r.Requests))
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
+			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20),
+			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
 	}
 	tw.Flush()
+	for _, r := range rep.Results {
+		if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {
+			fmt.Fprintf(w, "  %s frames by codec: %s\n", r.Name, codecMix(r.Codecs))
+		}
+	}
 	for _, r := range rep.Results {
 		if r.GetCeiling > 0 {
 			fmt.Fprintf(w, "  %s: %d ranged GETs of %.0f KiB on average; one connection carries at most %.3f of its bandwidth with GETs that size (size / (size + round trip x bandwidth))\n",
@@ -111,4 +117,27 @@ func optMiB(b float64) string {
 		return "-"
 	}
 	return mibps(b)
+}
+
+// cpuPerGiB is CPU seconds per GiB of bytes (0, shown as "-", when either
+// is unknown): the cost of encoding, checksums and TLS per byte moved.
+func cpuPerGiB(cpu float64, bytes int64) float64 {
+	if cpu <= 0 || bytes <= 0 {
+		return 0
+	}
+	return round3(cpu / (float64(bytes) / (1 << 30)))
+}
+
+// codecMix renders frames per codec: "lz4 120 (40%), zstd 180 (60%)".
+func codecMix(codecs map[string]int) string {
+	total := 0
+	for _, n := range codecs {
+		total += n
+	}
+	names := slices.Sorted(maps.Keys(codecs))
+	parts := make([]string, len(names))
+	for i, c := range names {
+		parts[i] = fmt.Sprintf("%s %d (%.0f%%)", c, codecs[c], 100*float64(codecs[c])/float64(max(total, 1)))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"math"
@@ -71,6 +72,10 @@ type Options struct {
 	// Server is the in-process endpoint when Config.Endpoint is empty:
 	// ServerMemory (default) or ServerEmbedded.
 	Server string
+	// TLS makes the in-process endpoint serve HTTPS with a certificate
+	// made for the run (its CA goes to every contender as
+	// Config.CAFile), so everything on the link is TLS, as with S3.
+	TLS bool
 	// Faults, if set, puts the fault proxy between the link and the
 	// endpoint: every contender's requests meet the same faults.
 	Faults *faultproxy.Spec
@@ -110,6 +115,17 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	e.workDir = dir
 	e.stop = append(e.stop, func() { os.RemoveAll(dir) })
 	opts := s3store.Options{Bucket: e.Bucket, Region: o.Config.Region, PathStyle: o.Config.PathStyle, InsecureSkipVerify: o.Config.InsecureSkipVerify}
+	var serverTLS *tls.Config
+	if o.TLS && e.Endpoint == "" {
+		if o.Server == ServerEmbedded {
+			e.Close()
+			return nil, fmt.Errorf("--tls needs --server memory: the embedded server speaks plain HTTP (use --tls=false)")
+		}
+		if serverTLS, o.Config.CAFile, err = benchTLS(dir); err != nil {
+			e.Close()
+			return nil, fmt.Errorf("bench certificate: %w", err)
+		}
+	}
 	if e.Endpoint == "" {
 		switch o.Server {
 		case ServerEmbedded:
@@ -121,13 +137,16 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 			e.stop = append(e.stop, func() { srv.Close() })
 			e.Endpoint, e.server = srv.Endpoint(), "embedded S3 server (gofakes3, in the parent process)"
 		case ServerMemory, "":
-			srv, err := StartMemServer(e.Bucket)
+			srv, err := StartMemServerTLS(serverTLS, e.Bucket)
 			if err != nil {
 				e.Close()
 				return nil, err
 			}
 			e.stop = append(e.stop, func() { srv.Close() })
 			e.Endpoint, e.server = srv.Endpoint(), "in-memory S3 endpoint (in the parent process)"
+			if serverTLS != nil {
+				e.server = "in-memory S3 endpoint over HTTPS (in the parent process)"
+			}
 		default:
 			e.Close()
 			return nil, fmt.Errorf("server %q: want memory or embedded", o.Server)
@@ -138,6 +157,7 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
 	}
 	opts.Endpoint = e.Endpoint
+	opts.CAFile = o.Config.CAFile
 	s3, err := s3store.New(ctx, opts)
 	if err != nil {
 		e.Close()
@@ -152,7 +172,14 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	e.direct = s3
 	upstream := e.Endpoint
 	if o.Faults != nil {
-		fp, err := faultproxy.Start(e.Endpoint, *o.Faults)
+		var upstreamTLS *tls.Config
+		if serverTLS != nil {
+			if upstreamTLS, err = clientTLS(o.Config.CAFile, false); err != nil {
+				e.Close()
+				return nil, err
+			}
+		}
+		fp, err := faultproxy.StartTLS(e.Endpoint, *o.Faults, serverTLS, upstreamTLS)
 		if err != nil {
 			e.Close()
 			return nil, fmt.Errorf("fault proxy: %w", err)

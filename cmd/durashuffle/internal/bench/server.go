@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bufio"
+	"crypto/tls"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/xml"
@@ -51,15 +53,26 @@ type memUpload struct {
 
 // StartMemServer serves on a free loopback port with the given buckets.
 func StartMemServer(buckets ...string) (*MemServer, error) {
+	return StartMemServerTLS(nil, buckets...)
+}
+
+// StartMemServerTLS is StartMemServer serving HTTPS with cfg's
+// certificate when cfg is not nil (the endpoint is then https://).
+func StartMemServerTLS(cfg *tls.Config, buckets ...string) (*MemServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
+	}
+	scheme := "http"
+	if cfg != nil {
+		ln = tls.NewListener(ln, cfg.Clone())
+		scheme = "https"
 	}
 	s := &MemServer{buckets: map[string]map[string]*memObject{}, uploads: map[string]*memUpload{}}
 	for _, b := range buckets {
 		s.buckets[b] = map[string]*memObject{}
 	}
-	s.endpoint = "http://" + ln.Addr().String()
+	s.endpoint = scheme + "://" + ln.Addr().String()
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 30 * time.Second}
 	go s.srv.Serve(ln)
 	return s, nil
@@ -98,11 +111,12 @@ func writeXML(w http.ResponseWriter, v any) {
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // readBody reads exactly Content-Length bytes into one buffer and checks
-// the CRC32C the client declared, if any.
+// the CRC32C the client declared, if any: in a header, or in the trailer
+// of an aws-chunked body (what the AWS SDK sends over TLS, CRC32C or
+// CRC32).
 func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
-	if r.Header.Get("X-Amz-Decoded-Content-Length") != "" || strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
-		writeErr(w, http.StatusNotImplemented, "NotImplemented", "aws-chunked bodies are not supported; send the checksum as a header")
-		return nil, false
+	if strings.Contains(r.Header.Get("Content-Encoding"), "aws-chunked") {
+		return readChunked(w, r)
 	}
 	if r.ContentLength < 0 {
 		writeErr(w, http.StatusLengthRequired, "MissingContentLength", "Content-Length is required")
@@ -113,14 +127,94 @@ func readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
 		writeErr(w, http.StatusBadRequest, "IncompleteBody", err.Error())
 		return nil, false
 	}
-	if v := r.Header.Get("X-Amz-Checksum-Crc32c"); v != "" {
-		raw, err := base64.StdEncoding.DecodeString(v)
-		if err != nil || len(raw) != 4 || binary.BigEndian.Uint32(raw) != crc32.Checksum(body, crcTable) {
-			writeErr(w, http.StatusBadRequest, "BadDigest", "The CRC32C you specified did not match the calculated checksum.")
-			return nil, false
-		}
+	if v := r.Header.Get("X-Amz-Checksum-Crc32c"); v != "" && !checksumOK(body, "x-amz-checksum-crc32c", v) {
+		writeErr(w, http.StatusBadRequest, "BadDigest", "The CRC32C you specified did not match the calculated checksum.")
+		return nil, false
 	}
 	return body, true
+}
+
+// readChunked decodes an unsigned aws-chunked body (STREAMING-UNSIGNED-
+// PAYLOAD-TRAILER): hex-size CRLF data CRLF chunks, a zero chunk, then
+// trailer lines, and checks the checksum trailer against the data.
+func readChunked(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	n, err := strconv.ParseInt(r.Header.Get("X-Amz-Decoded-Content-Length"), 10, 64)
+	if err != nil || n < 0 {
+		writeErr(w, http.StatusLengthRequired, "MissingContentLength", "aws-chunked needs X-Amz-Decoded-Content-Length")
+		return nil, false
+	}
+	bad := func(msg string) ([]byte, bool) {
+		writeErr(w, http.StatusBadRequest, "IncompleteBody", msg)
+		return nil, false
+	}
+	br := bufio.NewReaderSize(r.Body, 64<<10)
+	body := make([]byte, 0, n)
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			return bad("aws-chunked: " + err.Error())
+		}
+		size, err := strconv.ParseInt(strings.TrimSpace(strings.SplitN(line, ";", 2)[0]), 16, 64)
+		if err != nil || size < 0 || int64(len(body))+size > n {
+			return bad("aws-chunked: bad chunk size " + strings.TrimSpace(line))
+		}
+		if size == 0 {
+			break
+		}
+		start := len(body)
+		body = body[:start+int(size)]
+		if _, err := io.ReadFull(br, body[start:]); err != nil {
+			return bad("aws-chunked: " + err.Error())
+		}
+		if crlf, err := br.ReadString('\n'); err != nil || strings.TrimSpace(crlf) != "" {
+			return bad("aws-chunked: no CRLF after a chunk")
+		}
+	}
+	if int64(len(body)) != n {
+		return bad(fmt.Sprintf("aws-chunked: %d bytes, decoded length %d", len(body), n))
+	}
+	declared := strings.ToLower(r.Header.Get("X-Amz-Trailer"))
+	checked := declared == ""
+	for {
+		line, err := br.ReadString('\n')
+		line = strings.TrimSpace(line)
+		if line == "" {
+			break
+		}
+		k, v, _ := strings.Cut(line, ":")
+		if strings.ToLower(k) == declared {
+			if !checksumOK(body, declared, strings.TrimSpace(v)) {
+				writeErr(w, http.StatusBadRequest, "BadDigest", "The "+declared+" trailer did not match the calculated checksum.")
+				return nil, false
+			}
+			checked = true
+		}
+		if err != nil {
+			break
+		}
+	}
+	if !checked {
+		return bad("aws-chunked: no " + declared + " trailer")
+	}
+	return body, true
+}
+
+var ieeeTable = crc32.MakeTable(crc32.IEEE)
+
+// checksumOK checks a base64 CRC32C or CRC32 value (by header name)
+// against body; other algorithms are accepted unchecked.
+func checksumOK(body []byte, name, v string) bool {
+	var table *crc32.Table
+	switch name {
+	case "x-amz-checksum-crc32c":
+		table = crcTable
+	case "x-amz-checksum-crc32":
+		table = ieeeTable
+	default:
+		return true
+	}
+	raw, err := base64.StdEncoding.DecodeString(v)
+	return err == nil && len(raw) == 4 && binary.BigEndian.Uint32(raw) == crc32.Checksum(body, table)
 }
 
 func (s *MemServer) etag() string { return fmt.Sprintf(`"%032x"`, s.ids.Add(1)) }

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"io"
 	"sync"
 	"time"
 
@@ -67,4 +68,14 @@ func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, b
 	s.c.begin()
 	defer s.c.end()
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+}
+
+// StreamsParts and UploadPartStream pass the store's streamed parts
+// through (store.PartStreamer), timed like UploadPart.
+func (s clockedStore) StreamsParts() bool { return streamsParts(s.Store) }
+
+func (s clockedStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	s.c.begin()
+	defer s.c.end()
+	return s.Store.(store.PartStreamer).UploadPartStream(ctx, key, id, n, size, body)
 }

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"strconv"
 	"sync/atomic"
-	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -28,7 +28,26 @@ import (
 // durashuffle, it does not send "Expect: 100-continue", which would cost
 // it one extra round trip per part.
 func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*transfermanager.Client, *http.Transport, error) {
-	hc, tr := HTTPClient(j.Dial, j.conns())
+	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, nil, err
+	}
+	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
+		o.PartSizeBytes = int64(j.Config.ChunkSize)
+		o.Concurrency = j.Config.UploadConcurrency
+		o.GetObjectType = tmtypes.GetObjectRanges
+	})
+	return tm, tr, nil
+}
+
+// sdkClient is the S3 client of the SDK's transfer libraries: the job's
+// HTTP client on the link, its endpoint and credentials, requests counted
+// and data requests timed; no "Expect: 100-continue".
+func sdkClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*s3.Client, *http.Transport, error) {
+	hc, tr, err := j.httpClient()
+	if err != nil {
+		return nil, nil, err
+	}
 	region := j.Config.Region
 	if region == "" {
 		region = "us-east-1"
@@ -52,12 +71,7 @@ func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataCl
 			return s.Deserialize.Add(countMiddleware{counter, clock, j.live}, middleware.After)
 		})
 	})
-	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
-		o.PartSizeBytes = int64(j.Config.ChunkSize)
-		o.Concurrency = j.Config.UploadConcurrency
-		o.GetObjectType = tmtypes.GetObjectRanges
-	})
-	return tm, tr, nil
+	return s3c, tr, nil
 }
 
 // countMiddleware counts every request and times the data requests; with
@@ -103,6 +117,13 @@ func uploadLength(op string, req any) int64 {
 	if !ok || (op != "UploadPart" && op != "PutObject") {
 		return 0
 	}
+	// Over TLS the SDK sends aws-chunked bodies: their length has the
+	// chunk framing and the checksum trailer on top of the part's bytes.
+	if v := r.Header.Get("X-Amz-Decoded-Content-Length"); v != "" {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+	}
 	if r.ContentLength > 0 {
 		return r.ContentLength
 	}
@@ -144,7 +165,7 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 	if j.live != nil {
 		j.live.total.Store(res.StoredBytes)
 	}
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for i, f := range files {
@@ -161,7 +182,7 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil
@@ -179,7 +200,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 	defer closeIdle(tr)
 	res := &Result{Name: j.Name, Objects: len(j.Keys)}
 	var got atomic.Int64
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for _, key := range j.Keys {
@@ -199,7 +220,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	res.StoredBytes = got.Load()
-	res.finish(time.Since(start))
+	res.finish(stopClock(start))
 	clock.fill(res)
 	res.Requests = counter.Requests()
 	return res, nil

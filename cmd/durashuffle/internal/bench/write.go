@@ -30,7 +30,10 @@ func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.
 	if j.NullStore {
 		return &nullStore{counter: counter}, counter, nil, nil
 	}
-	hc, tr := HTTPClient(j.Dial, j.conns())
+	hc, tr, err := j.httpClient()
+	if err != nil {
+		return nil, nil, nil, err
+	}
 	opts := s3store.Options{
 		Bucket:     j.Bucket,
 		Endpoint:   j.Endpoint,
@@ -101,7 +104,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 	workers := max(1, j.Data.Workers)
 	manifests := make([]*manifest.Worker, workers)
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range workers {
@@ -126,7 +129,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	for _, m := range manifests {
 		t := m.Sum()
@@ -136,6 +139,12 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 		res.Frames += t.Frames
 		res.Objects += t.Objects
 		res.Runs += sortedRuns(m)
+		for c, n := range m.Codecs {
+			if res.Codecs == nil {
+				res.Codecs = map[string]int{}
+			}
+			res.Codecs[c] += n
+		}
 		for _, o := range m.Objects {
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}
@@ -278,7 +287,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	layout := manifest.Layout{Prefix: cfg.Prefix}
 	workers := max(1, j.Data.Workers)
 	before := counter.Requests()
-	start := time.Now()
+	start := startClock()
 	clock.start = start
 	g, gctx := errgroup.WithContext(ctx)
 	results := make([]chunker.Result, workers)
@@ -325,7 +334,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	elapsed := time.Since(start)
+	elapsed := stopClock(start)
 	res.Requests = store.Diff(counter.Requests(), before)
 	for _, r := range results {
 		res.LogicalBytes += r.Bytes

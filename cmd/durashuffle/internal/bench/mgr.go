@@ -1,0 +1,116 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// The manager contender is github.com/aws/aws-sdk-go-v2/feature/s3/manager,
+// deprecated in favour of transfermanager but what most Go code in
+// production uploads and downloads with: its Uploader and Downloader with
+// the same part size and concurrency on the same S3 client as
+// transfermanager (the same link, HTTP client and endpoint), its own
+// defaults otherwise (checksums as the client's defaults, no retries
+// beyond the SDK's).
+
+// writeManager uploads the already-encoded data objects (local files
+// written by encode-files) with manager.Uploader, all objects at once.
+func writeManager(ctx context.Context, j *Job) (*Result, error) {
+	if len(j.Files) != len(j.Keys) || len(j.Files) == 0 {
+		return nil, fmt.Errorf("manager write: %d files for %d keys", len(j.Files), len(j.Keys))
+	}
+	counter := &store.Counter{}
+	clock := &dataClock{}
+	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	up := manager.NewUploader(s3c, func(u *manager.Uploader) {
+		u.PartSize = int64(j.Config.ChunkSize)
+		u.Concurrency = j.Config.UploadConcurrency
+	})
+	res := &Result{Name: j.Name, Objects: len(j.Files)}
+	files := make([]*os.File, len(j.Files))
+	for i, name := range j.Files {
+		f, err := os.Open(name)
+		if err != nil {
+			return nil, err
+		}
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return nil, err
+		}
+		res.StoredBytes += fi.Size()
+		files[i] = f
+	}
+	if j.live != nil {
+		j.live.total.Store(res.StoredBytes)
+	}
+	start := startClock()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for i, f := range files {
+		g.Go(func() error {
+			if _, err := up.Upload(gctx, &s3.PutObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(j.Keys[i]), Body: f}); err != nil {
+				return fmt.Errorf("upload %s: %w", j.Keys[i], err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	res.finish(stopClock(start))
+	clock.fill(res)
+	res.Requests = counter.Requests()
+	return res, nil
+}
+
+// readManager downloads the stage's data objects whole with
+// manager.Downloader (ranged GETs of read_range_bytes, concurrency at
+// once) into a sink that keeps nothing.
+func readManager(ctx context.Context, j *Job) (*Result, error) {
+	counter := &store.Counter{}
+	clock := &dataClock{}
+	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	if err != nil {
+		return nil, err
+	}
+	defer closeIdle(tr)
+	down := manager.NewDownloader(s3c, func(d *manager.Downloader) {
+		d.PartSize = int64(j.Config.ReadRangeBytes)
+		d.Concurrency = j.Config.UploadConcurrency
+	})
+	res := &Result{Name: j.Name, Objects: len(j.Keys)}
+	var got atomic.Int64
+	start := startClock()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for _, key := range j.Keys {
+		g.Go(func() error {
+			if _, err := down.Download(gctx, discardAt{&got, j.live}, &s3.GetObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key)}); err != nil {
+				return fmt.Errorf("download %s: %w", key, err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	res.StoredBytes = got.Load()
+	res.finish(stopClock(start))
+	clock.fill(res)
+	res.Requests = counter.Requests()
+	return res, nil
+}
