@@ -160,6 +160,7 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 		PathStyle:          cfg.PathStyle,
 		InsecureSkipVerify: cfg.InsecureSkipVerify,
 		CAFile:             cfg.CAFile,
+		NoChecksums:        cfg.Checksum == "none",
 		SSE:                cfg.SSE,
 		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,

@@ -53,7 +53,7 @@ type etagStore struct {
 	part int32
 }
 
-func (s *etagStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s *etagStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	etag, err := s.Store.UploadPart(ctx, key, id, n, body, crc)
 	if err == nil && n == s.part {
 		etag = `"00000000000000000000000000000000"`
@@ -127,7 +127,7 @@ type hangStore struct {
 	store.Store
 }
 
-func (s hangStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s hangStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	if n >= 2 {
 		return "", &store.Error{Op: "UploadPart", Key: key, Status: 403, Code: "AccessDenied", Err: errors.New("injected")}
 	}

@@ -1,6 +1,7 @@
 package durashuffle_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/testenv"
@@ -213,7 +215,7 @@ type slowStore struct {
 	delay time.Duration
 }
 
-func (s slowStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s slowStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	time.Sleep(s.delay)
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)
 }
@@ -252,10 +254,11 @@ type badChecksumStore struct {
 	parts atomic.Int32
 }
 
-func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	s.parts.Add(1)
-	if n == s.part {
-		crc ^= 0xdeadbeef
+	if n == s.part && crc != nil {
+		wrong := *crc ^ 0xdeadbeef
+		crc = &wrong
 	}
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)
 }
@@ -430,7 +433,7 @@ func (s *holdStore) CompleteMultipart(ctx context.Context, key, id string, parts
 	return s.Store.CompleteMultipart(ctx, key, id, parts)
 }
 
-func (s *holdStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s *holdStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	if s.part > 0 && n >= s.part {
 		return "", s.hold(ctx)
 	}
@@ -545,5 +548,61 @@ func TestCompressionAuto(t *testing.T) {
 	}
 	if err := recs.Err(); err != nil || got != rows {
 		t.Fatalf("read %d rows (%v), want %d", got, err, rows)
+	}
+}
+
+// TestChecksumNone: with checksum none, uploads are created without a
+// checksum algorithm and parts and puts carry no CRC32C (nor stream with
+// one in a trailer); a multipart write commits and reads back on every
+// server (frames are still checked against the manifest's CRC32C).
+func TestChecksumNone(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ep := b.Start(t)
+			ctx := context.Background()
+			cfg := testConfig()
+			cfg.Checksum = "none"
+			cfg.Bucket, cfg.Endpoint, cfg.PathStyle, cfg.CAFile, cfg.InsecureSkipVerify = ep.Bucket, ep.URL, ep.PathStyle, ep.CAFile, ep.Insecure
+			cfg.Region = cmp.Or(ep.Region, "us-east-1")
+			var opts []durashuffle.Option
+			if ep.AccessKeyID != "" {
+				opts = append(opts, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider(ep.AccessKeyID, ep.SecretAccessKey, "")))
+			}
+			c, err := durashuffle.Open(ctx, cfg, opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "nosum", Worker: "0", Partitions: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := writeRows(w, 12_000, 4); err != nil {
+				t.Fatal(err)
+			}
+			m, err := w.Commit(ctx)
+			if err != nil {
+				t.Fatalf("commit with checksum none: %v", err)
+			}
+			if m.Totals.Parts < 2 {
+				t.Fatalf("%d parts: the test needs a multipart upload", m.Totals.Parts)
+			}
+			s, err := c.OpenStage(ctx, "nosum", 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rr, err := s.ReadPartitions(ctx, []int{0, 1, 2, 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer rr.Release()
+			var rows int64
+			for rr.Next() {
+				rows += rr.RecordBatch().NumRows()
+			}
+			if rr.Err() != nil || rows != 12_000 {
+				t.Fatalf("read %d rows (%v), want 12000", rows, rr.Err())
+			}
+		})
 	}
 }

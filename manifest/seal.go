@@ -430,7 +430,7 @@ func (u *indexUpload) flush() error {
 	}
 	n := int32(len(u.parts) + 1)
 	sum := crc32.Checksum(u.buf, castagnoli)
-	etag, err := u.st.UploadPart(u.ctx, u.key, u.uploadID, n, u.buf, sum)
+	etag, err := u.st.UploadPart(u.ctx, u.key, u.uploadID, n, u.buf, &sum)
 	if err != nil {
 		return fmt.Errorf("upload part %d of index %s (%d bytes): %w", n, u.key, len(u.buf), err)
 	}

@@ -146,8 +146,10 @@ type Writer interface {
 	// CreateMultipart starts a multipart upload and returns its ID.
 	CreateMultipart(ctx context.Context, key string) (uploadID string, err error)
 	// UploadPart uploads part number n (1-based) and returns its ETag.
-	// Idempotent: re-uploading a part replaces it.
-	UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c uint32) (etag string, err error)
+	// Idempotent: re-uploading a part replaces it. crc32c, when non-nil,
+	// is sent as the part's checksum and the store refuses a body that
+	// does not match it (400 BadDigest); nil sends none (checksum none).
+	UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (etag string, err error)
 	// CompleteMultipart assembles parts (ascending numbers) into key.
 	CompleteMultipart(ctx context.Context, key, uploadID string, parts []Part) error
 	// AbortMultipart discards an upload and its parts. Aborting an upload

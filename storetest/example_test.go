@@ -52,7 +52,7 @@ func (s *tracingStore) CreateMultipart(ctx context.Context, key string) (string,
 	return s.Store.CreateMultipart(ctx, key)
 }
 
-func (s *tracingStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s *tracingStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	s.trace("UploadPart")
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)
 }

@@ -219,7 +219,7 @@ func (o *Object) upload(j *job) error {
 	var etag string
 	var etagMu sync.Mutex
 	err = o.pool.hedged(o.ctx, func(ctx context.Context) error {
-		e, err := o.pool.st.UploadPart(ctx, o.key, id, j.part, j.buf, crc)
+		e, err := o.pool.st.UploadPart(ctx, o.key, id, j.part, j.buf, sum)
 		if err == nil {
 			etagMu.Lock()
 			etag = e

@@ -78,7 +78,7 @@ func (s *scripted) CreateMultipart(ctx context.Context, key string) (string, err
 	return id, err
 }
 
-func (s *scripted) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s *scripted) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	s.record("UploadPart %s %d", id, n)
 	if s.partErr != nil {
 		if err := s.partErr(n); err != nil {

@@ -119,7 +119,9 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
 	}
 	if ps, ok := st.(store.PartStreamer); ok {
-		p.streams = ps.StreamsParts()
+		// A streamed part's checksum is its trailer: without checksums
+		// parts are sent whole.
+		p.streams = ps.StreamsParts() && cfg.Checksum
 	}
 	for range cfg.Concurrency {
 		p.wg.Add(1)

@@ -264,7 +264,7 @@ func (o *Object) stream(ps store.PartStreamer, j *job) (bool, error) {
 				return err
 			}
 			c = crc32c(f.buf[:size])
-			e, err = o.pool.st.UploadPart(ctx, o.key, id, j.part, f.buf[:size], c)
+			e, err = o.pool.st.UploadPart(ctx, o.key, id, j.part, f.buf[:size], &c)
 		}
 		if err == nil {
 			mu.Lock()

@@ -65,7 +65,8 @@ func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n i
 	if _, err := io.ReadFull(r, b[1:]); err != nil {
 		return "", 0, err
 	}
-	etag, err := s.Mem.UploadPart(ctx, key, id, n, b, crc32c(b))
+	sum := crc32c(b)
+	etag, err := s.Mem.UploadPart(ctx, key, id, n, b, &sum)
 	if err == nil {
 		s.mu.Lock()
 		s.streamed[n] = true

@@ -170,7 +170,7 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (id string, err
 
 // UploadPart implements store.Writer. The body is a byte slice, replayed
 // as a whole on every attempt.
-func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc uint32) (etag string, err error) {
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc *uint32) (etag string, err error) {
 	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
 		etag, err = s.inner.UploadPart(ctx, key, uploadID, n, body, crc)
 		return err

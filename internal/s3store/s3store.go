@@ -63,6 +63,10 @@ type Options struct {
 	// HTTPClient replaces the client built from MaxConns and
 	// InsecureSkipVerify (tests use it to put a fault proxy in the path).
 	HTTPClient *http.Client
+	// NoChecksums (config checksum none) creates multipart uploads
+	// without a checksum algorithm, so that parts sent without a CRC32C
+	// are accepted, and turns part streaming off.
+	NoChecksums bool
 	// AWS, if set, is the SDK configuration to build on instead of
 	// loading the default chain (a caller's credentials, middleware,
 	// HTTP client). Its retryer and checksum settings are replaced: the
@@ -89,10 +93,14 @@ type Options struct {
 type Store struct {
 	client *s3.Client
 	tls    bool // the endpoint is https: parts can stream
-	bucket string
-	region string
-	sse    types.ServerSideEncryption
-	kmsKey *string
+	// noChecksums: checksum none. Uploads are created without an
+	// algorithm and parts never stream (a streamed part's checksum is
+	// its trailer).
+	noChecksums bool
+	bucket      string
+	region      string
+	sse         types.ServerSideEncryption
+	kmsKey      *string
 }
 
 var _ store.Store = (*Store)(nil)
@@ -191,7 +199,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			so.APIOptions = append(so.APIOptions, addCounter(o.Counter))
 		}
 	})
-	st := &Store{client: client, tls: o.Endpoint == "" || strings.HasPrefix(strings.ToLower(o.Endpoint), "https://"), bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE)}
+	st := &Store{client: client, tls: o.Endpoint == "" || strings.HasPrefix(strings.ToLower(o.Endpoint), "https://"), bucket: o.Bucket, region: cfg.Region, sse: types.ServerSideEncryption(o.SSE), noChecksums: o.NoChecksums}
 	if o.SSEKMSKeyID != "" {
 		st.kmsKey = aws.String(o.SSEKMSKeyID)
 	}
@@ -313,19 +321,23 @@ func (s *Store) Put(ctx context.Context, key string, body []byte, opts store.Put
 
 // CreateMultipart implements store.Writer.
 func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error) {
-	out, err := s.client.CreateMultipartUpload(ctx, &s3.CreateMultipartUploadInput{
+	in := &s3.CreateMultipartUploadInput{
 		Bucket:      &s.bucket,
 		Key:         &key,
 		ContentType: aws.String("application/octet-stream"),
-		// AWS rejects part checksums on an upload created without an
-		// algorithm ("checksum type mismatch"), and then insists that
-		// Complete echoes every part's checksum. MinIO enforces the same;
-		// gofakes3 ignores the header and keeps it as metadata.
-		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
 		// Parts and the completed object inherit the upload's encryption.
 		ServerSideEncryption: s.sse,
 		SSEKMSKeyId:          s.kmsKey,
-	})
+	}
+	if !s.noChecksums {
+		// AWS rejects part checksums on an upload created without an
+		// algorithm ("checksum type mismatch"), and then insists that
+		// Complete echoes every part's checksum; an upload created with
+		// one refuses a part without it. MinIO and versitygw enforce the
+		// same; gofakes3 ignores the header and keeps it as metadata.
+		in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32c
+	}
+	out, err := s.client.CreateMultipartUpload(ctx, in)
 	if err != nil {
 		return "", classify("CreateMultipartUpload", key, err)
 	}
@@ -333,19 +345,23 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error)
 }
 
 // UploadPart implements store.Writer.
-func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c uint32) (string, error) {
-	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
+	in := &s3.UploadPartInput{
 		Bucket:        &s.bucket,
 		Key:           &key,
 		UploadId:      &uploadID,
 		PartNumber:    aws.Int32(n),
 		Body:          bytes.NewReader(body),
 		ContentLength: aws.Int64(int64(len(body))),
+	}
+	if crc32c != nil {
 		// A precomputed checksum header makes the SDK send the body as
 		// is: no aws-chunked encoding, no trailer, which gofakes3 cannot
-		// decode for parts.
-		ChecksumCRC32C: aws.String(encodeCRC32C(crc32c)),
-	})
+		// decode for parts. Without one (checksum none) the SDK sends
+		// none either: it computes checksums only when required.
+		in.ChecksumCRC32C = aws.String(encodeCRC32C(*crc32c))
+	}
+	out, err := s.client.UploadPart(ctx, in)
 	if err != nil {
 		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): %w", n, len(body), err))
 	}
@@ -354,7 +370,7 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 
 // StreamsParts implements store.PartStreamer: the SDK sends trailing
 // checksums only over TLS, so only an https endpoint streams parts.
-func (s *Store) StreamsParts() bool { return s.tls }
+func (s *Store) StreamsParts() bool { return s.tls && !s.noChecksums }
 
 // UploadPartStream implements store.PartStreamer. The body goes out as
 // the reader yields it, aws-chunked with the CRC32C the SDK computes on

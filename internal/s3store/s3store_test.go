@@ -91,7 +91,7 @@ func TestWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		etag, err := s.UploadPart(ctx, "w/data", id, 1, body, sum)
+		etag, err := s.UploadPart(ctx, "w/data", id, 1, body, &sum)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
 	}
 	part := bytes.Repeat([]byte("p"), 5<<20)
 	sum := crc32.Checksum(part, castagnoli)
-	if _, err := s.UploadPart(ctx, key, id, 1, part, sum); err != nil {
+	if _, err := s.UploadPart(ctx, key, id, 1, part, &sum); err != nil {
 		t.Fatal(err)
 	}
 	err = s.CompleteMultipart(ctx, key, id, []store.Part{{Number: 1, ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: &sum, Size: int64(len(part))}})

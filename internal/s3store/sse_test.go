@@ -81,7 +81,7 @@ func TestServerSideEncryption(t *testing.T) {
 			var parts []store.Part
 			for n := int32(1); n <= 2; n++ {
 				crc := crc32.Checksum(part, castagnoli)
-				etag, err := s.UploadPart(ctx, multi, id, n, part, crc)
+				etag, err := s.UploadPart(ctx, multi, id, n, part, &crc)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -383,7 +383,7 @@ type slowParts struct {
 	parts atomic.Int64
 }
 
-func (s *slowParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc uint32) (string, error) {
+func (s *slowParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc *uint32) (string, error) {
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	select {

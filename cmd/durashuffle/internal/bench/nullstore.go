@@ -40,7 +40,7 @@ func (s *nullStore) CreateMultipart(context.Context, string) (string, error) {
 	return fmt.Sprint(s.ids.Add(1)), nil
 }
 
-func (s *nullStore) UploadPart(_ context.Context, _, _ string, n int32, body []byte, _ uint32) (string, error) {
+func (s *nullStore) UploadPart(_ context.Context, _, _ string, n int32, body []byte, _ *uint32) (string, error) {
 	s.counter.Request("UploadPart", 200)
 	s.stored.Add(int64(len(body)))
 	return fmt.Sprintf(`"%d"`, n), nil

@@ -229,7 +229,7 @@ func (s meteredStore) Put(ctx context.Context, key string, body []byte, o store.
 	return err
 }
 
-func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	if !isData(key) {
 		return s.Store.UploadPart(ctx, key, id, n, body, crc)
 	}

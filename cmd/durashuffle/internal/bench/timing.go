@@ -64,7 +64,7 @@ func (s clockedStore) Put(ctx context.Context, key string, body []byte, o store.
 	return s.Store.Put(ctx, key, body, o)
 }
 
-func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc uint32) (string, error) {
+func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
 	s.c.begin()
 	defer s.c.end()
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)

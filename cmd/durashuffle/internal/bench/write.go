@@ -240,7 +240,7 @@ func (s *fileStore) CreateMultipart(ctx context.Context, key string) (string, er
 	return key, nil
 }
 
-func (s *fileStore) UploadPart(_ context.Context, key, _ string, n int32, body []byte, _ uint32) (string, error) {
+func (s *fileStore) UploadPart(_ context.Context, key, _ string, n int32, body []byte, _ *uint32) (string, error) {
 	f, err := s.file(key)
 	if err != nil {
 		return "", err
@@ -398,7 +398,7 @@ func (s *syncSink) Emit(obj int, part int32, buf []byte, last bool) error {
 		}
 		s.uploads[obj] = id
 	}
-	etag, err := s.st.UploadPart(s.ctx, key, id, part, buf, crc)
+	etag, err := s.st.UploadPart(s.ctx, key, id, part, buf, &crc)
 	if err != nil {
 		return err
 	}
