@@ -2,6 +2,8 @@ package durashuffle_test
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net/http"
 	"os"
 	"strings"
@@ -129,7 +131,21 @@ func TestOpenWithAWSOptions(t *testing.T) {
 		ctx := context.Background()
 		cfg := testConfig()
 		cfg.Bucket, cfg.Endpoint, cfg.PathStyle = ep.Bucket, ep.URL, true
-		tr := &countingTransport{next: http.DefaultTransport}
+		// The caller's client is the caller's to configure: here, to
+		// trust the test MinIO's certificate authority.
+		base := http.DefaultTransport.(*http.Transport).Clone()
+		if ep.CAFile != "" {
+			pem, err := os.ReadFile(ep.CAFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			roots := x509.NewCertPool()
+			if !roots.AppendCertsFromPEM(pem) {
+				t.Fatalf("no certificate in %s", ep.CAFile)
+			}
+			base.TLSClientConfig = &tls.Config{RootCAs: roots}
+		}
+		tr := &countingTransport{next: base}
 		awsCfg := aws.Config{Region: "us-east-1", Credentials: credentials.NewStaticCredentialsProvider(id, secret, "")}
 		c, err := durashuffle.Open(ctx, cfg, durashuffle.WithAWSConfig(awsCfg), durashuffle.WithHTTPClient(&http.Client{Transport: tr}))
 		if err != nil {
