@@ -90,7 +90,7 @@ func (c *Client) MemStore() *memstore.Store { return c.fast.mem }
 
 // keep makes a new data object keep its uploaded chunks for the memory
 // store.
-func (c *Client) keep(o *uploader.Object) {
+func (c *Client) keep(o *uploader.Upload) {
 	if c.fast.mem != nil {
 		o.Keep(c.fast.mem)
 	}
@@ -98,7 +98,7 @@ func (c *Client) keep(o *uploader.Object) {
 
 // advertise names this sidecar in a worker manifest about to be
 // committed when every chunk of its objects is still held.
-func (c *Client) advertise(m *manifest.Worker, objs []*uploader.Object) {
+func (c *Client) advertise(m *manifest.Worker, objs []*uploader.Upload) {
 	if c.fast.mem == nil || c.fast.self == "" {
 		return
 	}
@@ -112,7 +112,7 @@ func (c *Client) advertise(m *manifest.Worker, objs []*uploader.Object) {
 
 // admit hands a committed worker's kept chunks to the memory store, or
 // gives back their reservation when any object was not kept whole.
-func (c *Client) admit(m *manifest.Worker, objs []*uploader.Object) {
+func (c *Client) admit(m *manifest.Worker, objs []*uploader.Upload) {
 	if c.fast.mem == nil {
 		return
 	}

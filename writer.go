@@ -42,7 +42,7 @@ type Writer struct {
 	ch     *chunker.Writer
 
 	mu      sync.Mutex
-	objects []*uploader.Object
+	objects []*uploader.Upload
 	done    bool
 	// filling is the chunk being filled while its part streams; only the
 	// chunker's appending goroutine (and Close or Abort after it) uses it.
@@ -219,7 +219,7 @@ func (w *Writer) finish() bool {
 	return true
 }
 
-func (w *Writer) takeObjects() []*uploader.Object {
+func (w *Writer) takeObjects() []*uploader.Upload {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	objs := w.objects
@@ -233,7 +233,7 @@ func (w *Writer) cleanup(cause error) error {
 	return w.cleanupObjects(w.takeObjects(), cause)
 }
 
-func (w *Writer) cleanupObjects(objs []*uploader.Object, cause error) error {
+func (w *Writer) cleanupObjects(objs []*uploader.Upload, cause error) error {
 	w.cancel(cause)
 	timeout := w.c.cfg.CleanupTimeout.D()
 	if timeout <= 0 {
@@ -304,14 +304,14 @@ func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
 
 // object returns data object obj of the attempt, starting it (and any
 // before it) on first use.
-func (s *sink) object(obj int) *uploader.Object {
+func (s *sink) object(obj int) *uploader.Upload {
 	w := (*Writer)(s)
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for len(w.objects) <= obj {
 		n := len(w.objects)
 		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, n))
-		o := w.c.pool.NewObject(w.ctx, key, func(err error) {
+		o := w.c.pool.NewUpload(w.ctx, key, func(err error) {
 			w.ch.Fail(err)
 			w.cancel(err)
 		})

@@ -290,7 +290,7 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 // answer was lost: the second call must either succeed (MinIO, versitygw)
 // or say the upload is gone (S3: 404 NoSuchUpload), never fail in a way
 // that could be taken for a broken upload, and the object must stay whole.
-// The uploader relies on it (uploader.Object.Finish).
+// The uploader relies on it (uploader.Upload.Finish).
 func testCompleteRepeated(t *testing.T, s store.Store, pfx string) {
 	ctx := testContext(t)
 	key := pfx + "completed-twice"

@@ -42,7 +42,7 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 1 << 30}
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		o.Keep(k)
 		write(t, p, o, 5) // the pool holds 4 buffers: keeping must return their budget
 		if _, err := o.Finish(context.Background()); err != nil {
@@ -78,7 +78,7 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 2 * testChunk}
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		o.Keep(k)
 		write(t, p, o, 4)
 		if _, err := o.Finish(context.Background()); err != nil {
@@ -96,7 +96,7 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 1 << 30}
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		o.Keep(k)
 		write(t, p, o, 3)
 		if err := o.Abort(); err != nil {

@@ -13,10 +13,10 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// Object is one data object being uploaded: a single PutObject when its
+// Upload is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
 // when the first full chunk is handed over. Safe for concurrent use.
-type Object struct {
+type Upload struct {
 	pool   *Pool
 	ctx    context.Context
 	key    string
@@ -62,7 +62,7 @@ type Keeper interface {
 // budget counts what it holds). When a chunk does not fit, the object
 // stops keeping and gives back everything it kept. Call before the
 // first Submit.
-func (o *Object) Keep(k Keeper) {
+func (o *Upload) Keep(k Keeper) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.keeper = k
@@ -70,7 +70,7 @@ func (o *Object) Keep(k Keeper) {
 
 // keep takes j's buffer after a successful upload. It reports whether
 // the object took the buffer itself (false: the pool reuses it).
-func (o *Object) keep(j *job) bool {
+func (o *Upload) keep(j *job) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.keeper == nil || o.keepOff || o.err != nil {
@@ -97,7 +97,7 @@ func (o *Object) keep(j *job) bool {
 
 // Keeping reports whether every chunk uploaded so far was kept (false
 // without a Keeper).
-func (o *Object) Keeping() bool {
+func (o *Upload) Keeping() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.keeper != nil && !o.keepOff && o.err == nil
@@ -107,7 +107,7 @@ func (o *Object) Keeping() bool {
 // Finish, with the bytes reserved for them, which the caller now owns
 // (to admit or unreserve). ok is false, and nothing is reserved any
 // more, unless every part was kept.
-func (o *Object) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
+func (o *Upload) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	kept, n := o.kept, o.keptBytes
@@ -135,7 +135,7 @@ func (o *Object) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
 }
 
 // dropKept gives back every kept chunk.
-func (o *Object) dropKept() {
+func (o *Upload) dropKept() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.keeper != nil && o.keptBytes > 0 {
@@ -151,21 +151,21 @@ type Result struct {
 	Parts int // 1 for a single put
 }
 
-// NewObject starts an object at key. onFail, if set, is called once with
+// NewUpload starts the upload of an object at key. onFail, if set, is called once with
 // the first permanent failure of any of its parts (to cancel the writer at
 // once, not at close). ctx governs the uploads.
-func (p *Pool) NewObject(ctx context.Context, key string, onFail func(error)) *Object {
-	return &Object{pool: p, ctx: ctx, key: key, onFail: onFail}
+func (p *Pool) NewUpload(ctx context.Context, key string, onFail func(error)) *Upload {
+	return &Upload{pool: p, ctx: ctx, key: key, onFail: onFail}
 }
 
 // Key returns the object's key.
-func (o *Object) Key() string { return o.key }
+func (o *Upload) Key() string { return o.key }
 
 // Submit hands chunk buf (from Pool.Acquire) to the pool as part number n
 // (1-based, ascending). last says it is the object's final chunk; part 1
 // that is also last becomes a single PutObject. Ownership of buf passes to
 // the pool, which releases it after the upload. Does not block.
-func (o *Object) Submit(n int32, buf []byte, last bool) error {
+func (o *Upload) Submit(n int32, buf []byte, last bool) error {
 	o.mu.Lock()
 	if o.err != nil {
 		err := o.err
@@ -186,7 +186,7 @@ func (o *Object) Submit(n int32, buf []byte, last bool) error {
 	return nil
 }
 
-func (o *Object) upload(j *job) error {
+func (o *Upload) upload(j *job) error {
 	if err := o.failed(); err != nil {
 		return err // a sibling failed; do not spend a request
 	}
@@ -238,7 +238,7 @@ func (o *Object) upload(j *job) error {
 }
 
 // ensureUpload creates the multipart upload once; concurrent parts wait.
-func (o *Object) ensureUpload() (string, error) {
+func (o *Upload) ensureUpload() (string, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.created {
@@ -254,13 +254,13 @@ func (o *Object) ensureUpload() (string, error) {
 	return id, nil
 }
 
-func (o *Object) failed() error {
+func (o *Upload) failed() error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.err
 }
 
-func (o *Object) partDone(err error) {
+func (o *Upload) partDone(err error) {
 	if err != nil {
 		o.mu.Lock()
 		first := o.err == nil
@@ -282,7 +282,7 @@ func (o *Object) partDone(err error) {
 // bounds the CompleteMultipartUpload (with the object's own context). On
 // any failure it aborts the upload and returns the first error; if that
 // abort fails, the next Abort returns its failure.
-func (o *Object) Finish(ctx context.Context) (Result, error) {
+func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	o.wg.Wait()
 	o.mu.Lock()
 	err, single, id, created := o.err, o.single, o.uploadID, o.created
@@ -331,7 +331,7 @@ func (o *Object) Finish(ctx context.Context) (Result, error) {
 // upload is listed. Best effort: the abort itself succeeded, so a listing
 // or a repeated abort that fails (a store without quorum) is no error of
 // the object's; what it misses is gc's and the lifecycle rule's.
-func (o *Object) abortAgain(ctx context.Context, id string) {
+func (o *Upload) abortAgain(ctx context.Context, id string) {
 	for i := range 4 {
 		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
 		select {
@@ -359,7 +359,7 @@ func (o *Object) abortAgain(ctx context.Context, id string) {
 
 // abortStrays aborts uploads of this key other than keep, which exist only
 // when a CreateMultipartUpload succeeded but its answer was lost.
-func (o *Object) abortStrays(keep string) error {
+func (o *Upload) abortStrays(keep string) error {
 	o.mu.Lock()
 	strays := o.strays
 	o.strays = false
@@ -387,7 +387,7 @@ func (o *Object) abortStrays(keep string) error {
 // completedBefore settles a Complete that failed with NoSuchUpload: if an
 // earlier try succeeded and only its answer was lost, the object is there
 // with every byte, and the upload is rightly gone.
-func (o *Object) completedBefore(err error, size int64) bool {
+func (o *Upload) completedBefore(err error, size int64) bool {
 	if !store.IsNotFound(err) {
 		return false
 	}
@@ -408,7 +408,7 @@ func (o *Object) completedBefore(err error, size int64) bool {
 
 // abortAfter aborts the object after the failure err and returns err
 // alone; a failed abort is kept for the next Abort to report.
-func (o *Object) abortAfter(err error) error {
+func (o *Upload) abortAfter(err error) error {
 	if aerr := o.Abort(); aerr != nil {
 		o.mu.Lock()
 		o.abortErr = aerr
@@ -423,7 +423,7 @@ func (o *Object) abortAfter(err error) error {
 // the abort (MinIO without write quorum does) cannot hold the writer
 // longer. A failure to abort is returned, never swallowed; the upload is
 // then gc's to remove.
-func (o *Object) Abort() error {
+func (o *Upload) Abort() error {
 	o.wg.Wait()
 	o.dropKept()
 	o.mu.Lock()

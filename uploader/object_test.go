@@ -16,7 +16,7 @@ import (
 
 // scripted is a store whose answers a test scripts: it records every call
 // and keeps what a real store would (uploads, their parts, objects), so an
-// Object's state machine can be driven through its cases without a server.
+// Upload's state machine can be driven through its cases without a server.
 type scripted struct {
 	store.Store // unused methods
 	mu          sync.Mutex
@@ -145,7 +145,7 @@ func (s *scripted) ListUploads(ctx context.Context, prefix string) ([]store.Uplo
 const testChunk = 1 << 10
 
 // write hands an object n chunks of testChunk bytes (the last one half).
-func write(t *testing.T, p *Pool, o *Object, n int) {
+func write(t *testing.T, p *Pool, o *Upload, n int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
 		buf, err := p.Acquire(context.Background())
@@ -167,7 +167,7 @@ func newTestPool(st Store) *Pool {
 	return New(st, Config{ChunkSize: testChunk, Concurrency: 2, MaxBuffered: 4, Checksum: true, CleanupTimeout: time.Second}, nil)
 }
 
-// TestObjectStates drives an Object through each path of its state
+// TestObjectStates drives an Upload through each path of its state
 // machine against a scripted store and checks the requests it made.
 func TestObjectStates(t *testing.T) {
 	permanent := &store.Error{Op: "UploadPart", Status: 403, Code: "AccessDenied"}
@@ -177,7 +177,7 @@ func TestObjectStates(t *testing.T) {
 		st := newScripted()
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		write(t, p, o, 1)
 		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 1 || res.Size != testChunk/2 {
@@ -192,7 +192,7 @@ func TestObjectStates(t *testing.T) {
 		st := newScripted()
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		if st.count("Create") != 0 {
 			t.Fatal("an upload was created before any chunk")
 		}
@@ -223,7 +223,7 @@ func TestObjectStates(t *testing.T) {
 		st.abortErr = hang
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", func(error) {})
+		o := p.NewUpload(context.Background(), "k", func(error) {})
 		write(t, p, o, 4)
 		_, err := o.Finish(context.Background())
 		// Why the object failed, alone: the caller decides on it (a
@@ -253,7 +253,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		var fails []error
 		var mu sync.Mutex
-		o := p.NewObject(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
+		o := p.NewUpload(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
 		write(t, p, o, 4)
 		_, err := o.Finish(context.Background())
 		if !errors.Is(err, permanent) || !strings.Contains(err.Error(), "upload part 4 of k") {
@@ -278,7 +278,7 @@ func TestObjectStates(t *testing.T) {
 		st.completeErr = &store.Error{Op: "CompleteMultipartUpload", Status: 404, Code: "NoSuchUpload", Err: store.ErrNotFound}
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		write(t, p, o, 3)
 		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 3 {
@@ -296,7 +296,7 @@ func TestObjectStates(t *testing.T) {
 		st.objects["k"] = 7 // an object of another size: not this upload's
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		write(t, p, o, 3)
 		_, err := o.Finish(context.Background())
 		if !store.IsNotFound(err) || !strings.Contains(err.Error(), "complete multipart upload k (3 parts") {
@@ -313,7 +313,7 @@ func TestObjectStates(t *testing.T) {
 		rs := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
 		p := newTestPool(rs)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		write(t, p, o, 2)
 		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatal(err)
@@ -328,7 +328,7 @@ func TestObjectStates(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		ctx, cancel := context.WithCancel(context.Background())
-		o := p.NewObject(ctx, "k", nil)
+		o := p.NewUpload(ctx, "k", nil)
 		buf, _ := p.Acquire(ctx)
 		if err := o.Submit(1, append(buf, make([]byte, testChunk)...), false); err != nil {
 			t.Fatal(err)

@@ -24,7 +24,7 @@ type Config struct {
 	HedgeFactor float64
 	HedgeMin    time.Duration
 	// StreamAfter is how many bytes part 1 holds before its streamed
-	// upload starts (Object.Begin), so that an output smaller than that
+	// upload starts (Upload.Begin), so that an output smaller than that
 	// stays one PutObject; 0 means DefaultStreamAfter (at most
 	// ChunkSize).
 	StreamAfter int64
@@ -160,7 +160,7 @@ func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error
 }
 
 // Streams reports whether parts upload while their chunks fill
-// (Object.Begin): the store streams parts (an https endpoint). Otherwise
+// (Upload.Begin): the store streams parts (an https endpoint). Otherwise
 // a chunk handed over by Begin is uploaded once it is complete.
 func (p *Pool) Streams() bool { return p.streams }
 
@@ -236,7 +236,7 @@ func (p *Pool) forget() {
 }
 
 type job struct {
-	obj    *Object
+	obj    *Upload
 	part   int32
 	buf    []byte
 	last   bool

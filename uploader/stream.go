@@ -29,7 +29,7 @@ var ErrAbandoned = errors.New("chunk abandoned while filling")
 // acknowledged, so a retry replays it from memory. Grow, Finish and
 // Abandon are for the one goroutine that fills the chunk.
 type Filling struct {
-	obj  *Object
+	obj  *Upload
 	part int32
 	buf  []byte // capacity ChunkSize; buf[:n] written
 
@@ -50,7 +50,7 @@ type Filling struct {
 // that is still one PutObject). Ownership of buf passes to the pool; the
 // caller keeps appending to it (never past its capacity) and calls Grow,
 // then Finish or Abandon exactly once.
-func (o *Object) Begin(n int32, buf []byte) (*Filling, error) {
+func (o *Upload) Begin(n int32, buf []byte) (*Filling, error) {
 	f := &Filling{obj: o, part: n, buf: buf[:0]}
 	f.cond.L = &f.mu
 	o.mu.Lock()
@@ -190,7 +190,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 // uploadFilling uploads a chunk handed over by Begin: streamed while it
 // fills when the store streams parts, else (or when the chunk is already
 // complete, or turns out short) whole, the way Submit's chunks go.
-func (o *Object) uploadFilling(j *job) error {
+func (o *Upload) uploadFilling(j *job) error {
 	f := j.fill
 	ps, streams := o.pool.st.(store.PartStreamer)
 	streams = streams && o.pool.streams
@@ -228,7 +228,7 @@ func (o *Object) uploadFilling(j *job) error {
 // stream sends the part while its chunk fills. It reports whether the
 // part was streamed to the end (err is then the outcome); errShort, or
 // false with a nil error, leaves the part to the whole-chunk path.
-func (o *Object) stream(ps store.PartStreamer, j *job) (bool, error) {
+func (o *Upload) stream(ps store.PartStreamer, j *job) (bool, error) {
 	f := j.fill
 	ctx, stop := context.WithCancelCause(o.ctx)
 	defer stop(nil)

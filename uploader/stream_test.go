@@ -76,7 +76,7 @@ func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n i
 }
 
 // fill begins part n of o and appends data to it in steps of step bytes.
-func fill(t *testing.T, p *Pool, o *Object, n int32, data []byte, step int) *Filling {
+func fill(t *testing.T, p *Pool, o *Upload, n int32, data []byte, step int) *Filling {
 	t.Helper()
 	buf, err := p.Acquire(context.Background())
 	if err != nil {
@@ -132,7 +132,7 @@ func TestStreamedParts(t *testing.T) {
 		if !p.Streams() {
 			t.Fatal("pool on a streaming store does not stream")
 		}
-		o := p.NewObject(context.Background(), "k", nil)
+		o := p.NewUpload(context.Background(), "k", nil)
 		one, two := pattern(testChunk, 1), pattern(testChunk/2, 2)
 		f := fill(t, p, o, 1, one[:testChunk/2], 64)
 		select {
@@ -168,7 +168,7 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "small", nil)
+		o := p.NewUpload(context.Background(), "small", nil)
 		data := pattern(testChunk/4-1, 3)
 		f := fill(t, p, o, 1, data, 50)
 		f.Finish(true)
@@ -189,7 +189,7 @@ func TestStreamedParts(t *testing.T) {
 		rs := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
 		p := newPool(rs)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "r", nil)
+		o := p.NewUpload(context.Background(), "r", nil)
 		one, two := pattern(testChunk, 4), pattern(testChunk, 5)
 		f := fill(t, p, o, 1, one[:testChunk/2], 128)
 		<-st.startedCh(1)
@@ -210,7 +210,7 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewObject(context.Background(), "a", nil)
+		o := p.NewUpload(context.Background(), "a", nil)
 		fill(t, p, o, 1, pattern(testChunk, 6), 128).Finish(false)
 		f := fill(t, p, o, 2, pattern(testChunk/2, 7), 128)
 		<-st.startedCh(2)
