@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/hedge"
-	"github.com/durashuffle/durashuffle/internal/memstore"
+	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/uploader"
