@@ -12,6 +12,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
@@ -122,8 +123,9 @@ func WithObserver(obs uploader.Observer) Option { return func(o *options) { o.ob
 
 // WithRegisterer registers the client's metrics on reg: requests by
 // operation and code, retries by operation and reason, bytes uploaded,
-// chunks queued and buffered, part latency, the pool's upload concurrency
-// and the commit guard's state (the names are those the sidecar exports,
+// chunks queued and buffered, part latency, the pool's upload concurrency,
+// the commit guard's state, the memory store's bytes and stored bytes
+// read by source (memory, peer, s3) with the fallbacks by reason (the names are those the sidecar exports,
 // listed in docs/operations.md). Open fails if reg already holds them.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.registerer = reg }
@@ -327,5 +329,44 @@ func (t teeObserver) Uploaded(bytes int64) {
 	}
 	if t.b != nil {
 		t.b.Uploaded(bytes)
+	}
+}
+
+// The fast path's counts (memory store, bytes by source) go to both
+// observers too, where they take them.
+
+func (t teeObserver) MemstoreBytes(n int64) { t.mem(func(o memstore.Observer) { o.MemstoreBytes(n) }) }
+func (t teeObserver) MemstoreAdmitted(n int64) {
+	t.mem(func(o memstore.Observer) { o.MemstoreAdmitted(n) })
+}
+func (t teeObserver) MemstoreDeclined(n int64) {
+	t.mem(func(o memstore.Observer) { o.MemstoreDeclined(n) })
+}
+func (t teeObserver) MemstoreEvicted(n int64) {
+	t.mem(func(o memstore.Observer) { o.MemstoreEvicted(n) })
+}
+func (t teeObserver) MemstoreReleased(n int64) {
+	t.mem(func(o memstore.Observer) { o.MemstoreReleased(n) })
+}
+
+func (t teeObserver) mem(f func(memstore.Observer)) {
+	for _, o := range []uploader.Observer{t.a, t.b} {
+		if mo, ok := o.(memstore.Observer); ok {
+			f(mo)
+		}
+	}
+}
+
+func (t teeObserver) Served(source string, n int64) {
+	t.read(func(o reader.Observer) { o.Served(source, n) })
+}
+
+func (t teeObserver) Fallback(reason string) { t.read(func(o reader.Observer) { o.Fallback(reason) }) }
+
+func (t teeObserver) read(f func(reader.Observer)) {
+	for _, o := range []uploader.Observer{t.a, t.b} {
+		if ro, ok := o.(reader.Observer); ok {
+			f(ro)
+		}
 	}
 }

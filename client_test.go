@@ -27,6 +27,7 @@ func TestWithRegisterer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := &store.Mem{}
 	cfg := testConfig()
+	cfg.MemoryStoreBytes = 64 * durashuffle.MiB // the fast path's metrics too
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithRegisterer(reg))
 	defer c.Close()
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
@@ -39,6 +40,26 @@ func TestWithRegisterer(t *testing.T) {
 	m, err := w.Commit(ctx)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Read every partition back: from the memory store, which holds the
+	// worker (it fits in 64 MiB).
+	stage, err := c.Seal(ctx, "q", 0, 1)
+	if err != nil || stage.Totals.Rows != m.Totals.Rows {
+		t.Fatalf("seal: %v, %v", stage, err)
+	}
+	s, err := c.OpenStage(ctx, "q", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rr, err := s.ReadPartitions(ctx, []int{0, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rr.Next() {
+	}
+	rr.Release()
+	if rr.Err() != nil {
+		t.Fatal(rr.Err())
 	}
 	fams, err := reg.Gather()
 	if err != nil {
@@ -91,6 +112,15 @@ func TestWithRegisterer(t *testing.T) {
 	}
 	if got, want := value("durashuffle_retries_total", "op", "UploadPart", "reason", "SlowDown"), 0.0; got != want {
 		t.Errorf("retries of UploadPart for SlowDown = %v, want %v (known labels start at 0)", got, want)
+	}
+	if v := value("durashuffle_memstore_admitted_bytes_total"); v <= 0 {
+		t.Errorf("durashuffle_memstore_admitted_bytes_total = %v: the committed worker was not counted in", v)
+	}
+	if v := value("durashuffle_served_bytes_total", "source", "memory"); int64(v) != m.Totals.BytesStored {
+		t.Errorf("durashuffle_served_bytes_total{source=memory} = %v, the worker stored %d bytes", v, m.Totals.BytesStored)
+	}
+	if v := value("durashuffle_served_bytes_total", "source", "s3"); v != 0 {
+		t.Errorf("durashuffle_served_bytes_total{source=s3} = %v, want 0: every frame was held", v)
 	}
 	if _, ok := got["go_goroutines"]; ok {
 		t.Error("the client registered the Go runtime's collector: that is the program's to register")

@@ -1,8 +1,8 @@
 package metrics
 
 import (
-	"time"
-
+	"github.com/durashuffle/durashuffle/memstore"
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
 	"github.com/prometheus/client_golang/prometheus"
@@ -10,25 +10,26 @@ import (
 
 // Library is the metrics of one library client, for a registerer of the
 // caller's (durashuffle.WithRegisterer): the upload pool's, the request
-// and retry counts and the commit guard, under the names the sidecar
-// exports. It has no Go runtime, process or sidecar metrics: the
+// and retry counts, the commit guard, the memory store and the bytes read
+// by source, under the names the sidecar exports. It has no Go runtime, process or sidecar metrics: the
 // program owns those.
 type Library struct {
-	queue       prometheus.Gauge
-	queued      prometheus.Histogram
-	part        prometheus.Histogram
-	uploadBytes prometheus.Counter
-	buffered    prometheus.Gauge
-	counters    counterCollector
+	*Metrics // the sidecar's definitions; only the client's are registered
+	counters counterCollector
 }
 
-var _ uploader.Observer = (*Library)(nil)
+var (
+	_ uploader.Observer = (*Library)(nil)
+	_ memstore.Observer = (*Library)(nil)
+	_ reader.Observer   = (*Library)(nil)
+)
 
 // NewLibrary returns the metrics, not yet registered: pass it to the
-// upload pool as its observer, then Register it.
+// upload pool, the memory store and the reader as their observer, then
+// Register it.
 func NewLibrary() *Library {
-	m := New() // the same definitions as the sidecar's
-	l := &Library{queue: m.queue, queued: m.queued, part: m.part, uploadBytes: m.uploadBytes, buffered: m.buffered}
+	m := New()
+	l := &Library{Metrics: m}
 	l.counters.requests = m.counters.requests
 	l.counters.retries = m.counters.retries
 	return l
@@ -41,6 +42,7 @@ func (l *Library) Register(reg prometheus.Registerer, c *store.Counter, concurre
 	l.counters.c = c
 	cs := []prometheus.Collector{
 		l.queue, l.queued, l.part, l.uploadBytes, l.buffered, &l.counters,
+		l.memBytes, l.memAdmitted, l.memDeclined, l.memEvicted, l.memReleased, l.served, l.fallbacks,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: UploadConcurrency, Help: uploadConcurrencyHelp},
 			func() float64 { return float64(concurrency()) }),
 		&guardCollector{desc: prometheus.NewDesc(CommitGuard, commitGuardHelp, []string{"state"}, nil), states: states, f: guard},
@@ -55,18 +57,3 @@ func (l *Library) Register(reg prometheus.Registerer, c *store.Counter, concurre
 	}
 	return nil
 }
-
-// Queued implements uploader.Observer.
-func (l *Library) Queued(delta int) { l.queue.Add(float64(delta)) }
-
-// Buffered implements uploader.Observer.
-func (l *Library) Buffered(bytes int64) { l.buffered.Set(float64(bytes)) }
-
-// PartDone implements uploader.Observer.
-func (l *Library) PartDone(queued, upload time.Duration) {
-	l.queued.Observe(queued.Seconds())
-	l.part.Observe(upload.Seconds())
-}
-
-// Uploaded implements uploader.Observer.
-func (l *Library) Uploaded(bytes int64) { l.uploadBytes.Add(float64(bytes)) }
