@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/hedge"
-	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/uploader"
 )
