@@ -182,32 +182,9 @@ func TestOpenWithAWSOptions(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.Close()
-		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "aws", Worker: "0", Partitions: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := writeRows(w, 3000, 2); err != nil {
-			t.Fatal(err)
-		}
-		m, err := w.Commit(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		st, err := c.OpenStage(ctx, "aws", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr, err := st.ReadPartitions(ctx, []int{0, 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rows int64
-		for rr.Next() {
-			rows += rr.RecordBatch().NumRows()
-		}
-		rr.Release()
-		if rr.Err() != nil || rows != m.Totals.Rows || rows != 3000 {
-			t.Fatalf("read %d rows (%v), committed %d, wrote 3000", rows, rr.Err(), m.Totals.Rows)
+		m, rows := writeReadBack(t, c, "aws", 3000, 2)
+		if rows != m.Totals.Rows || rows != 3000 {
+			t.Fatalf("read %d rows, committed %d, wrote 3000", rows, m.Totals.Rows)
 		}
 		var sent int64
 		for _, n := range c.Counter().Requests() {
