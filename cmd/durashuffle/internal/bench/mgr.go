@@ -39,42 +39,10 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 		u.PartSize = int64(j.Config.ChunkSize)
 		u.Concurrency = j.Config.UploadConcurrency
 	})
-	res := &Result{Name: j.Name, Objects: len(j.Files)}
-	files := make([]*os.File, len(j.Files))
-	for i, name := range j.Files {
-		f, err := os.Open(name)
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		fi, err := f.Stat()
-		if err != nil {
-			return nil, err
-		}
-		res.StoredBytes += fi.Size()
-		files[i] = f
-	}
-	if j.live != nil {
-		j.live.total.Store(res.StoredBytes)
-	}
-	start := startClock()
-	clock.start = start
-	g, gctx := errgroup.WithContext(ctx)
-	for i, f := range files {
-		g.Go(func() error {
-			if _, err := up.Upload(gctx, &s3.PutObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(j.Keys[i]), Body: f}); err != nil {
-				return fmt.Errorf("upload %s: %w", j.Keys[i], err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	res.finish(stopClock(start))
-	clock.fill(res)
-	res.Requests = counter.Requests()
-	return res, nil
+	return uploadFiles(ctx, j, counter, clock, func(ctx context.Context, key string, f *os.File) error {
+		_, err := up.Upload(ctx, &s3.PutObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key), Body: f})
+		return err
+	})
 }
 
 // readManager downloads the stage's data objects whole with
