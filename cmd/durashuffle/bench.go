@@ -71,8 +71,9 @@ part size and concurrency:
   sweep          chunk sizes x concurrencies, with a recommended configuration
   partitions     the same rows written into 64 to 8192 partitions by 1 and 8
                  writers (fresh 8192-row batches split across them), each stage
-                 read back by 8 range readers of P/8 partitions: throughput,
-                 stored bytes, frames, PUTs, GETs and peak RSS against the bound
+                 read back by 8 range readers of P/8 partitions and downloaded
+                 whole by transfermanager and manager: throughput, stored
+                 bytes, frames, PUTs, GETs and peak RSS against the bound
   all            every scenario; --out and --markdown write the charts and tables
 
 The link is toxiproxy, in process, in front of the endpoint (an in-memory

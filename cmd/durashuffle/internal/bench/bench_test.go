@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -201,15 +202,20 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	}
 }
 
-// TestSmokePartitions runs bench partitions at a tiny size: every cell
-// writes and reads back the same rows, the 4-writer cell at the wide
-// count is added, and what it reports (frames, runs, requests, bounds)
-// is consistent; no time is asserted.
+// TestSmokePartitions runs bench partitions at a tiny size, two rounds:
+// every cell writes and reads back the same rows, by range readers and by
+// transfermanager and manager downloading the data objects whole, the
+// 4-writer cell at the wide count is added, what it reports (frames, runs,
+// requests, bounds) is consistent, and the progress bars count every run;
+// no time is asserted.
 func TestSmokePartitions(t *testing.T) {
 	ctx := context.Background()
 	o := smokeOptions(t)
 	o.Stored = 4 << 20
+	o.Rounds = 2
 	o.PartitionCounts, o.PartitionWriters, o.RangeReaders, o.WidePartitions = []int{8, 64}, []int{1, 2}, 4, 64
+	rec := &recorder{}
+	o.Runner.Watch = rec
 	env, err := Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
@@ -226,12 +232,11 @@ func TestSmokePartitions(t *testing.T) {
 	if got, want := strings.Join(cells, ", "), "P=8 x 1-writer, P=8 x 2-writers, P=64 x 1-writer, P=64 x 2-writers, P=64 x 4-writers"; got != want {
 		t.Fatalf("cells %s, want %s", got, want)
 	}
+	// The medians: every cell's write and its three reads, each of the
+	// same rows, over both rounds.
 	rows := rep.Partitions[0].Write.Rows
 	for _, r := range rep.Partitions {
 		w, rd := r.Write, r.Read
-		if w.Rows != rows || rd.Rows != rows || w.StoredBytes == 0 || rd.StoredBytes != w.StoredBytes {
-			t.Errorf("%s: wrote %d rows (%d bytes), read %d (%d bytes); want %d rows each", r.name(), w.Rows, w.StoredBytes, rd.Rows, rd.StoredBytes, rows)
-		}
 		// Every partition has rows from every writer: at least one frame
 		// each, and at least one run per writer's object.
 		if w.Frames < r.Partitions*r.Writers || w.Objects != r.Writers || w.Runs < r.Writers || w.Runs > w.Frames {
@@ -242,9 +247,8 @@ func TestSmokePartitions(t *testing.T) {
 			t.Errorf("%s: write requests %v", r.name(), w.Requests)
 		}
 		// Each of the 4 range readers opens the stage (at least one
-		// metadata GET) and GETs every byte of its frames at least once.
-		if rd.MetadataGets < 4 || rd.MetadataBytes == 0 || rd.DataGets < 4 || rd.DataGetBytes < w.StoredBytes ||
-			rd.DataGets+rd.MetadataGets != rd.Requests["GetObject"] {
+		// metadata GET) and GETs its frames.
+		if rd.MetadataGets < 4 || rd.MetadataBytes == 0 || rd.DataGets < 4 || rd.DataGets+rd.MetadataGets != rd.Requests["GetObject"] {
 			t.Errorf("%s: read %d data GETs (%d bytes), %d metadata GETs (%d bytes), requests %v",
 				r.name(), rd.DataGets, rd.DataGetBytes, rd.MetadataGets, rd.MetadataBytes, rd.Requests)
 		}
@@ -252,13 +256,101 @@ func TestSmokePartitions(t *testing.T) {
 			rd.MemoryBound != int64(o.Config.MemoryBound(durashuffle.MemoryLoad{Readers: 4})) || w.PeakRSSBytes <= 0 || rd.PeakRSSBytes <= 0 || w.InputBytes <= 0 {
 			t.Errorf("%s: write RSS %d of %d (input %d), read RSS %d of %d", r.name(), w.PeakRSSBytes, w.MemoryBound, w.InputBytes, rd.PeakRSSBytes, rd.MemoryBound)
 		}
+		for _, x := range []Result{w, rd, r.TM, r.Manager} {
+			if x.Rows != rows || x.StoredBytes == 0 || x.Seconds <= 0 || x.StoredBytesPerS != float64(x.StoredBytes)/x.Seconds || len(x.Rounds) != 2 {
+				t.Errorf("%s: %d rows, %d bytes in %.3f s, %.0f B/s, rounds %v; want %d rows",
+					x.Name, x.Rows, x.StoredBytes, x.Seconds, x.StoredBytesPerS, x.Rounds, rows)
+			}
+		}
+		for _, d := range []Result{r.TM, r.Manager} {
+			if d.Objects != w.Objects || d.Requests["GetObject"] < int64(w.Objects) || d.LinkFraction <= 0 {
+				t.Errorf("%s: %d objects, requests %v, %.3f of the link; the stage has %d objects", d.Name, d.Objects, d.Requests, d.LinkFraction, w.Objects)
+			}
+		}
+		if rd.Name != r.name()+" range read" || r.TM.Name != r.name()+" transfermanager read" || r.Manager.Name != r.name()+" manager read" {
+			t.Errorf("%s: reads named %q, %q, %q", r.name(), rd.Name, r.TM.Name, r.Manager.Name)
+		}
 	}
+
+	// Every run as it ran. The bars' run counter: a write and three
+	// reads per cell and round, numbered 1 to 4 x 2 x 5 in the order they
+	// ran; each write followed by its cell's three reads, the first of
+	// them rotating per round; each read moved the stage just written.
+	var ran []*watched
+	for _, w := range rec.runs {
+		if w.job.Round != nil {
+			ran = append(ran, w)
+		}
+	}
+	runs := 4 * 2 * len(rep.Partitions)
+	if len(ran) != runs {
+		t.Fatalf("%d runs watched, want %d", len(ran), runs)
+	}
+	first := map[int]map[string]bool{}
+	for i, wr := range ran {
+		r := wr.job.Round
+		if r.Run != i+1 || r.Runs != runs || r.Rounds != 2 {
+			t.Errorf("run %d: %+v, want run %d of %d", i+1, *r, i+1, runs)
+		}
+		if i%4 != 0 {
+			continue
+		}
+		cell, ok := strings.CutSuffix(r.Name, " write")
+		if !ok {
+			t.Fatalf("run %d is %q, want a write", i+1, r.Name)
+		}
+		w := wr.result
+		var reads []string
+		for _, rr := range ran[i+1 : i+4] {
+			read, ok := strings.CutPrefix(rr.job.Round.Name, cell+" ")
+			if !ok || rr.job.Round.Round != r.Round {
+				t.Fatalf("after %q (round %d): %q (round %d)", r.Name, r.Round, rr.job.Round.Name, rr.job.Round.Round)
+			}
+			reads = append(reads, read)
+			d := rr.result
+			switch rr.job.Name {
+			case DurashuffleRanges:
+				// Every byte of the stage's frames, GET at least once.
+				if d.Rows != w.Rows || d.DataGetBytes < w.StoredBytes {
+					t.Errorf("%s, round %d: %s read %d rows, %d data bytes; the stage has %d rows, %d bytes", cell, r.Round, read, d.Rows, d.DataGetBytes, w.Rows, w.StoredBytes)
+				}
+			default:
+				// Every data object whole: the stage's stored bytes.
+				if d.StoredBytes != w.StoredBytes || d.Objects != w.Objects || d.Requests["GetObject"] < int64(w.Objects) {
+					t.Errorf("%s, round %d: %s downloaded %d bytes of %d objects with requests %v; the stage has %d bytes in %d objects",
+						cell, r.Round, read, d.StoredBytes, d.Objects, d.Requests, w.StoredBytes, w.Objects)
+				}
+			}
+		}
+		if got := strings.Join(slices.Sorted(slices.Values(reads)), ","); got != "manager read,range read,transfermanager read" {
+			t.Errorf("%s, round %d: reads %v", cell, r.Round, reads)
+		}
+		if first[r.Round] == nil {
+			first[r.Round] = map[string]bool{}
+		}
+		first[r.Round][reads[0]] = true
+	}
+	if !first[1]["range read"] || len(first[1]) != 1 || !first[2]["transfermanager read"] || len(first[2]) != 1 {
+		t.Errorf("first read of each cell by round: %v; want range read in round 1, transfermanager read in round 2", first)
+	}
+
 	var names []string
 	for _, tg := range rep.Targets {
 		names = append(names, tg.Name)
 	}
-	if len(rep.Targets) != 9 || !strings.Contains(names[8], "GETs reading the 4 x 64 stage") {
+	// 3 per writer count comparing P=64 with P=8; at both counts and both
+	// grid writer counts, range read against the link, transfermanager
+	// and manager; the two RSS bounds; the request budget.
+	if len(rep.Targets) != 6+2*2*3+2+1 || !strings.Contains(names[len(names)-1], "GETs reading the 4 x 64 stage") {
 		t.Fatalf("targets %q", names)
+	}
+	for _, want := range []string{
+		"1-writer, P=8: range read / link limit", "1-writer, P=8: range read / transfermanager", "1-writer, P=8: range read / manager",
+		"2-writers, P=64: range read / link limit", "2-writers, P=64: range read / transfermanager", "2-writers, P=64: range read / manager",
+	} {
+		if !slices.Contains(names, want) {
+			t.Errorf("no target %q in %q", want, names)
+		}
 	}
 	dir := t.TempDir()
 	if err := Plot(rep, filepath.Join(dir, "partitions.png")); err != nil {
@@ -269,12 +361,13 @@ func TestSmokePartitions(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb, _ := os.ReadFile(md)
-	if s := string(mb); !strings.Contains(s, "| 64 | 4 |") || !strings.Contains(s, "GETs reading the 4 x 64 stage") {
+	if s := string(mb); !strings.Contains(s, "| 64 | 4 |") || !strings.Contains(s, "GETs reading the 4 x 64 stage") ||
+		!strings.Contains(s, "downloaded whole by transfermanager (tm) and manager") || strings.Contains(s, " / - ") {
 		t.Fatalf("markdown:\n%s", s)
 	}
 	var text bytes.Buffer
 	PrintText(&text, rep)
-	if !strings.Contains(text.String(), "read metadata GETs") {
-		t.Fatalf("text report:\n%s", text.String())
+	if s := text.String(); !strings.Contains(s, "read metadata GETs") || !strings.Contains(s, "ranges / tm / manager") || strings.Contains(s, " / - ") {
+		t.Fatalf("text report:\n%s", s)
 	}
 }

@@ -35,12 +35,17 @@ const (
 
 // PartitionsRow is one cell of bench partitions: a stage of Partitions
 // partitions written by Writers writers on one client, then read back by
-// range readers. Write and Read are the medians of the cell's rounds.
+// range readers (Read), and its data objects downloaded whole by
+// transfermanager (TM) and manager. Each is the median of the cell's
+// rounds; reports from before TM and Manager were measured have them
+// zero.
 type PartitionsRow struct {
 	Partitions int    `json:"partitions"`
 	Writers    int    `json:"writers"`
 	Write      Result `json:"write"`
 	Read       Result `json:"read"`
+	TM         Result `json:"transfermanager"`
+	Manager    Result `json:"manager"`
 }
 
 func (r PartitionsRow) name() string {
@@ -68,11 +73,30 @@ func (e *Env) partitionCells() []PartitionsRow {
 	return cells
 }
 
+// partitionReaders are the reads of every cell of bench partitions: the
+// range readers, and transfermanager and manager downloading the same data
+// objects whole.
+var partitionReaders = []string{DurashuffleRanges, TransferManager, Manager}
+
+// readOrder is the order of the cell's reads in a round: rotated from
+// round to round, as the other scenarios rotate their contenders, so
+// that no reader always runs first after the write.
+func readOrder(round int) []string {
+	n := len(partitionReaders)
+	order := make([]string, n)
+	for k := range order {
+		order[k] = partitionReaders[(k+round)%n]
+	}
+	return order
+}
+
 // runPartitions: the same logical rows written into 64 to 8192
 // partitions by 1 and 8 writers, as a wide shuffle's map side hands them
 // over (fresh 8192-row batches split across the partitions), then read
-// back by range readers; throughput, stored bytes, requests and peak RSS
-// of both children against the bound of what each runs.
+// back by range readers, and downloaded whole by transfermanager and
+// manager with the same part size and concurrency on the same link;
+// throughput, stored bytes, requests and peak RSS of the children, the
+// durashuffle ones against the bound of what each runs.
 func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 	cfg := e.o.Config
 	spl, err := e.storedPerLogical()
@@ -86,14 +110,18 @@ func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 	rep := &Report{Scenario: ScenarioPartitions, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	rep.Setup.Partitions, rep.Setup.Workers, rep.Setup.Readers = 0, 0, readers
 	cells := e.partitionCells()
-	e.logf("partitions: %d rows (~%s stored), partitions %v x writers %v, %d range readers", d.Rows, sizeString(e.o.Stored), e.o.PartitionCounts, e.o.PartitionWriters, readers)
+	e.logf("partitions: %d rows (~%s stored), partitions %v x writers %v, %d range readers, transfermanager and manager", d.Rows, sizeString(e.o.Stored), e.o.PartitionCounts, e.o.PartitionWriters, readers)
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
 	writes := make([][]*Result, len(cells))
-	reads := make([][]*Result, len(cells))
+	reads := make([]map[string][]*Result, len(cells))
+	for i := range reads {
+		reads[i] = map[string][]*Result{}
+	}
 	rounds := max(1, e.o.Rounds)
-	runs := 2 * rounds * len(cells)
+	perCell := 1 + len(partitionReaders)
+	runs := perCell * rounds * len(cells)
 	for round := range rounds {
 		for k := range cells {
 			i := (k + round) % len(cells)
@@ -101,7 +129,7 @@ func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 			dd := d
 			dd.Partitions, dd.Workers = c.Partitions, c.Writers
 			q := e.query("partitions", strconv.Itoa(c.Partitions), strconv.Itoa(c.Writers), strconv.Itoa(round))
-			run := 2 * (round*len(cells) + k)
+			run := perCell * (round*len(cells) + k)
 			wj := e.job("write", Durashuffle, q, cfg, dd)
 			wj.Round = &Round{Name: c.name() + " write", Round: round + 1, Rounds: rounds, Run: run + 1, Runs: runs}
 			w, err := e.o.Runner.Run(ctx, wj)
@@ -109,42 +137,77 @@ func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 				e.cleanup(ctx, q)
 				return nil, fmt.Errorf("round %d, %s write: %w", round+1, c.name(), err)
 			}
-			rj := e.job("read", DurashuffleRanges, q, cfg, dd)
-			rj.Readers = readers
-			rj.Round = &Round{Name: c.name() + " read", Round: round + 1, Rounds: rounds, Run: run + 2, Runs: runs}
-			r, err := e.o.Runner.Run(ctx, rj)
-			e.cleanup(ctx, q)
-			if err != nil {
-				return nil, fmt.Errorf("round %d, %s read: %w", round+1, c.name(), err)
+			got := map[string]*Result{}
+			for n, name := range readOrder(round) {
+				rj := e.job("read", name, q, cfg, dd)
+				if name == DurashuffleRanges {
+					rj.Readers = readers
+				} else {
+					rj.Keys = w.Keys
+				}
+				rj.Round = &Round{Name: c.name() + " " + readName(name), Round: round + 1, Rounds: rounds, Run: run + 2 + n, Runs: runs}
+				r, err := e.o.Runner.Run(ctx, rj)
+				if err != nil {
+					e.cleanup(ctx, q)
+					return nil, fmt.Errorf("round %d, %s %s: %w", round+1, c.name(), readName(name), err)
+				}
+				if name == DurashuffleRanges {
+					// The stage's stored bytes are what the read moved; the
+					// child counts what its GETs carried (DataGetBytes), not
+					// the stage.
+					r.StoredBytes, r.Frames, r.Objects = w.StoredBytes, w.Frames, w.Objects
+				} else {
+					// The downloads count the bytes they received; the rows
+					// in them are the stage's.
+					r.LogicalBytes, r.Rows = w.LogicalBytes, w.Rows
+				}
+				r.finish(secondsDuration(r.Seconds))
+				got[name] = r
+				reads[i][name] = append(reads[i][name], r)
 			}
-			// The stage's stored bytes are what the read moved; the child
-			// counts what its GETs carried (DataGetBytes), not the stage.
-			r.StoredBytes, r.Frames, r.Objects = w.StoredBytes, w.Frames, w.Objects
-			r.finish(secondsDuration(r.Seconds))
-			e.logf("  round %d %-22s write %6.2f s %6.1f MiB/s logical, rss %5.0f MiB; read %6.2f s %6.1f MiB/s logical, %d+%d GETs, rss %5.0f MiB",
+			e.cleanup(ctx, q)
+			r, tm, mgr := got[DurashuffleRanges], got[TransferManager], got[Manager]
+			e.logf("  round %d %-22s write %6.2f s %6.1f MiB/s logical, rss %5.0f MiB; range read %6.2f s %6.1f MiB/s logical, %d+%d GETs, rss %5.0f MiB; transfermanager %6.2f s, manager %6.2f s",
 				round+1, c.name(), w.Seconds, w.LogicalBytesPerS/(1<<20), float64(w.PeakRSSBytes)/(1<<20),
-				r.Seconds, r.LogicalBytesPerS/(1<<20), r.DataGets, r.MetadataGets, float64(r.PeakRSSBytes)/(1<<20))
+				r.Seconds, r.LogicalBytesPerS/(1<<20), r.DataGets, r.MetadataGets, float64(r.PeakRSSBytes)/(1<<20), tm.Seconds, mgr.Seconds)
 			writes[i] = append(writes[i], w)
-			reads[i] = append(reads[i], r)
 		}
 	}
 	for i, c := range cells {
-		c.Write, c.Read = median(writes[i]), median(reads[i])
-		c.Write.Name, c.Read.Name = c.name()+" write", c.name()+" read"
+		c.Write, c.Read = median(writes[i]), median(reads[i][DurashuffleRanges])
+		c.TM, c.Manager = median(reads[i][TransferManager]), median(reads[i][Manager])
+		c.Write.Name, c.Read.Name = c.name()+" write", c.name()+" "+readName(DurashuffleRanges)
+		c.TM.Name, c.Manager.Name = c.name()+" "+readName(TransferManager), c.name()+" "+readName(Manager)
 		c.Write.MemoryBound = int64(cfg.MemoryBound(durashuffle.MemoryLoad{Writers: c.Writers}))
 		c.Read.MemoryBound = int64(cfg.MemoryBound(durashuffle.MemoryLoad{Readers: readers}))
+		limit := float64(rep.Link.LimitBytesPerS)
+		for _, r := range []*Result{&c.Read, &c.TM, &c.Manager} {
+			r.LinkFraction = round3(ratio(r.StoredBytesPerS, limit))
+		}
 		rep.Partitions = append(rep.Partitions, c)
 	}
-	rep.Targets = partitionTargets(rep.Partitions, e.o.WidePartitions, readers)
+	rep.Targets = partitionTargets(rep.Partitions, e.o.WidePartitions, readers, float64(rep.Link.LimitBytesPerS))
 	return rep, nil
+}
+
+// readName is how bench partitions names a read of a cell.
+func readName(contender string) string {
+	if contender == DurashuffleRanges {
+		return "range read"
+	}
+	return contender + " read"
 }
 
 // partitionTargets: at the wide partition count against the smallest,
 // per writer count, write and read throughput at least 0.8x and stored
-// bytes at most 1.05x; in every row, both children's peak RSS within
-// their bound; and the request budget of the getTargetWriters-writer
-// stage at the wide count.
-func partitionTargets(rows []PartitionsRow, wide, readers int) []Target {
+// bytes at most 1.05x; at both counts, per writer count of the grid (the
+// ones with a cell at the smallest count), the range read's stored bytes
+// per second at least 0.85x the link limit (when the link is shaped,
+// limit > 0) and at least 1.0x transfermanager's and manager's downloads
+// of the same objects (when the row has them); in every row, both
+// durashuffle children's peak RSS within their bound; and the request
+// budget of the getTargetWriters-writer stage at the wide count.
+func partitionTargets(rows []PartitionsRow, wide, readers int, limit float64) []Target {
 	if len(rows) == 0 {
 		return nil
 	}
@@ -176,6 +239,31 @@ func partitionTargets(rows []PartitionsRow, wide, readers int) []Target {
 			atLeast(name("write throughput"), ratio(hi.Write.LogicalBytesPerS, lo.Write.LogicalBytesPerS), 0.8),
 			atLeast(name("range-read throughput"), ratio(hi.Read.LogicalBytesPerS, lo.Read.LogicalBytesPerS), 0.8),
 			atMost(name("stored bytes"), ratio(float64(hi.Write.StoredBytes), float64(lo.Write.StoredBytes)), 1.05))
+	}
+	counts := []int{base}
+	if wide != base {
+		counts = append(counts, wide)
+	}
+	for _, p := range counts {
+		for _, w := range writers {
+			c := cell(p, w)
+			if c == nil || cell(base, w) == nil {
+				continue
+			}
+			name := func(what string) string {
+				return fmt.Sprintf("%s, P=%d: range read / %s", writersName(w), p, what)
+			}
+			rd := c.Read.StoredBytesPerS
+			if limit > 0 {
+				ts = append(ts, atLeast(name("link limit"), ratio(rd, limit), 0.85))
+			}
+			if c.TM.StoredBytesPerS > 0 {
+				ts = append(ts, atLeast(name(TransferManager), ratio(rd, c.TM.StoredBytesPerS), 1.0))
+			}
+			if c.Manager.StoredBytesPerS > 0 {
+				ts = append(ts, atLeast(name(Manager), ratio(rd, c.Manager.StoredBytesPerS), 1.0))
+			}
+		}
 	}
 	worst := func(side func(*PartitionsRow) *Result) (string, float64) {
 		name, top := "", 0.0

@@ -17,19 +17,26 @@ import (
 )
 
 // partitionsColumns are the columns of bench partitions' table, as text
-// and Markdown print it.
+// and Markdown print it. "tm" is transfermanager.
 var partitionsColumns = []string{
 	"P", "writers", "write s", "write logical MiB/s", "write stored MiB/s", "read s", "read logical MiB/s",
+	"read stored MiB/s: ranges / tm / manager", "ranges of link",
 	"stored MiB", "frames", "runs", "write UploadPart + PutObject", "read data GETs (MiB)", "read metadata GETs (KiB)",
 	"write RSS / bound MiB", "write input MiB", "read RSS / bound MiB",
 }
 
-func partitionsCells(r PartitionsRow) []string {
+// partitionsCells is a row of the table; limit is the link limit in bytes
+// per second, 0 unshaped. "read" is the range read; what a report does not
+// have (unshaped: of link; reports from before the transfermanager and
+// manager reads: theirs) is "-".
+func partitionsCells(r PartitionsRow, limit float64) []string {
 	w, rd := r.Write, r.Read
 	return []string{
 		fmt.Sprint(r.Partitions), fmt.Sprint(r.Writers),
 		fmt.Sprintf("%.2f", w.Seconds), mibps(w.LogicalBytesPerS), mibps(w.StoredBytesPerS),
 		fmt.Sprintf("%.2f", rd.Seconds), mibps(rd.LogicalBytesPerS),
+		optMiB(rd.StoredBytesPerS) + " / " + optMiB(r.TM.StoredBytesPerS) + " / " + optMiB(r.Manager.StoredBytesPerS),
+		optFloat(ratio(rd.StoredBytesPerS, limit)),
 		fmt.Sprintf("%.1f", float64(w.StoredBytes)/(1<<20)), fmt.Sprint(w.Frames), fmt.Sprint(w.Runs),
 		fmt.Sprintf("%d + %d", w.Requests["UploadPart"], w.Requests["PutObject"]),
 		fmt.Sprintf("%d (%.1f)", rd.DataGets, float64(rd.DataGetBytes)/(1<<20)),
@@ -44,15 +51,30 @@ func printPartitions(w io.Writer, rep *Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, strings.Join(partitionsColumns, "\t")+"\t")
 	for _, r := range rep.Partitions {
-		fmt.Fprintln(tw, strings.Join(partitionsCells(r), "\t")+"\t")
+		fmt.Fprintln(tw, strings.Join(partitionsCells(r, float64(rep.Link.LimitBytesPerS)), "\t")+"\t")
 	}
 	tw.Flush()
 }
 
+// downloadsMeasured says whether the report has the transfermanager and
+// manager reads (older reports do not).
+func downloadsMeasured(rep *Report) bool {
+	for _, r := range rep.Partitions {
+		if r.TM.StoredBytes > 0 || r.Manager.StoredBytes > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 func partitionsMarkdown(b *strings.Builder, rep *Report) {
 	s := rep.Setup
-	fmt.Fprintf(b, "%d rows (the same logical rows in every row of the table), fresh %d-row input batches split across the partitions, %d producer goroutine(s) per writer; read back by %d range readers at once, each opening the stage and reading P/%d contiguous partitions; chunk %s, concurrency %d, max_buffered_chunks %d, coalesce_budget %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d round(s), medians.\n\n",
-		s.Rows, s.WriteRows, s.Producers, s.Readers, s.Readers, sizeString(s.ChunkSize), s.UploadConcurrency, s.MaxBufferedChunks,
+	downloads := ""
+	if downloadsMeasured(rep) {
+		downloads = fmt.Sprintf("; the same data objects downloaded whole by transfermanager (tm) and manager, all at once, %d ranged GETs of read_range_bytes in flight per object", s.UploadConcurrency)
+	}
+	fmt.Fprintf(b, "%d rows (the same logical rows in every row of the table), fresh %d-row input batches split across the partitions, %d producer goroutine(s) per writer; read back by %d range readers at once, each opening the stage and reading P/%d contiguous partitions%s; chunk %s, concurrency %d, max_buffered_chunks %d, coalesce_budget %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d round(s), medians.\n\n",
+		s.Rows, s.WriteRows, s.Producers, s.Readers, s.Readers, downloads, sizeString(s.ChunkSize), s.UploadConcurrency, s.MaxBufferedChunks,
 		sizeString(s.CoalesceBudget), s.Compression, s.StoredPerLogical, s.CPUs, s.Store, s.Rounds)
 	b.WriteString("| " + strings.Join(partitionsColumns, " | ") + " |\n|")
 	for range partitionsColumns {
@@ -60,7 +82,7 @@ func partitionsMarkdown(b *strings.Builder, rep *Report) {
 	}
 	b.WriteString("\n")
 	for _, r := range rep.Partitions {
-		b.WriteString("| " + strings.Join(partitionsCells(r), " | ") + " |\n")
+		b.WriteString("| " + strings.Join(partitionsCells(r, float64(rep.Link.LimitBytesPerS)), " | ") + " |\n")
 	}
 }
 

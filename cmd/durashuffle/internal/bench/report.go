@@ -32,8 +32,12 @@ func PrintText(w io.Writer, rep *Report) {
 		return
 	}
 	if rep.Scenario == ScenarioPartitions {
-		fmt.Fprintf(w, "  %d rows, %d-row input batches (%s) split across the partitions, %d producers per writer, %d range readers; %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
-			s.Rows, s.WriteRows, s.Input, s.Producers, s.Readers, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)
+		downloads := ""
+		if downloadsMeasured(rep) {
+			downloads = ", transfermanager (tm) and manager downloading the data objects whole"
+		}
+		fmt.Fprintf(w, "  %d rows, %d-row input batches (%s) split across the partitions, %d producers per writer, %d range readers%s; %s chunks, concurrency %d, %s; %d rounds (medians); store: %s\n",
+			s.Rows, s.WriteRows, s.Input, s.Producers, s.Readers, downloads, sizeString(s.ChunkSize), s.UploadConcurrency, s.Compression, s.Rounds, s.Store)
 		printPartitions(w, rep)
 		printTargets(w, rep)
 		return
