@@ -157,7 +157,8 @@ const pbufSize = int64(unsafe.Sizeof(pbuf{}))
 // itemSize is what each item costs in its frame's list.
 const itemSize = int64(unsafe.Sizeof(item{}))
 
-// entrySize is what each frame's index entry costs until Close.
+// entrySize is what each frame's index entry costs until Close (the
+// index is counted by its slice's capacity).
 const entrySize = int64(unsafe.Sizeof(manifest.Frame{}))
 
 type encodeJob struct {
@@ -242,9 +243,11 @@ type Writer struct {
 	objCRC  uint32
 	objects []manifest.Object
 	frames  []manifest.Frame
-	rows    int64
-	bytes   int64
-	codecs  map[string]int // frames per codec (from their headers)
+	// indexCap is cap(frames) as counted in fixed (under mu).
+	indexCap int64
+	rows     int64
+	bytes    int64
+	codecs   map[string]int // frames per codec (from their headers)
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails
@@ -649,12 +652,31 @@ func (w *Writer) appender() {
 			}
 			w.mu.Lock()
 			w.pending -= r.held
-			if r.buf != nil {
-				w.fixed += entrySize
-			}
+			w.countIndexLocked()
 			w.room.Broadcast()
 			w.mu.Unlock()
 		}
+	}
+}
+
+// countIndexLocked counts the frame index (the capacity of its slice,
+// kept until Close) in fixed, and fails the writer with ErrBudget once
+// fixed passes half of coalesce_budget: past that, a run would flush at
+// every few writes, each frame a few rows and an index entry of its own.
+// The index grows by about one entry per partition per coalesce_budget
+// of input, so the input a writer can take grows with the square of the
+// budget.
+func (w *Writer) countIndexLocked() {
+	c := int64(cap(w.frames))
+	if c == w.indexCap {
+		return
+	}
+	w.fixed += (c - w.indexCap) * entrySize
+	w.indexCap = c
+	if w.fixed > w.opt.CoalesceBudget/2 && w.ctx.Err() == nil {
+		state := int64(w.opt.Partitions) * pbufSize
+		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, more than half of coalesce_budget (%d bytes); past that every run would hold only a few rows. The index grows by about one frame per partition per coalesce_budget of input: raise coalesce_budget (doubling it lets a writer take four times the input) or spread the output over more workers",
+			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, w.opt.CoalesceBudget))
 	}
 }
 

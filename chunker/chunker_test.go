@@ -386,10 +386,10 @@ func TestSortedRuns(t *testing.T) {
 	}
 	want := map[int][]int64{}
 	var writes int
-	// 90,000 rows: about 6,000 frames, whose index entries (64 bytes
-	// each, kept until Close) stay within the budget; past it every write
-	// would flush a run.
-	for lo := 0; lo < 90_000; lo += 4 {
+	// 45,000 rows: about 3,000 frames, whose index entries (64 bytes
+	// each, kept until Close) stay within half the budget, past which the
+	// writer fails (TestIndexPastHalfBudget).
+	for lo := 0; lo < 45_000; lo += 4 {
 		p := (lo * 7919 / 4) % partitions
 		rec := rows(memory.DefaultAllocator, lo, 4)
 		if err := w.Write(p, rec); err != nil {
@@ -442,5 +442,56 @@ func TestTooManyPartitions(t *testing.T) {
 	_, err := New(context.Background(), o, newSink(t, o.ChunkSize, 2))
 	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "1048576 partitions") || !strings.Contains(err.Error(), "coalesce_budget (524288 bytes)") {
 		t.Fatalf("New with 2^20 partitions and a 512 KiB budget: %v", err)
+	}
+}
+
+// TestIndexPastHalfBudget: a writer whose frame index (kept until Close)
+// grows past half of coalesce_budget fails with ErrBudget, naming the
+// frames, the index's bytes and the budget, instead of flushing a run at
+// every few writes; until then its runs stay large, and after the
+// failure every buffer is back.
+func TestIndexPastHalfBudget(t *testing.T) {
+	const partitions = 300
+	sink := newSink(t, 100_000, 4)
+	o := opts(partitions)
+	w, err := New(context.Background(), o, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var writes int
+	var werr error
+	for lo := 0; lo < 1_000_000 && werr == nil; lo += 4 {
+		rec := rows(memory.DefaultAllocator, lo, 4)
+		werr = w.Write((lo*7919/4)%partitions, rec)
+		rec.Release()
+		writes++
+		// The error is raised as frames are appended: wait for it at
+		// the end rather than spin on it.
+	}
+	if werr == nil {
+		_, werr = w.Close()
+	} else {
+		w.Abort(werr)
+	}
+	if !errors.Is(werr, ErrBudget) {
+		t.Fatalf("after %d writes: %v, want ErrBudget", writes, werr)
+	}
+	for _, want := range []string{"frame index takes", "more than half of coalesce_budget (524288 bytes)", "300 partitions", "raise coalesce_budget"} {
+		if !strings.Contains(werr.Error(), want) {
+			t.Fatalf("error %q does not say %q", werr, want)
+		}
+	}
+	w.mu.Lock()
+	runs := w.runs
+	w.mu.Unlock()
+	// Each run took at least half the budget of rows: no run per write.
+	if runs > writes/100 {
+		t.Fatalf("%d runs in %d writes before the failure", runs, writes)
+	}
+	sink.mu.Lock()
+	held := sink.held
+	sink.mu.Unlock()
+	if held != 0 {
+		t.Fatalf("%d chunk buffers still held after the failure", held)
 	}
 }
