@@ -265,18 +265,21 @@ func partitionTargets(rows []PartitionsRow, wide, readers int, limit float64) []
 			}
 		}
 	}
+	// A child's RSS includes the engine's memory (the write input: the
+	// row generators and the batch each producer is handing over), which
+	// the bound, being durashuffle's, does not: it is added to the bound.
 	worst := func(side func(*PartitionsRow) *Result) (string, float64) {
 		name, top := "", 0.0
 		for i := range rows {
 			r := side(&rows[i])
-			if f := ratio(float64(r.PeakRSSBytes), float64(r.MemoryBound)); f > top {
+			if f := ratio(float64(r.PeakRSSBytes), float64(r.MemoryBound+r.InputBytes)); f > top {
 				name, top = rows[i].name(), f
 			}
 		}
 		return name, top
 	}
 	if n, f := worst(func(r *PartitionsRow) *Result { return &r.Write }); n != "" {
-		ts = append(ts, atMost("peak RSS / memory bound, writing child (highest: "+n+")", f, 1.0))
+		ts = append(ts, atMost("peak RSS / (memory bound + write input), writing child (highest: "+n+")", f, 1.0))
 	}
 	if n, f := worst(func(r *PartitionsRow) *Result { return &r.Read }); n != "" {
 		ts = append(ts, atMost("peak RSS / memory bound, reading child (highest: "+n+")", f, 1.0))
