@@ -293,6 +293,10 @@ func (s *sink) Begin(obj int, part int32, buf []byte) error {
 // Grow implements chunker.StreamSink.
 func (s *sink) Grow(n int) { s.filling.Grow(n) }
 
+// Prepare implements chunker.StreamSink: the object's multipart upload
+// is created while its first chunk fills.
+func (s *sink) Prepare(obj int) { s.object(obj).Prepare() }
+
 func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
 	if f := s.filling; f != nil {
 		s.filling = nil

@@ -623,3 +623,79 @@ func writeReadBack(t *testing.T, c *durashuffle.Client, query string, rows, part
 	}
 	return m, n
 }
+
+// zeroBatch is rows [lo, lo+n) of batch's schema whose blobs are 1 KiB
+// of zeros: they compress to almost nothing.
+func zeroBatch(lo, n int) arrow.RecordBatch {
+	b := array.NewRecordBuilder(memory.DefaultAllocator, schema)
+	defer b.Release()
+	blob := make([]byte, 1024)
+	for i := lo; i < lo+n; i++ {
+		b.Field(0).(*array.Int64Builder).Append(int64(i))
+		b.Field(1).(*array.BinaryBuilder).Append(blob)
+	}
+	return b.NewRecordBatch()
+}
+
+// TestCompressibleOutputAfterPrepare: a writer that takes in more than two
+// chunks of input has its multipart upload created early over HTTPS
+// (uploader.Upload.Prepare), so when its output then fits one chunk it is
+// a one-part multipart upload there, and a single put elsewhere. Either
+// way every row reads back and no upload is left open.
+func TestCompressibleOutputAfterPrepare(t *testing.T) {
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		cfg := testConfig()
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+		defer c.Close()
+		before := probed(t, c)
+		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "zeros", Worker: "0", Partitions: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		const rows = 12_000 // 12 MiB in, more than 2 x chunk_size (5 MiB)
+		for lo := 0; lo < rows; lo += 256 {
+			rec := zeroBatch(lo, min(256, rows-lo))
+			err := w.Write((lo/256)%4, rec)
+			rec.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		m, err := w.Commit(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(m.Objects) != 1 || m.Objects[0].Parts != 1 || m.Objects[0].Size >= int64(cfg.ChunkSize) {
+			t.Fatalf("objects %+v: want one object of one part under a chunk", m.Objects)
+		}
+		req := store.Diff(counter.Requests(), before)
+		ps, streams := st.(store.PartStreamer)
+		want := "map[PutObject:2]" // the data object and the manifest
+		if streams && ps.StreamsParts() {
+			want = "map[CompleteMultipartUpload:1 CreateMultipartUpload:1 PutObject:1 UploadPart:1]"
+		}
+		if fmt.Sprint(req) != want {
+			t.Fatalf("requests %v, want %s", req, want)
+		}
+		if ups, err := st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+			t.Fatalf("open uploads after commit: %v %v", ups, err)
+		}
+		stg, err := c.OpenStage(ctx, "zeros", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rr, err := stg.ReadPartitions(ctx, []int{0, 1, 2, 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rr.Release()
+		var n int64
+		for rr.Next() {
+			n += rr.RecordBatch().NumRows()
+		}
+		if err := rr.Err(); err != nil || n != rows {
+			t.Fatalf("read back %d of %d rows: %v", n, rows, err)
+		}
+	})
+}

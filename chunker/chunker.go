@@ -54,7 +54,18 @@ type StreamSink interface {
 	Begin(obj int, part int32, buf []byte) error
 	// Grow says the chunk begun last now holds n bytes.
 	Grow(n int)
+	// Prepare says object obj will take more than one small put: the
+	// writer has taken in PrepareAfter chunks' worth of input. The sink
+	// may create its multipart upload now, so that its first chunk can
+	// start uploading at its first byte.
+	Prepare(obj int)
 }
+
+// PrepareAfter is how many chunk sizes of input (logical bytes) a
+// streaming writer takes in before it calls StreamSink.Prepare: with LZ4
+// on typical rows that is about one chunk of output, so an output that
+// stays one PutObject is rarely prepared.
+const PrepareAfter = 2
 
 // Options configure a Writer.
 type Options struct {
@@ -228,6 +239,8 @@ type Writer struct {
 	seq      int64
 	runs     int
 	closed   bool
+	taken    int64 // logical bytes written so far
+	prepared bool  // StreamSink.Prepare was called
 	queue    []encodeJob
 	qclosed  bool
 
@@ -366,7 +379,20 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	}
 	size := frame.LogicalSize(rec)
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	err := w.writeLocked(partition, rec, size)
+	prepare := err == nil && w.stream != nil && !w.prepared && w.taken >= PrepareAfter*w.opt.ChunkSize
+	if prepare {
+		w.prepared = true
+	}
+	w.mu.Unlock()
+	if prepare {
+		w.stream.Prepare(0)
+	}
+	return err
+}
+
+// writeLocked is Write with the lock held.
+func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) error {
 	if w.closed {
 		return ErrClosed
 	}
@@ -375,6 +401,7 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	} else if w.schema != rec.Schema() && !w.schema.Equal(rec.Schema()) {
 		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), w.schema)
 	}
+	w.taken += size
 	// A batch larger than a frame is cut into frame-sized slices, so a
 	// reader never needs more than a frame's bytes to decode one.
 	if size > w.opt.FrameTargetBytes && rec.NumRows() > 1 {

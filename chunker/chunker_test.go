@@ -495,3 +495,65 @@ func TestIndexPastHalfBudget(t *testing.T) {
 		t.Fatalf("%d chunk buffers still held after the failure", held)
 	}
 }
+
+// streamSink is a memSink that streams: it records Prepare calls with the
+// input the writer had taken when each came.
+type streamSink struct {
+	*memSink
+	w        *Writer
+	prepares []int64
+}
+
+func (s *streamSink) Streaming() bool                           { return true }
+func (s *streamSink) Begin(obj int, part int32, b []byte) error { return nil }
+func (s *streamSink) Grow(int)                                  {}
+func (s *streamSink) Prepare(obj int) {
+	s.w.mu.Lock()
+	s.prepares = append(s.prepares, s.w.taken)
+	s.w.mu.Unlock()
+	if obj != 0 {
+		s.t.Errorf("Prepare(%d), want object 0", obj)
+	}
+}
+
+// TestPrepareOnce: a streaming writer asks its sink to prepare the first
+// object once, when its input first reaches PrepareAfter chunk sizes, and
+// a writer whose input stays under that never does (its output may be
+// one small put).
+func TestPrepareOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rows int
+		want int
+	}{{"small", 2_000, 0}, {"large", 40_000, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := opts(8)
+			s := &streamSink{memSink: newSink(t, o.ChunkSize, 4)}
+			w, err := New(context.Background(), o, s)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s.w = w
+			for lo := 0; lo < tc.rows; lo += 100 {
+				rec := rows(memory.DefaultAllocator, lo, 100)
+				if err := w.Write(lo/100%8, rec); err != nil {
+					t.Fatal(err)
+				}
+				rec.Release()
+			}
+			res, err := w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(s.prepares) != tc.want {
+				t.Fatalf("%d Prepare calls for %d logical bytes, want %d", len(s.prepares), res.Bytes, tc.want)
+			}
+			if tc.want > 0 && (s.prepares[0] < PrepareAfter*o.ChunkSize || s.prepares[0] > PrepareAfter*o.ChunkSize+8<<10) {
+				t.Fatalf("Prepare with %d bytes taken in, want just past %d", s.prepares[0], PrepareAfter*o.ChunkSize)
+			}
+			if got := decodeAll(t, s.memSink, res); len(got) != 8 {
+				t.Fatalf("%d partitions back", len(got))
+			}
+		})
+	}
+}

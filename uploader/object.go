@@ -22,9 +22,16 @@ type Upload struct {
 	key    string
 	onFail func(error)
 
+	// createMu serializes CreateMultipartUpload (ensureUpload) without
+	// holding mu over its round trip.
+	createMu sync.Mutex
 	mu       sync.Mutex
 	uploadID string
 	created  bool
+	// prepared: Prepare was called, so the upload is (being) created and
+	// part 1 streams from its first byte; the object never becomes a
+	// single PutObject.
+	prepared bool
 	strays   bool // CreateMultipartUpload was retried: an unseen upload may exist
 	// abortErr is the failure of an abort that Finish ran, kept for the
 	// next Abort: Finish returns why the object failed, and the caller's
@@ -173,7 +180,7 @@ func (o *Upload) Submit(n int32, buf []byte, last bool) error {
 		o.pool.Release(buf)
 		return err
 	}
-	if n == 1 && last {
+	if n == 1 && last && !o.prepared {
 		o.single = true
 	}
 	o.wg.Add(1)
@@ -237,15 +244,55 @@ func (o *Upload) upload(j *job) error {
 	return nil
 }
 
-// ensureUpload creates the multipart upload once; concurrent parts wait.
-func (o *Upload) ensureUpload() (string, error) {
+// Prepare creates the object's multipart upload now, in the background,
+// when the pool streams parts. A writer calls it once it knows its output
+// will not be one small PutObject, so that part 1 starts streaming at its
+// first byte rather than after StreamAfter bytes and a
+// CreateMultipartUpload round trip. A prepared object that ends as one
+// chunk is completed as a one-part multipart upload (its upload exists
+// already). A failed create fails the object like a failed part. No-op
+// when the pool does not stream, or after the first part was handed over
+// whole.
+func (o *Upload) Prepare() {
+	if !o.pool.streams {
+		return
+	}
+	o.mu.Lock()
+	if o.prepared || o.single || o.created || o.err != nil {
+		o.mu.Unlock()
+		return
+	}
+	o.prepared = true
+	o.wg.Add(1)
+	o.mu.Unlock()
+	go func() {
+		_, err := o.ensureUpload()
+		o.partDone(err)
+	}()
+}
+
+// isPrepared reports whether Prepare was called.
+func (o *Upload) isPrepared() bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	if o.created {
-		return o.uploadID, nil
+	return o.prepared
+}
+
+// ensureUpload creates the multipart upload once; concurrent parts wait
+// (on createMu: mu is not held over the round trip).
+func (o *Upload) ensureUpload() (string, error) {
+	o.createMu.Lock()
+	defer o.createMu.Unlock()
+	o.mu.Lock()
+	created, id := o.created, o.uploadID
+	o.mu.Unlock()
+	if created {
+		return id, nil
 	}
 	var attempts atomic.Int32
 	id, err := o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	o.strays = attempts.Load() > 1
 	if err != nil {
 		return "", fmt.Errorf("create multipart upload %s: %w", o.key, err)

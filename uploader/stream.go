@@ -47,7 +47,8 @@ type Filling struct {
 // number n before it is filled. Over a store that streams parts
 // (Pool.Streams) the part's upload starts as soon as a worker is free,
 // part 1 once it holds Pool.StreamAfter bytes (so an output smaller than
-// that is still one PutObject). Ownership of buf passes to the pool; the
+// that is still one PutObject), or at its first byte once the object is
+// prepared (Prepare). Ownership of buf passes to the pool; the
 // caller keeps appending to it (never past its capacity) and calls Grow,
 // then Finish or Abandon exactly once.
 func (o *Upload) Begin(n int32, buf []byte) (*Filling, error) {
@@ -84,9 +85,10 @@ func (f *Filling) Finish(last bool) {
 	f.mu.Lock()
 	f.final, f.last = true, last
 	if f.part == 1 && last && !f.started {
-		// Never sent: the whole object is this chunk, one PutObject.
+		// Never sent: the whole object is this chunk, one PutObject,
+		// unless Prepare created its multipart upload already.
 		f.obj.mu.Lock()
-		f.obj.single = true
+		f.obj.single = !f.obj.prepared
 		f.obj.mu.Unlock()
 	}
 	short := f.n < len(f.buf[:cap(f.buf)])
@@ -195,7 +197,7 @@ func (o *Upload) uploadFilling(j *job) error {
 	ps, streams := o.pool.st.(store.PartStreamer)
 	streams = streams && o.pool.streams
 	threshold := 1
-	if j.part == 1 {
+	if j.part == 1 && !o.isPrepared() {
 		threshold = int(o.pool.StreamAfter())
 	}
 	if !streams {

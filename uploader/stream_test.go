@@ -183,6 +183,86 @@ func TestStreamedParts(t *testing.T) {
 		check(t, p, st, "small", data)
 	})
 
+	t.Run("prepared streams from the first byte", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prep", nil)
+		o.Prepare()
+		deadline := time.Now().Add(5 * time.Second)
+		for ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 1; ups, _ = st.ListUploads(context.Background(), "") {
+			if time.Now().After(deadline) {
+				t.Fatalf("uploads after Prepare: %v, want one created before any chunk", ups)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		one, two := pattern(testChunk, 8), pattern(testChunk/3, 9)
+		// Far below StreamAfter (testChunk / 4): an unprepared part 1
+		// would wait.
+		f := fill(t, p, o, 1, one[:16], 16)
+		select {
+		case <-st.startedCh(1):
+		case <-time.After(5 * time.Second):
+			t.Fatal("prepared part 1 not sending with 16 bytes in its chunk")
+		}
+		buf := append(f.buf[:16], one[16:]...)
+		f.Grow(len(buf))
+		f.Finish(false)
+		fill(t, p, o, 2, two, 100).Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Parts != 2 || !st.streamed[1] {
+			t.Fatalf("result %+v, streamed %v: want 2 parts, part 1 streamed", res, st.streamed)
+		}
+		check(t, p, st, "prep", append(one, two...))
+	})
+
+	t.Run("prepared single chunk completes as one part", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prep1", nil)
+		o.Prepare()
+		o.Prepare() // once is enough; twice creates nothing more
+		data := pattern(testChunk/8, 10)
+		buf, err := p.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := o.Begin(1, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf = append(buf, data...)
+		f.Grow(len(buf))
+		f.Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ups, _ := st.ListUploads(context.Background(), "")
+		if res.Parts != 1 || len(ups) != 0 {
+			t.Fatalf("result %+v, uploads left %v: want one part and none open", res, ups)
+		}
+		check(t, p, st, "prep1", data)
+	})
+
+	t.Run("prepared then aborted leaves no upload", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prepx", nil)
+		o.Prepare()
+		if err := o.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 0 {
+			t.Fatalf("uploads left open after Abort: %v", ups)
+		}
+	})
+
 	t.Run("retry replays from memory", func(t *testing.T) {
 		st := newStreamingMem()
 		st.failOnce[1] = true
