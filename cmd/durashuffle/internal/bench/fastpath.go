@@ -94,7 +94,10 @@ func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, uns
 	cfg := e.o.Config
 	endpoint := e.Endpoint
 	if e.Link.Addr != "" && !unshaped {
-		endpoint = "http://" + e.Link.Addr
+		// The link moves TCP bytes: over it the endpoint speaks what it
+		// speaks (HTTPS with the default --tls, its CA in ca_file).
+		scheme, _, _ := strings.Cut(e.Endpoint, "://")
+		endpoint = scheme + "://" + e.Link.Addr
 	}
 	var out []*fastSidecar
 	stop := func() { e.stopFastSidecars(out) }
@@ -125,6 +128,9 @@ func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, uns
 		}
 		if cfg.Region != "" {
 			args = append(args, "--region", cfg.Region)
+		}
+		if cfg.CAFile != "" {
+			args = append(args, "--ca-file", cfg.CAFile)
 		}
 		s.cmd = exec.CommandContext(ctx, e.o.Runner.Command[0], args...)
 		s.cmd.Env = os.Environ()
