@@ -91,6 +91,11 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		return nil, err
 	}
 	w.ch = ch
+	// A failure inside the chunker (an encoder's error, a full frame
+	// index) ends the uploads too, so a part streaming from the chunk
+	// being filled stops waiting for bytes that will not come, whether
+	// or not the caller aborts.
+	ch.OnFail(func(err error) { w.cancel(err) })
 	return w, nil
 }
 

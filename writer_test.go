@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -697,5 +698,66 @@ func TestCompressibleOutputAfterPrepare(t *testing.T) {
 		if err := rr.Err(); err != nil || n != rows {
 			t.Fatalf("read back %d of %d rows: %v", n, rows, err)
 		}
+	})
+}
+
+// TestFrameIndexFillsBudget: a writer of many partitions on a small
+// coalesce_budget whose frame index would leave too little of it for rows
+// fails with chunker.ErrBudget, naming the budget, while a part is in
+// flight (streamed over HTTPS); Commit then returns that error and leaves
+// no object and no open upload, and the client closes. A writer its
+// caller leaves behind after such a failure, neither committed nor
+// aborted, does not hold Client.Close either: the part streaming from its
+// chunk is cut off.
+func TestFrameIndexFillsBudget(t *testing.T) {
+	fill := func(t *testing.T, c *durashuffle.Client, query string) *durashuffle.Writer {
+		t.Helper()
+		w, err := c.NewWriter(context.Background(), durashuffle.WriterOptions{Query: query, Worker: "0", Partitions: 4096})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var werr error
+		rec := batch(0, 2) // 2 KiB of rows: one small frame per partition per run
+		for i := 0; i < 40*4096 && werr == nil; i++ {
+			werr = w.Write(i%4096, rec)
+		}
+		rec.Release()
+		if !errors.Is(werr, chunker.ErrBudget) || !strings.Contains(werr.Error(), "of coalesce_budget (1048576 bytes) for rows") {
+			t.Fatalf("writes: %v, want ErrBudget naming coalesce_budget", werr)
+		}
+		return w
+	}
+	closes := func(t *testing.T, c *durashuffle.Client) {
+		t.Helper()
+		done := make(chan struct{})
+		go func() { c.Close(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Client.Close still waiting 30 s after the writer failed")
+		}
+	}
+	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
+		ctx := context.Background()
+		cfg := testConfig()
+		cfg.FrameTargetBytes = 4 * durashuffle.KiB
+		cfg.CoalesceBudget = 1 * durashuffle.MiB
+		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+		w := fill(t, c, "index")
+		if _, err := w.Commit(ctx); !errors.Is(err, chunker.ErrBudget) {
+			t.Fatalf("commit after the failure: %v, want ErrBudget", err)
+		}
+		objs, _, err := st.List(ctx, c.Layout().StagePrefix("index", 0), "")
+		if err != nil || len(objs) != 0 {
+			t.Fatalf("objects left: %v %v", objs, err)
+		}
+		if ups, err := st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+			t.Fatalf("open uploads left: %v %v", ups, err)
+		}
+		closes(t, c)
+
+		left := testenv.Client(t, cfg, durashuffle.WithStore(st))
+		fill(t, left, "left")
+		closes(t, left)
 	})
 }

@@ -688,11 +688,12 @@ func (w *Writer) appender() {
 
 // countIndexLocked counts the frame index (the capacity of its slice,
 // kept until Close) in fixed, and fails the writer with ErrBudget once
-// fixed passes half of coalesce_budget: past that, a run would flush at
-// every few writes, each frame a few rows and an index entry of its own.
-// The index grows by about one entry per partition per coalesce_budget
-// of input, so the input a writer can take grows with the square of the
-// budget.
+// the index and the partitions' state leave less than an eighth of
+// coalesce_budget (at least a frame) for rows: the room for rows is what
+// a run holds, and below that runs would shrink toward a few rows each,
+// every frame a few rows and an index entry of its own. The index grows
+// by about one entry per partition per run, so the input a writer can
+// take grows with the square of the budget.
 func (w *Writer) countIndexLocked() {
 	c := int64(cap(w.frames))
 	if c == w.indexCap {
@@ -700,11 +701,27 @@ func (w *Writer) countIndexLocked() {
 	}
 	w.fixed += (c - w.indexCap) * entrySize
 	w.indexCap = c
-	if w.fixed > w.opt.CoalesceBudget/2 && w.ctx.Err() == nil {
+	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
 		state := int64(w.opt.Partitions) * pbufSize
-		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, more than half of coalesce_budget (%d bytes); past that every run would hold only a few rows. The index grows by about one frame per partition per coalesce_budget of input: raise coalesce_budget (doubling it lets a writer take four times the input) or spread the output over more workers",
-			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, w.opt.CoalesceBudget))
+		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
+			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
 	}
+}
+
+// leastRoom is the room for rows a writer keeps within coalesce_budget:
+// an eighth of it, at least a frame.
+func (w *Writer) leastRoom() int64 {
+	return max(w.opt.CoalesceBudget/8, min(w.opt.FrameTargetBytes, w.opt.CoalesceBudget/2))
+}
+
+// OnFail calls f with the cause once the writer fails or is aborted (not
+// when it closes normally).
+func (w *Writer) OnFail(f func(error)) {
+	context.AfterFunc(w.ctx, func() {
+		if err := context.Cause(w.ctx); !errors.Is(err, ErrClosed) {
+			f(err)
+		}
+	})
 }
 
 func (w *Writer) maxObject() int64 {
