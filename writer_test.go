@@ -602,6 +602,14 @@ func writeReadBack(t *testing.T, c *durashuffle.Client, query string, rows, part
 	if err != nil {
 		t.Fatalf("commit %s: %v", query, err)
 	}
+	return m, stageRows(t, c, query, partitions)
+}
+
+// stageRows opens stage 0 of query and counts the rows of its partitions
+// [0, partitions), every batch read through ReadPartitions.
+func stageRows(t *testing.T, c *durashuffle.Client, query string, partitions int) int64 {
+	t.Helper()
+	ctx := context.Background()
 	st, err := c.OpenStage(ctx, query, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -622,7 +630,7 @@ func writeReadBack(t *testing.T, c *durashuffle.Client, query string, rows, part
 	if err := rr.Err(); err != nil {
 		t.Fatalf("read %s back: %v", query, err)
 	}
-	return m, n
+	return n
 }
 
 // zeroBatch is rows [lo, lo+n) of batch's schema whose blobs are 1 KiB
@@ -682,21 +690,8 @@ func TestCompressibleOutputAfterPrepare(t *testing.T) {
 		if ups, err := st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
 			t.Fatalf("open uploads after commit: %v %v", ups, err)
 		}
-		stg, err := c.OpenStage(ctx, "zeros", 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		rr, err := stg.ReadPartitions(ctx, []int{0, 1, 2, 3})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rr.Release()
-		var n int64
-		for rr.Next() {
-			n += rr.RecordBatch().NumRows()
-		}
-		if err := rr.Err(); err != nil || n != rows {
-			t.Fatalf("read back %d of %d rows: %v", n, rows, err)
+		if n := stageRows(t, c, "zeros", 4); n != rows {
+			t.Fatalf("read back %d of %d rows", n, rows)
 		}
 	})
 }
