@@ -45,6 +45,7 @@ type benchOptions struct {
 	out           string
 	markdown      string
 	cpuProfile    string
+	memProfile    string
 	server        string
 	tls           bool
 	memLimit      string
@@ -124,6 +125,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
+	pf.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round> (go tool pprof -sample_index=inuse_space)")
 
 	examples := map[string]string{
 		bench.ScenarioWrite: `  durashuffle bench write --rounds 5 --plot write.png
@@ -199,7 +201,7 @@ func (a *app) runBench(ctx context.Context, o *benchOptions, scenarios []string)
 	if err != nil {
 		return err
 	}
-	opts.Runner = &bench.Runner{Command: []string{exe, "bench", "child"}, Stderr: a.stderr, CPUProfile: o.cpuProfile}
+	opts.Runner = &bench.Runner{Command: []string{exe, "bench", "child"}, Stderr: a.stderr, CPUProfile: o.cpuProfile, MemProfile: o.memProfile}
 	opts.Log = a.stderr
 	bars := a.newBenchBars()
 	if bars != nil {

@@ -2,9 +2,11 @@ package bench
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"slices"
@@ -369,5 +371,48 @@ func TestSmokePartitions(t *testing.T) {
 	PrintText(&text, rep)
 	if s := text.String(); !strings.Contains(s, "read metadata GETs") || !strings.Contains(s, "ranges / tm / manager") || strings.Contains(s, " / - ") {
 		t.Fatalf("text report:\n%s", s)
+	}
+}
+
+// TestChildProfiles: with CPUProfile and MemProfile set, every child
+// writes both profiles, named by job and run, and the heap profile is a
+// pprof profile with in-use samples.
+func TestChildProfiles(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	o.Stored = 4 << 20
+	dir := t.TempDir()
+	o.Runner.CPUProfile = filepath.Join(dir, "cpu")
+	o.Runner.MemProfile = filepath.Join(dir, "heap")
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	if _, err := env.Run(ctx, ScenarioEncode); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []string{"cpu", "heap"} {
+		files, _ := filepath.Glob(filepath.Join(dir, kind+".write-*"))
+		if len(files) != 2 {
+			t.Fatalf("%s profiles %v, want one per child (2)", kind, files)
+		}
+		for _, f := range files {
+			b, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("%s: not a pprof profile (%d bytes): %v", f, len(b), err)
+			}
+			raw, err := io.ReadAll(zr)
+			if err != nil || len(raw) == 0 {
+				t.Fatalf("%s: %d bytes after gunzip: %v", f, len(raw), err)
+			}
+			if kind == "heap" && !bytes.Contains(raw, []byte("inuse_space")) {
+				t.Fatalf("%s: no inuse_space samples", f)
+			}
+		}
 	}
 }

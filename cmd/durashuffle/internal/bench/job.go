@@ -56,6 +56,9 @@ type Job struct {
 	Procs int `json:"procs,omitempty"`
 	// CPUProfile, if set, is where the child writes its CPU profile.
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// MemProfile, if set, is where the child writes a heap profile taken
+	// at its highest live heap (see StartPeakHeapProfile).
+	MemProfile string `json:"mem_profile,omitempty"`
 	// The durashuffle contenders' children apply Config.MemoryLimit as
 	// durashuffle write does (see applyMemoryLimit); the others run with
 	// the Go runtime's defaults.
@@ -219,11 +222,18 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 		return err
 	}
 	defer stopProfile()
+	stopHeap, err := StartPeakHeapProfile(j.MemProfile)
+	if err != nil {
+		return err
+	}
 	if j.ProgressFD > 0 {
 		stop := j.startReporting()
 		defer stop()
 	}
 	r, err := runJob(ctx, &j)
+	if herr := stopHeap(); err == nil && herr != nil {
+		err = herr
+	}
 	if err != nil {
 		return fmt.Errorf("bench child %s %s: %w", j.Kind, j.Name, err)
 	}
@@ -320,8 +330,10 @@ type Runner struct {
 	Env     []string
 	Stderr  io.Writer
 	// CPUProfile, if set, makes every child write a CPU profile to
-	// CPUProfile.<kind>-<name>-<n>.
+	// CPUProfile.<kind>-<name>-<n>; MemProfile likewise a heap profile
+	// at the child's highest live heap.
 	CPUProfile string
+	MemProfile string
 	// Watch, if set, is told about every child and gets its samples.
 	Watch Watcher
 	runs  int
@@ -341,9 +353,14 @@ func (rn *Runner) Run(ctx context.Context, j *Job) (*Result, error) {
 }
 
 func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
-	if rn.CPUProfile != "" {
+	if rn.CPUProfile != "" || rn.MemProfile != "" {
 		rn.runs++
+	}
+	if rn.CPUProfile != "" {
 		j.CPUProfile = fmt.Sprintf("%s.%s-%s-%d", rn.CPUProfile, j.Kind, j.Name, rn.runs)
+	}
+	if rn.MemProfile != "" {
+		j.MemProfile = fmt.Sprintf("%s.%s-%s-%d", rn.MemProfile, j.Kind, j.Name, rn.runs)
 	}
 	if rn.Watch != nil {
 		j.ProgressFD = 3 // ExtraFiles[0], the pipe below

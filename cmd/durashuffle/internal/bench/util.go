@@ -1,9 +1,13 @@
 package bench
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"runtime/pprof"
+	"sync"
 	"time"
 )
 
@@ -24,6 +28,58 @@ func StartCPUProfile(path string) (stop func(), err error) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}, nil
+}
+
+// peakHeapInterval is how often StartPeakHeapProfile looks at the heap.
+const peakHeapInterval = 50 * time.Millisecond
+
+// StartPeakHeapProfile samples the live heap every peakHeapInterval and,
+// each time it is a fiftieth above its highest so far, takes a heap
+// profile (in memory); stop writes the last one taken to path. The
+// profile is the runtime's as of the collection before that moment, so it
+// shows what was live near the peak, by allocation site. No-op for an
+// empty path.
+func StartPeakHeapProfile(path string) (stop func() error, err error) {
+	if path == "" {
+		return func() error { return nil }, nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan struct{})
+	var last bytes.Buffer
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(peakHeapInterval)
+		defer t.Stop()
+		var top uint64
+		var ms runtime.MemStats
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			runtime.ReadMemStats(&ms)
+			if ms.HeapAlloc > top+top/50 {
+				top = ms.HeapAlloc
+				last.Reset()
+				_ = pprof.Lookup("heap").WriteTo(&last, 0)
+			}
+		}
+	}()
+	return func() error {
+		close(done)
+		wg.Wait()
+		if last.Len() == 0 { // a job shorter than one look
+			_ = pprof.Lookup("heap").WriteTo(&last, 0)
+		}
+		_, err := f.Write(last.Bytes())
+		return errors.Join(err, f.Close())
 	}, nil
 }
 
