@@ -3,13 +3,12 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
-	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -60,25 +59,8 @@ func readManager(ctx context.Context, j *Job) (*Result, error) {
 		d.PartSize = int64(j.Config.ReadRangeBytes)
 		d.Concurrency = j.Config.UploadConcurrency
 	})
-	res := &Result{Name: j.Name, Objects: len(j.Keys)}
-	var got atomic.Int64
-	start := startClock()
-	clock.start = start
-	g, gctx := errgroup.WithContext(ctx)
-	for _, key := range j.Keys {
-		g.Go(func() error {
-			if _, err := down.Download(gctx, discardAt{&got, j.live}, &s3.GetObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key)}); err != nil {
-				return fmt.Errorf("download %s: %w", key, err)
-			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	res.StoredBytes = got.Load()
-	res.finish(stopClock(start))
-	clock.fill(res)
-	res.Requests = counter.Requests()
-	return res, nil
+	return downloadKeys(ctx, j, counter, clock, func(ctx context.Context, key string, w io.WriterAt) error {
+		_, err := down.Download(ctx, w, &s3.GetObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key)})
+		return err
+	})
 }

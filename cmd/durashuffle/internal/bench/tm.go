@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -205,6 +206,20 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	defer closeIdle(tr)
+	return downloadKeys(ctx, j, counter, clock, func(ctx context.Context, key string, w io.WriterAt) error {
+		_, err := tm.DownloadObject(ctx, &transfermanager.DownloadObjectInput{
+			Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: w,
+		}, func(o *transfermanager.Options) {
+			o.PartSizeBytes = int64(j.Config.ReadRangeBytes)
+		})
+		return err
+	})
+}
+
+// downloadKeys times a contender's download of the stage's data objects
+// (j.Keys) whole, all at once on the one link, into a sink that counts
+// the bytes and keeps nothing: the counterpart of uploadFiles.
+func downloadKeys(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock, download func(ctx context.Context, key string, w io.WriterAt) error) (*Result, error) {
 	res := &Result{Name: j.Name, Objects: len(j.Keys)}
 	var got atomic.Int64
 	start := startClock()
@@ -212,12 +227,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 	g, gctx := errgroup.WithContext(ctx)
 	for _, key := range j.Keys {
 		g.Go(func() error {
-			_, err := tm.DownloadObject(gctx, &transfermanager.DownloadObjectInput{
-				Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: discardAt{&got, j.live},
-			}, func(o *transfermanager.Options) {
-				o.PartSizeBytes = int64(j.Config.ReadRangeBytes)
-			})
-			if err != nil {
+			if err := download(gctx, key, discardAt{&got, j.live}); err != nil {
 				return fmt.Errorf("download %s: %w", key, err)
 			}
 			return nil
