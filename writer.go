@@ -37,6 +37,7 @@ type WriterOptions struct {
 type Writer struct {
 	c      *Client
 	opt    WriterOptions
+	write  string // this writer's own ID in its data keys (manifest.NewWriteID)
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ch     *chunker.Writer
@@ -74,7 +75,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		return nil, fmt.Errorf("partitions must be between 1 and %d, got %d", MaxPartitions, opt.Partitions)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	w := &Writer{c: c, opt: opt, ctx: wctx, cancel: cancel}
+	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
 	ch, err := chunker.New(wctx, chunker.Options{
 		Schema:           opt.Schema,
 		Partitions:       opt.Partitions,
@@ -122,8 +123,16 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 // condition the attempt's objects are deleted and the error wraps
 // ErrCommitGuard. If
 // another attempt committed first, this attempt's objects are deleted and
-// the error wraps manifest.ErrAlreadyCommitted. On any failure nothing is
-// visible to readers and no multipart upload is left open.
+// the error wraps manifest.ErrAlreadyCommitted. So it is when another
+// writer of the same attempt ID committed first: every writer stores under
+// keys of its own, so committed bytes are never overwritten; only if the
+// committed output is this writer's content to the byte (a rerun after a
+// lost answer) does Commit succeed, returning the committed manifest. On
+// any failure nothing is visible to readers and no multipart upload is
+// left open. Should the manifest put fail in a way that may have stored
+// it and reading it back fail too, the error wraps
+// manifest.ErrCommitUnknown and the objects are kept (gc removes them if
+// no manifest refers to them).
 func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if !w.finish() {
 		return nil, chunker.ErrClosed
@@ -163,7 +172,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		if r.Size != want.Size || r.Parts != want.Parts {
 			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes in %d parts", r.Key, r.Size, r.Parts, want.Size, want.Parts))
 		}
-		want.Key = w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, i)
+		want.Key = w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, w.write, i)
 		m.Objects = append(m.Objects, want)
 	}
 	if firstErr != nil {
@@ -191,8 +200,21 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		return nil, w.cleanupObjects(objs, err)
 	}
 	w.c.advertise(m, objs)
-	if err := manifest.Commit(ctx, w.c.st, w.c.layout, m); err != nil {
+	won, err := manifest.Commit(ctx, w.c.st, w.c.layout, m)
+	switch {
+	case errors.Is(err, manifest.ErrCommitUnknown):
+		// The manifest may refer to the objects: keep them (gc deletes
+		// them if it does not).
+		w.cancel(err)
+		return nil, err
+	case err != nil:
 		return nil, w.cleanupObjects(objs, err)
+	case won != m:
+		// An earlier writer of this attempt committed the same content;
+		// its objects stand, these are nobody's.
+		// What a failed delete leaves is unreferenced: gc's.
+		_ = w.cleanupObjects(objs, chunker.ErrClosed)
+		return won, nil
 	}
 	w.c.admit(m, objs)
 	w.cancel(chunker.ErrClosed)
@@ -319,7 +341,7 @@ func (s *sink) object(obj int) *uploader.Upload {
 	defer w.mu.Unlock()
 	for len(w.objects) <= obj {
 		n := len(w.objects)
-		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, n))
+		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, w.write, n))
 		o := w.c.pool.NewUpload(w.ctx, key, func(err error) {
 			w.ch.Fail(err)
 			w.cancel(err)

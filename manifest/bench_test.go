@@ -43,7 +43,8 @@ func bigStage(b *testing.B) (*store.Mem, []string) {
 						return
 					}
 					ids[w] = fmt.Sprint(w)
-					g <- Commit(ctx, st, testLayout, synthWorker("big", 0, w, benchPartitions, 1))
+					_, err := Commit(ctx, st, testLayout, synthWorker("big", 0, w, benchPartitions, 1))
+					g <- err
 				}
 			}()
 		}

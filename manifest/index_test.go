@@ -30,7 +30,7 @@ func synthWorker(query string, stage, w, partitions, frames int) *Worker {
 			off += 10 * n
 		}
 	}
-	m.Objects = []Object{{Key: DataName(id, m.Attempt, 0), Size: off, Parts: 1, CRC32C: 7}}
+	m.Objects = []Object{{Key: DataName(id, m.Attempt, "00000000000000ab", 0), Size: off, Parts: 1, CRC32C: 7}}
 	return m
 }
 
@@ -41,7 +41,7 @@ func synthStage(t testing.TB, st store.Store, l Layout, query string, workers, p
 	ids := make([]string, workers)
 	for w := range workers {
 		ids[w] = fmt.Sprint(w)
-		if err := Commit(ctx, st, l, synthWorker(query, 0, w, partitions, frames)); err != nil {
+		if _, err := Commit(ctx, st, l, synthWorker(query, 0, w, partitions, frames)); err != nil {
 			t.Fatal(err)
 		}
 	}

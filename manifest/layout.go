@@ -1,6 +1,8 @@
 package manifest
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -44,7 +46,7 @@ func ValidateStage(stage int) error {
 
 // Layout maps stages to keys under a prefix:
 //
-//	{prefix}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{n}.arrows
+//	{prefix}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{write}-{n}.arrows
 //	{prefix}/{query}/stage-{stage}/worker-{worker}/manifest.json
 //	{prefix}/{query}/stage-{stage}/manifest.json
 //
@@ -53,7 +55,7 @@ func ValidateStage(stage int) error {
 // PUTs and GETs spread over that many S3 prefixes rather than meeting in
 // the stage's one:
 //
-//	{prefix}/~{shard}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{n}.arrows
+//	{prefix}/~{shard}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{write}-{n}.arrows
 //
 // Manifests stay where readers look for them. A manifest stores such an
 // object's key relative to the root ("~{shard}/{query}/stage-..."); a
@@ -102,24 +104,65 @@ func DataDir(worker, attempt string) string {
 	return "worker-" + worker + "/attempt-" + attempt + "/"
 }
 
-// DataName is the stage-relative key of data object n, as manifests store
-// it without spreading.
-func DataName(worker, attempt string, n int) string {
-	return DataDir(worker, attempt) + "data-" + strconv.Itoa(n) + ".arrows"
+// DataName is the stage-relative key of data object n written by one
+// writer of an attempt, as manifests store it without spreading:
+//
+//	worker-{worker}/attempt-{attempt}/data-{write}-{n}.arrows
+//
+// write is the writer's own random ID (NewWriteID), so that two writers
+// given the same attempt ID (a retried task that reuses it, or two at
+// once) never write to the same key: bytes that a manifest refers to are
+// never overwritten.
+func DataName(worker, attempt, write string, n int) string {
+	return DataDir(worker, attempt) + "data-" + write + "-" + strconv.Itoa(n) + ".arrows"
 }
 
-// DataKey is the key a manifest stores for data object n of an attempt:
-// DataName, or with Spread its root-relative key under the attempt's
-// shard prefix.
-func (l Layout) DataKey(query string, stage int, worker, attempt string, n int) string {
+// WriteIDLength is the length of a write ID: 16 lowercase hex digits.
+const WriteIDLength = 16
+
+// NewWriteID returns a fresh write ID: 64 random bits in hex.
+func NewWriteID() string {
+	var b [WriteIDLength / 2]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ParseDataName reports whether name, the last element of a data key, is
+// a data object's: data-{write}-{n}.arrows, or data-{n}.arrows as
+// writers before write IDs named them (write is then empty).
+func ParseDataName(name string) (write string, n int, ok bool) {
+	rest, ok := strings.CutPrefix(name, "data-")
+	if !ok {
+		return "", 0, false
+	}
+	if rest, ok = strings.CutSuffix(rest, ".arrows"); !ok {
+		return "", 0, false
+	}
+	if w, num, found := strings.Cut(rest, "-"); found {
+		if len(w) != WriteIDLength || strings.Trim(w, "0123456789abcdef") != "" {
+			return "", 0, false
+		}
+		write, rest = w, num
+	}
+	i, err := strconv.Atoi(rest)
+	if err != nil || i < 0 || strconv.Itoa(i) != rest {
+		return "", 0, false
+	}
+	return write, i, true
+}
+
+// DataKey is the key a manifest stores for data object n of a writer of
+// an attempt: DataName, or with Spread its root-relative key under the
+// attempt's shard prefix.
+func (l Layout) DataKey(query string, stage int, worker, attempt, write string, n int) string {
 	if l.Spread <= 1 {
-		return DataName(worker, attempt, n)
+		return DataName(worker, attempt, write, n)
 	}
 	h := fnv.New32a()
 	h.Write([]byte(query + "/" + strconv.Itoa(stage) + "/" + worker + "/" + attempt))
 	width := len(strconv.FormatUint(uint64(l.Spread-1), 16))
 	shard := strconv.FormatUint(uint64(h.Sum32()%uint32(l.Spread)), 16)
-	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + DataName(worker, attempt, n)
+	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + DataName(worker, attempt, write, n)
 }
 
 // SpreadMark begins the root-relative key of a spread data object (and

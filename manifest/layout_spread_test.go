@@ -9,12 +9,12 @@ func TestSpreadKeys(t *testing.T) {
 	l := Layout{Prefix: "p", Spread: 16}
 	shards := map[string]bool{}
 	for w := range 64 {
-		k := l.DataKey("q", 2, string(rune('a'+w%26))+"x", "att", 0)
+		k := l.DataKey("q", 2, string(rune('a'+w%26))+"x", "att", "00000000000000ab", 0)
 		if !CheckObjectKey("q", 2, k) {
 			t.Fatalf("DataKey %q does not pass CheckObjectKey", k)
 		}
 		shard, tail, ok := ParseSpread(k)
-		if !ok || tail != "q/stage-2/"+DataName(string(rune('a'+w%26))+"x", "att", 0) {
+		if !ok || tail != "q/stage-2/"+DataName(string(rune('a'+w%26))+"x", "att", "00000000000000ab", 0) {
 			t.Fatalf("DataKey %q: shard %q, tail %q", k, shard, tail)
 		}
 		shards[shard] = true
@@ -25,7 +25,7 @@ func TestSpreadKeys(t *testing.T) {
 	if len(shards) < 10 {
 		t.Fatalf("64 attempts in %d of 16 shards", len(shards))
 	}
-	if k := (Layout{Prefix: "p"}).DataKey("q", 2, "w", "a", 1); k != DataName("w", "a", 1) {
+	if k := (Layout{Prefix: "p"}).DataKey("q", 2, "w", "a", "00000000000000ab", 1); k != DataName("w", "a", "00000000000000ab", 1) {
 		t.Fatalf("without Spread: %q", k)
 	}
 	for _, bad := range []string{"", "~/q/stage-2/worker-w/attempt-a/data-0.arrows", "~zz/q/stage-2/worker-w/x",

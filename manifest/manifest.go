@@ -25,6 +25,10 @@ const (
 var (
 	// ErrAlreadyCommitted: another attempt of the worker committed first.
 	ErrAlreadyCommitted = errors.New("another attempt already committed this worker's output")
+	// ErrCommitUnknown: the worker manifest's put may or may not have
+	// stored it, and reading it back failed. The attempt's objects must
+	// stay: the manifest may refer to them.
+	ErrCommitUnknown = errors.New("commit outcome unknown")
 	// ErrStageNotFound: the stage has neither a stage nor a worker manifest.
 	ErrStageNotFound = errors.New("stage not found")
 	// ErrMissingWorkers: seal was asked for workers that have not committed.

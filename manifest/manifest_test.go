@@ -12,7 +12,7 @@ func sample() *Worker {
 		FormatVersion: FormatVersion, Kind: KindWorker,
 		Query: "q1", Stage: 2, Worker: "3", Attempt: "a1",
 		Schema: []byte{1, 2, 3}, Compression: "lz4", Partitions: 4, ChunkSize: 8 << 20,
-		Objects: []Object{{Key: DataName("3", "a1", 0), Size: 300, Parts: 1, CRC32C: 99}},
+		Objects: []Object{{Key: DataName("3", "a1", "00000000000000ab", 0), Size: 300, Parts: 1, CRC32C: 99}},
 		Frames: []Frame{
 			{Partition: 0, Object: 0, Offset: 0, Length: 100, Rows: 10, Bytes: 400, CRC32C: 1},
 			{Partition: 3, Object: 0, Offset: 100, Length: 200, Rows: 20, Bytes: 800, CRC32C: 2},
@@ -62,7 +62,7 @@ func TestDecodeRejects(t *testing.T) {
 		{"future major", mutate(func(w *Worker) { w.FormatVersion = "3.0" }), ErrVersion, `format_version "3.0"; this reader understands 2.x`},
 		{"no version", mutate(func(w *Worker) { w.FormatVersion = "" }), ErrCorrupt, `format_version ""`},
 		{"minor ok", mutate(func(w *Worker) { w.FormatVersion = "2.7" }), nil, ""},
-		{"past object end", mutate(func(w *Worker) { w.Frames[1].Length = 201 }), ErrCorrupt, "frame 1 [100, +201) lies outside object worker-3/attempt-a1/data-0.arrows of 300 bytes"},
+		{"past object end", mutate(func(w *Worker) { w.Frames[1].Length = 201 }), ErrCorrupt, "frame 1 [100, +201) lies outside object worker-3/attempt-a1/data-00000000000000ab-0.arrows of 300 bytes"},
 		{"totals disagree", mutate(func(w *Worker) { w.Totals.Rows++ }), ErrCorrupt, "totals say"},
 		{"missing object", mutate(func(w *Worker) { w.Frames[0].Object = 1 }), ErrCorrupt, "frame 0 names object 1 of 1"},
 		{"bad id", mutate(func(w *Worker) { w.Worker = "../x" }), ErrCorrupt, "worker ID"},
@@ -116,10 +116,10 @@ func TestMergeOrdersWorkersNumerically(t *testing.T) {
 func TestLayout(t *testing.T) {
 	l := Layout{Prefix: "/shuffle/"}
 	cases := map[string]string{
-		l.StageManifestKey("q", 1):                 "shuffle/q/stage-1/manifest.json",
-		l.WorkerManifestKey("q", 1, "w"):           "shuffle/q/stage-1/worker-w/manifest.json",
-		l.ObjectKey("q", 1, DataName("w", "a", 2)): "shuffle/q/stage-1/worker-w/attempt-a/data-2.arrows",
-		Layout{}.StagePrefix("q", 0):               "q/stage-0/",
+		l.StageManifestKey("q", 1):                                     "shuffle/q/stage-1/manifest.json",
+		l.WorkerManifestKey("q", 1, "w"):                               "shuffle/q/stage-1/worker-w/manifest.json",
+		l.ObjectKey("q", 1, DataName("w", "a", "00000000000000ab", 2)): "shuffle/q/stage-1/worker-w/attempt-a/data-00000000000000ab-2.arrows",
+		Layout{}.StagePrefix("q", 0):                                   "q/stage-0/",
 	}
 	for got, want := range cases {
 		if got != want {

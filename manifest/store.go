@@ -1,12 +1,14 @@
 package manifest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/durashuffle/durashuffle/store"
 	"golang.org/x/sync/errgroup"
@@ -30,34 +32,109 @@ func readAll(ctx context.Context, st store.Reader, key string) ([]byte, error) {
 }
 
 // Commit writes a worker manifest with If-None-Match: *, the commit point
-// of the worker's output. It sorts w.Frames by partition (stably: write
-// order within a partition stays), as the manifest stores them. If another attempt committed first it returns
-// ErrAlreadyCommitted (wrapped with the winner when it can be read).
-func Commit(ctx context.Context, st store.Store, l Layout, w *Worker) error {
+// of the worker's output, and returns the manifest that stands: w, or an
+// earlier commit of the same attempt with the same content. It sorts
+// w.Frames by partition (stably: write order within a partition stays),
+// as the manifest stores them.
+//
+// When the key is taken (412), the manifest there decides:
+//   - w itself (the same data objects: an earlier try of this put
+//     succeeded and its answer was lost): w stands;
+//   - the same attempt with the same content (objects of equal sizes and
+//     checksums, equal frames and schema: a task rerun under the same
+//     attempt ID after a lost answer): that manifest stands and is
+//     returned; w's own objects are unreferenced and the caller deletes them;
+//   - anything else: ErrAlreadyCommitted, naming the worker and both
+//     attempts. The committed output is unchanged.
+//
+// When the outcome cannot be learnt (the put failed in a way that may
+// have stored it, and the manifest cannot be read back), the error wraps
+// ErrCommitUnknown: the caller must not delete w's objects, which the
+// manifest may refer to (gc removes them if it does not).
+func Commit(ctx context.Context, st store.Store, l Layout, w *Worker) (*Worker, error) {
 	w.FormatVersion, w.Kind = FormatVersion, KindWorker
 	w.Totals = w.Sum()
 	if err := w.Check("worker manifest"); err != nil {
-		return err
+		return nil, err
 	}
 	b, err := w.Encode()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	key := l.WorkerManifestKey(w.Query, w.Stage, w.Worker)
-	err = st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/octet-stream"})
-	if errors.Is(err, store.ErrPreconditionFailed) {
-		if won, rerr := LoadWorker(ctx, st, l, w.Query, w.Stage, w.Worker); rerr == nil && won.Attempt == w.Attempt {
-			// Our own earlier try of this put succeeded and its answer was lost.
-			return nil
-		} else if rerr == nil {
-			return fmt.Errorf("%w: worker %s of %s stage %d: attempt %s won, attempt %s lost", ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, won.Attempt, w.Attempt)
-		}
-		return fmt.Errorf("%w: worker %s of %s stage %d, attempt %s lost", ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, w.Attempt)
+	perr := st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/octet-stream"})
+	if perr == nil {
+		return w, nil
 	}
-	if err != nil {
-		return fmt.Errorf("commit manifest %s: %w", key, err)
+	taken := errors.Is(perr, store.ErrPreconditionFailed)
+	if !taken && !mayHaveStored(ctx, perr) {
+		return nil, fmt.Errorf("commit manifest %s: %w", key, perr)
 	}
-	return nil
+	rctx := ctx
+	if ctx.Err() != nil {
+		// The caller gave up mid-put: learn the outcome all the same, so
+		// that the caller neither deletes committed objects nor keeps
+		// uncommitted ones.
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+		defer cancel()
+	}
+	won, rerr := LoadWorker(rctx, st, l, w.Query, w.Stage, w.Worker)
+	switch {
+	case rerr == nil:
+	case !taken && store.IsNotFound(rerr):
+		return nil, fmt.Errorf("commit manifest %s: %w", key, perr) // it was not stored
+	default:
+		return nil, fmt.Errorf("%w: worker %s of %s stage %d, attempt %s: the manifest put %s, and reading %s back failed: %w",
+			ErrCommitUnknown, w.Worker, w.Query, w.Stage, w.Attempt, putOutcome(taken, perr), key, rerr)
+	}
+	switch {
+	case sameObjects(won, w):
+		return w, nil
+	case won.Attempt == w.Attempt && sameContent(won, w):
+		return won, nil
+	case won.Attempt == w.Attempt:
+		return nil, fmt.Errorf("%w: worker %s of %s stage %d: attempt %s is already committed (%d rows, %d bytes in %d objects), and this writer of the same attempt wrote other content (%d rows, %d bytes); "+
+			"the committed output is unchanged: give every run of a task its own attempt ID",
+			ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, w.Attempt, won.Totals.Rows, won.Totals.BytesStored, len(won.Objects), w.Totals.Rows, w.Totals.BytesStored)
+	}
+	return nil, fmt.Errorf("%w: worker %s of %s stage %d: attempt %s won, attempt %s lost", ErrAlreadyCommitted, w.Worker, w.Query, w.Stage, won.Attempt, w.Attempt)
+}
+
+// readBackTimeout bounds the read-back of a worker manifest whose put the
+// caller cut off.
+const readBackTimeout = 30 * time.Second
+
+// mayHaveStored says whether a failed put may have been stored all the
+// same: any failure but the store's own refusal before storing (a 4xx
+// other than a timeout) or a caller that gave up before the put was sent.
+func mayHaveStored(ctx context.Context, err error) bool {
+	if ctx.Err() != nil && !store.IsRetryable(err) {
+		return true // cut off mid-request: it may have landed
+	}
+	return store.IsRetryable(err)
+}
+
+func putOutcome(taken bool, err error) string {
+	if taken {
+		return "found the key taken"
+	}
+	return fmt.Sprintf("failed (%v)", err)
+}
+
+// sameObjects says whether two manifests name the same data objects: one
+// writer's output.
+func sameObjects(a, b *Worker) bool {
+	return a.Attempt == b.Attempt && slices.EqualFunc(a.Objects, b.Objects, func(x, y Object) bool { return x == y })
+}
+
+// sameContent says whether two writers of an attempt stored the same
+// bytes: data objects of equal sizes and checksums, the same frames, the
+// same schema and partitions.
+func sameContent(a, b *Worker) bool {
+	return a.Partitions == b.Partitions && bytes.Equal(a.Schema, b.Schema) &&
+		slices.EqualFunc(a.Objects, b.Objects, func(x, y Object) bool { return x.Size == y.Size && x.CRC32C == y.CRC32C }) &&
+		slices.Equal(a.Frames, b.Frames)
 }
 
 // LoadWorker GETs one worker manifest.

@@ -145,7 +145,7 @@ func buildStage(t *testing.T, partitions int, compression string, workers [][]fs
 			objs[f.Obj].Write(buf.Bytes())
 		}
 		for oi, b := range objs {
-			rel := manifest.DataName(id, "a", oi)
+			rel := manifest.DataName(id, "a", "00000000000000ab", oi)
 			w.Objects = append(w.Objects, manifest.Object{Key: rel, Size: int64(b.Len()), Parts: 1, CRC32C: frame.CRC32C(b.Bytes())})
 			st.objs[testLayout.ObjectKey(testQuery, testStage, rel)] = b.Bytes()
 		}

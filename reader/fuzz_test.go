@@ -47,7 +47,7 @@ func fuzzStage(t *testing.T, data []byte) (*manifest.Stage, [][]string) {
 			if huge {
 				size = math.MaxInt64 - int64(in.u64()%(1<<20))
 			}
-			wk.Objects = append(wk.Objects, manifest.Object{Key: manifest.DataName(wk.Worker, "a", o), Size: size})
+			wk.Objects = append(wk.Objects, manifest.Object{Key: manifest.DataName(wk.Worker, "a", "00000000000000ab", o), Size: size})
 		}
 		for range int(in.byte() % 24) {
 			obj := int(in.byte()) % len(wk.Objects)

@@ -134,8 +134,8 @@ type keyInfo struct {
 //	{root}{query}/stage-{n}/manifest.json
 //	{root}{query}/stage-{n}/index-{seal}.bin
 //	{root}{query}/stage-{n}/worker-{w}/manifest.json
-//	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
-//	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows
+//	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows (or data-{i}.arrows)
+//	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows
 //	{root}~commit-guard/{16 hex digits}
 //
 // Anything else is foreign, and gc never touches it.
@@ -147,7 +147,7 @@ func parseKey(l manifest.Layout, key string) keyInfo {
 	if manifest.IsGuardProbe(rest) {
 		return keyInfo{kind: guardProbe}
 	}
-	// {root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{i}.arrows:
+	// {root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows:
 	// a data object spread over key_spread prefixes, and nothing else.
 	_, rest, spread := manifest.ParseSpread(rest)
 	if spread {
@@ -191,11 +191,7 @@ func parseKey(l manifest.Layout, key string) keyInfo {
 		if !ok || manifest.ValidateID("attempt", a) != nil {
 			return keyInfo{}
 		}
-		n, ok := strings.CutSuffix(strings.TrimPrefix(parts[4], "data-"), ".arrows")
-		if !ok || !strings.HasPrefix(parts[4], "data-") {
-			return keyInfo{}
-		}
-		if i, err := strconv.Atoi(n); err != nil || i < 0 || strconv.Itoa(i) != n {
+		if _, _, ok := manifest.ParseDataName(parts[4]); !ok {
 			return keyInfo{}
 		}
 		k.kind, k.attempt = dataObject, a

@@ -19,6 +19,7 @@ func TestParseKey(t *testing.T) {
 		{"durashuffle/q1/stage-2/index-a/b.bin", keyInfo{}},
 		{"durashuffle/q1/stage-2/worker-w.1/attempt-20260101T000000-ab/data-0.arrows", keyInfo{kind: dataObject, query: "q1", stage: 2, worker: "w.1", attempt: "20260101T000000-ab"}},
 		{"durashuffle/q1/stage-2/worker-1/attempt-a/data-17.arrows", keyInfo{kind: dataObject, query: "q1", stage: 2, worker: "1", attempt: "a"}},
+		{"durashuffle/q1/stage-2/worker-1/attempt-a/data-0123456789abcdef-3.arrows", keyInfo{kind: dataObject, query: "q1", stage: 2, worker: "1", attempt: "a"}},
 		// Foreign: other prefixes, other shapes, invalid IDs.
 		{"durashuffle-other/q1/stage-0/manifest.json", keyInfo{}},
 		{"other/durashuffle/q1/stage-0/manifest.json", keyInfo{}},
@@ -30,6 +31,10 @@ func TestParseKey(t *testing.T) {
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0.arrows.tmp", keyInfo{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/other.bin", keyInfo{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-x.arrows", keyInfo{}},
+		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0123456789ABCDEF-3.arrows", keyInfo{}},
+		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0123456789abcde-3.arrows", keyInfo{}},
+		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0123456789abcdef-03.arrows", keyInfo{}},
+		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0123456789abcdef-.arrows", keyInfo{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-../data-0.arrows", keyInfo{}},
 		{"durashuffle/../stage-0/manifest.json", keyInfo{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/sub/data-0.arrows", keyInfo{}},

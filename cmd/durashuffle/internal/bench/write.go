@@ -293,10 +293,10 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	results := make([]chunker.Result, workers)
 	for w := range workers {
 		g.Go(func() error {
-			worker, attempt := strconv.Itoa(w), durashuffle.NewAttemptID()
+			worker, attempt, write := strconv.Itoa(w), durashuffle.NewAttemptID(), manifest.NewWriteID()
 			sink := &syncSink{ctx: gctx, st: st, chunk: int64(cfg.ChunkSize), checksum: cfg.Checksum == "crc32c",
 				key: func(obj int) string {
-					return layout.ObjectKey(j.Query, 0, manifest.DataName(worker, attempt, obj))
+					return layout.ObjectKey(j.Query, 0, manifest.DataName(worker, attempt, write, obj))
 				}}
 			ch, err := chunker.New(gctx, chunker.Options{
 				Schema: demo.Schema(), Partitions: j.Data.Partitions,
@@ -323,12 +323,13 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 				return err
 			}
 			for i, o := range r.Objects {
-				m.Objects = append(m.Objects, manifest.Object{Key: manifest.DataName(worker, attempt, i), Size: o.Size, Parts: o.Parts, CRC32C: o.CRC32C})
+				m.Objects = append(m.Objects, manifest.Object{Key: manifest.DataName(worker, attempt, write, i), Size: o.Size, Parts: o.Parts, CRC32C: o.CRC32C})
 			}
 			for _, f := range r.Frames {
 				m.Frames = append(m.Frames, manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C})
 			}
-			return manifest.Commit(gctx, st, layout, m)
+			_, err = manifest.Commit(gctx, st, layout, m)
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {
