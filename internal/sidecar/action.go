@@ -76,8 +76,8 @@ func (s *Server) sealStage(ctx context.Context, body []byte) (*SealResult, error
 	if err := manifest.ValidateStage(*req.Stage); err != nil {
 		return nil, invalidf("seal-stage: %v", err)
 	}
-	if req.Workers < 1 {
-		return nil, invalidf("seal-stage: workers must be at least 1, got %d", req.Workers)
+	if req.Workers < 1 || req.Workers > manifest.MaxSealWorkers {
+		return nil, invalidf("seal-stage: workers must be between 1 and %d (the limit of one seal, MaxSealWorkers), got %d", manifest.MaxSealWorkers, req.Workers)
 	}
 	m, err := s.c.Seal(ctx, req.Query, *req.Stage, req.Workers)
 	if err != nil {

@@ -287,6 +287,9 @@ func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
 	if c.Partitions < 1 {
 		return c, invalidf("DoPut descriptor: partitions must be at least 1, got %d", c.Partitions)
 	}
+	if c.Partitions > durashuffle.MaxPartitions {
+		return c, invalidf("DoPut descriptor: partitions %d is over the limit of %d (MaxPartitions)", c.Partitions, durashuffle.MaxPartitions)
+	}
 	for _, id := range []struct{ kind, v string }{{"query", c.Query}, {"worker", string(c.Worker)}} {
 		if err := manifest.ValidateID(id.kind, id.v); err != nil {
 			return c, invalidf("DoPut descriptor: %v", err)
@@ -434,7 +437,8 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema),
-		errors.Is(err, reader.ErrPartition):
+		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
+		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument
 	case errors.Is(err, manifest.ErrStageNotFound):
 		return codes.NotFound
