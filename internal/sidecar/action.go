@@ -34,6 +34,7 @@ func (s *Server) ListActions(_ *flight.Empty, stream flight.FlightService_ListAc
 // DoAction runs one action and sends one JSON result.
 func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoActionServer) error {
 	ctx := stream.Context()
+	hook("DoAction")
 	var (
 		res any
 		err error

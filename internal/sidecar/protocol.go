@@ -39,6 +39,9 @@ var (
 	// ErrCleanup: aborting a stream's output failed, so objects or open
 	// multipart uploads of that attempt may remain.
 	ErrCleanup = errors.New("cleanup of aborted streams failed")
+	// ErrStuck: calls were still running when Shutdown's cleanup wait
+	// ended (they ignore cancellation); Shutdown returned without them.
+	ErrStuck = errors.New("calls stuck at shutdown")
 )
 
 // PutCommand is DoPut's descriptor: FlightDescriptor CMD holding this
