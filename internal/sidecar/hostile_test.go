@@ -118,7 +118,7 @@ func TestHostilePanic(t *testing.T) {
 			bs = append(bs, putBatch{rec, partMD(b % 2)})
 		}
 		_, err := doPut(ctx, e.fc, putCmd("q-panic", 0, "p", "", 2), testSchema, batches(bs))
-		wantCode(t, err, codes.Internal, "internal error in DoPut", "a bug in DoPut", "uncommitted output was aborted")
+		wantCode(t, err, codes.Internal, "internal error in DoPut", "a bug in DoPut", "its uncommitted output was aborted")
 		if n := e.counter.Requests()["CreateMultipartUpload"]; n < 1 {
 			t.Fatalf("no multipart upload was started before the panic (requests %v): the abort had nothing to do", e.counter.Requests())
 		}

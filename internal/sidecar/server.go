@@ -513,8 +513,11 @@ func (s *Server) panicked(method string, r any) error {
 	s.m.Panic(method)
 	s.log.Error("panic in handler: the call failed, the sidecar serves on", "method", method,
 		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-	return status.Errorf(codes.Internal, "internal error in %s (a panic, logged by the sidecar): %s; the call failed, and a DoPut's uncommitted output was aborted",
-		method, clip([]byte(fmt.Sprint(r))))
+	tail := "the call failed"
+	if method == "DoPut" {
+		tail = "the stream failed and its uncommitted output was aborted"
+	}
+	return status.Errorf(codes.Internal, "internal error in %s (a panic, logged by the sidecar): %s; %s", method, clip([]byte(fmt.Sprint(r))), tail)
 }
 
 // testHook, when set (by tests), is called at named points of handlers;

@@ -148,7 +148,7 @@ func (st *serverStream) recvExpired() error {
 			what = "its descriptor and schema"
 			tail = "; nothing was committed. Send the schema with the descriptor at once (arrow-go: flight.NewRecordWriter with ipc.WithSchema, then Write or Close)"
 		}
-		return status.Errorf(codes.DeadlineExceeded, "%s sent no %s within %v (stream_first_message_timeout): the stream was closed%s",
+		return status.Errorf(codes.DeadlineExceeded, "%s did not send %s within %v (stream_first_message_timeout): the stream was closed%s",
 			st.method, what, st.s.firstTimeout, tail)
 	}
 	tail := ""
