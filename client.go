@@ -243,6 +243,9 @@ func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*m
 	if workers < 1 {
 		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
 	}
+	if workers > manifest.MaxSealWorkers {
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", manifest.ErrTooManyWorkers, query, stage, workers, manifest.MaxSealWorkers)
+	}
 	ids := make([]string, workers)
 	for i := range ids {
 		ids[i] = fmt.Sprint(i)

@@ -100,6 +100,10 @@ type Config struct {
 	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
 	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
 
+	// A stalled client must not hold a stream, or a slot, for ever.
+	StreamFirstMessageTimeout Duration `yaml:"stream_first_message_timeout" doc:"How long a sidecar stream may take from its start to its first message (DoPut: its descriptor and schema, before it takes one of max_streams slots; DoGet: its ticket). Then it fails with DeadlineExceeded naming this key and commits nothing. 0 disables it."`
+	StreamIdleTimeout         Duration `yaml:"stream_idle_timeout" doc:"How long a sidecar stream may wait on its client: a DoPut for its next message, a DoGet or DoAction for the client to read what was sent. Then it fails with DeadlineExceeded naming this key, a DoPut's output is aborted, and the slot is freed. Shorter frees slots held by stalled clients sooner; a client that is slower than this between batches must send metadata-only messages in between. 0 disables it."`
+
 	MemoryStoreBytes Size   `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
 	AdvertiseAddr    string `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
 }
@@ -132,6 +136,9 @@ func DefaultConfig() Config {
 		MaxStreams:        64,
 		MaxMessageBytes:   64 * MiB,
 		ShutdownGrace:     Duration(30 * time.Second),
+
+		StreamFirstMessageTimeout: Duration(time.Minute),
+		StreamIdleTimeout:         Duration(5 * time.Minute),
 	}
 }
 
@@ -258,6 +265,14 @@ func (c Config) Validate() error {
 	sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
 	if c.ShutdownGrace < 0 {
 		bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
+	}
+	for _, d := range []struct {
+		key string
+		v   Duration
+	}{{"stream_first_message_timeout", c.StreamFirstMessageTimeout}, {"stream_idle_timeout", c.StreamIdleTimeout}} {
+		if d.v != 0 && (d.v.D() < 10*time.Millisecond || d.v.D() > 24*time.Hour) {
+			bad(d.key, "0 (off) or between 10ms and 24h0m0s", d.v)
+		}
 	}
 	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
 		bad("tls_cert_file and tls_key_file", "both set or both empty",

@@ -72,7 +72,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		return nil, err
 	}
 	if opt.Partitions < 1 || opt.Partitions > MaxPartitions {
-		return nil, fmt.Errorf("partitions must be between 1 and %d, got %d", MaxPartitions, opt.Partitions)
+		return nil, fmt.Errorf("%w: partitions must be between 1 and %d (MaxPartitions), got %d", ErrPartitionCount, MaxPartitions, opt.Partitions)
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
@@ -102,6 +102,10 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 
 // MaxPartitions bounds the partition count of a stage.
 const MaxPartitions = 1 << 20
+
+// ErrPartitionCount marks WriterOptions.Partitions outside [1, MaxPartitions]:
+// invalid input, which a retry meets again.
+var ErrPartitionCount = errors.New("partition count out of range")
 
 // Options returns the writer's options (with the attempt ID filled in).
 func (w *Writer) Options() WriterOptions { return w.opt }

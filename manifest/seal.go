@@ -33,7 +33,19 @@ const (
 	SealPartBytes  = 8 << 20
 	// sealFetches is the ranged GETs of worker manifests in flight.
 	sealFetches = 16
+	// MaxSealWorkers bounds the workers of one seal. A seal makes one
+	// GET per worker for their manifests' heads and keeps every worker's
+	// header (its objects and schema) until the stage manifest is
+	// written; past this, the stage would be better split.
+	MaxSealWorkers = 100_000
+	// sealListed is how many of the workers without a manifest the
+	// error names; it counts the rest.
+	sealListed = 32
 )
+
+// ErrTooManyWorkers: a seal was asked for more than MaxSealWorkers
+// workers. Invalid input: nothing was read.
+var ErrTooManyWorkers = errors.New("too many workers")
 
 // sealWorker is what phase 1 keeps of one worker manifest.
 type sealWorker struct {
@@ -49,6 +61,11 @@ type sealWorker struct {
 // Sealing again with the same committed attempts is a no-op that returns
 // the stage; a stage sealed differently is ErrSealConflict.
 //
+// At most MaxSealWorkers workers (ErrTooManyWorkers, before any request).
+// It makes one GET per worker for the manifest heads, so a seal of W
+// workers of which few committed costs W GETs and no more; it stops
+// starting requests as soon as ctx ends.
+//
 // It runs in bounded memory, whatever the stage's size (see
 // SealBlockBytes): it reads each worker manifest's head (header and
 // offset table), then walks the partitions in blocks, fetching every
@@ -60,6 +77,9 @@ type sealWorker struct {
 func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int, workers []string) (*Stage, error) {
 	if len(workers) == 0 {
 		return nil, fmt.Errorf("seal %s stage %d: no workers given", query, stage)
+	}
+	if len(workers) > MaxSealWorkers {
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", ErrTooManyWorkers, query, stage, len(workers), MaxSealWorkers)
 	}
 	for _, id := range workers {
 		if err := ValidateID("worker", id); err != nil {
@@ -176,6 +196,9 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(sealFetches)
 	for i, id := range ids {
+		if gctx.Err() != nil {
+			break // a GET failed, or the caller gave up: start no more
+		}
 		g.Go(func() error {
 			key := l.WorkerManifestKey(query, stage, id)
 			h, err := readHead(gctx, st, key)
@@ -207,9 +230,16 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("seal %s stage %d: %w", query, stage, context.Cause(ctx))
+	}
 	if len(missing) > 0 {
 		slices.SortFunc(missing, compareWorkers)
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), strings.Join(missing, ", "))
+		named := strings.Join(missing[:min(len(missing), sealListed)], ", ")
+		if n := len(missing) - sealListed; n > 0 {
+			named += fmt.Sprintf(" and %d more", n)
+		}
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), named)
 	}
 	for _, w := range ws {
 		if w.w.Partitions != ws[0].w.Partitions {
@@ -304,6 +334,9 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	bufs := make([][]byte, len(ws))
 	var arena []byte
 	for ga := 0; ga < groups; {
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("seal %s stage %d: %w", s.Query, s.Stage, context.Cause(ctx))
+		}
 		gb, n := ga, int64(0)
 		for gb < groups && (gb == ga || (n+groupEntries(gb))*EntrySize <= SealBlockBytes) {
 			n += groupEntries(gb)
@@ -322,8 +355,8 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			a, b := int64(w.samples[ga]), int64(w.samples[gb])
 			bufs[i] = arena[at : at+EntrySize*(b-a) : at+EntrySize*(b-a)]
 			at += EntrySize * (b - a)
-			if a == b {
-				continue
+			if a == b || gctx.Err() != nil {
+				continue // nothing to read; or a read failed: start no more
 			}
 			g.Go(func() error {
 				return readInto(gctx, st, w.key, w.entries+EntrySize*a, bufs[i])

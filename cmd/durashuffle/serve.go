@@ -50,7 +50,9 @@ warning.
 On SIGTERM or SIGINT it refuses new streams, lets streams in flight finish
 for --shutdown-grace, then aborts the rest: their output is not committed
 and their uploads are aborted. A second signal aborts at once. The exit code
-is 0 once shut down that way, 1 if serving or the cleanup failed.
+is 0 once shut down that way, 1 if serving or the cleanup failed, or if calls
+were still running 2 x cleanup_timeout + 2s after the grace (the process
+exits without them).
 
 --embedded-s3 serves from an in-process S3 server (objects in --data-dir, or
 in a temporary directory removed on exit): a local trial with no setup.`,
@@ -103,13 +105,13 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return err
 		}
-		defer closeClient()
+		defer a.closeWithin(closeWait, closeClient)
 		client = c
 	} else {
 		if client, err = durashuffle.Open(ctx, cfg, durashuffle.WithObserver(m)); err != nil {
 			return err
 		}
-		defer client.Close()
+		defer a.closeWithin(closeWait, client.Close)
 	}
 
 	ln, err := sidecar.Listen(cfg.Listen)
@@ -193,7 +195,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}
 	switch {
-	case errors.Is(err, sidecar.ErrCleanup):
+	case errors.Is(err, sidecar.ErrCleanup), errors.Is(err, sidecar.ErrStuck):
 		return err
 	case err != nil:
 		a.log.Warn("shut down with streams cut off; their output was aborted", "err", err, "seconds", time.Since(start).Seconds())
@@ -201,4 +203,22 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		a.log.Info("shut down cleanly", "seconds", time.Since(start).Seconds())
 	}
 	return serveErr
+}
+
+// closeWait bounds closing the client at exit: uploads still held by calls
+// that Shutdown gave up on would keep it waiting.
+const closeWait = 5 * time.Second
+
+// closeWithin runs f, waiting at most d for it.
+func (a *app) closeWithin(d time.Duration, f func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		f()
+	}()
+	select {
+	case <-done:
+	case <-time.After(d):
+		a.log.Warn("closing the client did not finish; exiting without it", "waited", d)
+	}
 }

@@ -34,6 +34,7 @@ const (
 	SidecarRowsTotal      = "durashuffle_sidecar_rows_total"
 	SidecarCommitsTotal   = "durashuffle_sidecar_commits_total"
 	SidecarAbortsTotal    = "durashuffle_sidecar_aborts_total"
+	SidecarPanicsTotal    = "durashuffle_sidecar_panics_total"
 	CommitGuard           = "durashuffle_commit_guard"
 	MemstoreBytes         = "durashuffle_memstore_bytes"
 	MemstoreAdmitted      = "durashuffle_memstore_admitted_bytes_total"
@@ -69,6 +70,7 @@ type Metrics struct {
 	rows        *prometheus.CounterVec
 	commits     prometheus.Counter
 	aborts      prometheus.Counter
+	panics      *prometheus.CounterVec
 	memBytes    prometheus.Gauge
 	memAdmitted prometheus.Counter
 	memDeclined prometheus.Counter
@@ -116,6 +118,8 @@ func New() *Metrics {
 			Help: "DoPut streams whose worker output was committed."}),
 		aborts: prometheus.NewCounter(prometheus.CounterOpts{Name: SidecarAbortsTotal,
 			Help: "DoPut streams aborted: cancelled, failed, rejected, ended without their commit message, or cut off at shutdown."}),
+		panics: prometheus.NewCounterVec(prometheus.CounterOpts{Name: SidecarPanicsTotal,
+			Help: "Panics in sidecar handlers, by method: each failed its call (Internal) and was logged with its stack; the process served on."}, []string{"method"}),
 	}
 	m.memBytes = prometheus.NewGauge(prometheus.GaugeOpts{Name: MemstoreBytes,
 		Help: "Bytes the memory store holds or has reserved for writers uploading now; at most memory_store_bytes."})
@@ -144,6 +148,7 @@ func New() *Metrics {
 	for _, method := range SidecarMethods {
 		m.streams.WithLabelValues(method)
 		m.rows.WithLabelValues(method)
+		m.panics.WithLabelValues(method)
 		for _, code := range SidecarCodes {
 			m.calls.WithLabelValues(method, code)
 		}
@@ -154,7 +159,7 @@ func New() *Metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.queue, m.queued, m.part, m.uploadBytes, m.readBytes, m.buffered,
-		m.streams, m.waiting, m.calls, m.rows, m.commits, m.aborts,
+		m.streams, m.waiting, m.calls, m.rows, m.commits, m.aborts, m.panics,
 		m.memBytes, m.memAdmitted, m.memDeclined, m.memEvicted, m.memReleased, m.served, m.fallbacks, m.peerSent,
 		&m.counters,
 	)
@@ -360,6 +365,13 @@ func (m *Metrics) Rows(method string, n int64) {
 	}
 }
 
+// Panic records a panic in a sidecar handler of method.
+func (m *Metrics) Panic(method string) {
+	if m != nil {
+		m.panics.WithLabelValues(method).Inc()
+	}
+}
+
 // PutDone records the end of a DoPut stream: committed or aborted.
 func (m *Metrics) PutDone(committed bool) {
 	switch {
@@ -417,7 +429,7 @@ var (
 	SidecarMethods = []string{"DoPut", "DoGet", "DoAction", "ListActions", "ListFlights", "GetFlightInfo", "GetSchema"}
 	// SidecarCodes: the gRPC codes its calls end with.
 	SidecarCodes = []string{"OK", "Canceled", "InvalidArgument", "NotFound", "AlreadyExists", "FailedPrecondition",
-		"ResourceExhausted", "Aborted", "Unauthenticated", "Unavailable", "Internal"}
+		"ResourceExhausted", "Aborted", "DeadlineExceeded", "Unauthenticated", "Unavailable", "Internal"}
 	// RetryOps and RetryReasons: the requests of the write and read paths
 	// and the failures that make them retry most.
 	RetryOps     = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload", "GetObject"}

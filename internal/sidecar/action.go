@@ -34,6 +34,7 @@ func (s *Server) ListActions(_ *flight.Empty, stream flight.FlightService_ListAc
 // DoAction runs one action and sends one JSON result.
 func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoActionServer) error {
 	ctx := stream.Context()
+	hook("DoAction")
 	var (
 		res any
 		err error
@@ -76,8 +77,8 @@ func (s *Server) sealStage(ctx context.Context, body []byte) (*SealResult, error
 	if err := manifest.ValidateStage(*req.Stage); err != nil {
 		return nil, invalidf("seal-stage: %v", err)
 	}
-	if req.Workers < 1 {
-		return nil, invalidf("seal-stage: workers must be at least 1, got %d", req.Workers)
+	if req.Workers < 1 || req.Workers > manifest.MaxSealWorkers {
+		return nil, invalidf("seal-stage: workers must be between 1 and %d (the limit of one seal, MaxSealWorkers), got %d", manifest.MaxSealWorkers, req.Workers)
 	}
 	m, err := s.c.Seal(ctx, req.Query, *req.Stage, req.Workers)
 	if err != nil {

@@ -39,6 +39,9 @@ var (
 	// ErrCleanup: aborting a stream's output failed, so objects or open
 	// multipart uploads of that attempt may remain.
 	ErrCleanup = errors.New("cleanup of aborted streams failed")
+	// ErrStuck: calls were still running when Shutdown's cleanup wait
+	// ended (they ignore cancellation); Shutdown returned without them.
+	ErrStuck = errors.New("calls stuck at shutdown")
 )
 
 // PutCommand is DoPut's descriptor: FlightDescriptor CMD holding this
@@ -287,6 +290,9 @@ func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
 	if c.Partitions < 1 {
 		return c, invalidf("DoPut descriptor: partitions must be at least 1, got %d", c.Partitions)
 	}
+	if c.Partitions > durashuffle.MaxPartitions {
+		return c, invalidf("DoPut descriptor: partitions %d is over the limit of %d (MaxPartitions)", c.Partitions, durashuffle.MaxPartitions)
+	}
 	for _, id := range []struct{ kind, v string }{{"query", c.Query}, {"worker", string(c.Worker)}} {
 		if err := manifest.ValidateID(id.kind, id.v); err != nil {
 			return c, invalidf("DoPut descriptor: %v", err)
@@ -434,7 +440,8 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema),
-		errors.Is(err, reader.ErrPartition):
+		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
+		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument
 	case errors.Is(err, manifest.ErrStageNotFound):
 		return codes.NotFound

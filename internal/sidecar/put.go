@@ -32,13 +32,12 @@ import (
 //
 // While the shared upload budget is spent, DoPut stops reading the stream,
 // so gRPC flow control slows the client instead of the sidecar buffering.
+// A stream takes one of max_streams slots once its descriptor and schema
+// have arrived (within stream_first_message_timeout), so a client that
+// opens streams and sends nothing holds none; a stream that then sends
+// nothing for stream_idle_timeout fails with DeadlineExceeded.
 func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	ctx := stream.Context()
-	release, err := s.acquire(ctx, "DoPut")
-	if err != nil {
-		return err
-	}
-	defer release()
 	start := time.Now()
 
 	in := &putStream{stream: stream, mem: s.mem}
@@ -51,6 +50,11 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	if err != nil {
 		return err
 	}
+	release, err := s.acquire(ctx, "DoPut")
+	if err != nil {
+		return err
+	}
+	defer release()
 	w, err := s.c.NewWriter(ctx, durashuffle.WriterOptions{
 		Query:      cmd.Query,
 		Stage:      *cmd.Stage,
@@ -76,7 +80,9 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 		if committed {
 			return
 		}
-		if aerr := w.Abort(); aerr != nil {
+		// Also while a panic unwinds: the writer may have been left in
+		// any state, so the abort is bounded.
+		if aerr := s.abort(w); aerr != nil {
 			s.abortErrs.Add(1)
 			log.Error("abort failed: objects or uploads of this attempt may remain", "err", aerr)
 		}
@@ -100,6 +106,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 			}
 			lastMD, lastPart = append(lastMD[:0], md...), p
 		}
+		hook("DoPut.batch")
 		if err := w.Write(p, rec); err != nil {
 			return toStatus(fmt.Errorf("write batch %d (%d rows) to partition %d: %w", batches, rec.NumRows(), p, err))
 		}
@@ -138,6 +145,36 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 		log.Warn("send PutResult after commit", "err", err)
 	}
 	return nil
+}
+
+// abort aborts w, waiting at most AbortWait(cleanup_timeout): a writer
+// left locked by a bug cannot hold the stream (its abort goes on, in the
+// background, and its error is logged).
+func (s *Server) abort(w *durashuffle.Writer) error {
+	done := make(chan error, 1)
+	go func() {
+		defer func() {
+			if r := recover(); r != nil {
+				done <- s.panicked("DoPut", r)
+			}
+		}()
+		done <- w.Abort()
+	}()
+	wait := AbortWait(s.cleanupTimeout())
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-t.C:
+	}
+	opt := w.Options()
+	go func() {
+		if err := <-done; err != nil {
+			s.log.Error("abort that overran its wait failed", "query", opt.Query, "stage", opt.Stage, "worker", opt.Worker, "attempt", opt.Attempt, "err", err)
+		}
+	}()
+	return fmt.Errorf("abort of attempt %s still running after %v (2 x cleanup_timeout + 1s); the stream ends without it", opt.Attempt, wait)
 }
 
 // putStream sits between the gRPC stream and the Flight record reader. It

@@ -12,6 +12,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/debug"
+	"runtime/pprof"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +25,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -46,6 +49,19 @@ const (
 
 // DefaultReadyInterval is how often the bucket is probed for /readyz.
 const DefaultReadyInterval = 5 * time.Second
+
+// gRPC keepalive of every connection. The server pings a connection that
+// has been quiet for KeepaliveTime and closes it when the ping is not
+// answered within KeepaliveTimeout, so the streams of a client whose host
+// vanished (no FIN, no RST) end and free their slots. Clients may ping as
+// often as every KeepaliveMinClientPing, with or without a stream open; a
+// client that pings more often is disconnected (gRPC's GOAWAY
+// "too_many_pings").
+const (
+	KeepaliveTime          = time.Minute
+	KeepaliveTimeout       = 20 * time.Second
+	KeepaliveMinClientPing = 10 * time.Second
+)
 
 // Options configure a Server beyond the client's configuration.
 type Options struct {
@@ -85,6 +101,9 @@ type Server struct {
 	grpc   *grpc.Server
 	slots  *semaphore.Weighted
 	stages stageCache
+
+	firstTimeout time.Duration // stream_first_message_timeout; 0: none
+	idleTimeout  time.Duration // stream_idle_timeout; 0: none
 
 	drain     context.Context // done once Shutdown starts
 	drainNow  context.CancelFunc
@@ -147,6 +166,9 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		slots:    semaphore.NewWeighted(int64(max(1, cfg.MaxStreams))),
 		shutDone: make(chan struct{}),
 		tls:      tc,
+
+		firstTimeout: cfg.StreamFirstMessageTimeout.D(),
+		idleTimeout:  cfg.StreamIdleTimeout.D(),
 	}
 	if cfg.AuthToken != "" {
 		sum := sha256.Sum256([]byte(cfg.AuthToken))
@@ -171,6 +193,8 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		grpc.MaxSendMsgSize(msg),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinClientPing, PermitWithoutStream: true}),
 	}
 	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
@@ -275,10 +299,14 @@ func (s *Server) ServeMetrics(ln net.Listener) error {
 // done (the caller sets the shutdown grace as its deadline). Streams still
 // running then are cut off: their writers abort, so nothing of theirs is
 // committed and no multipart upload stays open, and Shutdown waits for
-// that cleanup. It returns nil if every call finished in time; an error
-// wrapping ErrCutOff that counts the calls cut off; or, if aborting an
-// output failed, one wrapping ErrCleanup. Calling it again waits for the
-// first call and returns its result. The client is not closed.
+// that cleanup, at most CleanupWait(cleanup_timeout). It returns nil if
+// every call finished in time; an error wrapping ErrCutOff that counts the
+// calls cut off; if aborting an output failed, one wrapping ErrCleanup;
+// and if calls were still running when the cleanup wait ended (a handler
+// that ignores cancellation: a bug, logged with every goroutine's stack),
+// one wrapping ErrStuck: Shutdown returns without them and the process
+// should exit. Calling it again waits for the first call and returns its
+// result. The client is not closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		defer close(s.shutDone)
@@ -286,6 +314,22 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	})
 	<-s.shutDone
 	return s.shutErr
+}
+
+// CleanupWait is how long Shutdown waits, once the grace has ended, for
+// the calls it cut off to end: a DoPut's abort is bounded by AbortWait,
+// plus a second for the rest of its handler.
+func CleanupWait(cleanupTimeout time.Duration) time.Duration {
+	return AbortWait(cleanupTimeout) + time.Second
+}
+
+// AbortWait bounds how long a failed DoPut waits for its writer's abort:
+// the abort's steps (the multipart uploads, then the objects) are each
+// bounded by cleanup_timeout, so one still running after twice that, plus
+// a second, is stuck. The stream then ends without it, and the abort is
+// counted as a failed cleanup (what it leaves is gc's).
+func AbortWait(cleanupTimeout time.Duration) time.Duration {
+	return 2*cleanupTimeout + time.Second
 }
 
 func (s *Server) shutdown(ctx context.Context) error {
@@ -302,34 +346,62 @@ func (s *Server) shutdown(ctx context.Context) error {
 	deadline, _ := ctx.Deadline()
 	s.log.Info("shutting down: refusing new streams", "in_flight", active, "deadline", deadline)
 
+	// GracefulStop waits for every handler, and holds the gRPC server's
+	// lock meanwhile once the connections are gone; neither it nor Stop
+	// is waited for beyond the cleanup wait.
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
 		close(stopped)
 	}()
-	var err error
+	var (
+		err   error
+		stuck bool
+	)
 	select {
 	case <-idle:
+		<-stopped
 	case <-ctx.Done():
 		s.mu.Lock()
 		left := s.active
 		s.mu.Unlock()
 		s.log.Warn("shutdown grace ended: aborting streams still running", "streams", left)
-		// Writers fail through their contexts; handlers blocked on a
-		// client that sends nothing are woken by closing the transports.
-		// A handler that sees its context end returns Unavailable while
-		// its transport is still open; a moment later the transports close.
+		// Writers fail through their contexts, and so do the sends and
+		// receives of every stream (see serverStream): a handler that
+		// sees its context end returns Unavailable while its transport
+		// is still open; a moment later the transports close.
 		s.hardStop(ErrShutdown)
 		select {
 		case <-idle:
 		case <-time.After(200 * time.Millisecond):
 		}
-		s.grpc.Stop()
-		<-idle
+		go s.grpc.Stop()
+		wait := CleanupWait(s.cleanupTimeout())
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		select {
+		case <-idle:
+			select {
+			case <-stopped:
+			case <-t.C:
+			}
+		case <-t.C:
+			stuck = true
+		}
 		err = fmt.Errorf("sidecar shutdown: %w: %d calls still running when the grace ended, %d of them DoPut streams whose output was aborted (%w)",
 			ErrCutOff, left, s.cut.Load(), context.Cause(ctx))
+		if stuck {
+			s.mu.Lock()
+			n := s.active
+			s.mu.Unlock()
+			var stacks strings.Builder
+			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
+			s.log.Error("shutdown: calls still running after the grace and the cleanup wait; they ignore cancellation (a bug): giving up on them",
+				"calls", n, "cleanup_wait", wait, "goroutines", stacks.String())
+			err = errors.Join(err, fmt.Errorf("sidecar shutdown: %w: %d calls still running %v after the grace ended (cleanup wait: 2 x cleanup_timeout + 2s); the process must exit without them",
+				ErrStuck, n, wait))
+		}
 	}
-	<-stopped
 	s.ready.stop()
 	s.mu.Lock()
 	srv := s.httpSrv
@@ -344,8 +416,15 @@ func (s *Server) shutdown(ctx context.Context) error {
 	if n := s.abortErrs.Load(); n > 0 {
 		err = errors.Join(err, fmt.Errorf("sidecar shutdown: %w: %d streams (see the log); lifecycle rules must remove what they left", ErrCleanup, n))
 	}
-	s.log.Info("shut down", "cut_off", s.cut.Load())
+	s.log.Info("shut down", "cut_off", s.cut.Load(), "stuck", stuck)
 	return err
+}
+
+func (s *Server) cleanupTimeout() time.Duration {
+	if d := s.cfg.CleanupTimeout.D(); d > 0 {
+		return d
+	}
+	return durashuffle.DefaultConfig().CleanupTimeout.D()
 }
 
 // enter registers a call; it fails while draining.
@@ -397,6 +476,11 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	}
 	ctx, done := s.callContext(ctx)
 	defer done()
+	defer func() {
+		if r := recover(); r != nil {
+			resp, err = nil, s.panicked(method, r)
+		}
+	}()
 	return handler(ctx, req)
 }
 
@@ -412,7 +496,38 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	}
 	ctx, done := s.callContext(ss.Context())
 	defer done()
-	return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+	// A panic in the handler fails this call alone. DoPut's own deferred
+	// abort runs first, while the panic unwinds.
+	defer func() {
+		if r := recover(); r != nil {
+			err = s.panicked(method, r)
+		}
+	}()
+	return handler(srv, s.newServerStream(method, ss, ctx))
+}
+
+// panicked records a handler's panic: logged at ERROR with its stack,
+// counted in durashuffle_sidecar_panics_total, and turned into the call's
+// Internal status. The process serves on.
+func (s *Server) panicked(method string, r any) error {
+	s.m.Panic(method)
+	s.log.Error("panic in handler: the call failed, the sidecar serves on", "method", method,
+		"panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+	tail := "the call failed"
+	if method == "DoPut" {
+		tail = "the stream failed and its uncommitted output was aborted"
+	}
+	return status.Errorf(codes.Internal, "internal error in %s (a panic, logged by the sidecar): %s; %s", method, clip([]byte(fmt.Sprint(r))), tail)
+}
+
+// testHook, when set (by tests), is called at named points of handlers;
+// a hook that panics or blocks plays a bug there.
+var testHook atomic.Pointer[func(point string)]
+
+func hook(point string) {
+	if h := testHook.Load(); h != nil {
+		(*h)(point)
+	}
 }
 
 // finish records a call's outcome; failures the server is to blame for are
@@ -425,13 +540,6 @@ func (s *Server) finish(method string, err error) {
 		s.log.Error("call failed", "method", method, "code", code.String(), "err", status.Convert(err).Message())
 	}
 }
-
-type serverStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (s *serverStream) Context() context.Context { return s.ctx }
 
 // authorize checks the bearer token when auth_token is set. Both sides are
 // hashed first so the comparison takes the same time whatever the length.
