@@ -156,7 +156,7 @@ func TestBodyStallTimeout(t *testing.T) {
 	}
 }
 
-// slowBody hands out the first slow bytes of a request body at about 4
+// slowBody hands out the first slow bytes of a request body at about 2.6
 // MiB/s, the rest as fast as it is read.
 type slowBody struct {
 	io.ReadCloser
@@ -168,7 +168,7 @@ func (b *slowBody) Read(p []byte) (int, error) {
 		return b.ReadCloser.Read(p)
 	}
 	p = p[:min(len(p), 32<<10, int(b.slow))]
-	time.Sleep(8 * time.Millisecond)
+	time.Sleep(12 * time.Millisecond)
 	n, err := b.ReadCloser.Read(p)
 	b.slow -= int64(n)
 	return n, err
@@ -203,7 +203,9 @@ func TestSlowUploadNotCut(t *testing.T) {
 		t.Cleanup(srv.Close)
 		o := e.Options(nil)
 		o.Endpoint = srv.URL
-		o.FirstByteTimeout = time.Second
+		// Long enough for the servers to store 16 MiB on a busy machine
+		// once it has arrived, short of the time the body takes.
+		o.FirstByteTimeout = 2 * time.Second
 		st, err := s3store.New(t.Context(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -216,7 +218,7 @@ func TestSlowUploadNotCut(t *testing.T) {
 		if err := st.Put(t.Context(), "slow", body, store.PutOptions{}); err != nil {
 			t.Fatalf("a slow upload was cut: %v", err)
 		}
-		if d := time.Since(start); d < 2*time.Second {
+		if d := time.Since(start); d < 2*o.FirstByteTimeout {
 			t.Fatalf("the upload took %v, not more than twice first_byte_timeout: the test tests nothing", d)
 		}
 		if got := read(t, st, "slow"); !bytes.Equal(got, body) {
