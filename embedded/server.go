@@ -109,7 +109,7 @@ func loopback(addr string) (string, error) {
 		return "", fmt.Errorf("embedded: address %q: want host:port on loopback, such as 127.0.0.1:9000: %w", addr, err)
 	}
 	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
-		return "", fmt.Errorf("embedded: address %q: %w (127.0.0.1, ::1 or localhost): it is for trials and tests, and any process that reaches it can read everything", addr, ErrNotLoopback)
+		return "", fmt.Errorf("embedded: address %q: %w (127.0.0.1, ::1 or localhost): it is for trials and tests on one machine, with one pair of keys and no TLS", addr, ErrNotLoopback)
 	}
 	return addr, nil
 }
