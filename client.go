@@ -167,6 +167,8 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 		SSEKMSKeyID:        cfg.SSEKMSKeyID,
 		Counter:            counter,
 		MaxConns:           2*cfg.UploadConcurrency + cfg.MaxStreams*cfg.ReadAhead + 16,
+		ConnectTimeout:     cfg.ConnectTimeout.D(),
+		FirstByteTimeout:   cfg.FirstByteTimeout.D(),
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"reflect"
 	"runtime"
@@ -52,7 +53,7 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 type Config struct {
 	Bucket             string `yaml:"bucket" doc:"Bucket that holds every query's stages."`
 	Prefix             string `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
-	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL (MinIO, LocalStack); empty follows the AWS chain (AWS_ENDPOINT_URL, profile)."`
+	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
 	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
 	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
@@ -81,6 +82,8 @@ type Config struct {
 	RetryBaseDelay   Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
 	RetryMaxDelay    Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
 	RequestTimeout   Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+	ConnectTimeout   Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
+	FirstByteTimeout Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
 	CleanupTimeout   Duration `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
 
 	HedgeFactor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
@@ -126,6 +129,8 @@ func DefaultConfig() Config {
 		RetryBaseDelay:    Duration(100 * time.Millisecond),
 		RetryMaxDelay:     Duration(5 * time.Second),
 		RequestTimeout:    Duration(5 * time.Minute),
+		ConnectTimeout:    Duration(5 * time.Second),
+		FirstByteTimeout:  Duration(20 * time.Second),
 		CleanupTimeout:    Duration(20 * time.Second),
 		HedgeFactor:       4,
 		HedgeMinDelay:     Duration(2 * time.Second),
@@ -244,6 +249,15 @@ func (c Config) Validate() error {
 	if c.RequestTimeout < 0 {
 		bad("request_timeout", "0 (none) or positive", c.RequestTimeout)
 	}
+	if c.ConnectTimeout.D() < 100*time.Millisecond || c.ConnectTimeout.D() > 5*time.Minute {
+		bad("connect_timeout", "between 100ms and 5m0s", c.ConnectTimeout)
+	}
+	if c.FirstByteTimeout.D() < time.Second || c.FirstByteTimeout.D() > time.Hour {
+		bad("first_byte_timeout", "between 1s and 1h0m0s", c.FirstByteTimeout)
+	}
+	if c.Endpoint != "" && !validEndpoint(c.Endpoint) {
+		bad("endpoint", "empty (the AWS chain) or an http:// or https:// URL with a host, such as http://127.0.0.1:9000", strconv.Quote(c.Endpoint))
+	}
 	if c.CleanupTimeout.D() < time.Second || c.CleanupTimeout.D() > time.Hour {
 		bad("cleanup_timeout", "between 1s and 1h0m0s", c.CleanupTimeout)
 	}
@@ -293,6 +307,23 @@ func (c Config) Validate() error {
 		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))
 	}
 	return errors.Join(errs...)
+}
+
+// validEndpoint: an absolute http or https URL with a host (and a port
+// in range, if any), no credentials, query or fragment. The SDK would
+// only find out at the first request.
+func validEndpoint(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" ||
+		u.User != nil || u.RawQuery != "" || u.Fragment != "" || u.Opaque != "" {
+		return false
+	}
+	if p := u.Port(); p != "" {
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	return true
 }
 
 // Key describes one configuration key for flags, env and docs.

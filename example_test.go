@@ -25,7 +25,7 @@ func Example() {
 
 	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
-	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(embedded.Credentials()))
+	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 	if err != nil {
 		log.Fatal(err)
 	}

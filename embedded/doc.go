@@ -1,8 +1,23 @@
 // Package embedded runs a zero-setup S3 server in-process on loopback,
 // backed by a directory, so durashuffle works (and its tests run) with no
-// object store installed.
+// object store installed. It is for trials and tests, not production.
 // It is gofakes3 with its filesystem backend, plus small fixes where
 // gofakes3 falls short of what durashuffle relies on.
+//
+// Access: it listens on loopback only (Options.Addr beyond loopback fails
+// with ErrNotLoopback) and takes only requests signed (AWS Signature
+// Version 4, Authorization header or presigned URL) with its one pair of
+// credentials, generated at Start unless Options names them;
+// Server.Credentials returns them for its clients. Anything else is
+// answered 403 before gofakes3 sees it: AccessDenied unsigned,
+// InvalidAccessKeyId, SignatureDoesNotMatch, RequestTimeTooSkewed (more
+// than 15 minutes off), or an expired presigned URL. The signature is
+// checked by signing the request again with the SDK's own signer. A hex
+// x-amz-content-sha256 is checked against the body (400 BadDigest);
+// UNSIGNED-PAYLOAD and the STREAMING-* aws-chunked bodies carry no body
+// hash, and their chunk signatures are not checked (their headers'
+// signature is). Other local users who can reach the port without the keys
+// can do nothing; anyone with the keys can do everything.
 //
 // The fixes (no S3 protocol is written here; failures are gofakes3's own
 // error codes, and the one synthesized response uses its result type):
@@ -37,5 +52,6 @@
 // cannot also be a "directory" of another key ("a/b" and "a/b/c"), and
 // the parent directories of deleted keys stay on disk; listings ignore
 // max-keys and return one page; a reader of a key being overwritten can
-// see a torn object; only CRC32C is verified; signatures are not checked.
+// see a torn object; only CRC32C is verified; there is no TLS, and one
+// pair of keys with every right.
 package embedded

@@ -26,8 +26,8 @@ func start(t *testing.T, dir string, buckets ...string) *embedded.Server {
 func newStore(t *testing.T, srv *embedded.Server, bucket string) *s3store.Store {
 	t.Helper()
 	s, err := s3store.New(context.Background(), s3store.Options{
-		Bucket: bucket, Endpoint: srv.Endpoint(), PathStyle: true,
-		AccessKeyID: "any", SecretAccessKey: "any",
+		Bucket: bucket, Endpoint: srv.Endpoint(), PathStyle: true, Region: "us-east-1",
+		Credentials: srv.Credentials(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -84,9 +84,9 @@ func TestStartRejectsBadBucket(t *testing.T) {
 	}
 }
 
-// rawPut sends a PUT the SDK would never send, to see what the server does
-// with other clients' bodies.
-func rawPut(t *testing.T, url string, header map[string]string, body string) (int, string) {
+// rawPut sends a PUT the SDK would never send, signed with the server's
+// credentials, to see what the server does with other clients' bodies.
+func rawPut(t *testing.T, srv *embedded.Server, url string, header map[string]string, body string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPut, url, strings.NewReader(body))
 	if err != nil {
@@ -95,7 +95,7 @@ func rawPut(t *testing.T, url string, header map[string]string, body string) (in
 	for k, v := range header {
 		req.Header.Set(k, v)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := http.DefaultClient.Do(sign(t, srv.Credentials(), req, header["x-amz-content-sha256"]))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestBodies(t *testing.T) {
 		}, signedChunks, 200, "", "hello"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			status, body := rawPut(t, srv.Endpoint()+c.path, c.header, c.body)
+			status, body := rawPut(t, srv, srv.Endpoint()+c.path, c.header, c.body)
 			if status != c.wantStatus || !strings.Contains(body, "<Code>"+c.wantCode+"</Code>") && c.wantCode != "" {
 				t.Fatalf("got %d %s, want %d %s", status, body, c.wantStatus, c.wantCode)
 			}
@@ -172,7 +172,11 @@ func TestEmptyUploadList(t *testing.T) {
 	if err != nil || len(ups) != 0 {
 		t.Fatalf("ListUploads = %v, %v; want none", ups, err)
 	}
-	resp, err := http.Get(srv.Endpoint() + "/no-such-bucket?uploads")
+	req, err := http.NewRequest(http.MethodGet, srv.Endpoint()+"/no-such-bucket?uploads", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(sign(t, srv.Credentials(), req, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

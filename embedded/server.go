@@ -2,6 +2,9 @@ package embedded
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -18,27 +22,65 @@ import (
 	"github.com/spf13/afero"
 )
 
-// Server is a running embedded S3 server. Any access key is accepted; the
-// server does not check signatures.
+// Server is a running embedded S3 server. It takes only requests signed
+// with its credentials (Credentials), on loopback.
 type Server struct {
 	srv      *http.Server
 	endpoint string
+	creds    aws.Credentials
 	served   chan error
 	tempDir  string // removed by Close; "" when the caller gave dataDir
 }
 
-// Start serves the objects under dataDir (created if missing) on a free
-// loopback port, creating the given buckets if they do not exist yet.
-// Objects persist in dataDir across restarts; open multipart uploads do not.
-// An empty dataDir is a new temporary directory that Close removes, for a
-// test or a trial:
+// ErrNotLoopback: the address given to StartWith is not a loopback one.
+// The embedded server is for trials and tests on one machine.
+var ErrNotLoopback = errors.New("the embedded S3 server listens on loopback only")
+
+// Options configure StartWith.
+type Options struct {
+	// DataDir holds the objects (created if missing); they persist across
+	// restarts, open multipart uploads do not. Empty: a new temporary
+	// directory that Close removes.
+	DataDir string
+	// Buckets are created if they do not exist yet.
+	Buckets []string
+	// Addr is the address to listen on, host:port with a loopback host
+	// (127.0.0.1, ::1, localhost); anything else fails with
+	// ErrNotLoopback. Empty: 127.0.0.1 and a free port.
+	Addr string
+	// AccessKeyID and SecretAccessKey are the one pair of credentials the
+	// server takes requests signed with. Empty: a pair generated for this
+	// server. Credentials returns it either way.
+	AccessKeyID, SecretAccessKey string
+}
+
+// Start serves the objects under dataDir on a free loopback port, creating
+// the given buckets if they do not exist yet, with fresh credentials: it is
+// StartWith with those options. An empty dataDir is a new temporary
+// directory that Close removes, for a test or a trial:
 //
 //	srv, err := embedded.Start("", "shuffle")
 //	defer srv.Close()
 //	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
-//	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(embedded.Credentials()))
+//	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 func Start(dataDir string, buckets ...string) (*Server, error) {
-	temp := ""
+	return StartWith(Options{DataDir: dataDir, Buckets: buckets})
+}
+
+// StartWith starts a server with o.
+func StartWith(o Options) (*Server, error) {
+	addr, err := loopback(o.Addr)
+	if err != nil {
+		return nil, err
+	}
+	if (o.AccessKeyID == "") != (o.SecretAccessKey == "") {
+		return nil, errors.New("embedded: give both AccessKeyID and SecretAccessKey, or neither")
+	}
+	creds := aws.Credentials{AccessKeyID: o.AccessKeyID, SecretAccessKey: o.SecretAccessKey, Source: "embedded"}
+	if creds.AccessKeyID == "" {
+		creds.AccessKeyID, creds.SecretAccessKey = generateKeys()
+	}
+	temp, dataDir := "", o.DataDir
 	if dataDir == "" {
 		d, err := os.MkdirTemp("", "durashuffle-embedded-")
 		if err != nil {
@@ -46,7 +88,7 @@ func Start(dataDir string, buckets ...string) (*Server, error) {
 		}
 		dataDir, temp = d, d
 	}
-	s, err := start(dataDir, buckets)
+	s, err := start(dataDir, o.Buckets, addr, creds)
 	if err != nil {
 		if temp != "" {
 			os.RemoveAll(temp)
@@ -57,14 +99,35 @@ func Start(dataDir string, buckets ...string) (*Server, error) {
 	return s, nil
 }
 
-// Credentials are keys for the server's clients: it accepts any, and
-// fixed ones spare the SDK a walk down the credential chain (and its
-// instance-metadata timeouts) where no AWS credentials are set.
-func Credentials() aws.CredentialsProvider {
-	return credentials.NewStaticCredentialsProvider("durashuffle", "durashuffle", "")
+// loopback checks that addr (empty: 127.0.0.1:0) has a loopback host.
+func loopback(addr string) (string, error) {
+	if addr == "" {
+		return "127.0.0.1:0", nil
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", fmt.Errorf("embedded: address %q: want host:port on loopback, such as 127.0.0.1:9000: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return "", fmt.Errorf("embedded: address %q: %w (127.0.0.1, ::1 or localhost): it is for trials and tests on one machine, with one pair of keys and no TLS", addr, ErrNotLoopback)
+	}
+	return addr, nil
 }
 
-func start(dataDir string, buckets []string) (*Server, error) {
+// generateKeys makes a fresh access key ID and secret.
+func generateKeys() (id, secret string) {
+	var b [32]byte
+	_, _ = rand.Read(b[:]) // never fails
+	return "EMBEDDED" + strings.ToUpper(hex.EncodeToString(b[:6])), base64.RawURLEncoding.EncodeToString(b[6:])
+}
+
+// Credentials are the keys the server takes requests signed with, for its
+// clients (durashuffle.WithCredentials, s3store.Options.Credentials).
+func (s *Server) Credentials() aws.CredentialsProvider {
+	return credentials.NewStaticCredentialsProvider(s.creds.AccessKeyID, s.creds.SecretAccessKey, "")
+}
+
+func start(dataDir string, buckets []string, addr string, creds aws.Credentials) (*Server, error) {
 	if err := os.MkdirAll(dataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("embedded: data dir: %w", err)
 	}
@@ -83,13 +146,18 @@ func start(dataDir string, buckets []string) (*Server, error) {
 	}
 	faker := gofakes3.New(be, gofakes3.WithLogger(gofakes3.DiscardLog()))
 
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("embedded: listen: %w", err)
 	}
+	if a, ok := ln.Addr().(*net.TCPAddr); !ok || !a.IP.IsLoopback() {
+		ln.Close()
+		return nil, fmt.Errorf("embedded: address %q listens on %s: %w", addr, ln.Addr(), ErrNotLoopback)
+	}
 	s := &Server{
+		creds: creds,
 		srv: &http.Server{
-			Handler:           emptyUploadLists(checkBodies(faker.Server())),
+			Handler:           requireSignature(creds, time.Now, emptyUploadLists(checkBodies(faker.Server()))),
 			ReadHeaderTimeout: 30 * time.Second,
 			// Clients that hang up mid-request are routine under fault
 			// tests; they are not worth a line on stderr.

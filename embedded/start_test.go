@@ -24,7 +24,7 @@ func TestStartTemporary(t *testing.T) {
 		t.Fatal("Start(\"\") made no temporary directory")
 	}
 	ctx := context.Background()
-	creds, err := Credentials().Retrieve(ctx)
+	creds, err := srv.Credentials().Retrieve(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -180,7 +180,11 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Writers: o.workers, Readers: o.readers}, sum.Embedded)
 	o.prog = a.startProgress()
 	defer o.prog.close()
-	client, closeClient, err := a.connect(ctx, &cfg, sum.Embedded, o.dataDir, o.prog.observer(int64(cfg.ChunkSize)))
+	var emb *embeddedS3
+	if sum.Embedded {
+		emb = &embeddedS3{dataDir: o.dataDir}
+	}
+	client, closeClient, err := a.connect(ctx, &cfg, emb, o.prog.observer(int64(cfg.ChunkSize)))
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"reflect"
 
 	"github.com/durashuffle/durashuffle"
@@ -66,6 +68,14 @@ func (f *configFlags) Load(getenv func(string) string) (durashuffle.Config, erro
 		if fl := f.fs.Lookup(k.Flag); fl != nil && fl.Changed {
 			dst.FieldByName(k.Go).Set(src.FieldByName(k.Go))
 		}
+	}
+	// An empty endpoint in a file or the environment means the AWS chain,
+	// as when it is not set; an empty --endpoint is a command line that
+	// lost its value (an unset shell variable), and would send every
+	// request to AWS.
+	if fl := f.fs.Lookup("endpoint"); fl != nil && fl.Changed && c.Endpoint == "" {
+		return c, errors.Join(fmt.Errorf("%w: endpoint: --endpoint is given but empty; omit it to follow the AWS chain (AWS_ENDPOINT_URL, profile) or give a URL such as http://127.0.0.1:9000",
+			durashuffle.ErrInvalidConfig), c.Validate())
 	}
 	return c, c.Validate()
 }

@@ -20,6 +20,7 @@ import (
 type serveOptions struct {
 	embedded bool
 	dataDir  string
+	s3Listen string
 }
 
 func (a *app) serveCommand() *cobra.Command {
@@ -55,9 +56,19 @@ were still running 2 x cleanup_timeout + 2s after the grace (the process
 exits without them).
 
 --embedded-s3 serves from an in-process S3 server (objects in --data-dir, or
-in a temporary directory removed on exit): a local trial with no setup.`,
+in a temporary directory removed on exit): a local trial with no setup, not
+a store for production. It listens on loopback only (--embedded-s3-listen,
+default a free port; any other address is refused) and takes only requests
+signed with its credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY if
+both are set, so that other commands and tools can reach it with them, else
+a pair generated at start that only this process knows.`,
 		Example: `  # A local trial on the in-process S3 server:
   durashuffle serve --embedded-s3 --listen 127.0.0.1:8815 --metrics-listen 127.0.0.1:9815
+
+  # The same, with keys of your choice, so that ls can look at the bucket:
+  export AWS_ACCESS_KEY_ID=trial AWS_SECRET_ACCESS_KEY=$(openssl rand -hex 16)
+  durashuffle serve --embedded-s3 --embedded-s3-listen 127.0.0.1:9000 &
+  durashuffle ls --endpoint http://127.0.0.1:9000 --path-style --bucket durashuffle
 
   # Next to a worker, against S3, on a unix socket, with a token:
   DURASHUFFLE_AUTH_TOKEN=$(cat /run/secrets/ds-token) \
@@ -74,6 +85,7 @@ in a temporary directory removed on exit): a local trial with no setup.`,
 	fs := cmd.Flags()
 	fs.BoolVar(&o.embedded, "embedded-s3", false, "serve from an in-process S3 server on loopback (bucket: --bucket, default durashuffle)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "with --embedded-s3: keep the objects in this directory (default: a temporary directory, removed on exit)")
+	fs.StringVar(&o.s3Listen, "embedded-s3-listen", "", "with --embedded-s3: its address, host:port on loopback (default: 127.0.0.1 and a free port)")
 	return cmd
 }
 
@@ -89,6 +101,9 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	if o.dataDir != "" && !o.embedded {
 		return usagef("--data-dir is for --embedded-s3")
 	}
+	if o.s3Listen != "" && !o.embedded {
+		return usagef("--embedded-s3-listen is for --embedded-s3")
+	}
 	if o.embedded && cfg.Endpoint != "" {
 		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Endpoint)
 	}
@@ -101,7 +116,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		if cfg.Bucket == "" {
 			cfg.Bucket = defaultDemoBucket
 		}
-		c, closeClient, err := a.connect(ctx, &cfg, true, o.dataDir, m)
+		c, closeClient, err := a.connect(ctx, &cfg, &embeddedS3{dataDir: o.dataDir, listen: o.s3Listen}, m)
 		if err != nil {
 			return err
 		}

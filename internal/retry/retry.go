@@ -39,6 +39,15 @@ func Throttling(reason string) bool {
 // Backoff returns the delay before retry number n (1-based): full jitter
 // over an exponentially growing window, capped.
 func (p Policy) Backoff(n int) time.Duration {
+	window := p.window(n)
+	if window <= 0 {
+		return 0
+	}
+	return window/2 + rand.N(window/2+1)
+}
+
+// window is the longest backoff before retry number n.
+func (p Policy) window(n int) time.Duration {
 	if p.BaseDelay <= 0 {
 		return 0
 	}
@@ -46,7 +55,19 @@ func (p Policy) Backoff(n int) time.Duration {
 	if p.MaxDelay > 0 && (window > p.MaxDelay || window <= 0) {
 		window = p.MaxDelay
 	}
-	return window/2 + rand.N(window/2+1)
+	return window
+}
+
+// MaxBackoffs is the longest the backoffs of one request can add up to
+// when every attempt fails: the full window of each of the
+// MaxAttempts-1 retries. A request that fails for good takes at most
+// this plus MaxAttempts times the longest an attempt can take.
+func (p Policy) MaxBackoffs() time.Duration {
+	var total time.Duration
+	for n := 1; n < p.MaxAttempts; n++ {
+		total += p.window(n)
+	}
+	return total
 }
 
 // Store is a store.Store whose calls retry under a Policy.
@@ -101,7 +122,22 @@ func CountAttempts(ctx context.Context, n *atomic.Int32) context.Context {
 
 // do runs fn until it succeeds, fails permanently, or runs out of attempts.
 func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) error) error {
-	var err error
+	var err, prev error
+	start := time.Now()
+	// cut is the error once the caller's context has ended: the last
+	// attempt's, and the one before it in words, since an attempt cut
+	// short by the caller says only that it was cancelled, while the
+	// previous one says why the store did not answer (a connect timeout).
+	cut := func(attempt int) error {
+		took := time.Since(start).Round(time.Millisecond)
+		switch {
+		case prev != nil:
+			err = fmt.Errorf("%s: stopped by the caller in attempt %d after %v (attempt %d: %v): %w", op, attempt, took, attempt-1, prev, err)
+		case attempt > 1:
+			err = fmt.Errorf("%s: stopped by the caller after %d attempts in %v: %w", op, attempt, took, err)
+		}
+		return errors.Join(err, context.Cause(ctx))
+	}
 	counted, _ := ctx.Value(attemptsKey{}).(*atomic.Int32)
 	for attempt := 1; ; attempt++ {
 		if counted != nil {
@@ -117,7 +153,7 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 			return nil
 		}
 		if ctx.Err() != nil {
-			return errors.Join(err, context.Cause(ctx))
+			return cut(attempt)
 		}
 		// An attempt that hit its own deadline is a stall: retryable.
 		stalled := s.policy.Timeout > 0 && errors.Is(err, context.DeadlineExceeded)
@@ -132,7 +168,7 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 				err = &store.Error{Op: op, Code: "RequestTimeout", Retryable: true,
 					Err: fmt.Errorf("no answer within request_timeout %v: %v", s.policy.Timeout, err)}
 			}
-			return fmt.Errorf("%s: gave up after %d attempts: %w", op, attempt, err)
+			return fmt.Errorf("%s: gave up after %d attempts in %v: %w", op, attempt, time.Since(start).Round(time.Millisecond), err)
 		}
 		reason := Reason(err)
 		if stalled {
@@ -148,9 +184,11 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(err, context.Cause(ctx))
+			prev = nil // err is an answer: nothing was cut short
+			return cut(attempt)
 		case <-t.C:
 		}
+		prev = err
 	}
 }
 

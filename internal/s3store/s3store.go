@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"hash/crc32"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -60,9 +59,18 @@ type Options struct {
 	// beyond it wait for a free connection; it should be at least the
 	// number of parts and ranged GETs in flight, or they queue here.
 	MaxConns int
-	// HTTPClient replaces the client built from MaxConns and
-	// InsecureSkipVerify (tests use it to put a fault proxy in the path).
+	// HTTPClient replaces the client built from MaxConns,
+	// InsecureSkipVerify and the timeouts below (tests use it to put a
+	// fault proxy in the path).
 	HTTPClient *http.Client
+	// ConnectTimeout bounds dialling the endpoint and, for https, the TLS
+	// handshake, each (default DefaultConnectTimeout).
+	ConnectTimeout time.Duration
+	// FirstByteTimeout bounds the wait for a response's first byte,
+	// counted from when the request body has been sent, so a large part
+	// on a slow link is not cut; and a request body the endpoint takes
+	// not one byte of for this long (default DefaultFirstByteTimeout).
+	FirstByteTimeout time.Duration
 	// NoChecksums (config checksum none) creates multipart uploads
 	// without a checksum algorithm, so that parts sent without a CRC32C
 	// are accepted, and turns part streaming off.
@@ -116,6 +124,19 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if o.MaxConns == 0 {
 		o.MaxConns = DefaultMaxConns
 	}
+	if o.ConnectTimeout < 0 || o.FirstByteTimeout < 0 {
+		return nil, fmt.Errorf("s3store: ConnectTimeout %v and FirstByteTimeout %v must be >= 0", o.ConnectTimeout, o.FirstByteTimeout)
+	}
+	t := timeouts{connect: o.ConnectTimeout, firstByte: o.FirstByteTimeout}
+	if t.connect == 0 {
+		t.connect = DefaultConnectTimeout
+	}
+	if t.firstByte == 0 {
+		t.firstByte = DefaultFirstByteTimeout
+	}
+	// ownClient: the HTTP client is the store's own (not the caller's),
+	// so the timeouts apply.
+	ownClient := o.HTTPClient == nil && (o.AWS == nil || o.AWS.HTTPClient == nil)
 	switch o.SSE {
 	case "", string(types.ServerSideEncryptionAes256), string(types.ServerSideEncryptionAwsKms):
 	default:
@@ -177,6 +198,12 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
+	var hc *timeoutClient
+	if b, ok := cfg.HTTPClient.(*awshttp.BuildableClient); ok && ownClient {
+		// The chain may have replaced the client with a copy (adding
+		// AWS_CA_BUNDLE's roots); its transport carries all of it.
+		hc = newTimeoutClient(b.GetTransport(), t)
+	}
 
 	client := s3.NewFromConfig(cfg, func(so *s3.Options) {
 		if o.Endpoint != "" {
@@ -187,6 +214,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 			// Set here rather than in the config: the chain would try
 			// to add AWS_CA_BUNDLE to it and fail on a plain client.
 			so.HTTPClient = o.HTTPClient
+		} else if hc != nil {
+			// Here too: the client's own resolution above would wrap
+			// the transport again with its default dialer.
+			so.HTTPClient = hc
 		}
 		// "Expect: 100-continue" on every part over 2 MiB costs a round
 		// trip before the body is sent, per part; it would only save bytes
@@ -209,10 +240,10 @@ func New(ctx context.Context, o Options) (*Store, error) {
 // newHTTPClient pools enough connections that concurrent parts and ranged
 // GETs reuse them instead of paying a TCP (and TLS) handshake each. It is
 // the SDK's buildable client, not a plain one, so the chain can still add
-// AWS_CA_BUNDLE's roots, and redirects are not followed.
+// AWS_CA_BUNDLE's roots; New then takes its transport over and installs
+// the timeouts (newTimeoutClient).
 func newHTTPClient(maxConns int, insecure bool, roots *x509.CertPool) *awshttp.BuildableClient {
 	return awshttp.NewBuildableClient().
-		WithDialerOptions(func(d *net.Dialer) { d.Timeout = 10 * time.Second }).
 		WithTransportOptions(func(t *http.Transport) {
 			t.MaxIdleConns = maxConns
 			t.MaxIdleConnsPerHost = maxConns

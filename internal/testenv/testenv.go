@@ -153,10 +153,13 @@ func Embedded(t testing.TB) Endpoint {
 			t.Errorf("testenv: close embedded server: %v", err)
 		}
 	})
-	// The embedded server checks no signatures; fixed keys spare the SDK a
-	// walk down the credential chain (and its instance-metadata timeouts).
+	// The server's own keys: it takes only requests signed with them.
+	creds, err := srv.Credentials().Retrieve(context.Background())
+	if err != nil {
+		t.Fatalf("testenv: embedded server credentials: %v", err)
+	}
 	e := Endpoint{URL: srv.Endpoint(), Region: "us-east-1", PathStyle: true,
-		AccessKeyID: "embedded", SecretAccessKey: "embedded-secret"}
+		AccessKeyID: creds.AccessKeyID, SecretAccessKey: creds.SecretAccessKey}
 	return withBucket(t, e, "")
 }
 

@@ -129,7 +129,9 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	if e.Endpoint == "" {
 		switch o.Server {
 		case ServerEmbedded:
-			srv, err := embedded.Start(filepath.Join(dir, "s3"), e.Bucket)
+			// The keys the bench's children and stores sign with.
+			srv, err := embedded.StartWith(embedded.Options{DataDir: filepath.Join(dir, "s3"), Buckets: []string{e.Bucket},
+				AccessKeyID: "durashuffle", SecretAccessKey: "durashuffle"})
 			if err != nil {
 				e.Close()
 				return nil, err
