@@ -98,7 +98,7 @@ type Config struct {
 	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
 	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
 	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
-	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, how long streams in flight may take to finish before they are aborted."`
+	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, the longest the shutdown takes: streams in flight may finish in the grace less a cleanup reserve (a third of it, at most 2 x cleanup_timeout + 2s), then are cut off and their output aborted in the reserve."`
 	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
 	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
 	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`

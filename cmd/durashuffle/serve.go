@@ -48,12 +48,13 @@ tls_client_ca_file too, they require a client certificate of that CA.
 Listening beyond loopback without a token or without TLS is logged as a
 warning.
 
-On SIGTERM or SIGINT it refuses new streams, lets streams in flight finish
-for --shutdown-grace, then aborts the rest: their output is not committed
-and their uploads are aborted. A second signal aborts at once. The exit code
-is 0 once shut down that way, 1 if serving or the cleanup failed, or if calls
-were still running 2 x cleanup_timeout + 2s after the grace (the process
-exits without them).
+On SIGTERM or SIGINT it refuses new streams and exits within
+--shutdown-grace: streams in flight may finish in the grace less a cleanup
+reserve (a third of it, at most 2 x cleanup_timeout + 2s), then the rest are
+cut off: their output is not committed and their uploads are aborted. A
+second signal cuts them off at once. The exit code is 0 once shut down that
+way, 1 if serving or the cleanup failed, or if calls were still running at
+the end of the reserve (the process exits without them).
 
 --embedded-s3 serves from an in-process S3 server (objects in --data-dir, or
 in a temporary directory removed on exit): a local trial with no setup, not
@@ -112,6 +113,9 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	m := metrics.New()
 
 	var client *durashuffle.Client
+	// closeBy is when the process must be gone: the end of the shutdown
+	// grace, once a shutdown started (zero: closeWait).
+	var closeBy time.Time
 	if o.embedded {
 		if cfg.Bucket == "" {
 			cfg.Bucket = defaultDemoBucket
@@ -120,13 +124,13 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		if err != nil {
 			return err
 		}
-		defer a.closeWithin(closeWait, closeClient)
+		defer func() { a.closeWithin(closeWait, closeBy, closeClient) }()
 		client = c
 	} else {
 		if client, err = durashuffle.Open(ctx, cfg, durashuffle.WithObserver(m)); err != nil {
 			return err
 		}
-		defer a.closeWithin(closeWait, client.Close)
+		defer func() { a.closeWithin(closeWait, closeBy, client.Close) }()
 	}
 
 	ln, err := sidecar.Listen(cfg.Listen)
@@ -203,6 +207,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}()
 	start := time.Now()
+	closeBy = start.Add(cfg.ShutdownGrace.D())
 	err = srv.Shutdown(sctx)
 	for range serving {
 		if e := <-served; e != nil && serveErr == nil {
@@ -224,8 +229,12 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 // that Shutdown gave up on would keep it waiting.
 const closeWait = 5 * time.Second
 
-// closeWithin runs f, waiting at most d for it.
-func (a *app) closeWithin(d time.Duration, f func()) {
+// closeWithin runs f, waiting at most d for it, and not past by (when set)
+// but for a last 100 ms.
+func (a *app) closeWithin(d time.Duration, by time.Time, f func()) {
+	if !by.IsZero() {
+		d = min(d, max(time.Until(by), 100*time.Millisecond))
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)

@@ -294,19 +294,22 @@ func (s *Server) ServeMetrics(ln net.Listener) error {
 	return nil
 }
 
-// Shutdown stops the sidecar: new calls are refused (Unavailable) and
-// /readyz turns 503 at once; streams in flight may finish until ctx is
-// done (the caller sets the shutdown grace as its deadline). Streams still
-// running then are cut off: their writers abort, so nothing of theirs is
-// committed and no multipart upload stays open, and Shutdown waits for
-// that cleanup, at most CleanupWait(cleanup_timeout). It returns nil if
-// every call finished in time; an error wrapping ErrCutOff that counts the
-// calls cut off; if aborting an output failed, one wrapping ErrCleanup;
-// and if calls were still running when the cleanup wait ended (a handler
-// that ignores cancellation: a bug, logged with every goroutine's stack),
-// one wrapping ErrStuck: Shutdown returns without them and the process
-// should exit. Calling it again waits for the first call and returns its
-// result. The client is not closed.
+// Shutdown stops the sidecar within ctx's deadline (the caller sets the
+// shutdown grace as its deadline): new calls are refused (Unavailable) and
+// /readyz turns 503 at once; streams in flight may finish until the
+// deadline less a cleanup reserve (Reserve of the grace). Streams still
+// running then are cut off: their writers abort in the reserve, so nothing
+// of theirs is committed and no multipart upload stays open. A ctx
+// cancelled early (a second signal) cuts them off at once, and the aborts
+// then get the reserve from that moment. It returns nil if every call
+// finished in time; an error wrapping ErrCutOff that counts the calls cut
+// off; if aborting an output failed, one wrapping ErrCleanup; and if calls
+// were still running when the reserve ended (a handler that ignores
+// cancellation or a store that does not answer, logged with every
+// goroutine's stack), one wrapping ErrStuck: Shutdown returns without them
+// and the process should exit (what they leave is gc's). Calling it again
+// waits for the first call and returns its result. The client is not
+// closed.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.shutOnce.Do(func() {
 		defer close(s.shutDone)
@@ -316,11 +319,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.shutErr
 }
 
-// CleanupWait is how long Shutdown waits, once the grace has ended, for
-// the calls it cut off to end: a DoPut's abort is bounded by AbortWait,
-// plus a second for the rest of its handler.
-func CleanupWait(cleanupTimeout time.Duration) time.Duration {
-	return AbortWait(cleanupTimeout) + time.Second
+// Reserve is the part of a shutdown grace kept for cutting off the
+// streams still running and aborting their output: a third of the grace,
+// at most what an abort can take (AbortWait of cleanup_timeout, plus a
+// second for the rest of a handler). Without a grace (0) it is that most.
+func Reserve(grace, cleanupTimeout time.Duration) time.Duration {
+	most := AbortWait(cleanupTimeout) + time.Second
+	if grace <= 0 {
+		return most
+	}
+	return min(grace/3, most)
 }
 
 // AbortWait bounds how long a failed DoPut waits for its writer's abort:
@@ -343,12 +351,22 @@ func (s *Server) shutdown(ctx context.Context) error {
 		s.idle = idle
 	}
 	s.mu.Unlock()
-	deadline, _ := ctx.Deadline()
-	s.log.Info("shutting down: refusing new streams", "in_flight", active, "deadline", deadline)
+	deadline, hasDeadline := ctx.Deadline()
+	reserve := Reserve(time.Until(deadline), s.cleanupTimeout())
+	if !hasDeadline {
+		reserve = Reserve(0, s.cleanupTimeout())
+	}
+	cut := ctx
+	if hasDeadline {
+		var cancel context.CancelFunc
+		cut, cancel = context.WithDeadline(ctx, deadline.Add(-reserve))
+		defer cancel()
+	}
+	s.log.Info("shutting down: refusing new streams", "in_flight", active, "deadline", deadline, "cleanup_reserve", reserve)
 
 	// GracefulStop waits for every handler, and holds the gRPC server's
 	// lock meanwhile once the connections are gone; neither it nor Stop
-	// is waited for beyond the cleanup wait.
+	// is waited for beyond the reserve.
 	stopped := make(chan struct{})
 	go func() {
 		s.grpc.GracefulStop()
@@ -361,24 +379,23 @@ func (s *Server) shutdown(ctx context.Context) error {
 	select {
 	case <-idle:
 		<-stopped
-	case <-ctx.Done():
+	case <-cut.Done():
 		s.mu.Lock()
 		left := s.active
 		s.mu.Unlock()
-		s.log.Warn("shutdown grace ended: aborting streams still running", "streams", left)
+		s.log.Warn("shutdown grace ending: aborting streams still running", "streams", left, "cleanup_reserve", reserve)
 		// Writers fail through their contexts, and so do the sends and
 		// receives of every stream (see serverStream): a handler that
 		// sees its context end returns Unavailable while its transport
 		// is still open; a moment later the transports close.
 		s.hardStop(ErrShutdown)
+		t := time.NewTimer(reserve)
+		defer t.Stop()
 		select {
 		case <-idle:
-		case <-time.After(200 * time.Millisecond):
+		case <-time.After(min(200*time.Millisecond, reserve/2)):
 		}
 		go s.grpc.Stop()
-		wait := CleanupWait(s.cleanupTimeout())
-		t := time.NewTimer(wait)
-		defer t.Stop()
 		select {
 		case <-idle:
 			select {
@@ -388,18 +405,18 @@ func (s *Server) shutdown(ctx context.Context) error {
 		case <-t.C:
 			stuck = true
 		}
-		err = fmt.Errorf("sidecar shutdown: %w: %d calls still running when the grace ended, %d of them DoPut streams whose output was aborted (%w)",
-			ErrCutOff, left, s.cut.Load(), context.Cause(ctx))
+		err = fmt.Errorf("sidecar shutdown: %w: %d calls still running %v before the grace ended, %d of them DoPut streams whose output was aborted (%w)",
+			ErrCutOff, left, reserve, s.cut.Load(), context.Cause(cut))
 		if stuck {
 			s.mu.Lock()
 			n := s.active
 			s.mu.Unlock()
 			var stacks strings.Builder
 			_ = pprof.Lookup("goroutine").WriteTo(&stacks, 1)
-			s.log.Error("shutdown: calls still running after the grace and the cleanup wait; they ignore cancellation (a bug): giving up on them",
-				"calls", n, "cleanup_wait", wait, "goroutines", stacks.String())
-			err = errors.Join(err, fmt.Errorf("sidecar shutdown: %w: %d calls still running %v after the grace ended (cleanup wait: 2 x cleanup_timeout + 2s); the process must exit without them",
-				ErrStuck, n, wait))
+			s.log.Error("shutdown: calls still running at the end of the grace; they ignore cancellation or wait on a store that does not answer: giving up on them",
+				"calls", n, "cleanup_reserve", reserve, "goroutines", stacks.String())
+			err = errors.Join(err, fmt.Errorf("sidecar shutdown: %w: %d calls still running %v after they were cut off (the grace's cleanup reserve); the process must exit without them, and what they leave is gc's",
+				ErrStuck, n, reserve))
 		}
 	}
 	s.ready.stop()
@@ -407,7 +424,11 @@ func (s *Server) shutdown(ctx context.Context) error {
 	srv := s.httpSrv
 	s.mu.Unlock()
 	if srv != nil {
-		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		wait := 5 * time.Second
+		if hasDeadline {
+			wait = min(wait, max(time.Until(deadline), 100*time.Millisecond))
+		}
+		hctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), wait)
 		defer cancel()
 		if herr := srv.Shutdown(hctx); herr != nil {
 			srv.Close()
