@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"time"
 
@@ -130,9 +131,14 @@ func (c *Client) probeGuard(ctx context.Context) (string, error) {
 	_, _ = rand.Read(b[:])
 	// '~' is in no ID, so no key of the layout can be the probe's.
 	key := c.layout.Root() + manifest.GuardProbeDir + hex.EncodeToString(b[:])
+	unanswered := false
 	defer func() {
-		// A probe key left behind (the delete failed) is a few bytes
-		// outside the layout; gc never lists it and nothing reads it.
+		// A probe key left behind (the delete failed, or was not tried
+		// on a store that did not answer) is a few bytes outside the
+		// layout; gc removes it, and nothing reads it.
+		if unanswered {
+			return
+		}
 		dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), probeDeleteTimeout)
 		defer dcancel()
 		_ = c.st.Delete(dctx, key)
@@ -141,6 +147,8 @@ func (c *Client) probeGuard(ctx context.Context) (string, error) {
 	// A 412 on the first put of a fresh key means an earlier try of this
 	// very put succeeded and its answer was lost: the condition held.
 	if err := c.st.Put(ctx, key, []byte("1"), opts); err != nil && !errors.Is(err, store.ErrPreconditionFailed) {
+		var ne net.Error
+		unanswered = errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 		return GuardError, fmt.Errorf("commit guard: probe %s (If-None-Match: *) at %s: %w", key, c.storeName(), err)
 	}
 	err := c.st.Put(ctx, key, []byte("2"), opts)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"time"
 
@@ -152,13 +153,18 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	}
 	defer c.Close()
 	// Fail before uploading anything on a store that would not make the
-	// manifest a commit point (Commit checks again; the answer is kept).
-	// A probe that got no verdict (the store did not answer) does not
-	// stop the write: its own requests say what the store answers, and
-	// Commit probes again.
-	if err := c.CheckCommitGuard(ctx); errors.Is(err, durashuffle.ErrCommitGuard) {
+	// manifest a commit point (Commit checks again; the answer is kept),
+	// or that does not answer at all: reading the input and encoding it
+	// would only end in the same timeouts, later. A probe that failed
+	// otherwise (an error the store answered with) does not stop the
+	// write: its own requests say what the store answers, and Commit
+	// probes again.
+	switch err := c.CheckCommitGuard(ctx); {
+	case errors.Is(err, durashuffle.ErrCommitGuard):
 		return fmt.Errorf("write %s stage %d worker %s: %w", o.stage.query, o.stage.stage, o.worker, err)
-	} else if err != nil {
+	case noAnswer(ctx, err):
+		return fmt.Errorf("write %s stage %d worker %s: the store did not answer, nothing was written: %w", o.stage.query, o.stage.stage, o.worker, err)
+	case err != nil:
 		a.log.Warn("commit guard probe failed; the commit probes again", "err", err)
 	}
 	guardRequests := c.Counter().Requests()
@@ -347,4 +353,14 @@ func (f *fileSource) Release() {
 	}
 	f.fr.Close()
 	f.close()
+}
+
+// noAnswer says whether err is a store that did not answer: a connect or
+// first-byte timeout, or a deadline of the call's own (not the caller's).
+func noAnswer(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout()
 }
