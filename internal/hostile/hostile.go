@@ -197,6 +197,18 @@ func Messages(stream []byte) []Message {
 	return out
 }
 
+// Type is the message's type as its header states it (MessageNone if
+// the header cannot be read).
+func (m Message) Type() (t ipc.MessageType) {
+	defer func() {
+		if recover() != nil {
+			t = ipc.MessageNone
+		}
+	}()
+	msg := ipc.NewMessage(memory.NewBufferBytes(m.Header), memory.NewBufferBytes(nil))
+	return msg.Type()
+}
+
 // bodyLen is the body length a message header states, or -1.
 func bodyLen(hdr []byte) (n int64) {
 	defer func() {
@@ -242,4 +254,55 @@ func Flip(stream []byte, seed uint64, n int) []byte {
 // b's capacity.
 func offsetIn(b, sub []byte) int {
 	return cap(b) - cap(sub)
+}
+
+// HugeFieldCount is a stream whose schema message says its fields vector
+// holds 3,000,000,000 fields (the message is 280 bytes). Arrow's reader
+// makes a slice of that many fields before it reads one: about 250 GB,
+// and Go ends the process out of memory (a fatal error, not a panic).
+func HugeFieldCount() []byte {
+	stream := Stream(Schema, Good())
+	ms := Messages(stream)
+	hdr := ms[0].Header
+	at := offsetIn(stream, hdr)
+	u32 := func(p int) int { return int(binary.LittleEndian.Uint32(hdr[p:])) }
+	// field returns where field id of the table at t is (flatbuffers: the
+	// table starts with the offset back to its vtable, whose entry id is
+	// at 4 + 2*id).
+	field := func(t, id int) int {
+		vt := t - int(int32(u32(t)))
+		return t + int(binary.LittleEndian.Uint16(hdr[vt+4+2*id:]))
+	}
+	msg := u32(0)
+	schema := field(msg, 2) + u32(field(msg, 2))      // Message.header
+	fields := field(schema, 1) + u32(field(schema, 1)) // Schema.fields
+	out := bytes.Clone(stream)
+	binary.LittleEndian.PutUint32(out[at+fields:], 3_000_000_000)
+	return out
+}
+
+// CompressionBomb is a stream of Good compressed with LZ4 whose first
+// compressed buffer says it holds 1 TiB uncompressed. Arrow's reader
+// allocates what the prefix says before it decompresses: Go ends the
+// process out of memory.
+func CompressionBomb() []byte {
+	var buf bytes.Buffer
+	w := ipc.NewWriter(&buf, ipc.WithSchema(Schema), ipc.WithLZ4())
+	rec := Good()
+	if err := w.Write(rec); err != nil {
+		panic(err)
+	}
+	rec.Release()
+	if err := w.Close(); err != nil {
+		panic(err)
+	}
+	stream := buf.Bytes()
+	at, body := Body(stream, 1)
+	if at < 0 || len(body) < 8 {
+		panic("hostile: no compressed body")
+	}
+	// The first buffer with bytes starts the body: its first 8 bytes are
+	// its uncompressed length.
+	binary.LittleEndian.PutUint64(stream[at:], 1<<40)
+	return stream
 }
