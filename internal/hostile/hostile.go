@@ -274,7 +274,7 @@ func HugeFieldCount() []byte {
 		return t + int(binary.LittleEndian.Uint16(hdr[vt+4+2*id:]))
 	}
 	msg := u32(0)
-	schema := field(msg, 2) + u32(field(msg, 2))      // Message.header
+	schema := field(msg, 2) + u32(field(msg, 2))       // Message.header
 	fields := field(schema, 1) + u32(field(schema, 1)) // Schema.fields
 	out := bytes.Clone(stream)
 	binary.LittleEndian.PutUint32(out[at+fields:], 3_000_000_000)
