@@ -1,5 +1,6 @@
 // Package peer fetches committed frames' stored bytes from the sidecar
-// that wrote them, over Arrow Flight, before a reader falls back to the
+// that wrote them, with the fetch action of the sidecar protocol
+// (flightclient.Client.Fetch), before a reader falls back to the
 // object store. A *Client is a reader.Source: give it to
 // durashuffle.Client.UsePeers, or the sidecar uses one itself.
 package peer
@@ -7,52 +8,22 @@ package peer
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"sync"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/reader"
 )
 
-// Action is the DoAction type of the peer protocol. Its body is a
-// FetchRequest as JSON; the answer is a stream of Results whose bodies,
-// concatenated, are exactly the requested bytes, each at most
-// MaxResultBytes. A sidecar that does not hold them answers NotFound; it
-// never reads the object store on a peer's behalf.
-const Action = "fetch"
-
-// MaxResultBytes bounds one Result of a fetch.
-const MaxResultBytes = 1 << 20
-
 // fetchWindow is the gRPC flow-control window of each fetch.
 const fetchWindow = 8 << 20
-
-// MaxFetchBytes bounds the length of one fetch.
-const MaxFetchBytes = 1 << 30
-
-// FetchRequest names bytes [offset, offset+length) of data object
-// `object` (its index in the worker manifest) of a committed worker
-// attempt.
-type FetchRequest struct {
-	Query   string `json:"query"`
-	Stage   int    `json:"stage"`
-	Worker  string `json:"worker"`
-	Attempt string `json:"attempt"`
-	Object  int    `json:"object"`
-	Offset  int64  `json:"offset"`
-	Length  int64  `json:"length"`
-}
 
 // Options configure a Client.
 type Options struct {
@@ -77,8 +48,7 @@ type Client struct {
 }
 
 type conn struct {
-	cc        *grpc.ClientConn
-	fc        flight.FlightServiceClient
+	fc        *flightclient.Client
 	downUntil time.Time
 }
 
@@ -96,7 +66,7 @@ func (c *Client) Close() error {
 	defer c.mu.Unlock()
 	var errs []error
 	for addr, cn := range c.conns {
-		errs = append(errs, cn.cc.Close())
+		errs = append(errs, cn.fc.Close())
 		delete(c.conns, addr)
 	}
 	return errors.Join(errs...)
@@ -111,21 +81,18 @@ func (c *Client) conn(addr string) (*conn, error) {
 		}
 		return cn, nil
 	}
-	creds := insecure.NewCredentials()
-	if c.o.TLS != nil {
-		creds = credentials.NewTLS(c.o.TLS)
-	}
 	// Fixed windows as large as a typical fetch: gRPC's default 64 KiB
 	// window, grown by its BDP estimate only after several round trips,
 	// would turn a 4 MiB fetch over a 2 ms link into dozens of round
 	// trips. The reader's window already bounds the bytes in flight.
-	cc, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds),
-		grpc.WithInitialWindowSize(fetchWindow), grpc.WithInitialConnWindowSize(4*fetchWindow),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(2*MaxResultBytes)))
+	// The token is not the client's: Fetch sets the call's metadata.
+	fc, err := flightclient.Dial(addr, flightclient.Options{TLS: c.o.TLS, DialOptions: []grpc.DialOption{
+		grpc.WithInitialWindowSize(fetchWindow), grpc.WithInitialConnWindowSize(4 * fetchWindow),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(2 * flightclient.MaxResultBytes))}})
 	if err != nil {
 		return nil, &reader.SourceError{Reason: reader.FallbackError, Err: fmt.Errorf("peer %s: %w", addr, err)}
 	}
-	cn := &conn{cc: cc, fc: flight.NewFlightServiceClient(cc)}
+	cn := &conn{fc: fc}
 	c.conns[addr] = cn
 	return cn, nil
 }
@@ -147,15 +114,13 @@ func (c *Client) Fetch(ctx context.Context, r reader.SourceRange) ([]byte, strin
 	if r.Peer == "" {
 		return nil, "", reader.ErrNoSource
 	}
-	if r.Length < 0 || r.Length > MaxFetchBytes {
-		return nil, "", &reader.SourceError{Reason: reader.FallbackError, Err: fmt.Errorf("fetch of %d bytes: at most %d", r.Length, MaxFetchBytes)}
+	if r.Length < 0 || r.Length > flightclient.MaxFetchBytes {
+		return nil, "", &reader.SourceError{Reason: reader.FallbackError, Err: fmt.Errorf("fetch of %d bytes: at most %d", r.Length, flightclient.MaxFetchBytes)}
 	}
 	cn, err := c.conn(r.Peer)
 	if err != nil {
 		return nil, "", err
 	}
-	body, _ := json.Marshal(FetchRequest{Query: r.Query, Stage: r.Stage, Worker: r.Worker, Attempt: r.Attempt,
-		Object: r.Object, Offset: r.Offset, Length: r.Length})
 	// Only this client's own token goes to the peer: metadata the
 	// caller's context carries for other calls is not passed on.
 	md := metadata.MD{}
@@ -164,26 +129,10 @@ func (c *Client) Fetch(ctx context.Context, r reader.SourceRange) ([]byte, strin
 	}
 	ctx = metadata.NewOutgoingContext(ctx, md)
 	what := fmt.Sprintf("peer %s: %s bytes [%d, %d)", r.Peer, r.Key, r.Offset, r.Offset+r.Length)
-	stream, err := cn.fc.DoAction(ctx, &flight.Action{Type: Action, Body: body})
+	buf, err := cn.fc.Fetch(ctx, flightclient.FetchRequest{Query: r.Query, Stage: r.Stage, Worker: r.Worker, Attempt: r.Attempt,
+		Object: r.Object, Offset: r.Offset, Length: r.Length})
 	if err != nil {
 		return nil, "", c.failure(ctx, r.Peer, what, err)
-	}
-	buf := make([]byte, 0, r.Length)
-	for {
-		res, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, "", c.failure(ctx, r.Peer, what, err)
-		}
-		if int64(len(buf)+len(res.GetBody())) > r.Length {
-			return nil, "", &reader.SourceError{Reason: reader.FallbackError, Err: fmt.Errorf("%s: answered more than %d bytes", what, r.Length)}
-		}
-		buf = append(buf, res.GetBody()...)
-	}
-	if int64(len(buf)) != r.Length {
-		return nil, "", &reader.SourceError{Reason: reader.FallbackError, Err: fmt.Errorf("%s: answered %d bytes, want %d", what, len(buf), r.Length)}
 	}
 	return buf, reader.SourcePeer, nil
 }

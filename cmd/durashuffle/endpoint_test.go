@@ -12,11 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -205,7 +203,7 @@ func TestEmbeddedS3Signed(t *testing.T) {
 	t.Run("generated keys", func(t *testing.T) {
 		t.Parallel()
 		s := startEmbeddedServe(t, []string{"AWS_ACCESS_KEY_ID=", "AWS_SECRET_ACCESS_KEY="})
-		c, err := flight.NewClientWithMiddleware(s.flight, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		c, err := flightclient.Dial(s.flight, flightclient.Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

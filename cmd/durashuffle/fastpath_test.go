@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -19,16 +18,11 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 )
 
 // The fast path's fault tests: real sidecar processes on a real MinIO.
@@ -43,7 +37,7 @@ type fastSidecar struct {
 	metrics string
 	token   string
 	stderr  *syncBuffer
-	fc      flight.Client
+	fc      *flightclient.Client
 }
 
 // startFast starts a sidecar on MinIO with a memory store of memBytes
@@ -91,20 +85,13 @@ func startFast(t *testing.T, tg target, memBytes, advertise, token string, extra
 			t.Fatalf("serve not ready after 30 s: %v\n%s", err, s.stderr.String())
 		}
 	}
-	fc, err := flight.NewClientWithMiddleware(s.flight, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fc, err := flightclient.Dial(s.flight, flightclient.Options{Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { fc.Close() })
 	s.fc = fc
 	return s
-}
-
-func (s *fastSidecar) ctx(ctx context.Context) context.Context {
-	if s.token == "" {
-		return ctx
-	}
-	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+s.token)
 }
 
 // metric sums the samples of name whose label set contains every
@@ -170,19 +157,7 @@ func (s *fastSidecar) fallbacks() string {
 
 // action runs a DoAction and decodes its one result into v.
 func (s *fastSidecar) action(ctx context.Context, typ string, body any, v any) error {
-	b, _ := json.Marshal(body)
-	stream, err := s.fc.DoAction(s.ctx(ctx), &flight.Action{Type: typ, Body: b})
-	if err != nil {
-		return err
-	}
-	res, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if v != nil {
-		return json.Unmarshal(res.GetBody(), v)
-	}
-	return nil
+	return s.fc.Action(ctx, typ, body, v)
 }
 
 // rowID is a lineitem row's key.
@@ -194,26 +169,23 @@ type rowID struct {
 // putWorker DoPuts rows [lo, hi) of the demo generator as one worker of
 // query's stage 0 and returns their keys.
 func (s *fastSidecar) putWorker(ctx context.Context, query string, worker, partitions int, lo, hi int64) (map[rowID]int, error) {
-	stream, err := s.fc.DoPut(s.ctx(ctx))
-	if err != nil {
-		return nil, err
-	}
-	desc, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "worker": worker, "attempt": "a", "partitions": partitions})
-	w := flight.NewRecordWriter(stream, ipc.WithSchema(demo.Schema()))
-	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
 	b, err := demo.NewBatcher(demo.Generator{Seed: 7}, partitions, nil)
 	if err != nil {
 		return nil, err
 	}
 	defer b.Release()
+	pw, err := s.fc.Put(ctx, flightclient.PutCommand{Query: query, Stage: 0, Worker: flightclient.WorkerID(strconv.Itoa(worker)), Attempt: "a", Partitions: partitions}, demo.Schema())
+	if err != nil {
+		return nil, err
+	}
+	defer pw.Abort()
 	ids := map[rowID]int{}
-	var sent, rows int64
+	var rows int64
 	for _, r := range demo.Chunks(demo.Range{Lo: lo, Hi: hi}, 8192) {
 		for _, p := range b.Batch(r, nil) {
 			if err == nil {
 				addIDs(ids, p.Record)
-				err = w.WriteWithAppMetadata(p.Record, []byte(fmt.Sprintf(`{"partition": %d}`, p.Partition)))
-				sent++
+				err = pw.Write(p.Partition, p.Record)
 				rows += p.Record.NumRows()
 			}
 			p.Record.Release()
@@ -222,21 +194,8 @@ func (s *fastSidecar) putWorker(ctx context.Context, query string, worker, parti
 			return nil, err
 		}
 	}
-	if err := w.Close(); err != nil {
-		return nil, err
-	}
-	if err := w.WriteMetadata(sidecar.CommitMetadata(sent, rows)); err != nil {
-		return nil, err
-	}
-	if err := stream.CloseSend(); err != nil {
-		return nil, err
-	}
-	pr, err := stream.Recv()
+	res, err := pw.Commit()
 	if err != nil {
-		return nil, err
-	}
-	var res sidecar.PutResult
-	if err := json.Unmarshal(pr.GetAppMetadata(), &res); err != nil {
 		return nil, err
 	}
 	if !res.Committed || res.Rows != rows {
@@ -260,12 +219,7 @@ func (s *fastSidecar) getAll(ctx context.Context, query string, partitions int, 
 	for i := range ps {
 		ps[i] = i
 	}
-	tkt, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "partitions": ps})
-	stream, err := s.fc.DoGet(s.ctx(ctx), &flight.Ticket{Ticket: tkt})
-	if err != nil {
-		return nil, err
-	}
-	rdr, err := flight.NewRecordReader(stream)
+	rdr, err := s.fc.Get(ctx, flightclient.Ticket{Query: query, Stage: 0, Partitions: ps})
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +249,7 @@ func writeStage(t *testing.T, ctx context.Context, a *fastSidecar, query string,
 			want[k] += n
 		}
 	}
-	if err := a.action(ctx, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
+	if err := a.action(ctx, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
 		t.Fatalf("seal: %v", err)
 	}
 	return want
@@ -329,8 +283,8 @@ func sameRows(t *testing.T, got, want map[rowID]int) {
 // heldWorkers returns the workers of query's stage 0 that s holds.
 func (s *fastSidecar) heldWorkers(ctx context.Context, query string) []string {
 	s.t.Helper()
-	var res sidecar.HeldResult
-	if err := s.action(ctx, sidecar.ActionHeld, map[string]any{"query": query, "stage": 0}, &res); err != nil {
+	var res flightclient.HeldResult
+	if err := s.action(ctx, flightclient.ActionHeld, map[string]any{"query": query, "stage": 0}, &res); err != nil {
 		s.t.Fatalf("held: %v", err)
 	}
 	var ws []string
@@ -416,8 +370,8 @@ func TestFastPathMemoryAndPeer(t *testing.T) {
 	}
 
 	// release drops the stage from A: reads go on, from S3.
-	var rel sidecar.ReleaseResult
-	if err := a.action(ctx, sidecar.ActionRelease, map[string]any{"query": query, "stage": 0}, &rel); err != nil {
+	var rel flightclient.ReleaseResult
+	if err := a.action(ctx, flightclient.ActionRelease, map[string]any{"query": query, "stage": 0}, &rel); err != nil {
 		t.Fatal(err)
 	}
 	if rel.Workers != 2 || rel.BytesReleased == 0 || a.metric("durashuffle_memstore_released_bytes_total") != float64(rel.BytesReleased) {
@@ -588,7 +542,7 @@ func TestFastPathStageDeletedWhileHeld(t *testing.T) {
 	if held == 0 {
 		t.Fatal("a holds nothing before the delete")
 	}
-	if err := a.action(ctx, sidecar.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+	if err := a.action(ctx, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if a.metric("durashuffle_memstore_bytes") != 0 || a.metric("durashuffle_memstore_released_bytes_total") != held {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -11,14 +10,10 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/spf13/cobra"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/metadata"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -78,7 +73,7 @@ type inspectOutput struct {
 	Skew          inspectSkew        `json:"skew"`
 	Requests      map[string]int64   `json:"requests"`
 	// Sidecar is the memory store of --sidecar (absent without it).
-	Sidecar *sidecar.HeldResult `json:"sidecar,omitempty"`
+	Sidecar *flightclient.HeldResult `json:"sidecar,omitempty"`
 }
 
 func (a *app) inspectCommand() *cobra.Command {
@@ -150,29 +145,17 @@ store holds, and shows each worker's advertised peer.`,
 }
 
 // sidecarHeld asks a sidecar which workers of a stage it holds.
-func sidecarHeld(ctx context.Context, addr, token, query string, stage int) (*sidecar.HeldResult, error) {
-	fc, err := flight.NewClientWithMiddleware(addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+func sidecarHeld(ctx context.Context, addr, token, query string, stage int) (*flightclient.HeldResult, error) {
+	c, err := flightclient.Dial(addr, flightclient.Options{Token: token})
 	if err != nil {
-		return nil, fmt.Errorf("sidecar %s: %w", addr, err)
+		return nil, err
 	}
-	defer fc.Close()
-	if token != "" {
-		ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
-	}
-	body, _ := json.Marshal(sidecar.HeldRequest{Query: query, Stage: &stage})
-	stream, err := fc.DoAction(ctx, &flight.Action{Type: sidecar.ActionHeld, Body: body})
+	defer c.Close()
+	h, err := c.Held(ctx, query, stage)
 	if err != nil {
 		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
 	}
-	res, err := stream.Recv()
-	if err != nil {
-		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
-	}
-	var h sidecar.HeldResult
-	if err := json.Unmarshal(res.GetBody(), &h); err != nil {
-		return nil, fmt.Errorf("sidecar %s: held: %w", addr, err)
-	}
-	return &h, nil
+	return h, nil
 }
 
 // describeStage summarizes a stage manifest and its partitions' totals

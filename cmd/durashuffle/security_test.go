@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -26,16 +25,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -279,7 +274,7 @@ func serveLeaks(t *testing.T, tg target, sec *sidecarSecrets, level, format stri
 		time.Sleep(50 * time.Millisecond)
 	}
 
-	c, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+	c, err := flightclient.Dial(flightAddr, flightclient.Options{TLS: tc})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,10 +284,10 @@ func serveLeaks(t *testing.T, tg target, sec *sidecarSecrets, level, format stri
 	if err := putOneBatch(authed, c, query); err != nil {
 		t.Fatalf("DoPut with the token: %v\n%s", err, se.String())
 	}
-	tkt, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "partition": 0})
-	get, err := c.DoGet(authed, &flight.Ticket{Ticket: tkt})
+	zero := 0
+	get, err := c.Get(authed, flightclient.Ticket{Query: query, Stage: 0, Partition: &zero})
 	if err == nil {
-		_, err = get.Recv()
+		get.Release()
 	}
 	if err != nil {
 		t.Fatalf("DoGet with the token: %v", err)
@@ -308,11 +303,11 @@ func serveLeaks(t *testing.T, tg target, sec *sidecarSecrets, level, format stri
 			t.Fatalf("the error shows a token: %v", err)
 		}
 	}
-	plain, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	plain, err := flightclient.Dial(flightAddr, flightclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := plain.ListFlights(authed, &flight.Criteria{}); err == nil {
+	if _, err := plain.List(authed, ""); err == nil {
 		t.Fatal("a plaintext client was served")
 	}
 	plain.Close()
@@ -343,26 +338,21 @@ func serveLeaks(t *testing.T, tg target, sec *sidecarSecrets, level, format stri
 
 // putOneBatch DoPuts one small batch as worker 0 of query, with the
 // commit message, and waits for the outcome.
-func putOneBatch(ctx context.Context, c flight.Client, query string) error {
-	stream, err := c.DoPut(ctx)
-	if err != nil {
-		return err
-	}
+func putOneBatch(ctx context.Context, c *flightclient.Client, query string) error {
 	bld := array.NewRecordBuilder(memory.DefaultAllocator, arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil))
 	defer bld.Release()
 	bld.Field(0).(*array.Int64Builder).AppendValues([]int64{1, 2, 3}, nil)
 	rec := bld.NewRecordBatch()
 	defer rec.Release()
-	desc, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "worker": 0, "partitions": 1})
-	w := flight.NewRecordWriter(stream, ipc.WithSchema(rec.Schema()))
-	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
-	if err := w.Write(rec); err == nil {
-		if err := w.Close(); err == nil {
-			w.WriteMetadata([]byte(`{"commit": {"batches": 1, "rows": 3}}`))
-		}
+	pw, err := c.Put(ctx, flightclient.PutCommand{Query: query, Stage: 0, Worker: "0", Partitions: 1}, rec.Schema())
+	if err != nil {
+		return err
 	}
-	stream.CloseSend()
-	_, err = stream.Recv()
+	defer pw.Abort()
+	if err := pw.Write(0, rec); err != nil {
+		return err
+	}
+	_, err = pw.Commit()
 	return err
 }
 

@@ -14,13 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 )
 
 // TestServeWideStreamsWithinBound: a sidecar takes 8 DoPut streams at
@@ -74,7 +69,7 @@ func TestServeWideStreamsWithinBound(t *testing.T) {
 		t.Fatalf("serve logged no memory bound:\n%s", se.String())
 	}
 
-	fc, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fc, err := flightclient.Dial(flightAddr, flightclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,26 +94,23 @@ func TestServeWideStreamsWithinBound(t *testing.T) {
 }
 
 // putWide DoPuts one worker's rows, split by partition, and commits.
-func putWide(ctx context.Context, fc flight.Client, worker, partitions int, rows int64) error {
-	stream, err := fc.DoPut(ctx)
-	if err != nil {
-		return err
-	}
-	desc, _ := json.Marshal(map[string]any{"query": "wide", "stage": 0, "worker": worker, "attempt": "a", "partitions": partitions})
-	w := flight.NewRecordWriter(stream, ipc.WithSchema(demo.Schema()))
-	w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+func putWide(ctx context.Context, fc *flightclient.Client, worker, partitions int, rows int64) error {
 	b, err := demo.NewBatcher(demo.Generator{Seed: uint64(worker)}, partitions, nil)
 	if err != nil {
 		return err
 	}
 	defer b.Release()
-	var sent, sentRows int64
+	pw, err := fc.Put(ctx, flightclient.PutCommand{Query: "wide", Stage: 0, Worker: flightclient.WorkerID(strconv.Itoa(worker)), Attempt: "a", Partitions: partitions}, demo.Schema())
+	if err != nil {
+		return err
+	}
+	defer pw.Abort()
+	var sentRows int64
 	lo := int64(worker) * rows
 	for _, r := range demo.Chunks(demo.Range{Lo: lo, Hi: lo + rows}, 16384) {
 		for _, p := range b.Batch(r, nil) {
 			if err == nil {
-				err = w.WriteWithAppMetadata(p.Record, []byte(fmt.Sprintf(`{"partition": %d}`, p.Partition)))
-				sent++
+				err = pw.Write(p.Partition, p.Record)
 				sentRows += p.Record.NumRows()
 			}
 			p.Record.Release()
@@ -127,21 +119,8 @@ func putWide(ctx context.Context, fc flight.Client, worker, partitions int, rows
 			return err
 		}
 	}
-	if err := w.Close(); err != nil {
-		return err
-	}
-	if err := w.WriteMetadata(sidecar.CommitMetadata(sent, sentRows)); err != nil {
-		return err
-	}
-	if err := stream.CloseSend(); err != nil {
-		return err
-	}
-	pr, err := stream.Recv()
+	res, err := pw.Commit()
 	if err != nil {
-		return err
-	}
-	var res sidecar.PutResult
-	if err := json.Unmarshal(pr.GetAppMetadata(), &res); err != nil {
 		return err
 	}
 	if !res.Committed || res.Rows != sentRows {

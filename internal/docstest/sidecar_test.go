@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -120,7 +121,7 @@ func TestSidecarGoClient(t *testing.T) {
 		t.Fatalf("the client printed no commit:\n%s", out)
 	}
 	line, reads, _ := strings.Cut(rest, "\n")
-	var res sidecar.PutResult
+	var res flightclient.PutResult
 	if err := json.Unmarshal([]byte(line), &res); err != nil {
 		t.Fatalf("PutResult %q: %v", line, err)
 	}

@@ -8,17 +8,18 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
 var actionTypes = []*flight.ActionType{
-	{Type: ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
-	{Type: ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
-	{Type: ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
-	{Type: ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
-	{Type: ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
-	{Type: ActionFetch, Description: `Peer protocol: raw stored bytes of a committed worker held in memory. Body {"query","stage","worker","attempt","object","offset","length"}; results: the bytes, in order, at most 1 MiB each. NotFound when not held; never reads S3.`},
+	{Type: flightclient.ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
+	{Type: flightclient.ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
+	{Type: flightclient.ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
+	{Type: flightclient.ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
+	{Type: flightclient.ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
+	{Type: flightclient.ActionFetch, Description: `Peer protocol: raw stored bytes of a committed worker held in memory. Body {"query","stage","worker","attempt","object","offset","length"}; results: the bytes, in order, at most 1 MiB each. NotFound when not held; never reads S3.`},
 }
 
 // ListActions lists every action DoAction runs.
@@ -40,21 +41,21 @@ func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoAction
 		err error
 	)
 	switch a.GetType() {
-	case ActionSealStage:
+	case flightclient.ActionSealStage:
 		res, err = s.sealStage(ctx, a.GetBody())
-	case ActionDeleteQuery:
+	case flightclient.ActionDeleteQuery:
 		res, err = s.deleteQuery(ctx, a.GetBody())
-	case ActionGC:
+	case flightclient.ActionGC:
 		res, err = s.runGC(ctx, a.GetBody())
-	case ActionRelease:
+	case flightclient.ActionRelease:
 		res, err = s.release(a.GetBody())
-	case ActionHeld:
+	case flightclient.ActionHeld:
 		res, err = s.held(a.GetBody())
-	case ActionFetch:
+	case flightclient.ActionFetch:
 		return s.fetch(ctx, a.GetBody(), stream)
 	default:
 		return invalidf("unknown action %q; ListActions lists %s, %s, %s, %s, %s and %s", a.GetType(),
-			ActionSealStage, ActionDeleteQuery, ActionGC, ActionRelease, ActionHeld, ActionFetch)
+			flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionFetch)
 	}
 	if err != nil {
 		return err
@@ -63,29 +64,29 @@ func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoAction
 	return stream.Send(&flight.Result{Body: b})
 }
 
-func (s *Server) sealStage(ctx context.Context, body []byte) (*SealResult, error) {
-	var req SealRequest
+func (s *Server) sealStage(ctx context.Context, body []byte) (*flightclient.SealResult, error) {
+	var req flightclient.SealRequest
 	if err := decodeStrict("seal-stage body", body, &req); err != nil {
 		return nil, err
 	}
-	if req.Stage == nil {
+	if !hasKey(body, "stage") {
 		return nil, invalidf("seal-stage body has no stage")
 	}
 	if err := manifest.ValidateID("query", req.Query); err != nil {
 		return nil, invalidf("seal-stage: %v", err)
 	}
-	if err := manifest.ValidateStage(*req.Stage); err != nil {
+	if err := manifest.ValidateStage(req.Stage); err != nil {
 		return nil, invalidf("seal-stage: %v", err)
 	}
 	if req.Workers < 1 || req.Workers > manifest.MaxSealWorkers {
 		return nil, invalidf("seal-stage: workers must be between 1 and %d (the limit of one seal, MaxSealWorkers), got %d", manifest.MaxSealWorkers, req.Workers)
 	}
-	m, err := s.c.Seal(ctx, req.Query, *req.Stage, req.Workers)
+	m, err := s.c.Seal(ctx, req.Query, req.Stage, req.Workers)
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	s.log.Info("stage sealed", "query", m.Query, "stage", m.Stage, "workers", len(m.Workers), "rows", m.Totals.Rows)
-	return &SealResult{
+	return &flightclient.SealResult{
 		Sealed: true, Query: m.Query, Stage: m.Stage, Workers: len(m.Workers), Partitions: m.Partitions,
 		Rows: m.Totals.Rows, BytesLogical: m.Totals.BytesLogical, BytesStored: m.Totals.BytesStored,
 		Objects: m.Totals.Objects, Key: s.c.Layout().StageManifestKey(m.Query, m.Stage),
@@ -94,8 +95,8 @@ func (s *Server) sealStage(ctx context.Context, body []byte) (*SealResult, error
 
 // deleteQuery removes every key under the query's prefix and aborts the
 // multipart uploads open there. Writers of the query still running fail.
-func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, error) {
-	var req DeleteRequest
+func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.DeleteResult, error) {
+	var req flightclient.DeleteRequest
 	if err := decodeStrict("delete-query body", body, &req); err != nil {
 		return nil, err
 	}
@@ -113,7 +114,7 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, e
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	res := &DeleteResult{Query: req.Query, DeletedObjects: r.Totals.ObjectsDeleted, AbortedUploads: r.Totals.UploadsAborted}
+	res := &flightclient.DeleteResult{Query: req.Query, DeletedObjects: r.Totals.ObjectsDeleted, AbortedUploads: r.Totals.UploadsAborted}
 	s.log.Info("query deleted", "query", req.Query, "objects", res.DeletedObjects, "uploads_aborted", res.AbortedUploads)
 	return res, nil
 }
@@ -121,7 +122,7 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*DeleteResult, e
 // runGC collects garbage under the prefix: uploads and uncommitted attempt
 // data older than older_than, results stages past results_retention.
 func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
-	var req GCRequest
+	var req flightclient.GCRequest
 	if err := decodeStrict("gc body", body, &req); err != nil {
 		return nil, err
 	}

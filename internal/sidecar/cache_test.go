@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -61,7 +61,7 @@ func TestStageCache(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
 			t.Fatal(err)
 		}
 		return want
@@ -88,7 +88,7 @@ func TestStageCache(t *testing.T) {
 	}
 
 	// Deleted and written again through the sidecar.
-	if err := doAction(ctx, e.fc, sidecar.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
 		t.Fatal(err)
 	}
 	check(write("b"))

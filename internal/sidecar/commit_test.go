@@ -17,8 +17,8 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -243,7 +243,7 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if n := e.client.GuardProbes(); n != 1 {
 		t.Fatalf("%d probes in six readiness intervals, want 1", n)
 	}
-	put := func() (sidecar.PutResult, error) {
+	put := func() (flightclient.PutResult, error) {
 		r, _ := genBatch("d", 0, 100, 8)
 		return doPut(context.Background(), e.fc, putCmd("q-deny", 0, "d", "", 1), testSchema, batches([]putBatch{{r, nil}}))
 	}

@@ -10,63 +10,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/memstore"
-	"github.com/durashuffle/durashuffle/peer"
 )
-
-// Action types of the fast path.
-const (
-	// ActionFetch serves raw frame bytes held in memory to a peer (the
-	// peer protocol, see package peer).
-	ActionFetch = peer.Action
-	// ActionRelease drops a stage's workers from the memory store.
-	ActionRelease = "release"
-	// ActionHeld lists the workers of a stage the memory store holds.
-	ActionHeld = "held"
-)
-
-// ReleaseRequest is the body of release: {"query","stage"}; without
-// stage, every stage of the query.
-type ReleaseRequest struct {
-	Query string `json:"query"`
-	Stage *int   `json:"stage,omitempty"`
-}
-
-// ReleaseResult is release's answer.
-type ReleaseResult struct {
-	Query         string `json:"query"`
-	Stage         *int   `json:"stage,omitempty"`
-	Workers       int    `json:"workers"`
-	BytesReleased int64  `json:"bytes_released"`
-}
-
-// HeldRequest is the body of held: {"query","stage"}; empty query: every
-// query, no stage: every stage.
-type HeldRequest struct {
-	Query string `json:"query,omitempty"`
-	Stage *int   `json:"stage,omitempty"`
-}
-
-// HeldWorker is one worker attempt in memory.
-type HeldWorker struct {
-	Query   string `json:"query"`
-	Stage   int    `json:"stage"`
-	Worker  string `json:"worker"`
-	Attempt string `json:"attempt"`
-	Bytes   int64  `json:"bytes"`
-	Read    bool   `json:"read"` // read at least once since admitted
-}
-
-// HeldResult is held's answer: the memory store's budget, what it holds
-// and reserves, and the workers.
-type HeldResult struct {
-	AdvertiseAddr string       `json:"advertise_addr,omitempty"`
-	BudgetBytes   int64        `json:"budget_bytes"`
-	HeldBytes     int64        `json:"held_bytes"`
-	ReservedBytes int64        `json:"reserved_bytes"`
-	Workers       []HeldWorker `json:"workers"`
-}
 
 // peerTLS is the client side of TLS for peer calls: the sidecar's own
 // certificate (for peers that require mutual TLS), and as roots the
@@ -80,15 +27,15 @@ func peerTLS(server *tls.Config) *tls.Config {
 }
 
 // fetch serves a peer's FetchRequest from the memory store: Results of
-// at most peer.MaxResultBytes whose bodies are the bytes; NotFound for
+// at most flightclient.MaxResultBytes whose bodies are the bytes; NotFound for
 // what is not held. It never reads the object store.
 func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightService_DoActionServer) error {
-	var req peer.FetchRequest
+	var req flightclient.FetchRequest
 	if err := decodeStrict("fetch body", body, &req); err != nil {
 		return err
 	}
-	if req.Length < 0 || req.Length > peer.MaxFetchBytes {
-		return invalidf("fetch: length %d out of range [0, %d]", req.Length, peer.MaxFetchBytes)
+	if req.Length < 0 || req.Length > flightclient.MaxFetchBytes {
+		return invalidf("fetch: length %d out of range [0, %d]", req.Length, flightclient.MaxFetchBytes)
 	}
 	mem := s.c.MemStore()
 	b, err := mem.Read(memstore.Key{Query: req.Query, Stage: req.Stage, Worker: req.Worker, Attempt: req.Attempt}, req.Object, req.Offset, req.Length)
@@ -99,7 +46,7 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 		if ctx.Err() != nil {
 			return toStatus(context.Cause(ctx))
 		}
-		n := min(len(b), peer.MaxResultBytes)
+		n := min(len(b), flightclient.MaxResultBytes)
 		if err := stream.Send(&flight.Result{Body: b[:n]}); err != nil {
 			return err
 		}
@@ -110,8 +57,8 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 }
 
 // release drops a stage's (or a query's) workers from the memory store.
-func (s *Server) release(body []byte) (*ReleaseResult, error) {
-	var req ReleaseRequest
+func (s *Server) release(body []byte) (*flightclient.ReleaseResult, error) {
+	var req flightclient.ReleaseRequest
 	if err := decodeStrict("release body", body, &req); err != nil {
 		return nil, err
 	}
@@ -127,12 +74,12 @@ func (s *Server) release(body []byte) (*ReleaseResult, error) {
 	}
 	n, bytes := s.c.MemStore().Release(req.Query, stage)
 	s.log.Info("released from memory", "query", req.Query, "stage", stage, "workers", n, "bytes", bytes)
-	return &ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
+	return &flightclient.ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
 }
 
 // held lists what the memory store holds.
-func (s *Server) held(body []byte) (*HeldResult, error) {
-	var req HeldRequest
+func (s *Server) held(body []byte) (*flightclient.HeldResult, error) {
+	var req flightclient.HeldRequest
 	if len(body) > 0 {
 		if err := decodeStrict("held body", body, &req); err != nil {
 			return nil, err
@@ -144,11 +91,11 @@ func (s *Server) held(body []byte) (*HeldResult, error) {
 	}
 	mem := s.c.MemStore()
 	h, r := mem.Used()
-	res := &HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []HeldWorker{}}
+	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
 	for _, w := range mem.Holdings(req.Query, stage) {
-		res.Workers = append(res.Workers, HeldWorker{Query: w.Key.Query, Stage: w.Key.Stage, Worker: w.Key.Worker, Attempt: w.Key.Attempt, Bytes: w.Bytes, Read: w.Read})
+		res.Workers = append(res.Workers, flightclient.HeldWorker{Query: w.Key.Query, Stage: w.Key.Stage, Worker: w.Key.Worker, Attempt: w.Key.Attempt, Bytes: w.Bytes, Read: w.Read})
 	}
-	slices.SortFunc(res.Workers, func(a, b HeldWorker) int {
+	slices.SortFunc(res.Workers, func(a, b flightclient.HeldWorker) int {
 		if c := strings.Compare(a.Query, b.Query); c != 0 {
 			return c
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -32,17 +33,17 @@ func (s *Server) DoGet(tkt *flight.Ticket, stream flight.FlightService_DoGetServ
 		return err
 	}
 	defer release()
-	st, cached, err := s.openStage(ctx, t.Query, *t.Stage)
+	st, cached, err := s.openStage(ctx, t.Query, t.Stage)
 	if err != nil {
 		return toStatus(err)
 	}
-	storage := t.Order == OrderStorage
+	storage := t.Order == flightclient.OrderStorage
 	sent, err := s.sendPartitions(ctx, stream, st, parts, storage)
 	if err != nil && cached && sent == 0 && isNotFound(err) {
 		// The stage was deleted, or deleted and written again, behind
 		// the cache: reload it once.
-		s.stages.evict(t.Query, *t.Stage)
-		if st, _, err = s.openStage(ctx, t.Query, *t.Stage); err != nil {
+		s.stages.evict(t.Query, t.Stage)
+		if st, _, err = s.openStage(ctx, t.Query, t.Stage); err != nil {
 			return toStatus(err)
 		}
 		_, err = s.sendPartitions(ctx, stream, st, parts, storage)
@@ -134,7 +135,7 @@ func (s *Server) describedStage(ctx context.Context, d *flight.FlightDescriptor)
 // stage costs a manifest GET (a LIST and a GET per worker if unsealed).
 func (s *Server) ListFlights(c *flight.Criteria, stream flight.FlightService_ListFlightsServer) error {
 	ctx := stream.Context()
-	var crit ListCriteria
+	var crit flightclient.ListCriteria
 	if len(c.GetExpression()) > 0 {
 		if err := decodeStrict("ListFlights criteria", c.GetExpression(), &crit); err != nil {
 			return err
@@ -182,10 +183,10 @@ func (s *Server) flightInfo(ctx context.Context, st *reader.Stage, d *flight.Fli
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	per := make([]PartitionMetadata, m.Partitions)
+	per := make([]flightclient.PartitionMetadata, m.Partitions)
 	for i := range per {
 		ps := sum[i]
-		per[i] = PartitionMetadata{Partition: i, Rows: ps.Rows, BytesLogical: ps.BytesLogical, BytesStored: ps.BytesStored, Frames: int(ps.Frames)}
+		per[i] = flightclient.PartitionMetadata{Partition: i, Rows: ps.Rows, BytesLogical: ps.BytesLogical, BytesStored: ps.BytesStored, Frames: int(ps.Frames)}
 	}
 	t := m.Totals // summed by seal, or by LoadStage for an unsealed stage
 	info := &flight.FlightInfo{
@@ -196,11 +197,11 @@ func (s *Server) flightInfo(ctx context.Context, st *reader.Stage, d *flight.Fli
 		Ordered:          true,
 	}
 	for _, p := range per {
-		tkt, _ := json.Marshal(Ticket{Query: m.Query, Stage: &m.Stage, Partition: &p.Partition})
+		tkt, _ := json.Marshal(flightclient.Ticket{Query: m.Query, Stage: m.Stage, Partition: &p.Partition})
 		md, _ := json.Marshal(p)
 		info.Endpoint = append(info.Endpoint, &flight.FlightEndpoint{Ticket: &flight.Ticket{Ticket: tkt}, AppMetadata: md})
 	}
-	info.AppMetadata, _ = json.Marshal(StageMetadata{
+	info.AppMetadata, _ = json.Marshal(flightclient.StageMetadata{
 		Query: m.Query, Stage: m.Stage, Sealed: m.Sealed, Results: m.Results, Workers: len(m.Workers),
 		Partitions: m.Partitions, Rows: t.Rows, BytesLogical: t.BytesLogical, BytesStored: t.BytesStored,
 		Objects: t.Objects, Frames: t.Frames,

@@ -19,13 +19,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
@@ -155,12 +154,12 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 // dial returns a new Flight client of the sidecar, closed with the test.
 func (e *env) dial() flight.Client {
 	e.t.Helper()
-	c, err := flight.NewClientWithMiddleware(e.addr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := flightclient.Dial(e.addr, flightclient.Options{})
 	if err != nil {
 		e.t.Fatal(err)
 	}
 	e.t.Cleanup(func() { c.Close() })
-	return c
+	return c.Flight()
 }
 
 // withToken adds the bearer token to ctx's outgoing metadata.
@@ -261,14 +260,14 @@ func putCmd(query string, stage int, worker any, attempt string, partitions int)
 // descriptor, ends with the commit message and returns the PutResult. A
 // server that rejects the stream mid-way makes Send fail with io.EOF; the
 // status then comes from Recv.
-func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool)) (sidecar.PutResult, error) {
-	return doPutCommit(ctx, c, cmd, schema, next, sidecar.CommitMetadata)
+func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool)) (flightclient.PutResult, error) {
+	return doPutCommit(ctx, c, cmd, schema, next, flightclient.CommitMetadata)
 }
 
 // doPutCommit is doPut with the commit message's app_metadata made by
 // commit from the batches and rows sent; a nil commit sends none.
-func doPutCommit(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool), commit func(batches, rows int64) []byte) (sidecar.PutResult, error) {
-	var res sidecar.PutResult
+func doPutCommit(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool), commit func(batches, rows int64) []byte) (flightclient.PutResult, error) {
+	var res flightclient.PutResult
 	stream, err := c.DoPut(ctx)
 	if err != nil {
 		return res, err
@@ -337,11 +336,7 @@ func doGet(ctx context.Context, c flight.Client, ticket any) (*arrow.Schema, []r
 	if err != nil {
 		return nil, nil, err
 	}
-	stream, err := c.DoGet(ctx, &flight.Ticket{Ticket: b})
-	if err != nil {
-		return nil, nil, err
-	}
-	rdr, err := flight.NewRecordReader(stream)
+	rdr, err := flightclient.Wrap(c, "").GetTicket(ctx, &flight.Ticket{Ticket: b})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -355,32 +350,7 @@ func doGet(ctx context.Context, c flight.Client, ticket any) (*arrow.Schema, []r
 
 // doAction runs an action and decodes its one result into out (if non-nil).
 func doAction(ctx context.Context, c flight.Client, typ string, body any, out any) error {
-	b, err := json.Marshal(body)
-	if err != nil {
-		return err
-	}
-	stream, err := c.DoAction(ctx, &flight.Action{Type: typ, Body: b})
-	if err != nil {
-		return err
-	}
-	var got []*flight.Result
-	for {
-		r, err := stream.Recv()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return err
-		}
-		got = append(got, r)
-	}
-	if len(got) != 1 {
-		return fmt.Errorf("action %s: %d results, want 1", typ, len(got))
-	}
-	if out != nil {
-		return json.Unmarshal(got[0].Body, out)
-	}
-	return nil
+	return flightclient.Wrap(c, "").Action(ctx, typ, body, out)
 }
 
 // wantCode fails the test unless err is a status with code and a message

@@ -9,14 +9,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
 // attemptPut sends worker 4's output under attempt "fixed" of query q:
 // n batches of worker name w (its rows say who wrote them).
-func attemptPut(ctx context.Context, e *env, q, w string, n int) (sidecar.PutResult, []row, error) {
+func attemptPut(ctx context.Context, e *env, q, w string, n int) (flightclient.PutResult, []row, error) {
 	var bs []putBatch
 	var want []row
 	for b := range n {
@@ -117,7 +117,7 @@ func TestHostileConcurrentAttempt(t *testing.T) {
 		names := [2]string{"alpha", "bravo"}
 		var (
 			wg   sync.WaitGroup
-			res  [2]sidecar.PutResult
+			res  [2]flightclient.PutResult
 			rows [2][]row
 			errs [2]error
 		)

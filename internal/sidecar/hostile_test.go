@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
@@ -134,19 +135,19 @@ func TestHostilePanic(t *testing.T) {
 
 		// The process serves on: a DoPut commits and reads back.
 		want := putRows(t, e, "q-after", "0", 10, 2)
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, nil); err != nil {
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		readsBack(t, e, "q-after", want)
 
 		armed.Store(true)
-		err = doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, nil)
+		err = doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, nil)
 		wantCode(t, err, codes.Internal, "internal error in DoAction", "a bug in DoAction")
 		if n := panics("DoAction"); n != 1 {
 			t.Errorf("%s{method=DoAction} = %v after one panic, want 1", metrics.SidecarPanicsTotal, n)
 		}
-		var res sidecar.SealResult
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, &res); err != nil || !res.Sealed {
+		var res flightclient.SealResult
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, &res); err != nil || !res.Sealed {
 			t.Fatalf("seal after the DoAction panic: %+v, %v", res, err)
 		}
 		readsBack(t, e, "q-after", want)
@@ -285,7 +286,7 @@ func TestHostileStalledStreams(t *testing.T) {
 
 		start := time.Now()
 		want := putRows(t, e, "q-ok", "0", 40, 2) // ~7 MiB, multipart
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
 			t.Fatal(err)
 		}
 		readsBack(t, e, "q-ok", want)
@@ -396,7 +397,7 @@ func TestHostileSealWorkers(t *testing.T) {
 		}
 		gets := func() int64 { return e.counter.Requests()["GetObject"] }
 		seal := func(ctx context.Context, workers int) error {
-			return doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": workers}, nil)
+			return doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": workers}, nil)
 		}
 
 		before := gets()
@@ -436,8 +437,8 @@ func TestHostileSealWorkers(t *testing.T) {
 		}
 		t.Logf("the seal of %d workers sent %d GETs (%d reads started) before its caller's deadline ended it", manifest.MaxSealWorkers, sent, called)
 
-		var res sidecar.SealResult
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, &res); err != nil || !res.Sealed || res.Workers != 2 {
+		var res flightclient.SealResult
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, &res); err != nil || !res.Sealed || res.Workers != 2 {
 			t.Fatalf("seal of the 2 committed workers: %+v, %v", res, err)
 		}
 		readsBack(t, e, query, want)

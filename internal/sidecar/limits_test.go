@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -73,7 +74,7 @@ func TestMessageSizeLimit(t *testing.T) {
 	if err != nil || !res.Committed {
 		t.Fatalf("put of messages under the limit: %+v, %v", res, err)
 	}
-	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 	_, got, err := doGet(ctx, e.fc, map[string]any{"query": "q-ok", "stage": 0, "partition": 0})

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
@@ -253,7 +254,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type gatedPut struct {
 	gate chan struct{}
 	done chan error
-	res  sidecar.PutResult
+	res  flightclient.PutResult
 	sent atomic.Int64
 }
 
@@ -525,7 +526,7 @@ func TestMemoryBounded(t *testing.T) {
 	var (
 		wg      sync.WaitGroup
 		pushed  atomic.Int64
-		results [streams]sidecar.PutResult
+		results [streams]flightclient.PutResult
 		errs    [streams]error
 	)
 	for s := range streams {

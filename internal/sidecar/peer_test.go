@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/peer"
 )
@@ -41,7 +41,7 @@ func TestLibraryReaderUsesPeers(t *testing.T) {
 	if _, err := doPut(ctx, e.fc, putCmd("peers", 0, "0", "a", 2), testSchema, batches(bs)); err != nil {
 		t.Fatal(err)
 	}
-	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "peers", "stage": 0, "workers": 1}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "peers", "stage": 0, "workers": 1}, nil); err != nil {
 		t.Fatal(err)
 	}
 

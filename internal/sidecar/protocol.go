@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"strconv"
 
@@ -15,17 +14,11 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
-)
-
-// Action types of DoAction.
-const (
-	ActionSealStage   = "seal-stage"
-	ActionDeleteQuery = "delete-query"
-	ActionGC          = "gc"
 )
 
 // Errors of the sidecar's lifecycle.
@@ -44,93 +37,10 @@ var (
 	ErrStuck = errors.New("calls stuck at shutdown")
 )
 
-// PutCommand is DoPut's descriptor: FlightDescriptor CMD holding this
-// object as JSON. Unknown fields are rejected, so a misspelt key fails
-// loudly instead of defaulting.
-type PutCommand struct {
-	Query      string   `json:"query"`
-	Stage      *int     `json:"stage"`
-	Worker     WorkerID `json:"worker"`
-	Attempt    string   `json:"attempt,omitempty"` // empty: a fresh attempt ID
-	Partitions int      `json:"partitions"`
-	// Results marks a query's final results stage (kept for
-	// results_retention rather than until the query is deleted).
-	Results bool `json:"results,omitempty"`
-}
-
-// WorkerID is a worker ID in JSON: a string, or a non-negative integer
-// that means its decimal string (7 and "7" are the same worker).
-type WorkerID string
-
-// UnmarshalJSON implements json.Unmarshaler.
-func (w *WorkerID) UnmarshalJSON(b []byte) error {
-	b = bytes.TrimSpace(b)
-	if len(b) > 0 && b[0] == '"' {
-		var s string
-		if err := json.Unmarshal(b, &s); err != nil {
-			return err
-		}
-		*w = WorkerID(s)
-		return nil
-	}
-	n, err := strconv.ParseUint(string(b), 10, 63)
-	if err != nil {
-		return fmt.Errorf("worker must be a string or a non-negative integer, got %s", b)
-	}
-	*w = WorkerID(strconv.FormatUint(n, 10))
-	return nil
-}
-
-// PutResult is the JSON app_metadata of the PutResult a committed DoPut
-// sends before it ends.
-type PutResult struct {
-	Committed    bool   `json:"committed"`
-	Query        string `json:"query"`
-	Stage        int    `json:"stage"`
-	Worker       string `json:"worker"`
-	Attempt      string `json:"attempt"`
-	Partitions   int    `json:"partitions"`
-	Batches      int64  `json:"batches"`
-	Rows         int64  `json:"rows"`
-	BytesLogical int64  `json:"bytes_logical"`
-	BytesStored  int64  `json:"bytes_stored"`
-	Objects      int    `json:"objects"`
-	Frames       int    `json:"frames"`
-	Parts        int    `json:"parts"`
-}
-
-// batchMetadata is the app_metadata of every FlightData of a DoPut that
-// carries a record batch.
-type batchMetadata struct {
-	Partition *json.Number `json:"partition"`
-}
-
-// CommitMessage is the app_metadata of the last FlightData of a DoPut:
-// a message with no batch that asks the sidecar to commit. Counts are what
-// the client sent; the sidecar commits only when both match what it
-// received, so a stream cut short (a client that half-closes and then
-// cancels) can never commit a truncated output.
-type CommitMessage struct {
-	Commit *CommitCounts `json:"commit"`
-}
-
-// CommitCounts are the batches and rows a client sent in its DoPut.
-type CommitCounts struct {
-	Batches *int64 `json:"batches"`
-	Rows    *int64 `json:"rows"`
-}
-
-// CommitMetadata is the app_metadata of the commit message for a DoPut
-// that sent batches record batches holding rows rows in all.
-func CommitMetadata(batches, rows int64) []byte {
-	b, _ := json.Marshal(CommitMessage{Commit: &CommitCounts{Batches: &batches, Rows: &rows}})
-	return b
-}
-
 // parseCommit reads a metadata-only message's app_metadata. ok is false
 // when it is not a commit message (no JSON object with a "commit" key),
 // which is ignored; a "commit" that is malformed is InvalidArgument.
-func parseCommit(md []byte) (c CommitCounts, ok bool, err error) {
+func parseCommit(md []byte) (c flightclient.CommitCounts, ok bool, err error) {
 	var keys map[string]json.RawMessage
 	if json.Unmarshal(md, &keys) != nil {
 		return c, false, nil
@@ -138,7 +48,7 @@ func parseCommit(md []byte) (c CommitCounts, ok bool, err error) {
 	if _, has := keys["commit"]; !has {
 		return c, false, nil
 	}
-	var m CommitMessage
+	var m flightclient.CommitMessage
 	if err := decodeStrict("DoPut commit message", md, &m); err != nil {
 		return c, true, err
 	}
@@ -150,101 +60,6 @@ func parseCommit(md []byte) (c CommitCounts, ok bool, err error) {
 		return c, true, invalidf("DoPut commit message %s: counts must not be negative", clip(md))
 	}
 	return *m.Commit, true, nil
-}
-
-// Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
-type Ticket struct {
-	Query      string `json:"query"`
-	Stage      *int   `json:"stage"`
-	Partition  *int   `json:"partition,omitempty"`
-	Partitions []int  `json:"partitions,omitempty"`
-	// Order is "partition" (the default: partitions ascending, then
-	// workers, then write order) or "storage": the batches as they are
-	// stored, fetched in GETs of read_range_bytes, each batch's
-	// app_metadata naming its partition. A storage-order ticket with no
-	// partition reads the whole stage.
-	Order string `json:"order,omitempty"`
-}
-
-// Ticket orders.
-const (
-	OrderPartition = "partition"
-	OrderStorage   = "storage"
-)
-
-// StageRef names a stage: GetFlightInfo's and GetSchema's CMD descriptor
-// (DoPut's descriptor works too; its other fields are ignored) and the
-// descriptor of every FlightInfo the sidecar returns.
-type StageRef struct {
-	Query string `json:"query"`
-	Stage *int   `json:"stage"`
-}
-
-// ListCriteria is ListFlights' optional criteria expression, as JSON.
-type ListCriteria struct {
-	Query string `json:"query,omitempty"` // only this query's stages
-}
-
-// StageMetadata is the JSON app_metadata of a FlightInfo.
-type StageMetadata struct {
-	Query        string `json:"query"`
-	Stage        int    `json:"stage"`
-	Sealed       bool   `json:"sealed"`
-	Results      bool   `json:"results,omitempty"`
-	Workers      int    `json:"workers"`
-	Partitions   int    `json:"partitions"`
-	Rows         int64  `json:"rows"`
-	BytesLogical int64  `json:"bytes_logical"`
-	BytesStored  int64  `json:"bytes_stored"`
-	Objects      int    `json:"objects"`
-	Frames       int    `json:"frames"`
-}
-
-// PartitionMetadata is the JSON app_metadata of a FlightEndpoint.
-type PartitionMetadata struct {
-	Partition    int   `json:"partition"`
-	Rows         int64 `json:"rows"`
-	BytesLogical int64 `json:"bytes_logical"`
-	BytesStored  int64 `json:"bytes_stored"`
-	Frames       int   `json:"frames"`
-}
-
-// SealRequest is the body of the seal-stage action.
-type SealRequest struct {
-	Query   string `json:"query"`
-	Stage   *int   `json:"stage"`
-	Workers int    `json:"workers"`
-}
-
-// SealResult is the body of seal-stage's one result.
-type SealResult struct {
-	Sealed       bool   `json:"sealed"`
-	Query        string `json:"query"`
-	Stage        int    `json:"stage"`
-	Workers      int    `json:"workers"`
-	Partitions   int    `json:"partitions"`
-	Rows         int64  `json:"rows"`
-	BytesLogical int64  `json:"bytes_logical"`
-	BytesStored  int64  `json:"bytes_stored"`
-	Objects      int    `json:"objects"`
-	Key          string `json:"key"`
-}
-
-// DeleteRequest is the body of the delete-query action.
-type DeleteRequest struct {
-	Query string `json:"query"`
-}
-
-// DeleteResult is the body of delete-query's one result.
-type DeleteResult struct {
-	Query          string `json:"query"`
-	DeletedObjects int    `json:"deleted_objects"`
-	AbortedUploads int    `json:"aborted_uploads"`
-}
-
-// GCRequest is the body of the gc action.
-type GCRequest struct {
-	OlderThan string `json:"older_than"`
 }
 
 // decodeStrict parses b as exactly one JSON object into v, rejecting
@@ -264,6 +79,18 @@ func decodeStrict(what string, b []byte, v any) error {
 	return nil
 }
 
+// hasKey reports whether the JSON object b has key k with a value other
+// than null: a required stage, which may be 0, is told apart from a
+// missing one.
+func hasKey(b []byte, k string) bool {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(b, &m) != nil {
+		return false
+	}
+	v, ok := m[k]
+	return ok && !bytes.Equal(bytes.TrimSpace(v), []byte("null"))
+}
+
 // clip quotes at most 200 bytes of b for an error message.
 func clip(b []byte) string {
 	const n = 200
@@ -273,8 +100,8 @@ func clip(b []byte) string {
 	return strconv.Quote(string(b))
 }
 
-func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
-	var c PutCommand
+func parsePutCommand(d *flight.FlightDescriptor) (flightclient.PutCommand, error) {
+	var c flightclient.PutCommand
 	if d == nil {
 		return c, invalidf(`DoPut needs a FlightDescriptor of type CMD on its first message: {"query","stage","worker","attempt","partitions"}`)
 	}
@@ -284,7 +111,7 @@ func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
 	if err := decodeStrict("DoPut descriptor", d.Cmd, &c); err != nil {
 		return c, err
 	}
-	if c.Stage == nil {
+	if !hasKey(d.Cmd, "stage") {
 		return c, invalidf("DoPut descriptor has no stage")
 	}
 	if c.Partitions < 1 {
@@ -303,7 +130,7 @@ func parsePutCommand(d *flight.FlightDescriptor) (PutCommand, error) {
 			return c, invalidf("DoPut descriptor: %v", err)
 		}
 	}
-	if err := manifest.ValidateStage(*c.Stage); err != nil {
+	if err := manifest.ValidateStage(c.Stage); err != nil {
 		return c, invalidf("DoPut descriptor: %v", err)
 	}
 	return c, nil
@@ -318,7 +145,7 @@ func partitionOf(md []byte, partitions int, n int64) (int, error) {
 		}
 		return 0, invalidf(`batch %d has no app_metadata; every batch needs {"partition": N} with N in [0, %d)`, n, partitions)
 	}
-	var m batchMetadata
+	var m flightclient.BatchMetadata
 	if err := json.Unmarshal(md, &m); err != nil {
 		return 0, invalidf(`batch %d: app_metadata is not {"partition": N}: %v (got %s)`, n, err, clip(md))
 	}
@@ -335,22 +162,22 @@ func partitionOf(md []byte, partitions int, n int64) (int, error) {
 	return int(p), nil
 }
 
-func parseTicket(b []byte) (Ticket, []int, error) {
-	var t Ticket
+func parseTicket(b []byte) (flightclient.Ticket, []int, error) {
+	var t flightclient.Ticket
 	if err := decodeStrict("ticket", b, &t); err != nil {
 		return t, nil, err
 	}
 	if err := manifest.ValidateID("query", t.Query); err != nil {
 		return t, nil, invalidf("ticket: %v", err)
 	}
-	if t.Stage == nil {
+	if !hasKey(b, "stage") {
 		return t, nil, invalidf("ticket has no stage")
 	}
-	if err := manifest.ValidateStage(*t.Stage); err != nil {
+	if err := manifest.ValidateStage(t.Stage); err != nil {
 		return t, nil, invalidf("ticket: %v", err)
 	}
 	switch t.Order {
-	case "", OrderPartition, OrderStorage:
+	case "", flightclient.OrderPartition, flightclient.OrderStorage:
 	default:
 		return t, nil, invalidf(`ticket order %q: want "partition" or "storage"`, t.Order)
 	}
@@ -363,7 +190,7 @@ func parseTicket(b []byte) (Ticket, []int, error) {
 		return t, t.Partitions, nil
 	case t.Partitions != nil:
 		return t, nil, invalidf(`ticket has an empty "partitions" list`)
-	case t.Order == OrderStorage:
+	case t.Order == flightclient.OrderStorage:
 		return t, nil, nil // the whole stage
 	default:
 		return t, nil, invalidf(`ticket names no partition: want "partition": N or "partitions": [...]`)
@@ -377,13 +204,13 @@ func parseStageRef(d *flight.FlightDescriptor) (string, int, error) {
 	if d == nil {
 		return "", 0, invalidf(`no FlightDescriptor: want CMD {"query","stage"} or PATH [query, stage]`)
 	}
-	var ref StageRef
+	var ref flightclient.StageRef
 	switch d.Type {
 	case flight.DescriptorCMD:
 		if err := json.Unmarshal(d.Cmd, &ref); err != nil {
 			return "", 0, invalidf(`descriptor is not {"query","stage"}: %v (got %s)`, err, clip(d.Cmd))
 		}
-		if ref.Stage == nil {
+		if !hasKey(d.Cmd, "stage") {
 			return "", 0, invalidf("descriptor has no stage")
 		}
 	case flight.DescriptorPATH:
@@ -394,22 +221,22 @@ func parseStageRef(d *flight.FlightDescriptor) (string, int, error) {
 		if err != nil {
 			return "", 0, invalidf("PATH descriptor [query, stage]: stage %q is not an integer", d.Path[1])
 		}
-		ref = StageRef{Query: d.Path[0], Stage: &n}
+		ref = flightclient.StageRef{Query: d.Path[0], Stage: n}
 	default:
 		return "", 0, invalidf("descriptor type %v: want CMD or PATH", d.Type)
 	}
 	if err := manifest.ValidateID("query", ref.Query); err != nil {
 		return "", 0, invalidf("descriptor: %v", err)
 	}
-	if err := manifest.ValidateStage(*ref.Stage); err != nil {
+	if err := manifest.ValidateStage(ref.Stage); err != nil {
 		return "", 0, invalidf("descriptor: %v", err)
 	}
-	return ref.Query, *ref.Stage, nil
+	return ref.Query, ref.Stage, nil
 }
 
 // stageDescriptor is the CMD descriptor of a stage's FlightInfo.
 func stageDescriptor(query string, stage int) *flight.FlightDescriptor {
-	b, _ := json.Marshal(StageRef{Query: query, Stage: &stage})
+	b, _ := json.Marshal(flightclient.StageRef{Query: query, Stage: stage})
 	return &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: b}
 }
 

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 )
 
 // DoPut writes one worker attempt's output: the descriptor names it, each
@@ -57,7 +58,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	defer release()
 	w, err := s.c.NewWriter(ctx, durashuffle.WriterOptions{
 		Query:      cmd.Query,
-		Stage:      *cmd.Stage,
+		Stage:      cmd.Stage,
 		Worker:     string(cmd.Worker),
 		Attempt:    cmd.Attempt,
 		Partitions: cmd.Partitions,
@@ -131,7 +132,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	}
 	committed = true
 	t := m.Sum()
-	res := PutResult{
+	res := flightclient.PutResult{
 		Committed: true, Query: m.Query, Stage: m.Stage, Worker: m.Worker, Attempt: m.Attempt,
 		Partitions: m.Partitions, Batches: batches, Rows: t.Rows, BytesLogical: t.BytesLogical,
 		BytesStored: t.BytesStored, Objects: t.Objects, Frames: t.Frames, Parts: t.Parts,
@@ -193,7 +194,7 @@ type putStream struct {
 	err     error  // a protocol violation found here (a status)
 	// commit holds the counts of the commit message once it arrived and
 	// the stream ended right after it; nil: no commit was asked for.
-	commit *CommitCounts
+	commit *flightclient.CommitCounts
 }
 
 func (p *putStream) Recv() (*flight.FlightData, error) {
@@ -263,7 +264,7 @@ func (s *Server) decodeAllocator() memory.Allocator {
 // committed records the commit message and checks that the client's
 // stream ends right after it: the commit is the last message. It returns
 // io.EOF when it does, so the reader ends as on a plain end of stream.
-func (p *putStream) committed(c CommitCounts) error {
+func (p *putStream) committed(c flightclient.CommitCounts) error {
 	fd, err := p.stream.Recv()
 	switch {
 	case err == io.EOF:

@@ -18,8 +18,8 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/gc"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 )
@@ -57,7 +57,7 @@ func TestPutSealGet(t *testing.T) {
 		}
 		var (
 			wg      sync.WaitGroup
-			results [workers]sidecar.PutResult
+			results [workers]flightclient.PutResult
 			errs    [workers]error
 		)
 		for w := range workers {
@@ -103,8 +103,8 @@ func TestPutSealGet(t *testing.T) {
 		}
 		t.Logf("worker 0: %d rows, %d bytes logical, %d stored in %d parts", results[0].Rows, results[0].BytesLogical, results[0].BytesStored, results[0].Parts)
 
-		var seal sidecar.SealResult
-		if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": stage, "workers": workers}, &seal); err != nil {
+		var seal flightclient.SealResult
+		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": stage, "workers": workers}, &seal); err != nil {
 			t.Fatal(err)
 		}
 		var total int64
@@ -224,16 +224,16 @@ func checkInfo(t *testing.T, info *flight.FlightInfo, query string, stage, parti
 	if err != nil || !schema.Equal(testSchema) {
 		t.Fatalf("FlightInfo schema %v (%v), want %s", schema, err, testSchema)
 	}
-	var md sidecar.StageMetadata
+	var md flightclient.StageMetadata
 	if err := json.Unmarshal(info.AppMetadata, &md); err != nil || md.Query != query || md.Stage != stage || !md.Sealed || md.Rows != total {
 		t.Fatalf("FlightInfo app_metadata %s (%v)", info.AppMetadata, err)
 	}
 	for p, ep := range info.Endpoint {
-		var tk sidecar.Ticket
-		if err := json.Unmarshal(ep.Ticket.Ticket, &tk); err != nil || tk.Query != query || *tk.Stage != stage || tk.Partition == nil || *tk.Partition != p {
+		var tk flightclient.Ticket
+		if err := json.Unmarshal(ep.Ticket.Ticket, &tk); err != nil || tk.Query != query || tk.Stage != stage || tk.Partition == nil || *tk.Partition != p {
 			t.Fatalf("endpoint %d: ticket %s (%v)", p, ep.Ticket.Ticket, err)
 		}
-		var pm sidecar.PartitionMetadata
+		var pm flightclient.PartitionMetadata
 		if err := json.Unmarshal(ep.AppMetadata, &pm); err != nil || pm.Partition != p || pm.Rows != int64(len(slices.Concat(want[p]...))) {
 			t.Fatalf("endpoint %d: app_metadata %s (%v)", p, ep.AppMetadata, err)
 		}
@@ -423,9 +423,9 @@ func TestPutOutcomes(t *testing.T) {
 		t.Fatalf("one partition without app_metadata: %+v %v", res, err)
 	}
 
-	err = doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 3}, nil)
+	err = doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 3}, nil)
 	wantCode(t, err, codes.FailedPrecondition, "1 of 3 workers have no manifest: 2")
-	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 2}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 2}, nil); err != nil {
 		t.Fatal(err)
 	}
 	// Unsealed stages are served from their worker manifests.
@@ -445,18 +445,18 @@ func TestPutOutcomes(t *testing.T) {
 	wantCode(t, err, codes.NotFound)
 
 	var rep gc.Report
-	if err := doAction(ctx, e.fc, sidecar.ActionGC, map[string]any{"older_than": "6h"}, &rep); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionGC, map[string]any{"older_than": "6h"}, &rep); err != nil {
 		t.Fatal(err)
 	}
 	if rep.Totals != (gc.Totals{}) || rep.Scanned.Stages == 0 || rep.Prefix != e.client.Layout().Root() {
 		t.Fatalf("gc of young committed stages removed something or saw nothing: %+v", rep)
 	}
 	for _, bad := range []string{"soon", "-1h", ""} {
-		err = doAction(ctx, e.fc, sidecar.ActionGC, map[string]any{"older_than": bad}, nil)
+		err = doAction(ctx, e.fc, flightclient.ActionGC, map[string]any{"older_than": bad}, nil)
 		wantCode(t, err, codes.InvalidArgument, "older_than")
 	}
 	err = doAction(ctx, e.fc, "drop-everything", map[string]any{}, nil)
-	wantCode(t, err, codes.InvalidArgument, "unknown action", sidecar.ActionSealStage)
+	wantCode(t, err, codes.InvalidArgument, "unknown action", flightclient.ActionSealStage)
 	la, err := e.fc.ListActions(ctx, &flight.Empty{})
 	if err != nil {
 		t.Fatal(err)
@@ -469,12 +469,12 @@ func TestPutOutcomes(t *testing.T) {
 		}
 		names = append(names, a.Type)
 	}
-	if !slices.Equal(names, []string{sidecar.ActionSealStage, sidecar.ActionDeleteQuery, sidecar.ActionGC, sidecar.ActionRelease, sidecar.ActionHeld, sidecar.ActionFetch}) {
+	if !slices.Equal(names, []string{flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionFetch}) {
 		t.Fatalf("ListActions: %v", names)
 	}
 
-	var del sidecar.DeleteResult
-	if err := doAction(ctx, e.fc, sidecar.ActionDeleteQuery, map[string]any{"query": "q-out"}, &del); err != nil {
+	var del flightclient.DeleteResult
+	if err := doAction(ctx, e.fc, flightclient.ActionDeleteQuery, map[string]any{"query": "q-out"}, &del); err != nil {
 		t.Fatal(err)
 	}
 	if del.DeletedObjects < 5 {

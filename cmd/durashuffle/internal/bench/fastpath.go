@@ -3,9 +3,7 @@ package bench
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"os"
@@ -15,15 +13,12 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
 )
 
 // ScenarioFastpath: sidecars serving fresh stage output from memory and
@@ -75,7 +70,7 @@ type fastSidecar struct {
 	flight  string
 	metrics string
 	peer    *Link
-	fc      flight.Client
+	fc      *flightclient.Client
 	stderr  *strings.Builder
 }
 
@@ -159,8 +154,8 @@ func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, uns
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		fc, err := flight.NewClientWithMiddleware(s.flight, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()),
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxMessageBytes))))
+		fc, err := flightclient.Dial(s.flight, flightclient.Options{DialOptions: []grpc.DialOption{
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxMessageBytes)))}})
 		if err != nil {
 			stop()
 			return nil, err
@@ -275,54 +270,30 @@ func (a fastMetrics) minus(b fastMetrics) fastMetrics {
 }
 
 // putFastWorker DoPuts rows [lo, hi) of the demo data as worker w.
-func putFastWorker(ctx context.Context, fc flight.Client, query string, w, partitions int, lo, hi int64, seed uint64) (int64, error) {
-	stream, err := fc.DoPut(ctx)
-	if err != nil {
-		return 0, err
-	}
-	desc, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "worker": w, "attempt": "a", "partitions": partitions})
-	wr := flight.NewRecordWriter(stream, ipc.WithSchema(demo.Schema()))
-	wr.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+func putFastWorker(ctx context.Context, fc *flightclient.Client, query string, w, partitions int, lo, hi int64, seed uint64) (int64, error) {
 	b, err := demo.NewBatcher(demo.Generator{Seed: seed}, partitions, nil)
 	if err != nil {
 		return 0, err
 	}
 	defer b.Release()
-	var sent, rows int64
+	pw, err := fc.Put(ctx, flightclient.PutCommand{Query: query, Stage: 0, Worker: flightclient.WorkerID(strconv.Itoa(w)), Attempt: "a", Partitions: partitions}, demo.Schema())
+	if err != nil {
+		return 0, err
+	}
+	defer pw.Abort()
 	for _, r := range demo.Chunks(demo.Range{Lo: lo, Hi: hi}, 8192) {
 		for _, p := range b.Batch(r, nil) {
 			if err == nil {
-				err = wr.WriteWithAppMetadata(p.Record, []byte(fmt.Sprintf(`{"partition":%d}`, p.Partition)))
-				sent++
-				rows += p.Record.NumRows()
+				err = pw.Write(p.Partition, p.Record)
 			}
 			p.Record.Release()
 		}
 		if err != nil {
-			if err == io.EOF {
-				// The sidecar ended the stream: its status says why.
-				if _, rerr := stream.Recv(); rerr != nil {
-					err = rerr
-				}
-			}
 			return 0, err
 		}
 	}
-	if err := wr.Close(); err != nil {
-		return 0, err
-	}
-	if err := wr.WriteMetadata(sidecar.CommitMetadata(sent, rows)); err != nil {
-		return 0, err
-	}
-	if err := stream.CloseSend(); err != nil {
-		return 0, err
-	}
-	pr, err := stream.Recv()
+	res, err := pw.Commit()
 	if err != nil {
-		return 0, err
-	}
-	var res sidecar.PutResult
-	if err := json.Unmarshal(pr.GetAppMetadata(), &res); err != nil {
 		return 0, err
 	}
 	if !res.Committed {
@@ -332,17 +303,12 @@ func putFastWorker(ctx context.Context, fc flight.Client, query string, w, parti
 }
 
 // getFastRange DoGets partitions [lo, hi) and returns the rows.
-func getFastRange(ctx context.Context, fc flight.Client, query string, lo, hi int) (int64, error) {
+func getFastRange(ctx context.Context, fc *flightclient.Client, query string, lo, hi int) (int64, error) {
 	ps := make([]int, 0, hi-lo)
 	for p := lo; p < hi; p++ {
 		ps = append(ps, p)
 	}
-	tkt, _ := json.Marshal(map[string]any{"query": query, "stage": 0, "partitions": ps})
-	stream, err := fc.DoGet(ctx, &flight.Ticket{Ticket: tkt})
-	if err != nil {
-		return 0, err
-	}
-	rdr, err := flight.NewRecordReader(stream)
+	rdr, err := fc.Get(ctx, flightclient.Ticket{Query: query, Stage: 0, Partitions: ps})
 	if err != nil {
 		return 0, err
 	}
@@ -352,22 +318,6 @@ func getFastRange(ctx context.Context, fc flight.Client, query string, lo, hi in
 		rows += rdr.RecordBatch().NumRows()
 	}
 	return rows, rdr.Err()
-}
-
-func doAction(ctx context.Context, fc flight.Client, typ string, body, v any) error {
-	b, _ := json.Marshal(body)
-	stream, err := fc.DoAction(ctx, &flight.Action{Type: typ, Body: b})
-	if err != nil {
-		return err
-	}
-	res, err := stream.Recv()
-	if err != nil {
-		return err
-	}
-	if v != nil {
-		return json.Unmarshal(res.GetBody(), v)
-	}
-	return nil
 }
 
 // fastRound writes a stage through fresh sidecars with the given memory
@@ -399,12 +349,12 @@ func (e *Env) fastRound(ctx context.Context, mode string, mem []durashuffle.Size
 	for _, n := range stored {
 		row.StoredBytes += n
 	}
-	if err := doAction(ctx, ss[0].fc, sidecar.ActionSealStage, map[string]any{"query": q, "stage": 0, "workers": fastSidecars}, nil); err != nil {
+	if _, err := ss[0].fc.Seal(ctx, q, 0, fastSidecars); err != nil {
 		return row, fmt.Errorf("seal: %w", err)
 	}
 	for _, s := range ss {
-		var h sidecar.HeldResult
-		if err := doAction(ctx, s.fc, sidecar.ActionHeld, map[string]any{"query": q, "stage": 0}, &h); err != nil {
+		h, err := s.fc.Held(ctx, q, 0)
+		if err != nil {
 			return row, fmt.Errorf("held: %w", err)
 		}
 		row.WorkersHeld += len(h.Workers)

@@ -1,0 +1,280 @@
+package flightclient
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"strconv"
+)
+
+// Action types of DoAction.
+const (
+	// ActionSealStage merges a stage's worker manifests into its stage
+	// manifest.
+	ActionSealStage = "seal-stage"
+	// ActionDeleteQuery deletes every object of a query.
+	ActionDeleteQuery = "delete-query"
+	// ActionGC deletes uncommitted data and expired results stages.
+	ActionGC = "gc"
+	// ActionRelease drops a stage's workers from a sidecar's memory store.
+	ActionRelease = "release"
+	// ActionHeld lists the workers a sidecar's memory store holds.
+	ActionHeld = "held"
+	// ActionFetch is the peer protocol: its body is a FetchRequest, its
+	// answer a stream of results whose bodies, concatenated, are exactly
+	// the requested bytes, each at most MaxResultBytes. A sidecar that does
+	// not hold them answers NotFound; it never reads the object store on a
+	// peer's behalf.
+	ActionFetch = "fetch"
+)
+
+// Limits of the peer protocol.
+const (
+	// MaxResultBytes bounds one result of a fetch.
+	MaxResultBytes = 1 << 20
+	// MaxFetchBytes bounds the length of one fetch.
+	MaxFetchBytes = 1 << 30
+)
+
+// PutCommand is DoPut's descriptor: FlightDescriptor CMD holding this
+// object as JSON. The sidecar rejects unknown fields, so a misspelt key
+// fails loudly instead of defaulting; query, stage, worker and partitions
+// are required.
+type PutCommand struct {
+	Query      string   `json:"query"`
+	Stage      int      `json:"stage"`
+	Worker     WorkerID `json:"worker"`
+	Attempt    string   `json:"attempt,omitempty"` // empty: a fresh attempt ID
+	Partitions int      `json:"partitions"`
+	// Results marks a query's final results stage (kept for
+	// results_retention rather than until the query is deleted).
+	Results bool `json:"results,omitempty"`
+}
+
+// WorkerID is a worker ID in JSON: a string, or a non-negative integer
+// that means its decimal string (7 and "7" are the same worker).
+type WorkerID string
+
+// UnmarshalJSON implements json.Unmarshaler.
+func (w *WorkerID) UnmarshalJSON(b []byte) error {
+	b = bytes.TrimSpace(b)
+	if len(b) > 0 && b[0] == '"' {
+		var s string
+		if err := json.Unmarshal(b, &s); err != nil {
+			return err
+		}
+		*w = WorkerID(s)
+		return nil
+	}
+	n, err := strconv.ParseUint(string(b), 10, 63)
+	if err != nil {
+		return fmt.Errorf("worker must be a string or a non-negative integer, got %s", b)
+	}
+	*w = WorkerID(strconv.FormatUint(n, 10))
+	return nil
+}
+
+// PutResult is the JSON app_metadata of the PutResult a committed DoPut
+// sends before it ends.
+type PutResult struct {
+	Committed    bool   `json:"committed"`
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Worker       string `json:"worker"`
+	Attempt      string `json:"attempt"`
+	Partitions   int    `json:"partitions"`
+	Batches      int64  `json:"batches"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Frames       int    `json:"frames"`
+	Parts        int    `json:"parts"`
+}
+
+// BatchMetadata is the app_metadata of every FlightData of a DoPut that
+// carries a record batch, and of every batch a DoGet sends.
+type BatchMetadata struct {
+	Partition *json.Number `json:"partition"`
+}
+
+// BatchAppMetadata is the app_metadata of a batch of partition p.
+func BatchAppMetadata(p int) []byte {
+	n := json.Number(strconv.Itoa(p))
+	b, _ := json.Marshal(BatchMetadata{Partition: &n})
+	return b
+}
+
+// CommitMessage is the app_metadata of the last FlightData of a DoPut:
+// a message with no batch that asks the sidecar to commit. Counts are what
+// the client sent; the sidecar commits only when both match what it
+// received, so a stream cut short (a client that half-closes and then
+// cancels) can never commit a truncated output.
+type CommitMessage struct {
+	Commit *CommitCounts `json:"commit"`
+}
+
+// CommitCounts are the batches and rows a client sent in its DoPut.
+type CommitCounts struct {
+	Batches *int64 `json:"batches"`
+	Rows    *int64 `json:"rows"`
+}
+
+// CommitMetadata is the app_metadata of the commit message for a DoPut
+// that sent batches record batches holding rows rows in all.
+func CommitMetadata(batches, rows int64) []byte {
+	b, _ := json.Marshal(CommitMessage{Commit: &CommitCounts{Batches: &batches, Rows: &rows}})
+	return b
+}
+
+// Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
+// query and stage are required.
+type Ticket struct {
+	Query      string `json:"query"`
+	Stage      int    `json:"stage"`
+	Partition  *int   `json:"partition,omitempty"`
+	Partitions []int  `json:"partitions,omitempty"`
+	// Order is "partition" (the default: partitions ascending, then
+	// workers, then write order) or "storage": the batches as they are
+	// stored, fetched in GETs of read_range_bytes, each batch's
+	// app_metadata naming its partition. A storage-order ticket with no
+	// partition reads the whole stage.
+	Order string `json:"order,omitempty"`
+}
+
+// Ticket orders.
+const (
+	OrderPartition = "partition"
+	OrderStorage   = "storage"
+)
+
+// StageRef names a stage: GetFlightInfo's and GetSchema's CMD descriptor
+// (DoPut's descriptor works too; its other fields are ignored) and the
+// descriptor of every FlightInfo the sidecar returns.
+type StageRef struct {
+	Query string `json:"query"`
+	Stage int    `json:"stage"`
+}
+
+// ListCriteria is ListFlights' optional criteria expression, as JSON.
+type ListCriteria struct {
+	Query string `json:"query,omitempty"` // only this query's stages
+}
+
+// StageMetadata is the JSON app_metadata of a FlightInfo.
+type StageMetadata struct {
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Sealed       bool   `json:"sealed"`
+	Results      bool   `json:"results,omitempty"`
+	Workers      int    `json:"workers"`
+	Partitions   int    `json:"partitions"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Frames       int    `json:"frames"`
+}
+
+// PartitionMetadata is the JSON app_metadata of a FlightEndpoint.
+type PartitionMetadata struct {
+	Partition    int   `json:"partition"`
+	Rows         int64 `json:"rows"`
+	BytesLogical int64 `json:"bytes_logical"`
+	BytesStored  int64 `json:"bytes_stored"`
+	Frames       int   `json:"frames"`
+}
+
+// SealRequest is the body of the seal-stage action; all three are
+// required.
+type SealRequest struct {
+	Query   string `json:"query"`
+	Stage   int    `json:"stage"`
+	Workers int    `json:"workers"`
+}
+
+// SealResult is the body of seal-stage's one result.
+type SealResult struct {
+	Sealed       bool   `json:"sealed"`
+	Query        string `json:"query"`
+	Stage        int    `json:"stage"`
+	Workers      int    `json:"workers"`
+	Partitions   int    `json:"partitions"`
+	Rows         int64  `json:"rows"`
+	BytesLogical int64  `json:"bytes_logical"`
+	BytesStored  int64  `json:"bytes_stored"`
+	Objects      int    `json:"objects"`
+	Key          string `json:"key"`
+}
+
+// DeleteRequest is the body of the delete-query action.
+type DeleteRequest struct {
+	Query string `json:"query"`
+}
+
+// DeleteResult is the body of delete-query's one result.
+type DeleteResult struct {
+	Query          string `json:"query"`
+	DeletedObjects int    `json:"deleted_objects"`
+	AbortedUploads int    `json:"aborted_uploads"`
+}
+
+// GCRequest is the body of the gc action.
+type GCRequest struct {
+	OlderThan string `json:"older_than"`
+}
+
+// ReleaseRequest is the body of release: {"query","stage"}; without
+// stage, every stage of the query.
+type ReleaseRequest struct {
+	Query string `json:"query"`
+	Stage *int   `json:"stage,omitempty"`
+}
+
+// ReleaseResult is release's answer.
+type ReleaseResult struct {
+	Query         string `json:"query"`
+	Stage         *int   `json:"stage,omitempty"`
+	Workers       int    `json:"workers"`
+	BytesReleased int64  `json:"bytes_released"`
+}
+
+// HeldRequest is the body of held: {"query","stage"}; empty query: every
+// query, no stage: every stage.
+type HeldRequest struct {
+	Query string `json:"query,omitempty"`
+	Stage *int   `json:"stage,omitempty"`
+}
+
+// HeldWorker is one worker attempt in memory.
+type HeldWorker struct {
+	Query   string `json:"query"`
+	Stage   int    `json:"stage"`
+	Worker  string `json:"worker"`
+	Attempt string `json:"attempt"`
+	Bytes   int64  `json:"bytes"`
+	Read    bool   `json:"read"` // read at least once since admitted
+}
+
+// HeldResult is held's answer: the memory store's budget, what it holds
+// and reserves, and the workers.
+type HeldResult struct {
+	AdvertiseAddr string       `json:"advertise_addr,omitempty"`
+	BudgetBytes   int64        `json:"budget_bytes"`
+	HeldBytes     int64        `json:"held_bytes"`
+	ReservedBytes int64        `json:"reserved_bytes"`
+	Workers       []HeldWorker `json:"workers"`
+}
+
+// FetchRequest is the body of fetch: bytes [offset, offset+length) of
+// data object `object` (its index in the worker manifest) of a committed
+// worker attempt.
+type FetchRequest struct {
+	Query   string `json:"query"`
+	Stage   int    `json:"stage"`
+	Worker  string `json:"worker"`
+	Attempt string `json:"attempt"`
+	Object  int    `json:"object"`
+	Offset  int64  `json:"offset"`
+	Length  int64  `json:"length"`
+}
