@@ -10,10 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/apache/arrow-go/v18/arrow/flight"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
-
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -49,7 +46,7 @@ func TestSIGTERMWithinGraceOnDeadStore(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	fc, err := flight.NewClientWithMiddleware(flightAddr, nil, nil, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	fc, err := flightclient.Dial(flightAddr, flightclient.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

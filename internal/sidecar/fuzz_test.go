@@ -17,7 +17,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/hostile"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
 
@@ -76,7 +76,7 @@ func FuzzPut(f *testing.F) {
 		// Each input's output goes once checked: a bucket that grew with
 		// every input would slow the listings of the later ones past the
 		// fuzzer's 10 s per input.
-		if err := doAction(ctx, ie.fc, sidecar.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+		if err := doAction(ctx, ie.fc, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
 			t.Fatalf("%s: delete-query: %v", query, err)
 		}
 	})

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/internal/hostile"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 )
@@ -58,7 +59,7 @@ func refusedPut(t *testing.T, ep testenv.Endpoint, c hostile.Case) {
 		msgs = slices.Insert(msgs, 1, good[1])
 	}
 	batches, rows := int64(len(msgs)-1), int64(hostile.GoodRows*(len(msgs)-1))
-	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), msgs, 4, sidecar.CommitMetadata(batches, rows))
+	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), msgs, 4, flightclient.CommitMetadata(batches, rows))
 	bad := fmt.Sprintf("write batch %d (%d rows) to partition %d", batches-1, hostile.GoodRows, (batches-1)%4)
 	fragments := []string{bad, c.Want}
 	if c.Column != "" {
@@ -179,7 +180,7 @@ func refusedStream(t *testing.T, ep testenv.Endpoint, query string, stream []byt
 	e := newEnv(t, ep, envOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), hostile.Messages(stream), 4, sidecar.CommitMetadata(1, hostile.GoodRows))
+	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), hostile.Messages(stream), 4, flightclient.CommitMetadata(1, hostile.GoodRows))
 	wantCode(t, err, codes.InvalidArgument, fragments...)
 	t.Logf("refused: %v", err)
 	e.nothingLeft(query, 0, "0")
@@ -206,7 +207,7 @@ func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) stri
 		batches++
 		rows += r.NumRows()
 	}
-	res, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", partitions), msgs, partitions, sidecar.CommitMetadata(batches, rows))
+	res, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", partitions), msgs, partitions, flightclient.CommitMetadata(batches, rows))
 	if err != nil {
 		code, msg := statusOf(err)
 		if code != codes.InvalidArgument {
@@ -227,7 +228,7 @@ func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) stri
 	if !res.Committed || res.Rows != rows && wantErr == nil {
 		e.t.Fatalf("%s: PutResult %+v, want committed with %d rows", query, res, rows)
 	}
-	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 1}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 1}, nil); err != nil {
 		e.t.Fatalf("%s: seal a committed stage: %v", query, err)
 	}
 	var read int64
@@ -265,7 +266,7 @@ func (e *env) servesNormally(ctx context.Context, query string) {
 	if err != nil || !res.Committed || res.Rows != 300 {
 		e.t.Fatalf("a normal DoPut after the hostile one: %+v, %v", res, err)
 	}
-	if err := doAction(ctx, e.fc, sidecar.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 1}, nil); err != nil {
+	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 1}, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	_, got, err := doGet(ctx, e.fc, map[string]any{"query": query, "stage": 0, "partition": 1})
@@ -279,8 +280,8 @@ func (e *env) servesNormally(ctx context.Context, query string) {
 // {"partition": k % partitions} (other messages, such as dictionaries,
 // without), then a commit message with app_metadata commit. A server that fails the stream makes Send fail with
 // io.EOF; the status then comes from Recv.
-func putMessages(ctx context.Context, c flight.Client, cmd any, msgs []hostile.Message, partitions int, commit []byte) (sidecar.PutResult, error) {
-	var res sidecar.PutResult
+func putMessages(ctx context.Context, c flight.Client, cmd any, msgs []hostile.Message, partitions int, commit []byte) (flightclient.PutResult, error) {
+	var res flightclient.PutResult
 	stream, err := c.DoPut(ctx)
 	if err != nil {
 		return res, err
