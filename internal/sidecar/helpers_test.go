@@ -298,6 +298,15 @@ func doPutCommit(ctx context.Context, c flight.Client, cmd any, schema *arrow.Sc
 			rows += n
 		}
 	}()
+	return finishPut(stream, sendErr)
+}
+
+// finishPut ends a DoPut whose sending ended with sendErr: it half-closes
+// the stream and reads the one PutResult and the end of the stream. A
+// server that rejected the stream mid-way made Send fail with io.EOF; the
+// status then comes from Recv.
+func finishPut(stream flight.FlightService_DoPutClient, sendErr error) (flightclient.PutResult, error) {
+	var res flightclient.PutResult
 	if sendErr != nil && !errors.Is(sendErr, io.EOF) {
 		return res, sendErr
 	}

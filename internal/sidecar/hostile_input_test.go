@@ -311,23 +311,7 @@ func putMessages(ctx context.Context, c flight.Client, cmd any, msgs []hostile.M
 		}
 		return stream.Send(&flight.FlightData{AppMetadata: commit})
 	}
-	if err := send(); err != nil && !errors.Is(err, io.EOF) {
-		return res, err
-	}
-	if err := stream.CloseSend(); err != nil {
-		return res, err
-	}
-	pr, err := stream.Recv()
-	if err != nil {
-		return res, err
-	}
-	if err := json.Unmarshal(pr.GetAppMetadata(), &res); err != nil {
-		return res, fmt.Errorf("PutResult app_metadata %q: %w", pr.GetAppMetadata(), err)
-	}
-	if _, err := stream.Recv(); err != io.EOF {
-		return res, fmt.Errorf("after the PutResult: want EOF, got %v", err)
-	}
-	return res, nil
+	return finishPut(stream, send())
 }
 
 // decodeMessages decodes IPC messages the way the sidecar reads a DoPut
