@@ -5,11 +5,11 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/memstore"
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // fastPath is a client's memory store (memory_store_bytes) and peer

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 )
 
 // Sources of stored bytes, as Observer.Served reports them.

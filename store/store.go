@@ -1,6 +1,6 @@
 // Package store defines the object-store interfaces that durashuffle's core
 // is written against, and the error classes every implementation reports.
-// It imports no SDK: the S3 implementation lives in internal/s3store, and
+// It imports no SDK: the S3 implementation lives in internal/engine/s3store, and
 // retry, limits and request counting are wrappers assembled where the
 // program is wired.
 package store

@@ -7,8 +7,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	embeddeds3 "github.com/durashuffle/durashuffle/embedded"
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // embeddedS3 is where the in-process S3 server keeps its objects (empty:

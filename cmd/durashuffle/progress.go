@@ -15,8 +15,8 @@ import (
 	"golang.org/x/term"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // progress draws live bars on stderr while demo, write or read -o runs:

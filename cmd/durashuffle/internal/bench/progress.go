@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // Live progress of a child. A parent that wants to draw bars sets
