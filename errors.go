@@ -77,5 +77,5 @@ func IsRetryable(err error) bool {
 	case errors.Is(err, store.ErrPartRejected):
 		return true
 	}
-	return store.IsRetryable(err)
+	return store.IsTransient(err)
 }

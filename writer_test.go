@@ -238,7 +238,7 @@ func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		peak := c.Pool().Stats().PeakBuffered
+		peak := c.Stats().PeakBuffered
 		if peak > 3 || peak < 2 {
 			t.Fatalf("peak chunk buffers %d, bound 3", peak)
 		}

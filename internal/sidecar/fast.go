@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/engine/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/peer"
@@ -90,7 +91,7 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 	if req.Length < 0 || req.Length > peer.MaxFetchBytes {
 		return invalidf("fetch: length %d out of range [0, %d]", req.Length, peer.MaxFetchBytes)
 	}
-	mem := s.c.MemStore()
+	mem := access.MemStore(s.c)
 	b, err := mem.Read(memstore.Key{Query: req.Query, Stage: req.Stage, Worker: req.Worker, Attempt: req.Attempt}, req.Object, req.Offset, req.Length)
 	if err != nil {
 		return status.Error(codes.NotFound, err.Error())
@@ -125,7 +126,7 @@ func (s *Server) release(body []byte) (*ReleaseResult, error) {
 		}
 		stage = *req.Stage
 	}
-	n, bytes := s.c.MemStore().Release(req.Query, stage)
+	n, bytes := access.MemStore(s.c).Release(req.Query, stage)
 	s.log.Info("released from memory", "query", req.Query, "stage", stage, "workers", n, "bytes", bytes)
 	return &ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
 }
@@ -142,7 +143,7 @@ func (s *Server) held(body []byte) (*HeldResult, error) {
 	if req.Stage != nil {
 		stage = *req.Stage
 	}
-	mem := s.c.MemStore()
+	mem := access.MemStore(s.c)
 	h, r := mem.Used()
 	res := &HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []HeldWorker{}}
 	for _, w := range mem.Holdings(req.Query, stage) {

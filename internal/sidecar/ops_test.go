@@ -554,7 +554,7 @@ func TestMemoryBounded(t *testing.T) {
 		}
 		stored += results[s].BytesStored
 	}
-	stats := e.client.Pool().Stats()
+	stats := e.client.Stats()
 	t.Logf("%d streams pushed %d MiB (%d MiB stored, %d parts) in %v: %.1f MiB/s; pool peak %d of %d chunks",
 		streams, pushed.Load()>>20, stored>>20, slow.parts.Load(), took.Round(time.Millisecond),
 		float64(stored)/(1<<20)/took.Seconds(), stats.PeakBuffered, cfg.MaxBufferedChunks)

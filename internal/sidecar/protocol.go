@@ -457,9 +457,9 @@ func codeOf(err error) codes.Code {
 		// A manifest names an object that is gone: the stage was deleted
 		// while being read.
 		return codes.NotFound
-	case store.IsRetryable(err), errors.Is(err, store.ErrPartRejected):
-		// A rerun of the task may succeed (durashuffle.IsRetryable):
-		// InvalidPart from Complete is MinIO's tie-break after a restart.
+	case durashuffle.IsRetryable(err):
+		// A rerun of the task may succeed: InvalidPart from Complete,
+		// MinIO's tie-break after a restart, included.
 		return codes.Unavailable
 	}
 	// A status wrapped inside a plain error (a stream's Recv failure).

@@ -55,7 +55,7 @@ func TestCutByCallerSaysWhy(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	err := s.Put(ctx, "k", nil, store.PutOptions{})
-	if !errors.Is(err, context.DeadlineExceeded) || store.IsRetryable(err) {
+	if !errors.Is(err, context.DeadlineExceeded) || store.IsTransient(err) {
 		t.Fatalf("Put = %v, want the caller's deadline, not retryable", err)
 	}
 	for _, want := range []string{"stopped by the caller in attempt 2", "attempt 1: PutObject k: endpoint 127.0.0.1:1: no TCP connection within connect_timeout 5s"} {

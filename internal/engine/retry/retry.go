@@ -157,7 +157,7 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		}
 		// An attempt that hit its own deadline is a stall: retryable.
 		stalled := s.policy.Timeout > 0 && errors.Is(err, context.DeadlineExceeded)
-		if !stalled && !store.IsRetryable(err) {
+		if !stalled && !store.IsTransient(err) {
 			return err
 		}
 		if attempt >= s.policy.MaxAttempts {
@@ -375,7 +375,7 @@ func resumable(err error) bool {
 	var ne net.Error
 	return errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) ||
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, context.DeadlineExceeded) ||
-		(errors.As(err, &ne) && ne.Timeout()) || store.IsRetryable(err)
+		(errors.As(err, &ne) && ne.Timeout()) || store.IsTransient(err)
 }
 
 func (r *resumer) Close() error {

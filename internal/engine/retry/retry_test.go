@@ -217,8 +217,8 @@ func TestGiveUpOnStalls(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "gave up after 3 attempts") || !strings.Contains(err.Error(), "RequestTimeout") {
 		t.Fatalf("err = %v, want a give-up naming RequestTimeout", err)
 	}
-	if !store.IsRetryable(err) || errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("err = %v: retryable %v, DeadlineExceeded %v", err, store.IsRetryable(err), errors.Is(err, context.DeadlineExceeded))
+	if !store.IsTransient(err) || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("err = %v: retryable %v, DeadlineExceeded %v", err, store.IsTransient(err), errors.Is(err, context.DeadlineExceeded))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Millisecond)
 	defer cancel()

@@ -43,7 +43,7 @@ func retryableCode(code string) bool { return retryableCodes[code] || store.IsTh
 // classify turns an error from the SDK (or from reading a response body)
 // into a *store.Error that carries its class: the sentinel it wraps and
 // whether a retry may succeed. It is the one place that decides; the retry
-// layer above only asks store.IsRetryable.
+// layer above only asks store.IsTransient.
 func classify(op, key string, err error) error {
 	if err == nil {
 		return nil

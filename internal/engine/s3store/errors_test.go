@@ -119,8 +119,8 @@ func TestClassify(t *testing.T) {
 			if se.Status != c.status || se.Code != c.code {
 				t.Errorf("Status, Code = %d, %q; want %d, %q", se.Status, se.Code, c.status, c.code)
 			}
-			if se.Retryable != c.retryable || store.IsRetryable(err) != c.retryable {
-				t.Errorf("Retryable = %v, IsRetryable = %v; want %v", se.Retryable, store.IsRetryable(err), c.retryable)
+			if se.Retryable != c.retryable || store.IsTransient(err) != c.retryable {
+				t.Errorf("Retryable = %v, IsTransient = %v; want %v", se.Retryable, store.IsTransient(err), c.retryable)
 			}
 			for _, s := range []error{store.ErrNotFound, store.ErrPreconditionFailed, store.ErrInvalidRange} {
 				if got, want := errors.Is(err, s), s == c.sentinel; got != want {

@@ -230,7 +230,7 @@ func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
 		if !errors.As(err, &se) || se.Status != 400 || se.Code != "InvalidPart" || se.Retryable || !errors.Is(err, store.ErrPartRejected) {
 			t.Errorf("complete of an unknown upload on versitygw: %v, want a permanent 400 InvalidPart (store.ErrPartRejected)", err)
 		}
-	case !store.IsNotFound(err) || store.IsRetryable(err):
+	case !store.IsNotFound(err) || store.IsTransient(err):
 		t.Errorf("complete of an unknown upload: %v, want a permanent not found", err)
 	}
 
@@ -282,8 +282,8 @@ func TestCanceledIsNotRetryable(t *testing.T) {
 	c, cancel := context.WithCancel(context.Background())
 	cancel()
 	err := s.Put(c, "k", []byte("v"), store.PutOptions{})
-	if !errors.Is(err, context.Canceled) || store.IsRetryable(err) {
-		t.Errorf("put with a canceled context: %v (retryable %v)", err, store.IsRetryable(err))
+	if !errors.Is(err, context.Canceled) || store.IsTransient(err) {
+		t.Errorf("put with a canceled context: %v (retryable %v)", err, store.IsTransient(err))
 	}
 	var se *store.Error
 	if !errors.As(err, &se) || se.Retryable {
@@ -331,7 +331,7 @@ func TestNoSDKRetries(t *testing.T) {
 	s, c, n := fake(t, xmlError(503, "SlowDown"))
 	err := s.Put(ctx(t), "k", []byte("v"), store.PutOptions{})
 	var se *store.Error
-	if !errors.As(err, &se) || se.Status != 503 || se.Code != "SlowDown" || !store.IsRetryable(err) {
+	if !errors.As(err, &se) || se.Status != 503 || se.Code != "SlowDown" || !store.IsTransient(err) {
 		t.Fatalf("got %#v, want a retryable 503 SlowDown", err)
 	}
 	if *n != 1 {

@@ -132,7 +132,7 @@ func TestServerSideEncryption(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = s.Put(ctx(t), "sse/unknown-key", []byte("x"), store.PutOptions{})
-		if err == nil || !strings.Contains(err.Error(), "KeyNotFound") || store.IsRetryable(err) {
+		if err == nil || !strings.Contains(err.Error(), "KeyNotFound") || store.IsTransient(err) {
 			t.Fatalf("put with an unknown key: %v, want a permanent KeyNotFound", err)
 		}
 	})

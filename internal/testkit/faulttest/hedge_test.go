@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
@@ -43,10 +44,10 @@ func TestHedgedPartUpload(t *testing.T) {
 		if _, err := warm.write(ctx, env.client); err != nil {
 			t.Fatal(err)
 		}
-		h0, w0 := env.client.Pool().Hedged()
+		h0, w0 := access.Pool(env.client).Hedged()
 		env.proxies[0].StallNth("UploadPart", 3, stallFor)
 		before := env.counter.Requests()["UploadPart"]
-		resent0 := env.client.Pool().Stats().Resent
+		resent0 := access.Pool(env.client).Stats().Resent
 		s := stage{query: "hedged-write", workers: 3, partitions: 8, rows: 600_000, seed: 31, reuse: true}
 		start := time.Now()
 		want, err := s.write(ctx, env.client)
@@ -59,12 +60,12 @@ func TestHedgedPartUpload(t *testing.T) {
 			t.Fatal(err)
 		}
 		parts := int64(st.Manifest().Totals.Parts)
-		hedged, won := env.client.Pool().Hedged()
+		hedged, won := access.Pool(env.client).Hedged()
 		hedged, won = hedged-h0, won-w0
 		sent := env.counter.Requests()["UploadPart"] - before
 		// Over HTTPS an object's last part may be streamed, cut off when
 		// its chunk ends short, and sent again whole: not a hedge.
-		resent := env.client.Pool().Stats().Resent - resent0
+		resent := access.Pool(env.client).Stats().Resent - resent0
 		t.Logf("write with its 3rd UploadPart stalled for %v took %v: %d parts stored, %d UploadPart requests (%d last parts resent), hedged %d, won %d",
 			stallFor, took.Round(time.Millisecond), parts, sent, resent, hedged, won)
 		sent -= resent
@@ -110,7 +111,7 @@ func TestHedgedRangeRead(t *testing.T) {
 				t.Fatalf("pass %d: %v, lost %d rows", pass, err, lost(want, got))
 			}
 			passGets[pass], took[pass] = gets()-before, time.Since(start)
-			h, w := env.client.ReadHedged()
+			h, w := access.ReadHedged(env.client)
 			passHedged[pass], passWon[pass] = h-passHedged[0], w-passWon[0]
 		}
 		hedged, won := passHedged[1], passWon[1]

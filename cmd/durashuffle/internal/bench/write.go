@@ -149,7 +149,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}
 	}
-	res.PeakBufferedChunks = client.Pool().Stats().PeakBuffered
+	res.PeakBufferedChunks = client.Stats().PeakBuffered
 	res.finish(elapsed)
 	clock.fill(res)
 	if !j.NullStore && j.Kind != "encode-files" {
