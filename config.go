@@ -163,9 +163,6 @@ const (
 	commitGuardOff = "off"
 )
 
-// ErrInvalidConfig marks a configuration error (exit code 2 in the CLI).
-var ErrInvalidConfig = errors.New("invalid configuration")
-
 // BufferedChunks is max_buffered_chunks with its default applied.
 func (c Config) BufferedChunks() int {
 	if c.MaxBufferedChunks == 0 {

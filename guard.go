@@ -13,10 +13,6 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// ErrCommitGuard: the store does not enforce If-None-Match: * on PutObject,
-// so the commit was refused. Errors wrapping it name the store's endpoint.
-var ErrCommitGuard = errors.New("the store does not enforce If-None-Match: * on PutObject")
-
 // Guard states, as CommitGuard reports them (and the metric labels them).
 const (
 	GuardUnprobed    = "unprobed"     // no commit yet: the probe runs before the first
