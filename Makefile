@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./... ./cmd/durashuffle/...
 # Packages whose concurrency is worth the race detector's time.
-RACE_PKGS := ./chunker ./uploader ./reader ./internal/retry ./internal/frame
+RACE_PKGS := ./internal/engine/chunker ./internal/engine/uploader ./reader ./internal/engine/retry ./internal/engine/frame
 
 .PHONY: run test test-endpoint vet build minio versitygw docs clean
 
@@ -20,7 +20,7 @@ test: minio versitygw vet
 ## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
 .PHONY: soak
 soak: minio
-	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/faulttest
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/testkit/faulttest
 
 ## test-endpoint: the store contract suite and the end-to-end suites against
 ## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they
@@ -28,7 +28,7 @@ soak: minio
 ## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
 ## ENDPOINT_PKGS=./storetest. Credentials come from the AWS chain.
 ## See docs/operations.md.
-ENDPOINT_PKGS ?= ./storetest ./internal/s3store . ./reader ./cmd/durashuffle
+ENDPOINT_PKGS ?= ./storetest ./internal/engine/s3store . ./reader ./cmd/durashuffle
 # NAME from the command line, else DURASHUFFLE_TEST_NAME from the
 # environment: a BUCKET or REGION exported for other tools is not picked up.
 testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
@@ -47,7 +47,7 @@ test-endpoint:
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
-	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan \
+	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
 	./internal/sidecar:FuzzPut
 .PHONY: fuzz
 fuzz:

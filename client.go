@@ -7,15 +7,15 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/durashuffle/durashuffle/internal/hedge"
-	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/access"
+	"github.com/durashuffle/durashuffle/internal/engine/memstore"
+	"github.com/durashuffle/durashuffle/internal/engine/metrics"
+	"github.com/durashuffle/durashuffle/internal/engine/retry"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/uploader"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -34,7 +34,7 @@ type Client struct {
 	layout  manifest.Layout
 	// readHedge times the ranged GETs of every stage the client opens
 	// (nil: hedge_factor 0, no hedging).
-	readHedge *hedge.Hedger
+	readHedge *reader.Hedger
 	guard     commitGuard
 	fast      fastPath // memory store and peers (client_fast.go)
 }
@@ -91,6 +91,18 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+func init() {
+	access.MemStore = func(c any) *memstore.Store { return c.(*Client).fast.mem }
+	access.Pool = func(c any) *uploader.Pool { return c.(*Client).pool }
+	access.ReadHedged = func(c any) (hedged, won int64) {
+		if h := c.(*Client).readHedge; h != nil {
+			return h.Stats()
+		}
+		return 0, 0
+	}
+	access.GuardProbes = func(c any) int64 { return c.(*Client).guardProbes() }
+}
+
 // An Option adds to what Open builds: a store of the caller's own, an AWS
 // configuration or HTTP client for the S3 store, an observer, metrics.
 type Option func(*options)
@@ -98,7 +110,7 @@ type Option func(*options)
 type options struct {
 	store       store.Store
 	counter     *store.Counter
-	observer    uploader.Observer
+	observer    Observer
 	registerer  prometheus.Registerer
 	aws         *aws.Config
 	httpClient  *http.Client
@@ -117,9 +129,30 @@ func WithStore(st store.Store) Option { return func(o *options) { o.store = st }
 // its own.
 func WithCounter(c *store.Counter) Option { return func(o *options) { o.counter = c } }
 
-// WithObserver sends the upload pool's events (chunks queued, bytes
-// buffered, parts done) to obs, for metrics of the caller's own.
-func WithObserver(obs uploader.Observer) Option { return func(o *options) { o.observer = obs } }
+// WithObserver sends the client's upload events to obs, for metrics or
+// progress of the caller's own: see Observer for what it receives.
+func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
+
+// An Observer receives the upload pool's events, from many goroutines at
+// once: Queued when chunks wait for an upload slot (delta +1) or leave
+// the queue (-1), Buffered with the bytes held in chunk buffers after
+// each change, PartDone when a part or single put finished (time queued,
+// time uploading) and Uploaded with the bytes it stored. It must not
+// block.
+//
+// An Observer that also has the methods of reader.Observer receives the
+// bytes the client's readers are served by source (memory, peer, s3) and
+// their fallbacks by reason. One that also has MemstoreBytes,
+// MemstoreAdmitted, MemstoreDeclined, MemstoreEvicted and
+// MemstoreReleased (each func(int64)) receives the memory store's bytes
+// held and the bytes of committed output it took, declined, evicted and
+// released (memory_store_bytes > 0).
+type Observer interface {
+	Queued(delta int)
+	Buffered(bytes int64)
+	PartDone(queued, upload time.Duration)
+	Uploaded(bytes int64)
+}
 
 // WithRegisterer registers the client's metrics on reg: requests by
 // operation and code, retries by operation and reason, bytes uploaded,
@@ -173,7 +206,7 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 }
 
 // newClient builds a Client on st, which must not retry by itself.
-func newClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader.Observer) *Client {
+func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer) *Client {
 	var pool *uploader.Pool
 	st := retry.Wrap(raw, retry.Policy{
 		MaxAttempts: cfg.RetryMaxAttempts,
@@ -198,7 +231,7 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs uploader
 	}, obs)
 	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
 	if cfg.HedgeFactor > 0 {
-		c.readHedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
+		c.readHedge = reader.NewHedger(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}
 	c.fast.init(cfg, obs)
 	return c
@@ -232,8 +265,27 @@ func (c *Client) Store() store.Store { return c.st }
 // Counter returns the request counter.
 func (c *Client) Counter() *store.Counter { return c.counter }
 
-// Pool returns the shared upload pool.
-func (c *Client) Pool() *uploader.Pool { return c.pool }
+// Stats is a snapshot of the upload pool that every writer of a client
+// shares.
+type Stats struct {
+	Concurrency  int   // parts uploaded at once: upload_concurrency, lowered while the store throttles
+	InFlight     int64 // parts being uploaded now
+	Buffered     int64 // chunk buffers held now, queued, filling or in flight
+	MaxBuffered  int   // the buffers there are (max_buffered_chunks)
+	PeakBuffered int64 // most buffers held at once since Open
+	// Resent counts parts streamed while their chunks filled whose chunk
+	// then ended short (an object's last): the part was sent again whole.
+	Resent int64
+}
+
+// Stats returns the upload pool's state now.
+func (c *Client) Stats() Stats {
+	s := c.pool.Stats()
+	return Stats{
+		Concurrency: c.pool.Concurrency(), InFlight: s.InFlight, Buffered: s.Buffered,
+		MaxBuffered: c.pool.Config().MaxBuffered, PeakBuffered: s.PeakBuffered, Resent: s.Resent,
+	}
+}
 
 // Layout returns the object layout under the configured prefix.
 func (c *Client) Layout() manifest.Layout { return c.layout }
@@ -282,15 +334,6 @@ func (c *Client) ReaderOptions() reader.Options {
 	return o
 }
 
-// ReadHedged returns how many ranged GETs of the client's stages were
-// hedged and how many of those the second request won.
-func (c *Client) ReadHedged() (hedged, won int64) {
-	if c.readHedge == nil {
-		return 0, 0
-	}
-	return c.readHedge.Stats()
-}
-
 // OpenStage opens a committed stage for reading: one GET when it is
 // sealed, a LIST and a GET per worker manifest when it is not.
 func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reader.Stage, error) {
@@ -299,7 +342,7 @@ func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reade
 
 // teeObserver sends the pool's events to both observers (either may be
 // nil).
-type teeObserver struct{ a, b uploader.Observer }
+type teeObserver struct{ a, b Observer }
 
 func (t teeObserver) Queued(delta int) {
 	if t.a != nil {
@@ -355,7 +398,7 @@ func (t teeObserver) MemstoreReleased(n int64) {
 }
 
 func (t teeObserver) mem(f func(memstore.Observer)) {
-	for _, o := range []uploader.Observer{t.a, t.b} {
+	for _, o := range []Observer{t.a, t.b} {
 		if mo, ok := o.(memstore.Observer); ok {
 			f(mo)
 		}
@@ -369,7 +412,7 @@ func (t teeObserver) Served(source string, n int64) {
 func (t teeObserver) Fallback(reason string) { t.read(func(o reader.Observer) { o.Fallback(reason) }) }
 
 func (t teeObserver) read(f func(reader.Observer)) {
-	for _, o := range []uploader.Observer{t.a, t.b} {
+	for _, o := range []Observer{t.a, t.b} {
 		if ro, ok := o.(reader.Observer); ok {
 			f(ro)
 		}

@@ -5,11 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/memstore"
+	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/memstore"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // fastPath is a client's memory store (memory_store_bytes) and peer
@@ -18,20 +17,20 @@ import (
 type fastPath struct {
 	mem   *memstore.Store // nil: memory_store_bytes 0
 	self  string          // advertise_addr
-	hedge *hedge.Hedger   // times Source fetches; nil with hedge_factor 0
+	hedge *reader.Hedger  // times Source fetches; nil with hedge_factor 0
 	delay time.Duration   // hedge delay before the hedger has samples
 	obs   reader.Observer
 	peers atomic.Pointer[reader.Source]
 }
 
-func (f *fastPath) init(cfg Config, obs uploader.Observer) {
+func (f *fastPath) init(cfg Config, obs Observer) {
 	mo, _ := obs.(memstore.Observer)
 	f.mem = memstore.New(int64(cfg.MemoryStoreBytes), mo)
 	f.self = cfg.AdvertiseAddr
 	f.obs, _ = obs.(reader.Observer)
 	f.delay = cfg.HedgeMinDelay.D()
 	if cfg.HedgeFactor > 0 {
-		f.hedge = hedge.New(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
+		f.hedge = reader.NewHedger(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}
 	if f.delay <= 0 {
 		// Never wait on a peer for ever: with hedging off a late peer
@@ -83,10 +82,6 @@ func (c *Client) UsePeers(p reader.Source) {
 	}
 	c.fast.peers.Store(&p)
 }
-
-// MemStore returns the client's memory store (nil with
-// memory_store_bytes 0).
-func (c *Client) MemStore() *memstore.Store { return c.fast.mem }
 
 // keep makes a new data object keep its uploaded chunks for the memory
 // store.

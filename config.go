@@ -1,7 +1,7 @@
-// Package config holds durashuffle's configuration: one plain struct with
-// the defaults of DESIGN.md, loaded from YAML, DURASHUFFLE_* environment
-// variables and flags, and validated with errors that name the key, the
-// allowed range and the value.
+// The configuration: one plain struct with the defaults of DESIGN.md,
+// loaded from YAML, DURASHUFFLE_* environment variables and flags, and
+// validated with errors that name the key, the allowed range and the value.
+
 package durashuffle
 
 import (
@@ -135,7 +135,7 @@ func DefaultConfig() Config {
 		HedgeFactor:       4,
 		HedgeMinDelay:     Duration(2 * time.Second),
 		ResultsRetention:  Duration(6 * time.Hour),
-		CommitGuard:       CommitGuardOn,
+		CommitGuard:       commitGuardOn,
 		Listen:            "127.0.0.1:8815",
 		MetricsListen:     "127.0.0.1:9815",
 		MaxStreams:        64,
@@ -147,8 +147,8 @@ func DefaultConfig() Config {
 	}
 }
 
-// MaxKeySpread bounds key_spread: delete-query lists each shard prefix.
-const MaxKeySpread = 4096
+// maxKeySpread bounds key_spread: delete-query lists each shard prefix.
+const maxKeySpread = 4096
 
 // S3 limits that bound the settings.
 const (
@@ -157,14 +157,11 @@ const (
 	MaxParts    = 10000
 )
 
-// Values of commit_guard.
+// The values of commit_guard (off: see GuardOff).
 const (
-	CommitGuardOn  = "on"
-	CommitGuardOff = "off"
+	commitGuardOn  = "on"
+	commitGuardOff = "off"
 )
-
-// ErrInvalidConfig marks a configuration error (exit code 2 in the CLI).
-var ErrInvalidConfig = errors.New("invalid configuration")
 
 // BufferedChunks is max_buffered_chunks with its default applied.
 func (c Config) BufferedChunks() int {
@@ -204,8 +201,8 @@ func (c Config) Validate() error {
 	if c.MaxBufferedChunks != 0 {
 		intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)
 	}
-	if c.KeySpread != 0 && (c.KeySpread < 2 || c.KeySpread > MaxKeySpread) {
-		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", MaxKeySpread), c.KeySpread)
+	if c.KeySpread != 0 && (c.KeySpread < 2 || c.KeySpread > maxKeySpread) {
+		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", maxKeySpread), c.KeySpread)
 	}
 	if c.MaxObjectSize != 0 && c.MaxObjectSize < c.ChunkSize {
 		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.ChunkSize), c.MaxObjectSize)
@@ -214,8 +211,8 @@ func (c Config) Validate() error {
 	if c.CoalesceBudget < c.FrameTargetBytes {
 		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
 	}
-	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < MinMemoryLimit {
-		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", MinMemoryLimit), c.MemoryLimit)
+	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < minMemoryLimit {
+		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.MemoryLimit)
 	}
 	intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
 	switch c.Compression {
@@ -265,7 +262,7 @@ func (c Config) Validate() error {
 		bad("results_retention", "0 or positive", c.ResultsRetention)
 	}
 	switch c.CommitGuard {
-	case CommitGuardOn, CommitGuardOff:
+	case commitGuardOn, commitGuardOff:
 	default:
 		bad("commit_guard", "on or off", strconv.Quote(c.CommitGuard))
 	}

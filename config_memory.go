@@ -16,11 +16,11 @@ const (
 	MemoryLimitOff  MemoryLimit = -1
 )
 
-// MinMemoryLimit is the smallest explicit memory_limit: below it the Go
+// minMemoryLimit is the smallest explicit memory_limit: below it the Go
 // runtime alone would keep the collector running.
-const MinMemoryLimit = 32 * MiB
+const minMemoryLimit = 32 * MiB
 
-// UnmanagedMemory is what memory_limit auto keeps below the memory bound:
+// unmanagedMemory is what memory_limit auto keeps below the memory bound:
 // resident memory the Go runtime's soft limit does not govern, so that
 // the process's RSS, not only its Go heap, stays within the bound. Measured
 // on a writer at the defaults: the binary's touched pages and other
@@ -30,13 +30,13 @@ const MinMemoryLimit = 32 * MiB
 // with 40 MiB kept below a 288 MiB bound). 44 MiB leaves 4 MiB to spare;
 // each MiB less for the heap costs collector CPU (one round each, 4 GiB:
 // 35.8 s at a 256 MiB limit, 37.3 s at 248, 37.8 s at 244, 39.9 s at 240).
-const UnmanagedMemory = 44 * MiB
+const unmanagedMemory = 44 * MiB
 
-// RuntimeHeadroom is what the memory bound allows beyond the buffers the
+// runtimeHeadroom is what the memory bound allows beyond the buffers the
 // configuration sizes: the Go runtime and its collector's slack, the Arrow
 // allocator's padding, HTTP and SDK buffers, the encoders' working
 // buffers, the binary's pages.
-const RuntimeHeadroom = 96 * MiB
+const runtimeHeadroom = 96 * MiB
 
 func (m MemoryLimit) String() string {
 	switch {
@@ -96,24 +96,24 @@ type MemoryLoad struct {
 //	+ Streams x (max(coalesce_budget, read_ahead x read_range_bytes)
 //	             + max_message_bytes)                    sidecar streams
 //	+ memory_store_bytes                                 frames kept for fast reads
-//	+ RuntimeHeadroom (96 MiB)
+//	+ runtimeHeadroom (96 MiB)
 //
 // With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
 func (c Config) MemoryBound(l MemoryLoad) Size {
 	chunks := Size(c.BufferedChunks()) * c.ChunkSize
 	read := Size(c.ReadAhead) * c.ReadRangeBytes
 	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
-	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.MemoryStoreBytes + RuntimeHeadroom
+	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.MemoryStoreBytes + runtimeHeadroom
 }
 
 // SoftMemoryLimit is the soft memory limit memory_limit asks for a process
 // running load: the size given; for auto, MemoryBound(load) less
-// UnmanagedMemory (244 MiB with the defaults and one writer, whose live
+// unmanagedMemory (244 MiB with the defaults and one writer, whose live
 // memory peaks near 205 MiB); 0 for off.
 func (c Config) SoftMemoryLimit(l MemoryLoad) Size {
 	switch {
 	case c.MemoryLimit == MemoryLimitAuto:
-		return c.MemoryBound(l) - UnmanagedMemory
+		return c.MemoryBound(l) - unmanagedMemory
 	case c.MemoryLimit < 0:
 		return 0
 	}

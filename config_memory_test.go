@@ -89,8 +89,8 @@ func TestMemoryBound(t *testing.T) {
 func TestSoftMemoryLimit(t *testing.T) {
 	c := DefaultConfig()
 	one := MemoryLoad{Writers: 1}
-	if got, want := c.SoftMemoryLimit(one), 288*MiB-UnmanagedMemory; got != want {
-		t.Errorf("auto: %v, want the bound less %v: %v", got, UnmanagedMemory, want)
+	if got, want := c.SoftMemoryLimit(one), 288*MiB-unmanagedMemory; got != want {
+		t.Errorf("auto: %v, want the bound less %v: %v", got, unmanagedMemory, want)
 	}
 	c.MemoryLimit = MemoryLimit(1 * GiB)
 	if got := c.SoftMemoryLimit(one); got != GiB {

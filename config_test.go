@@ -115,7 +115,7 @@ func TestLoadErrors(t *testing.T) {
 // TestCommitGuardOff: the guard is on unless a file, the environment or a
 // flag says off in so many words; YAML's unquoted off stays the word.
 func TestCommitGuardOff(t *testing.T) {
-	if DefaultConfig().CommitGuard != CommitGuardOn {
+	if DefaultConfig().CommitGuard != commitGuardOn {
 		t.Fatalf("default commit_guard %q, want on", DefaultConfig().CommitGuard)
 	}
 	file := filepath.Join(t.TempDir(), "c.yaml")
@@ -123,7 +123,7 @@ func TestCommitGuardOff(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := DefaultConfig()
-	if err := c.LoadFile(file); err != nil || c.CommitGuard != CommitGuardOff || c.Validate() != nil {
+	if err := c.LoadFile(file); err != nil || c.CommitGuard != commitGuardOff || c.Validate() != nil {
 		t.Fatalf("commit_guard: off in YAML: %q, %v, %v", c.CommitGuard, err, c.Validate())
 	}
 	c = DefaultConfig()

@@ -11,6 +11,16 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
+var (
+	// ErrInvalidConfig marks a configuration error (exit code 2 in the
+	// CLI).
+	ErrInvalidConfig = errors.New("invalid configuration")
+	// ErrCommitGuard: the store does not enforce If-None-Match: * on
+	// PutObject, so the commit was refused. Errors wrapping it name the
+	// store's endpoint.
+	ErrCommitGuard = errors.New("the store does not enforce If-None-Match: * on PutObject")
+)
+
 // CleanupError is a writer failure (Commit or Abort) whose cleanup did not
 // finish: some of the attempt's multipart uploads or data objects may
 // still be in the bucket. None of it is visible to readers (no manifest
@@ -77,5 +87,5 @@ func IsRetryable(err error) bool {
 	case errors.Is(err, store.ErrPartRejected):
 		return true
 	}
-	return store.IsRetryable(err)
+	return store.IsTransient(err)
 }

@@ -14,10 +14,6 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// ErrCommitGuard: the store does not enforce If-None-Match: * on PutObject,
-// so the commit was refused. Errors wrapping it name the store's endpoint.
-var ErrCommitGuard = errors.New("the store does not enforce If-None-Match: * on PutObject")
-
 // Guard states, as CommitGuard reports them (and the metric labels them).
 const (
 	GuardUnprobed    = "unprobed"     // no commit yet: the probe runs before the first
@@ -70,7 +66,7 @@ type commitGuard struct {
 // Seal call it before they write anything visible; callers may call it
 // earlier to fail before uploading. Safe for concurrent use.
 func (c *Client) CheckCommitGuard(ctx context.Context) error {
-	if c.cfg.CommitGuard == CommitGuardOff {
+	if c.cfg.CommitGuard == commitGuardOff {
 		return nil
 	}
 	g := &c.guard
@@ -90,7 +86,7 @@ func (c *Client) CheckCommitGuard(ctx context.Context) error {
 
 // CommitGuard reports the guard's state without probing.
 func (c *Client) CommitGuard() GuardStatus {
-	if c.cfg.CommitGuard == CommitGuardOff {
+	if c.cfg.CommitGuard == commitGuardOff {
 		return GuardStatus{State: GuardOff, Endpoint: c.storeName()}
 	}
 	c.guard.mu.Lock()
@@ -102,8 +98,8 @@ func (c *Client) CommitGuard() GuardStatus {
 	return s
 }
 
-// GuardProbes returns how many probes the client has sent.
-func (c *Client) GuardProbes() int64 {
+// guardProbes returns how many probes the client has sent.
+func (c *Client) guardProbes() int64 {
 	c.guard.mu.Lock()
 	defer c.guard.mu.Unlock()
 	return c.guard.probes

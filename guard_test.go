@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -120,7 +120,7 @@ func TestCommitGuardRefusesUnenforcingStore(t *testing.T) {
 	// commit_guard off, on the same kind of store: the operator vouches
 	// for it, so commits go ahead without a probe.
 	off, _, _ := guardEnv(t, func(s store.Store) store.Store { return ignoreCondition{s} },
-		func(c *durashuffle.Config) { c.CommitGuard = durashuffle.CommitGuardOff })
+		func(c *durashuffle.Config) { c.CommitGuard = "off" })
 	if _, err := commitOne(off, "0"); err != nil {
 		t.Fatalf("commit with commit_guard off: %v", err)
 	}

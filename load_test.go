@@ -13,7 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -144,7 +144,7 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 			t.Fatalf("writer %d: %v", wi, err)
 		}
 	}
-	stats := c.Pool().Stats()
+	stats := c.Stats()
 	grew := peakHeap - min(base, peakHeap)
 	t.Logf("16 writers, 256 MiB in %v (%d parts, %d UploadPart requests): peak %d of %d chunk buffers; heap in use after GC peaked at %.1f MiB (%.1f MiB over the %.1f MiB before), bound %.1f MiB",
 		elapsed.Round(time.Millisecond), counter.Requests()["UploadPart"]+counter.Requests()["PutObject"]-writers, counter.Requests()["UploadPart"],
@@ -213,7 +213,7 @@ func TestLoadWideStageBoundedMemory(t *testing.T) {
 	// The bound is the one the configuration promises for this load
 	// (MemoryBound): the chunk buffers, each writer's coalesce_budget
 	// (the partitions' state, the arena, retained rows and index entries
-	// are all counted in it), and RuntimeHeadroom for everything else
+	// are all counted in it), and runtimeHeadroom for everything else
 	// (here also the test's own input batches; the SDK's, TLS's and
 	// the streamed parts' request state; the encoders' buffers). The
 	// live heap alone is held to it, so what lies outside the heap has

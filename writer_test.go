@@ -18,9 +18,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/chunker"
-	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/engine/chunker"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -238,7 +238,7 @@ func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		peak := c.Pool().Stats().PeakBuffered
+		peak := c.Stats().PeakBuffered
 		if peak > 3 || peak < 2 {
 			t.Fatalf("peak chunk buffers %d, bound 3", peak)
 		}

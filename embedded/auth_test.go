@@ -22,7 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/durashuffle/durashuffle/embedded"
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -205,7 +205,7 @@ func TestWrongKeysRefused(t *testing.T) {
 	}
 	err = bad.Put(context.Background(), "k1", []byte("planted"), store.PutOptions{IfNoneMatch: true})
 	var se *store.Error
-	if !errors.As(err, &se) || se.Status != http.StatusForbidden || se.Code != "SignatureDoesNotMatch" || store.IsRetryable(err) {
+	if !errors.As(err, &se) || se.Status != http.StatusForbidden || se.Code != "SignatureDoesNotMatch" || store.IsTransient(err) {
 		t.Errorf("Put with a wrong secret: %v, want a 403 SignatureDoesNotMatch that is not retried", err)
 	}
 	nothingThere(t, s, "k1")

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/embedded"
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/store"
 )
 

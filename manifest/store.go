@@ -109,10 +109,10 @@ const readBackTimeout = 30 * time.Second
 // same: any failure but the store's own refusal before storing (a 4xx
 // other than a timeout) or a caller that gave up before the put was sent.
 func mayHaveStored(ctx context.Context, err error) bool {
-	if ctx.Err() != nil && !store.IsRetryable(err) {
+	if ctx.Err() != nil && !store.IsTransient(err) {
 		return true // cut off mid-request: it may have landed
 	}
-	return store.IsRetryable(err)
+	return store.IsTransient(err)
 }
 
 func putOutcome(taken bool, err error) string {

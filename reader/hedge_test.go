@@ -9,8 +9,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 )
 
 // stallStore is a memStore whose nth GET (1-based) hangs until its
@@ -39,7 +38,7 @@ func TestHedgedRangeRead(t *testing.T) {
 	st, m, order := buildStage(t, 2, frame.LZ4, oneFramePerObject(frames))
 	st.delay = time.Millisecond
 	ss := &stallStore{memStore: st, stall: 12}
-	h := hedge.New(4, 20*time.Millisecond)
+	h := NewHedger(4, 20*time.Millisecond)
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	s := FromManifest(ss, testLayout, m, Options{ReadAhead: 3, Hedge: h, Mem: mem})
@@ -77,7 +76,7 @@ func TestHedgeKeepsPartialFrames(t *testing.T) {
 	key := testLayout.ObjectKey(testQuery, testStage, w.Objects[0].Key)
 	last := w.Frames[4]
 	st.objs[key] = st.objs[key][:last.Offset+7]
-	h := hedge.New(2, time.Millisecond)
+	h := NewHedger(2, time.Millisecond)
 	for _, opts := range []Options{{Hedge: h}, {RangeBytes: 1, ReadAhead: 2, Hedge: h}} {
 		s := FromManifest(st, testLayout, m, opts)
 		recs, err := s.ReadPartitions(context.Background(), nil)

@@ -16,8 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -75,7 +74,7 @@ type Options struct {
 	// buffer of its size, on top of the ReadAhead x RangeBytes above.
 	// Share one Hedger among a client's stages: its window of recent
 	// latencies is what makes a GET late. nil: no hedging.
-	Hedge *hedge.Hedger
+	Hedge *Hedger
 	// Source, if set, is asked for each range before the store (a memory
 	// store, peer sidecars): see Source. Every frame it returns is checked
 	// against the manifest's CRC32C; what it does not serve, or serves
@@ -85,7 +84,7 @@ type Options struct {
 	// (hedge_factor times the recent p90) is hedged by a GET of the same
 	// range from the store, and the first complete answer wins. Before it
 	// has samples, or when nil, SourceDelay is the delay.
-	SourceHedge *hedge.Hedger
+	SourceHedge *Hedger
 	// SourceDelay is the hedge delay of a Source fetch while SourceHedge
 	// has no samples (0: never hedge then).
 	SourceDelay time.Duration
@@ -488,7 +487,7 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		best rawSpan
 		have bool
 	)
-	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
+	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
 		r := get(ctx)
 		mu.Lock()
 		defer mu.Unlock()
@@ -521,7 +520,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *sp
 		mu   sync.Mutex
 		best *spanRead
 	)
-	_ = s.o.Hedge.Do(ctx, func(ctx context.Context) error {
+	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
 		r := readSpan(ctx, s, sp, schema)
 		mu.Lock()
 		defer mu.Unlock()

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 )
 
 // Sources of stored bytes, as Observer.Served reports them.
@@ -118,7 +118,7 @@ func fallbackReason(err error) string {
 // SourceDelay.
 func (s *Stage) sourceDelay() time.Duration {
 	if h := s.o.SourceHedge; h != nil {
-		if d := h.Delay(); d > 0 {
+		if d := h.h.Delay(); d > 0 {
 			return d
 		}
 	}
@@ -194,7 +194,7 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 					return rawSpan{buf: r.b, got: r.got}, true
 				}
 				if s.o.SourceHedge != nil {
-					s.o.SourceHedge.Observe(time.Since(start))
+					s.o.SourceHedge.h.Observe(time.Since(start))
 				}
 				return verifyFast(ctx, s, sp, r.b, r.from), true
 			}

@@ -1,6 +1,6 @@
 // Package store defines the object-store interfaces that durashuffle's core
 // is written against, and the error classes every implementation reports.
-// It imports no SDK: the S3 implementation lives in internal/s3store, and
+// It imports no SDK: the S3 implementation lives in internal/engine/s3store, and
 // retry, limits and request counting are wrappers assembled where the
 // program is wired.
 package store
@@ -63,10 +63,12 @@ func (e *Error) Error() string {
 
 func (e *Error) Unwrap() error { return e.Err }
 
-// IsRetryable reports whether err is worth retrying: a store error marked
-// retryable (5xx, SlowDown, RequestTimeout, resets, timeouts) and not a
-// cancelled or expired caller context.
-func IsRetryable(err error) bool {
+// IsTransient reports whether the request that failed with err is worth
+// sending again: a store error marked retryable (5xx, SlowDown,
+// RequestTimeout, resets, timeouts) and not a cancelled or expired caller
+// context. It is the retry layer's question, about one request; whether a
+// failed task is worth running again is durashuffle.IsRetryable's.
+func IsTransient(err error) bool {
 	if err == nil || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}

@@ -565,8 +565,8 @@ func wantErr(t *testing.T, what string, err, sentinel error, retryable bool) {
 	if sentinel != nil && !errors.Is(err, sentinel) {
 		t.Errorf("%s: error %v does not wrap %v", what, err, sentinel)
 	}
-	if got := store.IsRetryable(err); got != retryable {
-		t.Errorf("%s: IsRetryable = %v, want %v (%v)", what, got, retryable, err)
+	if got := store.IsTransient(err); got != retryable {
+		t.Errorf("%s: IsTransient = %v, want %v (%v)", what, got, retryable, err)
 	}
 }
 

@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/engine/retry"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/storetest"
 )

@@ -15,7 +15,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/cmd/durashuffle/internal/bench"
-	"github.com/durashuffle/durashuffle/internal/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 )
 
 type benchOptions struct {
@@ -122,7 +122,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
 	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
 	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS with a certificate made for the run (as S3 does: parts stream with trailing checksums); --tls=false for plain HTTP")
-	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/faultproxy)")
+	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/testkit/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
 	pf.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round> (go tool pprof -sample_index=inuse_space)")

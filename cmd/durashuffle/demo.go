@@ -229,8 +229,8 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	sum.CompressRatio = ratio(float64(sum.BytesLogical), float64(sum.BytesStored))
 	sum.WriteMiBps = perSecond(sum.BytesLogical, sum.WriteSeconds)
 	sum.WriteStored = perSecond(sum.BytesStored, sum.WriteSeconds)
-	sum.PeakBuffered = client.Pool().Stats().PeakBuffered
-	sum.PartsResent = client.Pool().Stats().Resent
+	sum.PeakBuffered = client.Stats().PeakBuffered
+	sum.PartsResent = client.Stats().Resent
 	sum.Retries = map[string]int64{}
 	for k, v := range counter.Retries() {
 		sum.Retries[k.Op+"/"+k.Reason] += v

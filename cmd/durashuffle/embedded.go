@@ -8,7 +8,6 @@ import (
 	"github.com/durashuffle/durashuffle"
 	embeddeds3 "github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // embeddedS3 is where the in-process S3 server keeps its objects (empty:
@@ -65,7 +64,7 @@ func (a *app) startEmbedded(e embeddedS3, cfg *durashuffle.Config) (srv *embedde
 // connect opens a client on cfg's endpoint, creating the bucket if it is
 // missing; or, with emb, on an in-process S3 server started for it (cfg is
 // pointed at it). close stops the client and the server.
-func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, emb *embeddedS3, obs uploader.Observer) (c *durashuffle.Client, close func(), err error) {
+func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, emb *embeddedS3, obs durashuffle.Observer) (c *durashuffle.Client, close func(), err error) {
 	stopServer := func() {}
 	counter := &store.Counter{}
 	opts := []durashuffle.Option{durashuffle.WithCounter(counter), durashuffle.WithObserver(obs)}

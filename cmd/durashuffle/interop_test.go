@@ -17,11 +17,11 @@ import (
 
 // TestArrowOutputOpensInJavaScript writes a demo stage, reads a partition
 // with `read --format arrow`, and opens the bytes with Apache Arrow's
-// JavaScript implementation (internal/interop/js, installed with npm ci):
+// JavaScript implementation (testdata/interop-js, installed with npm ci):
 // another Arrow implementation must see the same rows, columns, nulls and
 // values as arrow-go.
 func TestArrowOutputOpensInJavaScript(t *testing.T) {
-	jsDir, err := filepath.Abs("../../internal/interop/js")
+	jsDir, err := filepath.Abs("testdata/interop-js")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,6 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // progress draws live bars on stderr while demo, write or read -o runs:
@@ -157,7 +156,7 @@ func (p *progress) drop(bar *mpb.Bar) {
 }
 
 // observer returns the upload pool observer feeding the bars, or nil.
-func (p *progress) observer(chunkSize int64) uploader.Observer {
+func (p *progress) observer(chunkSize int64) durashuffle.Observer {
 	if p == nil {
 		return nil
 	}
@@ -165,7 +164,7 @@ func (p *progress) observer(chunkSize int64) uploader.Observer {
 	return (*poolWatch)(p)
 }
 
-// poolWatch is the uploader.Observer side of a progress. Every chunk
+// poolWatch is the durashuffle.Observer side of a progress. Every chunk
 // handed to the pool is chunkSize bytes except the last of each object, so
 // encoded bytes are chunks x chunkSize less what finished parts fell short
 // by: exact once every part is done, never behind before.
@@ -229,14 +228,12 @@ func (p *progress) writingInput(c *durashuffle.Client) {
 // throughput, parts in flight and buffers held.
 func (p *progress) uploading(c *durashuffle.Client) {
 	start := time.Now()
-	pool := c.Pool()
-	buffers := pool.Config().MaxBuffered
 	p.add(0, p.uploaded.Load, p.encoded, "upload",
 		text(func() string { return fmt.Sprintf("%s / %s", mib(p.uploaded.Load()), mib(p.encoded())) }),
 		text(func() string {
-			st := pool.Stats()
+			st := c.Stats()
 			return fmt.Sprintf("%s  parts in flight %d/%d  buffers %d/%d",
-				rate(p.uploaded.Load(), start), st.InFlight, pool.Concurrency(), st.Buffered, buffers)
+				rate(p.uploaded.Load(), start), st.InFlight, st.Concurrency, st.Buffered, st.MaxBuffered)
 		}))
 }
 

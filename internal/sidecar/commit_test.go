@@ -18,8 +18,9 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/metrics"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/engine/access"
+	"github.com/durashuffle/durashuffle/internal/engine/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -195,7 +196,7 @@ func TestCommitGuardInSidecar(t *testing.T) {
 	if !strings.Contains(bad.logs.String(), "every commit will be refused") {
 		t.Errorf("the sidecar did not log the refusal:\n%s", bad.logs.String())
 	}
-	if n := bad.client.GuardProbes(); n != 1 {
+	if n := access.GuardProbes(bad.client); n != 1 {
 		t.Errorf("%d probes from readiness and a DoPut, want 1", n)
 	}
 
@@ -240,7 +241,7 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "commit guard: error (") || !strings.Contains(body, "AccessDenied") {
 		t.Fatalf("/readyz after a denied probe: %d %q", code, body)
 	}
-	if n := e.client.GuardProbes(); n != 1 {
+	if n := access.GuardProbes(e.client); n != 1 {
 		t.Fatalf("%d probes in six readiness intervals, want 1", n)
 	}
 	put := func() (flightclient.PutResult, error) {
@@ -255,7 +256,7 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if res, err := put(); err != nil || !res.Committed {
 		t.Fatalf("DoPut once the probe may put: %+v %v", res, err)
 	}
-	if g := e.client.CommitGuard(); g.State != "enforced" || e.client.GuardProbes() != 3 {
-		t.Fatalf("guard %q after %d probes, want enforced after 3 (readiness, two DoPuts)", g.State, e.client.GuardProbes())
+	if g := e.client.CommitGuard(); g.State != "enforced" || access.GuardProbes(e.client) != 3 {
+		t.Fatalf("guard %q after %d probes, want enforced after 3 (readiness, two DoPuts)", g.State, access.GuardProbes(e.client))
 	}
 }

@@ -11,8 +11,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/engine/access"
+	"github.com/durashuffle/durashuffle/internal/engine/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/memstore"
 )
 
 // peerTLS is the client side of TLS for peer calls: the sidecar's own
@@ -37,7 +38,7 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 	if req.Length < 0 || req.Length > flightclient.MaxFetchBytes {
 		return invalidf("fetch: length %d out of range [0, %d]", req.Length, flightclient.MaxFetchBytes)
 	}
-	mem := s.c.MemStore()
+	mem := access.MemStore(s.c)
 	b, err := mem.Read(memstore.Key{Query: req.Query, Stage: req.Stage, Worker: req.Worker, Attempt: req.Attempt}, req.Object, req.Offset, req.Length)
 	if err != nil {
 		return status.Error(codes.NotFound, err.Error())
@@ -72,7 +73,7 @@ func (s *Server) release(body []byte) (*flightclient.ReleaseResult, error) {
 		}
 		stage = *req.Stage
 	}
-	n, bytes := s.c.MemStore().Release(req.Query, stage)
+	n, bytes := access.MemStore(s.c).Release(req.Query, stage)
 	s.log.Info("released from memory", "query", req.Query, "stage", stage, "workers", n, "bytes", bytes)
 	return &flightclient.ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
 }
@@ -89,7 +90,7 @@ func (s *Server) held(body []byte) (*flightclient.HeldResult, error) {
 	if req.Stage != nil {
 		stage = *req.Stage
 	}
-	mem := s.c.MemStore()
+	mem := access.MemStore(s.c)
 	h, r := mem.Used()
 	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
 	for _, w := range mem.Holdings(req.Query, stage) {

@@ -21,7 +21,7 @@ import (
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // The hostile-client suite: a client sends what a buggy Arrow writer or

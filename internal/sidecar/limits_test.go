@@ -11,7 +11,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestLoopbackByDefault: the default listen addresses accept local

@@ -23,9 +23,9 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
-	"github.com/durashuffle/durashuffle/internal/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -558,7 +558,7 @@ func TestMemoryBounded(t *testing.T) {
 		}
 		stored += results[s].BytesStored
 	}
-	stats := e.client.Pool().Stats()
+	stats := e.client.Stats()
 	t.Logf("%d streams pushed %d MiB (%d MiB stored, %d parts) in %v: %.1f MiB/s; pool peak %d of %d chunks",
 		streams, pushed.Load()>>20, stored>>20, slow.parts.Load(), took.Round(time.Millisecond),
 		float64(stored)/(1<<20)/took.Seconds(), stats.PeakBuffered, cfg.MaxBufferedChunks)

@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/chunker"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -284,9 +284,9 @@ func codeOf(err error) codes.Code {
 		// A manifest names an object that is gone: the stage was deleted
 		// while being read.
 		return codes.NotFound
-	case store.IsRetryable(err), errors.Is(err, store.ErrPartRejected):
-		// A rerun of the task may succeed (durashuffle.IsRetryable):
-		// InvalidPart from Complete is MinIO's tie-break after a restart.
+	case durashuffle.IsRetryable(err):
+		// A rerun of the task may succeed: InvalidPart from Complete,
+		// MinIO's tie-break after a restart, included.
 		return codes.Unavailable
 	}
 	// A status wrapped inside a plain error (a stream's Recv failure).

@@ -30,7 +30,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/peer"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -148,7 +148,7 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		o.Mem = memory.DefaultAllocator
 	}
 	o.Metrics.WatchCounter(c.Counter())
-	o.Metrics.WatchConcurrency(c.Pool().Concurrency)
+	o.Metrics.WatchConcurrency(func() int { return c.Stats().Concurrency })
 	o.Metrics.WatchCommitGuard(durashuffle.GuardStates, func() string { return c.CommitGuard().State })
 
 	gap := int64(cfg.ReadGapBytes)

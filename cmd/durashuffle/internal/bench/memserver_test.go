@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/storetest"
 )
 

@@ -9,8 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // Live progress of a child. A parent that wants to draw bars sets
@@ -176,7 +176,7 @@ func (m *liveMeter) end(sent int64, err error) {
 	}
 }
 
-// The uploader.Observer side.
+// The durashuffle.Observer side.
 
 func (m *liveMeter) Queued(delta int) {
 	if delta > 0 {
@@ -195,7 +195,7 @@ func (m *liveMeter) Uploaded(n int64) {
 
 // observer is the upload pool observer of a job: its live meter when the
 // parent asked for progress, else nil.
-func (j *Job) observer() uploader.Observer {
+func (j *Job) observer() durashuffle.Observer {
 	if j.live == nil {
 		return nil
 	}

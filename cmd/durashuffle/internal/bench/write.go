@@ -14,11 +14,11 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/demo"
-	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/engine/chunker"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/retry"
+	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -149,7 +149,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 			res.Keys = append(res.Keys, client.Layout().ObjectKey(j.Query, 0, o.Key))
 		}
 	}
-	res.PeakBufferedChunks = client.Pool().Stats().PeakBuffered
+	res.PeakBufferedChunks = client.Stats().PeakBuffered
 	res.finish(elapsed)
 	clock.fill(res)
 	if !j.NullStore && j.Kind != "encode-files" {

@@ -1,0 +1,289 @@
+package uploader
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/engine/hedge"
+	"github.com/durashuffle/durashuffle/store"
+	"golang.org/x/sync/semaphore"
+)
+
+// Config sizes a Pool.
+type Config struct {
+	ChunkSize   int64 // bytes per part, the capacity of every buffer
+	Concurrency int   // parts in flight
+	MaxBuffered int   // chunk buffers in memory, queued, filling or in flight
+	Checksum    bool  // send a CRC32C with every part and single put
+	// HedgeFactor: a part running longer than this times the recent p90
+	// part time (and at least HedgeMin) is sent once more, first success
+	// wins. 0 disables hedging.
+	HedgeFactor float64
+	HedgeMin    time.Duration
+	// StreamAfter is how many bytes part 1 holds before its streamed
+	// upload starts (Upload.Begin), so that an output smaller than that
+	// stays one PutObject; 0 means DefaultStreamAfter (at most
+	// ChunkSize).
+	StreamAfter int64
+	// CleanupTimeout bounds each abort of a failed or aborted object, on
+	// a context detached from the caller's (0: DefaultCleanupTimeout).
+	// An upload not aborted by then is left to gc.
+	CleanupTimeout time.Duration
+}
+
+// DefaultStreamAfter is Config.StreamAfter when it is 0: an output under
+// 1 MiB is one PutObject, a larger one starts sending after its first
+// MiB (a frame or two).
+const DefaultStreamAfter = 1 << 20
+
+// DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
+const DefaultCleanupTimeout = 20 * time.Second
+
+// Observer receives pool events for metrics. Every method must be cheap
+// and safe for concurrent use; a nil Observer is allowed.
+type Observer interface {
+	Queued(delta int)                      // chunks waiting for a worker
+	Buffered(bytes int64)                  // bytes held in chunk buffers now
+	PartDone(queued, upload time.Duration) // one part or put finished
+	Uploaded(bytes int64)                  // bytes stored by a finished part
+}
+
+// Store is what the pool needs: writes, and a listing to settle the
+// outcome of a request whose answer was lost.
+type Store interface {
+	store.Writer
+	store.Lister
+}
+
+// Pool uploads chunks with a fixed number of workers and hands out a fixed
+// number of chunk buffers. Safe for concurrent use.
+type Pool struct {
+	st   Store
+	cfg  Config
+	obs  Observer
+	sem  *semaphore.Weighted
+	free chan []byte
+	jobs chan *job
+	wg   sync.WaitGroup
+	lim  *limiter
+	hdg  *hedge.Hedger // nil: no hedging
+	// streams: the store uploads parts while their chunks fill.
+	streams bool
+
+	held     atomic.Int64 // buffers handed out and not yet returned
+	peak     atomic.Int64
+	inFlight atomic.Int64
+	resent   atomic.Int64
+	closed   atomic.Bool
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Buffered     int64 // buffers held now
+	PeakBuffered int64 // most buffers held at once since the pool started
+	InFlight     int64 // parts being uploaded now
+	// Resent counts parts streamed while their chunks filled whose
+	// chunk then ended short (an object's last): the streamed request
+	// was cut off and the part sent again whole, with its real length.
+	Resent int64
+}
+
+// New starts a pool with cfg.Concurrency workers writing to st.
+func New(st Store, cfg Config, obs Observer) *Pool {
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.MaxBuffered < 1 {
+		cfg.MaxBuffered = 2 * cfg.Concurrency
+	}
+	if cfg.CleanupTimeout <= 0 {
+		cfg.CleanupTimeout = DefaultCleanupTimeout
+	}
+	if cfg.StreamAfter <= 0 {
+		cfg.StreamAfter = DefaultStreamAfter
+	}
+	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
+	p := &Pool{
+		st:   st,
+		cfg:  cfg,
+		obs:  obs,
+		sem:  semaphore.NewWeighted(int64(cfg.MaxBuffered)),
+		free: make(chan []byte, cfg.MaxBuffered),
+		jobs: make(chan *job, cfg.MaxBuffered),
+		lim:  newLimiter(cfg.Concurrency, throttleCooldown),
+	}
+	if cfg.HedgeFactor > 0 {
+		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
+	}
+	if ps, ok := st.(store.PartStreamer); ok {
+		// A streamed part's checksum is its trailer: without checksums
+		// parts are sent whole.
+		p.streams = ps.StreamsParts() && cfg.Checksum
+	}
+	for range cfg.Concurrency {
+		p.wg.Add(1)
+		go p.worker()
+	}
+	return p
+}
+
+// throttleCooldown spaces out multiplicative decreases: a burst of
+// throttling answers to parts already in flight is one congestion signal.
+const throttleCooldown = 500 * time.Millisecond
+
+// Throttled tells the pool the store asked it to slow down (SlowDown,
+// 503): the effective concurrency halves, then recovers additively with
+// successful parts, always within [1, Concurrency].
+func (p *Pool) Throttled() { p.lim.throttled() }
+
+// Concurrency is the effective number of parts allowed in flight now.
+func (p *Pool) Concurrency() int { return p.lim.current() }
+
+// Hedged returns how many part uploads were hedged and how many of those
+// the second request won.
+func (p *Pool) Hedged() (hedged, won int64) {
+	if p.hdg == nil {
+		return 0, 0
+	}
+	return p.hdg.Stats()
+}
+
+// hedged runs fn under the pool's hedger, if any.
+func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error {
+	if p.hdg == nil {
+		return fn(ctx)
+	}
+	return p.hdg.Do(ctx, fn)
+}
+
+// Streams reports whether parts upload while their chunks fill
+// (Upload.Begin): the store streams parts (an https endpoint). Otherwise
+// a chunk handed over by Begin is uploaded once it is complete.
+func (p *Pool) Streams() bool { return p.streams }
+
+// StreamAfter is how many bytes part 1 of an object holds before it
+// starts streaming.
+func (p *Pool) StreamAfter() int64 { return p.cfg.StreamAfter }
+
+// Config returns the pool's sizing.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Close stops the workers after the queued parts. Writers must be done.
+func (p *Pool) Close() {
+	if p.closed.CompareAndSwap(false, true) {
+		close(p.jobs)
+		p.wg.Wait()
+	}
+}
+
+// Stats returns counters of the pool.
+func (p *Pool) Stats() Stats {
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load()}
+}
+
+// Acquire returns an empty buffer with capacity ChunkSize, blocking while
+// MaxBuffered buffers are held. It fails only when ctx is done.
+func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	n := p.held.Add(1)
+	for {
+		old := p.peak.Load()
+		if n <= old || p.peak.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	select {
+	case b := <-p.free:
+		return b[:0], nil
+	default:
+		return make([]byte, 0, p.cfg.ChunkSize), nil
+	}
+}
+
+// Release returns a buffer obtained from Acquire. Buffers are reused, so
+// the caller must not touch b afterwards.
+func (p *Pool) Release(b []byte) {
+	if b == nil {
+		return
+	}
+	select {
+	case p.free <- b:
+	default:
+	}
+	n := p.held.Add(-1)
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
+// forget returns the budget of a buffer without reusing the buffer: a
+// Keeper holds it now, counted against its own budget.
+func (p *Pool) forget() {
+	n := p.held.Add(-1)
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
+type job struct {
+	obj    *Upload
+	part   int32
+	buf    []byte
+	last   bool
+	fill   *Filling // from Begin: the chunk may still be filling
+	queued time.Time
+}
+
+func (p *Pool) worker() {
+	defer p.wg.Done()
+	for j := range p.jobs {
+		if p.obs != nil {
+			p.obs.Queued(-1)
+		}
+		p.lim.acquire()
+		p.inFlight.Add(1)
+		start := time.Now()
+		var err error
+		if j.fill != nil {
+			err = j.obj.uploadFilling(j)
+		} else {
+			err = j.obj.upload(j)
+		}
+		p.inFlight.Add(-1)
+		p.lim.release(err == nil)
+		if p.obs != nil && err == nil {
+			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
+			p.obs.Uploaded(int64(len(j.buf)))
+		}
+		if err == nil && j.obj.keep(j) {
+			p.forget() // the buffer now belongs to the object's Keeper
+		} else {
+			p.Release(j.buf)
+		}
+		j.obj.partDone(err)
+	}
+}
+
+func (p *Pool) submit(j *job) error {
+	if p.closed.Load() {
+		return fmt.Errorf("upload pool is closed")
+	}
+	j.queued = time.Now()
+	if p.obs != nil {
+		p.obs.Queued(1)
+	}
+	// Never blocks: the queue holds MaxBuffered jobs and every job owns
+	// one of MaxBuffered buffers.
+	p.jobs <- j
+	return nil
+}

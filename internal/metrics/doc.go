@@ -1,5 +1,0 @@
-// Package metrics is durashuffle's Prometheus instrumentation: the upload
-// pool's queue, buffers and part timings, bytes moved, and request and
-// retry counts, on a registry of its own. It implements uploader.Observer
-// and wraps a store to count the bytes read back.
-package metrics
