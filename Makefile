@@ -41,11 +41,14 @@ test-endpoint:
 
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
 ## manifest decoders (worker container, stage manifest, stage index), the
-## frame and schema decoders and the range planner.
+## frame and schema decoders, the range planner, and mutated Arrow IPC
+## through DoPut (a Flight server on the embedded S3 server) and
+## Writer.Write.
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
-	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan
+	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/frame:FuzzConcat ./reader:FuzzPlan \
+	./internal/sidecar:FuzzPut
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -113,6 +113,21 @@ func (w *Writer) Options() WriterOptions { return w.opt }
 // Write adds rec's rows to partition. Safe for concurrent use. It blocks
 // while the upload budget is spent and returns the writer's first failure
 // at once. The caller keeps its reference to rec.
+//
+// Every batch is validated before any of it is taken
+// (chunker.ValidateBatch): it must have at least one column, each column
+// as long as the batch and of its field's type, and pass Arrow's full
+// validation (array.ValidateFull: buffer sizes, null counts, every
+// string, binary and list offset non-negative, non-decreasing and within
+// its values, UTF-8 of strings, dictionary indices, nested children). An
+// invalid batch is refused with an error wrapping chunker.ErrBatch that
+// names the partition, the column and its type, and what is wrong, e.g.
+// `batch for partition 7: invalid record batch: column 15 "l_comment"
+// (utf8): arrow/array: string offsets are not monotonically
+// non-decreasing at index 3: 0 < 10`. As with a batch of another schema
+// (chunker.ErrSchema), the writer keeps what it had: Commit commits the
+// batches taken before, Abort drops them. The check reads every offset
+// and string once (see chunker.ValidateBatch for its cost).
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return w.ch.Write(partition, rec)
 }

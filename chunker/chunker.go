@@ -23,7 +23,10 @@ const MaxParts = 10000
 var (
 	ErrPartition = errors.New("partition out of range")
 	ErrSchema    = errors.New("schema differs from the writer's schema")
-	ErrClosed    = errors.New("writer is closed")
+	// ErrBatch: a batch failed validation (ValidateBatch); none of it
+	// was taken.
+	ErrBatch  = errors.New("invalid record batch")
+	ErrClosed = errors.New("writer is closed")
 	// ErrBudget: the options cannot fit the coalesce budget.
 	ErrBudget = errors.New("coalesce budget too small")
 )
@@ -367,6 +370,13 @@ func (w *Writer) Err() error {
 // returns. Write blocks while the flushed frames still being encoded and
 // appended take the budget, and returns the writer's first failure at
 // once.
+//
+// Every batch is validated first (ValidateBatch: at least one column,
+// Arrow's full validation of each); an invalid one is refused with an
+// error wrapping ErrBatch that names the partition and the column, and
+// the writer keeps what it had, as for a batch of another schema
+// (ErrSchema). A panic inside Write fails the writer with a *PanicError
+// and never leaves its lock held, so Abort and Close still run.
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if err := w.Err(); err != nil {
 		return err
@@ -374,21 +384,43 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if partition < 0 || partition >= w.opt.Partitions {
 		return fmt.Errorf("%w: partition %d, writer has partitions [0, %d)", ErrPartition, partition, w.opt.Partitions)
 	}
+	if err := ValidateBatch(rec); err != nil {
+		return fmt.Errorf("batch for partition %d: %w", partition, err)
+	}
 	if rec.NumRows() == 0 {
 		return nil
 	}
 	size := frame.LogicalSize(rec)
-	w.mu.Lock()
-	err := w.writeLocked(partition, rec, size)
-	prepare := err == nil && w.stream != nil && !w.prepared && w.taken >= PrepareAfter*w.opt.ChunkSize
-	if prepare {
-		w.prepared = true
-	}
-	w.mu.Unlock()
+	prepare, err := w.writeGuarded(partition, rec, size)
 	if prepare {
 		w.stream.Prepare(0)
 	}
 	return err
+}
+
+// writeGuarded runs writeLocked under the lock, and reports whether the
+// stream sink is to be prepared. A panic is recovered: the lock is
+// released and the writer fails with it.
+func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) (prepare bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	defer func() {
+		if r := recover(); r != nil {
+			perr := newPanicError(fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition), r)
+			// The run's arena may be half-appended: it is dropped, not
+			// finished (its memory is Go's), and the writer is failed.
+			w.arena, w.arenaOK = nil, false
+			w.cancel(perr)
+			w.room.Broadcast()
+			prepare, err = false, perr
+		}
+	}()
+	err = w.writeLocked(partition, rec, size)
+	prepare = err == nil && w.stream != nil && !w.prepared && w.taken >= PrepareAfter*w.opt.ChunkSize
+	if prepare {
+		w.prepared = true
+	}
+	return prepare, err
 }
 
 // writeLocked is Write with the lock held.
@@ -576,42 +608,59 @@ func (w *Writer) encoder() {
 		enc    *frame.Encoder
 		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
 	)
+	// broken is the panic this encoder recovered from: its encoder and
+	// gatherer may be half-way through a frame, so it encodes no more
+	// (the writer has failed anyway once the appender sees it) and the
+	// encoder is left to the garbage collector rather than closed.
+	var broken error
 	defer func() {
-		if enc != nil {
+		if enc != nil && broken == nil {
 			enc.Close()
 		}
 	}()
+	encode := func(j encodeJob, res *encoded) {
+		defer func() {
+			if r := recover(); r != nil {
+				broken = newPanicError(fmt.Sprintf("encode a frame of partition %d", j.partition), r)
+				res.err = broken
+			}
+		}()
+		if enc == nil {
+			w.mu.Lock()
+			schema := w.schema
+			w.mu.Unlock()
+			enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
+			gather, _ = frame.NewAccumulator(schema)
+		}
+		var codec string
+		if res.err == nil && w.auto != nil {
+			codec = w.auto.codec()
+			res.err = enc.SetCodec(codec)
+		}
+		if res.err == nil {
+			res.buf = bufPool.Get().(*bytes.Buffer)
+			res.buf.Reset()
+			start := time.Now()
+			res.stats, res.err = encodeItems(enc, gather, res.buf, j)
+			if w.auto != nil && res.err == nil {
+				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
+			}
+		}
+		if res.err != nil {
+			res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
+		}
+	}
 	for {
 		j, ok := w.next()
 		if !ok {
 			return
 		}
 		res := encoded{seq: j.seq, partition: j.partition, held: j.held}
-		if w.ctx.Err() == nil {
-			if enc == nil {
-				w.mu.Lock()
-				schema := w.schema
-				w.mu.Unlock()
-				enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
-				gather, _ = frame.NewAccumulator(schema)
-			}
-			var codec string
-			if res.err == nil && w.auto != nil {
-				codec = w.auto.codec()
-				res.err = enc.SetCodec(codec)
-			}
-			if res.err == nil {
-				res.buf = bufPool.Get().(*bytes.Buffer)
-				res.buf.Reset()
-				start := time.Now()
-				res.stats, res.err = encodeItems(enc, gather, res.buf, j)
-				if w.auto != nil && res.err == nil {
-					w.auto.encoded(codec, res.buf.Len(), time.Since(start))
-				}
-			}
-			if res.err != nil {
-				res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
-			}
+		switch {
+		case broken != nil:
+			res.err = broken
+		case w.ctx.Err() == nil:
+			encode(j, &res)
 		}
 		j.release()
 		w.results <- res
@@ -671,7 +720,7 @@ func (w *Writer) appender() {
 			}
 			if r.buf != nil {
 				if w.ctx.Err() == nil {
-					if err := w.appendFrame(r); err != nil {
+					if err := w.appendGuarded(r); err != nil {
 						w.cancel(err)
 					}
 				}
@@ -730,6 +779,16 @@ func (w *Writer) maxObject() int64 {
 		limit = w.opt.MaxObjectSize
 	}
 	return limit
+}
+
+// appendGuarded is appendFrame with a panic turned into its error.
+func (w *Writer) appendGuarded(r encoded) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = newPanicError(fmt.Sprintf("append a frame of partition %d", r.partition), v)
+		}
+	}()
+	return w.appendFrame(r)
 }
 
 func (w *Writer) appendFrame(r encoded) error {

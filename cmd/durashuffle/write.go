@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -215,6 +216,14 @@ func writeAll(ctx context.Context, w *durashuffle.Writer, src recordSource, sp *
 	for src.Next() {
 		rec := src.RecordBatch()
 		sum.InputBatches++
+		if sp.column >= 0 {
+			// Splitting reads the partitioning column: a corrupt batch is
+			// refused before, as Write would refuse it (Arrow's reader
+			// does not check offsets).
+			if err := chunker.ValidateBatch(rec); err != nil {
+				return fmt.Errorf("input batch %d: %w", sum.InputBatches, err)
+			}
+		}
 		ps, recs, err := sp.split(ctx, rec)
 		if err != nil {
 			return fmt.Errorf("input batch %d: %w", sum.InputBatches, err)

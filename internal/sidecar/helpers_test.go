@@ -39,7 +39,7 @@ func TestMain(m *testing.M) { testenv.Main(m) }
 // env is a sidecar on a fresh bucket, served on loopback, with a Flight
 // client connected to it.
 type env struct {
-	t       *testing.T
+	t       testing.TB
 	cfg     durashuffle.Config
 	raw     store.Store // no retries, no delays: for checking what is stored
 	counter *store.Counter
@@ -62,7 +62,7 @@ type envOptions struct {
 	cutOff bool
 }
 
-func newEnv(t *testing.T, ep testenv.Endpoint, o envOptions) *env {
+func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 	t.Helper()
 	// Spare connections the S3 transport parks would keep the embedded
 	// server's shutdown waiting; close them first (cleanups run LIFO).

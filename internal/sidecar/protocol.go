@@ -439,7 +439,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
-		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema),
+		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema), errors.Is(err, chunker.ErrBatch),
 		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
 		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument

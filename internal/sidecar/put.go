@@ -41,7 +41,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	start := time.Now()
 
 	in := &putStream{stream: stream, mem: s.mem}
-	rdr, err := flight.NewRecordReader(in, ipc.WithAllocator(s.mem))
+	rdr, err := flight.NewRecordReader(in, ipc.WithAllocator(s.decodeAllocator()))
 	if err != nil {
 		return in.failure(err, "read the stream's schema")
 	}
@@ -178,6 +178,7 @@ func (s *Server) abort(w *durashuffle.Writer) error {
 }
 
 // putStream sits between the gRPC stream and the Flight record reader. It
+// checks every IPC header before the reader sees it (checkIPCHeader),
 // drops messages without an IPC header (app_metadata-only messages carry
 // no rows) and repeats of the stream's schema, rejects a schema that
 // differs from the first, and remembers transport failures so they are
@@ -203,6 +204,12 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 				p.recvErr = err
 			}
 			return nil, err
+		}
+		if len(fd.DataHeader) > 0 {
+			if err := checkIPCHeader(fd.DataHeader); err != nil {
+				p.err = invalidf("IPC message %d (after %d batches): malformed header: %v; nothing was committed", p.n, p.batches, err)
+				return nil, p.err
+			}
 		}
 		if len(fd.DataHeader) == 0 {
 			if p.n == 0 {
@@ -239,6 +246,18 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 		p.n++
 		return fd, nil
 	}
+}
+
+// decodeAllocator is the allocator of one DoPut's IPC reader: at most
+// coalesce_budget (what the writer may still hold of earlier batches) and
+// 4 x max_message_bytes (a message's buffers decompressed) decoded at
+// once.
+func (s *Server) decodeAllocator() memory.Allocator {
+	msg := int64(s.cfg.MaxMessageBytes)
+	if msg <= 0 {
+		msg = int64(durashuffle.DefaultConfig().MaxMessageBytes)
+	}
+	return &decodeAllocator{Allocator: s.mem, limit: int64(s.cfg.CoalesceBudget) + 4*msg}
 }
 
 // committed records the commit message and checks that the client's
