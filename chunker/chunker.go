@@ -121,12 +121,10 @@ type Writer struct {
 	work     *sync.Cond // a job was queued or the queue closed
 	schema   *arrow.Schema
 	parts    []pbuf
-	arena    []*frame.Accumulator // the run's arena, in segments; the last one grows
-	arenaOK  bool                 // the schema's types are copied
-	arenaLog int64                // logical bytes in the arena
-	buffered int64                // bytes held by the partitions' buffers and the arena
-	pending  int64                // bytes held by flushed frames not yet appended
-	fixed    int64                // per-partition state and index entries
+	arena    *frame.Arena // the run's arena; nil when the schema's types are not copied
+	buffered int64        // bytes held by the partitions' buffers and the arena
+	pending  int64        // bytes held by flushed frames not yet appended
+	fixed    int64        // per-partition state and index entries
 	seq      int64
 	runs     int
 	closed   bool
@@ -276,7 +274,7 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 			perr := newPanicError(fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition), r)
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
-			w.arena, w.arenaOK = nil, false
+			w.arena = nil
 			w.cancel(perr)
 			w.room.Broadcast()
 			prepare, err = false, perr

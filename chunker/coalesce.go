@@ -17,12 +17,6 @@ type item struct {
 	lo, hi int64
 }
 
-// arenaSegment is the bytes after which the arena starts a new segment:
-// a segment grows (copying its buffers as Go grows a slice) only up to
-// this, and the next one starts with the capacity the last one reached,
-// so rows are copied into the arena once, not again at every growth.
-const arenaSegment = 1 << 20
-
 // runArena is a run's arena, shared by the frames of the run: the last
 // of them to be encoded releases it.
 // Its memory is counted in the writer's pending bytes until then, as a
@@ -84,23 +78,7 @@ const itemSize = int64(unsafe.Sizeof(item{}))
 
 func (w *Writer) setSchemaLocked(s *arrow.Schema) {
 	w.schema = s
-	var seg *frame.Accumulator
-	if seg, w.arenaOK = frame.NewAccumulator(s); w.arenaOK {
-		w.arena = []*frame.Accumulator{seg}
-	}
-}
-
-// segment returns the arena's growing segment, starting a new one when it
-// is full.
-func (w *Writer) segment() (*frame.Accumulator, int) {
-	n := len(w.arena) - 1
-	if cur := w.arena[n]; cur.Used() >= arenaSegment {
-		next := cur.NewLike()
-		w.buffered += next.Held()
-		w.arena = append(w.arena, next)
-		n++
-	}
-	return w.arena[n], n
+	w.arena, _ = frame.NewArena(s)
 }
 
 // writeLocked is Write with the lock held.
@@ -137,7 +115,7 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // budget has room. perByte is the held bytes per logical byte of rec if
 // the caller knows it (0: measure).
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.fixed+w.arenaGrowth() > w.opt.CoalesceBudget && w.pending > 0 {
+	for w.buffered+w.pending+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -150,14 +128,11 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	f := &p.open
 	n := rec.NumRows()
 	copied := false
-	if w.arenaOK && size < w.opt.FrameTargetBytes/4 {
-		seg, si := w.segment()
-		before := seg.Held()
-		lo := seg.Rows()
-		if seg.Append(rec) == nil {
+	if w.arena != nil && size < w.opt.FrameTargetBytes/4 {
+		si, lo, grew, err := w.arena.Append(rec)
+		w.buffered += grew
+		if err == nil {
 			copied = true
-			w.buffered += seg.Held() - before
-			w.arenaLog += size
 			f.arena += size
 			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
 				f.items[k-1].hi = lo + n // the partition's last write is contiguous
@@ -195,35 +170,22 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		}
 		*f = pframe{}
 	}
-	// The arena's next growth (Go grows a large slice by a quarter) must
-	// fit too, or the run flushes now.
-	if w.buffered+w.fixed+w.arenaGrowth() >= w.opt.CoalesceBudget {
+	// The arena's next growth must fit too, or the run flushes now.
+	if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
 		w.runLocked()
 	}
 	return nil
 }
 
-func (w *Writer) arenaGrowth() int64 {
-	if len(w.arena) == 0 {
-		return 0
-	}
-	return w.arena[len(w.arena)-1].Held() / 4
-}
-
 // finishArenaLocked ends the run's arena: its segments as batches, and a
 // fresh first segment shaped like the last one.
 func (w *Writer) finishArenaLocked() (*runArena, int64) {
-	if len(w.arena) == 0 || w.arena[0].Rows() == 0 {
+	// The segments, index for index with those items name (nil: no rows).
+	segs, held := w.arena.Finish()
+	if segs == nil {
 		return nil, 0
 	}
-	ra := &runArena{w: w}
-	for _, seg := range w.arena {
-		ra.held += seg.Held()
-		// Index for index with the segments items name (nil: no rows).
-		ra.segs = append(ra.segs, seg.Finish())
-	}
-	last := w.arena[len(w.arena)-1]
-	w.arena = []*frame.Accumulator{last}
+	ra := &runArena{w: w, segs: segs, held: held}
 	ra.refs.Store(1) // the run's own, dropped once every job took one
 	w.pending += ra.held
 	return ra, ra.held
@@ -255,7 +217,7 @@ func (w *Writer) runLocked() {
 		*p = pbuf{}
 	}
 	w.pending += held
-	w.buffered, w.arenaLog = 0, 0
+	w.buffered = 0
 	w.runs++
 	w.work.Broadcast()
 }
@@ -272,5 +234,5 @@ func (w *Writer) dropBuffersLocked() {
 	if arena, _ := w.finishArenaLocked(); arena != nil {
 		arena.releaseLocked()
 	}
-	w.buffered, w.arenaLog = 0, 0
+	w.buffered = 0
 }
