@@ -79,6 +79,35 @@ type Options struct {
 	Mem              memory.Allocator
 }
 
+// settle fills in the defaults of o's unset fields and checks what has
+// no default: the one place a Writer's options are read before it runs,
+// so that every part of the writer sees the same settled values.
+func (o Options) settle() (Options, error) {
+	if o.Partitions < 1 {
+		return o, fmt.Errorf("partitions must be at least 1, got %d", o.Partitions)
+	}
+	if o.ChunkSize < 1 {
+		return o, fmt.Errorf("chunk size must be positive, got %d", o.ChunkSize)
+	}
+	if o.Encoders < 1 {
+		o.Encoders = 1
+	}
+	if o.Mem == nil {
+		o.Mem = memory.DefaultAllocator
+	}
+	if o.FrameTargetBytes < 1 {
+		o.FrameTargetBytes = 1 << 20
+	}
+	if o.CoalesceBudget < o.FrameTargetBytes {
+		o.CoalesceBudget = o.FrameTargetBytes
+	}
+	if fixed := int64(o.Partitions) * pbufSize; fixed > o.CoalesceBudget/2 {
+		return o, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
+			ErrBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
+	}
+	return o, nil
+}
+
 // Result is what a closed Writer produced, in the manifest's own terms:
 // its frames and objects are those of the worker manifest, less what the
 // chunker cannot know (an object's key, a frame's worker index).
@@ -156,27 +185,9 @@ type Writer struct {
 // when the partitions' fixed state alone would take more than half of
 // the coalesce budget.
 func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
-	if opt.Partitions < 1 {
-		return nil, fmt.Errorf("partitions must be at least 1, got %d", opt.Partitions)
-	}
-	if opt.ChunkSize < 1 {
-		return nil, fmt.Errorf("chunk size must be positive, got %d", opt.ChunkSize)
-	}
-	if opt.Encoders < 1 {
-		opt.Encoders = 1
-	}
-	if opt.Mem == nil {
-		opt.Mem = memory.DefaultAllocator
-	}
-	if opt.FrameTargetBytes < 1 {
-		opt.FrameTargetBytes = 1 << 20
-	}
-	if opt.CoalesceBudget < opt.FrameTargetBytes {
-		opt.CoalesceBudget = opt.FrameTargetBytes
-	}
-	if fixed := int64(opt.Partitions) * pbufSize; fixed > opt.CoalesceBudget/2 {
-		return nil, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
-			ErrBudget, opt.Partitions, fixed, pbufSize, opt.CoalesceBudget, 2*fixed)
+	opt, err := opt.settle()
+	if err != nil {
+		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{
