@@ -1,14 +1,10 @@
 package chunker
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"sync"
-	"sync/atomic"
-	"time"
-	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -83,6 +79,35 @@ type Options struct {
 	Mem              memory.Allocator
 }
 
+// settle fills in the defaults of o's unset fields and checks what has
+// no default: the one place a Writer's options are read before it runs,
+// so that every part of the writer sees the same settled values.
+func (o Options) settle() (Options, error) {
+	if o.Partitions < 1 {
+		return o, fmt.Errorf("partitions must be at least 1, got %d", o.Partitions)
+	}
+	if o.ChunkSize < 1 {
+		return o, fmt.Errorf("chunk size must be positive, got %d", o.ChunkSize)
+	}
+	if o.Encoders < 1 {
+		o.Encoders = 1
+	}
+	if o.Mem == nil {
+		o.Mem = memory.DefaultAllocator
+	}
+	if o.FrameTargetBytes < 1 {
+		o.FrameTargetBytes = 1 << 20
+	}
+	if o.CoalesceBudget < o.FrameTargetBytes {
+		o.CoalesceBudget = o.FrameTargetBytes
+	}
+	if fixed := int64(o.Partitions) * pbufSize; fixed > o.CoalesceBudget/2 {
+		return o, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
+			ErrBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
+	}
+	return o, nil
+}
+
 // Result is what a closed Writer produced, in the manifest's own terms:
 // its frames and objects are those of the worker manifest, less what the
 // chunker cannot know (an object's key, a frame's worker index).
@@ -97,114 +122,6 @@ type Result struct {
 	// "none"): with compression auto, the mix the writer chose.
 	Codecs map[string]int
 }
-
-// item is a piece of a partition's frame, in write order: a batch the
-// writer retains, or rows [lo, hi) of segment seg of the run's arena.
-type item struct {
-	rec    arrow.RecordBatch
-	seg    int
-	lo, hi int64
-}
-
-// arenaSegment is the bytes after which the arena starts a new segment:
-// a segment grows (copying its buffers as Go grows a slice) only up to
-// this, and the next one starts with the capacity the last one reached,
-// so rows are copied into the arena once, not again at every growth.
-const arenaSegment = 1 << 20
-
-// runArena is a run's arena, shared by the frames of the run: the last
-// of them to be encoded releases it.
-// Its memory is counted in the writer's pending bytes until then, as a
-// whole: a frame's share cannot be given back while the other frames of
-// the run still need the segments.
-type runArena struct {
-	w    *Writer
-	segs []arrow.RecordBatch
-	held int64
-	refs atomic.Int64
-}
-
-func (a *runArena) release() {
-	if a.refs.Add(-1) == 0 {
-		a.w.mu.Lock()
-		a.freeLocked()
-		a.w.mu.Unlock()
-	}
-}
-
-// releaseLocked is release with the writer's lock held.
-func (a *runArena) releaseLocked() {
-	if a.refs.Add(-1) == 0 {
-		a.freeLocked()
-	}
-}
-
-func (a *runArena) freeLocked() {
-	for _, s := range a.segs {
-		if s != nil {
-			s.Release()
-		}
-	}
-	a.w.pending -= a.held
-	a.w.room.Broadcast()
-}
-
-// pframe is a frame being filled or waiting for its run.
-type pframe struct {
-	items []item
-	bytes int64 // logical: what frame_target_bytes counts
-	arena int64 // logical bytes of its arena rows
-	held  int64 // memory of its retained batches and items
-}
-
-// pbuf is one partition's buffered rows since the last run: complete
-// frames, then the open one.
-type pbuf struct {
-	done []pframe
-	open pframe
-}
-
-// pbufSize is what one partition's state costs whatever it holds: its
-// pbuf, counted against coalesce_budget from the start.
-const pbufSize = int64(unsafe.Sizeof(pbuf{}))
-
-// itemSize is what each item costs in its frame's list.
-const itemSize = int64(unsafe.Sizeof(item{}))
-
-// entrySize is what each frame's index entry costs until Close (the
-// index is counted by its slice's capacity).
-const entrySize = int64(unsafe.Sizeof(manifest.Frame{}))
-
-type encodeJob struct {
-	seq       int64
-	partition int
-	items     []item    // the frame's rows in write order
-	arena     *runArena // the arena its ranges are of, or nil
-	held      int64     // counted in pending until the frame is appended
-}
-
-// release drops the job's references.
-func (j *encodeJob) release() {
-	for _, it := range j.items {
-		if it.rec != nil {
-			it.rec.Release()
-		}
-	}
-	if j.arena != nil {
-		j.arena.release()
-	}
-}
-
-type encoded struct {
-	seq       int64
-	partition int
-	held      int64
-	buf       *bytes.Buffer
-	stats     frame.Stats
-	err       error
-}
-
-var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // Writer is the chunker for one worker attempt. Write is safe for many
 // goroutines at once; Close and Abort are called once, after the last Write.
@@ -233,12 +150,10 @@ type Writer struct {
 	work     *sync.Cond // a job was queued or the queue closed
 	schema   *arrow.Schema
 	parts    []pbuf
-	arena    []*frame.Accumulator // the run's arena, in segments; the last one grows
-	arenaOK  bool                 // the schema's types are copied
-	arenaLog int64                // logical bytes in the arena
-	buffered int64                // bytes held by the partitions' buffers and the arena
-	pending  int64                // bytes held by flushed frames not yet appended
-	fixed    int64                // per-partition state and index entries
+	arena    *frame.Arena // the run's arena; nil when the schema's types are not copied
+	buffered int64        // bytes held by the partitions' buffers and the arena
+	pending  int64        // bytes held by flushed frames not yet appended
+	fixed    int64        // per-partition state and index entries
 	seq      int64
 	runs     int
 	closed   bool
@@ -270,27 +185,9 @@ type Writer struct {
 // when the partitions' fixed state alone would take more than half of
 // the coalesce budget.
 func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
-	if opt.Partitions < 1 {
-		return nil, fmt.Errorf("partitions must be at least 1, got %d", opt.Partitions)
-	}
-	if opt.ChunkSize < 1 {
-		return nil, fmt.Errorf("chunk size must be positive, got %d", opt.ChunkSize)
-	}
-	if opt.Encoders < 1 {
-		opt.Encoders = 1
-	}
-	if opt.Mem == nil {
-		opt.Mem = memory.DefaultAllocator
-	}
-	if opt.FrameTargetBytes < 1 {
-		opt.FrameTargetBytes = 1 << 20
-	}
-	if opt.CoalesceBudget < opt.FrameTargetBytes {
-		opt.CoalesceBudget = opt.FrameTargetBytes
-	}
-	if fixed := int64(opt.Partitions) * pbufSize; fixed > opt.CoalesceBudget/2 {
-		return nil, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
-			ErrBudget, opt.Partitions, fixed, pbufSize, opt.CoalesceBudget, 2*fixed)
+	opt, err := opt.settle()
+	if err != nil {
+		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{
@@ -331,27 +228,6 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	}()
 	go w.appender()
 	return w, nil
-}
-
-func (w *Writer) setSchemaLocked(s *arrow.Schema) {
-	w.schema = s
-	var seg *frame.Accumulator
-	if seg, w.arenaOK = frame.NewAccumulator(s); w.arenaOK {
-		w.arena = []*frame.Accumulator{seg}
-	}
-}
-
-// segment returns the arena's growing segment, starting a new one when it
-// is full.
-func (w *Writer) segment() (*frame.Accumulator, int) {
-	n := len(w.arena) - 1
-	if cur := w.arena[n]; cur.Used() >= arenaSegment {
-		next := cur.NewLike()
-		w.buffered += next.Held()
-		w.arena = append(w.arena, next)
-		n++
-	}
-	return w.arena[n], n
 }
 
 // Fail cancels the writer with err: blocked and later Writes return it.
@@ -409,7 +285,7 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 			perr := newPanicError(fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition), r)
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
-			w.arena, w.arenaOK = nil, false
+			w.arena = nil
 			w.cancel(perr)
 			w.room.Broadcast()
 			prepare, err = false, perr
@@ -421,346 +297,6 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 		w.prepared = true
 	}
 	return prepare, err
-}
-
-// writeLocked is Write with the lock held.
-func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) error {
-	if w.closed {
-		return ErrClosed
-	}
-	if w.schema == nil {
-		w.setSchemaLocked(rec.Schema())
-	} else if w.schema != rec.Schema() && !w.schema.Equal(rec.Schema()) {
-		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), w.schema)
-	}
-	w.taken += size
-	// A batch larger than a frame is cut into frame-sized slices, so a
-	// reader never needs more than a frame's bytes to decode one.
-	if size > w.opt.FrameTargetBytes && rec.NumRows() > 1 {
-		perByte := heldPerLogical(rec)
-		n := rec.NumRows()
-		step := max(1, (n*w.opt.FrameTargetBytes+size-1)/size)
-		for lo := int64(0); lo < n; lo += step {
-			s := rec.NewSlice(lo, min(lo+step, n))
-			err := w.addLocked(partition, s, frame.LogicalSize(s), perByte)
-			s.Release()
-			if err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	return w.addLocked(partition, rec, size, 0)
-}
-
-// addLocked buffers rec (size logical bytes) in partition, once the
-// budget has room. perByte is the held bytes per logical byte of rec if
-// the caller knows it (0: measure).
-func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.fixed+w.arenaGrowth() > w.opt.CoalesceBudget && w.pending > 0 {
-		if err := w.Err(); err != nil {
-			return err
-		}
-		w.room.Wait()
-	}
-	if err := w.Err(); err != nil {
-		return err
-	}
-	p := &w.parts[partition]
-	f := &p.open
-	n := rec.NumRows()
-	copied := false
-	if w.arenaOK && size < w.opt.FrameTargetBytes/4 {
-		seg, si := w.segment()
-		before := seg.Held()
-		lo := seg.Rows()
-		if seg.Append(rec) == nil {
-			copied = true
-			w.buffered += seg.Held() - before
-			w.arenaLog += size
-			f.arena += size
-			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
-				f.items[k-1].hi = lo + n // the partition's last write is contiguous
-			} else {
-				f.items = append(f.items, item{seg: si, lo: lo, hi: lo + n})
-				f.held += itemSize
-				w.buffered += itemSize
-			}
-		}
-	}
-	if !copied {
-		if perByte == 0 {
-			perByte = heldPerLogical(rec)
-		}
-		rec.Retain()
-		h := int64(float64(size)*perByte) + objectsHeld(rec) + itemSize
-		f.items = append(f.items, item{rec: rec})
-		f.held += h
-		w.buffered += h
-	}
-	f.bytes += size
-	if f.bytes >= w.opt.FrameTargetBytes {
-		if f.arena == 0 {
-			// A full frame of retained batches needs nothing from the
-			// run: it is encoded and uploaded now, while input still
-			// arrives (a frame of a full frame_target_bytes costs a GET
-			// of its own well spent).
-			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
-			w.seq++
-			w.buffered -= f.held
-			w.pending += f.held
-			w.work.Signal()
-		} else {
-			p.done = append(p.done, *f)
-		}
-		*f = pframe{}
-	}
-	// The arena's next growth (Go grows a large slice by a quarter) must
-	// fit too, or the run flushes now.
-	if w.buffered+w.fixed+w.arenaGrowth() >= w.opt.CoalesceBudget {
-		w.runLocked()
-	}
-	return nil
-}
-
-func (w *Writer) arenaGrowth() int64 {
-	if len(w.arena) == 0 {
-		return 0
-	}
-	return w.arena[len(w.arena)-1].Held() / 4
-}
-
-// finishArenaLocked ends the run's arena: its segments as batches, and a
-// fresh first segment shaped like the last one.
-func (w *Writer) finishArenaLocked() (*runArena, int64) {
-	if len(w.arena) == 0 || w.arena[0].Rows() == 0 {
-		return nil, 0
-	}
-	ra := &runArena{w: w}
-	for _, seg := range w.arena {
-		ra.held += seg.Held()
-		// Index for index with the segments items name (nil: no rows).
-		ra.segs = append(ra.segs, seg.Finish())
-	}
-	last := w.arena[len(w.arena)-1]
-	w.arena = []*frame.Accumulator{last}
-	ra.refs.Store(1) // the run's own, dropped once every job took one
-	w.pending += ra.held
-	return ra, ra.held
-}
-
-// runLocked flushes every partition's frames, in partition order, to the
-// encoders: one sorted run.
-func (w *Writer) runLocked() {
-	arena, _ := w.finishArenaLocked()
-	if arena != nil {
-		defer arena.releaseLocked()
-	}
-	var held int64
-	for i := range w.parts {
-		p := &w.parts[i]
-		if len(p.open.items) > 0 {
-			p.done = append(p.done, p.open)
-		}
-		for _, f := range p.done {
-			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items}
-			if f.arena > 0 {
-				arena.refs.Add(1)
-				j.arena = arena
-			}
-			w.seq++
-			held += j.held
-			w.queue = append(w.queue, j)
-		}
-		*p = pbuf{}
-	}
-	w.pending += held
-	w.buffered, w.arenaLog = 0, 0
-	w.runs++
-	w.work.Broadcast()
-}
-
-// next takes the next job off the queue, waiting for one; false once the
-// queue is closed and empty.
-func (w *Writer) next() (encodeJob, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for len(w.queue) == 0 && !w.qclosed {
-		w.work.Wait()
-	}
-	if len(w.queue) == 0 {
-		return encodeJob{}, false
-	}
-	j := w.queue[0]
-	w.queue[0] = encodeJob{}
-	w.queue = w.queue[1:]
-	if len(w.queue) == 0 {
-		w.queue = nil
-	}
-	return j, true
-}
-
-func (w *Writer) encoder() {
-	defer w.encWG.Done()
-	mem := &reuseAllocator{parent: w.opt.Mem}
-	defer mem.release()
-	var (
-		enc    *frame.Encoder
-		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
-	)
-	// broken is the panic this encoder recovered from: its encoder and
-	// gatherer may be half-way through a frame, so it encodes no more
-	// (the writer has failed anyway once the appender sees it) and the
-	// encoder is left to the garbage collector rather than closed.
-	var broken error
-	defer func() {
-		if enc != nil && broken == nil {
-			enc.Close()
-		}
-	}()
-	encode := func(j encodeJob, res *encoded) {
-		defer func() {
-			if r := recover(); r != nil {
-				broken = newPanicError(fmt.Sprintf("encode a frame of partition %d", j.partition), r)
-				res.err = broken
-			}
-		}()
-		if enc == nil {
-			w.mu.Lock()
-			schema := w.schema
-			w.mu.Unlock()
-			enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
-			gather, _ = frame.NewAccumulator(schema)
-		}
-		var codec string
-		if res.err == nil && w.auto != nil {
-			codec = w.auto.codec()
-			res.err = enc.SetCodec(codec)
-		}
-		if res.err == nil {
-			res.buf = bufPool.Get().(*bytes.Buffer)
-			res.buf.Reset()
-			start := time.Now()
-			res.stats, res.err = encodeItems(enc, gather, res.buf, j)
-			if w.auto != nil && res.err == nil {
-				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
-			}
-		}
-		if res.err != nil {
-			res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
-		}
-	}
-	for {
-		j, ok := w.next()
-		if !ok {
-			return
-		}
-		res := encoded{seq: j.seq, partition: j.partition, held: j.held}
-		switch {
-		case broken != nil:
-			res.err = broken
-		case w.ctx.Err() == nil:
-			encode(j, &res)
-		}
-		j.release()
-		w.results <- res
-	}
-}
-
-// encodeItems encodes one frame of j's rows into buf. A frame of one
-// batch is encoded as it is; otherwise its rows are gathered (copied,
-// once) into one batch, the arena's ranges and its batches in order.
-// Without a gatherer (a schema the Accumulator does not copy), the
-// batches are encoded together, which concatenates them.
-func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (frame.Stats, error) {
-	if len(j.items) == 1 && j.items[0].rec != nil {
-		return enc.Encode(buf, []arrow.RecordBatch{j.items[0].rec})
-	}
-	if gather == nil {
-		recs := make([]arrow.RecordBatch, len(j.items))
-		for i, it := range j.items {
-			recs[i] = it.rec
-		}
-		return enc.Encode(buf, recs)
-	}
-	gather.Reset()
-	for _, it := range j.items {
-		var err error
-		if it.rec != nil {
-			err = gather.Append(it.rec)
-		} else {
-			err = gather.AppendRange(j.arena.segs[it.seg], it.lo, it.hi-it.lo)
-		}
-		if err != nil {
-			return frame.Stats{}, err
-		}
-	}
-	rec := gather.View()
-	defer rec.Release()
-	return enc.Encode(buf, []arrow.RecordBatch{rec})
-}
-
-// appender puts encoded frames into the byte stream in submission order,
-// and gives their budget back once they are in.
-func (w *Writer) appender() {
-	defer close(w.appDone)
-	pending := map[int64]encoded{}
-	var next int64
-	for res := range w.results {
-		pending[res.seq] = res
-		for {
-			r, ok := pending[next]
-			if !ok {
-				break
-			}
-			delete(pending, next)
-			next++
-			if r.err != nil {
-				w.cancel(r.err)
-			}
-			if r.buf != nil {
-				if w.ctx.Err() == nil {
-					if err := w.appendGuarded(r); err != nil {
-						w.cancel(err)
-					}
-				}
-				bufPool.Put(r.buf)
-			}
-			w.mu.Lock()
-			w.pending -= r.held
-			w.countIndexLocked()
-			w.room.Broadcast()
-			w.mu.Unlock()
-		}
-	}
-}
-
-// countIndexLocked counts the frame index (the capacity of its slice,
-// kept until Close) in fixed, and fails the writer with ErrBudget once
-// the index and the partitions' state leave less than an eighth of
-// coalesce_budget (at least a frame) for rows: the room for rows is what
-// a run holds, and below that runs would shrink toward a few rows each,
-// every frame a few rows and an index entry of its own. The index grows
-// by about one entry per partition per run, so the input a writer can
-// take grows with the square of the budget.
-func (w *Writer) countIndexLocked() {
-	c := int64(cap(w.frames))
-	if c == w.indexCap {
-		return
-	}
-	w.fixed += (c - w.indexCap) * entrySize
-	w.indexCap = c
-	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
-		state := int64(w.opt.Partitions) * pbufSize
-		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
-			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
-	}
-}
-
-// leastRoom is the room for rows a writer keeps within coalesce_budget:
-// an eighth of it, at least a frame.
-func (w *Writer) leastRoom() int64 {
-	return max(w.opt.CoalesceBudget/8, min(w.opt.FrameTargetBytes, w.opt.CoalesceBudget/2))
 }
 
 // OnFail calls f with the cause once the writer fails or is aborted (not
@@ -779,95 +315,6 @@ func (w *Writer) maxObject() int64 {
 		limit = w.opt.MaxObjectSize
 	}
 	return limit
-}
-
-// appendGuarded is appendFrame with a panic turned into its error.
-func (w *Writer) appendGuarded(r encoded) (err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = newPanicError(fmt.Sprintf("append a frame of partition %d", r.partition), v)
-		}
-	}()
-	return w.appendFrame(r)
-}
-
-func (w *Writer) appendFrame(r encoded) error {
-	b := r.buf.Bytes()
-	if w.objOff > 0 && w.objOff+int64(len(b)) > w.maxObject() {
-		if err := w.endObject(); err != nil {
-			return err
-		}
-	}
-	w.frames = append(w.frames, manifest.Frame{
-		Partition: r.partition,
-		Object:    w.obj,
-		Offset:    w.objOff,
-		Length:    int64(len(b)),
-		Rows:      r.stats.Rows,
-		Bytes:     r.stats.Bytes,
-		CRC32C:    frame.CRC32C(b),
-	})
-	w.rows += r.stats.Rows
-	w.bytes += r.stats.Bytes
-	if w.codecs == nil {
-		w.codecs = map[string]int{}
-	}
-	w.codecs[frame.CodecName(b)]++
-	var waited time.Duration
-	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
-	w.objOff += int64(len(b))
-	for len(b) > 0 {
-		if w.cur != nil && int64(len(w.cur)) == w.opt.ChunkSize {
-			// More bytes follow, so the full chunk is not the last one.
-			w.part++
-			if w.part > MaxParts {
-				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, MaxParts, w.opt.ChunkSize)
-			}
-			if err := w.sink.Emit(w.obj, w.part, w.cur, false); err != nil {
-				w.cur = nil
-				return err
-			}
-			w.cur = nil
-		}
-		if w.cur == nil {
-			start := time.Now()
-			buf, err := w.sink.Acquire(w.ctx)
-			waited += time.Since(start)
-			if err != nil {
-				return err
-			}
-			if w.stream != nil {
-				if err := w.stream.Begin(w.obj, w.part+1, buf); err != nil {
-					return err // the sink has the buffer
-				}
-			}
-			w.cur = buf
-		}
-		n := min(int64(len(b)), w.opt.ChunkSize-int64(len(w.cur)))
-		w.cur = append(w.cur, b[:n]...)
-		b = b[n:]
-		if w.stream != nil {
-			w.stream.Grow(len(w.cur))
-		}
-	}
-	if w.auto != nil {
-		w.auto.appended(int(r.buf.Len()), waited)
-	}
-	return nil
-}
-
-// endObject emits the current object's last chunk and starts the next.
-func (w *Writer) endObject() error {
-	if w.cur == nil {
-		return nil
-	}
-	w.part++
-	err := w.sink.Emit(w.obj, w.part, w.cur, true)
-	w.cur = nil
-	w.objects = append(w.objects, manifest.Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
-	w.obj++
-	w.part, w.objOff, w.objCRC = 0, 0, 0
-	return err
 }
 
 // Close flushes the remaining buffers as the last run, waits for the
@@ -914,27 +361,5 @@ func (w *Writer) Abort(cause error) {
 	if !already {
 		<-w.appDone
 		w.dropCurrent()
-	}
-}
-
-// dropBuffersLocked releases every buffered row.
-func (w *Writer) dropBuffersLocked() {
-	for i := range w.parts {
-		p := &w.parts[i]
-		for _, f := range append(p.done, p.open) {
-			(&encodeJob{items: f.items}).release()
-		}
-		*p = pbuf{}
-	}
-	if arena, _ := w.finishArenaLocked(); arena != nil {
-		arena.releaseLocked()
-	}
-	w.buffered, w.arenaLog = 0, 0
-}
-
-func (w *Writer) dropCurrent() {
-	if w.cur != nil {
-		w.sink.Release(w.cur)
-		w.cur = nil
 	}
 }

@@ -105,9 +105,7 @@ func (w *Writer) heldCounts() (buffered, sum int64, runs int) {
 			sum += f.held
 		}
 	}
-	for _, seg := range w.arena {
-		sum += seg.Held()
-	}
+	sum += w.arena.Held()
 	return w.buffered, sum, w.runs
 }
 

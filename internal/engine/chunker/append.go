@@ -1,0 +1,173 @@
+package chunker
+
+import (
+	"fmt"
+	"time"
+	"unsafe"
+
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// entrySize is what each frame's index entry costs until Close (the
+// index is counted by its slice's capacity).
+const entrySize = int64(unsafe.Sizeof(manifest.Frame{}))
+
+// appender puts encoded frames into the byte stream in submission order,
+// and gives their budget back once they are in.
+func (w *Writer) appender() {
+	defer close(w.appDone)
+	pending := map[int64]encoded{}
+	var next int64
+	for res := range w.results {
+		pending[res.seq] = res
+		for {
+			r, ok := pending[next]
+			if !ok {
+				break
+			}
+			delete(pending, next)
+			next++
+			if r.err != nil {
+				w.cancel(r.err)
+			}
+			if r.buf != nil {
+				if w.ctx.Err() == nil {
+					if err := w.appendGuarded(r); err != nil {
+						w.cancel(err)
+					}
+				}
+				bufPool.Put(r.buf)
+			}
+			w.mu.Lock()
+			w.pending -= r.held
+			w.countIndexLocked()
+			w.room.Broadcast()
+			w.mu.Unlock()
+		}
+	}
+}
+
+// countIndexLocked counts the frame index (the capacity of its slice,
+// kept until Close) in fixed, and fails the writer with ErrBudget once
+// the index and the partitions' state leave less than an eighth of
+// coalesce_budget (at least a frame) for rows: the room for rows is what
+// a run holds, and below that runs would shrink toward a few rows each,
+// every frame a few rows and an index entry of its own. The index grows
+// by about one entry per partition per run, so the input a writer can
+// take grows with the square of the budget.
+func (w *Writer) countIndexLocked() {
+	c := int64(cap(w.frames))
+	if c == w.indexCap {
+		return
+	}
+	w.fixed += (c - w.indexCap) * entrySize
+	w.indexCap = c
+	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
+		state := int64(w.opt.Partitions) * pbufSize
+		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
+			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
+	}
+}
+
+// leastRoom is the room for rows a writer keeps within coalesce_budget:
+// an eighth of it, at least a frame.
+func (w *Writer) leastRoom() int64 {
+	return max(w.opt.CoalesceBudget/8, min(w.opt.FrameTargetBytes, w.opt.CoalesceBudget/2))
+}
+
+// appendGuarded is appendFrame with a panic turned into its error.
+func (w *Writer) appendGuarded(r encoded) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = newPanicError(fmt.Sprintf("append a frame of partition %d", r.partition), v)
+		}
+	}()
+	return w.appendFrame(r)
+}
+
+func (w *Writer) appendFrame(r encoded) error {
+	b := r.buf.Bytes()
+	if w.objOff > 0 && w.objOff+int64(len(b)) > w.maxObject() {
+		if err := w.endObject(); err != nil {
+			return err
+		}
+	}
+	w.frames = append(w.frames, manifest.Frame{
+		Partition: r.partition,
+		Object:    w.obj,
+		Offset:    w.objOff,
+		Length:    int64(len(b)),
+		Rows:      r.stats.Rows,
+		Bytes:     r.stats.Bytes,
+		CRC32C:    frame.CRC32C(b),
+	})
+	w.rows += r.stats.Rows
+	w.bytes += r.stats.Bytes
+	if w.codecs == nil {
+		w.codecs = map[string]int{}
+	}
+	w.codecs[frame.CodecName(b)]++
+	var waited time.Duration
+	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
+	w.objOff += int64(len(b))
+	for len(b) > 0 {
+		if w.cur != nil && int64(len(w.cur)) == w.opt.ChunkSize {
+			// More bytes follow, so the full chunk is not the last one.
+			w.part++
+			if w.part > MaxParts {
+				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, MaxParts, w.opt.ChunkSize)
+			}
+			if err := w.sink.Emit(w.obj, w.part, w.cur, false); err != nil {
+				w.cur = nil
+				return err
+			}
+			w.cur = nil
+		}
+		if w.cur == nil {
+			start := time.Now()
+			buf, err := w.sink.Acquire(w.ctx)
+			waited += time.Since(start)
+			if err != nil {
+				return err
+			}
+			if w.stream != nil {
+				if err := w.stream.Begin(w.obj, w.part+1, buf); err != nil {
+					return err // the sink has the buffer
+				}
+			}
+			w.cur = buf
+		}
+		n := min(int64(len(b)), w.opt.ChunkSize-int64(len(w.cur)))
+		w.cur = append(w.cur, b[:n]...)
+		b = b[n:]
+		if w.stream != nil {
+			w.stream.Grow(len(w.cur))
+		}
+	}
+	if w.auto != nil {
+		w.auto.appended(int(r.buf.Len()), waited)
+	}
+	return nil
+}
+
+// endObject emits the current object's last chunk and starts the next.
+func (w *Writer) endObject() error {
+	if w.cur == nil {
+		return nil
+	}
+	w.part++
+	err := w.sink.Emit(w.obj, w.part, w.cur, true)
+	w.cur = nil
+	w.objects = append(w.objects, manifest.Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
+	w.obj++
+	w.part, w.objOff, w.objCRC = 0, 0, 0
+	return err
+}
+
+func (w *Writer) dropCurrent() {
+	if w.cur != nil {
+		w.sink.Release(w.cur)
+		w.cur = nil
+	}
+}

@@ -1,0 +1,162 @@
+package chunker
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
+)
+
+type encodeJob struct {
+	seq       int64
+	partition int
+	items     []item    // the frame's rows in write order
+	arena     *runArena // the arena its ranges are of, or nil
+	held      int64     // counted in pending until the frame is appended
+}
+
+// release drops the job's references.
+func (j *encodeJob) release() {
+	for _, it := range j.items {
+		if it.rec != nil {
+			it.rec.Release()
+		}
+	}
+	if j.arena != nil {
+		j.arena.release()
+	}
+}
+
+type encoded struct {
+	seq       int64
+	partition int
+	held      int64
+	buf       *bytes.Buffer
+	stats     frame.Stats
+	err       error
+}
+
+var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// next takes the next job off the queue, waiting for one; false once the
+// queue is closed and empty.
+func (w *Writer) next() (encodeJob, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for len(w.queue) == 0 && !w.qclosed {
+		w.work.Wait()
+	}
+	if len(w.queue) == 0 {
+		return encodeJob{}, false
+	}
+	j := w.queue[0]
+	w.queue[0] = encodeJob{}
+	w.queue = w.queue[1:]
+	if len(w.queue) == 0 {
+		w.queue = nil
+	}
+	return j, true
+}
+
+func (w *Writer) encoder() {
+	defer w.encWG.Done()
+	mem := &reuseAllocator{parent: w.opt.Mem}
+	defer mem.release()
+	var (
+		enc    *frame.Encoder
+		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
+	)
+	// broken is the panic this encoder recovered from: its encoder and
+	// gatherer may be half-way through a frame, so it encodes no more
+	// (the writer has failed anyway once the appender sees it) and the
+	// encoder is left to the garbage collector rather than closed.
+	var broken error
+	defer func() {
+		if enc != nil && broken == nil {
+			enc.Close()
+		}
+	}()
+	encode := func(j encodeJob, res *encoded) {
+		defer func() {
+			if r := recover(); r != nil {
+				broken = newPanicError(fmt.Sprintf("encode a frame of partition %d", j.partition), r)
+				res.err = broken
+			}
+		}()
+		if enc == nil {
+			w.mu.Lock()
+			schema := w.schema
+			w.mu.Unlock()
+			enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
+			gather, _ = frame.NewAccumulator(schema)
+		}
+		var codec string
+		if res.err == nil && w.auto != nil {
+			codec = w.auto.codec()
+			res.err = enc.SetCodec(codec)
+		}
+		if res.err == nil {
+			res.buf = bufPool.Get().(*bytes.Buffer)
+			res.buf.Reset()
+			start := time.Now()
+			res.stats, res.err = encodeItems(enc, gather, res.buf, j)
+			if w.auto != nil && res.err == nil {
+				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
+			}
+		}
+		if res.err != nil {
+			res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
+		}
+	}
+	for {
+		j, ok := w.next()
+		if !ok {
+			return
+		}
+		res := encoded{seq: j.seq, partition: j.partition, held: j.held}
+		switch {
+		case broken != nil:
+			res.err = broken
+		case w.ctx.Err() == nil:
+			encode(j, &res)
+		}
+		j.release()
+		w.results <- res
+	}
+}
+
+// encodeItems encodes one frame of j's rows into buf. A frame of one
+// batch is encoded as it is; otherwise its rows are gathered (copied,
+// once) into one batch, the arena's ranges and its batches in order.
+// Without a gatherer (a schema the Accumulator does not copy), the
+// batches are encoded together, which concatenates them.
+func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (frame.Stats, error) {
+	if len(j.items) == 1 && j.items[0].rec != nil {
+		return enc.Encode(buf, []arrow.RecordBatch{j.items[0].rec})
+	}
+	if gather == nil {
+		recs := make([]arrow.RecordBatch, len(j.items))
+		for i, it := range j.items {
+			recs[i] = it.rec
+		}
+		return enc.Encode(buf, recs)
+	}
+	gather.Reset()
+	for _, it := range j.items {
+		var err error
+		if it.rec != nil {
+			err = gather.Append(it.rec)
+		} else {
+			err = gather.AppendRange(j.arena.segs[it.seg], it.lo, it.hi-it.lo)
+		}
+		if err != nil {
+			return frame.Stats{}, err
+		}
+	}
+	rec := gather.View()
+	defer rec.Release()
+	return enc.Encode(buf, []arrow.RecordBatch{rec})
+}

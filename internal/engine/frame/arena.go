@@ -1,0 +1,92 @@
+package frame
+
+import "github.com/apache/arrow-go/v18/arrow"
+
+// arenaSegment is the bytes after which an Arena starts a new segment: a
+// segment grows (copying its buffers as Go grows a slice) only up to
+// this, and the next one starts with the capacity the last one reached,
+// so rows are copied into the arena once, not again at every growth.
+const arenaSegment = 1 << 20
+
+// Arena is an Accumulator in segments: the rows of many small batches
+// copied into dense column buffers, where a full segment stops growing
+// and the next starts at its size. A writer keeps one per run and hands
+// the finished segments to the frames that name rows of them. Its
+// memory is plain Go memory, counted exactly by what Append and Finish
+// report. Not safe for concurrent use.
+type Arena struct {
+	segs []*Accumulator // the last one grows
+}
+
+// NewArena returns an arena for schema, or false when a column's type is
+// one an Accumulator does not copy (see NewAccumulator).
+func NewArena(schema *arrow.Schema) (*Arena, bool) {
+	seg, ok := NewAccumulator(schema)
+	if !ok {
+		return nil, false
+	}
+	return &Arena{segs: []*Accumulator{seg}}, true
+}
+
+// Append copies rec's rows into the growing segment, starting a new one
+// when it is full, and returns where they are: rows [lo, lo+rec.NumRows())
+// of segment seg. grew is the bytes the arena's memory grew by, also
+// when Append fails (a new segment may have started); on failure no row
+// is taken (see Accumulator.Append).
+func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err error) {
+	seg = len(a.segs) - 1
+	if cur := a.segs[seg]; cur.Used() >= arenaSegment {
+		next := cur.NewLike()
+		grew += next.Held()
+		a.segs = append(a.segs, next)
+		seg++
+	}
+	cur := a.segs[seg]
+	before := cur.Held()
+	lo = cur.Rows()
+	if err = cur.Append(rec); err != nil {
+		return seg, lo, grew, err
+	}
+	return seg, lo, grew + cur.Held() - before, nil
+}
+
+// Growth is what the arena's next growth may take: Go grows a large
+// slice by a quarter, so a quarter of the growing segment. Zero for a
+// nil arena.
+func (a *Arena) Growth() int64 {
+	if a == nil || len(a.segs) == 0 {
+		return 0
+	}
+	return a.segs[len(a.segs)-1].Held() / 4
+}
+
+// Finish returns the arena's segments as batches, in the order Append
+// numbered them (nil for a segment without rows), and the bytes they
+// hold; nil and 0 when the arena holds no rows. The batches own the
+// buffers: the arena starts again with one segment shaped like its last.
+func (a *Arena) Finish() ([]arrow.RecordBatch, int64) {
+	if a == nil || len(a.segs) == 0 || a.segs[0].Rows() == 0 {
+		return nil, 0
+	}
+	var (
+		segs []arrow.RecordBatch
+		held int64
+	)
+	for _, seg := range a.segs {
+		held += seg.Held()
+		segs = append(segs, seg.Finish())
+	}
+	a.segs = []*Accumulator{a.segs[len(a.segs)-1]}
+	return segs, held
+}
+
+// Held is the bytes the arena's segments occupy.
+func (a *Arena) Held() int64 {
+	var n int64
+	if a != nil {
+		for _, seg := range a.segs {
+			n += seg.Held()
+		}
+	}
+	return n
+}

@@ -1,0 +1,78 @@
+package reader
+
+import (
+	"fmt"
+
+	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
+)
+
+func frameErr(s *Stage, f spanFrame, err error) *FrameError {
+	return &FrameError{Key: f.Key, Offset: f.Frame.Offset, Length: f.Frame.Length,
+		Partition: f.Frame.Partition, Worker: s.m.Workers[f.Worker].Worker, Err: err}
+}
+
+// decodeFrame verifies b against the manifest and decodes it, applying
+// the frame's Skip and Take.
+func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
+	return decodeChecked(s, f, b, false)
+}
+
+// decodeChecked is decodeFrame, skipping the CRC32C of bytes that already
+// passed it (checked).
+func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) ([]arrow.RecordBatch, error) {
+	if !checked {
+		if got := frame.CRC32C(b); got != f.Frame.CRC32C {
+			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+		}
+	}
+	recs, err := s.dec.Decode(b, s.o.Mem)
+	if err != nil {
+		return nil, frameErr(s, f, err)
+	}
+	var rows int64
+	for _, rec := range recs {
+		rows += rec.NumRows()
+	}
+	if rows != f.Frame.Rows {
+		release(recs)
+		return nil, frameErr(s, f, fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows))
+	}
+	return slice(recs, f.Skip, f.Take), nil
+}
+
+// slice keeps rows [skip, skip+take) of recs (take < 0: to the end),
+// releasing what it drops. Empty batches are dropped too.
+func slice(recs []arrow.RecordBatch, skip, take int64) []arrow.RecordBatch {
+	out := recs[:0]
+	for _, rec := range recs {
+		n := rec.NumRows()
+		lo := min(skip, n)
+		skip -= lo
+		hi := n
+		if take >= 0 {
+			hi = min(n, lo+take)
+			take -= hi - lo
+		}
+		switch {
+		case lo == hi:
+			rec.Release()
+		case lo == 0 && hi == n:
+			out = append(out, rec)
+		default:
+			out = append(out, rec.NewSlice(lo, hi))
+			rec.Release()
+		}
+	}
+	clear(recs[len(out):])
+	return out
+}
+
+func release(recs []arrow.RecordBatch) {
+	for _, rec := range recs {
+		if rec != nil {
+			rec.Release()
+		}
+	}
+}

@@ -1,0 +1,293 @@
+package reader
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sync"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"golang.org/x/sync/semaphore"
+
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// fetch is one group being fetched and decoded.
+type fetch struct {
+	group  group
+	weight int64
+	done   chan struct{} // closed when recs and err are set
+	recs   []arrow.RecordBatch
+	parts  []int // parts[i] is the partition of recs[i]
+	// lazy: a group's frames, fetched but not decoded, in delivery order;
+	// Next decodes each when it gets there, so a group holds its stored
+	// bytes and one frame's records, not every frame's records.
+	lazy []lazyFrame
+	err  error // after recs (and lazy): the frames before the failure are delivered
+}
+
+// lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
+type lazyFrame struct {
+	sf      spanFrame
+	b       []byte
+	err     error
+	checked bool // b passed its CRC32C already
+}
+
+// launch starts fetches in plan order as the window allows. Each starts
+// once a count token and its bytes are free; the semaphores are FIFO, so
+// a large span is not starved by small ones behind it.
+func (r *Records) launch(s *Stage, groups []group) {
+	defer r.wg.Done()
+	defer close(r.slots)
+	for _, g := range groups {
+		if r.failed.Load() {
+			return
+		}
+		if r.count.Acquire(r.ctx, 1) != nil {
+			return
+		}
+		// An oversized frame takes the whole budget and is fetched alone.
+		w := min(g.length, r.budget)
+		if r.bytes.Acquire(r.ctx, w) != nil {
+			r.count.Release(1)
+			return
+		}
+		f := &fetch{group: g, weight: w, done: make(chan struct{})}
+		r.slots <- f
+		r.wg.Add(1)
+		go func() {
+			defer r.wg.Done()
+			defer close(f.done)
+			f.recs, f.parts, f.lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
+			if f.err != nil {
+				r.failed.Store(true)
+			}
+		}()
+	}
+}
+
+// fetchGroup fetches a group's spans. A group of one span is decoded as
+// it arrives (the frames before a failure returned with the failure). A
+// group of several is fetched ReadAhead GETs at a time, and its frames
+// returned undecoded, sorted into delivery order (partition, worker,
+// write order), each with its bytes or the reason they did not arrive.
+func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, []lazyFrame, error) {
+	if len(g.spans) == 1 {
+		r := fetchSpan(ctx, s, g.spans[0], schema)
+		return r.recs, r.parts, nil, r.err
+	}
+	raws := make([]rawSpan, len(g.spans))
+	sem := semaphore.NewWeighted(int64(s.o.ReadAhead))
+	var wg sync.WaitGroup
+	for i, sp := range g.spans {
+		if sem.Acquire(ctx, 1) != nil {
+			raws[i] = rawSpan{err: context.Cause(ctx)}
+			continue
+		}
+		wg.Go(func() {
+			defer sem.Release(1)
+			raws[i] = fetchRaw(ctx, s, sp)
+		})
+	}
+	wg.Wait()
+	var lazy []lazyFrame
+	for i, sp := range g.spans {
+		rw := raws[i]
+		for _, f := range sp.Frames {
+			if end := f.At + f.Frame.Length; end <= rw.got {
+				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end], checked: rw.checked})
+			} else {
+				lazy = append(lazy, lazyFrame{sf: f, err: shortRead(s, sp, f, rw.got, rw.err)})
+			}
+		}
+	}
+	slices.SortStableFunc(lazy, func(a, b lazyFrame) int { return keyOf(a.sf).compare(keyOf(b.sf)) })
+	return nil, nil, lazy, nil
+}
+
+func keyOf(f spanFrame) orderKey { return orderKey{f.Frame.Partition, f.Worker, f.Index} }
+
+// rawSpan is the bytes of a span that arrived, and why the rest did not.
+type rawSpan struct {
+	buf []byte
+	got int64
+	err error
+	// checked: every whole frame in buf already passed its CRC32C
+	// (fetchFast verified it), so decoding need not check it again.
+	checked bool
+}
+
+// fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
+// with the most bytes is kept).
+func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
+	if r, ok := fetchFast(ctx, s, sp); ok {
+		return r
+	}
+	get := func(ctx context.Context) rawSpan {
+		buf := make([]byte, sp.Length)
+		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+		if err != nil {
+			return rawSpan{buf: buf, err: err}
+		}
+		defer body.Close()
+		n, err := io.ReadFull(body, buf)
+		return rawSpan{buf: buf, got: int64(n), err: err}
+	}
+	if s.o.Hedge == nil {
+		r := get(ctx)
+		s.served(SourceS3, r.got)
+		return r
+	}
+	var (
+		mu   sync.Mutex
+		best rawSpan
+		have bool
+	)
+	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
+		r := get(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if !have || best.err != nil && (r.err == nil || r.got > best.got) {
+			best, have = r, true
+		}
+		return r.err
+	})
+	s.served(SourceS3, best.got)
+	return best
+}
+
+// fetchSpan fetches and decodes one span, hedged if the stage hedges,
+// returning each batch's partition alongside. The frames before a
+// failure are returned with it, to be delivered before the error.
+func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
+	if rw, ok := fetchFast(ctx, s, sp); ok {
+		return decodeFast(s, sp, rw)
+	}
+	if s.o.Hedge == nil {
+		r := readSpan(ctx, s, sp, schema)
+		s.served(SourceS3, r.got)
+		return r
+	}
+	// Each request reads and decodes on its own, since both may be
+	// receiving at once; Do returns after both have stopped. Do's own
+	// error is not needed: it fails only when every request did, and then
+	// the request that got furthest is kept.
+	var (
+		mu   sync.Mutex
+		best *spanRead
+	)
+	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
+		r := readSpan(ctx, s, sp, schema)
+		mu.Lock()
+		defer mu.Unlock()
+		// A complete answer beats any partial one; between partial ones
+		// the longer wins, since its whole frames are still delivered.
+		if best == nil || best.err != nil && (r.err == nil || r.got > best.got) {
+			if best != nil {
+				release(best.recs)
+			}
+			best = r
+		} else {
+			release(r.recs)
+		}
+		return r.err
+	})
+	s.served(SourceS3, best.got)
+	return best
+}
+
+// spanRead is what one GET of a span delivered: the batches of the whole
+// frames that arrived and decoded, their partitions, the bytes that
+// arrived, and why the rest did not.
+type spanRead struct {
+	recs  []arrow.RecordBatch
+	parts []int
+	got   int64
+	err   error
+}
+
+// orderKey places a frame's batches in ReadPartitions' order.
+type orderKey struct{ partition, worker, index int }
+
+func (a orderKey) compare(b orderKey) int {
+	return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.worker, b.worker), cmp.Compare(a.index, b.index))
+}
+
+// readSpan is one ranged GET of sp into a fresh buffer of its size. A
+// goroutine of its own receives the body, so the connection is drained
+// at the link's pace, while this one decodes each frame as soon as its
+// last byte has arrived: decoding overlaps the transfer of the frames
+// after it, and the span is ready almost as soon as its last byte is in.
+// The buffer is never reused: decoded arrays of an uncompressed frame
+// point into it.
+func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	buf := make([]byte, sp.Length)
+	// The receiver sends, for each frame in turn, the bytes of the span
+	// that have arrived once the frame is whole. got and rerr are its
+	// final count and error, read after it closes whole.
+	whole := make(chan int64, len(sp.Frames))
+	var (
+		got  int64
+		rerr error
+	)
+	go func() {
+		defer close(whole)
+		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+		if err != nil {
+			rerr = err
+			return
+		}
+		defer body.Close()
+		for _, f := range sp.Frames {
+			if end := f.At + f.Frame.Length; got < end {
+				n, err := io.ReadFull(body, buf[got:end])
+				got += int64(n)
+				if err != nil {
+					rerr = err
+					return
+				}
+			}
+			whole <- got
+		}
+	}()
+	r := &spanRead{}
+	for _, f := range sp.Frames {
+		if _, ok := <-whole; !ok {
+			// Frames that arrived whole are still delivered; the error
+			// comes in their place in the stream.
+			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
+			return r
+		}
+		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
+		if err != nil {
+			r.err = err
+			break
+		}
+		r.recs = append(r.recs, recs...)
+		for range recs {
+			r.parts = append(r.parts, f.Frame.Partition)
+		}
+	}
+	cancel()
+	for range whole {
+	}
+	r.got = got
+	return r
+}
+
+// shortRead explains a span whose body ended (or failed) before frame f
+// was complete. n bytes of the span arrived.
+func shortRead(s *Stage, sp span, f spanFrame, n int64, err error) error {
+	got := max(0, n-f.At)
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) || errors.Is(err, store.ErrInvalidRange) {
+		return frameErr(s, f, fmt.Errorf("%w: expected %d bytes at offset %d, got %d: %v",
+			ErrTruncated, f.Frame.Length, f.Frame.Offset, got, err))
+	}
+	return fmt.Errorf("read %s bytes [%d, %d): got %d of %d bytes: %w", sp.Key, sp.Offset, sp.Offset+sp.Length, n, sp.Length, err)
+}
