@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -109,97 +108,6 @@ type Report struct {
 	Totals  Totals   `json:"totals"`
 }
 
-// keyKind is what a key under the root is, by its shape.
-type keyKind int
-
-const (
-	foreignKey keyKind = iota
-	stageManifest
-	workerManifest
-	dataObject
-	indexObject // a sealed stage's index, or a lost seal's
-	guardProbe  // a commit guard probe whose delete failed
-)
-
-type keyInfo struct {
-	kind    keyKind
-	query   string
-	stage   int
-	worker  string
-	attempt string
-}
-
-// parseKey classifies key by the layout:
-//
-//	{root}{query}/stage-{n}/manifest.json
-//	{root}{query}/stage-{n}/index-{seal}.bin
-//	{root}{query}/stage-{n}/worker-{w}/manifest.json
-//	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows (or data-{i}.arrows)
-//	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows
-//	{root}~commit-guard/{16 hex digits}
-//
-// Anything else is foreign, and gc never touches it.
-func parseKey(l manifest.Layout, key string) keyInfo {
-	rest, ok := strings.CutPrefix(key, l.Root())
-	if !ok {
-		return keyInfo{}
-	}
-	if manifest.IsGuardProbe(rest) {
-		return keyInfo{kind: guardProbe}
-	}
-	// {root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows:
-	// a data object spread over key_spread prefixes, and nothing else.
-	_, rest, spread := manifest.ParseSpread(rest)
-	if spread {
-		if k := parseKey(manifest.Layout{}, rest); k.kind == dataObject {
-			return k
-		}
-		return keyInfo{}
-	}
-	parts := strings.Split(rest, "/")
-	if len(parts) < 3 || manifest.ValidateID("query", parts[0]) != nil {
-		return keyInfo{}
-	}
-	sdir, ok := strings.CutPrefix(parts[1], "stage-")
-	if !ok {
-		return keyInfo{}
-	}
-	stage, err := strconv.Atoi(sdir)
-	if err != nil || stage < 0 || strconv.Itoa(stage) != sdir {
-		return keyInfo{}
-	}
-	k := keyInfo{query: parts[0], stage: stage}
-	if len(parts) == 3 && parts[2] == "manifest.json" {
-		k.kind = stageManifest
-		return k
-	}
-	if len(parts) == 3 && manifest.ParseIndexName(parts[2]) {
-		k.kind = indexObject
-		return k
-	}
-	w, ok := strings.CutPrefix(parts[2], "worker-")
-	if !ok || manifest.ValidateID("worker", w) != nil {
-		return keyInfo{}
-	}
-	k.worker = w
-	switch {
-	case len(parts) == 4 && parts[3] == "manifest.json":
-		k.kind = workerManifest
-		return k
-	case len(parts) == 5:
-		a, ok := strings.CutPrefix(parts[3], "attempt-")
-		if !ok || manifest.ValidateID("attempt", a) != nil {
-			return keyInfo{}
-		}
-		if _, _, ok := manifest.ParseDataName(parts[4]); !ok {
-			return keyInfo{}
-		}
-		k.kind, k.attempt = dataObject, a
-		return k
-	}
-	return keyInfo{}
-}
-
 type stageID struct {
 	query string
 	stage int
@@ -285,7 +193,7 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 			continue // the store filtered loosely; not ours to judge
 		}
 		r.Scanned.Uploads++
-		if k := parseKey(l, u.Key).kind; k != dataObject && k != indexObject {
+		if k := parseKey(l, u.Key).Kind; k != manifest.KeyData && k != manifest.KeyIndex {
 			r.Scanned.Foreign++
 			continue
 		}
@@ -296,8 +204,8 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 
 	stages := map[stageID]*stageKeys{}
 	var probes []store.ObjectInfo
-	get := func(k keyInfo) *stageKeys {
-		id := stageID{k.query, k.stage}
+	get := func(k manifest.Key) *stageKeys {
+		id := stageID{k.Query, k.Stage}
 		s := stages[id]
 		if s == nil {
 			s = &stageKeys{id: id, workers: map[string]store.ObjectInfo{}}
@@ -312,18 +220,18 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 		r.Scanned.Objects++
 		r.Scanned.Bytes += obj.Size
 		k := parseKey(l, obj.Key)
-		switch k.kind {
-		case stageManifest:
+		switch k.Kind {
+		case manifest.KeyStageManifest:
 			get(k).manifest = &obj
-		case workerManifest:
-			get(k).workers[k.worker] = obj
-		case dataObject:
+		case manifest.KeyWorkerManifest:
+			get(k).workers[k.Worker] = obj
+		case manifest.KeyData:
 			s := get(k)
-			s.data = append(s.data, dataKey{obj: obj, worker: k.worker, attempt: k.attempt})
-		case indexObject:
+			s.data = append(s.data, dataKey{obj: obj, worker: k.Worker, attempt: k.Attempt})
+		case manifest.KeyIndex:
 			s := get(k)
 			s.indexes = append(s.indexes, obj)
-		case guardProbe:
+		case manifest.KeyGuardProbe:
 			// A probe is a few bytes the commit guard writes and deletes
 			// at once; one still here is one whose delete failed (the
 			// store hung or the process died), and nothing reads it.
@@ -400,6 +308,13 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 	r.Totals.ObjectsDeleted += r.Totals.OrphanObjects
 	r.Totals.BytesDeleted += r.Totals.OrphanBytes
 	return r, nil
+}
+
+// parseKey is the layout's reading of key; a foreign key has kind
+// KeyForeign.
+func parseKey(l manifest.Layout, key string) manifest.Key {
+	k, _ := l.Parse(key)
+	return k
 }
 
 func deleteKeys(ctx context.Context, st store.Deleter, keys []string) error {
@@ -590,34 +505,34 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	var order [3][]string // stage manifests, worker manifests, the rest
 	stages := map[int]*Stage{}
 	for _, obj := range objs {
-		if k := parseKey(l, obj.Key); !strings.HasPrefix(obj.Key, prefix) && (k.kind != dataObject || k.query != query) {
+		if k := parseKey(l, obj.Key); !strings.HasPrefix(obj.Key, prefix) && (k.Kind != manifest.KeyData || k.Query != query) {
 			continue
 		}
 		r.Scanned.Objects++
 		r.Scanned.Bytes += obj.Size
 		k := parseKey(l, obj.Key)
 		var s *Stage
-		if k.kind != foreignKey {
-			if s = stages[k.stage]; s == nil {
-				s = &Stage{Query: query, Stage: k.stage}
-				stages[k.stage] = s
+		if k.Kind != manifest.KeyForeign {
+			if s = stages[k.Stage]; s == nil {
+				s = &Stage{Query: query, Stage: k.Stage}
+				stages[k.Stage] = s
 			}
 			s.Bytes += obj.Size
 		} else {
 			r.Scanned.Foreign++
 		}
-		switch k.kind {
-		case stageManifest:
+		switch k.Kind {
+		case manifest.KeyStageManifest:
 			order[0] = append(order[0], obj.Key)
 			s.Sealed = true
 			s.Manifests++
-		case workerManifest:
+		case manifest.KeyWorkerManifest:
 			order[1] = append(order[1], obj.Key)
 			s.Manifests++
-		case dataObject:
+		case manifest.KeyData:
 			order[2] = append(order[2], obj.Key)
 			s.Objects++
-		case indexObject:
+		case manifest.KeyIndex:
 			// After the stage manifest that names it.
 			order[2] = append(order[2], obj.Key)
 			s.Manifests++
@@ -625,7 +540,7 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 			// Under the query's own prefix everything is the query's.
 			order[2] = append(order[2], obj.Key)
 		}
-		if s != nil && obj.LastModified.After(s.CommittedAt) && k.kind != dataObject {
+		if s != nil && obj.LastModified.After(s.CommittedAt) && k.Kind != manifest.KeyData {
 			s.CommittedAt = obj.LastModified
 		}
 	}
@@ -653,7 +568,7 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	ups = append(ups, spread...)
 	for _, u := range ups {
-		if k := parseKey(l, u.Key); !strings.HasPrefix(u.Key, prefix) && (k.kind != dataObject || k.query != query) {
+		if k := parseKey(l, u.Key); !strings.HasPrefix(u.Key, prefix) && (k.Kind != manifest.KeyData || k.Query != query) {
 			continue
 		}
 		r.Scanned.Uploads++
