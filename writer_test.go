@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
-	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -147,7 +146,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 			if err != nil || int64(len(b)) != f.Length {
 				t.Fatalf("frame %d: read %d of %d bytes: %v", i, len(b), f.Length, err)
 			}
-			if got := frame.CRC32C(b); got != f.CRC32C {
+			if got := store.CRC32C(b); got != f.CRC32C {
 				t.Fatalf("frame %d of %s at %d: CRC32C %08x, manifest says %08x", i, key, f.Offset, got, f.CRC32C)
 			}
 		}

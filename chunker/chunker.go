@@ -14,6 +14,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // MaxParts is S3's limit on parts per multipart upload.
@@ -746,7 +747,7 @@ func (w *Writer) appendFrame(r encoded) error {
 		Length:    int64(len(b)),
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
-		CRC32C:    frame.CRC32C(b),
+		CRC32C:    store.CRC32C(b),
 	})
 	w.rows += r.stats.Rows
 	w.bytes += r.stats.Bytes
@@ -755,7 +756,7 @@ func (w *Writer) appendFrame(r encoded) error {
 	}
 	w.codecs[frame.CodecName(b)]++
 	var waited time.Duration
-	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
+	w.objCRC = store.UpdateCRC32C(w.objCRC, b)
 	w.objOff += int64(len(b))
 	for len(b) > 0 {
 		if w.cur != nil && int64(len(w.cur)) == w.opt.ChunkSize {
