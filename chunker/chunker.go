@@ -17,9 +17,6 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// MaxParts is S3's limit on parts per multipart upload.
-const MaxParts = 10000
-
 // Sentinel errors.
 var (
 	ErrPartition = errors.New("partition out of range")
@@ -726,7 +723,7 @@ func (w *Writer) OnFail(f func(error)) {
 }
 
 func (w *Writer) maxObject() int64 {
-	limit := w.opt.ChunkSize * MaxParts
+	limit := w.opt.ChunkSize * store.MaxParts
 	if w.opt.MaxObjectSize > 0 && w.opt.MaxObjectSize < limit {
 		limit = w.opt.MaxObjectSize
 	}
@@ -762,8 +759,8 @@ func (w *Writer) appendFrame(r encoded) error {
 		if w.cur != nil && int64(len(w.cur)) == w.opt.ChunkSize {
 			// More bytes follow, so the full chunk is not the last one.
 			w.part++
-			if w.part > MaxParts {
-				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, MaxParts, w.opt.ChunkSize)
+			if w.part > store.MaxParts {
+				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, store.MaxParts, w.opt.ChunkSize)
 			}
 			if err := w.sink.Emit(w.obj, w.part, w.cur, false); err != nil {
 				w.cur = nil
