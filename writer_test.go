@@ -120,8 +120,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 		// before the chunk ended short, is cut off (no answer) and sent
 		// again whole: at most one such request per object.
 		cut := counter.Statuses()[store.OpStatus{Op: "UploadPart", Status: 0}]
-		ps, streams := st.(store.PartStreamer)
-		streams = streams && ps.StreamsParts()
+		streams := store.StreamsParts(st)
 		if maxCut := int64(len(m.Objects)); cut > 0 && !streams || cut > maxCut {
 			t.Fatalf("%d UploadPart requests cut off (streaming %v), want at most %d when streaming, else none", cut, streams, maxCut)
 		}
@@ -679,9 +678,8 @@ func TestCompressibleOutputAfterPrepare(t *testing.T) {
 			t.Fatalf("objects %+v: want one object of one part under a chunk", m.Objects)
 		}
 		req := store.Diff(counter.Requests(), before)
-		ps, streams := st.(store.PartStreamer)
 		want := "map[PutObject:2]" // the data object and the manifest
-		if streams && ps.StreamsParts() {
+		if store.StreamsParts(st) {
 			want = "map[CompleteMultipartUpload:1 CreateMultipartUpload:1 PutObject:1 UploadPart:1]"
 		}
 		if fmt.Sprint(req) != want {

@@ -194,7 +194,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 // complete, or turns out short) whole, the way Submit's chunks go.
 func (o *Upload) uploadFilling(j *job) error {
 	f := j.fill
-	ps, streams := o.pool.st.(store.PartStreamer)
+	ps, streams := store.As[store.PartStreamer](o.pool.st)
 	streams = streams && o.pool.streams
 	threshold := 1
 	if j.part == 1 && !o.isPrepared() {
