@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Duration is a time.Duration that reads "100ms", "6h" in YAML and env.
@@ -154,7 +156,7 @@ const maxKeySpread = 4096
 const (
 	MinPartSize = 5 * MiB
 	MaxPartSize = 5 * GiB
-	MaxParts    = 10000
+	MaxParts    = store.MaxParts
 )
 
 // The values of commit_guard (off: see GuardOff).

@@ -100,8 +100,9 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	return w, nil
 }
 
-// MaxPartitions bounds the partition count of a stage.
-const MaxPartitions = 1 << 20
+// MaxPartitions bounds the partition count of a stage (manifests refuse
+// more).
+const MaxPartitions = manifest.MaxPartitions
 
 // ErrPartitionCount marks WriterOptions.Partitions outside [1, MaxPartitions]:
 // invalid input, which a retry meets again.

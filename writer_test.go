@@ -19,7 +19,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -121,8 +120,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 		// before the chunk ended short, is cut off (no answer) and sent
 		// again whole: at most one such request per object.
 		cut := counter.Statuses()[store.OpStatus{Op: "UploadPart", Status: 0}]
-		ps, streams := st.(store.PartStreamer)
-		streams = streams && ps.StreamsParts()
+		streams := store.StreamsParts(st)
 		if maxCut := int64(len(m.Objects)); cut > 0 && !streams || cut > maxCut {
 			t.Fatalf("%d UploadPart requests cut off (streaming %v), want at most %d when streaming, else none", cut, streams, maxCut)
 		}
@@ -147,7 +145,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 			if err != nil || int64(len(b)) != f.Length {
 				t.Fatalf("frame %d: read %d of %d bytes: %v", i, len(b), f.Length, err)
 			}
-			if got := frame.CRC32C(b); got != f.CRC32C {
+			if got := store.CRC32C(b); got != f.CRC32C {
 				t.Fatalf("frame %d of %s at %d: CRC32C %08x, manifest says %08x", i, key, f.Offset, got, f.CRC32C)
 			}
 		}
@@ -680,9 +678,8 @@ func TestCompressibleOutputAfterPrepare(t *testing.T) {
 			t.Fatalf("objects %+v: want one object of one part under a chunk", m.Objects)
 		}
 		req := store.Diff(counter.Requests(), before)
-		ps, streams := st.(store.PartStreamer)
 		want := "map[PutObject:2]" // the data object and the manifest
-		if streams && ps.StreamsParts() {
+		if store.StreamsParts(st) {
 			want = "map[CompleteMultipartUpload:1 CreateMultipartUpload:1 PutObject:1 UploadPart:1]"
 		}
 		if fmt.Sprint(req) != want {

@@ -10,9 +10,9 @@ import (
 	"strings"
 
 	"github.com/johannesboyne/gofakes3"
-)
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	"github.com/durashuffle/durashuffle/store"
+)
 
 // checkBodies wraps request bodies of PUTs (PutObject, UploadPart) so that
 // reading them fails the way S3 would fail the request. The failure is a
@@ -51,7 +51,7 @@ func checkedBody(r *http.Request) io.ReadCloser {
 		return failBody{r.Body, gofakes3.ErrorMessage(gofakes3.ErrInvalidArgument,
 			"Value for x-amz-checksum-crc32c header is invalid.")}
 	}
-	return &crcBody{rc: r.Body, want: binary.BigEndian.Uint32(raw), h: crc32.New(castagnoli)}
+	return &crcBody{rc: r.Body, want: binary.BigEndian.Uint32(raw), h: crc32.New(store.CRC32CTable)}
 }
 
 // crcBody fails the final read if the body's CRC32C differs from the one

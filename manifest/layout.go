@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"path"
 	"regexp"
 	"strconv"
 	"strings"
@@ -144,8 +143,8 @@ func ParseDataName(name string) (write string, n int, ok bool) {
 		}
 		write, rest = w, num
 	}
-	i, err := strconv.Atoi(rest)
-	if err != nil || i < 0 || strconv.Itoa(i) != rest {
+	i, ok := parseCanonical(rest)
+	if !ok {
 		return "", 0, false
 	}
 	return write, i, true
@@ -174,9 +173,9 @@ const SpreadMark = "~"
 // deleted at once; gc removes one whose delete failed.
 const GuardProbeDir = SpreadMark + "commit-guard/"
 
-// IsGuardProbe says whether rel, a key relative to the root, is a commit
+// isGuardProbe says whether rel, a key relative to the root, is a commit
 // guard probe.
-func IsGuardProbe(rel string) bool {
+func isGuardProbe(rel string) bool {
 	id, ok := strings.CutPrefix(rel, GuardProbeDir)
 	if !ok || len(id) != 16 {
 		return false
@@ -232,38 +231,14 @@ func ParseSpread(rest string) (shard, tail string, ok bool) {
 	return SpreadMark + hex + "/", tail, true
 }
 
-// ParseWorkerManifestKey returns the worker of a key below stagePrefix
-// that names a worker manifest.
-func ParseWorkerManifestKey(stagePrefix, key string) (worker string, ok bool) {
-	rest, found := strings.CutPrefix(key, stagePrefix+"worker-")
-	if !found {
-		return "", false
-	}
-	w, tail, found := strings.Cut(rest, "/")
-	if !found || tail != "manifest.json" || ValidateID("worker", w) != nil {
-		return "", false
-	}
-	return w, true
-}
-
-// ParseStageDir returns the stage number of a "stage-N/" folder name.
-func ParseStageDir(name string) (int, bool) {
-	s, ok := strings.CutPrefix(path.Clean(name), "stage-")
-	if !ok {
-		return 0, false
-	}
-	n, err := strconv.Atoi(s)
-	return n, err == nil && n >= 0
-}
-
 // IndexName is the stage-relative key of a sealed stage's index object.
 // Every seal writes its own (sealID is random), so a seal that loses the
 // race to the stage manifest deletes only what it wrote.
 func IndexName(sealID string) string { return "index-" + sealID + ".bin" }
 
-// ParseIndexName reports whether a stage-relative name is an index
+// parseIndexName reports whether a stage-relative name is an index
 // object's.
-func ParseIndexName(name string) bool {
+func parseIndexName(name string) bool {
 	id, ok := strings.CutPrefix(name, "index-")
 	if !ok {
 		return false

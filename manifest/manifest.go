@@ -165,10 +165,10 @@ func (s *Stage) Encode() ([]byte, error) {
 // bytes that arrive.
 const MaxManifestBytes = 512 << 20
 
-// MaxPartitions bounds a manifest's partition count, as writers do
-// (durashuffle.MaxPartitions): readers and inspect allocate per partition,
-// so a manifest claiming 2^40 partitions must fail to decode rather than
-// ask for terabytes.
+// MaxPartitions bounds a stage's partition count, for writers
+// (durashuffle.MaxPartitions is this one) and manifests: readers and
+// inspect allocate per partition, so a manifest claiming 2^40 partitions
+// must fail to decode rather than ask for terabytes.
 const MaxPartitions = 1 << 20
 
 func checkVersion(what, v string) error {

@@ -126,11 +126,17 @@ func TestLayout(t *testing.T) {
 			t.Errorf("%q, want %q", got, want)
 		}
 	}
-	if w, ok := ParseWorkerManifestKey("p/q/stage-1/", "p/q/stage-1/worker-7/manifest.json"); !ok || w != "7" {
-		t.Fatalf("parse: %q %v", w, ok)
-	}
-	if _, ok := ParseWorkerManifestKey("p/q/stage-1/", "p/q/stage-1/worker-7/attempt-a/data-0.arrows"); ok {
-		t.Fatal("data object parsed as a manifest")
+	// Parse reads back what the key functions make.
+	for key, want := range map[string]Key{
+		l.StageManifestKey("q", 1):                                     {Kind: KeyStageManifest, Query: "q", Stage: 1},
+		l.WorkerManifestKey("q", 1, "7"):                               {Kind: KeyWorkerManifest, Query: "q", Stage: 1, Worker: "7"},
+		l.ObjectKey("q", 1, DataName("w", "a", "00000000000000ab", 2)): {Kind: KeyData, Query: "q", Stage: 1, Worker: "w", Attempt: "a"},
+		l.ObjectKey("q", 1, IndexName("s1")):                           {Kind: KeyIndex, Query: "q", Stage: 1},
+		l.Root() + GuardProbeDir + "0123456789abcdef":                  {Kind: KeyGuardProbe},
+	} {
+		if k, ok := l.Parse(key); !ok || k != want {
+			t.Errorf("Parse(%q) = %+v, %v, want %+v", key, k, ok, want)
+		}
 	}
 }
 

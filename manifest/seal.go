@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math"
 	"slices"
@@ -419,8 +418,6 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		SummaryOffset: indexPreamble + EntrySize*written, First: first}, nil
 }
 
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
 // indexUpload streams an object out in parts of SealPartBytes: a single
 // Put if it never fills one, a multipart upload otherwise, aborted on a
 // context detached from the caller's if it does not complete.
@@ -462,7 +459,7 @@ func (u *indexUpload) flush() error {
 		u.uploadID = id
 	}
 	n := int32(len(u.parts) + 1)
-	sum := crc32.Checksum(u.buf, castagnoli)
+	sum := store.CRC32C(u.buf)
 	etag, err := u.st.UploadPart(u.ctx, u.key, u.uploadID, n, u.buf, &sum)
 	if err != nil {
 		return fmt.Errorf("upload part %d of index %s (%d bytes): %w", n, u.key, len(u.buf), err)

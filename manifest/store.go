@@ -263,8 +263,8 @@ func ListWorkers(ctx context.Context, st store.Lister, l Layout, query string, s
 			return nil, err
 		}
 		for _, o := range objs {
-			if w, ok := ParseWorkerManifestKey(prefix, o.Key); ok {
-				out = append(out, w)
+			if k, ok := l.Parse(o.Key); ok && k.Kind == KeyWorkerManifest && k.Query == query && k.Stage == stage {
+				out = append(out, k.Worker)
 			}
 		}
 	}
@@ -309,10 +309,12 @@ func ListStages(ctx context.Context, st store.Lister, l Layout, query string) ([
 	}
 	var out []StageInfo
 	for _, d := range dirs {
-		n, ok := ParseStageDir(strings.TrimPrefix(d, qp))
-		if !ok {
+		// A folder is a stage's when its manifest's key would parse.
+		k, ok := l.Parse(d + "manifest.json")
+		if !ok || k.Kind != KeyStageManifest || k.Query != query {
 			continue
 		}
+		n := k.Stage
 		objs, _, err := st.List(ctx, d, "/")
 		if err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 func frameErr(s *Stage, f spanFrame, err error) *FrameError {
@@ -23,7 +24,7 @@ func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow
 // passed it (checked).
 func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) ([]arrow.RecordBatch, error) {
 	if !checked {
-		if got := frame.CRC32C(b); got != f.Frame.CRC32C {
+		if got := store.CRC32C(b); got != f.Frame.CRC32C {
 			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
 		}
 	}

@@ -141,12 +141,12 @@ func buildStage(t *testing.T, partitions int, compression string, workers [][]fs
 			written[[2]int{wi, f.P}] = append(written[[2]int{wi, f.P}], rows)
 			seq[f.P] += int64(f.Rows)
 			w.Frames = append(w.Frames, manifest.Frame{Partition: f.P, Object: f.Obj, Offset: int64(objs[f.Obj].Len()),
-				Length: int64(buf.Len()), Rows: int64(f.Rows), CRC32C: frame.CRC32C(buf.Bytes())})
+				Length: int64(buf.Len()), Rows: int64(f.Rows), CRC32C: store.CRC32C(buf.Bytes())})
 			objs[f.Obj].Write(buf.Bytes())
 		}
 		for oi, b := range objs {
 			rel := manifest.DataName(id, "a", "00000000000000ab", oi)
-			w.Objects = append(w.Objects, manifest.Object{Key: rel, Size: int64(b.Len()), Parts: 1, CRC32C: frame.CRC32C(b.Bytes())})
+			w.Objects = append(w.Objects, manifest.Object{Key: rel, Size: int64(b.Len()), Parts: 1, CRC32C: store.CRC32C(b.Bytes())})
 			st.objs[testLayout.ObjectKey(testQuery, testStage, rel)] = b.Bytes()
 		}
 		if err := w.Check("test worker " + id); err != nil {

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Sources of stored bytes, as Observer.Served reports them.
@@ -238,7 +238,7 @@ func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) r
 	var own bool
 	for _, f := range sp.Frames {
 		lo, hi := f.At, f.At+f.Frame.Length
-		if frame.CRC32C(b[lo:hi]) == f.Frame.CRC32C {
+		if store.CRC32C(b[lo:hi]) == f.Frame.CRC32C {
 			continue
 		}
 		s.fallback(FallbackChecksum)
@@ -251,7 +251,7 @@ func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) r
 		if err != nil {
 			return rawSpan{buf: b, got: lo + n, err: err}
 		}
-		if got := frame.CRC32C(b[lo:hi]); got != f.Frame.CRC32C {
+		if got := store.CRC32C(b[lo:hi]); got != f.Frame.CRC32C {
 			// The store's own copy is bad too: the frame fails as it would
 			// without a fast source.
 			return rawSpan{buf: b, got: lo, err: frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // interleaved is three workers writing four partitions out of order, one
@@ -415,7 +416,7 @@ func TestFrameFailures(t *testing.T) {
 				obj := append([]byte(nil), st.objs[key]...)
 				st.objs[key] = tc.damage(obj, frameAt{int(f.Offset), int(f.Length)})
 				if tc.fixCRC {
-					w.Frames[bad].CRC32C = frame.CRC32C(st.objs[key][f.Offset : f.Offset+f.Length])
+					w.Frames[bad].CRC32C = store.CRC32C(st.objs[key][f.Offset : f.Offset+f.Length])
 				}
 				mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 				opts.Mem = mem

@@ -140,6 +140,10 @@ type Reader interface {
 	GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error)
 }
 
+// MaxParts is S3's limit on parts per multipart upload: part numbers run
+// from 1 to MaxParts.
+const MaxParts = 10000
+
 // Writer writes whole objects and multipart uploads. Safe for concurrent
 // use. Bodies are byte slices so a retry layer can replay them.
 type Writer interface {

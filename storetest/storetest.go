@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	mrand "math/rand/v2"
 	"slices"
@@ -23,8 +22,6 @@ import (
 
 // mib: S3 part sizes are counted in MiB (5 MiB minimum but the last).
 const mib = 1 << 20
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Run runs the contract suite against st, from a test of the caller's:
 //
@@ -196,7 +193,7 @@ func testPutChecksum(t *testing.T, s store.Store, pfx string) {
 	ctx := testContext(t)
 	key := pfx + "checked"
 	body := data(300*1024, 4)
-	sum := crc32.Checksum(body, castagnoli)
+	sum := store.CRC32C(body)
 	put(t, s, key, body, store.PutOptions{CRC32C: &sum})
 	if got := get(ctx, t, s, key, 0, -1); !bytes.Equal(got, body) {
 		t.Errorf("read back %d bytes, want %d", len(got), len(body))
@@ -238,7 +235,7 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 	var g errgroup.Group
 	for i := range bodies {
 		g.Go(func() error {
-			sum := crc32.Checksum(bodies[i], castagnoli)
+			sum := store.CRC32C(bodies[i])
 			n := int32(i + 1)
 			etag, err := s.UploadPart(ctx, key, id, n, bodies[i], &sum)
 			if err != nil {
@@ -299,7 +296,7 @@ func testCompleteRepeated(t *testing.T, s store.Store, pfx string) {
 	if err != nil {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
-	sum := crc32.Checksum(body, castagnoli)
+	sum := store.CRC32C(body)
 	etag, err := s.UploadPart(ctx, key, id, 1, body, &sum)
 	if err != nil {
 		t.Fatalf("UploadPart: %v", err)
@@ -328,7 +325,7 @@ func testMultipartBadChecksum(t *testing.T, s store.Store, pfx string) {
 	}
 	t.Cleanup(func() { _ = s.AbortMultipart(context.Background(), key, id) })
 	body := data(1024, 20)
-	wrong := crc32.Checksum(body, castagnoli) ^ 0xffff
+	wrong := store.CRC32C(body) ^ 0xffff
 	_, err = s.UploadPart(ctx, key, id, 1, body, &wrong)
 	wantErr(t, "UploadPart with a wrong CRC32C", err, nil, false)
 }
@@ -341,7 +338,7 @@ func testListUploadsAbort(t *testing.T, s store.Store, pfx string) {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
 	body := data(5*mib, 30)
-	if _, err := s.UploadPart(ctx, key, id, 1, body, ptr(crc32.Checksum(body, castagnoli))); err != nil {
+	if _, err := s.UploadPart(ctx, key, id, 1, body, ptr(store.CRC32C(body))); err != nil {
 		t.Fatalf("UploadPart: %v", err)
 	}
 	ups := uploads(t, s, pfx)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -55,11 +55,17 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 			}
 			defer c.Close()
 			cfg := c.Config()
-			r, err := gc.Run(ctx, c.Store(), c.Layout(), gc.Options{
-				OlderThan: olderThan, DryRun: dryRun, ResultsRetention: cfg.ResultsRetention.D(),
+			p, err := gc.NewPlan(ctx, c.Store(), c.Layout(), gc.Options{
+				OlderThan: olderThan, ResultsRetention: cfg.ResultsRetention.D(),
 			})
 			if err != nil {
 				return err
+			}
+			r := p.Report() // --dry-run is the plan alone
+			if !dryRun {
+				if r, err = p.Apply(ctx, c.Store()); err != nil {
+					return err
+				}
 			}
 			a.log.Debug("gc done", "uploads_aborted", r.Totals.UploadsAborted, "objects_deleted", r.Totals.ObjectsDeleted,
 				"bytes_deleted", r.Totals.BytesDeleted, "dry_run", dryRun)

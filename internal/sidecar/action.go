@@ -10,7 +10,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/engine/access"
-	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 

@@ -19,8 +19,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 

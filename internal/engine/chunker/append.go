@@ -7,6 +7,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // entrySize is what each frame's index entry costs until Close (the
@@ -100,7 +101,7 @@ func (w *Writer) appendFrame(r encoded) error {
 		Length:    int64(len(b)),
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
-		CRC32C:    frame.CRC32C(b),
+		CRC32C:    store.CRC32C(b),
 	})
 	w.rows += r.stats.Rows
 	w.bytes += r.stats.Bytes
@@ -109,14 +110,14 @@ func (w *Writer) appendFrame(r encoded) error {
 	}
 	w.codecs[frame.CodecName(b)]++
 	var waited time.Duration
-	w.objCRC = frame.UpdateCRC32C(w.objCRC, b)
+	w.objCRC = store.UpdateCRC32C(w.objCRC, b)
 	w.objOff += int64(len(b))
 	for len(b) > 0 {
 		if w.cur != nil && int64(len(w.cur)) == w.opt.ChunkSize {
 			// More bytes follow, so the full chunk is not the last one.
 			w.part++
-			if w.part > MaxParts {
-				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, MaxParts, w.opt.ChunkSize)
+			if w.part > store.MaxParts {
+				return fmt.Errorf("object %d: more than %d parts of %d bytes", w.obj, store.MaxParts, w.opt.ChunkSize)
 			}
 			if err := w.sink.Emit(w.obj, w.part, w.cur, false); err != nil {
 				w.cur = nil

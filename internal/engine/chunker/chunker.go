@@ -10,10 +10,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
-
-// MaxParts is S3's limit on parts per multipart upload.
-const MaxParts = 10000
 
 // Sentinel errors.
 var (
@@ -310,7 +308,7 @@ func (w *Writer) OnFail(f func(error)) {
 }
 
 func (w *Writer) maxObject() int64 {
-	limit := w.opt.ChunkSize * MaxParts
+	limit := w.opt.ChunkSize * store.MaxParts
 	if w.opt.MaxObjectSize > 0 && w.opt.MaxObjectSize < limit {
 		limit = w.opt.MaxObjectSize
 	}

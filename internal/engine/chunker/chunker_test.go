@@ -13,6 +13,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // memSink keeps emitted chunks in memory and checks the chunk contract.
@@ -110,7 +111,7 @@ func decodeAll(t *testing.T, s *memSink, res Result) map[int][]int64 {
 			objects[f.Object] = s.object(f.Object)
 		}
 		b := objects[f.Object][f.Offset : f.Offset+f.Length]
-		if frame.CRC32C(b) != f.CRC32C {
+		if store.CRC32C(b) != f.CRC32C {
 			t.Fatalf("frame %d: CRC mismatch", i)
 		}
 		recs, err := frame.Decode(b, res.Schema, memory.DefaultAllocator)
@@ -173,7 +174,7 @@ func TestChunksAndFrames(t *testing.T) {
 	if !sink.last[0] {
 		t.Fatal("last chunk not marked")
 	}
-	if frame.CRC32C(sink.object(0)) != obj.CRC32C {
+	if store.CRC32C(sink.object(0)) != obj.CRC32C {
 		t.Fatal("object CRC mismatch")
 	}
 	// Frames tile the object exactly, in order.

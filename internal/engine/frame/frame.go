@@ -7,8 +7,6 @@
 package frame
 
 import (
-	"hash/crc32"
-
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 )
@@ -46,14 +44,6 @@ const (
 
 // maxPayload is the largest decompressed frame the header can describe.
 const maxPayload = 1<<32 - 1
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
-
-// CRC32C returns the Castagnoli CRC of b, the checksum S3 and the manifest use.
-func CRC32C(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
-
-// UpdateCRC32C extends crc with b.
-func UpdateCRC32C(crc uint32, b []byte) uint32 { return crc32.Update(crc, castagnoli, b) }
 
 // Stats describes an encoded frame.
 type Stats struct {

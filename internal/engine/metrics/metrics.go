@@ -458,16 +458,9 @@ func (r *readCounter) GetRange(ctx context.Context, key string, off, length int6
 	return &countingBody{ReadCloser: body, m: r.m}, nil
 }
 
-// StreamsParts and UploadPartStream pass streamed parts through
-// (store.PartStreamer), so that wrapping does not turn streaming off.
-func (r *readCounter) StreamsParts() bool {
-	ps, ok := r.Store.(store.PartStreamer)
-	return ok && ps.StreamsParts()
-}
-
-func (r *readCounter) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	return r.Store.(store.PartStreamer).UploadPartStream(ctx, key, id, n, size, body)
-}
+// Unwrap implements store.Unwrapper: store.As finds the capabilities of
+// the store below (streamed parts), which a read counter does not see.
+func (r *readCounter) Unwrap() store.Store { return r.Store }
 
 type countingBody struct {
 	io.ReadCloser

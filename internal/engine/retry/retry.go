@@ -216,17 +216,19 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 	return etag, err
 }
 
+// Unwrap implements store.Unwrapper.
+func (s *Store) Unwrap() store.Store { return s.inner }
+
 // StreamsParts implements store.PartStreamer: true when the store below
-// streams parts.
-func (s *Store) StreamsParts() bool {
-	ps, ok := s.inner.(store.PartStreamer)
-	return ok && ps.StreamsParts()
-}
+// streams parts. The retry layer is a PartStreamer itself, so that
+// store.As finds it, and streamed parts are retried, rather than the
+// store below.
+func (s *Store) StreamsParts() bool { return store.StreamsParts(s.inner) }
 
 // UploadPartStream implements store.PartStreamer. Every attempt reads the
 // body again from its first byte (body()), from the caller's memory.
 func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc uint32, err error) {
-	ps, ok := s.inner.(store.PartStreamer)
+	ps, ok := store.As[store.PartStreamer](s.inner)
 	if !ok || !ps.StreamsParts() {
 		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
 	}

@@ -9,7 +9,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"net/http"
 	"os"
@@ -452,11 +451,9 @@ type crcReader struct {
 func (c *crcReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
-	c.crc = crc32.Update(c.crc, castagnoli, p[:n])
+	c.crc = store.UpdateCRC32C(c.crc, p[:n])
 	return n, err
 }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // decodeCRC32C reads an x-amz-checksum-crc32c value.
 func decodeCRC32C(v string) (uint32, error) {

@@ -6,7 +6,6 @@ import (
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
-	"hash/crc32"
 	"io"
 	"maps"
 	"net/http"
@@ -26,8 +25,6 @@ import (
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }
-
-var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 func ctx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -83,7 +80,7 @@ func TestWire(t *testing.T) {
 		ctx := ctx(t)
 
 		body := bytes.Repeat([]byte("durashuffle"), 300_000) // over the SDK's 2 MiB 100-continue threshold
-		sum := crc32.Checksum(body, castagnoli)
+		sum := store.CRC32C(body)
 		if err := s.Put(ctx, "w/manifest.json", body, store.PutOptions{IfNoneMatch: true, CRC32C: &sum}); err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +203,7 @@ func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
 	s, _ := e.NewStore(t)
 	ctx := ctx(t)
 	body := []byte("some bytes")
-	wrong := crc32.Checksum(body, castagnoli) + 1
+	wrong := store.CRC32C(body) + 1
 	err := s.Put(ctx, "e/bad", body, store.PutOptions{CRC32C: &wrong})
 	var se *store.Error
 	if !errors.As(err, &se) || se.Status != 400 || se.Retryable || se.Op != "PutObject" || se.Key != "e/bad" {
@@ -242,7 +239,7 @@ func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
 		t.Fatal(err)
 	}
 	part := bytes.Repeat([]byte("p"), 5<<20)
-	sum := crc32.Checksum(part, castagnoli)
+	sum := store.CRC32C(part)
 	if _, err := s.UploadPart(ctx, key, id, 1, part, &sum); err != nil {
 		t.Fatal(err)
 	}
@@ -548,7 +545,7 @@ func TestUploadPartStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := crc32.Checksum(body, castagnoli); crc != want {
+		if want := store.CRC32C(body); crc != want {
 			t.Fatalf("acknowledged CRC32C %08x, want %08x", crc, want)
 		}
 		var part *recorded

@@ -3,7 +3,6 @@ package s3store_test
 import (
 	"bytes"
 	"context"
-	"hash/crc32"
 	"io"
 	"os"
 	"strings"
@@ -80,7 +79,7 @@ func TestServerSideEncryption(t *testing.T) {
 			}
 			var parts []store.Part
 			for n := int32(1); n <= 2; n++ {
-				crc := crc32.Checksum(part, castagnoli)
+				crc := store.CRC32C(part)
 				etag, err := s.UploadPart(ctx, multi, id, n, part, &crc)
 				if err != nil {
 					t.Fatal(err)

@@ -203,7 +203,7 @@ func (o *Upload) upload(j *job) error {
 	var sum *uint32
 	crc := uint32(0)
 	if o.pool.cfg.Checksum {
-		crc = crc32c(j.buf)
+		crc = store.CRC32C(j.buf)
 		sum = &crc
 	}
 	if o.single {

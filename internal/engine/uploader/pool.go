@@ -118,11 +118,9 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	if cfg.HedgeFactor > 0 {
 		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
 	}
-	if ps, ok := st.(store.PartStreamer); ok {
-		// A streamed part's checksum is its trailer: without checksums
-		// parts are sent whole.
-		p.streams = ps.StreamsParts() && cfg.Checksum
-	}
+	// A streamed part's checksum is its trailer: without checksums parts
+	// are sent whole.
+	p.streams = store.StreamsParts(st) && cfg.Checksum
 	for range cfg.Concurrency {
 		p.wg.Add(1)
 		go p.worker()

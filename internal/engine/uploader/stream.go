@@ -194,7 +194,7 @@ func (r *fillReader) Read(p []byte) (int, error) {
 // complete, or turns out short) whole, the way Submit's chunks go.
 func (o *Upload) uploadFilling(j *job) error {
 	f := j.fill
-	ps, streams := o.pool.st.(store.PartStreamer)
+	ps, streams := store.As[store.PartStreamer](o.pool.st)
 	streams = streams && o.pool.streams
 	threshold := 1
 	if j.part == 1 && !o.isPrepared() {
@@ -265,7 +265,7 @@ func (o *Upload) stream(ps store.PartStreamer, j *job) (bool, error) {
 			if err != nil {
 				return err
 			}
-			c = crc32c(f.buf[:size])
+			c = store.CRC32C(f.buf[:size])
 			e, err = o.pool.st.UploadPart(ctx, o.key, id, j.part, f.buf[:size], &c)
 		}
 		if err == nil {
@@ -287,7 +287,7 @@ func (o *Upload) stream(ps store.PartStreamer, j *job) (bool, error) {
 		}
 		return true, fmt.Errorf("upload part %d of %s (streamed, %d bytes): %w", j.part, o.key, size, err)
 	}
-	if want := crc32c(f.buf[:size]); want != crc {
+	if want := store.CRC32C(f.buf[:size]); want != crc {
 		return true, fmt.Errorf("upload part %d of %s (streamed, %d bytes): acknowledged CRC32C %08x, chunk has %08x", j.part, o.key, size, crc, want)
 	}
 	f.mu.Lock()

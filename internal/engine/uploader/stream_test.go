@@ -65,14 +65,14 @@ func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n i
 	if _, err := io.ReadFull(r, b[1:]); err != nil {
 		return "", 0, err
 	}
-	sum := crc32c(b)
+	sum := store.CRC32C(b)
 	etag, err := s.Mem.UploadPart(ctx, key, id, n, b, &sum)
 	if err == nil {
 		s.mu.Lock()
 		s.streamed[n] = true
 		s.mu.Unlock()
 	}
-	return etag, crc32c(b), err
+	return etag, store.CRC32C(b), err
 }
 
 // fill begins part n of o and appends data to it in steps of step bytes.

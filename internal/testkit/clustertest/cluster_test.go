@@ -22,9 +22,9 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/engine/s3store"
-	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/testkit/clustertest"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )

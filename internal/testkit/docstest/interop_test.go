@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"testing"
 
@@ -18,6 +17,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // TestFrameRangesRecipe follows docs/interop.md's "one frame straight from
@@ -119,7 +119,6 @@ func TestFrameRangesRecipe(t *testing.T) {
 		}
 		r.Release()
 	}
-	castagnoli := crc32.MakeTable(crc32.Castagnoli)
 	for p := range partitions {
 		var rows, sum int64
 		frames := 0
@@ -129,7 +128,7 @@ func TestFrameRangesRecipe(t *testing.T) {
 			}
 			frames++
 			body := get(t, st, stagePrefix+m.Workers[f.Worker].Objects[f.Object].Key, f.Offset, f.Length)
-			if got := crc32.Checksum(body, castagnoli); got != f.CRC32C {
+			if got := store.CRC32C(body); got != f.CRC32C {
 				t.Errorf("partition %d frame at %d: CRC32C %d, manifest says %d", p, f.Offset, got, f.CRC32C)
 			}
 			r, err := ipc.NewReader(bytes.NewReader(frameStream(t, m.Schema, body)))

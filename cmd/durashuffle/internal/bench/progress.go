@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -287,19 +288,21 @@ func (b *meteredBody) finish() {
 	}
 }
 
-// StreamsParts and UploadPartStream pass the store's streamed parts
-// through (store.PartStreamer), metered like UploadPart.
-func (s meteredStore) StreamsParts() bool { return streamsParts(s.Store) }
+// Unwrap implements store.Unwrapper.
+func (s meteredStore) Unwrap() store.Store { return s.Store }
+
+// StreamsParts and UploadPartStream meter streamed parts like UploadPart:
+// the meter is a store.PartStreamer itself, so that store.As finds it
+// rather than the store below.
+func (s meteredStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s meteredStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	ps, ok := store.As[store.PartStreamer](s.Store)
+	if !ok {
+		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
+	}
 	s.m.begin()
-	etag, crc, err := s.Store.(store.PartStreamer).UploadPartStream(ctx, key, id, n, size, body)
+	etag, crc, err := ps.UploadPartStream(ctx, key, id, n, size, body)
 	s.m.end(size, err)
 	return etag, crc, err
-}
-
-// streamsParts says whether st streams parts (store.PartStreamer).
-func streamsParts(st store.Store) bool {
-	ps, ok := st.(store.PartStreamer)
-	return ok && ps.StreamsParts()
 }

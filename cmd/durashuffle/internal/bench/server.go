@@ -17,6 +17,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // MemServer is the benchmark's default endpoint: an in-process server
@@ -107,8 +109,6 @@ func writeXML(w http.ResponseWriter, v any) {
 	w.Write([]byte(xml.Header))
 	xml.NewEncoder(w).Encode(v)
 }
-
-var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
 // readBody reads exactly Content-Length bytes into one buffer and checks
 // the CRC32C the client declared, if any: in a header, or in the trailer
@@ -207,7 +207,7 @@ func checksumOK(body []byte, name, v string) bool {
 	var table *crc32.Table
 	switch name {
 	case "x-amz-checksum-crc32c":
-		table = crcTable
+		table = store.CRC32CTable
 	case "x-amz-checksum-crc32":
 		table = ieeeTable
 	default:

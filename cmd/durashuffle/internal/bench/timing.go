@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -70,12 +71,20 @@ func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, b
 	return s.Store.UploadPart(ctx, key, id, n, body, crc)
 }
 
-// StreamsParts and UploadPartStream pass the store's streamed parts
-// through (store.PartStreamer), timed like UploadPart.
-func (s clockedStore) StreamsParts() bool { return streamsParts(s.Store) }
+// Unwrap implements store.Unwrapper.
+func (s clockedStore) Unwrap() store.Store { return s.Store }
+
+// StreamsParts and UploadPartStream time streamed parts like UploadPart:
+// the clock is a store.PartStreamer itself, so that store.As finds it
+// rather than the store below.
+func (s clockedStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s clockedStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	ps, ok := store.As[store.PartStreamer](s.Store)
+	if !ok {
+		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
+	}
 	s.c.begin()
 	defer s.c.end()
-	return s.Store.(store.PartStreamer).UploadPartStream(ctx, key, id, n, size, body)
+	return ps.UploadPartStream(ctx, key, id, n, size, body)
 }

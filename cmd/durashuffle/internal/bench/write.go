@@ -382,7 +382,7 @@ func (s *syncSink) Emit(obj int, part int32, buf []byte, last bool) error {
 	var crc uint32
 	var sum *uint32
 	if s.checksum {
-		crc = frame.CRC32C(buf)
+		crc = store.CRC32C(buf)
 		sum = &crc
 	}
 	if part == 1 && last {

@@ -14,8 +14,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -227,7 +227,11 @@ func TestRun(t *testing.T) {
 
 			// Two hours on, dry run: it would abort our upload and delete the
 			// orphan, and does neither.
-			r = run(gc.Options{OlderThan: time.Hour, ResultsRetention: 6 * time.Hour, Now: at(2 * time.Hour), DryRun: true})
+			p, err := gc.NewPlan(ctx, rec, l, gc.Options{OlderThan: time.Hour, ResultsRetention: 6 * time.Hour, Now: at(2 * time.Hour)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r = p.Report()
 			if r.Totals.UploadsAborted != 1 || r.Totals.OrphanObjects != 1 || r.Totals.OrphanBytes != int64(len("orphaned frame bytes")) || r.Totals.StagesDeleted != 0 {
 				t.Fatalf("dry run: %+v", r.Totals)
 			}

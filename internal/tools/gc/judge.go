@@ -1,0 +1,193 @@
+package gc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+type stageID struct {
+	query string
+	stage int
+}
+
+// stageKeys is what the listing found of one stage.
+type stageKeys struct {
+	id       stageID
+	manifest *store.ObjectInfo           // stage manifest, if sealed
+	workers  map[string]store.ObjectInfo // worker manifests by worker
+	data     []dataKey
+	indexes  []store.ObjectInfo // the stage manifest names at most one
+}
+
+type dataKey struct {
+	obj             store.ObjectInfo
+	worker, attempt string
+}
+
+// newest is the latest LastModified of the stage's manifests.
+func (s *stageKeys) newest() time.Time {
+	var t time.Time
+	if s.manifest != nil {
+		t = s.manifest.LastModified
+	}
+	for _, o := range s.workers {
+		if o.LastModified.After(t) {
+			t = o.LastModified
+		}
+	}
+	return t
+}
+
+// verdict is what judge decided for one stage.
+type verdict struct {
+	expire  *Stage
+	delete  [3][]string // expired stage: stage manifest, worker manifests, data
+	orphans []store.ObjectInfo
+	skipped []string
+}
+
+// judge reads a stage's manifests and decides: expire it whole (a results
+// stage committed at or before resultsCutoff), and which of its data
+// objects no manifest references and are old enough to delete. A worker
+// whose manifest cannot be decoded keeps all its data: gc cannot tell
+// which attempt it committed.
+func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff time.Time) (verdict, error) {
+	var (
+		v          verdict
+		mu         sync.Mutex
+		referenced = map[string]bool{}
+		unknown    = map[string]bool{} // workers whose data must be kept
+		results    bool
+		committed  int  // manifests that decoded
+		keepIndex  bool // the stage manifest did not decode: its index may be in use
+	)
+	add := func(w *manifest.Worker) {
+		for _, o := range w.Objects {
+			referenced[l.ObjectKey(s.id.query, s.id.stage, o.Key)] = true
+		}
+		results = results || w.Results
+		committed++
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	if s.manifest != nil {
+		g.Go(func() error {
+			m, err := manifest.LoadStageManifest(gctx, st, l, s.id.query, s.id.stage)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				for i := range m.Workers {
+					add(&m.Workers[i])
+				}
+				if m.Index != nil {
+					referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
+				}
+				results = results || m.Results
+				committed++
+			case store.IsNotFound(err):
+			case errors.Is(err, manifest.ErrCorrupt), errors.Is(err, manifest.ErrVersion):
+				// Its workers' own manifests still say what they committed.
+				keepIndex = true
+				v.skipped = append(v.skipped, fmt.Sprintf("%s: %v", s.manifest.Key, err))
+			default:
+				return fmt.Errorf("gc: %w", err)
+			}
+			return nil
+		})
+	}
+	for worker, obj := range s.workers {
+		g.Go(func() error {
+			w, err := manifest.LoadWorker(gctx, st, l, s.id.query, s.id.stage, worker)
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				add(w)
+			case store.IsNotFound(err):
+			case errors.Is(err, manifest.ErrCorrupt), errors.Is(err, manifest.ErrVersion):
+				unknown[worker] = true
+				v.skipped = append(v.skipped, fmt.Sprintf("%s: %v; data of worker %s left alone", obj.Key, err, worker))
+			default:
+				return fmt.Errorf("gc: %w", err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return v, err
+	}
+	slices.Sort(v.skipped)
+
+	var orphans []store.ObjectInfo
+	var data []dataKey
+	for _, d := range s.data {
+		if referenced[d.obj.Key] {
+			data = append(data, d)
+			continue
+		}
+		if unknown[d.worker] || d.obj.LastModified.After(cutoff) {
+			continue
+		}
+		orphans = append(orphans, d.obj)
+	}
+	// An index no stage manifest names is a lost or interrupted seal's
+	// (a seal writes its index before the manifest that names it).
+	var indexes []store.ObjectInfo
+	for _, o := range s.indexes {
+		switch {
+		case referenced[o.Key]:
+			indexes = append(indexes, o)
+		case !keepIndex && !o.LastModified.After(cutoff):
+			orphans = append(orphans, o)
+		}
+	}
+	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	v.orphans = orphans
+
+	committedAt := s.newest()
+	if !results || committed == 0 || committedAt.After(resultsCutoff) {
+		return v, nil
+	}
+	// An expired results stage goes whole: its referenced data, and its
+	// old-enough orphans with it.
+	x := &Stage{Query: s.id.query, Stage: s.id.stage, Results: true, Sealed: s.manifest != nil, CommittedAt: committedAt}
+	if s.manifest != nil {
+		v.delete[0] = []string{s.manifest.Key}
+		x.Manifests++
+		x.Bytes += s.manifest.Size
+	}
+	workers := make([]string, 0, len(s.workers))
+	for w := range s.workers {
+		workers = append(workers, w)
+	}
+	slices.Sort(workers)
+	for _, w := range workers {
+		obj := s.workers[w]
+		v.delete[1] = append(v.delete[1], obj.Key)
+		x.Manifests++
+		x.Bytes += obj.Size
+	}
+	for _, d := range data {
+		v.delete[2] = append(v.delete[2], d.obj.Key)
+		x.Objects++
+		x.Bytes += d.obj.Size
+	}
+	for _, o := range indexes {
+		v.delete[2] = append(v.delete[2], o.Key)
+		x.Manifests++
+		x.Bytes += o.Size
+	}
+	v.expire = x
+	return v, nil
+}
