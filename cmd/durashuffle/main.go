@@ -216,11 +216,22 @@ func (a *app) config() (durashuffle.Config, error) {
 // sets none: the server keeps multipart parts in this process's memory
 // until Complete, which no configuration bounds.
 func (a *app) applyMemoryLimit(cfg durashuffle.Config, load durashuffle.MemoryLoad, embedded bool) {
-	if embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto {
+	offForEmbedded := embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto
+	if offForEmbedded {
 		cfg.MemoryLimit = durashuffle.MemoryLimitOff
 	}
 	got := cfg.ApplyMemoryLimit(load, a.getenv)
-	a.log.Info("memory limit", "limit", int64(durashuffle.CurrentMemoryLimit()), "source", got.Source,
+	limit := durashuffle.CurrentMemoryLimit()
+	// The message says it in words ("none", not limit=0); the attributes
+	// are for machines.
+	what := "memory limit: " + limit.String() + " (" + got.Source + ")"
+	switch {
+	case limit == 0 && offForEmbedded:
+		what = "memory limit: none (memory_limit auto sets none with the embedded S3 server, which holds uploaded parts in this process)"
+	case limit == 0:
+		what = "memory limit: none (memory_limit off)"
+	}
+	a.log.Info(what, "limit", int64(limit), "source", got.Source,
 		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 
