@@ -7,6 +7,8 @@ RACE_PKGS := ./internal/engine/chunker ./internal/engine/uploader ./reader ./int
 .PHONY: run test test-endpoint vet build minio versitygw docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
+## Built without the bench (-tags bench), so that a first run downloads
+## none of its plotting, font and link-shaping modules.
 run:
 	$(GO) run ./cmd/durashuffle demo
 
@@ -66,6 +68,7 @@ versitygw:
 
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) vet -tags bench ./cmd/durashuffle/...
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
@@ -73,8 +76,9 @@ vet:
 docs:
 	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync .
 
+## build: bin/durashuffle, every command, bench included.
 build:
-	$(GO) build -o bin/durashuffle ./cmd/durashuffle
+	$(GO) build -tags bench -o bin/durashuffle ./cmd/durashuffle
 
 clean:
 	rm -rf bin
@@ -82,6 +86,5 @@ clean:
 ## bench: `durashuffle bench all` over the shaped link (several minutes, not part of test):
 ## rewrites BENCHMARKS.md's generated tables and the charts and JSON in docs/bench/.
 .PHONY: bench
-bench:
-	$(GO) build -o bin/durashuffle ./cmd/durashuffle
+bench: build
 	./bin/durashuffle bench all --memory-limit auto,off --out docs/bench --markdown BENCHMARKS.md

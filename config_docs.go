@@ -37,9 +37,11 @@ value, and the command exits with code 2.
 Memory: a process holds at most ` + "`max_buffered_chunks x chunk_size`" + ` bytes of
 chunks (defaults: 16 x 8 MiB = 128 MiB), plus ` + "`coalesce_budget`" + ` of unencoded
 rows per open writer, plus about ` + "`read_ahead x read_range_bytes`" + ` per open reader.
-` + "`memory_limit auto`" + ` (the default) makes ` + "`write`" + `, ` + "`demo`" + `, ` + "`serve`" + ` and ` + "`bench`" + ` set that
-bound plus 96 MiB as the Go runtime's soft memory limit, so the heap does
-not grow to twice what is live; see operations.md, "Sizing memory".
+` + "`memory_limit auto`" + ` (the default) makes ` + "`write`" + `, ` + "`demo`" + `, ` + "`serve`" + ` and ` + "`bench`" + ` set the
+memory bound (the above plus ` + fmt.Sprint(RuntimeHeadroom/MiB) + ` MiB of runtime headroom) less ` + fmt.Sprint(UnmanagedMemory/MiB) + ` MiB of
+resident memory the runtime does not govern as the Go runtime's soft memory
+limit, so the heap does not grow to twice what is live; see operations.md,
+"Sizing memory".
 
 | key | environment | flag | type | default | Druid equivalent | meaning |
 |---|---|---|---|---|---|---|

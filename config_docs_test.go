@@ -1,8 +1,10 @@
 package durashuffle
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -26,6 +28,27 @@ func TestConfigurationDocInSync(t *testing.T) {
 	for _, k := range Keys() {
 		if k.Doc == "" {
 			t.Errorf("config key %s has no doc tag", k.Name)
+		}
+	}
+}
+
+// The memory_limit key's doc says what auto computes: the bound with its
+// runtime headroom, less UnmanagedMemory, and the defaults' limit.
+func TestMemoryLimitDocMatchesCode(t *testing.T) {
+	var doc string
+	for _, k := range Keys() {
+		if k.Name == "memory_limit" {
+			doc = k.Doc
+		}
+	}
+	auto := DefaultConfig().SoftMemoryLimit(MemoryLoad{Writers: 1})
+	for _, want := range []string{
+		fmt.Sprintf("+ %d MiB", RuntimeHeadroom/MiB),
+		fmt.Sprintf("less %d MiB", UnmanagedMemory/MiB),
+		fmt.Sprintf("%d MiB with the defaults and one writer", auto/MiB),
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("memory_limit's doc does not say %q:\n%s", want, doc)
 		}
 	}
 }

@@ -1,3 +1,9 @@
+//go:build bench
+
+// The bench is built only with -tags bench (make build, make bench), so
+// that the binary go run ./cmd/durashuffle builds (make run) leaves its
+// plotting, font and link-shaping libraries out; bench_off.go stands in.
+
 package main
 
 import (

@@ -20,11 +20,27 @@ type configFlags struct {
 	defaults func(*durashuffle.Config)
 }
 
-// bindConfigFlags registers --config and one flag per key on fs.
-func bindConfigFlags(fs *pflag.FlagSet) *configFlags {
+// sidecarKeys are the keys only serve reads: its Flight and metrics
+// ports, their TLS, its streams and its memory store. Only serve has
+// their flags; the file and the environment may set them for any command.
+var sidecarKeys = map[string]bool{
+	"listen": true, "metrics_listen": true, "auth_token": true, "max_streams": true,
+	"max_message_bytes": true, "shutdown_grace": true, "tls_cert_file": true,
+	"tls_key_file": true, "tls_client_ca_file": true, "stream_first_message_timeout": true,
+	"stream_idle_timeout": true, "memory_store_bytes": true, "advertise_addr": true,
+}
+
+// bindConfigFlags registers --config and one flag per key on fs, the
+// sidecar's keys only if sidecar is set, and none that fs already has.
+func bindConfigFlags(fs *pflag.FlagSet, sidecar bool) *configFlags {
 	f := &configFlags{fs: fs, vals: durashuffle.DefaultConfig()}
 	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
 	for _, k := range durashuffle.Keys() {
+		// A command's own flag of the same name wins (bench's
+		// --memory-limit takes a list to compare).
+		if sidecarKeys[k.Name] && !sidecar || fs.Lookup(k.Flag) != nil {
+			continue
+		}
 		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
 		usage := k.Doc + " (" + k.Env + ")"
 		switch p := v.(type) {

@@ -62,18 +62,27 @@ func usagef(format string, args ...any) error {
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
 	root := a.rootCommand()
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
+		// The root takes none of the commands' flags: a flag after a
+		// misspelt command is an unknown command.
+		if c == root && len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+			return usagef("unknown command %q", args[0])
+		}
+		return usageError{err}
+	})
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
 	fmt.Fprintf(stderr, "durashuffle: %s\n", strings.TrimSpace(err.Error()))
 	code := exitCode(err)
 	if errors.As(err, new(usageError)) {
-		fmt.Fprintln(stderr, "Run 'durashuffle --help' for usage.")
+		// The help of the command that was given, which lists its flags.
+		fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
 	}
 	return code
 }
@@ -94,6 +103,9 @@ func exitCode(err error) int {
 }
 
 func (a *app) rootCommand() *cobra.Command {
+	// Each command's configuration flags are its own, persistent so that
+	// bench's scenarios take them: a command's help lists what it reads.
+	configs := map[*cobra.Command]*configFlags{}
 	root := &cobra.Command{
 		Use:   "durashuffle",
 		Short: "Durable shuffle storage for Arrow record batches on S3",
@@ -104,9 +116,10 @@ cut into fixed-size chunks uploaded concurrently as multipart parts, and
 committed by a manifest written last. Readers fetch a sealed stage's index
 with one GET and stream any partition back.
 
-Every command takes the same configuration flags; each can also be set in
-a YAML file (--config) or as DURASHUFFLE_<KEY> in the environment, with
-flags winning over the environment, and the environment over the file.
+Each command takes the configuration flags it uses (serve's sidecar keys,
+such as --listen, only serve); each key can also be set in a YAML file
+(--config) or as DURASHUFFLE_<KEY> in the environment, with flags winning
+over the environment, and the environment over the file.
 Credentials and region follow the AWS SDK chain (AWS_ACCESS_KEY_ID,
 AWS_PROFILE, AWS_REGION, ...).
 
@@ -120,17 +133,20 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			// The configuration flags of the command given (bench
+			// write's are bench's).
+			for c := cmd; c != nil && a.flags == nil; c = c.Parent() {
+				a.flags = configs[c]
+			}
 			return a.setupLogging()
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
 	pf := root.PersistentFlags()
-	a.flags = bindConfigFlags(pf)
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
 	pf.BoolVar(&a.quiet, "quiet", false, "no progress bars (they are drawn only when stderr is a terminal)")
 	pf.SortFlags = false
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 
 	for _, c := range []*cobra.Command{
 		a.demoCommand(),
@@ -144,8 +160,12 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		a.benchCommand(),
 		a.serveCommand(),
 	} {
-		c.Args = noArgs
+		if c.Args == nil {
+			c.Args = noArgs
+		}
 		c.Flags().SortFlags = false
+		c.PersistentFlags().SortFlags = false
+		configs[c] = bindConfigFlags(c.PersistentFlags(), c.Name() == "serve")
 		root.AddCommand(c)
 	}
 	root.Args = cobra.ArbitraryArgs
@@ -196,11 +216,22 @@ func (a *app) config() (durashuffle.Config, error) {
 // sets none: the server keeps multipart parts in this process's memory
 // until Complete, which no configuration bounds.
 func (a *app) applyMemoryLimit(cfg durashuffle.Config, load durashuffle.MemoryLoad, embedded bool) {
-	if embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto {
+	offForEmbedded := embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto
+	if offForEmbedded {
 		cfg.MemoryLimit = durashuffle.MemoryLimitOff
 	}
 	got := cfg.ApplyMemoryLimit(load, a.getenv)
-	a.log.Info("memory limit", "limit", int64(durashuffle.CurrentMemoryLimit()), "source", got.Source,
+	limit := durashuffle.CurrentMemoryLimit()
+	// The message says it in words ("none", not limit=0); the attributes
+	// are for machines.
+	what := "memory limit: " + limit.String() + " (" + got.Source + ")"
+	switch {
+	case limit == 0 && offForEmbedded:
+		what = "memory limit: none (memory_limit auto sets none with the embedded S3 server, which holds uploaded parts in this process)"
+	case limit == 0:
+		what = "memory limit: none (memory_limit off)"
+	}
+	a.log.Info(what, "limit", int64(limit), "source", got.Source,
 		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 

@@ -19,7 +19,8 @@ import (
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
-// bin is the durashuffle binary built by TestMain.
+// bin is the durashuffle binary built by TestMain, bench included (as
+// make build builds it).
 var bin string
 
 func TestMain(m *testing.M) {
@@ -35,7 +36,7 @@ func TestMain(m *testing.M) {
 		dir = d
 	}
 	bin = filepath.Join(dir, "durashuffle")
-	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", "bench", "-o", bin, ".").CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
 		os.Exit(1)

@@ -25,7 +25,7 @@ func findMemoryLimit(t *testing.T, stderr string) memoryLimitLog {
 	t.Helper()
 	for _, line := range strings.Split(stderr, "\n") {
 		var l memoryLimitLog
-		if json.Unmarshal([]byte(line), &l) == nil && l.Msg == "memory limit" {
+		if json.Unmarshal([]byte(line), &l) == nil && strings.HasPrefix(l.Msg, "memory limit: ") {
 			return l
 		}
 	}
@@ -66,12 +66,16 @@ func TestMemoryLimitApplied(t *testing.T) {
 			if got.Limit != c.limit || got.Source != c.source {
 				t.Fatalf("memory limit %d from %q, want %d from %q", got.Limit, got.Source, c.limit, c.source)
 			}
+			if c.limit == 0 && got.Msg != "memory limit: none (memory_limit off)" {
+				t.Fatalf("memory_limit off logged %q", got.Msg)
+			}
 		})
 	}
 
 	t.Run("demo on its embedded server sets none unless told", func(t *testing.T) {
 		demo := []string{"demo", "--log-format", "json", "--rows", "5000", "--workers", "1", "--partitions", "4"}
-		if got := findMemoryLimit(t, cli(t, nil, nil, demo...).must(t).stderr); got.Limit != 0 || got.Source != "off" {
+		if got := findMemoryLimit(t, cli(t, nil, nil, demo...).must(t).stderr); got.Limit != 0 || got.Source != "off" ||
+			!strings.HasPrefix(got.Msg, "memory limit: none (memory_limit auto sets none with the embedded S3 server") {
 			t.Fatalf("demo, embedded, auto: %+v", got)
 		}
 		if got := findMemoryLimit(t, cli(t, nil, nil, append(demo, "--memory-limit", "1GiB")...).must(t).stderr); got.Limit != 1<<30 {
@@ -107,7 +111,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 		var log strings.Builder
 		for sc.Scan() {
 			log.WriteString(sc.Text() + "\n")
-			if strings.Contains(sc.Text(), `"memory limit"`) {
+			if strings.Contains(sc.Text(), `"memory limit: `) {
 				break
 			}
 		}

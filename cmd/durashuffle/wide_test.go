@@ -59,7 +59,7 @@ func TestServeWideStreamsWithinBound(t *testing.T) {
 		Bound int64 `json:"bound"`
 	}
 	for _, line := range strings.Split(se.String(), "\n") {
-		if strings.Contains(line, `"memory limit"`) {
+		if strings.Contains(line, `"memory limit: `) {
 			if err := json.Unmarshal([]byte(line), &logged); err != nil {
 				t.Fatal(err)
 			}
