@@ -38,7 +38,7 @@ Memory: a process holds at most ` + "`max_buffered_chunks x chunk_size`" + ` byt
 chunks (defaults: 16 x 8 MiB = 128 MiB), plus ` + "`coalesce_budget`" + ` of unencoded
 rows per open writer, plus about ` + "`read_ahead x read_range_bytes`" + ` per open reader.
 ` + "`memory_limit auto`" + ` (the default) makes ` + "`write`" + `, ` + "`demo`" + `, ` + "`serve`" + ` and ` + "`bench`" + ` set the
-memory bound (the above plus ` + fmt.Sprint(RuntimeHeadroom/MiB) + ` MiB of runtime headroom) less ` + fmt.Sprint(UnmanagedMemory/MiB) + ` MiB of
+memory bound (the above plus ` + fmt.Sprint(runtimeHeadroom/MiB) + ` MiB of runtime headroom) less ` + fmt.Sprint(unmanagedMemory/MiB) + ` MiB of
 resident memory the runtime does not govern as the Go runtime's soft memory
 limit, so the heap does not grow to twice what is live; see operations.md,
 "Sizing memory".

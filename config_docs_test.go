@@ -33,7 +33,7 @@ func TestConfigurationDocInSync(t *testing.T) {
 }
 
 // The memory_limit key's doc says what auto computes: the bound with its
-// runtime headroom, less UnmanagedMemory, and the defaults' limit.
+// runtime headroom, less unmanagedMemory, and the defaults' limit.
 func TestMemoryLimitDocMatchesCode(t *testing.T) {
 	var doc string
 	for _, k := range Keys() {
@@ -43,8 +43,8 @@ func TestMemoryLimitDocMatchesCode(t *testing.T) {
 	}
 	auto := DefaultConfig().SoftMemoryLimit(MemoryLoad{Writers: 1})
 	for _, want := range []string{
-		fmt.Sprintf("+ %d MiB", RuntimeHeadroom/MiB),
-		fmt.Sprintf("less %d MiB", UnmanagedMemory/MiB),
+		fmt.Sprintf("+ %d MiB", runtimeHeadroom/MiB),
+		fmt.Sprintf("less %d MiB", unmanagedMemory/MiB),
 		fmt.Sprintf("%d MiB with the defaults and one writer", auto/MiB),
 	} {
 		if !strings.Contains(doc, want) {
