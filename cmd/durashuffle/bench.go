@@ -376,3 +376,7 @@ func sizeList(flag, s string) ([]durashuffle.Size, error) {
 	}
 	return out, nil
 }
+
+// runnableCommands is how many runnable commands this binary has, the
+// bench's included (TestEveryCommandHasAnExample walks them all).
+const runnableCommands = 15

@@ -22,6 +22,7 @@ with it and run it from there:
 
   make build && ./bin/durashuffle bench --help
   go run -tags bench ./cmd/durashuffle bench write`,
+		Example:            `  make build && ./bin/durashuffle bench write --help`,
 		DisableFlagParsing: true,
 		Args:               cobra.ArbitraryArgs,
 		RunE: func(*cobra.Command, []string) error {
@@ -32,3 +33,7 @@ with it and run it from there:
 
 var errNoBench = errors.New("bench is not in this binary, which was built without -tags bench; " +
 	"build it with make build (bin/durashuffle) or go build -tags bench ./cmd/durashuffle")
+
+// runnableCommands is how many runnable commands this binary has: the
+// bench's own are not in it.
+const runnableCommands = 10
