@@ -117,8 +117,12 @@ func WithStore(st store.Store) Option { return func(o *options) { o.store = st }
 // its own.
 func WithCounter(c *store.Counter) Option { return func(o *options) { o.counter = c } }
 
-// WithObserver sends the upload pool's events (chunks queued, bytes
-// buffered, parts done) to obs, for metrics of the caller's own.
+// WithObserver sends the upload pool's events to obs, for metrics of the
+// caller's own: Queued(+1 or -1) as a chunk enters or leaves the upload
+// queue, Buffered(bytes) with the bytes now held in chunk buffers,
+// PartDone(queued, upload) with how long a part or put waited and took,
+// and Uploaded(bytes) with what it stored. The pool's goroutines call obs
+// concurrently, so its methods must be cheap and safe for concurrent use.
 func WithObserver(obs uploader.Observer) Option { return func(o *options) { o.observer = obs } }
 
 // WithRegisterer registers the client's metrics on reg: requests by

@@ -10,7 +10,7 @@ import (
 
 // benchCommand stands in for the bench in a binary built without it
 // (go run ./cmd/durashuffle, as make run does): the bench's plots, fonts
-// and shaped link are about 30 modules that no other command needs.
+// and shaped link are 17 modules (of 73) that no other command needs.
 func (a *app) benchCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "bench",
