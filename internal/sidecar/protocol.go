@@ -152,7 +152,8 @@ func parseCommit(md []byte) (c CommitCounts, ok bool, err error) {
 	return *m.Commit, true, nil
 }
 
-// Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
+// Ticket is DoGet's ticket, as JSON: one partition, a list of them, or
+// none (no key, or an empty list) for every partition of the stage.
 type Ticket struct {
 	Query      string `json:"query"`
 	Stage      *int   `json:"stage"`
@@ -161,8 +162,7 @@ type Ticket struct {
 	// Order is "partition" (the default: partitions ascending, then
 	// workers, then write order) or "storage": the batches as they are
 	// stored, fetched in GETs of read_range_bytes, each batch's
-	// app_metadata naming its partition. A storage-order ticket with no
-	// partition reads the whole stage.
+	// app_metadata naming its partition.
 	Order string `json:"order,omitempty"`
 }
 
@@ -359,14 +359,10 @@ func parseTicket(b []byte) (Ticket, []int, error) {
 		return t, nil, invalidf(`ticket has both "partition" and "partitions"; give one`)
 	case t.Partition != nil:
 		return t, []int{*t.Partition}, nil
-	case len(t.Partitions) > 0:
-		return t, t.Partitions, nil
-	case t.Partitions != nil:
-		return t, nil, invalidf(`ticket has an empty "partitions" list`)
-	case t.Order == OrderStorage:
-		return t, nil, nil // the whole stage
 	default:
-		return t, nil, invalidf(`ticket names no partition: want "partition": N or "partitions": [...]`)
+		// No partition, or an empty list: every partition of the
+		// stage, as Stage.ReadPartitions and ReadStored read nil.
+		return t, t.Partitions, nil
 	}
 }
 
