@@ -22,6 +22,7 @@ with it and run it from there:
 
   make build && ./bin/durashuffle bench --help
   go run -tags bench ./cmd/durashuffle bench write`,
+		Example:            `  make build && ./bin/durashuffle bench write --rounds 1`,
 		DisableFlagParsing: true,
 		Args:               cobra.ArbitraryArgs,
 		RunE: func(*cobra.Command, []string) error {
