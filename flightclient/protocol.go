@@ -127,7 +127,8 @@ func CommitMetadata(batches, rows int64) []byte {
 	return b
 }
 
-// Ticket is DoGet's ticket, as JSON: one partition, or a list of them.
+// Ticket is DoGet's ticket, as JSON: one partition, a list of them, or
+// none (no key, or an empty list) for every partition of the stage.
 // query and stage are required.
 type Ticket struct {
 	Query      string `json:"query"`

@@ -158,6 +158,10 @@ func startEmbeddedServe(t *testing.T, env []string) *embeddedServe {
 		if err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				// The startup line says where the S3 server is.
+				if want := "serving Arrow Flight on " + s.flight + ", the embedded S3 server at " + s.s3; !strings.Contains(s.stderr.String(), want) {
+					t.Errorf("serve's log does not say %q:\n%s", want, s.stderr.String())
+				}
 				return s
 			}
 		}

@@ -167,7 +167,13 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 			metricsAddr = "https://" + hln.Addr().String()
 		}
 	}
-	a.log.Info("serving Arrow Flight", "listen", flightAddr, "metrics", metricsAddr,
+	msg := "serving Arrow Flight"
+	if o.embedded {
+		// The S3 port is chosen at start unless --embedded-s3-listen
+		// gives it: say where other tools find the bucket.
+		msg = "serving Arrow Flight on " + flightAddr + ", the embedded S3 server at " + cfg.Endpoint
+	}
+	a.log.Info(msg, "listen", flightAddr, "metrics", metricsAddr,
 		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "", "tls", tlsOn, "mtls", mutual,
 		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
 		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)),

@@ -186,14 +186,10 @@ func parseTicket(b []byte) (flightclient.Ticket, []int, error) {
 		return t, nil, invalidf(`ticket has both "partition" and "partitions"; give one`)
 	case t.Partition != nil:
 		return t, []int{*t.Partition}, nil
-	case len(t.Partitions) > 0:
-		return t, t.Partitions, nil
-	case t.Partitions != nil:
-		return t, nil, invalidf(`ticket has an empty "partitions" list`)
-	case t.Order == flightclient.OrderStorage:
-		return t, nil, nil // the whole stage
 	default:
-		return t, nil, invalidf(`ticket names no partition: want "partition": N or "partitions": [...]`)
+		// No partition, or an empty list: every partition of the
+		// stage, as Stage.ReadPartitions and ReadStored read nil.
+		return t, t.Partitions, nil
 	}
 }
 

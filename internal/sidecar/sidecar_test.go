@@ -437,8 +437,19 @@ func TestPutOutcomes(t *testing.T) {
 	wantCode(t, err, codes.NotFound, "stage not found")
 	_, _, err = doGet(ctx, e.fc, map[string]any{"query": "q-out", "stage": 0, "partition": 2})
 	wantCode(t, err, codes.InvalidArgument, "partition")
-	_, _, err = doGet(ctx, e.fc, map[string]any{"query": "q-out", "stage": 0})
-	wantCode(t, err, codes.InvalidArgument, "names no partition")
+	// No partition, or an empty list, is every partition, as
+	// ReadPartitions(ctx, nil) reads them.
+	for _, tkt := range []map[string]any{
+		{"query": "q-out", "stage": 0},
+		{"query": "q-out", "stage": 0, "partitions": []int{}},
+	} {
+		_, all, err := doGet(ctx, e.fc, tkt)
+		_, p0, err0 := doGet(ctx, e.fc, map[string]any{"query": "q-out", "stage": 0, "partition": 0})
+		_, p1, err1 := doGet(ctx, e.fc, map[string]any{"query": "q-out", "stage": 0, "partition": 1})
+		if err != nil || err0 != nil || err1 != nil || len(all) == 0 || len(all) != len(p0)+len(p1) {
+			t.Fatalf("ticket %v: %d rows (%v), want partitions 0 and 1: %d + %d rows (%v, %v)", tkt, len(all), err, len(p0), len(p1), err0, err1)
+		}
+	}
 	_, _, err = doGet(ctx, e.fc, map[string]any{"query": "q-out", "stage": 0, "partition": 0, "partitions": []int{1}})
 	wantCode(t, err, codes.InvalidArgument, "both")
 	_, err = e.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: []byte(`{"query":"nope","stage":0}`)})

@@ -1,6 +1,16 @@
-// Package docstest holds tests that keep the operator documentation true
-// to the code: the metrics table of docs/operations.md against what
-// internal/engine/metrics exports, the byte-range recipe of docs/interop.md
-// against a stage written by the library, and the Go client of
-// docs/sidecar.md against a running sidecar.
+// Package docstest holds tests that keep the documentation true to the
+// code, one file each:
+//   - metrics_test.go: the metrics table of docs/operations.md against
+//     what internal/engine/metrics exports;
+//   - interop_test.go: the byte-range recipe of docs/interop.md against a
+//     stage written by the library;
+//   - sidecar_test.go: the Go client of docs/sidecar.md against a running
+//     sidecar;
+//   - readme_test.go: the README's library snippet is the text of the root
+//     package's Example, which compiles and runs against the embedded
+//     server as its Output says;
+//   - compose_test.go: localstack/docker-compose.yml as far as it can be
+//     checked without Docker;
+//   - outside_test.go: examples/engine, a module of its own, builds and
+//     runs against the library as an outside program would.
 package docstest
