@@ -24,8 +24,9 @@ import (
 // uncompressed frames cost the link and TLS twice the bytes.
 type autoCodec struct {
 	encoders int
-	window   time.Duration // autoWindow; tests shorten it
-	level    atomic.Int32  // index into frame.Codecs
+	window   time.Duration    // autoWindow
+	now      func() time.Time // time.Now; tests step a clock of their own
+	level    atomic.Int32     // index into frame.Codecs
 
 	mu       sync.Mutex
 	rate     [4]float64 // stored bytes per encode-second per encoder, EWMA; 0: not measured
@@ -42,7 +43,8 @@ const (
 )
 
 func newAutoCodec(encoders int) *autoCodec {
-	a := &autoCodec{encoders: max(1, encoders), window: autoWindow, winStart: time.Now()}
+	a := &autoCodec{encoders: max(1, encoders), window: autoWindow, now: time.Now}
+	a.winStart = a.now()
 	a.level.Store(autoMin)
 	return a
 }
@@ -73,13 +75,13 @@ func (a *autoCodec) appended(n int, wait time.Duration) {
 	defer a.mu.Unlock()
 	a.blocked += wait
 	a.out += int64(n)
-	win := time.Since(a.winStart)
+	win := a.now().Sub(a.winStart)
 	if win < a.window {
 		return
 	}
 	blockedFrac := a.blocked.Seconds() / win.Seconds()
 	outRate := float64(a.out) / win.Seconds()
-	a.winStart, a.blocked, a.out = time.Now(), 0, 0
+	a.winStart, a.blocked, a.out = a.now(), 0, 0
 	lvl := int(a.level.Load())
 	switch {
 	case blockedFrac > 0.3 && lvl+1 < len(frame.Codecs):

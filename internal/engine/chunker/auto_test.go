@@ -10,14 +10,23 @@ import (
 // zstd, one codec per window, unless the next codec's measured encoders
 // could not feed the upload rate; while it never waits it steps back down,
 // never below lz4.
+//
+// The windows run on a clock of the test's own, so a busy machine that
+// oversleeps cannot dilute a window's waiting fraction.
 func TestAutoCodecSteps(t *testing.T) {
+	clock := time.Unix(0, 0)
+	newAuto := func() *autoCodec {
+		a := newAutoCodec(2)
+		a.now = func() time.Time { return clock }
+		a.winStart = clock
+		return a
+	}
 	window := func(a *autoCodec, bytes int, waitFrac float64) {
-		time.Sleep(a.window)
+		clock = clock.Add(a.window)
 		a.appended(bytes, time.Duration(waitFrac*float64(a.window)))
 	}
 	t.Run("link full", func(t *testing.T) {
-		a := newAutoCodec(2)
-		a.window = 5 * time.Millisecond
+		a := newAuto()
 		if a.codec() != "lz4" {
 			t.Fatalf("starts at %s, want lz4", a.codec())
 		}
@@ -41,8 +50,7 @@ func TestAutoCodecSteps(t *testing.T) {
 		}
 	})
 	t.Run("encoders too slow for the next codec", func(t *testing.T) {
-		a := newAutoCodec(2)
-		a.window = 5 * time.Millisecond
+		a := newAuto()
 		// zstd-fastest measured at 1 MB/s per encoder: 2 MB/s, far below
 		// the ~100 MB/s the link takes.
 		a.encoded("zstd-fastest", 1e6, time.Second)
