@@ -6,6 +6,7 @@ import (
 	"unsafe"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -81,7 +82,7 @@ func (w *Writer) leastRoom() int64 {
 func (w *Writer) appendGuarded(r encoded) (err error) {
 	defer func() {
 		if v := recover(); v != nil {
-			err = newPanicError(fmt.Sprintf("append a frame of partition %d", r.partition), v)
+			err = safe.Recovered(v, "append of a frame of partition %d", r.partition)
 		}
 	}()
 	return w.appendFrame(r)

@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -249,7 +250,7 @@ func (w *Writer) Err() error {
 // Arrow's full validation of each); an invalid one is refused with an
 // error wrapping ErrBatch that names the partition and the column, and
 // the writer keeps what it had, as for a batch of another schema
-// (ErrSchema). A panic inside Write fails the writer with a *PanicError
+// (ErrSchema). A panic inside Write fails the writer with a *safe.PanicError
 // and never leaves its lock held, so Abort and Close still run.
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if err := w.Err(); err != nil {
@@ -280,7 +281,7 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 	defer w.mu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
-			perr := newPanicError(fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition), r)
+			perr := safe.Recovered(r, "write of %d rows to partition %d", rec.NumRows(), partition)
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
 			w.arena = nil

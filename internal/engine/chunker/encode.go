@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 )
 
 type encodeJob struct {
@@ -82,7 +83,7 @@ func (w *Writer) encoder() {
 	encode := func(j encodeJob, res *encoded) {
 		defer func() {
 			if r := recover(); r != nil {
-				broken = newPanicError(fmt.Sprintf("encode a frame of partition %d", j.partition), r)
+				broken = safe.Recovered(r, "encode of a frame of partition %d", j.partition)
 				res.err = broken
 			}
 		}()

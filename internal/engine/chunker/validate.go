@@ -2,7 +2,6 @@ package chunker
 
 import (
 	"fmt"
-	"runtime/debug"
 	"unicode/utf8"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -226,22 +225,4 @@ func schemaString(sc *arrow.Schema) string {
 		s += fmt.Sprintf("%s: %s", f.Name, f.Type)
 	}
 	return s + "}"
-}
-
-// PanicError is a panic the chunker recovered from: in Write (with the
-// writer's lock held), in an encoder or in the appender. The writer fails
-// with it, so that Abort (and Close) still run and the process serves on.
-// Stack is the panicking goroutine's stack, for a log; Error leaves it out.
-type PanicError struct {
-	Op    string // what panicked: "write to partition 3", "encode a frame of partition 5", "append"
-	Value any    // what was passed to panic
-	Stack []byte
-}
-
-func (e *PanicError) Error() string {
-	return fmt.Sprintf("chunker: panic in %s: %v", e.Op, e.Value)
-}
-
-func newPanicError(op string, v any) *PanicError {
-	return &PanicError{Op: op, Value: v, Stack: debug.Stack()}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 )
 
@@ -250,7 +251,7 @@ func TestPanicInWriteReleasesTheLock(t *testing.T) {
 	big := rows(memory.DefaultAllocator, 0, 2000) // > a quarter frame: retained, not copied
 	defer big.Release()
 	err = w.Write(2, &panicky{RecordBatch: big, inRetain: true})
-	var pe *PanicError
+	var pe *safe.PanicError
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "partition 2") || !strings.Contains(err.Error(), "retain of a hostile batch") || len(pe.Stack) == 0 {
 		t.Fatalf("Write: %v, want a PanicError naming the partition and the panic, with a stack", err)
 	}
@@ -287,8 +288,8 @@ func TestPanicInEncoderFailsTheWriter(t *testing.T) {
 	}
 	var cerr error
 	ended(t, "Close", func() { _, cerr = w.Close() })
-	var pe *PanicError
-	if !errors.As(cerr, &pe) || !strings.Contains(cerr.Error(), "encode a frame of partition 1") {
+	var pe *safe.PanicError
+	if !errors.As(cerr, &pe) || !strings.Contains(cerr.Error(), "encode of a frame of partition 1") {
 		t.Fatalf("Close: %v, want a PanicError of the encoder", cerr)
 	}
 }
