@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 )
 
 // Hedger keeps recent latencies of one kind of request and decides when a
@@ -73,11 +75,15 @@ func (h *Hedger) Stats() (hedged, won int64) {
 // first success wins and the other run is cancelled; Do returns only after
 // both runs have returned, so fn's inputs may be reused afterwards. If
 // both fail, the first run's error is returned.
+//
+// A run that panics fails Do with a *safe.PanicError, as does a run whose
+// error wraps one (a panic fn recovered itself), whatever the other run
+// did: a panic is a bug, which the other run's answer must not hide.
 func (h *Hedger) Do(ctx context.Context, fn func(ctx context.Context) error) error {
 	delay := h.Delay()
 	start := time.Now()
 	if delay == 0 {
-		err := fn(ctx)
+		err := safe.Call(func() error { return fn(ctx) }, "a request")
 		if err == nil {
 			h.observe(time.Since(start))
 		}
@@ -90,7 +96,14 @@ func (h *Hedger) Do(ctx context.Context, fn func(ctx context.Context) error) err
 		hedge bool
 	}
 	results := make(chan result, 2)
-	go func() { results <- result{fn(ctx), false} }()
+	run := func(hedge bool) {
+		op := "a request"
+		if hedge {
+			op = "the hedge of a request"
+		}
+		results <- result{safe.Call(func() error { return fn(ctx) }, "%s", op), hedge}
+	}
+	go run(false)
 	timer := time.NewTimer(delay)
 	defer timer.Stop()
 	running := 1
@@ -106,22 +119,27 @@ func (h *Hedger) Do(ctx context.Context, fn func(ctx context.Context) error) err
 				if h.OnHedge != nil {
 					h.OnHedge()
 				}
-				go func() { results <- result{fn(ctx), true} }()
+				go run(true)
 			}
 		case r := <-results:
 			running--
-			if r.err == nil {
-				h.observe(time.Since(start))
-				if r.hedge {
+			if r.err == nil || safe.IsPanic(r.err) {
+				if r.err == nil {
+					h.observe(time.Since(start))
+				}
+				cancel()
+				err := r.err
+				for ; running > 0; running-- {
+					if o := <-results; err == nil && safe.IsPanic(o.err) {
+						err = o.err
+					}
+				}
+				if err == nil && r.hedge {
 					h.mu.Lock()
 					h.won++
 					h.mu.Unlock()
 				}
-				cancel()
-				for ; running > 0; running-- {
-					<-results
-				}
-				return nil
+				return err
 			}
 			if firstErr == nil || !r.hedge {
 				firstErr = r.err

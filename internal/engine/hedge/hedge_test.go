@@ -3,9 +3,14 @@ package hedge
 import (
 	"context"
 	"errors"
+	"fmt"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 )
 
 func warm(h *Hedger, d time.Duration) {
@@ -82,4 +87,96 @@ func TestFastRequestsAreNotDoubled(t *testing.T) {
 	if calls.Load() != 100 {
 		t.Fatalf("%d calls for 100 requests", calls.Load())
 	}
+}
+
+// settled fails t unless the goroutines started since base have exited.
+func settled(t *testing.T, base int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines, %d before Do:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func wantPanic(t *testing.T, err error, op, value string) {
+	t.Helper()
+	var pe *safe.PanicError
+	if !errors.As(err, &pe) || pe.Op != op || !strings.Contains(err.Error(), value) || !strings.Contains(pe.At, "hedge_test.go:") {
+		t.Fatalf("Do: %v, want a PanicError of %q with %q, at its site in hedge_test.go", err, op, value)
+	}
+}
+
+// TestPanicFailsDo: a panic in fn, run inline or in either of Do's
+// goroutines, is Do's error, never the process's end; a panic in the run
+// that lost is not hidden by the winner's success; Do still waits for
+// both runs.
+func TestPanicFailsDo(t *testing.T) {
+	base := runtime.NumGoroutine()
+	t.Run("inline", func(t *testing.T) {
+		h := New(3, time.Millisecond)
+		err := h.Do(context.Background(), func(context.Context) error { panic("a bug in the request") })
+		wantPanic(t, err, "a request", "a bug in the request")
+	})
+	t.Run("the hedge panics while the first run hangs", func(t *testing.T) {
+		h := New(1, time.Millisecond)
+		warm(h, time.Millisecond)
+		var calls atomic.Int32
+		var cancelled atomic.Bool
+		err := h.Do(context.Background(), func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				<-ctx.Done()
+				cancelled.Store(true)
+				return ctx.Err()
+			}
+			panic("a bug in the hedge")
+		})
+		wantPanic(t, err, "the hedge of a request", "a bug in the hedge")
+		if !cancelled.Load() {
+			t.Fatal("Do returned before the first run was cancelled and returned")
+		}
+	})
+	t.Run("the loser panics after the winner succeeded", func(t *testing.T) {
+		h := New(1, time.Millisecond)
+		warm(h, time.Millisecond)
+		var calls atomic.Int32
+		hedging := make(chan struct{})
+		err := h.Do(context.Background(), func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				<-hedging // succeed once the hedge runs
+				return nil
+			}
+			close(hedging)
+			<-ctx.Done() // cancelled by the first run's success
+			panic("a bug in the cancelled hedge")
+		})
+		wantPanic(t, err, "the hedge of a request", "a bug in the cancelled hedge")
+		if _, won := h.Stats(); won != 0 {
+			t.Fatalf("won %d: a hedge that panicked counted as a win", won)
+		}
+	})
+	t.Run("an error wrapping a recovered panic", func(t *testing.T) {
+		h := New(1, time.Millisecond)
+		warm(h, time.Millisecond)
+		var calls atomic.Int32
+		hedging := make(chan struct{})
+		err := h.Do(context.Background(), func(ctx context.Context) error {
+			if calls.Add(1) == 1 {
+				// fn recovered a panic of its own goroutine and returns it.
+				err := safe.Call(func() error { panic("a bug in a receiver") }, "a receiver")
+				<-hedging
+				return fmt.Errorf("read k: %w", err)
+			}
+			close(hedging)
+			return nil
+		})
+		// The hedge succeeded, but the first run's panic fails Do.
+		if !safe.IsPanic(err) || !strings.Contains(err.Error(), "read k: panic in a receiver: a bug in a receiver") {
+			t.Fatalf("Do: %v, want the first run's recovered panic", err)
+		}
+	})
+	settled(t, base)
 }
