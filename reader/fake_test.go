@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -16,6 +15,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -203,15 +203,7 @@ func equalRows(t *testing.T, got, want []row) {
 // moment after the stream was closed.
 func noLeak(t *testing.T, base int) {
 	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			n := runtime.Stack(buf, true)
-			t.Fatalf("%d goroutines running, %d before the stream:\n%s", runtime.NumGoroutine(), base, buf[:n])
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	leaktest.Settled(t, base)
 }
 
 func mustContain(t *testing.T, err error, parts ...string) {

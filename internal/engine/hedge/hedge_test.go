@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 )
 
 func warm(h *Hedger, d time.Duration) {
@@ -86,19 +87,6 @@ func TestFastRequestsAreNotDoubled(t *testing.T) {
 	}
 	if calls.Load() != 100 {
 		t.Fatalf("%d calls for 100 requests", calls.Load())
-	}
-}
-
-// settled fails t unless the goroutines started since base have exited.
-func settled(t *testing.T, base int) {
-	t.Helper()
-	deadline := time.Now().Add(2 * time.Second)
-	for runtime.NumGoroutine() > base {
-		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines, %d before Do:\n%s", runtime.NumGoroutine(), base, buf[:runtime.Stack(buf, true)])
-		}
-		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -178,5 +166,5 @@ func TestPanicFailsDo(t *testing.T) {
 			t.Fatalf("Do: %v, want the first run's recovered panic", err)
 		}
 	})
-	settled(t, base)
+	leaktest.Settled(t, base)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/engine/retry"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -266,7 +267,7 @@ func (o *Upload) Prepare() {
 	o.wg.Add(1)
 	o.mu.Unlock()
 	go func() {
-		_, err := o.ensureUpload()
+		err := safe.Call(func() error { _, err := o.ensureUpload(); return err }, "create of the multipart upload of %s", o.key)
 		o.partDone(err)
 	}()
 }
@@ -290,10 +291,15 @@ func (o *Upload) ensureUpload() (string, error) {
 		return id, nil
 	}
 	var attempts atomic.Int32
-	id, err := o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
+	err := safe.Call(func() (err error) {
+		id, err = o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
+		return err
+	}, "the store's CreateMultipart")
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.strays = attempts.Load() > 1
+	// A create that panicked may have created the upload all the same,
+	// under an ID never seen: Abort looks for it as for a retried create.
+	o.strays = o.strays || attempts.Load() > 1 || safe.IsPanic(err)
 	if err != nil {
 		return "", fmt.Errorf("create multipart upload %s: %w", o.key, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/engine/hedge"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 	"golang.org/x/sync/semaphore"
 )
@@ -251,25 +252,36 @@ func (p *Pool) worker() {
 		p.lim.acquire()
 		p.inFlight.Add(1)
 		start := time.Now()
-		var err error
-		if j.fill != nil {
-			err = j.obj.uploadFilling(j)
-		} else {
-			err = j.obj.upload(j)
-		}
+		err := p.run(j)
 		p.inFlight.Add(-1)
 		p.lim.release(err == nil)
 		if p.obs != nil && err == nil {
 			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
 			p.obs.Uploaded(int64(len(j.buf)))
 		}
-		if err == nil && j.obj.keep(j) {
+		kept := false
+		if err == nil {
+			err = safe.Call(func() error { kept = j.obj.keep(j); return nil }, "keep of part %d of %s", j.part, j.obj.key)
+		}
+		if kept {
 			p.forget() // the buffer now belongs to the object's Keeper
 		} else {
 			p.Release(j.buf)
 		}
 		j.obj.partDone(err)
 	}
+}
+
+// run uploads j's part. A panic in it (the store's, a hedged request's)
+// fails the part like any error, so the object aborts its upload and the
+// worker serves the next part, of this object or another.
+func (p *Pool) run(j *job) error {
+	return safe.Call(func() error {
+		if j.fill != nil {
+			return j.obj.uploadFilling(j)
+		}
+		return j.obj.upload(j)
+	}, "upload of part %d of %s", j.part, j.obj.key)
 }
 
 func (p *Pool) submit(j *job) error {
