@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -21,8 +22,19 @@ func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow
 }
 
 // decodeChecked is decodeFrame, skipping the CRC32C of bytes that already
-// passed it (checked).
-func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) ([]arrow.RecordBatch, error) {
+// passed it (checked). A panic in the decoder (a bug; the bytes are as
+// written, their CRC32C matched) fails the frame with a *safe.PanicError
+// naming it. It is not a *FrameError: the data is not known to be
+// damaged, and reading it again would meet the same bug.
+func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.RecordBatch, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			// What the decoder allocated before the panic is left to the
+			// garbage collector: it may be half-built.
+			out, err = nil, safe.Recovered(v, "decode of the frame of partition %d at offset %d of %s (%d bytes, worker %s)",
+				f.Frame.Partition, f.Frame.Offset, f.Key, f.Frame.Length, s.m.Workers[f.Worker].Worker)
+		}
+	}()
 	if !checked {
 		if got := store.CRC32C(b); got != f.Frame.CRC32C {
 			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))

@@ -12,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -62,6 +63,14 @@ func (r *Records) launch(s *Stage, groups []group) {
 		go func() {
 			defer r.wg.Done()
 			defer close(f.done)
+			// A panic the fetch did not contain itself (GETs and decoding
+			// do) is the group's error, delivered in its place like any.
+			defer func() {
+				if v := recover(); v != nil {
+					f.err = safe.Recovered(v, "fetch of %v", g)
+					r.failed.Store(true)
+				}
+			}()
 			f.recs, f.parts, f.lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
 			if f.err != nil {
 				r.failed.Store(true)
@@ -90,6 +99,11 @@ func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([
 		}
 		wg.Go(func() {
 			defer sem.Release(1)
+			defer func() {
+				if v := recover(); v != nil {
+					raws[i] = rawSpan{err: safe.Recovered(v, "the fetch of a range")}
+				}
+			}()
 			raws[i] = fetchRaw(ctx, s, sp)
 		})
 	}
@@ -122,23 +136,13 @@ type rawSpan struct {
 }
 
 // fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
-// with the most bytes is kept).
+// with the most bytes is kept; a panic in either request fails the span).
 func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 	if r, ok := fetchFast(ctx, s, sp); ok {
 		return r
 	}
-	get := func(ctx context.Context) rawSpan {
-		buf := make([]byte, sp.Length)
-		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
-		if err != nil {
-			return rawSpan{buf: buf, err: err}
-		}
-		defer body.Close()
-		n, err := io.ReadFull(body, buf)
-		return rawSpan{buf: buf, got: int64(n), err: err}
-	}
 	if s.o.Hedge == nil {
-		r := get(ctx)
+		r := getRange(ctx, s, sp)
 		s.served(SourceS3, r.got)
 		return r
 	}
@@ -147,8 +151,8 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		best rawSpan
 		have bool
 	)
-	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
-		r := get(ctx)
+	err := s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
+		r := getRange(ctx, s, sp)
 		mu.Lock()
 		defer mu.Unlock()
 		if !have || best.err != nil && (r.err == nil || r.got > best.got) {
@@ -156,6 +160,9 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		}
 		return r.err
 	})
+	if safe.IsPanic(err) {
+		return rawSpan{err: err}
+	}
 	s.served(SourceS3, best.got)
 	return best
 }
@@ -180,7 +187,7 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *sp
 		mu   sync.Mutex
 		best *spanRead
 	)
-	_ = s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
+	err := s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
 		r := readSpan(ctx, s, sp, schema)
 		mu.Lock()
 		defer mu.Unlock()
@@ -196,6 +203,13 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *sp
 		}
 		return r.err
 	})
+	if safe.IsPanic(err) {
+		// A bug in either request fails the span, whatever the other got.
+		if best != nil {
+			release(best.recs)
+		}
+		return &spanRead{err: err}
+	}
 	s.served(SourceS3, best.got)
 	return best
 }
@@ -226,7 +240,6 @@ func (a orderKey) compare(b orderKey) int {
 // point into it.
 func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
 	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
 	buf := make([]byte, sp.Length)
 	// The receiver sends, for each frame in turn, the bytes of the span
 	// that have arrived once the frame is whole. got and rerr are its
@@ -236,8 +249,22 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 		got  int64
 		rerr error
 	)
+	// However the decoding ends, the receiver has exited when readSpan
+	// returns.
+	defer func() {
+		cancel()
+		for range whole {
+		}
+	}()
 	go func() {
 		defer close(whole)
+		// A panic in the store's GET or body is the span's read error:
+		// the frames that arrived whole before it are still delivered.
+		defer func() {
+			if v := recover(); v != nil {
+				rerr = safe.Recovered(v, "the store's ranged GET")
+			}
+		}()
 		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
 		if err != nil {
 			rerr = err

@@ -225,6 +225,15 @@ type group struct {
 	length int64
 }
 
+// String names the group's ranges, for messages.
+func (g group) String() string {
+	sp := g.spans[0]
+	if len(g.spans) == 1 {
+		return fmt.Sprintf("%s bytes [%d, %d)", sp.Key, sp.Offset, sp.Offset+sp.Length)
+	}
+	return fmt.Sprintf("%d ranges of %d bytes, the first %s bytes [%d, %d)", len(g.spans), g.length, sp.Key, sp.Offset, sp.Offset+sp.Length)
+}
+
 // partitionGroups plans ws (in ReadPartitions' order) as groups of whole
 // partitions of at most groupBytes of frames each. A group of several
 // partitions is planned in storage order (planSpans joins each worker's

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -152,7 +153,14 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 	results := make(chan result, 2)
 	start := time.Now()
 	go func() {
-		b, from, err := s.o.Source.Fetch(cctx, rng)
+		var (
+			b    []byte
+			from string
+		)
+		err := safe.Call(func() (err error) {
+			b, from, err = s.o.Source.Fetch(cctx, rng)
+			return err
+		}, "the Source's Fetch")
 		if err == nil && int64(len(b)) != sp.Length {
 			err = &SourceError{Reason: FallbackError, Err: fmt.Errorf("%s answered %d bytes of %s [%d, %d), want %d", from, len(b), sp.Key, sp.Offset, sp.Offset+sp.Length, sp.Length)}
 		}
@@ -183,10 +191,22 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 			continue
 		case r := <-results:
 			running--
-			if r.err == nil {
+			if safe.IsPanic(r.err) {
+				// A bug, in the Source or the store: the span fails, as
+				// a GET that panicked does without a Source, rather than
+				// being read again by a fallback that hides it.
 				cancel()
 				for ; running > 0; running-- {
 					<-results
+				}
+				return rawSpan{err: r.err}, true
+			}
+			if r.err == nil {
+				cancel()
+				for ; running > 0; running-- {
+					if o := <-results; safe.IsPanic(o.err) {
+						return rawSpan{err: o.err}, true
+					}
 				}
 				if r.s3 {
 					s.fallback(FallbackTimeout)
@@ -261,15 +281,17 @@ func verifyFast(ctx context.Context, s *Stage, sp span, b []byte, from string) r
 	return rawSpan{buf: b, got: int64(len(b)), checked: true}
 }
 
-// readInto fills p with the store's bytes at off of key.
-func readInto(ctx context.Context, s *Stage, key string, off int64, p []byte) (int64, error) {
+// readInto fills p with the store's bytes at off of key. A panic in the
+// store's GET or its body is its error.
+func readInto(ctx context.Context, s *Stage, key string, off int64, p []byte) (n int64, err error) {
+	defer safe.Recover(&err, "the store's ranged GET")
 	body, err := s.st.GetRange(ctx, key, off, int64(len(p)))
 	if err != nil {
 		return 0, err
 	}
 	defer body.Close()
-	n, err := io.ReadFull(body, p)
-	return int64(n), err
+	got, err := io.ReadFull(body, p)
+	return int64(got), err
 }
 
 // getRange is one ranged GET of a span into a fresh buffer.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -21,8 +22,13 @@ type Stage struct {
 	o         Options
 	schema    *arrow.Schema
 	schemaErr error
-	dec       *frame.Decoder
+	dec       decoder
 	keys      [][]string // keys[w][o]: full key of worker w's object o
+}
+
+// decoder decodes the stage's frames: a *frame.Decoder.
+type decoder interface {
+	Decode(b []byte, mem memory.Allocator) ([]arrow.RecordBatch, error)
 }
 
 // Open loads the stage's manifest (exactly one GET when the stage is
