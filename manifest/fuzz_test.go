@@ -86,10 +86,10 @@ func decodeErr(t *testing.T, err error) {
 	}
 }
 
-// safe checks what a reader relies on in a manifest that decoded: every
+// wellFormed checks what a reader relies on in a manifest that decoded: every
 // frame inside its object, partitions in range and bounded, keys that do
 // not climb out of the stage.
-func safe(t *testing.T, w *Worker) {
+func wellFormed(t *testing.T, w *Worker) {
 	t.Helper()
 	if w.Partitions < 1 || w.Partitions > MaxPartitions {
 		t.Fatalf("decoded %d partitions", w.Partitions)
@@ -121,7 +121,7 @@ func FuzzDecodeWorker(f *testing.F) {
 			decodeErr(t, err)
 			return
 		}
-		safe(t, w)
+		wellFormed(t, w)
 		again, err := w.Encode()
 		if err != nil {
 			t.Fatal(err)
@@ -152,7 +152,7 @@ func FuzzDecodeStage(f *testing.F) {
 			if s.Workers[i].Partitions != s.Partitions {
 				t.Fatalf("worker %d has %d partitions, stage %d", i, s.Workers[i].Partitions, s.Partitions)
 			}
-			safe(t, &s.Workers[i])
+			wellFormed(t, &s.Workers[i])
 		}
 		again, err := s.Encode()
 		if err != nil {

@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -198,8 +199,11 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 		if gctx.Err() != nil {
 			break // a GET failed, or the caller gave up: start no more
 		}
-		g.Go(func() error {
+		g.Go(func() (err error) {
 			key := l.WorkerManifestKey(query, stage, id)
+			// A panic (the store's, or decoding a hostile head) fails the
+			// seal like a failed GET: nothing is written.
+			defer safe.Recover(&err, "read of the manifest head %s", key)
 			h, err := readHead(gctx, st, key)
 			if store.IsNotFound(err) {
 				mu.Lock()
@@ -357,7 +361,8 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			if a == b || gctx.Err() != nil {
 				continue // nothing to read; or a read failed: start no more
 			}
-			g.Go(func() error {
+			g.Go(func() (err error) {
+				defer safe.Recover(&err, "read of %s bytes [%d, %d)", w.key, w.entries+EntrySize*a, w.entries+EntrySize*b)
 				return readInto(gctx, st, w.key, w.entries+EntrySize*a, bufs[i])
 			})
 		}

@@ -10,8 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durashuffle/durashuffle/store"
 	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // readAll GETs a whole object, refusing more than MaxManifestBytes.
@@ -236,6 +238,7 @@ func LoadStage(ctx context.Context, st store.Store, l Layout, query string, stag
 	g.SetLimit(16)
 	for i, id := range workers {
 		g.Go(func() (err error) {
+			defer safe.Recover(&err, "load of the manifest of worker %s of %s stage %d", id, query, stage)
 			ws[i], err = LoadWorker(gctx, st, l, query, stage, id)
 			return err
 		})
