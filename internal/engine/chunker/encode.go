@@ -124,7 +124,12 @@ func (w *Writer) encoder() {
 		case w.ctx.Err() == nil:
 			encode(j, &res)
 		}
-		j.release()
+		// The caller's batches are released here too: a panic in one
+		// fails the writer like an encoder's (the rest of the job's
+		// memory is left to the garbage collector).
+		if err := safe.Call(func() error { j.release(); return nil }, "release of the batches of a frame of partition %d", j.partition); err != nil && res.err == nil {
+			res.err = err
+		}
 		w.results <- res
 	}
 }

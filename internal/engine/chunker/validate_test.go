@@ -209,11 +209,20 @@ func TestWriteRefusesHostileBatches(t *testing.T) {
 
 // panicky is a batch that panics where the chunker uses it after
 // validation: in Retain (under the writer's lock, when a large batch is
-// kept rather than copied) or, once armed, in Column (in an encoder).
+// kept rather than copied) or, once armed, in Column (in an encoder), or
+// in Release (after the encoder is done with it).
 type panicky struct {
 	arrow.RecordBatch
-	inRetain bool
-	armed    atomic.Bool
+	inRetain  bool
+	armed     atomic.Bool
+	inRelease atomic.Bool
+}
+
+func (p *panicky) Release() {
+	if p.inRelease.Load() {
+		panic("release of a hostile batch")
+	}
+	p.RecordBatch.Release()
 }
 
 func (p *panicky) Retain() {
@@ -291,6 +300,30 @@ func TestPanicInEncoderFailsTheWriter(t *testing.T) {
 	var pe *safe.PanicError
 	if !errors.As(cerr, &pe) || !strings.Contains(cerr.Error(), "encode of a frame of partition 1") {
 		t.Fatalf("Close: %v, want a PanicError of the encoder", cerr)
+	}
+}
+
+// TestPanicInReleaseFailsTheWriter: a batch whose Release panics when
+// the encoder lets go of it fails the writer (Close returns a
+// PanicError) instead of ending the process.
+func TestPanicInReleaseFailsTheWriter(t *testing.T) {
+	sink := newSink(t, 100_000, 4)
+	w, err := New(context.Background(), opts(4), sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := rows(memory.DefaultAllocator, 0, 2000) // > a quarter frame: retained, not copied
+	defer rec.Release()
+	p := &panicky{RecordBatch: rec}
+	if err := w.Write(3, p); err != nil {
+		t.Fatal(err)
+	}
+	p.inRelease.Store(true)
+	var cerr error
+	ended(t, "Close", func() { _, cerr = w.Close() })
+	var pe *safe.PanicError
+	if !errors.As(cerr, &pe) || !strings.Contains(cerr.Error(), "panic in release of the batches of a frame of partition 3: release of a hostile batch") {
+		t.Fatalf("Close: %v, want a PanicError of the release", cerr)
 	}
 }
 
