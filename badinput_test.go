@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/reader"
 )
@@ -51,7 +50,7 @@ func TestSchemaChangeRejected(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = w.Write(2, bad)
-		if !errors.Is(err, chunker.ErrSchema) {
+		if !errors.Is(err, durashuffle.ErrSchema) {
 			t.Fatalf("write of another schema: %v, want ErrSchema", err)
 		}
 		for _, want := range []string{"partition 2", "id: type=int32", "id: type=int64"} {
@@ -109,7 +108,7 @@ func TestPartitionOutOfRange(t *testing.T) {
 	defer rec.Release()
 	for _, p := range []int{4, -1, 1 << 30} {
 		err := w.Write(p, rec)
-		if !errors.Is(err, chunker.ErrPartition) || !strings.Contains(err.Error(), "writer has partitions [0, 4)") {
+		if !errors.Is(err, durashuffle.ErrPartition) || !strings.Contains(err.Error(), "writer has partitions [0, 4)") {
 			t.Fatalf("write to partition %d: %v", p, err)
 		}
 	}

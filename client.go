@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// Version is written into every manifest.
-const Version = "durashuffle/0.1.0"
+// version is written into every worker manifest (WriterVersion).
+const version = "durashuffle/0.1.0"
 
 // Client is durashuffle in one process: the store with its retry layer,
 // the request counter and the upload pool that every writer shares. Safe
@@ -83,7 +83,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	}
 	c := newClient(st, cfg, o.counter, obs)
 	if m != nil {
-		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, GuardStates, func() string { return c.CommitGuard().State }); err != nil {
+		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, guardStates, func() string { return string(c.CommitGuard().State) }); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("register the client's metrics: %w", err)
 		}
@@ -101,6 +101,7 @@ func init() {
 		return 0, 0
 	}
 	access.GuardProbes = func(c any) int64 { return c.(*Client).guardProbes() }
+	access.GuardStates = guardStates
 }
 
 // An Option adds to what Open builds: a store of the caller's own, an AWS
@@ -140,19 +141,36 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // time uploading) and Uploaded with the bytes it stored. It must not
 // block.
 //
-// An Observer that also has the methods of reader.Observer receives the
-// bytes the client's readers are served by source (memory, peer, s3) and
-// their fallbacks by reason. One that also has MemstoreBytes,
-// MemstoreAdmitted, MemstoreDeclined, MemstoreEvicted and
-// MemstoreReleased (each func(int64)) receives the memory store's bytes
-// held and the bytes of committed output it took, declined, evicted and
-// released (memory_store_bytes > 0).
+// An Observer takes more of the client's events by having more methods.
+// With those of reader.Observer it receives what the client's readers
+// count: the client passes it as reader.Options.Observer of every stage
+// it opens. With those of MemoryStoreObserver it receives the memory
+// store's counts.
 type Observer interface {
 	Queued(delta int)
 	Buffered(bytes int64)
 	PartDone(queued, upload time.Duration)
 	Uploaded(bytes int64)
 }
+
+// MemoryStoreObserver is what an Observer also implements to receive the
+// counts of the client's memory store (memory_store_bytes > 0): the bytes
+// it holds after each change, and the bytes of committed output it took,
+// declined, evicted and released. From many goroutines at once; it must
+// not block.
+type MemoryStoreObserver interface {
+	MemstoreBytes(n int64)    // bytes held or reserved now
+	MemstoreAdmitted(n int64) // a committed worker's bytes taken
+	MemstoreDeclined(n int64) // a committed worker's bytes that did not fit
+	MemstoreEvicted(n int64)  // bytes dropped to take others'
+	MemstoreReleased(n int64) // bytes dropped by delete-query, gc or release
+}
+
+// The memory store calls the methods of MemoryStoreObserver.
+var (
+	_ memstore.Observer   = MemoryStoreObserver(nil)
+	_ MemoryStoreObserver = memstore.Observer(nil)
+)
 
 // WithRegisterer registers the client's metrics on reg: requests by
 // operation and code, retries by operation and reason, bytes uploaded,
@@ -383,23 +401,25 @@ func (t teeObserver) Uploaded(bytes int64) {
 // The fast path's counts (memory store, bytes by source) go to both
 // observers too, where they take them.
 
-func (t teeObserver) MemstoreBytes(n int64) { t.mem(func(o memstore.Observer) { o.MemstoreBytes(n) }) }
+func (t teeObserver) MemstoreBytes(n int64) {
+	t.mem(func(o MemoryStoreObserver) { o.MemstoreBytes(n) })
+}
 func (t teeObserver) MemstoreAdmitted(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreAdmitted(n) })
+	t.mem(func(o MemoryStoreObserver) { o.MemstoreAdmitted(n) })
 }
 func (t teeObserver) MemstoreDeclined(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreDeclined(n) })
+	t.mem(func(o MemoryStoreObserver) { o.MemstoreDeclined(n) })
 }
 func (t teeObserver) MemstoreEvicted(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreEvicted(n) })
+	t.mem(func(o MemoryStoreObserver) { o.MemstoreEvicted(n) })
 }
 func (t teeObserver) MemstoreReleased(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreReleased(n) })
+	t.mem(func(o MemoryStoreObserver) { o.MemstoreReleased(n) })
 }
 
-func (t teeObserver) mem(f func(memstore.Observer)) {
+func (t teeObserver) mem(f func(MemoryStoreObserver)) {
 	for _, o := range []Observer{t.a, t.b} {
-		if mo, ok := o.(memstore.Observer); ok {
+		if mo, ok := o.(MemoryStoreObserver); ok {
 			f(mo)
 		}
 	}

@@ -24,7 +24,7 @@ type fastPath struct {
 }
 
 func (f *fastPath) init(cfg Config, obs Observer) {
-	mo, _ := obs.(memstore.Observer)
+	mo, _ := obs.(MemoryStoreObserver)
 	f.mem = memstore.New(int64(cfg.MemoryStoreBytes), mo)
 	f.self = cfg.AdvertiseAddr
 	f.obs, _ = obs.(reader.Observer)

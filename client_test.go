@@ -107,7 +107,7 @@ func TestWithRegisterer(t *testing.T) {
 	if v := value("durashuffle_upload_concurrency"); int(v) != cfg.UploadConcurrency {
 		t.Errorf("durashuffle_upload_concurrency = %v, want %d", v, cfg.UploadConcurrency)
 	}
-	if v := value("durashuffle_commit_guard", "state", durashuffle.GuardEnforced); v != 1 {
+	if v := value("durashuffle_commit_guard", "state", string(durashuffle.GuardEnforced)); v != 1 {
 		t.Errorf("durashuffle_commit_guard{state=enforced} = %v after a commit, want 1", v)
 	}
 	if got, want := value("durashuffle_retries_total", "op", "UploadPart", "reason", "SlowDown"), 0.0; got != want {

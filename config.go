@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
-
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // Duration is a time.Duration that reads "100ms", "6h" in YAML and env.
@@ -152,11 +150,11 @@ func DefaultConfig() Config {
 // maxKeySpread bounds key_spread: delete-query lists each shard prefix.
 const maxKeySpread = 4096
 
-// S3 limits that bound the settings.
+// S3's part sizes, which bound chunk_size (every part but an object's last
+// is one chunk).
 const (
-	MinPartSize = 5 * MiB
-	MaxPartSize = 5 * GiB
-	MaxParts    = store.MaxParts
+	minPartSize = 5 * MiB
+	maxPartSize = 5 * GiB
 )
 
 // The values of commit_guard (off: see GuardOff).
@@ -198,7 +196,7 @@ func (c Config) Validate() error {
 			bad(key, fmt.Sprintf("between %d and %d", lo, hi), v)
 		}
 	}
-	sizeIn("chunk_size", c.ChunkSize, MinPartSize, MaxPartSize)
+	sizeIn("chunk_size", c.ChunkSize, minPartSize, maxPartSize)
 	intIn("upload_concurrency", c.UploadConcurrency, 1, 1024)
 	if c.MaxBufferedChunks != 0 {
 		intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)

@@ -120,39 +120,35 @@ func (c Config) SoftMemoryLimit(l MemoryLoad) Size {
 	return Size(c.MemoryLimit)
 }
 
-// AppliedMemoryLimit says what ApplyMemoryLimit did.
-type AppliedMemoryLimit struct {
-	Limit  Size   // the process's soft memory limit now; 0: none
-	Source string // "memory_limit", "memory_limit auto", "GOMEMLIMIT", "off"
-}
-
 // ApplyMemoryLimit sets the process's soft memory limit
 // (runtime/debug.SetMemoryLimit) to SoftMemoryLimit(load), unless
 // GOMEMLIMIT is set in the environment (getenv): the runtime applied that
 // at start, and an operator's explicit limit wins over the configuration.
+// It returns the process's soft memory limit now (0: none) and where it
+// came from: "memory_limit", "memory_limit auto", "GOMEMLIMIT" or "off"
+// (memory_limit off leaves the process's limit as it was).
 //
 // It changes the whole process, so only a program's main should call it,
 // once, for a process whose memory is mostly durashuffle's; the library
 // never does.
-func (c Config) ApplyMemoryLimit(l MemoryLoad, getenv func(string) string) AppliedMemoryLimit {
+func (c Config) ApplyMemoryLimit(l MemoryLoad, getenv func(string) string) (limit Size, source string) {
 	if getenv("GOMEMLIMIT") != "" {
-		return AppliedMemoryLimit{Limit: CurrentMemoryLimit(), Source: "GOMEMLIMIT"}
+		return currentMemoryLimit(), "GOMEMLIMIT"
 	}
 	lim := c.SoftMemoryLimit(l)
 	if lim <= 0 {
-		return AppliedMemoryLimit{Source: "off"}
+		return currentMemoryLimit(), "off"
 	}
 	debug.SetMemoryLimit(int64(lim))
-	src := "memory_limit"
 	if c.MemoryLimit == MemoryLimitAuto {
-		src = "memory_limit auto"
+		return lim, "memory_limit auto"
 	}
-	return AppliedMemoryLimit{Limit: lim, Source: src}
+	return lim, "memory_limit"
 }
 
-// CurrentMemoryLimit reads the process's soft memory limit; none
+// currentMemoryLimit reads the process's soft memory limit; none
 // (math.MaxInt64) is 0.
-func CurrentMemoryLimit() Size {
+func currentMemoryLimit() Size {
 	n := debug.SetMemoryLimit(-1)
 	if n == 1<<63-1 {
 		return 0

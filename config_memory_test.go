@@ -109,15 +109,15 @@ func TestApplyMemoryLimit(t *testing.T) {
 
 	debug.SetMemoryLimit(1 << 40)
 	c := DefaultConfig()
-	got := c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
-	if want := c.SoftMemoryLimit(MemoryLoad{Writers: 1}); got.Limit != want || got.Source != "memory_limit auto" || debug.SetMemoryLimit(-1) != int64(want) {
-		t.Fatalf("auto: %+v, runtime limit %d, want %d", got, debug.SetMemoryLimit(-1), want)
+	lim, src := c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
+	if want := c.SoftMemoryLimit(MemoryLoad{Writers: 1}); lim != want || src != "memory_limit auto" || debug.SetMemoryLimit(-1) != int64(want) {
+		t.Fatalf("auto: %v (%s), runtime limit %d, want %d", lim, src, debug.SetMemoryLimit(-1), want)
 	}
 
 	c.MemoryLimit = MemoryLimit(700 * MiB)
-	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
-	if got.Limit != 700*MiB || got.Source != "memory_limit" || debug.SetMemoryLimit(-1) != int64(700*MiB) {
-		t.Fatalf("700MiB: %+v, runtime limit %d", got, debug.SetMemoryLimit(-1))
+	lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
+	if lim != 700*MiB || src != "memory_limit" || debug.SetMemoryLimit(-1) != int64(700*MiB) {
+		t.Fatalf("700MiB: %v (%s), runtime limit %d", lim, src, debug.SetMemoryLimit(-1))
 	}
 
 	// GOMEMLIMIT in the environment: the runtime applied it at start
@@ -129,14 +129,19 @@ func TestApplyMemoryLimit(t *testing.T) {
 		}
 		return ""
 	}
-	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, env)
-	if got.Source != "GOMEMLIMIT" || got.Limit != TiB || debug.SetMemoryLimit(-1) != 1<<40 {
-		t.Fatalf("GOMEMLIMIT set: %+v, runtime limit %d, want 1TiB untouched", got, debug.SetMemoryLimit(-1))
+	lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, env)
+	if src != "GOMEMLIMIT" || lim != 1<<40 || debug.SetMemoryLimit(-1) != 1<<40 {
+		t.Fatalf("GOMEMLIMIT set: %v (%s), runtime limit %d, want 1TiB untouched", lim, src, debug.SetMemoryLimit(-1))
 	}
 
+	// off leaves the limit the process has, and says which it is.
 	c.MemoryLimit = MemoryLimitOff
-	got = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
-	if got.Source != "off" || got.Limit != 0 || debug.SetMemoryLimit(-1) != 1<<40 {
-		t.Fatalf("off: %+v, runtime limit %d: off must leave the runtime's limit alone", got, debug.SetMemoryLimit(-1))
+	lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
+	if src != "off" || lim != 1<<40 || debug.SetMemoryLimit(-1) != 1<<40 {
+		t.Fatalf("off: %v (%s), runtime limit %d: off must leave the runtime's limit alone and report it", lim, src, debug.SetMemoryLimit(-1))
+	}
+	debug.SetMemoryLimit(1<<63 - 1)
+	if lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv); src != "off" || lim != 0 {
+		t.Fatalf("off with no limit in the process: %v (%s), want 0 (none)", lim, src)
 	}
 }

@@ -15,16 +15,19 @@ const (
 	KiB Size = 1 << 10
 	MiB Size = 1 << 20
 	GiB Size = 1 << 30
-	TiB Size = 1 << 40
 )
+
+// tib is the largest unit sizes parse and print with; no setting is that
+// large.
+const tib Size = 1 << 40
 
 var units = []struct {
 	suffix string
 	mult   Size
 }{
-	{"tib", TiB}, {"gib", GiB}, {"mib", MiB}, {"kib", KiB},
+	{"tib", tib}, {"gib", GiB}, {"mib", MiB}, {"kib", KiB},
 	{"tb", 1000 * 1000 * 1000 * 1000}, {"gb", 1000 * 1000 * 1000}, {"mb", 1000 * 1000}, {"kb", 1000},
-	{"t", TiB}, {"g", GiB}, {"m", MiB}, {"k", KiB}, {"b", 1},
+	{"t", tib}, {"g", GiB}, {"m", MiB}, {"k", KiB}, {"b", 1},
 }
 
 // ParseSize reads a size such as "8MiB", "5 MiB", "1.5GiB", "100MB" or a
@@ -60,7 +63,7 @@ func (s Size) String() string {
 	for _, u := range []struct {
 		suffix string
 		mult   Size
-	}{{"TiB", TiB}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
+	}{{"TiB", tib}, {"GiB", GiB}, {"MiB", MiB}, {"KiB", KiB}} {
 		if s != 0 && s%u.mult == 0 {
 			return fmt.Sprintf("%d%s", s/u.mult, u.suffix)
 		}

@@ -7,10 +7,14 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
+// The errors a caller tells apart with errors.Is. Those of bad input
+// (ErrInvalidConfig, ErrPartitionCount, ErrPartition, ErrSchema, ErrBatch)
+// meet a rerun again: IsRetryable is false for them.
 var (
 	// ErrInvalidConfig marks a configuration error (exit code 2 in the
 	// CLI).
@@ -19,6 +23,18 @@ var (
 	// PutObject, so the commit was refused. Errors wrapping it name the
 	// store's endpoint.
 	ErrCommitGuard = errors.New("the store does not enforce If-None-Match: * on PutObject")
+	// ErrPartitionCount marks WriterOptions.Partitions outside
+	// [1, MaxPartitions].
+	ErrPartitionCount = errors.New("partition count out of range")
+	// ErrPartition marks a Write to a partition outside
+	// [0, WriterOptions.Partitions).
+	ErrPartition = chunker.ErrPartition
+	// ErrSchema marks a Write of a batch whose schema is not the
+	// writer's (WriterOptions.Schema, or the first batch's).
+	ErrSchema = chunker.ErrSchema
+	// ErrBatch marks a Write of a batch that is not valid Arrow (see
+	// Writer.Write for what is checked).
+	ErrBatch = chunker.ErrBatch
 )
 
 // CleanupError is a writer failure (Commit or Abort) whose cleanup did not

@@ -23,6 +23,7 @@ func ExampleOpen_options() {
 	reg := prometheus.NewRegistry()
 	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket = "shuffle"
+	cfg.ReadGapBytes = 512 * durashuffle.KiB // one GET for frames up to 512 KiB apart
 	c, err := durashuffle.Open(context.Background(), cfg,
 		durashuffle.WithAWSConfig(awsCfg),
 		durashuffle.WithHTTPClient(&http.Client{Timeout: 10 * time.Minute}),

@@ -14,24 +14,28 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// Guard states, as CommitGuard reports them (and the metric labels them).
+// GuardState is what the commit guard knows of the store's
+// If-None-Match: * (see Client.CheckCommitGuard); the metric
+// durashuffle_commit_guard labels its states with these strings.
+type GuardState string
+
+// The commit guard's states.
 const (
-	GuardUnprobed    = "unprobed"     // no commit yet: the probe runs before the first
-	GuardEnforced    = "enforced"     // the store refused the second conditional put: commits go ahead
-	GuardNotEnforced = "not_enforced" // the store took it: every commit fails
-	GuardError       = "error"        // the last probe failed; the next commit probes again
-	GuardOff         = "off"          // commit_guard off: no probe, commits go ahead
+	GuardUnprobed    GuardState = "unprobed"     // no commit yet: the probe runs before the first
+	GuardEnforced    GuardState = "enforced"     // the store refused the second conditional put: commits go ahead
+	GuardNotEnforced GuardState = "not_enforced" // the store took it: every commit fails
+	GuardError       GuardState = "error"        // the last probe failed; the next commit probes again
+	GuardOff         GuardState = "off"          // commit_guard off: no probe, commits go ahead
 )
 
-// GuardStates lists every state, for metrics.
-var GuardStates = []string{GuardUnprobed, GuardEnforced, GuardNotEnforced, GuardError, GuardOff}
+// guardStates lists every state, for the metric's labels.
+var guardStates = []string{string(GuardUnprobed), string(GuardEnforced), string(GuardNotEnforced), string(GuardError), string(GuardOff)}
 
-// GuardStatus is what the commit guard knows about the store.
+// GuardStatus is the commit guard's state for the client's store.
 type GuardStatus struct {
-	State    string    // one of the Guard* states
-	Endpoint string    // the store, as errors name it
-	ProbedAt time.Time // when the last probe ended; zero before one
-	Err      error     // GuardNotEnforced: the refusal; GuardError: the probe's failure
+	State    GuardState
+	Endpoint string // the store, as errors name it
+	Err      error  // GuardNotEnforced: the refusal; GuardError: the probe's failure
 }
 
 // probeTimeout bounds one probe (three small requests with their retries)
@@ -80,7 +84,7 @@ func (c *Client) CheckCommitGuard(ctx context.Context) error {
 	}
 	g.probes++
 	state, err := c.probeGuard(ctx)
-	g.status = GuardStatus{State: state, Endpoint: c.storeName(), ProbedAt: time.Now(), Err: err}
+	g.status = GuardStatus{State: state, Endpoint: c.storeName(), Err: err}
 	return err
 }
 
@@ -120,13 +124,13 @@ func (c *Client) storeName() string {
 
 // probeGuard puts a fresh key with If-None-Match: *, puts it again with
 // the same condition, which must fail, and deletes it.
-func (c *Client) probeGuard(ctx context.Context) (string, error) {
+func (c *Client) probeGuard(ctx context.Context) (GuardState, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
-	var b [8]byte
+	var b [manifest.GuardProbeIDLength / 2]byte
 	_, _ = rand.Read(b[:])
 	// '~' is in no ID, so no key of the layout can be the probe's.
-	key := c.layout.Root() + manifest.GuardProbeDir + hex.EncodeToString(b[:])
+	key := c.layout.GuardProbeKey(hex.EncodeToString(b[:]))
 	unanswered := false
 	defer func() {
 		// A probe key left behind (the delete failed, or was not tried

@@ -11,7 +11,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -21,7 +20,7 @@ import (
 // TestWriteRefusesHostileBatches: on every backend, Writer.Write refuses
 // each hostile batch (a zero-column schema, offsets[0] = -20, list
 // offsets past the child, string and list offsets that decrease) with an
-// error wrapping chunker.ErrBatch that names the partition, the column
+// error wrapping durashuffle.ErrBatch that names the partition, the column
 // and what is wrong, and makes no request for it. A writer that had a
 // good batch before commits that batch alone, and the stage reads back
 // whole (before, the non-panicking cases were stored and every read of
@@ -44,8 +43,8 @@ func TestWriteRefusesHostileBatches(t *testing.T) {
 					t.Helper()
 					before := counter.Total()
 					err := w.Write(3, bad)
-					if !errors.Is(err, chunker.ErrBatch) {
-						t.Fatalf("Write: %v, want chunker.ErrBatch", err)
+					if !errors.Is(err, durashuffle.ErrBatch) {
+						t.Fatalf("Write: %v, want durashuffle.ErrBatch", err)
 					}
 					for _, want := range []string{"batch for partition 3", hc.Column, hc.Want} {
 						if !strings.Contains(err.Error(), want) {
@@ -93,7 +92,7 @@ func TestWriteRefusesHostileBatches(t *testing.T) {
 
 // TestWriteFlippedBytes: on every backend, 40 IPC bodies with seeded byte
 // flips (three bytes each) are decoded as a receiver would and written:
-// each batch is either refused with chunker.ErrBatch naming a column, or
+// each batch is either refused with durashuffle.ErrBatch naming a column, or
 // taken, and then the committed stage reads back equal to it. At least a
 // few flips land in offsets or strings and are refused: the test proves
 // the check, not just the absence of a panic.
@@ -126,7 +125,7 @@ func TestWriteFlippedBytes(t *testing.T) {
 				if len(got[1]) != 1 || !array.RecordEqual(got[1][0], recs[0]) {
 					t.Fatalf("seed %d: read back %v, want the batch written %v", seed, got[1], recs[0])
 				}
-			case errors.Is(werr, chunker.ErrBatch) && strings.Contains(werr.Error(), "column "):
+			case errors.Is(werr, durashuffle.ErrBatch) && strings.Contains(werr.Error(), "column "):
 				refused++
 				if err := w.Abort(); err != nil {
 					t.Fatal(err)

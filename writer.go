@@ -22,7 +22,7 @@ type WriterOptions struct {
 	Query      string
 	Stage      int
 	Worker     string
-	Attempt    string // empty: a fresh random ID
+	Attempt    string // empty: a fresh ID, a time stamp and random bits
 	Partitions int
 	// Schema of every record; nil takes the first record's schema.
 	Schema *arrow.Schema
@@ -50,9 +50,9 @@ type Writer struct {
 	filling *uploader.Filling
 }
 
-// NewAttemptID returns a fresh attempt ID: a time stamp and random bits,
+// newAttemptID returns a fresh attempt ID: a time stamp and random bits,
 // so attempts sort by start time.
-func NewAttemptID() string {
+func newAttemptID() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
 	return time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
@@ -61,7 +61,7 @@ func NewAttemptID() string {
 // NewWriter starts a worker attempt. IDs are validated before any request.
 func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, error) {
 	if opt.Attempt == "" {
-		opt.Attempt = NewAttemptID()
+		opt.Attempt = newAttemptID()
 	}
 	for _, id := range []struct{ kind, v string }{{"query", opt.Query}, {"worker", opt.Worker}, {"attempt", opt.Attempt}} {
 		if err := manifest.ValidateID(id.kind, id.v); err != nil {
@@ -104,10 +104,6 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 // more).
 const MaxPartitions = manifest.MaxPartitions
 
-// ErrPartitionCount marks WriterOptions.Partitions outside [1, MaxPartitions]:
-// invalid input, which a retry meets again.
-var ErrPartitionCount = errors.New("partition count out of range")
-
 // Options returns the writer's options (with the attempt ID filled in).
 func (w *Writer) Options() WriterOptions { return w.opt }
 
@@ -115,21 +111,20 @@ func (w *Writer) Options() WriterOptions { return w.opt }
 // while the upload budget is spent and returns the writer's first failure
 // at once. The caller keeps its reference to rec.
 //
-// Every batch is validated before any of it is taken
-// (chunker.ValidateBatch): it must have at least one column, each column
-// as long as the batch and of its field's type, and pass Arrow's full
-// validation (array.ValidateFull: buffer sizes, null counts, every
-// string, binary and list offset non-negative, non-decreasing and within
-// its values, UTF-8 of strings, dictionary indices, nested children). An
-// invalid batch is refused with an error wrapping chunker.ErrBatch that
-// names the partition, the column and its type, and what is wrong, e.g.
-// `batch for partition 7: invalid record batch: column 15 "l_comment"
-// (utf8): arrow/array: string offsets are not monotonically
-// non-decreasing at index 3: 0 < 10`. As with a batch of another schema
-// (chunker.ErrSchema), the writer keeps what it had: Commit commits the
-// batches taken before, Abort drops them. The check reads every offset
-// and string byte once, about 2 to 4% of Write's CPU time (10% for
-// batches of a few rows; see chunker.ValidateBatch).
+// Every batch is validated before any of it is taken: it must have at
+// least one column, each column as long as the batch and of its field's
+// type, and pass Arrow's full validation (array.ValidateFull: buffer
+// sizes, null counts, every string, binary and list offset non-negative,
+// non-decreasing and within its values, UTF-8 of strings, dictionary
+// indices, nested children). An invalid batch is refused with an error
+// wrapping ErrBatch that names the partition, the column and its type,
+// and what is wrong, e.g. `batch for partition 7: invalid record batch:
+// column 15 "l_comment" (utf8): arrow/array: string offsets are not
+// monotonically non-decreasing at index 3: 0 < 10`. As with a batch of
+// another schema (ErrSchema) or a partition out of range (ErrPartition),
+// the writer keeps what it had: Commit commits the batches taken before,
+// Abort drops them. The check reads every offset and string byte once,
+// about 2 to 4% of Write's CPU time (10% for batches of a few rows).
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return w.ch.Write(partition, rec)
 }
@@ -180,7 +175,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		Partitions:    w.opt.Partitions,
 		ChunkSize:     int64(w.c.cfg.ChunkSize),
 		Results:       w.opt.Results,
-		WriterVersion: Version,
+		WriterVersion: version,
 	}
 	var firstErr error
 	for i, o := range objs {

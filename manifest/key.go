@@ -22,11 +22,14 @@ const (
 	KeyIndex
 	// KeyGuardProbe is a commit guard probe whose delete failed.
 	KeyGuardProbe
+	// KeyReadyProbe is a key in the folder that the readiness probe
+	// lists, which should hold none.
+	KeyReadyProbe
 )
 
 // Key is a key parsed by Layout.Parse. Query and Stage are set for every
-// kind but KeyForeign and KeyGuardProbe, Worker for manifests of workers
-// and data, Attempt for data.
+// kind but KeyForeign and the probes' kinds, Worker for manifests of
+// workers and data, Attempt for data.
 type Key struct {
 	Kind    KeyKind
 	Query   string
@@ -44,6 +47,7 @@ type Key struct {
 //	{root}{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows (or data-{i}.arrows)
 //	{root}~{shard}/{query}/stage-{n}/worker-{w}/attempt-{a}/data-{write}-{i}.arrows
 //	{root}~commit-guard/{16 hex digits}
+//	{root}~readyz/{any name}
 //
 // IDs must pass ValidateID, and numbers are canonical decimals ("stage-01"
 // is not stage 1). Anything else is foreign: Parse returns ok false and
@@ -53,8 +57,11 @@ func (l Layout) Parse(key string) (k Key, ok bool) {
 	if !found {
 		return Key{}, false
 	}
-	if isGuardProbe(rest) {
+	switch {
+	case isGuardProbe(rest):
 		return Key{Kind: KeyGuardProbe}, true
+	case isReadyProbe(rest):
+		return Key{Kind: KeyReadyProbe}, true
 	}
 	// A data object spread over key_spread prefixes, and nothing else
 	// (one shard folder: a query ID cannot start with SpreadMark).

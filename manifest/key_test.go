@@ -19,6 +19,8 @@ func TestParse(t *testing.T) {
 		{"durashuffle/q1/stage-2/worker-1/attempt-a/data-0123456789abcdef-3.arrows", Key{Kind: KeyData, Query: "q1", Stage: 2, Worker: "1", Attempt: "a"}},
 		{"durashuffle/~3/q1/stage-2/worker-1/attempt-a/data-0123456789abcdef-3.arrows", Key{Kind: KeyData, Query: "q1", Stage: 2, Worker: "1", Attempt: "a"}},
 		{"durashuffle/~commit-guard/0123456789abcdef", Key{Kind: KeyGuardProbe}},
+		{"durashuffle/~readyz/left-behind", Key{Kind: KeyReadyProbe}},
+		{"durashuffle/~readyz/a/b", Key{Kind: KeyReadyProbe}},
 		// Foreign: other prefixes, other shapes, invalid IDs.
 		{"durashuffle-other/q1/stage-0/manifest.json", Key{}},
 		{"other/durashuffle/q1/stage-0/manifest.json", Key{}},
@@ -31,6 +33,9 @@ func TestParse(t *testing.T) {
 		{"durashuffle/~3/q1/stage-2/manifest.json", Key{}},
 		{"durashuffle/~3/~4/q1/stage-2/worker-1/attempt-a/data-0.arrows", Key{}},
 		{"durashuffle/~commit-guard/0123", Key{}},
+		{"durashuffle/~readyz/", Key{}},
+		{"durashuffle/~readyzx/a", Key{}},
+		{"other/~readyz/a", Key{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-0.arrows.tmp", Key{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/other.bin", Key{}},
 		{"durashuffle/q1/stage-0/worker-0/attempt-a/data-x.arrows", Key{}},

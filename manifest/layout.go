@@ -165,19 +165,59 @@ func (l Layout) DataKey(query string, stage int, worker, attempt, write string, 
 }
 
 // SpreadMark begins the root-relative key of a spread data object (and
-// the name of its shard folder): no query ID can contain it.
+// the name of its shard folder): no query ID can contain it. The probes'
+// folders begin with it too, so that no key of a query can be theirs.
 const SpreadMark = "~"
 
-// GuardProbeDir holds the commit guard's probe keys, under the layout's
-// root: {root}~commit-guard/{16 hex digits}. A probe is written and
-// deleted at once; gc removes one whose delete failed.
-const GuardProbeDir = SpreadMark + "commit-guard/"
+// The probes' folders under the root (see GuardProbeKey and
+// ReadyProbePrefix).
+const (
+	guardProbeDir = SpreadMark + "commit-guard/"
+	readyProbeDir = SpreadMark + "readyz/"
+)
+
+// GuardProbeIDLength is the length of a commit guard probe's ID: 16
+// lowercase hex digits.
+const GuardProbeIDLength = 16
+
+// GuardProbeKey is the key of the commit guard's probe id (16 lowercase
+// hex digits): {root}~commit-guard/{id}. A probe is written and deleted
+// at once; gc removes one whose delete failed once it is stale.
+func (l Layout) GuardProbeKey(id string) string { return l.Root() + guardProbeDir + id }
+
+// ReadyProbePrefix is what a sidecar's readiness probe lists,
+// {root}~readyz/: a folder that holds no key, so that the LIST costs the
+// same whatever the bucket holds and succeeds exactly when the bucket
+// exists and the credentials may list it. Nothing durashuffle writes
+// goes there; gc removes a stale key that anything else left, which
+// every probe would otherwise list again.
+func (l Layout) ReadyProbePrefix() string { return l.Root() + readyProbeDir }
+
+// SpreadPrefix is the prefix of every shard folder of spread data
+// objects, {root}~ (the probes' folders begin with it too: ShardQueryPrefix
+// tells them apart).
+func (l Layout) SpreadPrefix() string { return l.Root() + SpreadMark }
+
+// ShardQueryPrefix takes a folder that a List of SpreadPrefix with
+// delimiter "/" returned and, when it is a shard folder ({root}~{hex}/),
+// returns the prefix of query's data objects in it.
+func (l Layout) ShardQueryPrefix(dir, query string) (prefix string, ok bool) {
+	rest, found := strings.CutPrefix(dir, l.Root())
+	if !found {
+		return "", false
+	}
+	shard, tail, ok := ParseSpread(rest)
+	if !ok || tail != "" {
+		return "", false
+	}
+	return l.Root() + shard + query + "/", true
+}
 
 // isGuardProbe says whether rel, a key relative to the root, is a commit
 // guard probe.
 func isGuardProbe(rel string) bool {
-	id, ok := strings.CutPrefix(rel, GuardProbeDir)
-	if !ok || len(id) != 16 {
+	id, ok := strings.CutPrefix(rel, guardProbeDir)
+	if !ok || len(id) != GuardProbeIDLength {
 		return false
 	}
 	for _, c := range id {
@@ -186,6 +226,13 @@ func isGuardProbe(rel string) bool {
 		}
 	}
 	return true
+}
+
+// isReadyProbe says whether rel, a key relative to the root, is under
+// the readiness probe's folder.
+func isReadyProbe(rel string) bool {
+	name, ok := strings.CutPrefix(rel, readyProbeDir)
+	return ok && name != ""
 }
 
 // ObjectKey resolves a manifest's object key: stage-relative, or

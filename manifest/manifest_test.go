@@ -120,6 +120,10 @@ func TestLayout(t *testing.T) {
 		l.WorkerManifestKey("q", 1, "w"):                               "shuffle/q/stage-1/worker-w/manifest.json",
 		l.ObjectKey("q", 1, DataName("w", "a", "00000000000000ab", 2)): "shuffle/q/stage-1/worker-w/attempt-a/data-00000000000000ab-2.arrows",
 		Layout{}.StagePrefix("q", 0):                                   "q/stage-0/",
+		l.GuardProbeKey("0123456789abcdef"):                            "shuffle/~commit-guard/0123456789abcdef",
+		l.ReadyProbePrefix():                                           "shuffle/~readyz/",
+		l.SpreadPrefix():                                               "shuffle/~",
+		Layout{}.ReadyProbePrefix():                                    "~readyz/",
 	}
 	for got, want := range cases {
 		if got != want {
@@ -132,10 +136,30 @@ func TestLayout(t *testing.T) {
 		l.WorkerManifestKey("q", 1, "7"):                               {Kind: KeyWorkerManifest, Query: "q", Stage: 1, Worker: "7"},
 		l.ObjectKey("q", 1, DataName("w", "a", "00000000000000ab", 2)): {Kind: KeyData, Query: "q", Stage: 1, Worker: "w", Attempt: "a"},
 		l.ObjectKey("q", 1, IndexName("s1")):                           {Kind: KeyIndex, Query: "q", Stage: 1},
-		l.Root() + GuardProbeDir + "0123456789abcdef":                  {Kind: KeyGuardProbe},
+		l.GuardProbeKey("0123456789abcdef"):                            {Kind: KeyGuardProbe},
+		l.ReadyProbePrefix() + "x":                                     {Kind: KeyReadyProbe},
 	} {
 		if k, ok := l.Parse(key); !ok || k != want {
 			t.Errorf("Parse(%q) = %+v, %v, want %+v", key, k, ok, want)
+		}
+	}
+}
+
+// TestLayoutShardQueryPrefix: of the folders a List of SpreadPrefix
+// returns, only shard folders hold a query's spread data objects; the
+// probes' folders and anything else are not shards.
+func TestLayoutShardQueryPrefix(t *testing.T) {
+	l := Layout{Prefix: "shuffle", Spread: 16}
+	data := l.ObjectKey("q", 1, l.DataKey("q", 1, "w", "a", "00000000000000ab", 0))
+	shard := data[:strings.Index(data, "/q/")+1] // shuffle/~{hex}/
+	if got, ok := l.ShardQueryPrefix(shard, "q"); !ok || !strings.HasPrefix(data, got) || got != shard+"q/" {
+		t.Errorf("ShardQueryPrefix(%q, q) = %q, %v; want %q, the prefix of %s", shard, got, ok, shard+"q/", data)
+	}
+	for _, dir := range []string{
+		"shuffle/~commit-guard/", "shuffle/~readyz/", "shuffle/~/", "shuffle/~0a/b/", "other/~0a/", "shuffle/~0A/",
+	} {
+		if got, ok := l.ShardQueryPrefix(dir, "q"); ok {
+			t.Errorf("ShardQueryPrefix(%q, q) = %q, true; it is not a shard folder", dir, got)
 		}
 	}
 }

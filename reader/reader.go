@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 )
 
 // Defaults of Options, as in the configuration (read_range_bytes,
@@ -17,7 +19,7 @@ const (
 )
 
 // Sentinel errors. Frame failures arrive as a *FrameError wrapping one of
-// ErrChecksum, ErrTruncated or frame.ErrCorrupt.
+// ErrChecksum, ErrTruncated or ErrCorrupt.
 var (
 	// ErrChecksum: a frame's stored bytes do not match the CRC32C in the
 	// manifest.
@@ -25,6 +27,10 @@ var (
 	// ErrTruncated: a data object ends before a frame the manifest places
 	// in it.
 	ErrTruncated = errors.New("data object truncated")
+	// ErrCorrupt: a frame does not decode as the stage's Arrow data (its
+	// compression, its IPC messages or Arrow's validation fail, or it
+	// holds another row count than the manifest's).
+	ErrCorrupt = frame.ErrCorrupt
 	// ErrPartition: a requested partition is not in the stage.
 	ErrPartition = errors.New("partition out of range")
 )
@@ -97,7 +103,7 @@ func (o Options) withDefaults() Options {
 }
 
 // FrameError says which frame failed and why. Err wraps ErrChecksum,
-// ErrTruncated or frame.ErrCorrupt.
+// ErrTruncated or ErrCorrupt.
 type FrameError struct {
 	Key       string // full key of the data object
 	Offset    int64  // frame's offset in the object

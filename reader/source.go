@@ -80,7 +80,9 @@ type Source interface {
 }
 
 // Observer receives the reader's byte and fallback counts. Safe for
-// concurrent use, cheap; nil ignores them.
+// concurrent use, cheap; nil ignores them. A durashuffle.Client passes
+// its own observer (durashuffle.WithObserver) as Options.Observer of the
+// stages it opens when that observer has these methods too.
 type Observer interface {
 	// Served counts stored bytes delivered from source.
 	Served(source string, bytes int64)

@@ -401,7 +401,7 @@ func TestFrameFailures(t *testing.T) {
 				return obj
 			},
 			fixCRC:   true,
-			sentinel: frame.ErrCorrupt,
+			sentinel: ErrCorrupt,
 			contains: []string{"corrupt frame"},
 		},
 	}

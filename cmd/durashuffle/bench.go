@@ -309,8 +309,11 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 		return nil, err
 	}
 	for _, c := range chunks {
-		if c < durashuffle.MinPartSize || c > durashuffle.MaxPartSize {
-			return nil, usagef("--chunk-sizes: %s is outside [%s, %s]", c, durashuffle.Size(durashuffle.MinPartSize), durashuffle.Size(durashuffle.MaxPartSize))
+		// The configuration's own check: chunk_size's range is stated once.
+		trial := cfg
+		trial.ChunkSize = c
+		if err := trial.Validate(); err != nil {
+			return nil, usagef("--chunk-sizes %s: %v", c, err)
 		}
 	}
 	logical, err := sizeList("--logical", o.logical)

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +50,7 @@ type demoSummary struct {
 	Embedded bool   `json:"embedded"`
 	// CommitGuard is the commit guard's state when the write began:
 	// enforced (the store refused a second If-None-Match: * put) or off.
-	CommitGuard string `json:"commit_guard"`
+	CommitGuard durashuffle.GuardState `json:"commit_guard"`
 
 	Committed     bool             `json:"committed"`
 	RowsWritten   int64            `json:"rows_written"`
@@ -152,7 +154,10 @@ func (o *demoOptions) validate() error {
 		return usagef("--read-partitions must be between 1 and 1024, got %d", o.readers)
 	}
 	if o.query == "" {
-		o.query = "demo-" + durashuffle.NewAttemptID()
+		// A query of its own per run, sorting by start time.
+		var b [4]byte
+		_, _ = rand.Read(b[:])
+		o.query = "demo-" + time.Now().UTC().Format("20060102T150405") + "-" + hex.EncodeToString(b[:])
 	}
 	return manifest.ValidateID("query", o.query)
 }

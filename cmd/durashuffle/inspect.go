@@ -10,11 +10,12 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
 )
 
 type inspectObject struct {
@@ -115,7 +116,10 @@ store holds, and shows each worker's advertised peer.`,
 			if err != nil {
 				return err
 			}
-			out := describeStage(m, per, c.Layout())
+			// The schema as a reader sees it, with no request (nil when it
+			// does not decode: inspect still shows the rest).
+			schema := reader.FromManifest(c.Store(), c.Layout(), m, reader.Options{}).Schema()
+			out := describeStage(m, schema, per, c.Layout())
 			out.Requests = c.Counter().Requests()
 			if sidecarAddr != "" {
 				h, err := sidecarHeld(cmd.Context(), sidecarAddr, c.Config().AuthToken, sf.query, sf.stage)
@@ -158,15 +162,16 @@ func sidecarHeld(ctx context.Context, addr, token, query string, stage int) (*fl
 	return h, nil
 }
 
-// describeStage summarizes a stage manifest and its partitions' totals
-// (from the index's summary table, or the frames of an unsealed stage).
-func describeStage(m *manifest.Stage, per []manifest.PartitionStats, l manifest.Layout) *inspectOutput {
+// describeStage summarizes a stage manifest, its schema and its
+// partitions' totals (from the index's summary table, or the frames of an
+// unsealed stage).
+func describeStage(m *manifest.Stage, schema *arrow.Schema, per []manifest.PartitionStats, l manifest.Layout) *inspectOutput {
 	out := &inspectOutput{
 		Query: m.Query, Stage: m.Stage, Sealed: m.Sealed, Results: m.Results, Partitions: m.Partitions,
 		Workers: []inspectWorker{}, PartitionList: make([]inspectPartition, m.Partitions),
 	}
-	if sc, err := frame.DecodeSchema(m.Schema); err == nil && len(m.Schema) > 0 {
-		for _, f := range sc.Fields() {
+	if schema != nil {
+		for _, f := range schema.Fields() {
 			out.Schema = append(out.Schema, f.Name+": "+f.Type.String())
 		}
 	}

@@ -220,18 +220,17 @@ func (a *app) applyMemoryLimit(cfg durashuffle.Config, load durashuffle.MemoryLo
 	if offForEmbedded {
 		cfg.MemoryLimit = durashuffle.MemoryLimitOff
 	}
-	got := cfg.ApplyMemoryLimit(load, a.getenv)
-	limit := durashuffle.CurrentMemoryLimit()
+	limit, source := cfg.ApplyMemoryLimit(load, a.getenv)
 	// The message says it in words ("none", not limit=0); the attributes
 	// are for machines.
-	what := "memory limit: " + limit.String() + " (" + got.Source + ")"
+	what := "memory limit: " + limit.String() + " (" + source + ")"
 	switch {
 	case limit == 0 && offForEmbedded:
 		what = "memory limit: none (memory_limit auto sets none with the embedded S3 server, which holds uploaded parts in this process)"
 	case limit == 0:
 		what = "memory limit: none (memory_limit off)"
 	}
-	a.log.Info(what, "limit", int64(limit), "source", got.Source,
+	a.log.Info(what, "limit", int64(limit), "source", source,
 		"bound", int64(cfg.MemoryBound(load)), "embedded_s3", embedded)
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/reader"
 )
 
 type serveOptions struct {
@@ -89,6 +90,14 @@ a pair generated at start that only this process knows.`,
 	fs.StringVar(&o.s3Listen, "embedded-s3-listen", "", "with --embedded-s3: its address, host:port on loopback (default: 127.0.0.1 and a free port)")
 	return cmd
 }
+
+// The sidecar's metrics are the client's Observer and take every event
+// the client sends beyond the upload pool's: its readers' bytes by source
+// and its memory store's counts, which /metrics exports.
+var (
+	_ durashuffle.MemoryStoreObserver = (*metrics.Metrics)(nil)
+	_ reader.Observer                 = (*metrics.Metrics)(nil)
+)
 
 // ServeMemoryStoreBytes is serve's memory_store_bytes unless set.
 const ServeMemoryStoreBytes = durashuffle.GiB

@@ -59,9 +59,9 @@ type writeSummary struct {
 	Requests      map[string]int64 `json:"requests"` // the write's, after the commit guard's probe
 	// CommitGuard is the guard's state (enforced or off) and GuardRequests
 	// what its one probe cost (none when off).
-	CommitGuard   string           `json:"commit_guard"`
-	GuardRequests map[string]int64 `json:"commit_guard_requests"`
-	Manifest      string           `json:"manifest"`
+	CommitGuard   durashuffle.GuardState `json:"commit_guard"`
+	GuardRequests map[string]int64       `json:"commit_guard_requests"`
+	Manifest      string                 `json:"manifest"`
 }
 
 func (a *app) writeCommand() *cobra.Command {

@@ -210,6 +210,23 @@ func TestCommitGuardInSidecar(t *testing.T) {
 	}
 }
 
+// TestReadyzCommitGuardOff: with commit_guard off the sidecar sends no
+// probe, is ready, and /readyz says that commits are not checked.
+func TestReadyzCommitGuardOff(t *testing.T) {
+	ep := testenv.MinIO(t)
+	e := newEnv(t, ep, envOptions{cfg: func(c *durashuffle.Config) { c.Endpoint, c.CommitGuard = ep.URL, "off" }})
+	waitReady(t, e)
+	code, body := get(t, e.httpURL+"/readyz")
+	want := "ready\ncommit guard: off (" + ep.URL + ", bucket " + ep.Bucket + ")\n" +
+		"commit_guard is off: commits are not checked; on a store that ignores If-None-Match: * two attempts of a worker can both commit\n"
+	if code != http.StatusOK || body != want {
+		t.Fatalf("/readyz with commit_guard off: %d %q, want 200 %q", code, body, want)
+	}
+	if n := access.GuardProbes(e.client); n != 0 {
+		t.Fatalf("%d commit guard probes with commit_guard off, want 0", n)
+	}
+}
+
 // denyProbe refuses puts of the commit guard's probe key with 403 while
 // deny is set, as credentials without s3:PutObject on the prefix would.
 type denyProbe struct {

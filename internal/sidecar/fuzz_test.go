@@ -16,7 +16,6 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
@@ -85,7 +84,7 @@ func FuzzPut(f *testing.F) {
 // writeAndCheck writes the batches Arrow's reader decodes from stream's
 // messages with the library's Writer (stage 1 of query, worker 0, batch k
 // to partition k%3): every Write either takes the batch or refuses it
-// with chunker.ErrBatch (then Abort leaves nothing); a writer that took
+// with durashuffle.ErrBatch (then Abort leaves nothing); a writer that took
 // them all commits, and its stage reads back equal.
 func (e *env) writeAndCheck(ctx context.Context, query string, stream []byte) {
 	e.t.Helper()
@@ -105,8 +104,8 @@ func (e *env) writeAndCheck(ctx context.Context, query string, stream []byte) {
 	}
 	for k, r := range recs {
 		if err := w.Write(k%partitions, r); err != nil {
-			if !errors.Is(err, chunker.ErrBatch) {
-				e.t.Fatalf("%s: Write of batch %d: %v, want nil or chunker.ErrBatch", query, k, err)
+			if !errors.Is(err, durashuffle.ErrBatch) {
+				e.t.Fatalf("%s: Write of batch %d: %v, want nil or durashuffle.ErrBatch", query, k, err)
 			}
 			if err := w.Abort(); err != nil {
 				e.t.Fatal(err)

@@ -18,7 +18,8 @@ import (
 //	/readyz   200 while the bucket is reachable, the commit guard has not
 //	          found that the store ignores If-None-Match and the sidecar is
 //	          not shutting down; 503 with the reason otherwise (readiness).
-//	          Either way a line gives the commit guard's state and store.
+//	          Either way a line gives the commit guard's state and store,
+//	          and another what a failed probe or commit_guard off means.
 func (s *Server) HTTPHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.m.Handler())
@@ -36,8 +37,11 @@ func (s *Server) HTTPHandler() http.Handler {
 		}
 		g := s.c.CommitGuard()
 		fmt.Fprintf(w, "commit guard: %s (%s)\n", g.State, g.Endpoint)
-		if g.State == durashuffle.GuardError {
+		switch g.State {
+		case durashuffle.GuardError:
 			fmt.Fprintf(w, "the last probe failed, the next commit probes again: %v\n", g.Err)
+		case durashuffle.GuardOff:
+			fmt.Fprintln(w, "commit_guard is off: commits are not checked; on a store that ignores If-None-Match: * two attempts of a worker can both commit")
 		}
 	})
 	return mux
@@ -77,7 +81,7 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.done = make(chan struct{})
-	prefix := s.c.Layout().Root() + "~readyz/"
+	prefix := s.c.Layout().ReadyProbePrefix()
 	go func() {
 		defer close(r.done)
 		t := time.NewTicker(interval)

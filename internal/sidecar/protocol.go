@@ -14,8 +14,6 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -262,7 +260,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, context.DeadlineExceeded):
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
-		errors.Is(err, chunker.ErrPartition), errors.Is(err, chunker.ErrSchema), errors.Is(err, chunker.ErrBatch),
+		errors.Is(err, durashuffle.ErrPartition), errors.Is(err, durashuffle.ErrSchema), errors.Is(err, durashuffle.ErrBatch),
 		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
 		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument
@@ -273,7 +271,7 @@ func codeOf(err error) codes.Code {
 	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict),
 		errors.Is(err, durashuffle.ErrCommitGuard):
 		return codes.FailedPrecondition
-	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, frame.ErrCorrupt),
+	case errors.As(err, &fe), errors.Is(err, manifest.ErrCorrupt), errors.Is(err, reader.ErrCorrupt),
 		errors.Is(err, reader.ErrChecksum), errors.Is(err, reader.ErrTruncated):
 		return codes.DataLoss
 	case store.IsNotFound(err):

@@ -1,8 +1,9 @@
 // Package access hands durashuffle's own server (internal/sidecar) and its
 // tests the parts of a *durashuffle.Client that the root package keeps
 // out of its API: the memory store the sidecar serves peers and its
-// release and held actions from, and the upload pool, read hedging and
-// commit guard probes that tests watch. The root package sets the
+// release and held actions from, the commit guard's states its metric
+// labels, and the upload pool, read hedging and commit guard probes that
+// tests watch. The root package sets the
 // functions in its init, so they are set in any program that can hold a
 // Client.
 package access
@@ -23,4 +24,7 @@ var (
 	ReadHedged func(c any) (hedged, won int64)
 	// GuardProbes returns how many commit guard probes the client sent.
 	GuardProbes func(c any) int64
+	// GuardStates lists the commit guard's states, for the sidecar's
+	// durashuffle_commit_guard metric.
+	GuardStates []string
 )

@@ -434,8 +434,8 @@ func TestRunRemovesStaleGuardProbes(t *testing.T) {
 	ctx := context.Background()
 	st := &store.Mem{}
 	l := manifest.Layout{Prefix: "durashuffle"}
-	probe := l.Root() + manifest.GuardProbeDir + "0123456789abcdef"
-	foreign := []string{l.Root() + manifest.GuardProbeDir + "not-a-probe", l.Root() + "~commit-guardx/0123456789abcdef", "elsewhere/~commit-guard/0123456789abcdef"}
+	probe := l.GuardProbeKey("0123456789abcdef")
+	foreign := []string{l.GuardProbeKey("not-a-probe"), l.Root() + "~commit-guardx/0123456789abcdef", "elsewhere/~commit-guard/0123456789abcdef"}
 	for _, k := range append([]string{probe}, foreign...) {
 		if err := st.Put(ctx, k, []byte("x"), store.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -460,5 +460,53 @@ func TestRunRemovesStaleGuardProbes(t *testing.T) {
 		if _, ok := st.Bytes(k); !ok {
 			t.Errorf("gc removed %s, which is not a probe", k)
 		}
+	}
+}
+
+// TestRunRemovesStaleReadyzKeys: the folder the sidecar's readiness probe
+// lists ({prefix}/~readyz/) should hold nothing, since every probe lists
+// what is there; a key left in it is removed once older than the cutoff,
+// as a stale guard probe is, and a fresh one and look-alikes outside it
+// are left alone.
+func TestRunRemovesStaleReadyzKeys(t *testing.T) {
+	ctx := context.Background()
+	st := &store.Mem{}
+	l := manifest.Layout{Prefix: "durashuffle"}
+	stale := []string{l.ReadyProbePrefix() + "left-behind", l.ReadyProbePrefix() + "a/b"}
+	foreign := []string{l.Root() + "~readyzx/left-behind", "elsewhere/~readyz/left-behind", l.Root() + "readyz/left-behind"}
+	for _, k := range append(append([]string{}, stale...), foreign...) {
+		if err := st.Put(ctx, k, []byte("x"), store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour})
+	if err != nil || r.Totals.OrphanObjects != 0 {
+		t.Fatalf("gc of fresh keys: %+v, %v; want nothing removed", r.Totals, err)
+	}
+	r, err = gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var removed []string
+	for _, o := range r.Orphans {
+		removed = append(removed, o.Key)
+	}
+	slices.Sort(removed)
+	if want := []string{stale[1], stale[0]}; !slices.Equal(removed, want) || r.Totals.OrphanObjects != 2 {
+		t.Fatalf("gc of stale keys in %s: %+v, removed %v; want %v", l.ReadyProbePrefix(), r.Totals, removed, want)
+	}
+	for _, k := range stale {
+		if _, ok := st.Bytes(k); ok {
+			t.Errorf("%s is still stored", k)
+		}
+	}
+	for _, k := range foreign {
+		if _, ok := st.Bytes(k); !ok {
+			t.Errorf("gc removed %s, which is outside %s", k, l.ReadyProbePrefix())
+		}
+	}
+	// The probe's LIST finds the folder empty again.
+	if objs, dirs, err := st.List(ctx, l.ReadyProbePrefix(), "/"); err != nil || len(objs)+len(dirs) != 0 {
+		t.Errorf("List %s after gc: %v %v %v, want nothing", l.ReadyProbePrefix(), objs, dirs, err)
 	}
 }

@@ -109,10 +109,12 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 		case manifest.KeyIndex:
 			s := get(k)
 			s.indexes = append(s.indexes, obj)
-		case manifest.KeyGuardProbe:
-			// A probe is a few bytes the commit guard writes and deletes
-			// at once; one still here is one whose delete failed (the
-			// store hung or the process died), and nothing reads it.
+		case manifest.KeyGuardProbe, manifest.KeyReadyProbe:
+			// A guard probe is a few bytes the commit guard writes and
+			// deletes at once; one still here is one whose delete failed
+			// (the store hung or the process died), and nothing reads it.
+			// The readiness probe's folder should hold nothing: each probe
+			// would list what is left there again.
 			if !obj.LastModified.After(r.Cutoff) {
 				p.orphans = append(p.orphans, obj)
 			}

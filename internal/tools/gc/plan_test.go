@@ -86,7 +86,7 @@ func TestPlan(t *testing.T) {
 			st.Set("other/q/stage-1/manifest.json", []byte("x"))
 		}, 2 * time.Hour, want{foreign: 3}},
 		{"a leftover guard probe goes", func(t *testing.T, st *store.Mem) {
-			st.Set(l.Root()+manifest.GuardProbeDir+"0123456789abcdef", []byte("x"))
+			st.Set(l.GuardProbeKey("0123456789abcdef"), []byte("x"))
 		}, 2 * time.Hour, want{orphans: []string{"p/~commit-guard/0123456789abcdef"}}},
 		{"a worker whose manifest does not decode keeps its data", func(t *testing.T, st *store.Mem) {
 			st.Set(l.WorkerManifestKey("q", 1, "0"), []byte("not a manifest"))

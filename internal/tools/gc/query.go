@@ -21,17 +21,18 @@ func queryObjects(ctx context.Context, st store.Lister, l manifest.Layout, query
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	_, shards, err := st.List(ctx, l.Root()+manifest.SpreadMark, "/")
+	_, dirs, err := st.List(ctx, l.SpreadPrefix(), "/")
 	if err != nil {
-		return nil, fmt.Errorf("list %s%s: %w", l.Root(), manifest.SpreadMark, err)
+		return nil, fmt.Errorf("list %s: %w", l.SpreadPrefix(), err)
 	}
-	for _, sh := range shards {
-		if _, _, ok := manifest.ParseSpread(strings.TrimPrefix(sh, l.Root())); !ok {
+	for _, dir := range dirs {
+		shard, ok := l.ShardQueryPrefix(dir, query)
+		if !ok {
 			continue
 		}
-		more, _, err := st.List(ctx, sh+query+"/", "")
+		more, _, err := st.List(ctx, shard, "")
 		if err != nil {
-			return nil, fmt.Errorf("list %s: %w", sh+query+"/", err)
+			return nil, fmt.Errorf("list %s: %w", shard, err)
 		}
 		objs = append(objs, more...)
 	}
@@ -114,9 +115,9 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	if err != nil {
 		return r, fmt.Errorf("delete-query %s: list uploads under %s: %w", query, prefix, err)
 	}
-	spread, err := st.ListUploads(ctx, l.Root()+manifest.SpreadMark)
+	spread, err := st.ListUploads(ctx, l.SpreadPrefix())
 	if err != nil {
-		return r, fmt.Errorf("delete-query %s: list uploads under %s%s: %w", query, l.Root(), manifest.SpreadMark, err)
+		return r, fmt.Errorf("delete-query %s: list uploads under %s: %w", query, l.SpreadPrefix(), err)
 	}
 	ups = append(ups, spread...)
 	for _, u := range ups {

@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -297,12 +296,5 @@ func (s meteredStore) Unwrap() store.Store { return s.Store }
 func (s meteredStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s meteredStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	ps, ok := store.As[store.PartStreamer](s.Store)
-	if !ok {
-		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
-	}
-	s.m.begin()
-	etag, crc, err := ps.UploadPartStream(ctx, key, id, n, size, body)
-	s.m.end(size, err)
-	return etag, crc, err
+	return streamPart(ctx, s.Store, key, id, n, size, body, s.m.begin, func(err error) { s.m.end(size, err) })
 }

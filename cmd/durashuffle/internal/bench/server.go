@@ -247,7 +247,7 @@ func (s *MemServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}{Bucket: bucket, Key: key, UploadID: id})
 	case r.Method == http.MethodPut && q.Has("uploadId"):
 		n, err := strconv.Atoi(q.Get("partNumber"))
-		if err != nil || n < 1 || n > 10000 {
+		if err != nil || n < 1 || n > store.MaxParts {
 			writeErr(w, http.StatusBadRequest, "InvalidArgument", "partNumber")
 			return
 		}

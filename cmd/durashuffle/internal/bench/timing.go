@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -80,11 +79,5 @@ func (s clockedStore) Unwrap() store.Store { return s.Store }
 func (s clockedStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s clockedStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	ps, ok := store.As[store.PartStreamer](s.Store)
-	if !ok {
-		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
-	}
-	s.c.begin()
-	defer s.c.end()
-	return ps.UploadPartStream(ctx, key, id, n, size, body)
+	return streamPart(ctx, s.Store, key, id, n, size, body, s.c.begin, func(error) { s.c.end() })
 }

@@ -293,7 +293,8 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	results := make([]chunker.Result, workers)
 	for w := range workers {
 		g.Go(func() error {
-			worker, attempt, write := strconv.Itoa(w), durashuffle.NewAttemptID(), manifest.NewWriteID()
+			// Each bench job writes a query of its own: one attempt per worker.
+			worker, attempt, write := strconv.Itoa(w), "bench", manifest.NewWriteID()
 			sink := &syncSink{ctx: gctx, st: st, chunk: int64(cfg.ChunkSize), checksum: cfg.Checksum == "crc32c",
 				key: func(obj int) string {
 					return layout.ObjectKey(j.Query, 0, manifest.DataName(worker, attempt, write, obj))
@@ -318,7 +319,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 			results[w] = r
 			m := &manifest.Worker{Query: j.Query, Stage: 0, Worker: worker, Attempt: attempt,
 				Compression: cfg.Compression, Partitions: j.Data.Partitions, ChunkSize: int64(cfg.ChunkSize),
-				WriterVersion: durashuffle.Version, WrittenAt: time.Now().UTC()}
+				WriterVersion: "durashuffle bench (sequential uploads)", WrittenAt: time.Now().UTC()}
 			if m.Schema, err = frame.EncodeSchema(demo.Schema()); err != nil {
 				return err
 			}
