@@ -32,14 +32,16 @@ func (c *Client) DeleteQuery(ctx context.Context, query string) (*DeleteResult, 
 	return &res, nil
 }
 
-// GC runs the sidecar's gc with older_than olderThan and returns its
-// report, the JSON `durashuffle gc --json` prints.
-func (c *Client) GC(ctx context.Context, olderThan time.Duration) (json.RawMessage, error) {
-	var res json.RawMessage
+// GC runs the sidecar's gc: it aborts multipart uploads and deletes
+// uncommitted attempt data older than olderThan, and results stages past
+// the sidecar's results_retention. The report is the one `durashuffle gc
+// --json` prints. A negative olderThan is InvalidArgument. Idempotent.
+func (c *Client) GC(ctx context.Context, olderThan time.Duration) (*GCReport, error) {
+	var res GCReport
 	if err := c.Action(ctx, ActionGC, GCRequest{OlderThan: olderThan.String()}, &res); err != nil {
 		return nil, err
 	}
-	return res, nil
+	return &res, nil
 }
 
 // Release drops a stage's workers (stage AllStages: the query's) from the

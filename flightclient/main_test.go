@@ -38,6 +38,8 @@ func startSidecar() (stop func(), err error) {
 	cfg := durashuffle.DefaultConfig()
 	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", s3.Endpoint(), true
 	cfg.AuthToken = "example-token-0123456789"
+	// Results stages expire at once, so TestGC sees gc delete one.
+	cfg.ResultsRetention = 0
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(s3.Credentials()))
 	if err != nil {
 		s3.Close()

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/durashuffle/durashuffle/internal/tools/gc"
 )
 
 // Action types of DoAction.
@@ -224,6 +226,22 @@ type DeleteResult struct {
 type GCRequest struct {
 	OlderThan string `json:"older_than"`
 }
+
+// GCReport is the gc action's one result: what gc scanned, and the
+// uploads it aborted, the orphan objects and the results stages it
+// deleted, with their totals. It is the gc tool's own report (the JSON
+// `durashuffle gc --json` prints), so the sidecar and the CLI answer with
+// one model; the aliases below name its parts.
+type GCReport = gc.Report
+
+// Parts of a GCReport.
+type (
+	GCScanned = gc.Scanned // what gc looked at
+	GCUpload  = gc.Upload  // an aborted multipart upload
+	GCObject  = gc.Object  // a deleted orphan data object
+	GCStage   = gc.Stage   // a deleted results stage
+	GCTotals  = gc.Totals  // the sums of a report
+)
 
 // ReleaseRequest is the body of release: {"query","stage"}; without
 // stage, every stage of the query.

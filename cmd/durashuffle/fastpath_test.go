@@ -155,11 +155,6 @@ func (s *fastSidecar) fallbacks() string {
 	return strings.TrimSpace(b.String())
 }
 
-// action runs a DoAction and decodes its one result into v.
-func (s *fastSidecar) action(ctx context.Context, typ string, body any, v any) error {
-	return s.fc.Action(ctx, typ, body, v)
-}
-
 // rowID is a lineitem row's key.
 type rowID struct {
 	order int64
@@ -249,7 +244,7 @@ func writeStage(t *testing.T, ctx context.Context, a *fastSidecar, query string,
 			want[k] += n
 		}
 	}
-	if err := a.action(ctx, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
+	if _, err := a.fc.Seal(ctx, query, 0, 2); err != nil {
 		t.Fatalf("seal: %v", err)
 	}
 	return want
@@ -283,8 +278,8 @@ func sameRows(t *testing.T, got, want map[rowID]int) {
 // heldWorkers returns the workers of query's stage 0 that s holds.
 func (s *fastSidecar) heldWorkers(ctx context.Context, query string) []string {
 	s.t.Helper()
-	var res flightclient.HeldResult
-	if err := s.action(ctx, flightclient.ActionHeld, map[string]any{"query": query, "stage": 0}, &res); err != nil {
+	res, err := s.fc.Held(ctx, query, 0)
+	if err != nil {
 		s.t.Fatalf("held: %v", err)
 	}
 	var ws []string
@@ -370,8 +365,8 @@ func TestFastPathMemoryAndPeer(t *testing.T) {
 	}
 
 	// release drops the stage from A: reads go on, from S3.
-	var rel flightclient.ReleaseResult
-	if err := a.action(ctx, flightclient.ActionRelease, map[string]any{"query": query, "stage": 0}, &rel); err != nil {
+	rel, err := a.fc.Release(ctx, query, 0)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if rel.Workers != 2 || rel.BytesReleased == 0 || a.metric("durashuffle_memstore_released_bytes_total") != float64(rel.BytesReleased) {
@@ -542,7 +537,7 @@ func TestFastPathStageDeletedWhileHeld(t *testing.T) {
 	if held == 0 {
 		t.Fatal("a holds nothing before the delete")
 	}
-	if err := a.action(ctx, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+	if _, err := a.fc.DeleteQuery(ctx, query); err != nil {
 		t.Fatal(err)
 	}
 	if a.metric("durashuffle_memstore_bytes") != 0 || a.metric("durashuffle_memstore_released_bytes_total") != held {

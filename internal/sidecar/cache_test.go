@@ -2,6 +2,7 @@ package sidecar_test
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"slices"
 	"strings"
@@ -51,17 +52,18 @@ func TestStageCache(t *testing.T) {
 	write := func(tag string) [][]row {
 		want := make([][]row, partitions)
 		for w := range 2 {
-			var bs []putBatch
+			var bs []partBatch
 			for p := range partitions {
 				rec, rows := genBatch(tag, int32(w*100+p), 50, 8)
 				want[p] = append(want[p], rows...)
-				bs = append(bs, putBatch{rec, partMD(p)})
+				bs = append(bs, partBatch{p, rec})
 			}
-			if _, err := doPut(ctx, e.fc, putCmd(query, 0, w, "", partitions), testSchema, batches(bs)); err != nil {
+			cmd := flightclient.PutCommand{Query: query, Worker: flightclient.WorkerID(fmt.Sprint(w)), Partitions: partitions}
+			if _, err := putWorker(ctx, e.sc, cmd, slices.Values(bs)); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, nil); err != nil {
+		if _, err := e.sc.Seal(ctx, query, 0, 2); err != nil {
 			t.Fatal(err)
 		}
 		return want
@@ -88,7 +90,7 @@ func TestStageCache(t *testing.T) {
 	}
 
 	// Deleted and written again through the sidecar.
-	if err := doAction(ctx, e.fc, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+	if _, err := e.sc.DeleteQuery(ctx, query); err != nil {
 		t.Fatal(err)
 	}
 	check(write("b"))

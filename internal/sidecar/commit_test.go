@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -31,13 +32,13 @@ import (
 func TestPutCommitMessage(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{})
 	ctx := context.Background()
-	three := func() func() (putBatch, bool) {
-		var bs []putBatch
+	three := func() []partBatch {
+		var bs []partBatch
 		for b := range int32(3) {
 			r, _ := genBatch("c", b, 100+int(b), 8) // 100 + 101 + 102 = 303 rows
-			bs = append(bs, putBatch{r, partMD(int(b) % 2)})
+			bs = append(bs, partBatch{int(b) % 2, r})
 		}
-		return batches(bs)
+		return bs
 	}
 	raw := func(md string) func(int64, int64) []byte { return func(int64, int64) []byte { return []byte(md) } }
 	cases := []struct {
@@ -65,7 +66,7 @@ func TestPutCommitMessage(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := doPutCommit(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), testSchema, three(), c.commit)
+			_, err := doPutCommit(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), testSchema, rawBatches(three()), c.commit)
 			wantCode(t, err, c.code, c.frags...)
 		})
 	}
@@ -91,8 +92,9 @@ func TestPutCommitMessage(t *testing.T) {
 		t.Fatalf("%v commits counted, want 0", n)
 	}
 
-	// The same stream with the right counts commits.
-	res, err := doPut(ctx, e.fc, putCmd("q-commit", 0, "w", "", 2), testSchema, three())
+	// The same batches with the right counts, which the typed client
+	// sends, commit.
+	res, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-commit", Worker: "w", Partitions: 2}, slices.Values(three()))
 	if err != nil || !res.Committed || res.Batches != 3 || res.Rows != 303 {
 		t.Fatalf("with the right counts: %+v %v", res, err)
 	}
@@ -190,7 +192,7 @@ func TestCommitGuardInSidecar(t *testing.T) {
 		t.Fatalf("%s: want not_enforced 1 and every other state 0, got %v", metrics.CommitGuard, mf[metrics.CommitGuard])
 	}
 	r, _ := genBatch("g", 0, 500, 16)
-	_, err := doPut(context.Background(), bad.fc, putCmd("q-guard", 0, "g", "", 2), testSchema, batches([]putBatch{{r, partMD(1)}}))
+	_, err := putWorker(context.Background(), bad.sc, flightclient.PutCommand{Query: "q-guard", Worker: "g", Partitions: 2}, slices.Values([]partBatch{{1, r}}))
 	wantCode(t, err, codes.FailedPrecondition, "does not enforce If-None-Match: *", ep.URL, "nothing was committed")
 	bad.nothingLeft("q-guard", 0, "g")
 	if !strings.Contains(bad.logs.String(), "every commit will be refused") {
@@ -261,9 +263,9 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if n := access.GuardProbes(e.client); n != 1 {
 		t.Fatalf("%d probes in six readiness intervals, want 1", n)
 	}
-	put := func() (flightclient.PutResult, error) {
+	put := func() (*flightclient.PutResult, error) {
 		r, _ := genBatch("d", 0, 100, 8)
-		return doPut(context.Background(), e.fc, putCmd("q-deny", 0, "d", "", 1), testSchema, batches([]putBatch{{r, nil}}))
+		return putWorker(context.Background(), e.sc, flightclient.PutCommand{Query: "q-deny", Worker: "d", Partitions: 1}, slices.Values([]partBatch{{0, r}}))
 	}
 	if _, err := put(); err == nil || !strings.Contains(err.Error(), "commit guard: probe") || !strings.Contains(err.Error(), "AccessDenied") {
 		t.Fatalf("DoPut while the probe is denied: %v, want the probe's AccessDenied", err)

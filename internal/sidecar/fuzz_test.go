@@ -15,7 +15,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
@@ -75,7 +74,7 @@ func FuzzPut(f *testing.F) {
 		// Each input's output goes once checked: a bucket that grew with
 		// every input would slow the listings of the later ones past the
 		// fuzzer's 10 s per input.
-		if err := doAction(ctx, ie.fc, flightclient.ActionDeleteQuery, map[string]any{"query": query}, nil); err != nil {
+		if _, err := ie.sc.DeleteQuery(ctx, query); err != nil {
 			t.Fatalf("%s: delete-query: %v", query, err)
 		}
 	})

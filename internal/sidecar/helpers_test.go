@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"log/slog"
 	"math/rand/v2"
 	"net"
@@ -48,7 +49,8 @@ type env struct {
 	addr    string // Flight address, for clients
 	httpURL string
 	logs    *syncBuffer
-	fc      flight.Client
+	fc      flight.Client        // for what the typed client cannot send
+	sc      *flightclient.Client // the typed client, over fc
 }
 
 type envOptions struct {
@@ -148,6 +150,7 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 		return e
 	}
 	e.fc = e.dial()
+	e.sc = flightclient.Wrap(e.fc, "")
 	return e
 }
 
@@ -239,6 +242,38 @@ func rowsOf(rec arrow.RecordBatch) []row {
 	return out
 }
 
+// partBatch is a batch of testSchema and the partition putWorker writes
+// it to.
+type partBatch struct {
+	p   int
+	rec arrow.RecordBatch
+}
+
+// putWorker puts one worker's output through the typed client: it writes
+// each batch of bs to its partition, releasing it, and commits. No
+// batches: an empty output. The first failure ends the stream (the
+// sidecar then commits nothing) and is returned with the sidecar's status.
+func putWorker(ctx context.Context, c *flightclient.Client, cmd flightclient.PutCommand, bs iter.Seq[partBatch]) (*flightclient.PutResult, error) {
+	w, err := c.Put(ctx, cmd, testSchema)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Abort()
+	for b := range bs {
+		err := w.Write(b.p, b.rec)
+		b.rec.Release()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return w.Commit()
+}
+
+// The raw helpers below speak DoPut by hand, for what the typed client
+// cannot send: descriptors that are not a PutCommand (JSON numbers,
+// missing or unknown keys), batches without or with malformed
+// app_metadata, wrong or missing commit messages.
+
 // putBatch is a batch and the app_metadata it is sent with (nil: none).
 type putBatch struct {
 	rec arrow.RecordBatch
@@ -327,6 +362,16 @@ func finishPut(stream flight.FlightService_DoPutClient, sendErr error) (flightcl
 	return res, nil
 }
 
+// rawBatches is doPut's iterator of bs, each batch's app_metadata naming
+// its partition as the typed client's would.
+func rawBatches(bs []partBatch) func() (putBatch, bool) {
+	raw := make([]putBatch, len(bs))
+	for i, b := range bs {
+		raw[i] = putBatch{b.rec, partMD(b.p)}
+	}
+	return batches(raw)
+}
+
 // batches turns a slice into doPut's iterator.
 func batches(bs []putBatch) func() (putBatch, bool) {
 	i := 0
@@ -357,7 +402,9 @@ func doGet(ctx context.Context, c flight.Client, ticket any) (*arrow.Schema, []r
 	return rdr.Schema(), rows, rdr.Err()
 }
 
-// doAction runs an action and decodes its one result into out (if non-nil).
+// doAction runs an action and decodes its one result into out (if
+// non-nil), through the untyped Action: for bodies and action types the
+// typed methods cannot send.
 func doAction(ctx context.Context, c flight.Client, typ string, body any, out any) error {
 	return flightclient.Wrap(c, "").Action(ctx, typ, body, out)
 }

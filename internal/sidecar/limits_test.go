@@ -59,22 +59,22 @@ func TestMessageSizeLimit(t *testing.T) {
 	}})
 	ctx := context.Background()
 	big, _ := genBatch("w", 0, 2000, 1024) // ~2 MiB in one FlightData message
-	_, err := doPut(ctx, e.fc, putCmd("q-big", 0, "w", "", 2), testSchema, batches([]putBatch{{big, partMD(0)}}))
+	_, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-big", Worker: "w", Partitions: 2}, slices.Values([]partBatch{{0, big}}))
 	wantCode(t, err, codes.ResourceExhausted, "larger than max", "vs. 1048576")
 	e.nothingLeft("q-big", 0, "w")
 
 	var want []row
-	var bs []putBatch
+	var bs []partBatch
 	for b := range 4 {
 		rec, rows := genBatch("w", int32(b), 600, 1024) // ~650 KiB each
-		bs = append(bs, putBatch{rec, partMD(0)})
+		bs = append(bs, partBatch{0, rec})
 		want = append(want, rows...)
 	}
-	res, err := doPut(ctx, e.fc, putCmd("q-ok", 0, "0", "", 1), testSchema, batches(bs))
+	res, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-ok", Worker: "0", Partitions: 1}, slices.Values(bs))
 	if err != nil || !res.Committed {
 		t.Fatalf("put of messages under the limit: %+v, %v", res, err)
 	}
-	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-ok", "stage": 0, "workers": 1}, nil); err != nil {
+	if _, err := e.sc.Seal(ctx, "q-ok", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 	_, got, err := doGet(ctx, e.fc, map[string]any{"query": "q-ok", "stage": 0, "partition": 0})

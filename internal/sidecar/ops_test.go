@@ -9,6 +9,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -117,12 +118,12 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("%s = %v, want %d", metrics.UploadConcurrency, got, e.cfg.UploadConcurrency)
 	}
 
-	var bs []putBatch
+	var bs []partBatch
 	for b := range 40 {
 		r, _ := genBatch("m", int32(b), 2000, 64) // ~7 MiB: two parts
-		bs = append(bs, putBatch{r, partMD(b % 3)})
+		bs = append(bs, partBatch{b % 3, r})
 	}
-	res, err := doPut(ctx, e.fc, putCmd("q-metrics", 0, "m", "", 3), testSchema, batches(bs))
+	res, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-metrics", Worker: "m", Partitions: 3}, slices.Values(bs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -254,25 +255,24 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 type gatedPut struct {
 	gate chan struct{}
 	done chan error
-	res  flightclient.PutResult
+	res  *flightclient.PutResult
 	sent atomic.Int64
 }
 
 func startGatedPut(ctx context.Context, e *env, query, worker string, n, total int) *gatedPut {
 	g := &gatedPut{gate: make(chan struct{}), done: make(chan error, 1)}
 	go func() {
-		var b int
-		res, err := doPut(ctx, e.fc, putCmd(query, 0, worker, "", 2), testSchema, func() (putBatch, bool) {
-			if b == total {
-				return putBatch{}, false
+		res, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: query, Worker: flightclient.WorkerID(worker), Partitions: 2}, func(yield func(partBatch) bool) {
+			for b := range total {
+				if b == n {
+					<-g.gate
+				}
+				r, _ := genBatch(worker, int32(b), 2000, 64)
+				g.sent.Add(1)
+				if !yield(partBatch{(b + 1) % 2, r}) {
+					return
+				}
 			}
-			if b == n {
-				<-g.gate
-			}
-			r, _ := genBatch(worker, int32(b), 2000, 64)
-			b++
-			g.sent.Add(1)
-			return putBatch{r, partMD(b % 2)}, true
 		})
 		g.res = res
 		g.done <- err
@@ -526,7 +526,7 @@ func TestMemoryBounded(t *testing.T) {
 	var (
 		wg      sync.WaitGroup
 		pushed  atomic.Int64
-		results [streams]flightclient.PutResult
+		results [streams]*flightclient.PutResult
 		errs    [streams]error
 	)
 	for s := range streams {
@@ -534,15 +534,15 @@ func TestMemoryBounded(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			w := fmt.Sprint(s)
-			b := 0
-			results[s], errs[s] = doPut(ctx, e.fc, putCmd("q-mem", 0, w, "", 16), testSchema, func() (putBatch, bool) {
-				if b == nBatches {
-					return putBatch{}, false
+			cmd := flightclient.PutCommand{Query: "q-mem", Worker: flightclient.WorkerID(w), Partitions: 16}
+			results[s], errs[s] = putWorker(ctx, e.sc, cmd, func(yield func(partBatch) bool) {
+				for b := range nBatches {
+					r, _ := genBatch(w, int32(b), rows, payload)
+					pushed.Add(batchBytes)
+					if !yield(partBatch{(b + 1) % 16, r}) {
+						return
+					}
 				}
-				r, _ := genBatch(w, int32(b), rows, payload)
-				b++
-				pushed.Add(batchBytes)
-				return putBatch{r, partMD(b % 16)}, true
 			})
 		}()
 	}

@@ -3,6 +3,7 @@ package sidecar_test
 import (
 	"context"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,16 +33,16 @@ func TestLibraryReaderUsesPeers(t *testing.T) {
 	ctx, cancel := context.WithTimeout(withToken(context.Background(), e.cfg.AuthToken), time.Minute)
 	defer cancel()
 	var want []row
-	var bs []putBatch
+	var bs []partBatch
 	for b := range 4 {
 		rec, rows := genBatch("0", int32(b), 2000, 64)
-		bs = append(bs, putBatch{rec: rec, md: partMD(b % 2)})
+		bs = append(bs, partBatch{b % 2, rec})
 		want = append(want, rows...)
 	}
-	if _, err := doPut(ctx, e.fc, putCmd("peers", 0, "0", "a", 2), testSchema, batches(bs)); err != nil {
+	if _, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "peers", Worker: "0", Attempt: "a", Partitions: 2}, slices.Values(bs)); err != nil {
 		t.Fatal(err)
 	}
-	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "peers", "stage": 0, "workers": 1}, nil); err != nil {
+	if _, err := e.sc.Seal(ctx, "peers", 0, 1); err != nil {
 		t.Fatal(err)
 	}
 

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
@@ -20,7 +21,6 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
-	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -57,7 +57,7 @@ func TestPutSealGet(t *testing.T) {
 		}
 		var (
 			wg      sync.WaitGroup
-			results [workers]flightclient.PutResult
+			results [workers]*flightclient.PutResult
 			errs    [workers]error
 		)
 		for w := range workers {
@@ -66,22 +66,18 @@ func TestPutSealGet(t *testing.T) {
 			if w == 0 {
 				nb, rows = 48, 2000 // ~9 MiB logical: more than one 5 MiB part
 			}
-			var bs []putBatch
+			var bs []partBatch
 			for b := range nb {
 				rec, rs := genBatch(id, int32(b), rows+b, 64)
 				p := (b*3 + w) % partitions
 				want[p][w] = append(want[p][w], rs...)
-				bs = append(bs, putBatch{rec: rec, md: partMD(p)})
-			}
-			// Worker IDs as JSON numbers for even workers, strings for odd.
-			var wid any = id
-			if w%2 == 0 {
-				wid = w
+				bs = append(bs, partBatch{p, rec})
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[w], errs[w] = doPut(ctx, e.fc, putCmd(query, stage, wid, "", partitions), testSchema, batches(bs))
+				cmd := flightclient.PutCommand{Query: query, Stage: stage, Worker: flightclient.WorkerID(id), Partitions: partitions}
+				results[w], errs[w] = putWorker(ctx, e.sc, cmd, slices.Values(bs))
 			}()
 		}
 		wg.Wait()
@@ -103,8 +99,8 @@ func TestPutSealGet(t *testing.T) {
 		}
 		t.Logf("worker 0: %d rows, %d bytes logical, %d stored in %d parts", results[0].Rows, results[0].BytesLogical, results[0].BytesStored, results[0].Parts)
 
-		var seal flightclient.SealResult
-		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": stage, "workers": workers}, &seal); err != nil {
+		seal, err := e.sc.Seal(ctx, query, stage, workers)
+		if err != nil {
 			t.Fatal(err)
 		}
 		var total int64
@@ -259,13 +255,16 @@ func TestCancelledPut(t *testing.T) {
 		defer cancel()
 		const query, stage = "q-cancel", 0
 		var b int32
-		_, err := doPut(ctx, e.fc, putCmd(query, stage, "7", "a1", 4), testSchema, func() (putBatch, bool) {
-			if e.counter.Requests()["UploadPart"] >= 1 {
-				cancel() // mid-stream: the upload is under way
+		_, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: query, Stage: stage, Worker: "7", Attempt: "a1", Partitions: 4}, func(yield func(partBatch) bool) {
+			for ; ; b++ {
+				if e.counter.Requests()["UploadPart"] >= 1 {
+					cancel() // mid-stream: the upload is under way
+				}
+				rec, _ := genBatch("7", b, 2000, 64)
+				if !yield(partBatch{int(b+1) % 4, rec}) {
+					return
+				}
 			}
-			rec, _ := genBatch("7", b, 2000, 64)
-			b++
-			return putBatch{rec: rec, md: partMD(int(b) % 4)}, true
 		})
 		wantCode(t, err, codes.Canceled)
 		t.Logf("cancelled after %d batches, %v", b, e.counter.Requests())
@@ -276,13 +275,43 @@ func TestCancelledPut(t *testing.T) {
 	})
 }
 
-// TestRejectedPuts: malformed descriptors, partitions and schema changes
-// are InvalidArgument with a message that says which, and leave nothing.
+// TestRejectedPuts: bad IDs and partitions, malformed descriptors and
+// app_metadata, and schema changes are InvalidArgument with a message that
+// says which, and leave nothing.
 func TestRejectedPuts(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{})
 	ctx := context.Background()
 	other := arrow.NewSchema([]arrow.Field{{Name: "x", Type: arrow.PrimitiveTypes.Int64}}, nil)
 	rec := func(b int32) arrow.RecordBatch { r, _ := genBatch("w", b, 100, 8); return r }
+	// What the typed client sends as asked: batch i to partition parts[i].
+	refused := []struct {
+		name  string
+		cmd   flightclient.PutCommand
+		parts []int
+		frags []string
+	}{
+		{"partition out of range", flightclient.PutCommand{Query: "q-bad", Worker: "w", Partitions: 4}, []int{1, 9},
+			[]string{"batch 1", "partition 9 is outside [0, 4)"}},
+		{"negative partition", flightclient.PutCommand{Query: "q-bad", Worker: "w", Partitions: 4}, []int{-1},
+			[]string{"partition -1 is outside [0, 4)"}},
+		{"invalid query ID", flightclient.PutCommand{Query: "../etc", Worker: "w", Partitions: 4}, []int{0},
+			[]string{"query ID"}},
+		{"invalid worker ID", flightclient.PutCommand{Query: "q-bad", Worker: "a/b", Partitions: 4}, []int{0},
+			[]string{"worker ID"}},
+	}
+	for _, c := range refused {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := putWorker(ctx, e.sc, c.cmd, func(yield func(partBatch) bool) {
+				for i, p := range c.parts {
+					if !yield(partBatch{p, rec(int32(i))}) {
+						return
+					}
+				}
+			})
+			wantCode(t, err, codes.InvalidArgument, c.frags...)
+		})
+	}
+	// What only a hand-made stream sends.
 	cases := []struct {
 		name  string
 		cmd   any
@@ -291,12 +320,6 @@ func TestRejectedPuts(t *testing.T) {
 		code  codes.Code
 		frags []string
 	}{
-		{name: "partition out of range", cmd: putCmd("q-bad", 0, "w", "", 4),
-			bs:   func() []putBatch { return []putBatch{{rec(0), partMD(1)}, {rec(1), partMD(9)}} },
-			code: codes.InvalidArgument, frags: []string{"batch 1", "partition 9 is outside [0, 4)"}},
-		{name: "negative partition", cmd: putCmd("q-bad", 0, "w", "", 4),
-			bs:   func() []putBatch { return []putBatch{{rec(0), partMD(-1)}} },
-			code: codes.InvalidArgument, frags: []string{"partition -1 is outside [0, 4)"}},
 		{name: "no app_metadata", cmd: putCmd("q-bad", 0, "w", "", 4),
 			bs:   func() []putBatch { return []putBatch{{rec(0), nil}} },
 			code: codes.InvalidArgument, frags: []string{"no app_metadata", `{"partition": N}`}},
@@ -306,12 +329,6 @@ func TestRejectedPuts(t *testing.T) {
 		{name: "fractional partition", cmd: putCmd("q-bad", 0, "w", "", 4),
 			bs:   func() []putBatch { return []putBatch{{rec(0), []byte(`{"partition": 1.5}`)}} },
 			code: codes.InvalidArgument, frags: []string{"partition 1.5 is not an integer"}},
-		{name: "invalid query ID", cmd: putCmd("../etc", 0, "w", "", 4),
-			bs:   func() []putBatch { return []putBatch{{rec(0), partMD(0)}} },
-			code: codes.InvalidArgument, frags: []string{"query ID"}},
-		{name: "invalid worker ID", cmd: putCmd("q-bad", 0, "a/b", "", 4),
-			bs:   func() []putBatch { return []putBatch{{rec(0), partMD(0)}} },
-			code: codes.InvalidArgument, frags: []string{"worker ID"}},
 		{name: "fractional worker", cmd: putCmd("q-bad", 0, 1.5, "", 4),
 			bs:   func() []putBatch { return []putBatch{{rec(0), partMD(0)}} },
 			code: codes.InvalidArgument, frags: []string{"worker must be a string or a non-negative integer"}},
@@ -396,15 +413,17 @@ func rawPut(ctx context.Context, c flight.Client, cmd any, send func(flight.Flig
 func TestPutOutcomes(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{})
 	ctx := context.Background()
-	one := func(w string) func() (putBatch, bool) {
+	one := func(w string) partBatch {
 		r, _ := genBatch(w, 0, 10, 4)
-		return batches([]putBatch{{r, partMD(1)}})
+		return partBatch{1, r}
 	}
-	r1, err := doPut(ctx, e.fc, putCmd("q-out", 0, "1", "a1", 2), testSchema, one("1"))
+	r1, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-out", Worker: "1", Attempt: "a1", Partitions: 2}, slices.Values([]partBatch{one("1")}))
 	if err != nil || !r1.Committed || r1.Attempt != "a1" {
 		t.Fatalf("first attempt: %+v %v", r1, err)
 	}
-	_, err = doPut(ctx, e.fc, putCmd("q-out", 0, 1, "a2", 2), testSchema, one("1"))
+	// The worker as a JSON number, which the typed client does not send:
+	// 1 is worker "1", whose attempt a1 has committed.
+	_, err = doPut(ctx, e.fc, putCmd("q-out", 0, 1, "a2", 2), testSchema, rawBatches([]partBatch{one("1")}))
 	wantCode(t, err, codes.AlreadyExists, "attempt a1 won, attempt a2 lost")
 	// The loser's objects are gone; the winner's stay.
 	objs, _, _ := e.raw.List(ctx, e.client.Layout().AttemptPrefix("q-out", 0, "1", "a2"), "")
@@ -413,19 +432,20 @@ func TestPutOutcomes(t *testing.T) {
 	}
 
 	// A worker with no rows commits an empty output with its schema.
-	r0, err := doPut(ctx, e.fc, putCmd("q-out", 0, 0, "", 2), testSchema, batches(nil))
+	r0, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-out", Worker: "0", Partitions: 2}, slices.Values([]partBatch(nil)))
 	if err != nil || !r0.Committed || r0.Rows != 0 {
 		t.Fatalf("empty output: %+v %v", r0, err)
 	}
-	// One partition: app_metadata may be left out.
+	// One partition: app_metadata may be left out (the typed client
+	// always sends it).
 	r, _ := genBatch("x", 0, 10, 4)
 	if res, err := doPut(ctx, e.fc, putCmd("q-out", 1, "x", "", 1), testSchema, batches([]putBatch{{r, nil}})); err != nil || res.Rows != 10 {
 		t.Fatalf("one partition without app_metadata: %+v %v", res, err)
 	}
 
-	err = doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 3}, nil)
+	_, err = e.sc.Seal(ctx, "q-out", 0, 3)
 	wantCode(t, err, codes.FailedPrecondition, "1 of 3 workers have no manifest: 2")
-	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-out", "stage": 0, "workers": 2}, nil); err != nil {
+	if _, err := e.sc.Seal(ctx, "q-out", 0, 2); err != nil {
 		t.Fatal(err)
 	}
 	// Unsealed stages are served from their worker manifests.
@@ -455,14 +475,17 @@ func TestPutOutcomes(t *testing.T) {
 	_, err = e.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: []byte(`{"query":"nope","stage":0}`)})
 	wantCode(t, err, codes.NotFound)
 
-	var rep gc.Report
-	if err := doAction(ctx, e.fc, flightclient.ActionGC, map[string]any{"older_than": "6h"}, &rep); err != nil {
+	rep, err := e.sc.GC(ctx, 6*time.Hour)
+	if err != nil {
 		t.Fatal(err)
 	}
-	if rep.Totals != (gc.Totals{}) || rep.Scanned.Stages == 0 || rep.Prefix != e.client.Layout().Root() {
+	if rep.Totals != (flightclient.GCTotals{}) || rep.Scanned.Stages == 0 || rep.Prefix != e.client.Layout().Root() {
 		t.Fatalf("gc of young committed stages removed something or saw nothing: %+v", rep)
 	}
-	for _, bad := range []string{"soon", "-1h", ""} {
+	_, err = e.sc.GC(ctx, -time.Hour)
+	wantCode(t, err, codes.InvalidArgument, `older_than "-1h0m0s"`)
+	// Bodies no time.Duration makes.
+	for _, bad := range []string{"soon", ""} {
 		err = doAction(ctx, e.fc, flightclient.ActionGC, map[string]any{"older_than": bad}, nil)
 		wantCode(t, err, codes.InvalidArgument, "older_than")
 	}
@@ -484,8 +507,8 @@ func TestPutOutcomes(t *testing.T) {
 		t.Fatalf("ListActions: %v", names)
 	}
 
-	var del flightclient.DeleteResult
-	if err := doAction(ctx, e.fc, flightclient.ActionDeleteQuery, map[string]any{"query": "q-out"}, &del); err != nil {
+	del, err := e.sc.DeleteQuery(ctx, "q-out")
+	if err != nil {
 		t.Fatal(err)
 	}
 	if del.DeletedObjects < 5 {
@@ -520,7 +543,7 @@ func TestAuth(t *testing.T) {
 	ctx := context.Background()
 	put := func(ctx context.Context) error {
 		r, _ := genBatch("1", 0, 10, 4)
-		_, err := doPut(ctx, e.fc, putCmd("q-auth", 0, "1", "", 2), testSchema, batches([]putBatch{{r, partMD(0)}}))
+		_, err := putWorker(ctx, e.sc, flightclient.PutCommand{Query: "q-auth", Worker: "1", Partitions: 2}, slices.Values([]partBatch{{0, r}}))
 		return err
 	}
 	list := func(ctx context.Context) error {

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -98,7 +100,7 @@ func TestTLS(t *testing.T) {
 		t.Fatalf("client with the CA: %d actions, %v", n, err)
 	}
 	rec, want := genBatch("t", 0, 1000, 16)
-	res, err := doPut(ctx, trusted, putCmd("q-tls", 0, "0", "", 1), testSchema, batches([]putBatch{{rec, nil}}))
+	res, err := putWorker(ctx, flightclient.Wrap(trusted, ""), flightclient.PutCommand{Query: "q-tls", Worker: "0", Partitions: 1}, slices.Values([]partBatch{{0, rec}}))
 	if err != nil || !res.Committed {
 		t.Fatalf("DoPut over TLS: %+v %v", res, err)
 	}
