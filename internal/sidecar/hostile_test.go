@@ -383,8 +383,10 @@ func (c *countGets) GetRange(ctx context.Context, key string, off, length int64)
 // bounded message, after at most 300 GETs; a seal of MaxSealWorkers whose
 // caller's deadline is 1 s ends on the server (DeadlineExceeded or
 // Canceled, whichever gRPC sees first) soon after, having started no
-// read beyond those in flight when its context ended; the seal of the 2 workers then succeeds and
-// the stage reads back.
+// read beyond those in flight when its context ended. None of the three
+// writes a stage manifest or index (the stage prefix is listed after
+// each); the seal of the 2 workers then writes them, and the stage reads
+// back.
 func TestHostileSealWorkers(t *testing.T) {
 	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
 		reads := &countGets{}
@@ -396,6 +398,16 @@ func TestHostileSealWorkers(t *testing.T) {
 			want[p] = append(want[p], rows...)
 		}
 		gets := func() int64 { return e.counter.Requests()["GetObject"] }
+		unsealed := func(after string) {
+			t.Helper()
+			keys, err := e.stageManifests(ctx, query, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) > 0 {
+				t.Fatalf("after %s: the stage holds %v, want no stage manifest or index", after, keys)
+			}
+		}
 		seal := func(ctx context.Context, workers int) error {
 			return doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": workers}, nil)
 		}
@@ -406,6 +418,7 @@ func TestHostileSealWorkers(t *testing.T) {
 		if n := gets() - before; n != 0 {
 			t.Errorf("the refused seal made %d GETs", n)
 		}
+		unsealed("the seal of 100000000 workers")
 
 		const n = 300
 		before = gets()
@@ -414,6 +427,7 @@ func TestHostileSealWorkers(t *testing.T) {
 		if got := gets() - before; got > n || got < 1 {
 			t.Errorf("a seal of %d workers made %d GETs, want 1 to %d", n, got, n)
 		}
+		unsealed("the seal of 300 workers")
 
 		calls := func() float64 { // the server's end of a call whose caller's deadline passed
 			return gauge(t, e.m, metrics.SidecarCallsTotal, map[string]string{"method": "DoAction", "code": "DeadlineExceeded"}) +
@@ -436,10 +450,14 @@ func TestHostileSealWorkers(t *testing.T) {
 			t.Errorf("%d GETs after the seal ended on the server", more)
 		}
 		t.Logf("the seal of %d workers sent %d GETs (%d reads started) before its caller's deadline ended it", manifest.MaxSealWorkers, sent, called)
+		unsealed("the seal whose caller gave up")
 
 		var res flightclient.SealResult
 		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, &res); err != nil || !res.Sealed || res.Workers != 2 {
 			t.Fatalf("seal of the 2 committed workers: %+v, %v", res, err)
+		}
+		if keys, err := e.stageManifests(ctx, query, 0); err != nil || !slices.Contains(keys, e.client.Layout().StageManifestKey(query, 0)) {
+			t.Fatalf("after the seal of the 2 workers: the stage holds %v (%v), want its manifest", keys, err)
 		}
 		readsBack(t, e, query, want)
 	})
