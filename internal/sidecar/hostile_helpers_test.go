@@ -8,9 +8,9 @@ import (
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
-// stored is what the bucket holds under the layout's root, by query: the
+// bucketKeys is what the bucket holds under the layout's root, by query: the
 // keys of its objects and of its open multipart uploads.
-type stored struct {
+type bucketKeys struct {
 	objects map[string][]string
 	uploads map[string][]string
 }
@@ -19,9 +19,9 @@ type stored struct {
 // layout's root, in two requests, and sorts them by the query their key
 // names (Layout.Parse; a key of no query, such as a commit guard probe,
 // is filed under "").
-func (e *env) storedByQuery(ctx context.Context) (stored, error) {
+func (e *env) storedByQuery(ctx context.Context) (bucketKeys, error) {
 	l := e.client.Layout()
-	s := stored{objects: map[string][]string{}, uploads: map[string][]string{}}
+	s := bucketKeys{objects: map[string][]string{}, uploads: map[string][]string{}}
 	objs, _, err := e.raw.List(ctx, l.Root(), "")
 	if err != nil {
 		return s, fmt.Errorf("list %q: %w", l.Root(), err)
