@@ -75,6 +75,7 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 	// reader's max_message_bytes still goes out.
 	maxBytes := int64(s.cfg.MaxMessageBytes) / 2
 	for recs.Next() {
+		hook("DoGet.batch")
 		rec := recs.RecordBatch()
 		meta := []byte(fmt.Sprintf(`{"partition":%d}`, recs.Partition()))
 		for _, piece := range splitBatch(rec, maxBytes) {

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/hostile"
 	"github.com/durashuffle/durashuffle/internal/sidecar"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -116,14 +117,16 @@ func TestPutDecreasingOffsetsNotCommitted(t *testing.T) {
 	}
 }
 
-// TestPutFlippedBytes: 40 seeded byte flips (three bytes each) of a
-// batch's IPC body, each its own DoPut to one server: each stream either
-// fails with InvalidArgument naming batch 0 (and leaves nothing) or
-// commits, and then reads back equal to what a reader of the same bytes
-// decodes. The server serves a normal DoPut after all of them. At least a
-// few are refused naming a column: the flips reach the offsets and the
-// strings, so the test proves the check.
+// TestPutFlippedBytes: 200 seeded byte flips (three bytes each) of a
+// batch's IPC body, each its own DoPut stream to one server: each stream
+// either fails with InvalidArgument, or commits and then reads back equal
+// to what a reader of the same bytes decodes. When all have ended, one
+// listing shows nothing of the refused ones (no object, no manifest) and
+// no multipart upload open anywhere; no stream holds a slot; the server
+// serves a normal DoPut. At least 15 are refused naming a column: the
+// flips reach the offsets and the strings, so the test proves the check.
 func TestPutFlippedBytes(t *testing.T) {
+	const flips = 200
 	for _, b := range testenv.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
 			e := newEnv(t, b.Start(t), envOptions{})
@@ -131,14 +134,27 @@ func TestPutFlippedBytes(t *testing.T) {
 			defer cancel()
 			good := hostile.Stream(hostile.Schema, hostile.Good())
 			counts := map[string]int{}
-			for seed := range uint64(40) {
-				stream := hostile.Flip(good, seed, 3)
-				out := e.putAndCheck(ctx, fmt.Sprintf("flip-%d", seed), stream)
+			var refused []string
+			for seed := range uint64(flips) {
+				query := fmt.Sprintf("flip-%d", seed)
+				out, err := e.checkPut(ctx, query, hostile.Flip(good, seed, 3))
+				if err != nil {
+					t.Fatalf("seed %d: %v", seed, err)
+				}
 				counts[out]++
+				if out != outcomeCommitted {
+					refused = append(refused, query)
+				}
 			}
-			t.Logf("outcomes: %v", counts)
-			if counts["refused naming a column"] < 3 {
-				t.Fatalf("outcomes %v: fewer than 3 of 40 flips refused naming a column", counts)
+			t.Logf("outcomes of %d flips: %v", flips, counts)
+			// Checked once for all: a listing per flip would cost
+			// seconds on the real servers.
+			e.nothingLeftOf(ctx, refused)
+			if n := gauge(t, e.m, metrics.SidecarStreams, nil); n != 0 {
+				t.Errorf("%v streams still hold slots after the %d flips ended", n, flips)
+			}
+			if counts[outcomeRefusedColumn] < 15 {
+				t.Fatalf("outcomes %v: fewer than 15 of %d flips refused naming a column", counts, flips)
 			}
 			e.servesNormally(ctx, "flips-after")
 		})
@@ -187,13 +203,35 @@ func refusedStream(t *testing.T, ep testenv.Endpoint, query string, stream []byt
 	e.servesNormally(ctx, query+"-after")
 }
 
-// putAndCheck sends stream's messages as one DoPut of worker 0 of stage
-// 0 of query (batch k to partition k%3), and checks what became of it:
-// refused with InvalidArgument and nothing left, or committed and read
-// back (sealed, every partition by DoGet) equal to what a reader of the
-// same messages decodes. It returns the outcome, for the caller's counts.
+// Outcomes of checkPut.
+const (
+	outcomeCommitted     = "committed and read back"
+	outcomeRefusedColumn = "refused naming a column"
+	outcomeRefused       = "refused"
+)
+
+// putAndCheck is checkPut, failing the test on its error, and checking
+// that a refused stream left nothing (nothingLeft).
 func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) string {
 	e.t.Helper()
+	out, err := e.checkPut(ctx, query, stream)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if out != outcomeCommitted {
+		e.nothingLeft(query, 0, "0")
+	}
+	return out
+}
+
+// checkPut sends stream's messages as one DoPut of worker 0 of stage 0 of
+// query (batch k to partition k%3), and checks what became of it: refused
+// with InvalidArgument, or committed and read back (sealed, every
+// partition by DoGet) equal to what a reader of the same messages
+// decodes. It returns the outcome, for the caller's counts, or what went
+// wrong. Safe to call from several goroutines; what a refused stream
+// left is the caller's to check.
+func (e *env) checkPut(ctx context.Context, query string, stream []byte) (string, error) {
 	const partitions = 3
 	msgs := hostile.Messages(stream)
 	want, wantErr := decodeMessages(msgs)
@@ -211,14 +249,12 @@ func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) stri
 	if err != nil {
 		code, msg := statusOf(err)
 		if code != codes.InvalidArgument {
-			e.t.Fatalf("%s: DoPut failed with %v, want InvalidArgument or a commit: %v", query, code, err)
+			return "", fmt.Errorf("%s: DoPut failed with %v, want InvalidArgument or a commit: %w", query, code, err)
 		}
-		e.t.Logf("%s: refused: %v", query, err)
-		e.nothingLeft(query, 0, "0")
 		if strings.Contains(msg, "invalid record batch") && strings.Contains(msg, "column ") {
-			return "refused naming a column"
+			return outcomeRefusedColumn, nil
 		}
-		return "refused"
+		return outcomeRefused, nil
 	}
 	if wantErr != nil {
 		// The server took what a reader of the same bytes refuses: it
@@ -226,16 +262,16 @@ func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) stri
 		e.t.Logf("%s: committed %d rows of a stream a reader refuses (%v)", query, res.Rows, wantErr)
 	}
 	if !res.Committed || res.Rows != rows && wantErr == nil {
-		e.t.Fatalf("%s: PutResult %+v, want committed with %d rows", query, res, rows)
+		return "", fmt.Errorf("%s: PutResult %+v, want committed with %d rows", query, res, rows)
 	}
 	if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 1}, nil); err != nil {
-		e.t.Fatalf("%s: seal a committed stage: %v", query, err)
+		return "", fmt.Errorf("%s: seal a committed stage: %w", query, err)
 	}
 	var read int64
 	for p := range partitions {
 		got, err := doGetRows(ctx, e.fc, map[string]any{"query": query, "stage": 0, "partition": p})
 		if err != nil {
-			e.t.Fatalf("%s: DoGet of partition %d of a committed stage: %v", query, p, err)
+			return "", fmt.Errorf("%s: DoGet of partition %d of a committed stage: %w", query, p, err)
 		}
 		read += int64(len(got))
 		if wantErr != nil {
@@ -248,13 +284,13 @@ func (e *env) putAndCheck(ctx context.Context, query string, stream []byte) stri
 			}
 		}
 		if !slices.Equal(got, exp) {
-			e.t.Fatalf("%s: partition %d read back %d rows %.300q, want %d %.300q", query, p, len(got), got, len(exp), exp)
+			return "", fmt.Errorf("%s: partition %d read back %d rows %.300q, want %d %.300q", query, p, len(got), got, len(exp), exp)
 		}
 	}
 	if read != res.Rows {
-		e.t.Fatalf("%s: read back %d rows, committed %d", query, read, res.Rows)
+		return "", fmt.Errorf("%s: read back %d rows, committed %d", query, read, res.Rows)
 	}
-	return "committed and read back"
+	return outcomeCommitted, nil
 }
 
 // servesNormally checks the server takes a normal DoPut (of query),

@@ -84,21 +84,28 @@ func readsBack(t *testing.T, e *env, query string, want [][]row) {
 // aborted (no manifest, no object, no open upload); the panic is logged
 // at ERROR with its stack and counted in durashuffle_sidecar_panics_total
 // on /metrics; and the next DoPut commits and reads back. The same for a
-// panic in DoAction.
+// panic in DoGet after its first batch went out (the client gets that
+// batch, then Internal; the next DoGet reads the partition whole) and in
+// DoAction. After each panicking call no stream holds a slot
+// (durashuffle_sidecar_streams is 0).
 func TestHostilePanic(t *testing.T) {
 	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
 		e := newEnv(t, ep, envOptions{})
 		ctx := context.Background()
 		var (
 			armed atomic.Bool
-			seen  atomic.Int64
+			put   atomic.Int64 // DoPut batches while armed
+			got   atomic.Int64 // DoGet batches while armed
 		)
 		restore := sidecar.SetTestHook(func(point string) {
 			switch {
 			case !armed.Load():
-			case point == "DoPut.batch" && seen.Add(1) == 50:
+			case point == "DoPut.batch" && put.Add(1) == 50:
 				armed.Store(false)
 				panic("hostile test: a bug in DoPut after 49 batches")
+			case point == "DoGet.batch" && got.Add(1) == 2:
+				armed.Store(false)
+				panic("hostile test: a bug in DoGet after 1 batch")
 			case point == "DoAction":
 				armed.Store(false)
 				panic("hostile test: a bug in DoAction")
@@ -108,8 +115,16 @@ func TestHostilePanic(t *testing.T) {
 		panics := func(method string) float64 {
 			return sum(scrape(t, e.httpURL), metrics.SidecarPanicsTotal, map[string]string{"method": method})
 		}
-		if n := panics("DoPut"); n != 0 {
-			t.Fatalf("%s{method=DoPut} = %v before any panic", metrics.SidecarPanicsTotal, n)
+		noSlotHeld := func(after string) {
+			t.Helper()
+			if n := sum(scrape(t, e.httpURL), metrics.SidecarStreams, nil); n != 0 {
+				t.Errorf("after %s: %s = %v, want 0", after, metrics.SidecarStreams, n)
+			}
+		}
+		for _, m := range []string{"DoPut", "DoGet", "DoAction"} {
+			if n := panics(m); n != 0 {
+				t.Fatalf("%s{method=%s} = %v before any panic", metrics.SidecarPanicsTotal, m, n)
+			}
 		}
 
 		armed.Store(true)
@@ -123,6 +138,7 @@ func TestHostilePanic(t *testing.T) {
 		if n := e.counter.Requests()["CreateMultipartUpload"]; n < 1 {
 			t.Fatalf("no multipart upload was started before the panic (requests %v): the abort had nothing to do", e.counter.Requests())
 		}
+		noSlotHeld("the DoPut panic")
 		e.nothingLeft("q-panic", 0, "p")
 		if n := panics("DoPut"); n != 1 {
 			t.Errorf("%s{method=DoPut} = %v after one panic, want 1", metrics.SidecarPanicsTotal, n)
@@ -141,8 +157,24 @@ func TestHostilePanic(t *testing.T) {
 		readsBack(t, e, "q-after", want)
 
 		armed.Store(true)
+		_, rows, err := doGet(ctx, e.fc, map[string]any{"query": "q-after", "stage": 0, "partition": 0})
+		wantCode(t, err, codes.Internal, "internal error in DoGet", "a bug in DoGet", "the call failed")
+		if len(rows) == 0 || len(rows) >= len(want[0]) || !slices.Equal(rows, want[0][:len(rows)]) {
+			t.Errorf("the DoGet that panicked after its first batch delivered %d rows, want the first of the partition's %d", len(rows), len(want[0]))
+		}
+		noSlotHeld("the DoGet panic")
+		if n := panics("DoGet"); n != 1 {
+			t.Errorf("%s{method=DoGet} = %v after one panic, want 1", metrics.SidecarPanicsTotal, n)
+		}
+		if logs := e.logs.String(); !strings.Contains(logs, "a bug in DoGet") {
+			t.Errorf("the DoGet panic is not logged:\n%s", logs)
+		}
+		readsBack(t, e, "q-after", want)
+
+		armed.Store(true)
 		err = doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "q-after", "stage": 0, "workers": 1}, nil)
 		wantCode(t, err, codes.Internal, "internal error in DoAction", "a bug in DoAction")
+		noSlotHeld("the DoAction panic")
 		if n := panics("DoAction"); n != 1 {
 			t.Errorf("%s{method=DoAction} = %v after one panic, want 1", metrics.SidecarPanicsTotal, n)
 		}
@@ -151,6 +183,11 @@ func TestHostilePanic(t *testing.T) {
 			t.Fatalf("seal after the DoAction panic: %+v, %v", res, err)
 		}
 		readsBack(t, e, "q-after", want)
+		for m, n := range map[string]float64{"DoPut": 1, "DoGet": 1, "DoAction": 1} {
+			if got := panics(m); got != n {
+				t.Errorf("%s{method=%s} = %v at the end, want %v", metrics.SidecarPanicsTotal, m, got, n)
+			}
+		}
 	})
 }
 
@@ -383,8 +420,10 @@ func (c *countGets) GetRange(ctx context.Context, key string, off, length int64)
 // bounded message, after at most 300 GETs; a seal of MaxSealWorkers whose
 // caller's deadline is 1 s ends on the server (DeadlineExceeded or
 // Canceled, whichever gRPC sees first) soon after, having started no
-// read beyond those in flight when its context ended; the seal of the 2 workers then succeeds and
-// the stage reads back.
+// read beyond those in flight when its context ended. None of the three
+// writes a stage manifest or index (the stage prefix is listed after
+// each); the seal of the 2 workers then writes them, and the stage reads
+// back.
 func TestHostileSealWorkers(t *testing.T) {
 	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
 		reads := &countGets{}
@@ -396,6 +435,16 @@ func TestHostileSealWorkers(t *testing.T) {
 			want[p] = append(want[p], rows...)
 		}
 		gets := func() int64 { return e.counter.Requests()["GetObject"] }
+		unsealed := func(after string) {
+			t.Helper()
+			keys, err := e.stageManifests(ctx, query, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(keys) > 0 {
+				t.Fatalf("after %s: the stage holds %v, want no stage manifest or index", after, keys)
+			}
+		}
 		seal := func(ctx context.Context, workers int) error {
 			return doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": workers}, nil)
 		}
@@ -406,6 +455,7 @@ func TestHostileSealWorkers(t *testing.T) {
 		if n := gets() - before; n != 0 {
 			t.Errorf("the refused seal made %d GETs", n)
 		}
+		unsealed("the seal of 100000000 workers")
 
 		const n = 300
 		before = gets()
@@ -414,6 +464,7 @@ func TestHostileSealWorkers(t *testing.T) {
 		if got := gets() - before; got > n || got < 1 {
 			t.Errorf("a seal of %d workers made %d GETs, want 1 to %d", n, got, n)
 		}
+		unsealed("the seal of 300 workers")
 
 		calls := func() float64 { // the server's end of a call whose caller's deadline passed
 			return gauge(t, e.m, metrics.SidecarCallsTotal, map[string]string{"method": "DoAction", "code": "DeadlineExceeded"}) +
@@ -436,10 +487,14 @@ func TestHostileSealWorkers(t *testing.T) {
 			t.Errorf("%d GETs after the seal ended on the server", more)
 		}
 		t.Logf("the seal of %d workers sent %d GETs (%d reads started) before its caller's deadline ended it", manifest.MaxSealWorkers, sent, called)
+		unsealed("the seal whose caller gave up")
 
 		var res flightclient.SealResult
 		if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": query, "stage": 0, "workers": 2}, &res); err != nil || !res.Sealed || res.Workers != 2 {
 			t.Fatalf("seal of the 2 committed workers: %+v, %v", res, err)
+		}
+		if keys, err := e.stageManifests(ctx, query, 0); err != nil || !slices.Contains(keys, e.client.Layout().StageManifestKey(query, 0)) {
+			t.Fatalf("after the seal of the 2 workers: the stage holds %v (%v), want its manifest", keys, err)
 		}
 		readsBack(t, e, query, want)
 	})
