@@ -14,6 +14,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -247,8 +248,25 @@ func toStatus(err error) error {
 	if _, ok := err.(interface{ GRPCStatus() *status.Status }); ok {
 		return err
 	}
+	var pe *safe.PanicError
+	if errors.As(err, &pe) {
+		// A panic the library contained in a goroutine of its own: the
+		// interceptor logs its stack and counts it, as for one in the
+		// handler itself.
+		return &panicStatus{pe: pe, st: status.New(codes.Internal, err.Error())}
+	}
 	return status.Error(codeOf(err), err.Error())
 }
+
+// panicStatus is the Internal status of an error that wraps a contained
+// panic, keeping the panic for the interceptor.
+type panicStatus struct {
+	pe *safe.PanicError
+	st *status.Status
+}
+
+func (p *panicStatus) Error() string              { return p.st.Err().Error() }
+func (p *panicStatus) GRPCStatus() *status.Status { return p.st }
 
 func codeOf(err error) codes.Code {
 	var fe *reader.FrameError

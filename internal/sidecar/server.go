@@ -501,6 +501,8 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	defer func() {
 		if r := recover(); r != nil {
 			resp, err = nil, s.panicked(method, r)
+		} else {
+			s.containedPanic(method, err)
 		}
 	}()
 	return handler(ctx, req)
@@ -523,9 +525,24 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	defer func() {
 		if r := recover(); r != nil {
 			err = s.panicked(method, r)
+		} else {
+			s.containedPanic(method, err)
 		}
 	}()
 	return handler(srv, s.newServerStream(method, ss, ctx))
+}
+
+// containedPanic logs and counts a panic that the library contained in
+// a goroutine of its own and returned as the call's error (toStatus made
+// it a panicStatus), as panicked does for one in the handler.
+func (s *Server) containedPanic(method string, err error) {
+	var ps *panicStatus
+	if !errors.As(err, &ps) {
+		return
+	}
+	s.m.Panic(method)
+	s.log.Error("panic in a goroutine of the call: the call failed, the sidecar serves on", "method", method,
+		"panic", ps.pe.Error(), "stack", string(ps.pe.Stack))
 }
 
 // panicked records a handler's panic: logged at ERROR with its stack,
