@@ -72,9 +72,12 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## docs: regenerate docs/configuration.md from the Config struct.
+## docs: regenerate docs/configuration.md from the Config struct, and the
+## README's table of which command takes which keys' flags from
+## cmd/durashuffle/flags.go.
 docs:
 	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync .
+	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestReadmeFlagTable ./cmd/durashuffle
 
 ## build: bin/durashuffle, every command, bench included.
 build:
