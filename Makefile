@@ -44,13 +44,14 @@ test-endpoint:
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
 ## manifest decoders (worker container, stage manifest, stage index), the
 ## frame and schema decoders, the range planner, and mutated Arrow IPC
-## through DoPut (a Flight server on the embedded S3 server) and
-## Writer.Write.
+## through DoPut (FuzzPut: a Flight server on the embedded S3 server) and
+## through Writer.Write (FuzzWrite: a client on store.Mem), whose
+## committed stages must read back the rows written.
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
 	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
-	./internal/sidecar:FuzzPut
+	./internal/sidecar:FuzzPut .:FuzzWrite
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
