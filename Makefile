@@ -44,13 +44,14 @@ test-endpoint:
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
 ## manifest decoders (worker container, stage manifest, stage index), the
 ## frame and schema decoders, the range planner, and mutated Arrow IPC
-## through DoPut (a Flight server on the embedded S3 server) and
-## Writer.Write.
+## through DoPut (FuzzPut: a Flight server on the embedded S3 server) and
+## through Writer.Write (FuzzWrite: a client on store.Mem), whose
+## committed stages must read back the rows written.
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
 	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
-	./internal/sidecar:FuzzPut
+	./internal/sidecar:FuzzPut .:FuzzWrite
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \
@@ -72,9 +73,12 @@ vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	  if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 
-## docs: regenerate docs/configuration.md from the Config struct.
+## docs: regenerate docs/configuration.md from the Config struct, and the
+## README's table of which command takes which keys' flags from
+## cmd/durashuffle/flags.go.
 docs:
 	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestConfigurationDocInSync .
+	DURASHUFFLE_UPDATE_DOCS=1 $(GO) test -count=1 -run TestReadmeFlagTable ./cmd/durashuffle
 
 ## build: bin/durashuffle, every command, bench included.
 build:

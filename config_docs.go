@@ -28,9 +28,11 @@ func configMarkdown() string {
 Generated from ` + "`config.go`" + ` by ` + "`make docs`" + `; a test fails when
 this page and the code disagree.
 
-Every key can be set in a YAML file (` + "`--config FILE`" + `), as an environment
-variable, or as a flag; flags win over the environment, which wins over the
-file. Sizes take units (` + "`5MiB`" + `, ` + "`1GiB`" + `), durations Go syntax (` + "`100ms`" + `, ` + "`6h`" + `).
+Every key can be set in a YAML file (` + "`--config FILE`" + `) or as an environment
+variable, for any command, and as a flag on the commands that use it
+(` + "`durashuffle CMD --help`" + ` lists them; the README's command-line section has
+the table); flags win over the environment, which wins over the file.
+Sizes take units (` + "`5MiB`" + `, ` + "`1GiB`" + `), durations Go syntax (` + "`100ms`" + `, ` + "`6h`" + `).
 Invalid values are refused at start with the key, the allowed range and the
 value, and the command exits with code 2.
 

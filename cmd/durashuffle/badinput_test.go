@@ -126,16 +126,16 @@ func TestConfigOutOfRange(t *testing.T) {
 		args []string
 		want string
 	}{
-		{"chunk size", nil, []string{"gc", "--older-than", "1h", "--chunk-size", "4MiB"}, "chunk_size must be between 5MiB and 5GiB, got 4MiB"},
+		{"chunk size", nil, []string{"write", "-q", "q", "-w", "0", "--partitions", "1", "--chunk-size", "4MiB"}, "chunk_size must be between 5MiB and 5GiB, got 4MiB"},
 		{"upload concurrency", nil, []string{"write", "-q", "q", "-w", "0", "--partitions", "1", "--upload-concurrency", "0"}, "upload_concurrency must be between 1 and 1024, got 0"},
-		{"max buffered chunks", nil, []string{"read", "-q", "q", "--max-buffered-chunks", "-1"}, "max_buffered_chunks must be between 1 and 65536, got -1"},
+		{"max buffered chunks env, a key read does not use", []string{"DURASHUFFLE_MAX_BUFFERED_CHUNKS=-1"}, []string{"read", "-q", "q"}, "max_buffered_chunks must be between 1 and 65536, got -1"},
 		{"read ahead env", []string{"DURASHUFFLE_READ_AHEAD=1000"}, []string{"read", "-q", "q"}, "read_ahead must be between 1 and 256, got 1000"},
 		{"retry attempts file", nil, []string{"delete-query", "-q", "q", "--config", file}, "retry_max_attempts must be between 1 and 100, got 0"},
 		{"results retention", nil, []string{"gc", "--older-than", "1h", "--results-retention", "-1h"}, "results_retention must be 0 or positive, got -1h0m0s"},
-		{"sse", nil, []string{"ls", "--sse", "DES"}, `sse must be empty, AES256 or aws:kms, got "DES"`},
-		{"sse key without kms", nil, []string{"ls", "--sse-kms-key-id", "k1"}, "sse_kms_key_id must be set only with sse aws:kms"},
+		{"sse", nil, []string{"seal", "-q", "q", "--workers", "1", "--sse", "DES"}, `sse must be empty, AES256 or aws:kms, got "DES"`},
+		{"sse key without kms env", []string{"DURASHUFFLE_SSE_KMS_KEY_ID=k1"}, []string{"ls"}, "sse_kms_key_id must be set only with sse aws:kms"},
 		{"compression", []string{"DURASHUFFLE_COMPRESSION=gzip"}, []string{"ls"}, `compression must be one of lz4, zstd, none, auto, got "gzip"`},
-		{"frame target", nil, []string{"inspect", "-q", "q", "--frame-target-bytes", "1KiB"}, "frame_target_bytes must be between 4KiB and 1GiB, got 1KiB"},
+		{"frame target env", []string{"DURASHUFFLE_FRAME_TARGET_BYTES=1KiB"}, []string{"inspect", "-q", "q"}, "frame_target_bytes must be between 4KiB and 1GiB, got 1KiB"},
 		{"prefix", nil, []string{"gc", "--older-than", "1h", "--prefix", "../other"}, `prefix must be a relative key prefix without '..', got "../other"`},
 		{"no bucket", nil, []string{"gc", "--older-than", "1h"}, "bucket is not set"},
 		{"negative older-than", nil, []string{"gc", "--older-than", "-1h"}, "--older-than must not be negative"},

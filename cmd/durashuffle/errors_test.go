@@ -28,10 +28,11 @@ func TestUsageErrors(t *testing.T) {
 		{"invalid attempt ID", nil, []string{"write", "-q", "q", "-w", "0", "--attempt", "x/y", "--partitions", "1"}, "attempt ID"},
 		{"negative stage", nil, []string{"seal", "-q", "q", "--stage", "-1", "--workers", "1"}, "stage -1"},
 		{"demo query ID", nil, []string{"demo", "--query", "no spaces"}, "invalid id"},
-		{"chunk size flag", nil, []string{"ls", "--chunk-size", "1MiB"}, "chunk_size must be between 5MiB and 5GiB, got 1MiB"},
+		{"chunk size flag", nil, []string{"write", "-q", "q", "-w", "0", "--partitions", "1", "--chunk-size", "1MiB"}, "chunk_size must be between 5MiB and 5GiB, got 1MiB"},
 		{"chunk size env", []string{"DURASHUFFLE_CHUNK_SIZE=1MiB"}, []string{"ls"}, "chunk_size"},
 		{"demo chunk size", nil, []string{"demo", "--chunk-size", "1MiB"}, "chunk_size"},
-		{"bad size", nil, []string{"ls", "--chunk-size", "lots"}, "invalid argument"},
+		{"bad size", nil, []string{"write", "-q", "q", "-w", "0", "--partitions", "1", "--chunk-size", "lots"}, "invalid argument"},
+		{"a flag of another command", nil, []string{"ls", "--chunk-size", "8MiB"}, "unknown flag: --chunk-size"},
 		{"missing config file", nil, []string{"ls", "--config", "/nonexistent/durashuffle.yaml"}, "config file"},
 		{"unknown flag", nil, []string{"ls", "--nope"}, "unknown flag: --nope"},
 		{"unknown command", nil, []string{"shuffle"}, `unknown command "shuffle"`},
@@ -151,7 +152,7 @@ func TestHelp(t *testing.T) {
 	for _, cmd := range []string{"demo", "write", "seal", "read", "inspect", "ls"} {
 		t.Run(cmd, func(t *testing.T) {
 			r := cli(t, nil, nil, cmd, "--help").must(t)
-			for _, want := range []string{"Usage:", "Examples:", "  durashuffle " + cmd, "--endpoint", "--bucket", "--prefix", "--config", "--chunk-size", "--log-format"} {
+			for _, want := range []string{"Usage:", "Examples:", "  durashuffle " + cmd, "--endpoint", "--bucket", "--prefix", "--config", "--log-format"} {
 				if !strings.Contains(r.stdout, want) {
 					t.Fatalf("%s --help lacks %q:\n%s", cmd, want, r.stdout)
 				}

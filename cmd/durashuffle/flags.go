@@ -9,38 +9,107 @@ import (
 	"github.com/spf13/pflag"
 )
 
-// configFlags binds a flag per key on fs. After parsing, Apply copies the flags
-// the user set onto a config, so flags win over file and environment.
+// configFlags binds a flag per key a command uses on fs. After parsing,
+// Load copies the flags the user set onto a config, so flags win over file
+// and environment.
 type configFlags struct {
-	fs   *pflag.FlagSet
-	vals durashuffle.Config
-	file string
+	fs    *pflag.FlagSet
+	vals  durashuffle.Config
+	file  string
+	bound []durashuffle.Key // the keys that have a flag on fs
 	// defaults, if set, changes DefaultConfig for one command (serve's
 	// memory store) before the file, environment and flags apply.
 	defaults func(*durashuffle.Config)
 }
 
-// sidecarKeys are the keys only serve reads: its Flight and metrics
-// ports, their TLS, its streams and its memory store. Only serve has
-// their flags; the file and the environment may set them for any command.
-var sidecarKeys = map[string]bool{
-	"listen": true, "metrics_listen": true, "auth_token": true, "max_streams": true,
-	"max_message_bytes": true, "shutdown_grace": true, "tls_cert_file": true,
-	"tls_key_file": true, "tls_client_ca_file": true, "stream_first_message_timeout": true,
-	"stream_idle_timeout": true, "memory_store_bytes": true, "advertise_addr": true,
+// keyUse is what a configuration key configures. A command binds the
+// flags of the uses it has (commandUses), so that its help lists what it
+// reads; the file and the environment may set every key for every command,
+// as a config file shared by all of them does.
+type keyUse uint
+
+const (
+	// useStore: the connection (bucket, endpoint, TLS, timeouts, retries),
+	// for every command.
+	useStore keyUse = 1 << iota
+	// usePut: objects a command puts and commits (data, worker and stage
+	// manifests): their server-side encryption and the commit guard.
+	usePut
+	// useWrite: the write path, from Write to the uploaded parts: chunks,
+	// uploads, frames, encoders, the process's memory limit.
+	useWrite
+	// useRead: the read path, ranged GETs of stored frames.
+	useRead
+	// useHedge: hedged part uploads and range reads.
+	useHedge
+	// useGC: what gc removes.
+	useGC
+	// useSidecar: serve's Flight and metrics ports, their TLS, its
+	// streams and its memory store.
+	useSidecar
+	// useAuth: the sidecar's bearer token, which serve checks and
+	// inspect --sidecar sends.
+	useAuth
+)
+
+// keyUses is the use of every key, one table: a key missing here gets no
+// flag anywhere (a test fails).
+var keyUses = map[string]keyUse{
+	"bucket": useStore, "prefix": useStore, "endpoint": useStore, "region": useStore,
+	"path_style": useStore, "insecure_skip_verify": useStore, "ca_file": useStore,
+	"retry_max_attempts": useStore, "retry_base_delay": useStore, "retry_max_delay": useStore,
+	"request_timeout": useStore, "connect_timeout": useStore, "first_byte_timeout": useStore,
+
+	"sse": usePut, "sse_kms_key_id": usePut, "commit_guard": usePut,
+
+	"chunk_size": useWrite, "upload_concurrency": useWrite, "max_buffered_chunks": useWrite,
+	"max_object_size": useWrite, "key_spread": useWrite, "frame_target_bytes": useWrite,
+	"coalesce_budget": useWrite, "memory_limit": useWrite, "encode_concurrency": useWrite,
+	"compression": useWrite, "checksum": useWrite, "cleanup_timeout": useWrite,
+
+	"read_range_bytes": useRead, "read_ahead": useRead, "read_gap_bytes": useRead,
+
+	"hedge_factor": useHedge, "hedge_min_delay": useHedge,
+
+	"results_retention": useGC,
+
+	"listen": useSidecar, "metrics_listen": useSidecar, "max_streams": useSidecar,
+	"max_message_bytes": useSidecar, "shutdown_grace": useSidecar, "tls_cert_file": useSidecar,
+	"tls_key_file": useSidecar, "tls_client_ca_file": useSidecar,
+	"stream_first_message_timeout": useSidecar, "stream_idle_timeout": useSidecar,
+	"memory_store_bytes": useSidecar, "advertise_addr": useSidecar,
+
+	"auth_token": useAuth,
 }
 
-// bindConfigFlags registers --config and one flag per key on fs, the
-// sidecar's keys only if sidecar is set, and none that fs already has.
-func bindConfigFlags(fs *pflag.FlagSet, sidecar bool) *configFlags {
+// commandUses are the uses of each command that takes configuration
+// flags: the keys its code reads.
+var commandUses = map[string]keyUse{
+	"demo":         useStore | usePut | useWrite | useRead | useHedge,
+	"write":        useStore | usePut | useWrite | useHedge,
+	"seal":         useStore | usePut, // puts the stage manifest and index
+	"read":         useStore | useRead | useHedge,
+	"inspect":      useStore | useAuth, // manifests and the index, no frames
+	"ls":           useStore,
+	"gc":           useStore | useGC,
+	"delete-query": useStore,
+	"bench":        useStore | usePut | useWrite | useRead | useHedge,
+	// The sidecar writes, reads, runs gc and delete-query as actions.
+	"serve": useStore | usePut | useWrite | useRead | useHedge | useGC | useSidecar | useAuth,
+}
+
+// bindConfigFlags registers --config and one flag per key of the given
+// uses on fs, none that fs already has.
+func bindConfigFlags(fs *pflag.FlagSet, uses keyUse) *configFlags {
 	f := &configFlags{fs: fs, vals: durashuffle.DefaultConfig()}
 	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
 	for _, k := range durashuffle.Keys() {
 		// A command's own flag of the same name wins (bench's
 		// --memory-limit takes a list to compare).
-		if sidecarKeys[k.Name] && !sidecar || fs.Lookup(k.Flag) != nil {
+		if keyUses[k.Name]&uses == 0 || fs.Lookup(k.Flag) != nil {
 			continue
 		}
+		f.bound = append(f.bound, k)
 		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
 		usage := k.Doc + " (" + k.Env + ")"
 		switch p := v.(type) {
@@ -80,8 +149,8 @@ func (f *configFlags) Load(getenv func(string) string) (durashuffle.Config, erro
 	}
 	src := reflect.ValueOf(&f.vals).Elem()
 	dst := reflect.ValueOf(&c).Elem()
-	for _, k := range durashuffle.Keys() {
-		if fl := f.fs.Lookup(k.Flag); fl != nil && fl.Changed {
+	for _, k := range f.bound {
+		if f.fs.Changed(k.Flag) {
 			dst.FieldByName(k.Go).Set(src.FieldByName(k.Go))
 		}
 	}

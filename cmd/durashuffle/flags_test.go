@@ -17,7 +17,7 @@ func TestLoadPrecedence(t *testing.T) {
 		t.Fatal(err)
 	}
 	fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-	f := bindConfigFlags(fs, true)
+	f := bindConfigFlags(fs, commandUses["serve"])
 	if err := fs.Parse([]string{"--config", file, "--upload-concurrency", "5"}); err != nil {
 		t.Fatal(err)
 	}
@@ -49,7 +49,7 @@ func TestMemoryLimitSources(t *testing.T) {
 	load := func(env map[string]string, args ...string) durashuffle.MemoryLimit {
 		t.Helper()
 		fs := pflag.NewFlagSet("t", pflag.ContinueOnError)
-		f := bindConfigFlags(fs, true)
+		f := bindConfigFlags(fs, commandUses["serve"])
 		if err := fs.Parse(append([]string{"--config", file}, args...)); err != nil {
 			t.Fatal(err)
 		}

@@ -3,9 +3,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"os/exec"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/spf13/pflag"
 )
 
 // runHere runs the command line in this process: the build without the
@@ -17,31 +24,137 @@ func runHere(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return so.String(), se.String(), code
 }
 
-// Each command's help lists its own flags: the sidecar's only on serve.
+// helpFlags returns the long flags a help text lists, from its flag
+// lines ("  -q, --query string   ..."), not from its prose or examples.
+func helpFlags(help string) map[string]bool {
+	out := map[string]bool{}
+	for line := range strings.SplitSeq(help, "\n") {
+		f := strings.Fields(line)
+		if len(f) > 0 && strings.HasPrefix(f[0], "-") && !strings.HasPrefix(f[0], "--") && len(f) > 1 {
+			f = f[1:] // "-q," then "--query"
+		}
+		if len(f) > 0 && strings.HasPrefix(f[0], "--") && strings.HasPrefix(line, " ") {
+			name, _, _ := strings.Cut(f[0], "[")
+			out[name] = true
+		}
+	}
+	return out
+}
+
+// Each command's help lists the flags of the configuration keys it uses
+// and none of the others: seal has no --chunk-size, read no
+// --compression, only serve has the sidecar's.
 func TestCommandHelpListsItsOwnFlags(t *testing.T) {
-	write, _, code := runHere(t, "write", "--help")
-	if code != exitOK {
-		t.Fatalf("write --help: exit %d", code)
-	}
-	for _, f := range []string{"--listen", "--auth-token", "--max-streams", "--tls-cert-file", "--embedded-s3-listen"} {
-		if strings.Contains(write, f+" ") {
-			t.Errorf("write --help lists %s, a flag of serve:\n%s", f, write)
-		}
-	}
-	for _, f := range []string{"--chunk-size", "--bucket", "--endpoint", "--config", "--log-level"} {
-		if !strings.Contains(write, f+" ") {
-			t.Errorf("write --help does not list %s:\n%s", f, write)
-		}
-	}
-	serve, _, _ := runHere(t, "serve", "--help")
-	for _, f := range []string{"--listen", "--auth-token", "--embedded-s3", "--embedded-s3-listen", "--chunk-size"} {
-		if !strings.Contains(serve, f+" ") {
-			t.Errorf("serve --help does not list %s:\n%s", f, serve)
-		}
+	t.Parallel()
+	store := []string{"--config", "--bucket", "--prefix", "--endpoint", "--region", "--path-style", "--ca-file",
+		"--retry-max-attempts", "--connect-timeout", "--first-byte-timeout", "--log-level"}
+	write := []string{"--chunk-size", "--upload-concurrency", "--max-buffered-chunks", "--frame-target-bytes",
+		"--coalesce-budget", "--compression", "--encode-concurrency", "--memory-limit", "--checksum", "--cleanup-timeout", "--key-spread"}
+	put := []string{"--sse", "--sse-kms-key-id", "--commit-guard"}
+	read := []string{"--read-range-bytes", "--read-ahead", "--read-gap-bytes"}
+	hedge := []string{"--hedge-factor", "--hedge-min-delay"}
+	sidecar := []string{"--listen", "--metrics-listen", "--max-streams", "--tls-cert-file", "--memory-store-bytes", "--advertise-addr"}
+	cat := func(lists ...[]string) []string { return slices.Concat(lists...) }
+	for _, tc := range []struct {
+		args       []string
+		has, lacks []string
+	}{
+		{[]string{"seal", "--help"}, cat(store, put, []string{"--workers"}),
+			cat(write, read, hedge, sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"ls", "--help"}, store,
+			cat(put, write, read, hedge, sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"delete-query", "--help"}, store,
+			cat(put, write, read, hedge, sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"gc", "--help"}, cat(store, []string{"--results-retention", "--older-than"}),
+			cat(put, write, read, hedge, sidecar, []string{"--auth-token"})},
+		{[]string{"inspect", "--help"}, cat(store, []string{"--sidecar", "--auth-token"}),
+			cat(put, write, read, hedge, sidecar, []string{"--results-retention"})},
+		{[]string{"read", "--help"}, cat(store, read, hedge, []string{"--order"}),
+			cat(put, write, sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"write", "--help"}, cat(store, put, write, hedge, []string{"--partition-by"}),
+			cat(read, sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"demo", "--help"}, cat(store, put, write, read, hedge, []string{"--read-partitions"}),
+			cat(sidecar, []string{"--results-retention", "--auth-token"})},
+		{[]string{"serve", "--help"}, cat(store, put, write, read, hedge, sidecar,
+			[]string{"--results-retention", "--auth-token", "--embedded-s3", "--embedded-s3-listen"}), nil},
+		// The bench's scenarios take its flags (the binary built with it).
+		{[]string{"bench", "write", "--help"}, cat(store, put, write, read, hedge, []string{"--latency"}),
+			cat(sidecar, []string{"--results-retention", "--auth-token"})},
+	} {
+		t.Run(tc.args[0], func(t *testing.T) {
+			r := cli(t, nil, nil, tc.args...).must(t)
+			got := helpFlags(r.stdout)
+			for _, f := range tc.has {
+				if !got[f] {
+					t.Errorf("%s does not list %s:\n%s", strings.Join(tc.args, " "), f, r.stdout)
+				}
+			}
+			for _, f := range tc.lacks {
+				if got[f] {
+					t.Errorf("%s lists %s, a key it does not use:\n%s", strings.Join(tc.args, " "), f, r.stdout)
+				}
+			}
+		})
 	}
 	root, _, _ := runHere(t, "--help")
-	if strings.Contains(root, "--chunk-size") {
+	if got := helpFlags(root); got["--chunk-size"] || got["--bucket"] {
 		t.Errorf("the root's help lists the configuration flags of the commands:\n%s", root)
+	}
+}
+
+// Every key has a use, and every command's help lists exactly the keys of
+// its uses: a key added to Config without a use would have no flag.
+func TestEveryKeyHasAUse(t *testing.T) {
+	keys := durashuffle.Keys()
+	for _, k := range keys {
+		if keyUses[k.Name] == 0 {
+			t.Errorf("key %s has no use in keyUses: no command would take --%s", k.Name, k.Flag)
+		}
+	}
+	if len(keyUses) != len(keys) {
+		t.Errorf("keyUses has %d keys, Config %d: a name in keyUses is not a key", len(keyUses), len(keys))
+	}
+	for name, uses := range commandUses {
+		if name == "bench" {
+			continue // a stand-in in this build; TestCommandHelpListsItsOwnFlags runs the real one
+		}
+		help, _, code := runHere(t, name, "--help")
+		if code != exitOK {
+			t.Fatalf("%s --help: exit %d", name, code)
+		}
+		got := helpFlags(help)
+		for _, k := range keys {
+			if want := keyUses[k.Name]&uses != 0; got["--"+k.Flag] != want {
+				t.Errorf("%s --help lists --%s: %v, want %v", name, k.Flag, got["--"+k.Flag], want)
+			}
+		}
+	}
+}
+
+// A config file and the environment shared by every command may hold any
+// key: each command reads them all, whichever flags it has.
+func TestEveryCommandReadsEveryKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "shared.yaml")
+	if err := os.WriteFile(file, []byte("bucket: shared\nchunk_size: 16MiB\nread_ahead: 7\nlisten: 127.0.0.1:9\n"+
+		"results_retention: 3h\nauth_token: s3cret\ncommit_guard: off\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{"DURASHUFFLE_MAX_STREAMS": "5", "DURASHUFFLE_HEDGE_FACTOR": "0"}
+	for name, uses := range commandUses {
+		fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
+		f := bindConfigFlags(fs, uses)
+		if err := fs.Parse([]string{"--config", file}); err != nil {
+			t.Fatal(err)
+		}
+		c, err := f.Load(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if c.Bucket != "shared" || c.ChunkSize != 16*durashuffle.MiB || c.ReadAhead != 7 || c.Listen != "127.0.0.1:9" ||
+			c.ResultsRetention.D() != 3*time.Hour || c.AuthToken != "s3cret" || c.CommitGuard != "off" ||
+			c.MaxStreams != 5 || c.HedgeFactor != 0 {
+			t.Errorf("%s read the shared file and environment as %+v", name, c)
+		}
 	}
 }
 
@@ -53,6 +166,8 @@ func TestUsageErrorNamesTheCommandsHelp(t *testing.T) {
 	}{
 		{[]string{"write", "--no-such-flag"}, "durashuffle write --help"},
 		{[]string{"write", "--listen", "127.0.0.1:1"}, "durashuffle write --help"},
+		{[]string{"seal", "--chunk-size", "8MiB"}, "durashuffle seal --help"},
+		{[]string{"read", "--compression", "zstd"}, "durashuffle read --help"},
 		{[]string{"ls", "extra"}, "durashuffle ls --help"},
 		{[]string{"no-such-command"}, "durashuffle --help"},
 	} {

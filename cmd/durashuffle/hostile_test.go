@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -10,43 +11,72 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// TestWriteRefusesCorruptInput: `write -i -` of an Arrow stream whose
-// string column has offsets[0] = -20, partitioned by that column, exits 1
-// naming the input batch, the column and the offset (before, the
-// partitioning read the corrupt offsets and the command panicked), and
-// leaves the bucket with no manifest, object or open upload.
+// TestWriteRefusesCorruptInput: on every backend, `write -i -` of each
+// hostile Arrow stream of internal/hostile (a zero-column schema with a
+// 5-row batch, a negative first string offset, list offsets past the
+// child, string and list offsets that decrease) exits 1, the code of a
+// failure, naming the input batch and the column (the schema, for the
+// zero-column one), without a panic (before, the partitioning read the
+// corrupt offsets and the command panicked). It does so into one
+// partition, where Write refuses the batch, and partitioned by another
+// column, where the split refuses it before it copies the corrupt one. It
+// leaves no worker manifest, object or open upload, and the same worker's
+// good write after it commits.
 func TestWriteRefusesCorruptInput(t *testing.T) {
-	t.Parallel()
-	tg := newTarget(t, backends[0])
-	var bad hostile.Case
-	for _, c := range hostile.Cases() {
-		if c.Name == "negative first offset" {
-			bad = c
-		}
+	cases := hostile.Cases()
+	if len(cases) < 5 {
+		t.Fatalf("internal/hostile has %d cases, want the zero-column schema and the four offset corruptions", len(cases))
 	}
-	r := tg.run(t, bad.Stream, "write", "-q", "corrupt", "-w", "0", "--partitions", "4", "--partition-by", "name", "-i", "-")
-	if r.code != 1 {
-		t.Fatalf("exit %d, want 1:\n%s", r.code, r.stderr)
-	}
-	t.Logf("stderr: %s", r.stderr)
-	for _, want := range []string{"input batch 1", "invalid record batch", `column 1 "name" (utf8)`, "negative: -20"} {
-		if !strings.Contains(r.stderr, want) {
-			t.Errorf("stderr lacks %q:\n%s", want, r.stderr)
-		}
-	}
-	if strings.Contains(r.stderr, "panic") {
-		t.Errorf("the command panicked:\n%s", r.stderr)
-	}
-	st, _ := tg.ep.NewStore(t)
-	ctx := context.Background()
-	if objs, _, err := st.List(ctx, "", ""); err != nil || len(objs) != 0 {
-		t.Fatalf("bucket after the refused write: %v, %v", objs, err)
-	}
-	if ups, err := st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
-		t.Fatalf("open uploads after the refused write: %v, %v", ups, err)
-	}
-	_, err := manifest.LoadWorker(ctx, st, manifest.Layout{Prefix: "durashuffle"}, "corrupt", 0, "0")
-	if !store.IsNotFound(err) {
-		t.Fatalf("worker manifest: %v, want none", err)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
+			tg := newTarget(t, b)
+			st, _ := tg.ep.NewStore(t)
+			ctx := context.Background()
+			l := manifest.Layout{Prefix: "durashuffle"}
+			for i, c := range cases {
+				q := fmt.Sprintf("corrupt-%d", i)
+				wants := []string{"input batch 1", "invalid record batch", c.Want}
+				modes := [][]string{{"--partitions", "1"}}
+				if c.Column == "" {
+					wants = append(wants, "the schema")
+				} else {
+					// Column 0 is id; the corrupt one is another.
+					wants = append(wants, "column", c.Column)
+					modes = append(modes, []string{"--partitions", "4", "--partition-by", "id"})
+				}
+				for _, mode := range modes {
+					r := tg.run(t, c.Stream, append([]string{"write", "-q", q, "-w", "0", "-i", "-"}, mode...)...)
+					if r.code != exitFailure {
+						t.Fatalf("%s, %s: exit %d, want %d:\n%s", c.Name, mode, r.code, exitFailure, r.stderr)
+					}
+					for _, want := range wants {
+						if !strings.Contains(r.stderr, want) {
+							t.Errorf("%s, %s: stderr lacks %q:\n%s", c.Name, mode, want, r.stderr)
+						}
+					}
+					if strings.Contains(r.stderr, "panic") || strings.Contains(r.stderr, "goroutine ") {
+						t.Errorf("%s, %s: the command panicked:\n%s", c.Name, mode, r.stderr)
+					}
+					if _, err := manifest.LoadWorker(ctx, st, l, q, 0, "0"); !store.IsNotFound(err) {
+						t.Fatalf("%s, %s: worker manifest after the refused write: %v, want none", c.Name, mode, err)
+					}
+					if objs, _, err := st.List(ctx, l.Root()+q+"/", ""); err != nil || len(objs) != 0 {
+						t.Fatalf("%s, %s: objects after the refused write: %v, %v", c.Name, mode, objs, err)
+					}
+					if ups, err := st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+						t.Fatalf("%s, %s: open uploads after the refused write: %v, %v", c.Name, mode, ups, err)
+					}
+				}
+				// The refusals left nothing in the way of the worker's
+				// next attempt.
+				tg.run(t, hostile.Stream(hostile.Schema, hostile.Good()), "write", "-q", q, "-w", "0", "-i", "-",
+					"--partitions", "4", "--partition-by", "id").must(t)
+				m, err := manifest.LoadWorker(ctx, st, l, q, 0, "0")
+				if err != nil || m.Totals.Rows != hostile.GoodRows {
+					t.Fatalf("%s: the good write after the refused ones: %v rows, %v; want %d rows", c.Name, m, err, hostile.GoodRows)
+				}
+			}
+		})
 	}
 }

@@ -116,10 +116,14 @@ cut into fixed-size chunks uploaded concurrently as multipart parts, and
 committed by a manifest written last. Readers fetch a sealed stage's index
 with one GET and stream any partition back.
 
-Each command takes the configuration flags it uses (serve's sidecar keys,
-such as --listen, only serve); each key can also be set in a YAML file
-(--config) or as DURASHUFFLE_<KEY> in the environment, with flags winning
-over the environment, and the environment over the file.
+Each command takes the flags of the configuration keys it uses: every
+command the connection's (--endpoint, --bucket, ...); write, demo, serve
+and bench the write path's (--chunk-size, ...); read, demo, serve and
+bench the read path's (--read-ahead, ...); serve alone the sidecar's
+(--listen, ...); 'durashuffle CMD --help' lists them. Every key can also
+be set in a YAML file (--config) or as DURASHUFFLE_<KEY> in the
+environment, for any command, with flags winning over the environment,
+and the environment over the file.
 Credentials and region follow the AWS SDK chain (AWS_ACCESS_KEY_ID,
 AWS_PROFILE, AWS_REGION, ...).
 
@@ -165,7 +169,11 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		}
 		c.Flags().SortFlags = false
 		c.PersistentFlags().SortFlags = false
-		configs[c] = bindConfigFlags(c.PersistentFlags(), c.Name() == "serve")
+		uses, ok := commandUses[c.Name()]
+		if !ok {
+			panic("durashuffle: command " + c.Name() + " has no entry in commandUses")
+		}
+		configs[c] = bindConfigFlags(c.PersistentFlags(), uses)
 		root.AddCommand(c)
 	}
 	root.Args = cobra.ArbitraryArgs

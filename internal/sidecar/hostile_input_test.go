@@ -21,7 +21,7 @@ import (
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/hostile"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/internal/ipcguard"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
@@ -361,7 +361,7 @@ func decodeMessages(msgs []hostile.Message) ([]arrow.RecordBatch, error) {
 	mr := &messageList{}
 	var refused error
 	for k, m := range msgs {
-		if err := sidecar.CheckIPCHeader(m.Header); err != nil {
+		if err := ipcguard.CheckHeader(m.Header); err != nil {
 			refused = fmt.Errorf("message %d: %w", k, err)
 			break
 		}
@@ -372,7 +372,7 @@ func decodeMessages(msgs []hostile.Message) ([]arrow.RecordBatch, error) {
 	}
 	// The sidecar's limit with newEnv's configuration: coalesce_budget
 	// (1 MiB) + 4 x max_message_bytes (64 MiB).
-	r, err := ipc.NewReaderFromMessageReader(mr, ipc.WithAllocator(sidecar.NewDecodeAllocator(257<<20)))
+	r, err := ipc.NewReaderFromMessageReader(mr, ipc.WithAllocator(ipcguard.NewAllocator(memory.DefaultAllocator, 257<<20, "the reference decoder holds")))
 	if err != nil {
 		return nil, errors.Join(err, refused)
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/ipcguard"
 )
 
 // DoPut writes one worker attempt's output: the descriptor names it, each
@@ -179,7 +180,7 @@ func (s *Server) abort(w *durashuffle.Writer) error {
 }
 
 // putStream sits between the gRPC stream and the Flight record reader. It
-// checks every IPC header before the reader sees it (checkIPCHeader),
+// checks every IPC header before the reader sees it (ipcguard.CheckHeader),
 // drops messages without an IPC header (app_metadata-only messages carry
 // no rows) and repeats of the stream's schema, rejects a schema that
 // differs from the first, and remembers transport failures so they are
@@ -207,7 +208,7 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 			return nil, err
 		}
 		if len(fd.DataHeader) > 0 {
-			if err := checkIPCHeader(fd.DataHeader); err != nil {
+			if err := ipcguard.CheckHeader(fd.DataHeader); err != nil {
 				p.err = invalidf("IPC message %d (after %d batches): malformed header: %v; nothing was committed", p.n, p.batches, err)
 				return nil, p.err
 			}
@@ -258,7 +259,8 @@ func (s *Server) decodeAllocator() memory.Allocator {
 	if msg <= 0 {
 		msg = int64(durashuffle.DefaultConfig().MaxMessageBytes)
 	}
-	return &decodeAllocator{Allocator: s.mem, limit: int64(s.cfg.CoalesceBudget) + 4*msg}
+	return ipcguard.NewAllocator(s.mem, int64(s.cfg.CoalesceBudget)+4*msg,
+		"a DoPut may hold decoded at once (coalesce_budget + 4 x max_message_bytes)")
 }
 
 // committed records the commit message and checks that the client's

@@ -1,4 +1,8 @@
-package sidecar
+// Package ipcguard checks Arrow IPC messages from an untrusted sender
+// before Arrow's reader decodes them, and bounds what the reader may
+// allocate, so that a hostile stream fails with an error instead of
+// ending the process.
+package ipcguard
 
 import (
 	"encoding/binary"
@@ -8,15 +12,15 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// What a DoPut's IPC messages may ask of the decoder. Arrow's reader
+// What an untrusted stream's IPC messages may ask of the decoder. Arrow's reader
 // allocates what a message header states before it checks it: a schema
 // claiming 10^9 fields, a union with 10^9 type ids, or a variadic buffer
 // count of 2^40 makes a slice that large, and Go ends the process (out of
 // memory is fatal, not a panic); a field whose children include itself
 // recurses until the stack overflows (fatal too); a compressed buffer's
 // stated uncompressed length is allocated as it says. So the headers are
-// checked first (checkIPCHeader), and decoded buffers are counted
-// (decodeAllocator).
+// checked first (CheckHeader), and decoded buffers are counted
+// (NewAllocator).
 const (
 	// maxSchemaFields bounds a schema's fields, nested ones included
 	// (counted as Arrow's reader walks them, a field shared by several
@@ -27,13 +31,13 @@ const (
 	maxSchemaDepth = 64
 )
 
-// checkIPCHeader checks an IPC message header (a FlightData's
+// CheckHeader checks an IPC message header (a FlightData's
 // data_header, an Arrow Message flatbuffer) before Arrow's reader sees
 // it: every table, string and vector it points to lies inside it, a
 // schema has at most maxSchemaFields fields and maxSchemaDepth levels, and
 // a record batch's variadic buffer counts are within its buffers. It reads
 // the flatbuffer itself, bounds-checking every read.
-func checkIPCHeader(hdr []byte) error {
+func CheckHeader(hdr []byte) error {
 	b := fbuf(hdr)
 	root, err := b.root()
 	if err != nil {
@@ -276,22 +280,30 @@ func (b fbuf) recordBatch(pos int64) error {
 	return nil
 }
 
-// decodeAllocator is the allocator of one DoPut's IPC reader. Arrow's
-// reader allocates through it only what it decompresses, sized as each
-// buffer's header says; it refuses (panics, which the reader turns into
-// its error) to hold more than limit bytes at once, so a stated length
-// of 2^40 fails the stream instead of the process. What the writer keeps
-// of a batch stays counted until it lets the batch go.
+// NewAllocator returns an allocator for an IPC reader of untrusted
+// input, on mem. Arrow's reader allocates through it only what it
+// decompresses, sized as each buffer's header says; it refuses (panics,
+// which the reader turns into its error) to hold more than limit bytes at
+// once, so a stated length of 2^40 fails the stream instead of the
+// process; the error says the bytes, the limit and what, which says
+// where the limit comes from ("a DoPut may hold decoded at once
+// (coalesce_budget + 4 x max_message_bytes)"). What a consumer keeps of
+// a batch stays counted until it lets the batch go.
+func NewAllocator(mem memory.Allocator, limit int64, what string) memory.Allocator {
+	return &decodeAllocator{Allocator: mem, limit: limit, what: what}
+}
+
 type decodeAllocator struct {
 	memory.Allocator
 	limit int64
+	what  string // what limit is, for the error
 	live  atomic.Int64
 }
 
 func (a *decodeAllocator) take(n int) {
 	if live := a.live.Add(int64(n)); n > 0 && live > a.limit {
 		a.live.Add(-int64(n))
-		panic(fmt.Errorf("decoded buffers would take %d bytes, more than the %d a DoPut may hold decoded at once (coalesce_budget + 4 x max_message_bytes)", live, a.limit))
+		panic(fmt.Errorf("decoded buffers would take %d bytes, more than the %d %s", live, a.limit, a.what))
 	}
 }
 
