@@ -115,7 +115,7 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // budget has room. perByte is the held bytes per logical byte of rec if
 // the caller knows it (0: measure).
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
+	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -162,6 +162,7 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 			// of its own well spent).
 			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
 			w.seq++
+			w.inflight++
 			w.buffered -= f.held
 			w.pending += f.held
 			w.work.Signal()
@@ -170,8 +171,13 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		}
 		*f = pframe{}
 	}
-	// The arena's next growth must fit too, or the run flushes now.
-	if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+	// The arena's next growth must fit too, or the run flushes now. A
+	// sorted writer's frames kept in memory count until it spills.
+	kept := w.keptMem
+	if w.spilling {
+		kept = 0 // on their way to disk
+	}
+	if w.buffered+kept+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
 		w.runLocked()
 	}
 	return nil
@@ -192,8 +198,12 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 }
 
 // runLocked flushes every partition's frames, in partition order, to the
-// encoders: one sorted run.
+// encoders: one sorted run. A sorted writer's run before Close starts
+// its spill: from then on its frames are kept on disk.
 func (w *Writer) runLocked() {
+	if w.sorted && !w.closed {
+		w.spilling = true
+	}
 	arena, _ := w.finishArenaLocked()
 	if arena != nil {
 		defer arena.releaseLocked()
@@ -211,6 +221,7 @@ func (w *Writer) runLocked() {
 				j.arena = arena
 			}
 			w.seq++
+			w.inflight++
 			held += j.held
 			w.queue = append(w.queue, j)
 		}
