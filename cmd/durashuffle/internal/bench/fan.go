@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,77 +111,20 @@ func meanGetBytes(r Result) float64 {
 	return ratio(float64(r.DataGetBytes+r.MetadataBytes), float64(r.DataGets+r.MetadataGets))
 }
 
-// errNoConfigKey: this build of durashuffle has no such configuration
-// key (noConfigKeyError names it).
-var errNoConfigKey = errors.New("config key not available")
-
-type noConfigKeyError struct{ key string }
-
-func (e noConfigKeyError) Error() string {
-	return fmt.Sprintf("%s key not available: this durashuffle's configuration has no key %q", e.key, e.key)
-}
-
-func (e noConfigKeyError) Is(target error) bool { return target == errNoConfigKey }
-
-// setConfigKey sets the configuration key name (its YAML name) to value
-// through the configuration's own setter, by name rather than by Go
-// field, so that the bench builds whether or not durashuffle has the
-// key; a key it lacks is errNoConfigKey, named.
-func setConfigKey(cfg *durashuffle.Config, name, value string) error {
-	for _, k := range durashuffle.Keys() {
-		if k.Name != name {
-			continue
-		}
-		return cfg.LoadEnv(func(env string) string {
-			if env == k.Env {
-				return value
-			}
-			return ""
-		})
-	}
-	return noConfigKeyError{name}
-}
-
-// applySpill sets the writer's local spill on or off (config key spill).
-// Without the key it fails, naming it: the durashuffle contender must
-// not run, and be reported, as spill on when it is not.
-func applySpill(cfg *durashuffle.Config, on bool) error {
-	v := "off"
-	if on {
-		v = "on"
-	}
-	return setConfigKey(cfg, "spill", v)
-}
-
-// fanConfigs is each contender's configuration, or why it cannot run.
-// spill-off runs without the spill key too: a durashuffle without the
-// key has no spill, and writes the multi-run layout that spill off
-// names.
+// fanConfigs is each contender's configuration: durashuffle with its
+// spill on, spill-off with it off. notRun is always empty here; a row
+// that could not run says why in FanRow.NotRun.
 func fanConfigs(cfg durashuffle.Config) (map[string]durashuffle.Config, map[string]string, error) {
 	cfgs, notRun := map[string]durashuffle.Config{}, map[string]string{}
 	for _, name := range fanContenders {
 		c := cfg
-		var err error
 		switch name {
 		case Durashuffle:
-			err = applySpill(&c, true)
-			if err == nil {
-				// The key must exist for every run's own spill_dir.
-				err = setConfigKey(&c, "spill_dir", os.TempDir())
-			}
+			c.Spill = "on"
 		case FanSpillOff:
-			if err = applySpill(&c, false); errors.Is(err, errNoConfigKey) {
-				err = nil
-			}
+			c.Spill = "off"
 		}
-		switch {
-		case errors.Is(err, errNoConfigKey):
-			notRun[name] = err.Error()
-		case err != nil:
-			return nil, nil, fmt.Errorf("%s: %w", name, err)
-		default:
-			cfgs[name] = c
-		}
+		cfgs[name] = c
 	}
 	return cfgs, notRun, nil
 }
@@ -300,9 +242,7 @@ func (e *Env) fanRun(ctx context.Context, c fanCell, name string, cfg durashuffl
 	}
 	defer os.RemoveAll(dir)
 	if name == Durashuffle {
-		if err := setConfigKey(&cfg, "spill_dir", dir); err != nil {
-			return nil, nil, err
-		}
+		cfg.SpillDir = dir
 	}
 	q := e.query("fan", c.FanShape.String(), strconv.Itoa(c.multiple), name, strconv.Itoa(rd.Round))
 	defer e.cleanup(ctx, q)

@@ -20,19 +20,12 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// spillKeyKnown says whether this durashuffle has the spill key, which
-// the durashuffle contender of bench fan needs.
-func spillKeyKnown() bool {
-	return slices.ContainsFunc(durashuffle.Keys(), func(k durashuffle.Key) bool { return k.Name == "spill" })
-}
-
 // TestSmokeFan runs bench fan at a tiny shape, one round: 2 writers x 2
 // readers at 64 partitions, each writer 1x and 3x a 512 KiB budget (3x
 // sorts through several runs). Every contender that runs reads back the
 // rows it wrote; druid stores one object per writer and partition and
 // GETs each once, map-file one object per writer and one GET per reader
-// and writer. durashuffle runs when this durashuffle has the spill key,
-// and otherwise says that it does not, as do the targets that need it.
+// and writer; durashuffle's spill keeps one run per object.
 func TestSmokeFan(t *testing.T) {
 	ctx := context.Background()
 	o := smokeOptions(t)
@@ -54,12 +47,6 @@ func TestSmokeFan(t *testing.T) {
 	}
 	for _, r := range rep.Fan {
 		name := r.cellName() + " " + r.Contender
-		if r.Contender == Durashuffle && !spillKeyKnown() {
-			if !strings.Contains(r.NotRun, "spill key not available") || r.Write.Seconds != 0 {
-				t.Errorf("%s: not run %q, write %.3f s; want not run for want of the spill key", name, r.NotRun, r.Write.Seconds)
-			}
-			continue
-		}
 		if r.NotRun != "" {
 			t.Errorf("%s: not run: %s", name, r.NotRun)
 			continue
@@ -73,6 +60,16 @@ func TestSmokeFan(t *testing.T) {
 			t.Errorf("%s: %d bytes stored, RSS %d, write %.3f s with requests %v, read %.3f s", name, w.StoredBytes, w.PeakRSSBytes, w.Seconds, w.Requests, rd.Seconds)
 		}
 		switch r.Contender {
+		case Durashuffle:
+			// One partition-sorted run per writer object, however many
+			// runs the 3x output flushed.
+			if w.Runs != writers {
+				t.Errorf("%s: %d runs as stored over %d writers, want one each", name, w.Runs, writers)
+			}
+		case FanSpillOff:
+			if r.Multiple > 1 && w.Runs <= writers {
+				t.Errorf("%s: %d runs as stored over %d writers at %dx the budget, want several each", name, w.Runs, writers, r.Multiple)
+			}
 		case Druid:
 			if w.Objects != writers*parts || w.Requests["PutObject"] != writers*parts || getRequests(rd) != writers*parts {
 				t.Errorf("%s: %d objects, requests %v, %d GETs; want %d objects, PUTs and GETs", name, w.Objects, w.Requests, getRequests(rd), writers*parts)
@@ -95,9 +92,6 @@ func TestSmokeFan(t *testing.T) {
 	for _, tg := range rep.Targets {
 		if !strings.HasPrefix(tg.Name, "2x2 ") {
 			t.Errorf("target %q is not of the 2x2 shape", tg.Name)
-		}
-		if !spillKeyKnown() && (tg.OK || !strings.Contains(tg.Name, "spill key not available")) {
-			t.Errorf("target %q: ok %v without the spill key", tg.Name, tg.OK)
 		}
 	}
 	var text bytes.Buffer
