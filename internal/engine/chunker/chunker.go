@@ -196,6 +196,7 @@ type Writer struct {
 	keptMem    int64 // bytes of kept frames in memory, in the budget
 	outputting bool  // the output frames are queued
 	inflight   int   // jobs queued and not yet through the appender
+	queued     int64 // writing-phase frames queued since New
 	outNext    int64 // the next seq the appender takes
 	rows       int64
 	bytes      int64

@@ -163,6 +163,7 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
 			w.seq++
 			w.inflight++
+			w.queued++
 			w.buffered -= f.held
 			w.pending += f.held
 			w.work.Signal()
@@ -171,14 +172,23 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		}
 		*f = pframe{}
 	}
-	// The arena's next growth must fit too, or the run flushes now. A
-	// sorted writer's frames kept in memory count until it spills.
-	kept := w.keptMem
-	if w.spilling {
-		kept = 0 // on their way to disk
+	// The arena's next growth must fit too, or the run flushes now.
+	if !w.sorted {
+		if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+			w.runLocked()
+		}
+		return nil
 	}
-	if w.buffered+kept+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+	// A sorted writer's runs end where its input alone says, so that the
+	// same input makes the same object: its rows, its partitions' state
+	// and one kept entry per frame queued, all known here, not what the
+	// encoders and the appender have got to. Its frames kept in memory
+	// still count: when they would pass the budget they go to disk, which
+	// moves no run boundary.
+	if w.buffered+w.sortedFixed()+w.arena.Growth() >= w.opt.CoalesceBudget {
 		w.runLocked()
+	} else if !w.spilling && w.buffered+w.keptMem+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+		w.spilling = true
 	}
 	return nil
 }
@@ -222,6 +232,7 @@ func (w *Writer) runLocked() {
 			}
 			w.seq++
 			w.inflight++
+			w.queued++
 			held += j.held
 			w.queue = append(w.queue, j)
 		}

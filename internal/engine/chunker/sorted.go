@@ -38,6 +38,14 @@ type keptFrame struct {
 // keptSize is what each kept frame's entry costs until Close.
 const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 
+// sortedFixed is a sorted writer's fixed state as its input alone makes
+// it: the partitions' state and an entry for every frame queued so far.
+// (fixed counts the entries by their slice's capacity, as the appender
+// grows it.)
+func (w *Writer) sortedFixed() int64 {
+	return int64(w.opt.Partitions)*pbufSize + w.queued*keptSize
+}
+
 // keep takes a writing-phase frame: into memory, or to the spill once
 // the writer spills. It reports the change in bytes held in memory.
 // Ownership of r.buf passes when it is kept in memory (kept true).
@@ -115,6 +123,16 @@ func (w *Writer) queueOutputLocked() {
 	for i, k := range w.kept {
 		order[next[k.partition]] = int32(i)
 		next[k.partition]++
+	}
+	// An object that will stay under one chunk is not streamed: a part
+	// streamed while its chunk fills is sent again whole when the chunk
+	// ends short, and the kept frames' bytes say now that it will.
+	var total int64
+	for _, k := range w.kept {
+		total += k.length
+	}
+	if w.stream != nil && total < w.opt.ChunkSize*3/4 {
+		w.stream = nil
 	}
 	target := w.opt.FrameTargetBytes
 	var group []keptFrame
