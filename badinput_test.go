@@ -36,7 +36,7 @@ func TestSchemaChangeRejected(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
-	c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+	c := testenv.Client(t, uploadingConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	bad := otherBatch()
 	defer bad.Release()

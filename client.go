@@ -36,7 +36,8 @@ type Client struct {
 	// (nil: hedge_factor 0, no hedging).
 	readHedge *reader.Hedger
 	guard     commitGuard
-	fast      fastPath // memory store and peers (client_fast.go)
+	fast      fastPath  // memory store and peers (client_fast.go)
+	spill     *spillDir // nil: spill off
 }
 
 // Open returns a Client for cfg. cfg is validated first; an invalid key
@@ -247,7 +248,7 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 
 		CleanupTimeout: cfg.CleanupTimeout.D(),
 	}, obs)
-	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}}
+	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}, spill: newSpillDir(cfg)}
 	if cfg.HedgeFactor > 0 {
 		c.readHedge = reader.NewHedger(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
 	}
@@ -271,8 +272,12 @@ func (c *Client) CreateBucket(ctx context.Context) error {
 	return nil
 }
 
-// Close stops the upload pool. Writers must be committed or aborted.
-func (c *Client) Close() { c.pool.Close() }
+// Close stops the upload pool and removes the client's spill directory.
+// Writers must be committed or aborted.
+func (c *Client) Close() {
+	c.pool.Close()
+	c.spill.close()
+}
 
 // Config returns the client's configuration.
 func (c *Client) Config() Config { return c.cfg }

@@ -69,6 +69,9 @@ type Config struct {
 
 	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
 	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
+	Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes about one GET per writer object per read_range_bytes. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
+	SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
+	SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
 	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 44 MiB of resident memory the Go runtime does not govern, 244 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
 	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
 	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
@@ -119,6 +122,8 @@ func DefaultConfig() Config {
 		UploadConcurrency: 8,
 		FrameTargetBytes:  1 * MiB,
 		CoalesceBudget:    64 * MiB,
+		Spill:             "on",
+		SpillBytes:        32 * GiB,
 		MemoryLimit:       MemoryLimitAuto,
 		Compression:       "lz4",
 		Checksum:          "crc32c",
@@ -210,6 +215,14 @@ func (c Config) Validate() error {
 	sizeIn("frame_target_bytes", c.FrameTargetBytes, 4*KiB, 1*GiB)
 	if c.CoalesceBudget < c.FrameTargetBytes {
 		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
+	}
+	switch c.Spill {
+	case "on", "off":
+	default:
+		bad("spill", "on or off", strconv.Quote(c.Spill))
+	}
+	if c.SpillBytes < 1 {
+		bad("spill_bytes", "at least 1", c.SpillBytes)
 	}
 	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < minMemoryLimit {
 		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.MemoryLimit)

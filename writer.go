@@ -74,6 +74,10 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	if opt.Partitions < 1 || opt.Partitions > MaxPartitions {
 		return nil, fmt.Errorf("%w: partitions must be between 1 and %d (MaxPartitions), got %d", ErrPartitionCount, MaxPartitions, opt.Partitions)
 	}
+	sp, err := c.spill.get()
+	if err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
 	ch, err := chunker.New(wctx, chunker.Options{
@@ -86,6 +90,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		ChunkSize:        int64(c.cfg.ChunkSize),
 		MaxObjectSize:    int64(c.cfg.MaxObjectSize),
 		Mem:              opt.Mem,
+		Spill:            sp,
 	}, (*sink)(w))
 	if err != nil {
 		cancel(err)

@@ -54,6 +54,15 @@ func testConfig() durashuffle.Config {
 	return cfg
 }
 
+// uploadingConfig is testConfig with spill off: each run is uploaded as
+// it flushes, for tests of what happens to uploads while a writer still
+// takes input (with spill on, nothing is uploaded before Commit).
+func uploadingConfig() durashuffle.Config {
+	cfg := testConfig()
+	cfg.Spill = "off"
+	return cfg
+}
+
 var schema = arrow.NewSchema([]arrow.Field{
 	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 	{Name: "blob", Type: arrow.BinaryTypes.Binary},
@@ -266,7 +275,7 @@ func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int
 func TestPermanentPartFailureCancelsWriter(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		cfg := testConfig()
+		cfg := uploadingConfig()
 		bad := &badChecksumStore{Store: st, part: 2}
 		c := testenv.Client(t, cfg, durashuffle.WithStore(bad), durashuffle.WithCounter(counter))
 		defer c.Close()
@@ -354,7 +363,7 @@ func TestTwoAttemptsCommitOnce(t *testing.T) {
 func TestAbortLeavesNothing(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
-		c := testenv.Client(t, testConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+		c := testenv.Client(t, uploadingConfig(), durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 2})
 		if err := writeRows(w, 15_000, 2); err != nil {

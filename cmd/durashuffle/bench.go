@@ -46,6 +46,10 @@ type benchOptions struct {
 	partCounts    string
 	partWriters   string
 	rangeReaders  int
+	fanShapes     string
+	fanSizes      string
+	fanParts      int
+	fanBudget     durashuffle.Size
 	json          bool
 	plot          string
 	out           string
@@ -81,6 +85,12 @@ part size and concurrency:
                  read back by 8 range readers of P/8 partitions and downloaded
                  whole by transfermanager and manager: throughput, stored
                  bytes, frames, PUTs, GETs and peak RSS against the bound
+  fan            W writers x R readers at 2048 partitions, each writer 1x, 8x
+                 and 16x its coalesce_budget: durashuffle with spill on and
+                 off against Druid's layout (an object per writer and
+                 partition) and Spark's sort shuffle (a partition-sorted map
+                 file per writer, uploaded with transfermanager): write and
+                 read time, requests, stored bytes, RSS and local disk
   all            every scenario; --out and --markdown write the charts and tables
 
 The link is toxiproxy, in process, in front of the endpoint (an in-memory
@@ -122,6 +132,11 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.partCounts, "partition-counts", "64,512,2048,8192", "partitions: partition counts (the targets compare 2048 with the smallest)")
 	pf.StringVar(&o.partWriters, "partition-writers", "1,8", "partitions: writer counts (writers on one client, one data object each)")
 	pf.IntVar(&o.rangeReaders, "range-readers", 8, "partitions: range readers reading each stage at once, P / range-readers partitions each")
+	o.fanBudget = 8 * durashuffle.MiB
+	pf.StringVar(&o.fanShapes, "fan-shapes", "8x8,32x8", "fan: shapes, WRITERSxREADERS, comma-separated")
+	pf.StringVar(&o.fanSizes, "fan-sizes", "1,8,16", "fan: each writer's logical output, in multiples of --fan-coalesce-budget")
+	pf.IntVar(&o.fanParts, "fan-partitions", 2048, "fan: partitions")
+	pf.Var(&o.fanBudget, "fan-coalesce-budget", "fan: coalesce_budget of every contender (the druid and map-file writers sort in as much memory)")
 	pf.BoolVar(&o.json, "json", false, "print each scenario's report as one JSON object")
 	pf.StringVar(&o.plot, "plot", "", "draw the results into this PNG file")
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
@@ -143,6 +158,8 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 		bench.ScenarioSweep:        `  durashuffle bench sweep --chunk-sizes 5MiB,100MB --concurrencies 5,10,30 --plot sweep.png`,
 		bench.ScenarioFastpath: `  durashuffle bench fastpath --stored 64MiB --rounds 2
   durashuffle bench fastpath --endpoint http://127.0.0.1:9000 --path-style --bucket bench --latency 0 --conn-bandwidth 0`,
+		bench.ScenarioFan: `  durashuffle bench fan --plot fan.png
+  durashuffle bench fan --fan-shapes 8x8 --fan-sizes 1,16 --fan-partitions 256 --rounds 1`,
 		bench.ScenarioPartitions: `  durashuffle bench partitions --plot partitions.png
   durashuffle bench partitions --stored 64MiB --partition-counts 64,2048 --partition-writers 1,8 --rounds 1`,
 	}
@@ -292,6 +309,17 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	fanShapes, err := bench.ParseFanShapes(o.fanShapes)
+	if err != nil {
+		return nil, usagef("--fan-shapes: %v", err)
+	}
+	fanSizes, err := intList("--fan-sizes", o.fanSizes)
+	if err != nil {
+		return nil, err
+	}
+	if o.fanParts < 1 {
+		return nil, usagef("--fan-partitions must be at least 1, got %d", o.fanParts)
+	}
 	small, err := intList("--small-rows", o.smallRows)
 	if err != nil {
 		return nil, err
@@ -333,6 +361,7 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
 		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, TLS: o.tls, Faults: faults,
 		PartitionCounts: partCounts, PartitionWriters: partWriters, RangeReaders: o.rangeReaders, WidePartitions: 2048,
+		FanShapes: fanShapes, FanMultiples: fanSizes, FanPartitions: o.fanParts, FanCoalesceBudget: o.fanBudget,
 		Data: bench.Data{Input: o.input, Partitions: o.partitions, WriteRows: o.writeRows, PoolRows: o.poolRows,
 			Producers: o.producers, Workers: o.workers, Seed: o.seed},
 	}
@@ -382,4 +411,4 @@ func sizeList(flag, s string) ([]durashuffle.Size, error) {
 
 // runnableCommands is how many runnable commands this binary has, the
 // bench's included (TestEveryCommandHasAnExample walks them all).
-const runnableCommands = 15
+const runnableCommands = 16

@@ -66,6 +66,7 @@ var keyUses = map[string]keyUse{
 	"max_object_size": useWrite, "key_spread": useWrite, "frame_target_bytes": useWrite,
 	"coalesce_budget": useWrite, "memory_limit": useWrite, "encode_concurrency": useWrite,
 	"compression": useWrite, "checksum": useWrite, "cleanup_timeout": useWrite,
+	"spill": useWrite, "spill_dir": useWrite, "spill_bytes": useWrite,
 
 	"read_range_bytes": useRead, "read_ahead": useRead, "read_gap_bytes": useRead,
 

@@ -33,25 +33,41 @@ func (w *Writer) appender() {
 			if r.err != nil {
 				w.cancel(r.err)
 			}
+			var mem int64 // change in a sorted writer's kept bytes in memory
 			if r.buf != nil {
+				kept := false
 				if w.ctx.Err() == nil {
-					if err := w.appendGuarded(r); err != nil {
+					var err error
+					if w.sorted && !r.out {
+						mem, kept, err = w.keepGuarded(r)
+					} else {
+						err = w.appendGuarded(r)
+					}
+					if err != nil {
 						w.cancel(err)
 					}
 				}
-				bufPool.Put(r.buf)
+				if !kept {
+					bufPool.Put(r.buf)
+				}
 			}
 			w.mu.Lock()
 			w.pending -= r.held
+			w.keptMem += mem
+			w.inflight--
+			w.outNext = next
 			w.countIndexLocked()
 			w.room.Broadcast()
+			if w.outputting {
+				w.work.Broadcast()
+			}
 			w.mu.Unlock()
 		}
 	}
 }
 
 // countIndexLocked counts the frame index (the capacity of its slice,
-// kept until Close) in fixed, and fails the writer with ErrBudget once
+// kept until Close, and a sorted writer's kept frames) in fixed, and fails the writer with ErrBudget once
 // the index and the partitions' state leave less than an eighth of
 // coalesce_budget (at least a frame) for rows: the room for rows is what
 // a run holds, and below that runs would shrink toward a few rows each,
@@ -59,16 +75,16 @@ func (w *Writer) appender() {
 // by about one entry per partition per run, so the input a writer can
 // take grows with the square of the budget.
 func (w *Writer) countIndexLocked() {
-	c := int64(cap(w.frames))
+	c := int64(cap(w.frames))*entrySize + int64(cap(w.kept))*keptSize
 	if c == w.indexCap {
 		return
 	}
-	w.fixed += (c - w.indexCap) * entrySize
+	w.fixed += c - w.indexCap
 	w.indexCap = c
 	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
 		state := int64(w.opt.Partitions) * pbufSize
 		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
-			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
+			ErrBudget, len(w.frames)+len(w.kept), w.taken, c, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
 	}
 }
 
@@ -76,6 +92,16 @@ func (w *Writer) countIndexLocked() {
 // an eighth of it, at least a frame.
 func (w *Writer) leastRoom() int64 {
 	return max(w.opt.CoalesceBudget/8, min(w.opt.FrameTargetBytes, w.opt.CoalesceBudget/2))
+}
+
+// keepGuarded is keep with a panic turned into its error.
+func (w *Writer) keepGuarded(r encoded) (mem int64, kept bool, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = safe.Recovered(v, "keep of a frame of partition %d", r.partition)
+		}
+	}()
+	return w.keep(r)
 }
 
 // appendGuarded is appendFrame with a panic turned into its error.
@@ -102,7 +128,7 @@ func (w *Writer) appendFrame(r encoded) error {
 		Length:    int64(len(b)),
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
-		CRC32C:    store.CRC32C(b),
+		CRC32C:    frameCRC(r, b),
 	})
 	w.rows += r.stats.Rows
 	w.bytes += r.stats.Bytes
@@ -172,4 +198,13 @@ func (w *Writer) dropCurrent() {
 		w.sink.Release(w.cur)
 		w.cur = nil
 	}
+}
+
+// frameCRC is the CRC32C of a frame's stored bytes b: taken when it was
+// kept, for a frame copied from a sorted writer's run.
+func frameCRC(r encoded, b []byte) uint32 {
+	if r.crcSet {
+		return r.crc
+	}
+	return store.CRC32C(b)
 }

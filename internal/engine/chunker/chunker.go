@@ -10,6 +10,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/internal/engine/spill"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -76,6 +77,11 @@ type Options struct {
 	ChunkSize        int64
 	MaxObjectSize    int64 // 0: only the part limit
 	Mem              memory.Allocator
+	// Spill, when set, makes the writer sorted: one partition-sorted run
+	// per object, its runs kept in memory or spilled here until Close
+	// (sorted.go). Nil: each run goes to the object as it flushes, and
+	// a reader pays a GET per run.
+	Spill *spill.Dir
 }
 
 // settle fills in the defaults of o's unset fields and checks what has
@@ -117,6 +123,10 @@ type Result struct {
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)
+	// Spilled is the bytes a sorted writer wrote to its spill (0: its
+	// runs fit in memory, or the writer is not sorted). A sorted
+	// writer's object holds one run however many it flushed.
+	Spilled int64
 	// Codecs counts frames by the codec in their headers ("lz4", "zstd",
 	// "none"): with compression auto, the mix the writer chose.
 	Codecs map[string]int
@@ -173,11 +183,25 @@ type Writer struct {
 	objCRC  uint32
 	objects []manifest.Object
 	frames  []manifest.Frame
-	// indexCap is cap(frames) as counted in fixed (under mu).
+	// indexCap is the bytes of the frame index and kept frames' entries
+	// (their slices' capacity) as counted in fixed (under mu).
 	indexCap int64
-	rows     int64
-	bytes    int64
-	codecs   map[string]int // frames per codec (from their headers)
+
+	// A sorted writer's (sorted.go). kept and spilled are the
+	// appender's until Close queues the output; the rest are under mu.
+	sorted     bool
+	spillFile  *spill.File
+	kept       []keptFrame
+	spilled    int64
+	spilling   bool  // a run flushed before Close: kept frames go to disk
+	keptMem    int64 // bytes of kept frames in memory, in the budget
+	outputting bool  // the output frames are queued
+	inflight   int   // jobs queued and not yet through the appender
+	queued     int64 // writing-phase frames queued since New
+	outNext    int64 // the next seq the appender takes
+	rows       int64
+	bytes      int64
+	codecs     map[string]int // frames per codec (from their headers)
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails
@@ -207,6 +231,10 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	if opt.Compression == frame.Auto {
 		w.auto = newAutoCodec(opt.Encoders)
 	}
+	if opt.Spill != nil {
+		w.sorted = true
+		w.spillFile = opt.Spill.Create()
+	}
 	w.room = sync.NewCond(&w.mu)
 	w.work = sync.NewCond(&w.mu)
 	if opt.Schema != nil {
@@ -215,6 +243,7 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	context.AfterFunc(cctx, func() {
 		w.mu.Lock()
 		w.room.Broadcast()
+		w.work.Broadcast()
 		w.mu.Unlock()
 	})
 	for range opt.Encoders {
@@ -326,7 +355,20 @@ func (w *Writer) Close() (Result, error) {
 	}
 	w.closed = true
 	if w.ctx.Err() == nil {
+		// The last run's frames stay in memory, with no more input to
+		// share the budget with.
+		w.spilling = false
 		w.runLocked()
+		if w.sorted {
+			// Every frame of the writing phase kept, then the object in
+			// partition order.
+			for w.inflight > 0 && w.ctx.Err() == nil {
+				w.room.Wait()
+			}
+			if w.ctx.Err() == nil {
+				w.queueOutputLocked()
+			}
+		}
 	} else {
 		w.dropBuffersLocked()
 	}
@@ -338,13 +380,16 @@ func (w *Writer) Close() (Result, error) {
 	if err == nil {
 		err = w.endObject()
 	}
+	if w.sorted {
+		w.dropKept()
+	}
 	if err != nil {
 		w.cancel(err)
 		w.dropCurrent()
 		return Result{}, err
 	}
 	w.cancel(ErrClosed)
-	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs, Codecs: w.codecs}, nil
+	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs, Spilled: w.spilled, Codecs: w.codecs}, nil
 }
 
 // Abort cancels the writer with cause and drops every buffer.
@@ -360,5 +405,8 @@ func (w *Writer) Abort(cause error) {
 	if !already {
 		<-w.appDone
 		w.dropCurrent()
+		if w.sorted {
+			w.dropKept()
+		}
 	}
 }

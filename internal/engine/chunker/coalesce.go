@@ -115,7 +115,7 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // budget has room. perByte is the held bytes per logical byte of rec if
 // the caller knows it (0: measure).
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
+	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -162,6 +162,8 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 			// of its own well spent).
 			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
 			w.seq++
+			w.inflight++
+			w.queued++
 			w.buffered -= f.held
 			w.pending += f.held
 			w.work.Signal()
@@ -171,8 +173,22 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		*f = pframe{}
 	}
 	// The arena's next growth must fit too, or the run flushes now.
-	if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+	if !w.sorted {
+		if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+			w.runLocked()
+		}
+		return nil
+	}
+	// A sorted writer's runs end where its input alone says, so that the
+	// same input makes the same object: its rows, its partitions' state
+	// and one kept entry per frame queued, all known here, not what the
+	// encoders and the appender have got to. Its frames kept in memory
+	// still count: when they would pass the budget they go to disk, which
+	// moves no run boundary.
+	if w.buffered+w.sortedFixed()+w.arena.Growth() >= w.opt.CoalesceBudget {
 		w.runLocked()
+	} else if !w.spilling && w.buffered+w.keptMem+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+		w.spilling = true
 	}
 	return nil
 }
@@ -192,8 +208,12 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 }
 
 // runLocked flushes every partition's frames, in partition order, to the
-// encoders: one sorted run.
+// encoders: one sorted run. A sorted writer's run before Close starts
+// its spill: from then on its frames are kept on disk.
 func (w *Writer) runLocked() {
+	if w.sorted && !w.closed {
+		w.spilling = true
+	}
 	arena, _ := w.finishArenaLocked()
 	if arena != nil {
 		defer arena.releaseLocked()
@@ -211,6 +231,8 @@ func (w *Writer) runLocked() {
 				j.arena = arena
 			}
 			w.seq++
+			w.inflight++
+			w.queued++
 			held += j.held
 			w.queue = append(w.queue, j)
 		}

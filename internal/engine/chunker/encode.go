@@ -17,6 +17,10 @@ type encodeJob struct {
 	items     []item    // the frame's rows in write order
 	arena     *runArena // the arena its ranges are of, or nil
 	held      int64     // counted in pending until the frame is appended
+	// out: an output frame of a sorted writer, made of pieces (kept
+	// frames of one partition) rather than items.
+	out    bool
+	pieces []keptFrame
 }
 
 // release drops the job's references.
@@ -29,6 +33,11 @@ func (j *encodeJob) release() {
 	if j.arena != nil {
 		j.arena.release()
 	}
+	for _, k := range j.pieces {
+		if k.buf != nil {
+			bufPool.Put(k.buf)
+		}
+	}
 }
 
 type encoded struct {
@@ -38,6 +47,9 @@ type encoded struct {
 	buf       *bytes.Buffer
 	stats     frame.Stats
 	err       error
+	out       bool   // an output frame of a sorted writer
+	crc       uint32 // the frame's CRC32C, when crcSet
+	crcSet    bool
 }
 
 var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
@@ -47,11 +59,15 @@ var bufPool = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (w *Writer) next() (encodeJob, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for len(w.queue) == 0 && !w.qclosed {
+	for {
+		if len(w.queue) == 0 {
+			if w.qclosed {
+				return encodeJob{}, false
+			}
+		} else if !w.queue[0].out || w.queue[0].seq < w.outNext+w.outWindow() || w.ctx.Err() != nil {
+			break
+		}
 		w.work.Wait()
-	}
-	if len(w.queue) == 0 {
-		return encodeJob{}, false
 	}
 	j := w.queue[0]
 	w.queue[0] = encodeJob{}
@@ -69,6 +85,7 @@ func (w *Writer) encoder() {
 	var (
 		enc    *frame.Encoder
 		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
+		dec    *frame.Decoder     // a sorted writer's, for kept frames merged at Close
 	)
 	// broken is the panic this encoder recovered from: its encoder and
 	// gatherer may be half-way through a frame, so it encodes no more
@@ -80,7 +97,7 @@ func (w *Writer) encoder() {
 			enc.Close()
 		}
 	}()
-	encode := func(j encodeJob, res *encoded) {
+	encode := func(j *encodeJob, res *encoded) {
 		defer func() {
 			if r := recover(); r != nil {
 				broken = safe.Recovered(r, "encode of a frame of partition %d", j.partition)
@@ -99,11 +116,13 @@ func (w *Writer) encoder() {
 			codec = w.auto.codec()
 			res.err = enc.SetCodec(codec)
 		}
-		if res.err == nil {
+		if res.err == nil && j.out {
+			res.err = w.encodeOutput(enc, &dec, j, res)
+		} else if res.err == nil {
 			res.buf = bufPool.Get().(*bytes.Buffer)
 			res.buf.Reset()
 			start := time.Now()
-			res.stats, res.err = encodeItems(enc, gather, res.buf, j)
+			res.stats, res.err = encodeItems(enc, gather, res.buf, *j)
 			if w.auto != nil && res.err == nil {
 				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
 			}
@@ -117,12 +136,12 @@ func (w *Writer) encoder() {
 		if !ok {
 			return
 		}
-		res := encoded{seq: j.seq, partition: j.partition, held: j.held}
+		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out}
 		switch {
 		case broken != nil:
 			res.err = broken
 		case w.ctx.Err() == nil:
-			encode(j, &res)
+			encode(&j, &res)
 		}
 		// The caller's batches are released here too: a panic in one
 		// fails the writer like an encoder's (the rest of the job's

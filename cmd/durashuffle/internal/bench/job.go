@@ -50,6 +50,9 @@ type Job struct {
 	// encode-files writes the encoded streams to Files.
 	Files []string `json:"files,omitempty"`
 	Keys  []string `json:"keys,omitempty"`
+	// Fan, when set, makes the job a contender of bench fan (see
+	// runFanJob).
+	Fan *FanJob `json:"fan,omitempty"`
 	// Conns is the link's connection count; 0 means upload_concurrency.
 	Conns int `json:"conns"`
 	// GOMAXPROCS of the child; 0 leaves the runtime's default.
@@ -157,6 +160,10 @@ type Result struct {
 	DataGetBytes  int64 `json:"data_get_bytes,omitempty"`
 	MetadataGets  int64 `json:"metadata_gets,omitempty"`
 	MetadataBytes int64 `json:"metadata_bytes,omitempty"`
+	// LocalDiskBytes is the most a writer had on local disk at once
+	// (bench fan: durashuffle's spill files, the druid and map-file
+	// writers' runs and map files).
+	LocalDiskBytes int64 `json:"local_disk_bytes,omitempty"`
 }
 
 func (r *Result) finish(d time.Duration) {
@@ -253,7 +260,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 // with fresh input what the row generators hold (their per-partition
 // builders: 0.6 MiB at 64 partitions, 200 MiB per writer at 8192).
 func applyMemoryLimit(j *Job) error {
-	if !strings.HasPrefix(j.Name, Durashuffle) {
+	if !strings.HasPrefix(j.Name, Durashuffle) && j.Name != FanSpillOff {
 		return nil
 	}
 	load := durashuffle.MemoryLoad{Writers: max(1, j.Data.Workers)}
@@ -301,6 +308,8 @@ func peakRSS() int64 {
 
 func runJob(ctx context.Context, j *Job) (*Result, error) {
 	switch {
+	case j.Fan != nil:
+		return runFanJob(ctx, j)
 	case j.Kind == "encode-files":
 		return encodeFiles(ctx, j)
 	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):

@@ -98,7 +98,7 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 	if rep.Scenario == ScenarioSweep {
 		sizing = "chunk and concurrency per row, max_buffered_chunks 2 x concurrency"
 	}
-	if rep.Scenario != ScenarioPartitions && rep.Scenario != ScenarioFastpath {
+	if rep.Scenario != ScenarioPartitions && rep.Scenario != ScenarioFastpath && rep.Scenario != ScenarioFan {
 		fmt.Fprintf(&b, "%d rows in %d partitions, %d-row Writes (%s input) from %d goroutine(s), %d worker(s); %s, %s (stored/logical %.3f); %d CPUs; store: %s; %d rounds, medians.\n\n",
 			s.Rows, s.Partitions, s.WriteRows, s.Input, s.Producers, s.Workers, sizing, s.Compression, s.StoredPerLogical, s.CPUs, s.Store, s.Rounds)
 	}
@@ -108,6 +108,8 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 		b.WriteString(fastpathTable(rep))
 	case ScenarioPartitions:
 		partitionsMarkdown(&b, rep)
+	case ScenarioFan:
+		fanMarkdown(&b, rep)
 	case ScenarioSweep:
 		b.WriteString("| chunk | concurrency | link limit MiB/s | seconds | stored MiB/s | of link | peak RSS MiB | requests |\n|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rep.Results {

@@ -14,13 +14,17 @@ import (
 
 // Plot draws the report as a PNG: stored MiB/s per contender (or per
 // cell of a sweep), with the link limit as a line; for bench partitions,
-// throughput and stored bytes against the partition count.
+// throughput and stored bytes against the partition count; for bench
+// fan, write and read seconds per cell and contender.
 func Plot(rep *Report, path string) error {
 	if rep.Scenario == ScenarioPartitions {
 		return plotPartitions(rep, path)
 	}
 	if rep.Scenario == ScenarioFastpath {
 		return plotFastpath(rep, path)
+	}
+	if rep.Scenario == ScenarioFan {
+		return plotFan(rep, path)
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("durashuffle bench %s", rep.Scenario)

@@ -31,6 +31,11 @@ func PrintText(w io.Writer, rep *Report) {
 		printTargets(w, rep)
 		return
 	}
+	if rep.Scenario == ScenarioFan {
+		printFan(w, rep)
+		printTargets(w, rep)
+		return
+	}
 	if rep.Scenario == ScenarioPartitions {
 		downloads := ""
 		if downloadsMeasured(rep) {

@@ -38,7 +38,7 @@ const (
 )
 
 // Scenarios lists every scenario in the order `bench all` runs them.
-var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep, ScenarioPartitions, ScenarioFastpath}
+var Scenarios = []string{ScenarioWrite, ScenarioRead, ScenarioSmallBatches, ScenarioEncode, ScenarioMemory, ScenarioSweep, ScenarioPartitions, ScenarioFastpath, ScenarioFan}
 
 // Options configure a benchmark run.
 type Options struct {
@@ -63,8 +63,16 @@ type Options struct {
 	PartitionWriters []int
 	RangeReaders     int
 	WidePartitions   int
-	Runner           *Runner
-	Log              io.Writer // progress lines; nil: none
+	// FanShapes (writers x readers), FanMultiples (each writer's logical
+	// output in coalesce budgets), FanPartitions and FanCoalesceBudget
+	// (the coalesce_budget of every contender of the scenario; 0 keeps
+	// Config's) are bench fan's.
+	FanShapes         []FanShape
+	FanMultiples      []int
+	FanPartitions     int
+	FanCoalesceBudget durashuffle.Size
+	Runner            *Runner
+	Log               io.Writer // progress lines; nil: none
 	// MemoryLimits: the memory scenario runs every size once per value,
 	// as the writer's memory_limit; empty means Config.MemoryLimit alone
 	// (the product as configured).
@@ -229,6 +237,9 @@ type Report struct {
 	// Fastpath is bench fastpath's table, one row per memory store mode
 	// (Results is empty).
 	Fastpath []FastpathRow `json:"fastpath,omitempty"`
+	// Fan is bench fan's table, one row per cell and contender (Results
+	// is empty).
+	Fan []FanRow `json:"fan,omitempty"`
 }
 
 // Setup is the fixed part of a scenario.
@@ -250,6 +261,8 @@ type Setup struct {
 	CPUs              int     `json:"cpus"`
 	StoredPerLogical  float64 `json:"stored_per_logical"`
 	Readers           int     `json:"readers,omitempty"`
+	ReadAhead         int     `json:"read_ahead,omitempty"`
+	ReadRangeBytes    int64   `json:"read_range_bytes,omitempty"`
 }
 
 // Target is one performance target checked against the medians.
@@ -291,6 +304,8 @@ func (e *Env) Run(ctx context.Context, scenario string) (*Report, error) {
 		return e.runPartitions(ctx)
 	case ScenarioFastpath:
 		return e.runFastpath(ctx)
+	case ScenarioFan:
+		return e.runFan(ctx)
 	}
 	return nil, fmt.Errorf("unknown scenario %q: want one of %s", scenario, strings.Join(Scenarios, ", "))
 }

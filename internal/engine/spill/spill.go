@@ -1,0 +1,228 @@
+package spill
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// ErrLimit marks a writer that needed more spill than the process's
+// limit (spill_bytes) had left.
+var ErrLimit = errors.New("spill limit reached")
+
+// prefix starts the name of every process directory under Dir's root.
+const prefix = "durashuffle-spill-"
+
+// Dir is one process's spill directory. Safe for concurrent use.
+type Dir struct {
+	root  string // the configured directory
+	path  string // root/durashuffle-spill-{pid}-{random}: this process's
+	limit int64
+	lock  *os.File // held (flock) while the process runs
+
+	mu     sync.Mutex
+	used   int64
+	closed bool
+	files  int
+}
+
+// Open creates this process's spill directory under root (made if
+// missing) with a limit of limit bytes across its files, and removes the
+// directories of processes that are gone (their lock is free). It fails
+// with an error naming root when root cannot be written.
+func Open(root string, limit int64) (*Dir, error) {
+	if root == "" {
+		return nil, errors.New("spill: no directory")
+	}
+	if limit < 1 {
+		return nil, fmt.Errorf("spill: limit must be positive, got %d bytes", limit)
+	}
+	if err := os.MkdirAll(root, 0o700); err != nil {
+		return nil, fmt.Errorf("spill directory %s (spill_dir): %w", root, err)
+	}
+	RemoveDead(root)
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	name := fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+	// Made and locked under a name RemoveDead passes over, then renamed:
+	// no other process ever sees it unlocked (the lock is on the open
+	// file, which the rename keeps).
+	tmp := filepath.Join(root, ".new-"+name)
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return nil, fmt.Errorf("spill directory %s (spill_dir): %w", root, err)
+	}
+	lock, err := lockDir(tmp)
+	if err != nil {
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("spill directory %s (spill_dir): lock %s: %w", root, tmp, err)
+	}
+	path := filepath.Join(root, prefix+name)
+	if err := os.Rename(tmp, path); err != nil {
+		lock.Close()
+		os.RemoveAll(tmp)
+		return nil, fmt.Errorf("spill directory %s (spill_dir): %w", root, err)
+	}
+	return &Dir{root: root, path: path, limit: limit, lock: lock}, nil
+}
+
+// RemoveDead removes the process directories under root whose process
+// is gone: their lock can be taken. It returns how many it removed.
+// Directories of running processes, and anything not named like a
+// process directory, are left alone.
+func RemoveDead(root string) int {
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		p := filepath.Join(root, e.Name())
+		if lock, err := tryLock(p); err == nil {
+			if os.RemoveAll(p) == nil {
+				n++
+			}
+			lock.Close()
+		}
+	}
+	return n
+}
+
+// Path is this process's directory.
+func (d *Dir) Path() string { return d.path }
+
+// Root is the configured directory.
+func (d *Dir) Root() string { return d.root }
+
+// Limit is the byte limit across the process's files.
+func (d *Dir) Limit() int64 { return d.limit }
+
+// Used is the bytes the process's files hold now.
+func (d *Dir) Used() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.used
+}
+
+// Close removes the directory and every file in it. Files still open
+// fail their next write.
+func (d *Dir) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return nil
+	}
+	d.closed = true
+	d.mu.Unlock()
+	err := os.RemoveAll(d.path)
+	d.lock.Close()
+	return err
+}
+
+// reserve counts n more bytes against the limit.
+func (d *Dir) reserve(n int64) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		return fmt.Errorf("spill directory %s is closed", d.path)
+	}
+	if d.used+n > d.limit {
+		return fmt.Errorf("%w: a writer needs %d more bytes in %s, where this process's writers hold %d bytes of its %d-byte limit (spill_bytes): raise spill_bytes, give spill_dir more room, or spread the output over more workers",
+			ErrLimit, n, d.root, d.used, d.limit)
+	}
+	d.used += n
+	return nil
+}
+
+func (d *Dir) unreserve(n int64) {
+	d.mu.Lock()
+	d.used -= n
+	d.mu.Unlock()
+}
+
+// File is one writer's spill: bytes appended at its end and read back at
+// any offset. Append is for one goroutine; ReadAt is safe for concurrent
+// use with itself (not with Append).
+type File struct {
+	d    *Dir
+	f    *os.File
+	size int64
+}
+
+// Create opens a new, empty file in the directory. Nothing touches the
+// disk until the first Append.
+func (d *Dir) Create() *File { return &File{d: d} }
+
+// Name is the file's path ("" before the first Append).
+func (f *File) Name() string {
+	if f.f == nil {
+		return ""
+	}
+	return f.f.Name()
+}
+
+// Size is the bytes appended so far.
+func (f *File) Size() int64 { return f.size }
+
+// Append writes b at the end of the file and returns its offset. It
+// fails, naming the file, the bytes and the limit, when the process's
+// limit would be passed or the disk refuses (full, removed).
+func (f *File) Append(b []byte) (int64, error) {
+	if err := f.d.reserve(int64(len(b))); err != nil {
+		return 0, err
+	}
+	if f.f == nil {
+		d := f.d
+		d.mu.Lock()
+		d.files++
+		name := filepath.Join(d.path, fmt.Sprintf("run-%d.spill", d.files))
+		d.mu.Unlock()
+		fh, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			f.d.unreserve(int64(len(b)))
+			return 0, fmt.Errorf("spill to %s (spill_dir %s): %w", name, d.root, err)
+		}
+		f.f = fh
+	}
+	off := f.size
+	if _, err := f.f.WriteAt(b, off); err != nil {
+		f.d.unreserve(int64(len(b)))
+		return 0, fmt.Errorf("spill %d bytes to %s at offset %d (spill_dir %s, %d of %d bytes used): %w",
+			len(b), f.f.Name(), off, f.d.root, f.d.Used(), f.d.limit, err)
+	}
+	f.size += int64(len(b))
+	return off, nil
+}
+
+// ReadAt reads len(b) bytes at off.
+func (f *File) ReadAt(b []byte, off int64) error {
+	if f.f == nil || off+int64(len(b)) > f.size {
+		return fmt.Errorf("read %d bytes at %d of spill %s: it holds %d bytes", len(b), off, f.Name(), f.size)
+	}
+	if _, err := f.f.ReadAt(b, off); err != nil {
+		return fmt.Errorf("read %d bytes at %d of spill %s: %w", len(b), off, f.f.Name(), err)
+	}
+	return nil
+}
+
+// Remove deletes the file and gives its bytes back to the limit.
+// Idempotent.
+func (f *File) Remove() {
+	if f.f != nil {
+		name := f.f.Name()
+		f.f.Close()
+		os.Remove(name)
+		f.f = nil
+	}
+	if f.size > 0 {
+		f.d.unreserve(f.size)
+		f.size = 0
+	}
+}
