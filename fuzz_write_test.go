@@ -15,8 +15,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/hostile"
-	"github.com/durashuffle/durashuffle/internal/ipcguard"
+	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -28,7 +28,7 @@ import (
 // reads back the rows written to it, in order. Nothing may panic or
 // hang: the calls that wait take a context of 8 s, inside the fuzzer's
 // own 10 s an input, so that a hang fails saying which call. The seeds are
-// internal/hostile's: a good stream of two batches, a zero-column schema
+// internal/testkit/hostile's: a good stream of two batches, a zero-column schema
 // with a 5-row batch, a negative first offset, list offsets past the
 // child, string and list offsets that decrease, byte flips of the good
 // stream, a schema of 3,000,000,000 fields and a compression bomb.

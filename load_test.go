@@ -12,8 +12,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/tools/demo"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 

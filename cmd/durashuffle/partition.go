@@ -11,7 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/tools/demo"
 )
 
 // keyFunc returns the 64-bit partitioning key of row i. Integer values are

@@ -19,9 +19,9 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
-	"github.com/durashuffle/durashuffle/internal/hostile"
-	"github.com/durashuffle/durashuffle/internal/ipcguard"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 

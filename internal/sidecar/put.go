@@ -17,7 +17,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/ipcguard"
+	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
 )
 
 // DoPut writes one worker attempt's output: the descriptor names it, each

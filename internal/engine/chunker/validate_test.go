@@ -16,7 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
-	"github.com/durashuffle/durashuffle/internal/hostile"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 )
 
 // TestValidateColumnMatchesArrow: the allocation-free check of flat

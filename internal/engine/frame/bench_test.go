@@ -8,7 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/demo"
+	"github.com/durashuffle/durashuffle/internal/tools/demo"
 )
 
 // benchRecords is about one frame's worth (1 MiB logical) of the demo's

@@ -11,8 +11,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/durashuffle/durashuffle/internal/demo"
 	"github.com/durashuffle/durashuffle/internal/engine/retry"
+	"github.com/durashuffle/durashuffle/internal/tools/demo"
 	"github.com/durashuffle/durashuffle/store"
 )
 
