@@ -99,7 +99,9 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 	const q = "crash"
 	prefix := "durashuffle/" + q + "/"
 	args := []string{"write", "-q", q, "-s", "0", "-w", "0", "--partitions", "1", "-i", "-",
-		"--chunk-size", "5MiB", "--max-object-size", "5MiB", "--compression", "none", "--hedge-factor", "0"}
+		"--chunk-size", "5MiB", "--max-object-size", "5MiB", "--compression", "none", "--hedge-factor", "0",
+		// Runs uploaded as they flush: the writer is killed mid-upload.
+		"--spill", "off"}
 
 	// Something gc must leave alone: the same layout under a sibling prefix.
 	sibling := "durashuffle-other/" + q + "/stage-0/worker-0/attempt-old/data-0.arrows"

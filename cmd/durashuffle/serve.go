@@ -224,9 +224,20 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	start := time.Now()
 	closeBy = start.Add(cfg.ShutdownGrace.D())
 	err = srv.Shutdown(sctx)
+	// gRPC's Serve returns once its stop has waited for every handler:
+	// one that Shutdown gave up on (stuck on a store that does not
+	// answer) would hold the exit past the grace. Wait no longer than it.
+	left := time.After(max(time.Until(closeBy), 100*time.Millisecond))
+wait:
 	for range serving {
-		if e := <-served; e != nil && serveErr == nil {
-			serveErr = e
+		select {
+		case e := <-served:
+			if e != nil && serveErr == nil {
+				serveErr = e
+			}
+		case <-left:
+			a.log.Warn("the servers did not stop within the grace; exiting without them")
+			break wait
 		}
 	}
 	switch {

@@ -66,6 +66,7 @@ func TestHostileAbortOverrunsWait(t *testing.T) {
 			cfg: func(c *durashuffle.Config) {
 				c.CleanupTimeout = durashuffle.Duration(cleanup)
 				c.MaxStreams = 1
+				uploading(c)
 			},
 			wrap: func(st store.Store) store.Store { hang.Store = st; return hang },
 		})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -89,3 +90,8 @@ func (e *env) stageManifests(ctx context.Context, query string, stage int) ([]st
 	}
 	return out, nil
 }
+
+// uploading turns the spill off: each run is uploaded as it flushes, for
+// tests of what happens to parts in flight while a stream still sends
+// (with spill on, nothing is uploaded before the commit message).
+func uploading(c *durashuffle.Config) { c.Spill = "off" }

@@ -90,7 +90,7 @@ func readsBack(t *testing.T, e *env, query string, want [][]row) {
 // (durashuffle_sidecar_streams is 0).
 func TestHostilePanic(t *testing.T) {
 	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
-		e := newEnv(t, ep, envOptions{})
+		e := newEnv(t, ep, envOptions{cfg: uploading})
 		ctx := context.Background()
 		var (
 			armed atomic.Bool

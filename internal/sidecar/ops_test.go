@@ -330,7 +330,7 @@ func firstRecv(s flight.FlightService_ListActionsClient, err error) (*flight.Act
 // the grace, nothing of it is left:
 // no manifest, no data object, no open multipart upload.
 func TestShutdownCutsOff(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t), envOptions{cutOff: true})
+	e := newEnv(t, testenv.Embedded(t), envOptions{cutOff: true, cfg: uploading})
 	ctx := context.Background()
 	quick := startGatedPut(ctx, e, "q-cut", "1", 5, 20)
 	// The stalled stream sends enough for its multipart upload to start.

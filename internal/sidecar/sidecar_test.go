@@ -250,7 +250,7 @@ func firstDiff(got, want []row) string {
 // and no open multipart upload.
 func TestCancelledPut(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, ep testenv.Endpoint) {
-		e := newEnv(t, ep, envOptions{})
+		e := newEnv(t, ep, envOptions{cfg: uploading})
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		const query, stage = "q-cancel", 0

@@ -2,6 +2,7 @@ package spill
 
 import (
 	"crypto/rand"
+	"io"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -153,6 +154,7 @@ func (d *Dir) unreserve(n int64) {
 type File struct {
 	d    *Dir
 	f    *os.File
+	wr   io.WriterAt // f; tests put a full disk here
 	size int64
 }
 
@@ -189,10 +191,10 @@ func (f *File) Append(b []byte) (int64, error) {
 			f.d.unreserve(int64(len(b)))
 			return 0, fmt.Errorf("spill to %s (spill_dir %s): %w", name, d.root, err)
 		}
-		f.f = fh
+		f.f, f.wr = fh, fh
 	}
 	off := f.size
-	if _, err := f.f.WriteAt(b, off); err != nil {
+	if _, err := f.wr.WriteAt(b, off); err != nil {
 		f.d.unreserve(int64(len(b)))
 		return 0, fmt.Errorf("spill %d bytes to %s at offset %d (spill_dir %s, %d of %d bytes used): %w",
 			len(b), f.f.Name(), off, f.d.root, f.d.Used(), f.d.limit, err)

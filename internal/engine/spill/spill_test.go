@@ -154,18 +154,13 @@ func TestDiskFull(t *testing.T) {
 	if _, err := f.Append([]byte("first")); err != nil {
 		t.Fatal(err)
 	}
-	// The same file, as a disk with no room left would answer.
-	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.f.Close()
-	f.f = full
+	// The same file, as a disk with no room left answers.
+	f.wr = fullDisk{}
 	_, err = f.Append(make([]byte, 4096))
 	if !errors.Is(err, syscall.ENOSPC) {
 		t.Fatalf("append to a full disk: %v, want ENOSPC", err)
 	}
-	for _, s := range []string{"/dev/full", "4096 bytes", d.Root(), "spill_dir"} {
+	for _, s := range []string{f.Name(), "4096 bytes", d.Root(), "spill_dir"} {
 		if !strings.Contains(err.Error(), s) {
 			t.Fatalf("error %q does not name %q", err, s)
 		}
@@ -174,4 +169,11 @@ func TestDiskFull(t *testing.T) {
 		t.Fatalf("used %d bytes after a refused write, want the 5 written before", d.Used())
 	}
 	f.Remove()
+}
+
+// fullDisk answers every write as a disk with no room left does.
+type fullDisk struct{}
+
+func (fullDisk) WriteAt([]byte, int64) (int, error) {
+	return 0, &os.PathError{Op: "write", Path: "spill", Err: syscall.ENOSPC}
 }
