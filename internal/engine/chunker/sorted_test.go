@@ -35,6 +35,23 @@ func writeScattered(t *testing.T, w *Writer, partitions, n int) map[int][]int64 
 	return want
 }
 
+// writeUntilFailure writes n rows as writeScattered does until a Write
+// fails, then closes w: it returns the failed Write's error, else
+// Close's.
+func writeUntilFailure(w *Writer, partitions, n int) error {
+	var werr error
+	for lo := 0; lo < n && werr == nil; lo += 4 {
+		rec := rows(memory.DefaultAllocator, lo, 4)
+		werr = w.Write((lo*7919/4)%partitions, rec)
+		rec.Release()
+	}
+	_, err := w.Close()
+	if werr != nil {
+		return werr
+	}
+	return err
+}
+
 func openSpill(t *testing.T, limit int64) *spill.Dir {
 	t.Helper()
 	d, err := spill.Open(t.TempDir(), limit)
@@ -43,6 +60,19 @@ func openSpill(t *testing.T, limit int64) *spill.Dir {
 	}
 	t.Cleanup(func() { d.Close() })
 	return d
+}
+
+// newSorted opens a writer of o that spills to d, on a fresh sink of
+// 100_000-byte chunks.
+func newSorted(t *testing.T, o Options, d *spill.Dir) (*Writer, *memSink) {
+	t.Helper()
+	sink := newSink(t, 100_000, 4)
+	o.Spill = d
+	w, err := New(context.Background(), o, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w, sink
 }
 
 // spillFiles lists the files in d's process directory (its lock aside).
@@ -87,13 +117,8 @@ func storedBytes(res Result) int64 {
 func TestSortedOneRun(t *testing.T) {
 	const partitions = 300
 	d := openSpill(t, 1<<30)
-	sink := newSink(t, 100_000, 4)
 	o := opts(partitions)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, sink := newSorted(t, o, d)
 	want := writeScattered(t, w, partitions, 45_000)
 	res, err := w.Close()
 	if err != nil {
@@ -131,13 +156,7 @@ func TestSortedOneRun(t *testing.T) {
 // disk.
 func TestSortedFitsNoDisk(t *testing.T) {
 	d := openSpill(t, 1<<30)
-	sink := newSink(t, 100_000, 4)
-	o := opts(16)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, sink := newSorted(t, opts(16), d)
 	want := writeScattered(t, w, 16, 2_000)
 	res, err := w.Close()
 	if err != nil {
@@ -164,14 +183,9 @@ func TestSortedFitsNoDisk(t *testing.T) {
 func TestSortedStoredBytesDoNotGrowWithRuns(t *testing.T) {
 	const partitions = 64
 	write := func(budget int64, sp *spill.Dir) Result {
-		sink := newSink(t, 100_000, 4)
 		o := opts(partitions)
 		o.CoalesceBudget = budget
-		o.Spill = sp
-		w, err := New(context.Background(), o, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
+		w, _ := newSorted(t, o, sp)
 		writeScattered(t, w, partitions, 60_000)
 		res, err := w.Close()
 		if err != nil {
@@ -203,23 +217,8 @@ func TestSortedStoredBytesDoNotGrowWithRuns(t *testing.T) {
 // object's last chunk, and the spill is removed.
 func TestSpillLimit(t *testing.T) {
 	d := openSpill(t, 64<<10)
-	sink := newSink(t, 100_000, 4)
-	o := opts(300)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var werr error
-	for lo := 0; lo < 200_000 && werr == nil; lo += 4 {
-		rec := rows(memory.DefaultAllocator, lo, 4)
-		werr = w.Write((lo*7919/4)%300, rec)
-		rec.Release()
-	}
-	_, err = w.Close()
-	if werr != nil {
-		err = werr
-	}
+	w, sink := newSorted(t, opts(300), d)
+	err := writeUntilFailure(w, 300, 200_000)
 	if !errors.Is(err, spill.ErrLimit) {
 		t.Fatalf("err = %v, want spill.ErrLimit", err)
 	}
@@ -240,13 +239,7 @@ func TestSpillLimit(t *testing.T) {
 // its CRC32C before the frame reaches the object.
 func TestSpillFlippedByte(t *testing.T) {
 	d := openSpill(t, 1<<30)
-	sink := newSink(t, 100_000, 4)
-	o := opts(300)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, sink := newSorted(t, opts(300), d)
 	writeScattered(t, w, 300, 45_000)
 	// Everything written so far is kept or spilled once the writer is
 	// idle; flip a byte in the middle of what is on disk.
@@ -289,26 +282,11 @@ func TestSpillFlippedByte(t *testing.T) {
 // with an error naming the spill, and nothing is finished.
 func TestSpillDirRemoved(t *testing.T) {
 	d := openSpill(t, 1<<30)
-	sink := newSink(t, 100_000, 4)
-	o := opts(300)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, sink := newSorted(t, opts(300), d)
 	if err := os.RemoveAll(d.Path()); err != nil {
 		t.Fatal(err)
 	}
-	var werr error
-	for lo := 0; lo < 45_000 && werr == nil; lo += 4 {
-		rec := rows(memory.DefaultAllocator, lo, 4)
-		werr = w.Write((lo*7919/4)%300, rec)
-		rec.Release()
-	}
-	_, err = w.Close()
-	if werr != nil {
-		err = werr
-	}
+	err := writeUntilFailure(w, 300, 45_000)
 	if err == nil || !strings.Contains(err.Error(), "spill") || !strings.Contains(err.Error(), d.Root()) {
 		t.Fatalf("err = %v, want an error naming the spill directory %s", err, d.Root())
 	}
@@ -320,13 +298,7 @@ func TestSpillDirRemoved(t *testing.T) {
 // TestSortedAbortRemovesSpill: Abort drops the kept frames and the file.
 func TestSortedAbortRemovesSpill(t *testing.T) {
 	d := openSpill(t, 1<<30)
-	sink := newSink(t, 100_000, 4)
-	o := opts(300)
-	o.Spill = d
-	w, err := New(context.Background(), o, sink)
-	if err != nil {
-		t.Fatal(err)
-	}
+	w, _ := newSorted(t, opts(300), d)
 	writeScattered(t, w, 300, 45_000)
 	w.Abort(errors.New("test abort"))
 	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
@@ -341,13 +313,9 @@ func TestSortedAbortRemovesSpill(t *testing.T) {
 func TestSortedDeterministic(t *testing.T) {
 	d := openSpill(t, 1<<30)
 	write := func(encoders int) []byte {
-		sink := newSink(t, 100_000, 4)
 		o := opts(300)
-		o.Spill, o.Encoders = d, encoders
-		w, err := New(context.Background(), o, sink)
-		if err != nil {
-			t.Fatal(err)
-		}
+		o.Encoders = encoders
+		w, sink := newSorted(t, o, d)
 		writeScattered(t, w, 300, 45_000)
 		res, err := w.Close()
 		if err != nil {

@@ -15,6 +15,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
 )
 
 // ErrCorrupt marks a frame that does not decode.
@@ -61,7 +63,7 @@ func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch,
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	lim := &limitAllocator{mem: mem, left: decodeLimit(len(b)), size: len(b)}
+	lim := newDecodeBudget(len(b))
 	payload, err := decompress(b, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -69,7 +71,7 @@ func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch,
 	if err := verifyStream(payload); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
-	r, err := ipc.NewReaderFromMessageReader(&messages{segs: [][]byte{d.schemaMsg, payload}}, ipc.WithAllocator(lim))
+	r, err := ipc.NewReaderFromMessageReader(&messages{segs: [][]byte{d.schemaMsg, payload}}, ipc.WithAllocator(ipcguard.NewBudgetAllocator(mem, lim)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
@@ -117,7 +119,7 @@ func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch,
 // how a frame is read without durashuffle: decompress the payload the
 // header describes and put the stage's schema message before it.
 func (d *Decoder) Stream(b []byte) ([]byte, error) {
-	lim := &limitAllocator{mem: memory.DefaultAllocator, left: decodeLimit(len(b)), size: len(b)}
+	lim := newDecodeBudget(len(b))
 	payload, err := decompress(b, lim)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
@@ -131,7 +133,7 @@ func (d *Decoder) Stream(b []byte) ([]byte, error) {
 // decompress checks b's header and returns its IPC messages: b's own
 // bytes for an uncompressed frame, else a new buffer of the length the
 // header declares, which lim must allow before it is allocated.
-func decompress(b []byte, lim *limitAllocator) ([]byte, error) {
+func decompress(b []byte, lim *decodeBudget) ([]byte, error) {
 	if len(b) < HeaderSize {
 		return nil, fmt.Errorf("a frame of %d bytes is shorter than its %d-byte header", len(b), HeaderSize)
 	}
@@ -333,12 +335,12 @@ const (
 	decodeRatio    = 1024
 )
 
-// limitAllocator fails an allocation, by panicking with ErrCorrupt (the
+// decodeBudget fails an allocation, by panicking with ErrCorrupt (the
 // IPC reader recovers it into an error), once the allocations of one
 // Decode would pass the limit. A hostile frame can claim any
 // uncompressed buffer size; this is what stops it being allocated.
-type limitAllocator struct {
-	mem  memory.Allocator
+// Frees give nothing back: the limit bounds all one Decode allocates.
+type decodeBudget struct {
 	size int // the frame's bytes, for the message
 
 	mu   sync.Mutex
@@ -346,7 +348,11 @@ type limitAllocator struct {
 	off  bool
 }
 
-func (a *limitAllocator) take(n int) {
+func newDecodeBudget(size int) *decodeBudget {
+	return &decodeBudget{left: decodeLimit(size), size: size}
+}
+
+func (a *decodeBudget) Take(n int) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.off || n <= 0 {
@@ -358,20 +364,10 @@ func (a *limitAllocator) take(n int) {
 	a.left -= int64(n)
 }
 
-func (a *limitAllocator) disarm() {
+func (a *decodeBudget) Give(int) {}
+
+func (a *decodeBudget) disarm() {
 	a.mu.Lock()
 	a.off = true
 	a.mu.Unlock()
 }
-
-func (a *limitAllocator) Allocate(size int) []byte {
-	a.take(size)
-	return a.mem.Allocate(size)
-}
-
-func (a *limitAllocator) Reallocate(size int, b []byte) []byte {
-	a.take(size - len(b))
-	return a.mem.Reallocate(size, b)
-}
-
-func (a *limitAllocator) Free(b []byte) { a.mem.Free(b) }

@@ -290,34 +290,60 @@ func (b fbuf) recordBatch(pos int64) error {
 // (coalesce_budget + 4 x max_message_bytes)"). What a consumer keeps of
 // a batch stays counted until it lets the batch go.
 func NewAllocator(mem memory.Allocator, limit int64, what string) memory.Allocator {
-	return &decodeAllocator{Allocator: mem, limit: limit, what: what}
+	return NewBudgetAllocator(mem, &liveBudget{limit: limit, what: what})
 }
 
-type decodeAllocator struct {
+// A Budget is what an allocator of NewBudgetAllocator asks before it
+// allocates. Its methods must be safe for concurrent use: the
+// allocator is.
+type Budget interface {
+	// Take counts n more bytes (n < 0 when a Reallocate shrinks a
+	// buffer), or refuses them by panicking with the error the IPC
+	// reader is to fail with.
+	Take(n int)
+	// Give is told the n bytes of a buffer freed.
+	Give(n int)
+}
+
+// NewBudgetAllocator returns an allocator on mem that asks b to Take
+// the bytes of every Allocate and Reallocate before it allocates them,
+// and tells b of every Free.
+func NewBudgetAllocator(mem memory.Allocator, b Budget) memory.Allocator {
+	return &budgetAllocator{Allocator: mem, b: b}
+}
+
+type budgetAllocator struct {
 	memory.Allocator
+	b Budget
+}
+
+func (a *budgetAllocator) Allocate(n int) []byte {
+	a.b.Take(n)
+	return a.Allocator.Allocate(n)
+}
+
+func (a *budgetAllocator) Reallocate(n int, b []byte) []byte {
+	a.b.Take(n - len(b))
+	return a.Allocator.Reallocate(n, b)
+}
+
+func (a *budgetAllocator) Free(b []byte) {
+	a.b.Give(len(b))
+	a.Allocator.Free(b)
+}
+
+// liveBudget is NewAllocator's budget: the bytes held at once.
+type liveBudget struct {
 	limit int64
 	what  string // what limit is, for the error
 	live  atomic.Int64
 }
 
-func (a *decodeAllocator) take(n int) {
-	if live := a.live.Add(int64(n)); n > 0 && live > a.limit {
-		a.live.Add(-int64(n))
-		panic(fmt.Errorf("decoded buffers would take %d bytes, more than the %d %s", live, a.limit, a.what))
+func (l *liveBudget) Take(n int) {
+	if live := l.live.Add(int64(n)); n > 0 && live > l.limit {
+		l.live.Add(-int64(n))
+		panic(fmt.Errorf("decoded buffers would take %d bytes, more than the %d %s", live, l.limit, l.what))
 	}
 }
 
-func (a *decodeAllocator) Allocate(n int) []byte {
-	a.take(n)
-	return a.Allocator.Allocate(n)
-}
-
-func (a *decodeAllocator) Reallocate(n int, b []byte) []byte {
-	a.take(n - len(b))
-	return a.Allocator.Reallocate(n, b)
-}
-
-func (a *decodeAllocator) Free(b []byte) {
-	a.live.Add(-int64(len(b)))
-	a.Allocator.Free(b)
-}
+func (l *liveBudget) Give(n int) { l.live.Add(-int64(n)) }

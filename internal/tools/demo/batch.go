@@ -15,40 +15,45 @@ type Part struct {
 	Record    arrow.RecordBatch
 }
 
+// lineitem holds one value per lineitem column, of the column's kind:
+// a builder of each (builder) or an array of each (Columns).
+type lineitem[I64, I32, F64, Str, Date any] struct {
+	orderKey, partKey                 I64
+	suppKey, lineNumber               I32
+	quantity, price, discount, tax    F64
+	returnFlag, lineStatus            Str
+	shipDate, commitDate, receiptDate Date
+	shipInstruct, shipMode, comment   Str
+}
+
 // builder appends rows to one partition's columns.
 type builder struct {
-	rb                                *array.RecordBuilder
-	orderKey, partKey                 *array.Int64Builder
-	suppKey, lineNumber               *array.Int32Builder
-	quantity, price, discount, tax    *array.Float64Builder
-	returnFlag, lineStatus            *array.StringBuilder
-	shipDate, commitDate, receiptDate *array.Date32Builder
-	shipInstruct, shipMode, comment   *array.StringBuilder
-	rows                              int
+	rb *array.RecordBuilder
+	lineitem[*array.Int64Builder, *array.Int32Builder, *array.Float64Builder, *array.StringBuilder, *array.Date32Builder]
+	rows int
 }
 
 func newBuilder(mem memory.Allocator) *builder {
 	rb := array.NewRecordBuilder(mem, schema)
 	f := func(name string) array.Builder { return rb.Field(schema.FieldIndices(name)[0]) }
-	return &builder{
-		rb:           rb,
-		orderKey:     f(ColOrderKey).(*array.Int64Builder),
-		partKey:      f(ColPartKey).(*array.Int64Builder),
-		suppKey:      f(ColSuppKey).(*array.Int32Builder),
-		lineNumber:   f(ColLineNumber).(*array.Int32Builder),
-		quantity:     f(ColQuantity).(*array.Float64Builder),
-		price:        f(ColExtendedPrice).(*array.Float64Builder),
-		discount:     f(ColDiscount).(*array.Float64Builder),
-		tax:          f(ColTax).(*array.Float64Builder),
-		returnFlag:   f(ColReturnFlag).(*array.StringBuilder),
-		lineStatus:   f(ColLineStatus).(*array.StringBuilder),
-		shipDate:     f(ColShipDate).(*array.Date32Builder),
-		commitDate:   f(ColCommitDate).(*array.Date32Builder),
-		receiptDate:  f(ColReceiptDate).(*array.Date32Builder),
-		shipInstruct: f(ColShipInstruct).(*array.StringBuilder),
-		shipMode:     f(ColShipMode).(*array.StringBuilder),
-		comment:      f(ColComment).(*array.StringBuilder),
-	}
+	b := &builder{rb: rb}
+	b.orderKey = f(ColOrderKey).(*array.Int64Builder)
+	b.partKey = f(ColPartKey).(*array.Int64Builder)
+	b.suppKey = f(ColSuppKey).(*array.Int32Builder)
+	b.lineNumber = f(ColLineNumber).(*array.Int32Builder)
+	b.quantity = f(ColQuantity).(*array.Float64Builder)
+	b.price = f(ColExtendedPrice).(*array.Float64Builder)
+	b.discount = f(ColDiscount).(*array.Float64Builder)
+	b.tax = f(ColTax).(*array.Float64Builder)
+	b.returnFlag = f(ColReturnFlag).(*array.StringBuilder)
+	b.lineStatus = f(ColLineStatus).(*array.StringBuilder)
+	b.shipDate = f(ColShipDate).(*array.Date32Builder)
+	b.commitDate = f(ColCommitDate).(*array.Date32Builder)
+	b.receiptDate = f(ColReceiptDate).(*array.Date32Builder)
+	b.shipInstruct = f(ColShipInstruct).(*array.StringBuilder)
+	b.shipMode = f(ColShipMode).(*array.StringBuilder)
+	b.comment = f(ColComment).(*array.StringBuilder)
+	return b
 }
 
 // reserve makes room for n more rows of typical lineitem sizes.

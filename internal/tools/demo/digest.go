@@ -82,13 +82,8 @@ func (g Generator) Expected(rows int64, partitions int) []Digest {
 // Columns are a record's lineitem columns, found by name and type, so a
 // reader can decode rows without trusting column order.
 type Columns struct {
-	orderKey, partKey                 *array.Int64
-	suppKey, lineNumber               *array.Int32
-	quantity, price, discount, tax    *array.Float64
-	returnFlag, lineStatus            *array.String
-	shipDate, commitDate, receiptDate *array.Date32
-	shipInstruct, shipMode, comment   *array.String
-	rows                              int
+	lineitem[*array.Int64, *array.Int32, *array.Float64, *array.String, *array.Date32]
+	rows int
 }
 
 // NewColumns resolves rec's columns. It fails if a column is missing, has

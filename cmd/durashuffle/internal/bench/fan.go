@@ -8,7 +8,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/engine/retry"
@@ -500,6 +503,76 @@ func fanReadStore(ctx context.Context, j *Job) (store.Store, *getCounter, *store
 	}
 	gets := &getCounter{Store: raw}
 	return retry.Wrap(gets, retryPolicy(j.Config), counter), gets, counter, func() { closeIdle(tr) }, nil
+}
+
+// writeStore is a writer's store without durashuffle's client: the
+// job's store on the link, data requests timed by the returned clock,
+// retried by the configuration's retry layer, requests counted by the
+// counter. done closes the link's idle connections.
+func writeStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *dataClock, func(), error) {
+	raw, counter, tr, err := openStore(ctx, j)
+	if err != nil {
+		return nil, nil, nil, nil, err
+	}
+	clock := &dataClock{}
+	return retry.Wrap(clockedStore{raw, clock}, retryPolicy(j.Config), counter), counter, clock, func() { closeIdle(tr) }, nil
+}
+
+// writeSorted times the writers that sort on local disk (Druid's and
+// the map file's): Data.Workers writers at once, each sorting its rows
+// by partition in a runSorter under Fan.Dir (with coalesce_budget bytes
+// of memory), then handing the closed sorter to upload, which stores it
+// as perWriter objects and returns the bytes it stored. The result's
+// requests are the counter's since the clock started.
+func writeSorted(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock, perWriter int,
+	upload func(ctx context.Context, w int, s *runSorter, disk *diskMeter) (int64, error)) (*Result, error) {
+	res := &Result{Name: j.Name}
+	var err error
+	if res.InputBytes, err = prepareInput(j); err != nil {
+		return nil, err
+	}
+	disk := &diskMeter{}
+	workers, parts := max(1, j.Data.Workers), j.Data.Partitions
+	var rows, logical, stored atomic.Int64
+	before := counter.Requests()
+	start := startClock()
+	clock.start = start
+	g, gctx := errgroup.WithContext(ctx)
+	for w := range workers {
+		g.Go(func() error {
+			s, err := newRunSorter(j.Fan.Dir, "w"+strconv.Itoa(w), parts, int64(j.Config.CoalesceBudget), disk)
+			if err != nil {
+				return err
+			}
+			defer s.remove()
+			n, err := feed(gctx, j.Data, w, s.Write)
+			if err != nil {
+				return fmt.Errorf("writer %d: %w", w, err)
+			}
+			if err := s.Close(); err != nil {
+				return fmt.Errorf("writer %d: %w", w, err)
+			}
+			logical.Add(n)
+			rows.Add(s.rows)
+			size, err := upload(gctx, w, s, disk)
+			if err != nil {
+				return err
+			}
+			stored.Add(size)
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	elapsed := stopClock(start)
+	res.Requests = store.Diff(counter.Requests(), before)
+	res.Rows, res.LogicalBytes, res.StoredBytes = rows.Load(), logical.Load(), stored.Load()
+	res.Objects = workers * perWriter
+	res.LocalDiskBytes = disk.high()
+	res.finish(elapsed)
+	clock.fill(res)
+	return res, nil
 }
 
 // fanKey is the key of a druid or map-file object under the job's query:

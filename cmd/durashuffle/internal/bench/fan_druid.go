@@ -5,13 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/durashuffle/durashuffle/internal/engine/retry"
 	"github.com/durashuffle/durashuffle/internal/tools/demo"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -29,67 +27,29 @@ func druidKey(j *Job, w, p int) string {
 // number of requests in flight as durashuffle's uploads, on
 // durashuffle's own S3 store and retry layer.
 func writeDruid(ctx context.Context, j *Job) (*Result, error) {
-	raw, counter, tr, err := openStore(ctx, j)
+	st, counter, clock, done, err := writeStore(ctx, j)
 	if err != nil {
 		return nil, err
 	}
-	defer closeIdle(tr)
+	defer done()
 	cfg := j.Config
-	clock := &dataClock{}
-	up := newObjectUploader(retry.Wrap(clockedStore{raw, clock}, retryPolicy(cfg), counter), int64(cfg.ChunkSize),
-		cfg.UploadConcurrency, cfg.BufferedChunks(), cfg.Checksum == "crc32c", cfg.CleanupTimeout.D())
-	res := &Result{Name: j.Name}
-	if res.InputBytes, err = prepareInput(j); err != nil {
-		return nil, err
-	}
-	disk := &diskMeter{}
-	workers, parts := max(1, j.Data.Workers), j.Data.Partitions
-	var rows, logical, stored atomic.Int64
-	before := counter.Requests()
-	start := startClock()
-	clock.start = start
-	g, gctx := errgroup.WithContext(ctx)
-	for w := range workers {
-		g.Go(func() error {
-			s, err := newRunSorter(j.Fan.Dir, "w"+strconv.Itoa(w), parts, int64(cfg.CoalesceBudget), disk)
-			if err != nil {
-				return err
+	up := newObjectUploader(st, int64(cfg.ChunkSize), cfg.UploadConcurrency, cfg.BufferedChunks(), cfg.Checksum == "crc32c", cfg.CleanupTimeout.D())
+	parts := j.Data.Partitions
+	return writeSorted(ctx, j, counter, clock, parts, func(ctx context.Context, w int, s *runSorter, _ *diskMeter) (int64, error) {
+		prefix := schemaPrefix()
+		var stored int64
+		ug, uctx := errgroup.WithContext(ctx)
+		for p := range parts {
+			size := int64(len(prefix)) + s.partitionSize(p) + int64(len(eos))
+			body := io.MultiReader(bytes.NewReader(prefix), s.partition(p), bytes.NewReader(eos))
+			if err := up.upload(uctx, ug, druidKey(j, w, p), size, body); err != nil {
+				ug.Wait()
+				return 0, fmt.Errorf("writer %d: %w", w, err)
 			}
-			defer s.remove()
-			n, err := feed(gctx, j.Data, w, s.Write)
-			if err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			if err := s.Close(); err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			logical.Add(n)
-			rows.Add(s.rows)
-			prefix := schemaPrefix()
-			ug, uctx := errgroup.WithContext(gctx)
-			for p := range parts {
-				size := int64(len(prefix)) + s.partitionSize(p) + int64(len(eos))
-				body := io.MultiReader(bytes.NewReader(prefix), s.partition(p), bytes.NewReader(eos))
-				if err := up.upload(uctx, ug, druidKey(j, w, p), size, body); err != nil {
-					ug.Wait()
-					return fmt.Errorf("writer %d: %w", w, err)
-				}
-				stored.Add(size)
-			}
-			return ug.Wait()
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
-	res.Rows, res.LogicalBytes, res.StoredBytes = rows.Load(), logical.Load(), stored.Load()
-	res.Objects = workers * parts
-	res.LocalDiskBytes = disk.high()
-	res.finish(elapsed)
-	clock.fill(res)
-	return res, nil
+			stored += size
+		}
+		return stored, ug.Wait()
+	})
 }
 
 // objectUploader uploads whole objects read from a reader: one
@@ -240,44 +200,24 @@ func readDruid(ctx context.Context, j *Job) (*Result, error) {
 	defer done()
 	workers, parts := max(1, j.Data.Workers), max(1, j.Data.Partitions)
 	ranges := demo.Ranges(int64(parts), min(max(1, j.Readers), parts))
-	res := &Result{Name: j.Name}
-	var rows, logical atomic.Int64
-	before := counter.Requests()
-	start := startClock()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, rg := range ranges {
-		g.Go(func() error {
-			var pieces []fetchPiece
-			for w := range workers {
-				for p := rg.Lo; p < rg.Hi; p++ {
-					pieces = append(pieces, fetchPiece{key: druidKey(j, w, int(p)), n: -1})
-				}
+	return readEachRange(ctx, j, counter, gets, ranges, func(ctx context.Context, rg demo.Range, rows, logical *atomic.Int64) error {
+		var pieces []fetchPiece
+		for w := range workers {
+			for p := rg.Lo; p < rg.Hi; p++ {
+				pieces = append(pieces, fetchPiece{key: druidKey(j, w, int(p)), n: -1})
 			}
-			f := prefetch(gctx, st, pieces, j.Config.ReadAhead)
-			defer f.stop()
-			for _, pc := range pieces {
-				b, err := f.next()
-				if err != nil {
-					return err
-				}
-				if err := drainIPC(bytes.NewReader(b), &rows, &logical); err != nil {
-					return fmt.Errorf("%s: %w", pc.key, err)
-				}
+		}
+		f := prefetch(ctx, st, pieces, j.Config.ReadAhead)
+		defer f.stop()
+		for _, pc := range pieces {
+			b, err := f.next()
+			if err != nil {
+				return err
 			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
-	res.Rows, res.LogicalBytes = rows.Load(), logical.Load()
-	res.DataGets, res.DataGetBytes = gets.data.Load(), gets.dataBytes.Load()
-	res.MetadataGets, res.MetadataBytes = gets.meta.Load(), gets.metaBytes.Load()
-	if res.Rows != j.Data.Rows {
-		return nil, fmt.Errorf("read %d rows, the stage was written with %d", res.Rows, j.Data.Rows)
-	}
-	res.finish(elapsed)
-	return res, nil
+			if err := drainIPC(bytes.NewReader(b), rows, logical); err != nil {
+				return fmt.Errorf("%s: %w", pc.key, err)
+			}
+		}
+		return nil
+	})
 }

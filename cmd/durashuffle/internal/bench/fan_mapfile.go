@@ -8,15 +8,12 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle/internal/tools/demo"
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // mapFileKey is writer w's map file.
@@ -36,72 +33,31 @@ func mapIndexPath(dir string, w int) string { return filepath.Join(dir, fmt.Spri
 // offsets, and uploads the file with the AWS transfermanager, with the
 // same part size and concurrency as durashuffle's uploads.
 func writeMapFile(ctx context.Context, j *Job) (*Result, error) {
-	counter := &store.Counter{}
-	clock := &dataClock{}
-	tm, tr, err := tmClient(ctx, j, counter, clock)
+	tm, counter, clock, tr, err := tmClient(ctx, j)
 	if err != nil {
 		return nil, err
 	}
 	defer closeIdle(tr)
-	cfg := j.Config
-	res := &Result{Name: j.Name}
-	if res.InputBytes, err = prepareInput(j); err != nil {
-		return nil, err
-	}
-	disk := &diskMeter{}
-	workers, parts := max(1, j.Data.Workers), j.Data.Partitions
-	var rows, logical, stored atomic.Int64
-	start := startClock()
-	clock.start = start
-	g, gctx := errgroup.WithContext(ctx)
-	for w := range workers {
-		g.Go(func() error {
-			s, err := newRunSorter(j.Fan.Dir, "w"+strconv.Itoa(w), parts, int64(cfg.CoalesceBudget), disk)
-			if err != nil {
-				return err
-			}
-			defer s.remove()
-			n, err := feed(gctx, j.Data, w, s.Write)
-			if err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			if err := s.Close(); err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			logical.Add(n)
-			rows.Add(s.rows)
-			path := filepath.Join(j.Fan.Dir, fmt.Sprintf("w%05d.data", w))
-			off, err := s.merge(path)
-			if err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			if err := writeIndex(mapIndexPath(j.Fan.Dir, w), off, disk); err != nil {
-				return fmt.Errorf("writer %d: %w", w, err)
-			}
-			f, err := os.Open(path)
-			if err != nil {
-				return err
-			}
-			defer f.Close()
-			key := mapFileKey(j, w)
-			if _, err := tm.UploadObject(gctx, &transfermanager.UploadObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key), Body: f}); err != nil {
-				return fmt.Errorf("writer %d: upload %s: %w", w, key, err)
-			}
-			stored.Add(off[parts] + int64(len(eos)))
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	elapsed := stopClock(start)
-	res.Requests = counter.Requests()
-	res.Rows, res.LogicalBytes, res.StoredBytes = rows.Load(), logical.Load(), stored.Load()
-	res.Objects = workers
-	res.LocalDiskBytes = disk.high()
-	res.finish(elapsed)
-	clock.fill(res)
-	return res, nil
+	return writeSorted(ctx, j, counter, clock, 1, func(ctx context.Context, w int, s *runSorter, disk *diskMeter) (int64, error) {
+		path := filepath.Join(j.Fan.Dir, fmt.Sprintf("w%05d.data", w))
+		off, err := s.merge(path)
+		if err != nil {
+			return 0, fmt.Errorf("writer %d: %w", w, err)
+		}
+		if err := writeIndex(mapIndexPath(j.Fan.Dir, w), off, disk); err != nil {
+			return 0, fmt.Errorf("writer %d: %w", w, err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			return 0, err
+		}
+		defer f.Close()
+		key := mapFileKey(j, w)
+		if _, err := tm.UploadObject(ctx, &transfermanager.UploadObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key), Body: f}); err != nil {
+			return 0, fmt.Errorf("writer %d: upload %s: %w", w, key, err)
+		}
+		return off[j.Data.Partitions] + int64(len(eos)), nil
+	})
 }
 
 // writeIndex writes a map file's index: the partitions' offsets, P + 1
@@ -156,47 +112,27 @@ func readMapFile(ctx context.Context, j *Job) (*Result, error) {
 	ranges := demo.Ranges(int64(parts), min(max(1, j.Readers), parts))
 	step := max(1, int64(j.Config.ReadRangeBytes))
 	prefix := schemaPrefix()
-	res := &Result{Name: j.Name}
-	var rows, logical atomic.Int64
-	before := counter.Requests()
-	start := startClock()
-	g, gctx := errgroup.WithContext(ctx)
-	for _, rg := range ranges {
-		g.Go(func() error {
-			var pieces []fetchPiece
-			count := make([]int, workers)
-			for w := range workers {
-				lo, hi := offs[w][rg.Lo], offs[w][rg.Hi]
-				for o := lo; o < hi; o += step {
-					pieces = append(pieces, fetchPiece{key: mapFileKey(j, w), off: o, n: min(step, hi-o)})
-					count[w]++
-				}
+	return readEachRange(ctx, j, counter, gets, ranges, func(ctx context.Context, rg demo.Range, rows, logical *atomic.Int64) error {
+		var pieces []fetchPiece
+		count := make([]int, workers)
+		for w := range workers {
+			lo, hi := offs[w][rg.Lo], offs[w][rg.Hi]
+			for o := lo; o < hi; o += step {
+				pieces = append(pieces, fetchPiece{key: mapFileKey(j, w), off: o, n: min(step, hi-o)})
+				count[w]++
 			}
-			f := prefetch(gctx, st, pieces, j.Config.ReadAhead)
-			defer f.stop()
-			for w, n := range count {
-				if n == 0 {
-					continue
-				}
-				r := io.MultiReader(bytes.NewReader(prefix), f.reader(n), bytes.NewReader(eos))
-				if err := drainIPC(r, &rows, &logical); err != nil {
-					return fmt.Errorf("%s, partitions %d-%d: %w", mapFileKey(j, w), rg.Lo, rg.Hi-1, err)
-				}
+		}
+		f := prefetch(ctx, st, pieces, j.Config.ReadAhead)
+		defer f.stop()
+		for w, n := range count {
+			if n == 0 {
+				continue
 			}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
-		return nil, err
-	}
-	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
-	res.Rows, res.LogicalBytes = rows.Load(), logical.Load()
-	res.DataGets, res.DataGetBytes = gets.data.Load(), gets.dataBytes.Load()
-	res.MetadataGets, res.MetadataBytes = gets.meta.Load(), gets.metaBytes.Load()
-	if res.Rows != j.Data.Rows {
-		return nil, fmt.Errorf("read %d rows, the stage was written with %d", res.Rows, j.Data.Rows)
-	}
-	res.finish(elapsed)
-	return res, nil
+			r := io.MultiReader(bytes.NewReader(prefix), f.reader(n), bytes.NewReader(eos))
+			if err := drainIPC(r, rows, logical); err != nil {
+				return fmt.Errorf("%s, partitions %d-%d: %w", mapFileKey(j, w), rg.Lo, rg.Hi-1, err)
+			}
+		}
+		return nil
+	})
 }

@@ -10,8 +10,6 @@ import (
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // fanColumns are the columns of bench fan's table, as text and Markdown
@@ -145,14 +143,5 @@ func plotFan(rep *Report, path string) error {
 			l.p.Legend.Add(name, line, pts)
 		}
 	}
-	const w, h = 8 * vg.Inch, 8 * vg.Inch
-	img := vgimg.New(w, h)
-	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(6), PadY: vg.Points(12)}
-	grid := [][]*plot.Plot{{write}, {read}}
-	canvases := plot.Align(grid, tiles, dc)
-	for i := range grid {
-		grid[i][0].Draw(canvases[i][0])
-	}
-	return savePNG(img, path)
+	return saveColumn(path, 8*vg.Inch, 8*vg.Inch, write, read)
 }

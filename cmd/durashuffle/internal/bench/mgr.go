@@ -9,8 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/manager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
-
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // The manager contender is github.com/aws/aws-sdk-go-v2/feature/s3/manager,
@@ -27,9 +25,7 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 	if len(j.Files) != len(j.Keys) || len(j.Files) == 0 {
 		return nil, fmt.Errorf("manager write: %d files for %d keys", len(j.Files), len(j.Keys))
 	}
-	counter := &store.Counter{}
-	clock := &dataClock{}
-	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	s3c, counter, clock, tr, err := sdkClient(ctx, j)
 	if err != nil {
 		return nil, err
 	}
@@ -48,9 +44,7 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 // manager.Downloader (ranged GETs of read_range_bytes, concurrency at
 // once) into a sink that keeps nothing.
 func readManager(ctx context.Context, j *Job) (*Result, error) {
-	counter := &store.Counter{}
-	clock := &dataClock{}
-	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+	s3c, counter, clock, tr, err := sdkClient(ctx, j)
 	if err != nil {
 		return nil, err
 	}

@@ -171,11 +171,16 @@ func plotPartitions(rep *Report, path string) error {
 		speed.Y.Max = lim * 1.1
 	}
 	bytes.Legend.Left = true
-	const w, h = 7 * vg.Inch, 8 * vg.Inch
+	return saveColumn(path, 7*vg.Inch, 8*vg.Inch, speed, bytes)
+}
+
+// saveColumn draws top above bottom, aligned, on a w x h image, and
+// saves it as a PNG at path.
+func saveColumn(path string, w, h vg.Length, top, bottom *plot.Plot) error {
 	img := vgimg.New(w, h)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 2, Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadLeft: vg.Points(6), PadRight: vg.Points(6), PadY: vg.Points(12)}
-	grid := [][]*plot.Plot{{speed}, {bytes}}
+	grid := [][]*plot.Plot{{top}, {bottom}}
 	canvases := plot.Align(grid, tiles, dc)
 	for i := range grid {
 		grid[i][0].Draw(canvases[i][0])

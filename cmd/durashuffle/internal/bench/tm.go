@@ -28,26 +28,27 @@ import (
 // own defaults stay (CRC32 checksums, standard retries), except that, like
 // durashuffle, it does not send "Expect: 100-continue", which would cost
 // it one extra round trip per part.
-func tmClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*transfermanager.Client, *http.Transport, error) {
-	s3c, tr, err := sdkClient(ctx, j, counter, clock)
+func tmClient(ctx context.Context, j *Job) (*transfermanager.Client, *store.Counter, *dataClock, *http.Transport, error) {
+	s3c, counter, clock, tr, err := sdkClient(ctx, j)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
 		o.PartSizeBytes = int64(j.Config.ChunkSize)
 		o.Concurrency = j.Config.UploadConcurrency
 		o.GetObjectType = tmtypes.GetObjectRanges
 	})
-	return tm, tr, nil
+	return tm, counter, clock, tr, nil
 }
 
 // sdkClient is the S3 client of the SDK's transfer libraries: the job's
 // HTTP client on the link, its endpoint and credentials, requests counted
-// and data requests timed; no "Expect: 100-continue".
-func sdkClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataClock) (*s3.Client, *http.Transport, error) {
+// and data requests timed (by the returned counter and clock); no
+// "Expect: 100-continue".
+func sdkClient(ctx context.Context, j *Job) (*s3.Client, *store.Counter, *dataClock, *http.Transport, error) {
 	hc, tr, err := j.httpClient()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	region := j.Config.Region
 	if region == "" {
@@ -59,8 +60,9 @@ func sdkClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataC
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, nil, err
 	}
+	counter, clock := &store.Counter{}, &dataClock{}
 	s3c := s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if j.Endpoint != "" {
 			o.BaseEndpoint = aws.String(j.Endpoint)
@@ -72,7 +74,7 @@ func sdkClient(ctx context.Context, j *Job, counter *store.Counter, clock *dataC
 			return s.Deserialize.Add(countMiddleware{counter, clock, j.live}, middleware.After)
 		})
 	})
-	return s3c, tr, nil
+	return s3c, counter, clock, tr, nil
 }
 
 // countMiddleware counts every request and times the data requests; with
@@ -141,9 +143,7 @@ func writeTM(ctx context.Context, j *Job) (*Result, error) {
 	if len(j.Files) != len(j.Keys) || len(j.Files) == 0 {
 		return nil, fmt.Errorf("transfermanager write: %d files for %d keys", len(j.Files), len(j.Keys))
 	}
-	counter := &store.Counter{}
-	clock := &dataClock{}
-	tm, tr, err := tmClient(ctx, j, counter, clock)
+	tm, counter, clock, tr, err := tmClient(ctx, j)
 	if err != nil {
 		return nil, err
 	}
@@ -199,9 +199,7 @@ func uploadFiles(ctx context.Context, j *Job, counter *store.Counter, clock *dat
 // readTM downloads the stage's data objects whole, with ranged GETs of
 // the part size, concurrency at once, into a sink that keeps nothing.
 func readTM(ctx context.Context, j *Job) (*Result, error) {
-	counter := &store.Counter{}
-	clock := &dataClock{}
-	tm, tr, err := tmClient(ctx, j, counter, clock)
+	tm, counter, clock, tr, err := tmClient(ctx, j)
 	if err != nil {
 		return nil, err
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
-	"github.com/durashuffle/durashuffle/internal/engine/retry"
 	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/internal/tools/demo"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -269,17 +268,12 @@ func (s *fileStore) closeAll() error {
 // goroutine that filled it before the next chunk is built, one part in
 // flight at a time.
 func writeSequential(ctx context.Context, j *Job) (*Result, error) {
-	raw, counter, tr, err := openStore(ctx, j)
+	st, counter, clock, done, err := writeStore(ctx, j)
 	if err != nil {
 		return nil, err
 	}
-	defer closeIdle(tr)
+	defer done()
 	cfg := j.Config
-	clock := &dataClock{}
-	st := retry.Wrap(clockedStore{raw, clock}, retry.Policy{
-		MaxAttempts: cfg.RetryMaxAttempts, BaseDelay: cfg.RetryBaseDelay.D(),
-		MaxDelay: cfg.RetryMaxDelay.D(), Timeout: cfg.RequestTimeout.D(),
-	}, counter)
 	res := &Result{Name: j.Name}
 	if res.InputBytes, err = prepareInput(j); err != nil {
 		return nil, err
