@@ -42,32 +42,62 @@ func (w *Writer) appender() {
 			}
 			w.mu.Lock()
 			w.pending -= r.held
-			w.countIndexLocked()
 			w.room.Broadcast()
 			w.mu.Unlock()
 		}
 	}
 }
 
-// countIndexLocked counts the frame index (the capacity of its slice,
-// kept until Close) in fixed, and fails the writer with ErrBudget once
-// the index and the partitions' state leave less than an eighth of
-// coalesce_budget (at least a frame) for rows: the room for rows is what
-// a run holds, and below that runs would shrink toward a few rows each,
-// every frame a few rows and an index entry of its own. The index grows
-// by about one entry per partition per run, so the input a writer can
-// take grows with the square of the budget.
-func (w *Writer) countIndexLocked() {
-	c := int64(cap(w.frames))
-	if c == w.indexCap {
+// indexCapFor is the capacity the index grows to from c to hold need
+// entries: doubled while small, then by about a quarter, as append grows
+// a slice, so that a long index is copied a logarithmic number of times.
+func indexCapFor(c, need int64) int64 {
+	for c < need {
+		if c < 256 {
+			c = max(1, 2*c)
+		} else {
+			c += (c + 3*256) / 4
+		}
+	}
+	return c
+}
+
+// indexGrowthLocked is the bytes by which fixed grows once n more frames
+// than are flushed so far are flushed: 0 while the reserved capacity
+// holds them. Write makes room for it, as for the arena's next growth,
+// before it takes rows that may open a frame.
+func (w *Writer) indexGrowthLocked(n int64) int64 {
+	need := w.seq + n
+	if need <= w.indexCap {
+		return 0
+	}
+	return (indexCapFor(w.indexCap, need) - w.indexCap) * entrySize
+}
+
+// reserveIndexLocked counts in fixed the index capacity for the frames
+// flushed so far (w.seq), before the encoders see them; the appender
+// grows the slice to exactly that capacity and counts nothing itself.
+// Were the appender to count its own growth (a quarter of the index, tens
+// of kilobytes at a few thousand frames), it would land while a flushed
+// run still holds its budget in pending, and the writer would hold more
+// than coalesce_budget until the run was appended. It fails the writer
+// with ErrBudget once the index and the partitions' state leave
+// less than an eighth of coalesce_budget (at least a frame) for rows: the
+// room for rows is what a run holds, and below that runs would shrink
+// toward a few rows each, every frame a few rows and an index entry of
+// its own. The index grows by about one entry per partition per run, so
+// the input a writer can take grows with the square of the budget.
+func (w *Writer) reserveIndexLocked() {
+	if w.seq <= w.indexCap {
 		return
 	}
+	c := indexCapFor(w.indexCap, w.seq)
 	w.fixed += (c - w.indexCap) * entrySize
 	w.indexCap = c
 	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
 		state := int64(w.opt.Partitions) * pbufSize
 		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
-			ErrBudget, len(w.frames), w.bytes, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
+			ErrBudget, w.seq, w.taken, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
 	}
 }
 
@@ -93,6 +123,15 @@ func (w *Writer) appendFrame(r encoded) error {
 		if err := w.endObject(); err != nil {
 			return err
 		}
+	}
+	if len(w.frames) == cap(w.frames) {
+		// Write reserved the capacity before it flushed this frame.
+		w.mu.Lock()
+		c := w.indexCap
+		w.mu.Unlock()
+		frames := make([]manifest.Frame, len(w.frames), c)
+		copy(frames, w.frames)
+		w.frames = frames
 	}
 	w.frames = append(w.frames, manifest.Frame{
 		Partition: r.partition,

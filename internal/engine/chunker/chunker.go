@@ -143,16 +143,21 @@ type Writer struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	room     *sync.Cond // pending fell or the writer failed
-	work     *sync.Cond // a job was queued or the queue closed
-	schema   *arrow.Schema
-	parts    []pbuf
-	arena    *frame.Arena // the run's arena; nil when the schema's types are not copied
-	buffered int64        // bytes held by the partitions' buffers and the arena
-	pending  int64        // bytes held by flushed frames not yet appended
-	fixed    int64        // per-partition state and index entries
-	seq      int64
+	mu        sync.Mutex
+	room      *sync.Cond // pending fell or the writer failed
+	work      *sync.Cond // a job was queued or the queue closed
+	schema    *arrow.Schema
+	parts     []pbuf
+	arena     *frame.Arena // the run's arena; nil when the schema's types are not copied
+	buffered  int64        // bytes held by the partitions' buffers and the arena
+	pending   int64        // bytes held by flushed frames not yet appended
+	fixed     int64        // per-partition state and index entries
+	seq       int64        // frames flushed to the encoders so far
+	unflushed int64        // frames buffered in the partitions, not yet flushed
+	// indexCap is the frame index's capacity, counted in fixed: Write
+	// reserves it before it flushes the frames it is for, and the
+	// appender grows frames to it.
+	indexCap int64
 	runs     int
 	closed   bool
 	taken    int64 // logical bytes written so far
@@ -172,11 +177,9 @@ type Writer struct {
 	objCRC  uint32
 	objects []manifest.Object
 	frames  []manifest.Frame
-	// indexCap is cap(frames) as counted in fixed (under mu).
-	indexCap int64
-	rows     int64
-	bytes    int64
-	codecs   map[string]int // frames per codec (from their headers)
+	rows    int64
+	bytes   int64
+	codecs  map[string]int // frames per codec (from their headers)
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails

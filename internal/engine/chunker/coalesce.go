@@ -114,8 +114,16 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // addLocked buffers rec (size logical bytes) in partition, once the
 // budget has room. perByte is the held bytes per logical byte of rec if
 // the caller knows it (0: measure).
+//
+// Room means room for what taking rec may add besides its rows: the
+// arena's next growth, and the index entries of the frames buffered so
+// far and of the one rec may open (indexGrowthLocked), which are counted
+// in fixed when their run is flushed. So a run's flush never takes the
+// writer past coalesce_budget, and neither does the appender, which
+// counts nothing of its own: from one Write to the next, what the writer
+// counts only falls.
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
+	for w.buffered+w.pending+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) > w.opt.CoalesceBudget && w.pending > 0 {
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -126,6 +134,9 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	}
 	p := &w.parts[partition]
 	f := &p.open
+	if len(f.items) == 0 {
+		w.unflushed++ // both ways below give f an item
+	}
 	n := rec.NumRows()
 	copied := false
 	if w.arena != nil && size < w.opt.FrameTargetBytes/4 {
@@ -162,6 +173,8 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 			// of its own well spent).
 			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
 			w.seq++
+			w.unflushed--
+			w.reserveIndexLocked()
 			w.buffered -= f.held
 			w.pending += f.held
 			w.work.Signal()
@@ -170,8 +183,9 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		}
 		*f = pframe{}
 	}
-	// The arena's next growth must fit too, or the run flushes now.
-	if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+	// The arena's next growth and the index of the run's frames (and of
+	// the next write's) must fit too, or the run flushes now.
+	if w.buffered+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) >= w.opt.CoalesceBudget {
 		w.runLocked()
 	}
 	return nil
@@ -216,6 +230,8 @@ func (w *Writer) runLocked() {
 		}
 		*p = pbuf{}
 	}
+	w.unflushed = 0
+	w.reserveIndexLocked()
 	w.pending += held
 	w.buffered = 0
 	w.runs++
@@ -231,6 +247,7 @@ func (w *Writer) dropBuffersLocked() {
 		}
 		*p = pbuf{}
 	}
+	w.unflushed = 0
 	if arena, _ := w.finishArenaLocked(); arena != nil {
 		arena.releaseLocked()
 	}
