@@ -91,7 +91,19 @@ func TestSourceFallbacks(t *testing.T) {
 				defer mem.AssertSize(t, 0)
 				src := &fakeSource{st: st, mode: tc.mode}
 				obs := &counted{served: map[string]int64{}, fallbacks: map[string]int{}}
-				opts.Mem, opts.Source, opts.Observer, opts.SourceDelay = mem, src, obs, 20*time.Millisecond
+				// The hedged GET is sent only where the case wants it: the
+				// stalled source never answers, so its short delay is what
+				// ends the wait. Every other source answers at once, and
+				// its delay is one that only a stalled source reaches: on a
+				// loaded machine a 20 ms timer can fire before the source's
+				// goroutine runs, and then the store would serve a healthy
+				// source's range, or a short answer would count as a
+				// timeout.
+				delay := time.Minute
+				if tc.hedgeGET {
+					delay = 20 * time.Millisecond
+				}
+				opts.Mem, opts.Source, opts.Observer, opts.SourceDelay = mem, src, obs, delay
 				s := FromManifest(st, testLayout, m, opts)
 				recs, err := s.ReadPartitions(context.Background(), nil)
 				if err != nil {

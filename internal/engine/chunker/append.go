@@ -56,7 +56,6 @@ func (w *Writer) appender() {
 			w.keptMem += mem
 			w.inflight--
 			w.outNext = next
-			w.countIndexLocked()
 			w.room.Broadcast()
 			if w.outputting {
 				w.work.Broadcast()
@@ -66,25 +65,58 @@ func (w *Writer) appender() {
 	}
 }
 
-// countIndexLocked counts the frame index (the capacity of its slice,
-// kept until Close, and a sorted writer's kept frames) in fixed, and fails the writer with ErrBudget once
-// the index and the partitions' state leave less than an eighth of
-// coalesce_budget (at least a frame) for rows: the room for rows is what
-// a run holds, and below that runs would shrink toward a few rows each,
-// every frame a few rows and an index entry of its own. The index grows
-// by about one entry per partition per run, so the input a writer can
-// take grows with the square of the budget.
-func (w *Writer) countIndexLocked() {
-	c := int64(cap(w.frames))*entrySize + int64(cap(w.kept))*keptSize
-	if c == w.indexCap {
+// indexCapFor is the capacity the index grows to from c to hold need
+// entries: doubled while small, then by about a quarter, as append grows
+// a slice, so that a long index is copied a logarithmic number of times.
+func indexCapFor(c, need int64) int64 {
+	for c < need {
+		if c < 256 {
+			c = max(1, 2*c)
+		} else {
+			c += (c + 3*256) / 4
+		}
+	}
+	return c
+}
+
+// indexGrowthLocked is the bytes by which fixed grows once n more frames
+// than are flushed so far are flushed: 0 while the reserved capacity
+// holds them. Write makes room for it, as for the arena's next growth,
+// before it takes rows that may open a frame.
+func (w *Writer) indexGrowthLocked(n int64) int64 {
+	need := w.seq + n
+	if need <= w.indexCap {
+		return 0
+	}
+	return (indexCapFor(w.indexCap, need) - w.indexCap) * entrySize
+}
+
+// reserveIndexLocked counts in fixed the index capacity for the frames
+// flushed so far (w.seq), before the encoders see them; the appender
+// grows the slice (a sorted writer's kept frames, whose entries are no
+// larger) to exactly that capacity and counts nothing itself. Were the
+// appender to count its own growth (a quarter of the index, tens of
+// kilobytes at a few thousand frames), it would land while a flushed run
+// still holds its budget in pending, and the writer would hold more than
+// coalesce_budget until the run was appended; and a sorted writer's run
+// boundaries would depend on how far the appender got. It fails the
+// writer with ErrBudget once the index and the partitions' state leave
+// less than an eighth of coalesce_budget (at least a frame) for rows: the
+// room for rows is what a run holds, and below that runs would shrink
+// toward a few rows each, every frame a few rows and an index entry of
+// its own. The index grows by about one entry per partition per run, so
+// the input a writer can take grows with the square of the budget.
+func (w *Writer) reserveIndexLocked() {
+	if w.seq <= w.indexCap {
 		return
 	}
-	w.fixed += c - w.indexCap
+	c := indexCapFor(w.indexCap, w.seq)
+	w.fixed += (c - w.indexCap) * entrySize
 	w.indexCap = c
 	if room, least := w.opt.CoalesceBudget-w.fixed, w.leastRoom(); room < least && w.ctx.Err() == nil {
 		state := int64(w.opt.Partitions) * pbufSize
 		w.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
-			ErrBudget, len(w.frames)+len(w.kept), w.taken, c, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
+			ErrBudget, w.seq, w.taken, c*entrySize, entrySize, w.opt.Partitions, state, max(room, 0), w.opt.CoalesceBudget, least))
 	}
 }
 
@@ -120,6 +152,10 @@ func (w *Writer) appendFrame(r encoded) error {
 		if err := w.endObject(); err != nil {
 			return err
 		}
+	}
+	if len(w.frames) == cap(w.frames) {
+		// Write reserved the capacity before it flushed this frame.
+		w.frames = growTo(w.frames, w.reservedCap())
 	}
 	w.frames = append(w.frames, manifest.Frame{
 		Partition: r.partition,
@@ -207,4 +243,18 @@ func frameCRC(r encoded, b []byte) uint32 {
 		return r.crc
 	}
 	return store.CRC32C(b)
+}
+
+// reservedCap is the index capacity Write reserved.
+func (w *Writer) reservedCap() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.indexCap
+}
+
+// growTo returns s with capacity c (at least one more than its length).
+func growTo[T any](s []T, c int64) []T {
+	out := make([]T, len(s), max(c, int64(len(s))+1))
+	copy(out, s)
+	return out
 }

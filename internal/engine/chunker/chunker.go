@@ -163,7 +163,14 @@ type Writer struct {
 	buffered int64        // bytes held by the partitions' buffers and the arena
 	pending  int64        // bytes held by flushed frames not yet appended
 	fixed    int64        // per-partition state and index entries
-	seq      int64
+	seq      int64        // frames flushed to the encoders so far
+	// unflushed is the frames buffered in the partitions, not yet
+	// flushed.
+	unflushed int64
+	// indexCap is the frame index's capacity, counted in fixed: Write
+	// reserves it before it flushes the frames it is for, and the
+	// appender grows frames (a sorted writer's kept frames) to it.
+	indexCap int64
 	runs     int
 	closed   bool
 	taken    int64 // logical bytes written so far
@@ -183,9 +190,6 @@ type Writer struct {
 	objCRC  uint32
 	objects []manifest.Object
 	frames  []manifest.Frame
-	// indexCap is the bytes of the frame index and kept frames' entries
-	// (their slices' capacity) as counted in fixed (under mu).
-	indexCap int64
 
 	// A sorted writer's (sorted.go). kept and spilled are the
 	// appender's until Close queues the output; the rest are under mu.
@@ -197,7 +201,6 @@ type Writer struct {
 	keptMem    int64 // bytes of kept frames in memory, in the budget
 	outputting bool  // the output frames are queued
 	inflight   int   // jobs queued and not yet through the appender
-	queued     int64 // writing-phase frames queued since New
 	outNext    int64 // the next seq the appender takes
 	rows       int64
 	bytes      int64

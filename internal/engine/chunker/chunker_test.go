@@ -376,7 +376,11 @@ func TestConcurrentWriters(t *testing.T) {
 // order (so each partition's frames of one run are neighbours of the
 // next partition's), a partition has about one frame per run however
 // many batches it got, and the memory the writer counts never passes the
-// budget.
+// budget. Only Write adds to what the writer counts (the frame index
+// included: Write reserves it before it flushes a run, and the appender
+// fills what was reserved), so checking after each Write sees the most
+// it ever held, however the encoders and the appender are scheduled; the
+// index the writer returns has the capacity it counted.
 func TestSortedRuns(t *testing.T) {
 	const partitions = 300
 	sink := newSink(t, 100_000, 4)
@@ -404,14 +408,24 @@ func TestSortedRuns(t *testing.T) {
 		}
 		w.mu.Lock()
 		used := w.buffered + w.pending + w.fixed
+		flushed, counted := w.seq, w.indexCap
 		w.mu.Unlock()
 		if used > o.CoalesceBudget+4<<10 {
 			t.Fatalf("after %d writes the writer holds %d bytes, budget %d", writes, used, o.CoalesceBudget)
+		}
+		if counted < flushed {
+			t.Fatalf("after %d writes %d frames are flushed but the writer counts index entries for %d", writes, flushed, counted)
 		}
 	}
 	res, err := w.Close()
 	if err != nil {
 		t.Fatal(err)
+	}
+	w.mu.Lock()
+	fixed := w.fixed
+	w.mu.Unlock()
+	if want := int64(partitions)*pbufSize + int64(cap(res.Frames))*entrySize; fixed != want {
+		t.Fatalf("the writer counts %d bytes of fixed state, its %d partitions and index of capacity %d take %d", fixed, partitions, cap(res.Frames), want)
 	}
 	if res.Runs < 3 {
 		t.Fatalf("%d runs for %d bytes of rows under a %d-byte budget", res.Runs, res.Bytes, o.CoalesceBudget)
@@ -467,14 +481,10 @@ func TestIndexFillsBudget(t *testing.T) {
 		werr = w.Write((lo*7919/4)%partitions, rec)
 		rec.Release()
 		writes++
-		// The error is raised as frames are appended: wait for it at
-		// the end rather than spin on it.
 	}
-	if werr == nil {
-		_, werr = w.Close()
-	} else {
-		w.Abort(werr)
-	}
+	// The error is raised when Write flushes a run whose index would
+	// not fit (not later, as its frames are appended): a Write returns it.
+	w.Abort(werr)
 	if !errors.Is(werr, ErrBudget) {
 		t.Fatalf("after %d writes: %v, want ErrBudget", writes, werr)
 	}

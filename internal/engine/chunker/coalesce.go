@@ -114,8 +114,17 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // addLocked buffers rec (size logical bytes) in partition, once the
 // budget has room. perByte is the held bytes per logical byte of rec if
 // the caller knows it (0: measure).
+//
+// Room means room for what taking rec may add besides its rows: the
+// arena's next growth, and the index entries of the frames buffered so
+// far and of the one rec may open (indexGrowthLocked), which are counted
+// in fixed when their run is flushed. So a run's flush never takes the
+// writer past coalesce_budget, and neither does the appender, which
+// counts nothing of its own: from one Write to the next, what the writer
+// counts only falls (but for a sorted writer's frames kept in memory,
+// which go to disk once they would pass it).
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Growth() > w.opt.CoalesceBudget && w.pending > 0 {
+	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) > w.opt.CoalesceBudget && w.pending > 0 {
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -126,6 +135,9 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	}
 	p := &w.parts[partition]
 	f := &p.open
+	if len(f.items) == 0 {
+		w.unflushed++ // both ways below give f an item
+	}
 	n := rec.NumRows()
 	copied := false
 	if w.arena != nil && size < w.opt.FrameTargetBytes/4 {
@@ -163,7 +175,8 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
 			w.seq++
 			w.inflight++
-			w.queued++
+			w.unflushed--
+			w.reserveIndexLocked()
 			w.buffered -= f.held
 			w.pending += f.held
 			w.work.Signal()
@@ -172,22 +185,15 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		}
 		*f = pframe{}
 	}
-	// The arena's next growth must fit too, or the run flushes now.
-	if !w.sorted {
-		if w.buffered+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
-			w.runLocked()
-		}
-		return nil
-	}
-	// A sorted writer's runs end where its input alone says, so that the
-	// same input makes the same object: its rows, its partitions' state
-	// and one kept entry per frame queued, all known here, not what the
-	// encoders and the appender have got to. Its frames kept in memory
-	// still count: when they would pass the budget they go to disk, which
-	// moves no run boundary.
-	if w.buffered+w.sortedFixed()+w.arena.Growth() >= w.opt.CoalesceBudget {
+	// The arena's next growth and the index of the run's frames (and of
+	// the next write's) must fit too, or the run flushes now. All of it
+	// is known here, from the input alone, not from how far the encoders
+	// and the appender got: a sorted writer's same input makes the same
+	// object. Its frames kept in memory count too, but when they would
+	// pass the budget they go to disk, which moves no run boundary.
+	if w.buffered+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) >= w.opt.CoalesceBudget {
 		w.runLocked()
-	} else if !w.spilling && w.buffered+w.keptMem+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
+	} else if w.sorted && !w.spilling && w.buffered+w.keptMem+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
 		w.spilling = true
 	}
 	return nil
@@ -232,12 +238,13 @@ func (w *Writer) runLocked() {
 			}
 			w.seq++
 			w.inflight++
-			w.queued++
 			held += j.held
 			w.queue = append(w.queue, j)
 		}
 		*p = pbuf{}
 	}
+	w.unflushed = 0
+	w.reserveIndexLocked()
 	w.pending += held
 	w.buffered = 0
 	w.runs++
@@ -253,6 +260,7 @@ func (w *Writer) dropBuffersLocked() {
 		}
 		*p = pbuf{}
 	}
+	w.unflushed = 0
 	if arena, _ := w.finishArenaLocked(); arena != nil {
 		arena.releaseLocked()
 	}

@@ -38,14 +38,6 @@ type keptFrame struct {
 // keptSize is what each kept frame's entry costs until Close.
 const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 
-// sortedFixed is a sorted writer's fixed state as its input alone makes
-// it: the partitions' state and an entry for every frame queued so far.
-// (fixed counts the entries by their slice's capacity, as the appender
-// grows it.)
-func (w *Writer) sortedFixed() int64 {
-	return int64(w.opt.Partitions)*pbufSize + w.queued*keptSize
-}
-
 // keep takes a writing-phase frame: into memory, or to the spill once
 // the writer spills. It reports the change in bytes held in memory.
 // Ownership of r.buf passes when it is kept in memory (kept true).
@@ -66,6 +58,11 @@ func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 	} else {
 		k.buf = r.buf
 		mem, kept = k.length, true
+	}
+	if len(w.kept) == cap(w.kept) {
+		// Write reserved the capacity (as index entries, no smaller)
+		// before it flushed this frame.
+		w.kept = growTo(w.kept, w.reservedCap())
 	}
 	w.kept = append(w.kept, k)
 	return mem, kept, nil
