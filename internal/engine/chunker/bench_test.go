@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
+	"github.com/durashuffle/durashuffle/internal/engine/spill"
 	"github.com/durashuffle/durashuffle/internal/tools/demo"
 )
 
@@ -310,5 +311,74 @@ func BenchmarkValidateBatch(b *testing.B) {
 	b.Run("wide/partitions=2048", func(b *testing.B) { run(b, recs) })
 	for _, r := range recs {
 		r.Release()
+	}
+}
+
+// BenchmarkWriteSpill compares a sorted writer (spill on) with spill off
+// at 2048 partitions, with an output about 16 times coalesce_budget: the
+// sorted writer spills 15 runs and merges every partition's pieces at
+// Close. cpu-ns/op is the CPU of the whole write, Close included;
+// compare the two in one run.
+func BenchmarkWriteSpill(b *testing.B) {
+	const partitions = 2048
+	bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var parts []demo.Part
+	var logical int64
+	for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 1_000_000}, 8192) {
+		for _, p := range bt.Batch(r, nil) {
+			parts = append(parts, p)
+			logical += frame.LogicalSize(p.Record)
+		}
+	}
+	bt.Release()
+	defer func() {
+		for _, p := range parts {
+			p.Record.Release()
+		}
+	}()
+	budget := logical / 16
+	for _, spilled := range []bool{false, true} {
+		b.Run(fmt.Sprintf("spill=%v", spilled), func(b *testing.B) {
+			b.SetBytes(logical)
+			cpu0 := cpuTime(b)
+			for b.Loop() {
+				o := Options{
+					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
+					CoalesceBudget: budget, Encoders: 2, Compression: frame.LZ4,
+					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+				}
+				if spilled {
+					d, err := spill.Open(b.TempDir(), 1<<40)
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer d.Close()
+					o.Spill = d
+				}
+				w, err := New(context.Background(), o, newDiscardSink(8<<20, 4))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for _, p := range parts {
+					if err := w.Write(p.Partition, p.Record); err != nil {
+						b.Fatal(err)
+					}
+				}
+				res, err := w.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var stored int64
+				for _, o := range res.Objects {
+					stored += o.Size
+				}
+				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
+				b.ReportMetric(float64(len(res.Frames)), "frames")
+			}
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
 	}
 }

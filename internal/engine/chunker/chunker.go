@@ -151,6 +151,7 @@ type Writer struct {
 	sink   Sink
 	stream StreamSink // the sink, when it streams chunks as they fill
 	auto   *autoCodec // compression auto: picks each frame's codec
+	codec  string     // otherwise every frame's codec, but a raw one's
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
@@ -199,6 +200,7 @@ type Writer struct {
 	spilled    int64
 	spilling   bool  // a run flushed before Close: kept frames go to disk
 	keptMem    int64 // bytes of kept frames in memory, in the budget
+	keptInMem  int   // kept frames in memory (the appender's own count)
 	outputting bool  // the output frames are queued
 	inflight   int   // jobs queued and not yet through the appender
 	outNext    int64 // the next seq the appender takes
@@ -231,8 +233,13 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && w.maxObject() > opt.ChunkSize {
 		w.stream = ss
 	}
-	if opt.Compression == frame.Auto {
+	switch opt.Compression {
+	case frame.Auto:
 		w.auto = newAutoCodec(opt.Encoders)
+	case "":
+		w.codec = frame.None
+	default:
+		w.codec = opt.Compression
 	}
 	if opt.Spill != nil {
 		w.sorted = true

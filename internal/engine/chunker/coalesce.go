@@ -215,7 +215,9 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 
 // runLocked flushes every partition's frames, in partition order, to the
 // encoders: one sorted run. A sorted writer's run before Close starts
-// its spill: from then on its frames are kept on disk.
+// its spill: from then on its frames are kept on disk, and those under
+// half of frame_target_bytes, which Close merges with the partition's
+// other pieces, are spilled uncompressed (raw).
 func (w *Writer) runLocked() {
 	if w.sorted && !w.closed {
 		w.spilling = true
@@ -231,7 +233,7 @@ func (w *Writer) runLocked() {
 			p.done = append(p.done, p.open)
 		}
 		for _, f := range p.done {
-			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items}
+			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items, raw: w.spilling && w.codec != frame.None && f.bytes < w.opt.FrameTargetBytes/2}
 			if f.arena > 0 {
 				arena.refs.Add(1)
 				j.arena = arena

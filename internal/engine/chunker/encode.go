@@ -21,6 +21,11 @@ type encodeJob struct {
 	// frames of one partition) rather than items.
 	out    bool
 	pieces []keptFrame
+	// raw: a small frame of a run a sorted writer spills, encoded without
+	// compression: Close merges it with the partition's other pieces and
+	// compresses the merged frame, so its bytes are compressed once, not
+	// compressed, decompressed and compressed again.
+	raw bool
 }
 
 // release drops the job's references.
@@ -48,6 +53,7 @@ type encoded struct {
 	stats     frame.Stats
 	err       error
 	out       bool   // an output frame of a sorted writer
+	raw       bool   // encoded without compression (encodeJob.raw)
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
 }
@@ -112,9 +118,15 @@ func (w *Writer) encoder() {
 			gather, _ = frame.NewAccumulator(schema)
 		}
 		var codec string
-		if res.err == nil && w.auto != nil {
+		switch {
+		case res.err != nil:
+		case j.raw:
+			res.err = enc.SetCodec(frame.None)
+		case w.auto != nil:
 			codec = w.auto.codec()
 			res.err = enc.SetCodec(codec)
+		default:
+			res.err = enc.SetCodec(w.codec)
 		}
 		if res.err == nil && j.out {
 			res.err = w.encodeOutput(enc, &dec, j, res)
@@ -123,7 +135,7 @@ func (w *Writer) encoder() {
 			res.buf.Reset()
 			start := time.Now()
 			res.stats, res.err = encodeItems(enc, gather, res.buf, *j)
-			if w.auto != nil && res.err == nil {
+			if w.auto != nil && !j.raw && res.err == nil {
 				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
 			}
 		}
@@ -136,7 +148,7 @@ func (w *Writer) encoder() {
 		if !ok {
 			return
 		}
-		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out}
+		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out, raw: j.raw}
 		switch {
 		case broken != nil:
 			res.err = broken

@@ -19,7 +19,11 @@ import (
 // from every run, are merged into frames near frame_target_bytes (a
 // frame that is near it already is copied as it is; smaller ones are
 // decoded and encoded again as one), so the stored bytes and a reader's
-// GETs do not depend on how many runs the writer flushed.
+// GETs do not depend on how many runs the writer flushed. A spilled
+// run's frames under half of frame_target_bytes, nearly all of them at
+// many partitions, are spilled uncompressed (raw): their bytes are then
+// compressed once, at Close, not compressed, decompressed and compressed
+// again, at the cost of spilling about the logical bytes.
 //
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most outWindow output frames are read
@@ -33,6 +37,7 @@ type keptFrame struct {
 	length      int64
 	off         int64         // in the spill file, once spilled
 	buf         *bytes.Buffer // in memory until spilled; nil after
+	raw         bool          // encoded without compression, to be merged
 }
 
 // keptSize is what each kept frame's entry costs until Close.
@@ -43,7 +48,7 @@ const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 // Ownership of r.buf passes when it is kept in memory (kept true).
 func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
-	k := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b))}
+	k := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
 	w.mu.Lock()
 	spilling := w.spilling
 	w.mu.Unlock()
@@ -58,6 +63,7 @@ func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 	} else {
 		k.buf = r.buf
 		mem, kept = k.length, true
+		w.keptInMem++
 	}
 	if len(w.kept) == cap(w.kept) {
 		// Write reserved the capacity (as index entries, no smaller)
@@ -72,6 +78,11 @@ func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 // and reports the (negative) change in bytes held in memory.
 func (w *Writer) spillKept() (int64, error) {
 	var freed int64
+	if w.keptInMem == 0 {
+		// Called for every frame kept while spilling: the frames before
+		// went to disk already.
+		return 0, nil
+	}
 	for i := range w.kept {
 		k := &w.kept[i]
 		if k.buf == nil {
@@ -86,6 +97,7 @@ func (w *Writer) spillKept() (int64, error) {
 		bufPool.Put(k.buf)
 		k.buf = nil
 		freed += k.length
+		w.keptInMem--
 	}
 	return -freed, nil
 }
@@ -196,10 +208,11 @@ func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
 }
 
 // encodeOutput makes one output frame of j's pieces: the piece itself
-// when there is one, else the pieces decoded and encoded again as one
-// frame.
+// when there is one, encoded with the writer's codec, else the pieces
+// decoded and encoded again as one frame (a raw piece alone is encoded
+// again too, to be compressed).
 func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encodeJob, res *encoded) error {
-	if len(j.pieces) == 1 {
+	if len(j.pieces) == 1 && !j.pieces[0].raw {
 		k := j.pieces[0]
 		buf, err := w.pieceBytes(k)
 		if err != nil {
@@ -227,6 +240,7 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 			bufPool.Put(b)
 		}
 	}()
+	frames := make([][]byte, len(j.pieces))
 	for i, k := range j.pieces {
 		buf, err := w.pieceBytes(k)
 		if err != nil {
@@ -234,15 +248,14 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 		}
 		j.pieces[i].buf = nil // bufs returns it
 		bufs = append(bufs, buf)
-		rs, err := (*dec).Decode(buf.Bytes(), w.opt.Mem)
-		if err != nil {
-			return fmt.Errorf("merge frame %d of %d kept for partition %d: %w", i+1, len(j.pieces), k.partition, err)
-		}
-		recs = append(recs, rs...)
+		frames[i] = buf.Bytes()
+	}
+	recs, err := (*dec).DecodeAll(frames, w.opt.Mem)
+	if err != nil {
+		return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
 	}
 	res.buf = bufPool.Get().(*bytes.Buffer)
 	res.buf.Reset()
-	var err error
 	res.stats, err = enc.Encode(res.buf, recs)
 	return err
 }

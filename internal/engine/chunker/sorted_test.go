@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/spill"
 )
 
@@ -209,6 +210,14 @@ func TestSortedStoredBytesDoNotGrowWithRuns(t *testing.T) {
 	}
 	if offRatio < ratio {
 		t.Fatalf("without a spill %d runs store %.3fx, less than with one (%.3fx)", off.Runs, offRatio, ratio)
+	}
+	// The runs' small pieces are spilled uncompressed (their IPC
+	// metadata makes them larger than their logical bytes, where
+	// compressed they would be smaller) and compressed once, merged: no
+	// piece reaches the object uncompressed.
+	if many.Codecs[frame.None] > one.Codecs[frame.None] || many.Spilled <= many.Bytes {
+		t.Fatalf("%d runs: %d uncompressed frames stored (one run: %d), %d bytes spilled for %d logical; want none more and the small pieces spilled uncompressed",
+			many.Runs, many.Codecs[frame.None], one.Codecs[frame.None], many.Spilled, many.Bytes)
 	}
 }
 

@@ -60,18 +60,60 @@ func Decode(b []byte, schema *arrow.Schema, mem memory.Allocator) ([]arrow.Recor
 // without bound or handing out arrays that panic when their values are
 // read.
 func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch, err error) {
+	return d.decode([][]byte{b}, len(b), mem)
+}
+
+// DecodeAll decodes several frames of the decoder's schema as Decode
+// does each, in order, with one IPC reader for all of them where the
+// schema has no dictionaries (each frame then carries its own), so the
+// schema is read once, not once per frame: a writer that merges many
+// small frames into one spends less on reading them.
+func (d *Decoder) DecodeAll(frames [][]byte, mem memory.Allocator) ([]arrow.RecordBatch, error) {
+	if hasDictionary(d.schema.Fields()) {
+		var out []arrow.RecordBatch
+		for i, b := range frames {
+			recs, err := d.Decode(b, mem)
+			if err != nil {
+				for _, r := range out {
+					r.Release()
+				}
+				return nil, fmt.Errorf("frame %d of %d: %w", i+1, len(frames), err)
+			}
+			out = append(out, recs...)
+		}
+		return out, nil
+	}
+	var total int
+	for _, b := range frames {
+		total += len(b)
+	}
+	return d.decode(frames, total, mem)
+}
+
+// decode reads every record batch of frames, total bytes in all, with
+// one IPC reader: frames are either one frame or frames of a schema
+// without dictionaries.
+func (d *Decoder) decode(frames [][]byte, total int, mem memory.Allocator) (_ []arrow.RecordBatch, err error) {
 	if mem == nil {
 		mem = memory.DefaultAllocator
 	}
-	lim := newDecodeBudget(len(b))
-	payload, err := decompress(b, lim)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+	lim := newDecodeBudget(total)
+	segs := make([][]byte, 1, 1+len(frames))
+	segs[0] = d.schemaMsg
+	for i, b := range frames {
+		payload, err := decompress(b, lim)
+		if err == nil {
+			err = verifyStream(payload)
+		}
+		if err != nil {
+			if len(frames) > 1 {
+				return nil, fmt.Errorf("%w: frame %d of %d: %v", ErrCorrupt, i+1, len(frames), err)
+			}
+			return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
+		}
+		segs = append(segs, payload)
 	}
-	if err := verifyStream(payload); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
-	}
-	r, err := ipc.NewReaderFromMessageReader(&messages{segs: [][]byte{d.schemaMsg, payload}}, ipc.WithAllocator(ipcguard.NewBudgetAllocator(mem, lim)))
+	r, err := ipc.NewReaderFromMessageReader(&messages{segs: segs}, ipc.WithAllocator(ipcguard.NewBudgetAllocator(mem, lim)))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrCorrupt, err)
 	}
@@ -98,8 +140,8 @@ func (d *Decoder) Decode(b []byte, mem memory.Allocator) (_ []arrow.RecordBatch,
 		out = append(out, rec)
 		// Columns of type null need no bytes per row, so nothing else
 		// bounds a hostile row count.
-		if rows += rec.NumRows(); rows > decodeLimit(len(b)) {
-			return nil, fmt.Errorf("%w: a frame of %d bytes claims more than %d rows", ErrCorrupt, len(b), decodeLimit(len(b)))
+		if rows += rec.NumRows(); rows > decodeLimit(total) {
+			return nil, fmt.Errorf("%w: a frame of %d bytes claims more than %d rows", ErrCorrupt, total, decodeLimit(total))
 		}
 		for i, col := range rec.Columns() {
 			if verr := validate(col); verr != nil {
