@@ -49,7 +49,7 @@ const DefaultCleanupTimeout = 20 * time.Second
 // Observer receives pool events for metrics. Every method must be cheap
 // and safe for concurrent use; a nil Observer is allowed.
 type Observer interface {
-	Queued(delta int)                      // chunks waiting for a worker
+	Queued(delta int)                      // parts waiting for a worker
 	Buffered(bytes int64)                  // bytes held in chunk buffers now
 	PartDone(queued, upload time.Duration) // one part or put finished
 	Uploaded(bytes int64)                  // bytes stored by a finished part
