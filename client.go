@@ -136,11 +136,12 @@ func WithCounter(c *store.Counter) Option { return func(o *options) { o.counter 
 func WithObserver(obs Observer) Option { return func(o *options) { o.observer = obs } }
 
 // An Observer receives the upload pool's events, from many goroutines at
-// once: Queued when chunks wait for an upload slot (delta +1) or leave
-// the queue (-1), Buffered with the bytes held in chunk buffers after
-// each change, PartDone when a part or single put finished (time queued,
-// time uploading) and Uploaded with the bytes it stored. It must not
-// block.
+// once: Queued when parts wait for an upload slot (delta +1, a chunk
+// each; an object's tail re-cut at Commit adds or withdraws a few at
+// once) or leave the queue (-1), Buffered with the bytes held in chunk
+// buffers after each change, PartDone when a part or single put
+// finished (time queued, time uploading) and Uploaded with the bytes it
+// stored. It must not block.
 //
 // An Observer takes more of the client's events by having more methods.
 // With those of reader.Observer it receives what the client's readers

@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durashuffle/durashuffle/store"
 	"gopkg.in/yaml.v3"
 )
 
@@ -155,11 +156,11 @@ func DefaultConfig() Config {
 // maxKeySpread bounds key_spread: delete-query lists each shard prefix.
 const maxKeySpread = 4096
 
-// S3's part sizes, which bound chunk_size (every part but an object's last
-// is one chunk).
+// S3's part sizes bound chunk_size: while input flows, each chunk is a
+// part (an object's tail is re-cut at Close, within the same limits).
 const (
-	minPartSize = 5 * MiB
-	maxPartSize = 5 * GiB
+	minPartSize = Size(store.MinPartSize)
+	maxPartSize = Size(store.MaxPartSize)
 )
 
 // The values of commit_guard (off: see GuardOff).

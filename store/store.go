@@ -146,6 +146,14 @@ type Reader interface {
 // from 1 to MaxParts.
 const MaxParts = 10000
 
+// MinPartSize and MaxPartSize are S3's limits on a multipart upload's
+// part sizes: every part but the last at least MinPartSize, each at most
+// MaxPartSize.
+const (
+	MinPartSize = 5 << 20
+	MaxPartSize = 5 << 30
+)
+
 // Writer writes whole objects and multipart uploads. Safe for concurrent
 // use. Bodies are byte slices so a retry layer can replay them.
 type Writer interface {

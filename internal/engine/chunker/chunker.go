@@ -119,7 +119,7 @@ func (o Options) settle() (Options, error) {
 type Result struct {
 	Schema  *arrow.Schema
 	Frames  []manifest.Frame  // in stream order
-	Objects []manifest.Object // Size, Parts and CRC32C; Key is the writer's
+	Objects []manifest.Object // Size, CRC32C, Parts: chunks emitted (the uploader may cut otherwise); Key is the writer's
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)

@@ -43,14 +43,31 @@ type Upload struct {
 	size     int64
 	err      error
 	cut      bool // a part's request was cut off by cancellation
+	// wg counts the parts ready or in flight (and Prepare's create).
 	wg       sync.WaitGroup
 	finished bool
+
+	// chunks counts the chunks handed over. ready holds the parts no
+	// worker has taken yet, oldest first; queued is how many of the
+	// pool's queue entries name this object (each worker that takes one
+	// takes ready[0]). They match but for the moment after a re-cut into
+	// fewer parts whose entries a worker had already taken.
+	chunks int32
+	ready  []*job
+	queued int
 
 	// Chunks kept after upload for a Keeper (see Keep).
 	keeper    Keeper
 	keepOff   bool // stopped keeping: a chunk did not fit
 	kept      map[int32][]byte
 	keptBytes int64 // reserved from the keeper for kept
+}
+
+// chunk is one buffer of an object's byte stream, from Pool.Acquire.
+type chunk struct {
+	n     int32  // 1-based, in stream order
+	buf   []byte // its bytes (a Begin chunk's once it is complete)
+	parts int    // parts ready or in flight that carry bytes of it
 }
 
 // Keeper is a byte budget that takes an object's uploaded chunk buffers
@@ -76,15 +93,16 @@ func (o *Upload) Keep(k Keeper) {
 	o.keeper = k
 }
 
-// keep takes j's buffer after a successful upload. It reports whether
-// the object took the buffer itself (false: the pool reuses it).
-func (o *Upload) keep(j *job) bool {
+// keep takes chunk c's buffer once every part carrying its bytes is
+// uploaded. It reports whether the object took the buffer itself (false:
+// the pool reuses it).
+func (o *Upload) keep(c *chunk) bool {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.keeper == nil || o.keepOff || o.err != nil {
 		return false
 	}
-	buf, took := j.buf, true
+	buf, took := c.buf, true
 	if len(buf) < cap(buf)/2 {
 		buf, took = append([]byte(nil), buf...), false
 	}
@@ -98,7 +116,7 @@ func (o *Upload) keep(j *job) bool {
 	if o.kept == nil {
 		o.kept = map[int32][]byte{}
 	}
-	o.kept[j.part] = buf
+	o.kept[c.n] = buf
 	o.keptBytes += n
 	return took
 }
@@ -111,19 +129,17 @@ func (o *Upload) Keeping() bool {
 	return o.keeper != nil && !o.keepOff && o.err == nil
 }
 
-// TakeKept hands over the kept chunks in part order after a successful
-// Finish, with the bytes reserved for them, which the caller now owns
+// TakeKept hands over the kept chunks in stream order after a successful
+// Finish (every chunk but the last one full, whatever parts carried
+// them), with the bytes reserved for them, which the caller now owns
 // (to admit or unreserve). ok is false, and nothing is reserved any
-// more, unless every part was kept.
+// more, unless every chunk was kept.
 func (o *Upload) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	kept, n := o.kept, o.keptBytes
 	o.kept, o.keptBytes = nil, 0
-	parts := len(o.parts)
-	if o.single {
-		parts = 1
-	}
+	parts := int(o.chunks)
 	if o.keeper == nil || o.keepOff || o.err != nil || !o.finished || len(kept) != parts {
 		if o.keeper != nil {
 			o.keeper.Unreserve(n, false)
@@ -169,10 +185,14 @@ func (p *Pool) NewUpload(ctx context.Context, key string, onFail func(error)) *U
 // Key returns the object's key.
 func (o *Upload) Key() string { return o.key }
 
-// Submit hands chunk buf (from Pool.Acquire) to the pool as part number n
-// (1-based, ascending). last says it is the object's final chunk; part 1
-// that is also last becomes a single PutObject. Ownership of buf passes to
-// the pool, which releases it after the upload. Does not block.
+// Submit hands chunk buf (from Pool.Acquire) to the pool as chunk number
+// n (1-based, ascending), which is part n while input flows. last says
+// it is the object's final chunk; part 1 that is also last becomes a
+// single PutObject. Over a pool that streams parts, the last chunk and
+// the chunks no worker has taken yet are then re-cut into parts that end
+// together (see planTail). Ownership of buf passes to the pool, which
+// releases it once the parts carrying its bytes are uploaded. Does not
+// block.
 func (o *Upload) Submit(n int32, buf []byte, last bool) error {
 	o.mu.Lock()
 	if o.err != nil {
@@ -184,14 +204,106 @@ func (o *Upload) Submit(n int32, buf []byte, last bool) error {
 	if n == 1 && last && !o.prepared {
 		o.single = true
 	}
+	c := o.addChunkLocked(buf)
+	o.ready = append(o.ready, &job{obj: o, part: n, buf: buf, last: last, chunks: []*chunk{c}, queued: time.Now()})
 	o.wg.Add(1)
+	if last {
+		o.recutLocked()
+	}
+	return o.queueUnlock()
+}
+
+// addChunkLocked counts buf as the object's next chunk.
+func (o *Upload) addChunkLocked(buf []byte) *chunk {
+	o.chunks++
+	return &chunk{n: o.chunks, buf: buf, parts: 1}
+}
+
+// queueUnlock matches the pool's queue entries for o to its ready parts,
+// one each, then unlocks o.mu. Entries beyond the ready parts (a tail
+// re-cut into fewer) are withdrawn unless a worker has one already; it
+// then finds no part and moves on. On a closed pool the ready parts fail
+// with their object, and their buffers go back.
+func (o *Upload) queueUnlock() error {
+	need := len(o.ready) - o.queued
+	switch {
+	case need > 0 && o.pool.q.push(o, need):
+		o.queued += need
+	case need > 0:
+		return o.dropReadyUnlock(errClosed)
+	case need < 0:
+		need = -o.pool.q.withdraw(o, -need)
+		o.queued += need
+	}
 	o.mu.Unlock()
-	if err := o.pool.submit(&job{obj: o, part: n, buf: buf, last: last}); err != nil {
-		o.pool.Release(buf)
-		o.partDone(err)
-		return err
+	if o.pool.obs != nil && need != 0 {
+		o.pool.obs.Queued(need)
 	}
 	return nil
+}
+
+// dropReadyUnlock fails the ready parts with err, returns their buffers
+// and unlocks o.mu.
+func (o *Upload) dropReadyUnlock(err error) error {
+	ready := o.ready
+	o.ready = nil
+	o.mu.Unlock()
+	for _, j := range ready {
+		o.partDone(o.settle(j, err))
+	}
+	return err
+}
+
+// claim takes the object's oldest ready part for a worker that took one
+// of its queue entries; nil when a re-cut left none.
+func (o *Upload) claim() *job {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.queued--
+	if len(o.ready) == 0 {
+		return nil
+	}
+	j := o.ready[0]
+	o.ready[0] = nil
+	o.ready = o.ready[1:]
+	return j
+}
+
+// settle gives back the buffers no part needs any more once j is done
+// (err: how it ended): to the object's Keeper when every part of them was
+// uploaded and it takes them, else to the pool. It returns err, or the
+// Keeper's panic.
+func (o *Upload) settle(j *job, err error) error {
+	var done []*chunk
+	o.mu.Lock()
+	for _, c := range j.chunks {
+		c.parts--
+		if c.parts == 0 {
+			done = append(done, c)
+		}
+	}
+	o.mu.Unlock()
+	for _, c := range done {
+		took := false
+		if err == nil {
+			err = safe.Call(func() error { took = o.keep(c); return nil }, "keep of chunk %d of %s", c.n, o.key)
+		}
+		if took {
+			o.pool.forget() // the buffer now belongs to the object's Keeper
+		} else {
+			o.pool.Release(c.buf)
+		}
+	}
+	return err
+}
+
+// fixChunk sets j's bytes to buf[:n] of its chunk, a Begin chunk whose
+// length is now fixed.
+func (o *Upload) fixChunk(j *job, n int) {
+	j.buf = j.fill.buf[:n]
+	o.mu.Lock()
+	j.chunks[0].buf = j.buf
+	o.mu.Unlock()
 }
 
 func (o *Upload) upload(j *job) error {

@@ -2,7 +2,7 @@ package uploader
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -33,6 +33,9 @@ type Config struct {
 	// a context detached from the caller's (0: DefaultCleanupTimeout).
 	// An upload not aborted by then is left to gc.
 	CleanupTimeout time.Duration
+	// MinPartSize is the smallest part but an object's last that a
+	// re-cut tail may have (0: store.MinPartSize, S3's 5 MiB).
+	MinPartSize int64
 }
 
 // DefaultStreamAfter is Config.StreamAfter when it is 0: an output under
@@ -46,7 +49,7 @@ const DefaultCleanupTimeout = 20 * time.Second
 // Observer receives pool events for metrics. Every method must be cheap
 // and safe for concurrent use; a nil Observer is allowed.
 type Observer interface {
-	Queued(delta int)                      // chunks waiting for a worker
+	Queued(delta int)                      // parts waiting for a worker
 	Buffered(bytes int64)                  // bytes held in chunk buffers now
 	PartDone(queued, upload time.Duration) // one part or put finished
 	Uploaded(bytes int64)                  // bytes stored by a finished part
@@ -67,18 +70,34 @@ type Pool struct {
 	obs  Observer
 	sem  *semaphore.Weighted
 	free chan []byte
-	jobs chan *job
+	q    *queue
 	wg   sync.WaitGroup
 	lim  *limiter
 	hdg  *hedge.Hedger // nil: no hedging
-	// streams: the store uploads parts while their chunks fill.
+	// streams: the store uploads parts while their chunks fill, and
+	// from several buffers in sequence (a re-cut tail's parts).
 	streams bool
+	now     func() time.Time
+
+	mu      sync.Mutex
+	running map[*job]running // parts being uploaded
+	// rate is the recent bytes per second of one connection, over parts
+	// sent whole (0: none yet), to tell how much of a part in flight is
+	// left when a tail is re-cut.
+	rate float64
 
 	held     atomic.Int64 // buffers handed out and not yet returned
 	peak     atomic.Int64
 	inFlight atomic.Int64
 	resent   atomic.Int64
+	recut    atomic.Int64
 	closed   atomic.Bool
+}
+
+// running is a part in flight: its size and when it started.
+type running struct {
+	size  int64
+	start time.Time
 }
 
 // Stats is a snapshot of the pool.
@@ -90,6 +109,9 @@ type Stats struct {
 	// chunk then ended short (an object's last): the streamed request
 	// was cut off and the part sent again whole, with its real length.
 	Resent int64
+	// Recut counts objects whose tail was re-cut at Close (see
+	// planTail).
+	Recut int64
 }
 
 // New starts a pool with cfg.Concurrency workers writing to st.
@@ -108,19 +130,21 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	}
 	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
 	p := &Pool{
-		st:   st,
-		cfg:  cfg,
-		obs:  obs,
-		sem:  semaphore.NewWeighted(int64(cfg.MaxBuffered)),
-		free: make(chan []byte, cfg.MaxBuffered),
-		jobs: make(chan *job, cfg.MaxBuffered),
-		lim:  newLimiter(cfg.Concurrency, throttleCooldown),
+		st:      st,
+		cfg:     cfg,
+		obs:     obs,
+		sem:     semaphore.NewWeighted(int64(cfg.MaxBuffered)),
+		free:    make(chan []byte, cfg.MaxBuffered),
+		q:       newQueue(),
+		lim:     newLimiter(cfg.Concurrency, throttleCooldown),
+		now:     time.Now,
+		running: map[*job]running{},
 	}
 	if cfg.HedgeFactor > 0 {
 		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
 	}
 	// A streamed part's checksum is its trailer: without checksums parts
-	// are sent whole.
+	// are sent whole, each from one buffer, and tails are not re-cut.
 	p.streams = store.StreamsParts(st) && cfg.Checksum
 	for range cfg.Concurrency {
 		p.wg.Add(1)
@@ -173,14 +197,14 @@ func (p *Pool) Config() Config { return p.cfg }
 // Close stops the workers after the queued parts. Writers must be done.
 func (p *Pool) Close() {
 	if p.closed.CompareAndSwap(false, true) {
-		close(p.jobs)
+		p.q.close()
 		p.wg.Wait()
 	}
 }
 
 // Stats returns counters of the pool.
 func (p *Pool) Stats() Stats {
-	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load()}
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load(), Recut: p.recut.Load()}
 }
 
 // Acquire returns an empty buffer with capacity ChunkSize, blocking while
@@ -234,42 +258,96 @@ func (p *Pool) forget() {
 	p.sem.Release(1)
 }
 
+// job is one part of an object: a whole chunk while input flows, or a
+// piece of a re-cut tail (see planTail), which may span buffers.
 type job struct {
 	obj    *Upload
 	part   int32
-	buf    []byte
+	buf    []byte   // the part's bytes when they lie in one buffer
+	segs   [][]byte // a re-cut part's bytes across buffers, in order (buf nil)
+	chunks []*chunk // the buffers it carries bytes of
 	last   bool
 	fill   *Filling // from Begin: the chunk may still be filling
-	queued time.Time
+	// streamed: sent while its chunk filled (its time says nothing of
+	// the rate).
+	streamed bool
+	queued   time.Time
+}
+
+// size is the part's length (a Begin chunk's once its length is fixed).
+func (j *job) size() int64 {
+	if j.segs == nil {
+		return int64(len(j.buf))
+	}
+	var n int64
+	for _, s := range j.segs {
+		n += int64(len(s))
+	}
+	return n
 }
 
 func (p *Pool) worker() {
 	defer p.wg.Done()
-	for j := range p.jobs {
+	for {
+		o, ok := p.q.pop()
+		if !ok {
+			return
+		}
 		if p.obs != nil {
 			p.obs.Queued(-1)
 		}
 		p.lim.acquire()
-		p.inFlight.Add(1)
-		start := time.Now()
+		// The part is the object's next one when a connection is free to
+		// send it: a tail re-cut while this entry waited is taken as cut.
+		j := o.claim()
+		if j == nil {
+			p.lim.release(false) // the tail was re-cut into fewer parts
+			continue
+		}
+		start := p.begin(j)
 		err := p.run(j)
-		p.inFlight.Add(-1)
+		took := p.end(j, start, err)
 		p.lim.release(err == nil)
 		if p.obs != nil && err == nil {
-			p.obs.PartDone(start.Sub(j.queued), time.Since(start))
-			p.obs.Uploaded(int64(len(j.buf)))
+			p.obs.PartDone(start.Sub(j.queued), took)
+			p.obs.Uploaded(j.size())
 		}
-		kept := false
-		if err == nil {
-			err = safe.Call(func() error { kept = j.obj.keep(j); return nil }, "keep of part %d of %s", j.part, j.obj.key)
-		}
-		if kept {
-			p.forget() // the buffer now belongs to the object's Keeper
-		} else {
-			p.Release(j.buf)
-		}
-		j.obj.partDone(err)
+		err = o.settle(j, err)
+		o.partDone(err)
 	}
+}
+
+// begin records j as in flight.
+func (p *Pool) begin(j *job) time.Time {
+	size := j.size()
+	if j.fill != nil {
+		size = int64(cap(j.fill.buf)) // its length, unless it ends short
+	}
+	start := p.now()
+	p.mu.Lock()
+	p.running[j] = running{size: size, start: start}
+	p.mu.Unlock()
+	p.inFlight.Add(1)
+	return start
+}
+
+// end records j as done, and its rate when it was sent whole, and
+// returns how long it took.
+func (p *Pool) end(j *job, start time.Time, err error) time.Duration {
+	took := p.now().Sub(start)
+	p.mu.Lock()
+	delete(p.running, j)
+	if err == nil && !j.streamed && took > 0 {
+		bps := float64(j.size()) / took.Seconds()
+		if p.rate == 0 {
+			p.rate = bps
+		} else {
+			p.rate += (bps - p.rate) / 4
+		}
+	}
+	p.mu.Unlock()
+	p.inFlight.Add(-1)
+	return took
 }
 
 // run uploads j's part. A panic in it (the store's, a hedged request's)
@@ -277,23 +355,15 @@ func (p *Pool) worker() {
 // worker serves the next part, of this object or another.
 func (p *Pool) run(j *job) error {
 	return safe.Call(func() error {
-		if j.fill != nil {
+		switch {
+		case j.fill != nil:
 			return j.obj.uploadFilling(j)
+		case j.segs != nil:
+			return j.obj.uploadSpanning(j)
 		}
 		return j.obj.upload(j)
 	}, "upload of part %d of %s", j.part, j.obj.key)
 }
 
-func (p *Pool) submit(j *job) error {
-	if p.closed.Load() {
-		return fmt.Errorf("upload pool is closed")
-	}
-	j.queued = time.Now()
-	if p.obs != nil {
-		p.obs.Queued(1)
-	}
-	// Never blocks: the queue holds MaxBuffered jobs and every job owns
-	// one of MaxBuffered buffers.
-	p.jobs <- j
-	return nil
-}
+// errClosed: a chunk handed to a closed pool.
+var errClosed = errors.New("upload pool is closed")

@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -29,9 +30,10 @@ var ErrAbandoned = errors.New("chunk abandoned while filling")
 // acknowledged, so a retry replays it from memory. Grow, Finish and
 // Abandon are for the one goroutine that fills the chunk.
 type Filling struct {
-	obj  *Upload
-	part int32
-	buf  []byte // capacity ChunkSize; buf[:n] written
+	obj   *Upload
+	part  int32
+	buf   []byte // capacity ChunkSize; buf[:n] written
+	chunk *chunk
 
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -61,11 +63,10 @@ func (o *Upload) Begin(n int32, buf []byte) (*Filling, error) {
 		o.pool.Release(buf)
 		return nil, err
 	}
+	f.chunk = o.addChunkLocked(buf[:0])
+	o.ready = append(o.ready, &job{obj: o, part: n, buf: buf, fill: f, chunks: []*chunk{f.chunk}, queued: time.Now()})
 	o.wg.Add(1)
-	o.mu.Unlock()
-	if err := o.pool.submit(&job{obj: o, part: n, buf: buf, fill: f}); err != nil {
-		o.pool.Release(buf)
-		o.partDone(err)
+	if err := o.queueUnlock(); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -80,17 +81,12 @@ func (f *Filling) Grow(n int) {
 }
 
 // Finish fixes the chunk at its current length; last marks the object's
-// final chunk.
+// final chunk. When no worker has taken the last chunk's part yet, the
+// object's tail is re-cut (see Submit).
 func (f *Filling) Finish(last bool) {
 	f.mu.Lock()
 	f.final, f.last = true, last
-	if f.part == 1 && last && !f.started {
-		// Never sent: the whole object is this chunk, one PutObject,
-		// unless Prepare created its multipart upload already.
-		f.obj.mu.Lock()
-		f.obj.single = !f.obj.prepared
-		f.obj.mu.Unlock()
-	}
+	f.obj.finishChunk(f, last)
 	short := f.n < len(f.buf[:cap(f.buf)])
 	stop := f.stop
 	f.mu.Unlock()
@@ -98,6 +94,27 @@ func (f *Filling) Finish(last bool) {
 		stop(errShort)
 	}
 	f.cond.Broadcast()
+}
+
+// finishChunk records the bytes of f's chunk, now complete (under f.mu,
+// before a worker can see it final). For the object's last chunk it
+// settles whether the object is one PutObject and re-cuts the tail.
+func (o *Upload) finishChunk(f *Filling, last bool) {
+	o.mu.Lock()
+	f.chunk.buf = f.buf[:f.n]
+	if !last {
+		o.mu.Unlock()
+		return
+	}
+	if f.part == 1 && !f.started {
+		// Never sent: the whole object is this chunk, one PutObject,
+		// unless Prepare created its multipart upload already.
+		o.single = !o.prepared
+	}
+	if k := len(o.ready); k > 0 && o.ready[k-1].fill == f {
+		o.recutLocked()
+	}
+	_ = o.queueUnlock() // a closed pool fails the object
 }
 
 // Abandon ends the chunk's upload without completing it; the part fails
@@ -223,7 +240,7 @@ func (o *Upload) uploadFilling(j *job) error {
 	f.mu.Lock()
 	j.last = f.last
 	f.mu.Unlock()
-	j.buf = f.buf[:n]
+	o.fixChunk(j, n)
 	return o.upload(j)
 }
 
@@ -293,7 +310,8 @@ func (o *Upload) stream(ps store.PartStreamer, j *job) (bool, error) {
 	f.mu.Lock()
 	j.last = f.last
 	f.mu.Unlock()
-	j.buf = f.buf[:size]
+	o.fixChunk(j, int(size))
+	j.streamed = true
 	var sum *uint32
 	if o.pool.cfg.Checksum {
 		sum = &crc
