@@ -93,7 +93,7 @@ func New() *Metrics {
 	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		queue: prometheus.NewGauge(prometheus.GaugeOpts{Name: UploadQueueChunks,
-			Help: "Chunks encoded and waiting for an upload worker."}),
+			Help: "Parts encoded and waiting for an upload worker: a chunk each, or the parts an object's tail was re-cut into at Close."}),
 		queued: prometheus.NewHistogram(prometheus.HistogramOpts{Name: UploadQueuedSeconds,
 			Help:    "Time a chunk waited in the queue before its upload started.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16)}), // 1 ms .. 33 s

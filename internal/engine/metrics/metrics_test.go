@@ -49,7 +49,7 @@ durashuffle_upload_bytes_total 8.388608e+06
 # HELP durashuffle_upload_concurrency Parts the upload pool lets in flight now (upload_concurrency, lowered while the store throttles).
 # TYPE durashuffle_upload_concurrency gauge
 durashuffle_upload_concurrency 6
-# HELP durashuffle_upload_queue_chunks Chunks encoded and waiting for an upload worker.
+# HELP durashuffle_upload_queue_chunks Parts encoded and waiting for an upload worker: a chunk each, or the parts an object's tail was re-cut into at Close.
 # TYPE durashuffle_upload_queue_chunks gauge
 durashuffle_upload_queue_chunks 2
 `
