@@ -117,7 +117,7 @@ func readRows(t *testing.T, c *durashuffle.Client, query string, ps []int) int64
 		n += rr.RecordBatch().NumRows()
 	}
 	if err := rr.Err(); err != nil {
-		t.Fatal(err)
+		t.Fatalf("read %s back: %v", query, err)
 	}
 	return n
 }

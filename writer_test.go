@@ -617,28 +617,11 @@ func writeReadBack(t *testing.T, c *durashuffle.Client, query string, rows, part
 // [0, partitions), every batch read through ReadPartitions.
 func stageRows(t *testing.T, c *durashuffle.Client, query string, partitions int) int64 {
 	t.Helper()
-	ctx := context.Background()
-	st, err := c.OpenStage(ctx, query, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
 	all := make([]int, partitions)
 	for i := range all {
 		all[i] = i
 	}
-	rr, err := st.ReadPartitions(ctx, all)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rr.Release()
-	var n int64
-	for rr.Next() {
-		n += rr.RecordBatch().NumRows()
-	}
-	if err := rr.Err(); err != nil {
-		t.Fatalf("read %s back: %v", query, err)
-	}
-	return n
+	return readRows(t, c, query, all)
 }
 
 // zeroBatch is rows [lo, lo+n) of batch's schema whose blobs are 1 KiB

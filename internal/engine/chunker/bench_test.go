@@ -200,24 +200,33 @@ func TestReuseClass(t *testing.T) {
 	mem.AssertSize(t, 0)
 }
 
+// wideInput is rows [0, rows) of the demo's lineitem table as a map task
+// of a wide shuffle hands them over: every 8192-row batch split across
+// the partitions. It returns the parts and their logical bytes.
+func wideInput(b *testing.B, partitions int, rows int64) ([]demo.Part, int64) {
+	b.Helper()
+	bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer bt.Release()
+	var parts []demo.Part
+	var logical int64
+	for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: rows}, 8192) {
+		for _, p := range bt.Batch(r, nil) {
+			parts = append(parts, p)
+			logical += frame.LogicalSize(p.Record)
+		}
+	}
+	return parts, logical
+}
+
 // BenchmarkWriteWide writes the way a map task of a wide shuffle does:
 // every input batch of 8192 rows split across the partitions, so that at
 // 2048 partitions each Write carries 4 rows. MB/s is logical bytes.
 func BenchmarkWriteWide(b *testing.B) {
 	for _, partitions := range []int{64, 2048} {
-		bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var parts []demo.Part
-		var logical int64
-		for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 400_000}, 8192) {
-			for _, p := range bt.Batch(r, nil) {
-				parts = append(parts, p)
-				logical += frame.LogicalSize(p.Record)
-			}
-		}
-		bt.Release()
+		parts, logical := wideInput(b, partitions, 400_000)
 		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
 			b.SetBytes(logical)
 			b.ReportAllocs()
@@ -321,19 +330,7 @@ func BenchmarkValidateBatch(b *testing.B) {
 // compare the two in one run.
 func BenchmarkWriteSpill(b *testing.B) {
 	const partitions = 2048
-	bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var parts []demo.Part
-	var logical int64
-	for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 1_000_000}, 8192) {
-		for _, p := range bt.Batch(r, nil) {
-			parts = append(parts, p)
-			logical += frame.LogicalSize(p.Record)
-		}
-	}
-	bt.Release()
+	parts, logical := wideInput(b, partitions, 1_000_000)
 	defer func() {
 		for _, p := range parts {
 			p.Record.Release()
