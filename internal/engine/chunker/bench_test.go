@@ -221,6 +221,29 @@ func wideInput(b *testing.B, partitions int, rows int64) ([]demo.Part, int64) {
 	return parts, logical
 }
 
+// writeParts writes parts through a writer of o on a discarding sink
+// and returns its Result and the bytes of its objects.
+func writeParts(b *testing.B, o Options, parts []demo.Part) (Result, int64) {
+	w, err := New(context.Background(), o, newDiscardSink(8<<20, 4))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, p := range parts {
+		if err := w.Write(p.Partition, p.Record); err != nil {
+			b.Fatal(err)
+		}
+	}
+	res, err := w.Close()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var stored int64
+	for _, obj := range res.Objects {
+		stored += obj.Size
+	}
+	return res, stored
+}
+
 // BenchmarkWriteWide writes the way a map task of a wide shuffle does:
 // every input batch of 8192 rows split across the partitions, so that at
 // 2048 partitions each Write carries 4 rows. MB/s is logical bytes.
@@ -233,28 +256,12 @@ func BenchmarkWriteWide(b *testing.B) {
 			cpu0 := cpuTime(b)
 			var frames int
 			for b.Loop() {
-				w, err := New(context.Background(), Options{
+				res, stored := writeParts(b, Options{
 					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 					CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
 					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
-				}, newDiscardSink(8<<20, 4))
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, p := range parts {
-					if err := w.Write(p.Partition, p.Record); err != nil {
-						b.Fatal(err)
-					}
-				}
-				res, err := w.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
+				}, parts)
 				frames = len(res.Frames)
-				var stored int64
-				for _, o := range res.Objects {
-					stored += o.Size
-				}
 				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
 			}
 			b.ReportMetric(float64(frames), "frames")
@@ -352,25 +359,11 @@ func BenchmarkWriteSpill(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					defer d.Close()
 					o.Spill = d
 				}
-				w, err := New(context.Background(), o, newDiscardSink(8<<20, 4))
-				if err != nil {
-					b.Fatal(err)
-				}
-				for _, p := range parts {
-					if err := w.Write(p.Partition, p.Record); err != nil {
-						b.Fatal(err)
-					}
-				}
-				res, err := w.Close()
-				if err != nil {
-					b.Fatal(err)
-				}
-				var stored int64
-				for _, o := range res.Objects {
-					stored += o.Size
+				res, stored := writeParts(b, o, parts)
+				if o.Spill != nil {
+					o.Spill.Close()
 				}
 				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
 				b.ReportMetric(float64(len(res.Frames)), "frames")
