@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"io"
 	"slices"
 	"sync"
@@ -35,7 +36,8 @@ type lazyFrame struct {
 	sf      spanFrame
 	b       []byte
 	err     error
-	checked bool // b passed its CRC32C already
+	checked bool     // b passed its CRC32C already
+	owner   *spanBuf // b's buffer, if it came from spanBufs
 }
 
 // launch starts fetches in plan order as the window allows. Each starts
@@ -111,13 +113,16 @@ func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([
 	var lazy []lazyFrame
 	for i, sp := range g.spans {
 		rw := raws[i]
+		var whole int32
 		for _, f := range sp.Frames {
 			if end := f.At + f.Frame.Length; end <= rw.got {
-				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end], checked: rw.checked})
+				lazy = append(lazy, lazyFrame{sf: f, b: rw.buf[f.At:end], checked: rw.checked, owner: rw.pooled})
+				whole++
 			} else {
 				lazy = append(lazy, lazyFrame{sf: f, err: shortRead(s, sp, f, rw.got, rw.err)})
 			}
 		}
+		rw.pooled.hold(whole)
 	}
 	slices.SortStableFunc(lazy, func(a, b lazyFrame) int { return keyOf(a.sf).compare(keyOf(b.sf)) })
 	return nil, nil, lazy, nil
@@ -133,6 +138,9 @@ type rawSpan struct {
 	// checked: every whole frame in buf already passed its CRC32C
 	// (fetchFast verified it), so decoding need not check it again.
 	checked bool
+	// pooled: buf came from spanBufs (a GET of this reader's own, not a
+	// memory store's or a peer's bytes).
+	pooled *spanBuf
 }
 
 // fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
@@ -236,11 +244,14 @@ func (a orderKey) compare(b orderKey) int {
 // at the link's pace, while this one decodes each frame as soon as its
 // last byte has arrived: decoding overlaps the transfer of the frames
 // after it, and the span is ready almost as soon as its last byte is in.
-// The buffer is never reused: decoded arrays of an uncompressed frame
-// point into it.
+// The buffer comes from spanBufs and goes back to it unless a frame was
+// uncompressed: decoded arrays of such a frame point into it.
 func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
 	ctx, cancel := context.WithCancel(ctx)
-	buf := make([]byte, sp.Length)
+	buf := spanBufs.get(sp.Length)
+	// reuse: no record decoded from buf points into it, so it goes back
+	// to spanBufs once the receiver is done with it.
+	reuse := true
 	// The receiver sends, for each frame in turn, the bytes of the span
 	// that have arrived once the frame is whole. got and rerr are its
 	// final count and error, read after it closes whole.
@@ -254,6 +265,9 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 	defer func() {
 		cancel()
 		for range whole {
+		}
+		if reuse {
+			spanBufs.put(buf)
 		}
 	}()
 	go func() {
@@ -291,7 +305,9 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
 			return r
 		}
-		recs, err := decodeFrame(s, f, buf[f.At:f.At+f.Frame.Length], schema)
+		b := buf[f.At : f.At+f.Frame.Length]
+		reuse = reuse && frame.Copies(b)
+		recs, err := decodeFrame(s, f, b, schema)
 		if err != nil {
 			r.err = err
 			break

@@ -3,6 +3,7 @@ package reader
 import (
 	"context"
 	"errors"
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -172,6 +173,7 @@ func (r *Records) Next() bool {
 				f.recs, f.parts, r.next = nil, nil, 0
 				if lf.err == nil {
 					f.recs, lf.err = decodeChecked(r.stage, lf.sf, lf.b, lf.checked)
+					lf.owner.decoded(lf.err != nil || frame.Copies(lf.b))
 				}
 				if lf.err != nil {
 					f.err, f.lazy = lf.err, nil

@@ -296,11 +296,11 @@ func readInto(ctx context.Context, s *Stage, key string, off int64, p []byte) (n
 	return int64(got), err
 }
 
-// getRange is one ranged GET of a span into a fresh buffer.
+// getRange is one ranged GET of a span into a buffer from spanBufs.
 func getRange(ctx context.Context, s *Stage, sp span) rawSpan {
-	buf := make([]byte, sp.Length)
-	n, err := readInto(ctx, s, sp.Key, sp.Offset, buf)
-	return rawSpan{buf: buf, got: n, err: err}
+	pb := &spanBuf{b: spanBufs.get(sp.Length)}
+	n, err := readInto(ctx, s, sp.Key, sp.Offset, pb.b)
+	return rawSpan{buf: pb.b, got: n, err: err, pooled: pb}
 }
 
 // decodeFast decodes a span fetchFast returned, as readSpan would: the

@@ -68,6 +68,15 @@ func CodecName(b []byte) string {
 	return ""
 }
 
+// Copies reports whether decoding the frame in b leaves its records
+// pointing into memory of their own, never into b: true for a
+// compressed frame (its messages are decompressed into a new buffer),
+// false for an uncompressed one or bytes with no valid header. A caller
+// may reuse b after decoding only when Copies(b) held.
+func Copies(b []byte) bool {
+	return len(b) >= HeaderSize && (b[0] == codecLZ4 || b[0] == codecZstd)
+}
+
 // LogicalSize returns the uncompressed Arrow bytes of r's rows: exact for
 // fixed-width, string and binary columns, also when r is a slice of a
 // larger batch; other types are charged their whole buffers.

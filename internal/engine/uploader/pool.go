@@ -232,7 +232,11 @@ func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
 }
 
 // Release returns a buffer obtained from Acquire. Buffers are reused, so
-// the caller must not touch b afterwards.
+// the caller must not touch b afterwards. When it was the last one held,
+// the pool lets go of its free buffers too: a process between stages (a
+// sidecar waiting for the next writer, a job reading back what it wrote)
+// does not keep max_buffered_chunks x chunk_size of idle buffers alive,
+// and the next writer allocates its chunks again.
 func (p *Pool) Release(b []byte) {
 	if b == nil {
 		return
@@ -242,10 +246,25 @@ func (p *Pool) Release(b []byte) {
 	default:
 	}
 	n := p.held.Add(-1)
+	if n == 0 {
+		p.dropFree()
+	}
 	if p.obs != nil {
 		p.obs.Buffered(n * p.cfg.ChunkSize)
 	}
 	p.sem.Release(1)
+}
+
+// dropFree empties the free list. A buffer an Acquire takes meanwhile is
+// simply not dropped.
+func (p *Pool) dropFree() {
+	for {
+		select {
+		case <-p.free:
+		default:
+			return
+		}
+	}
 }
 
 // forget returns the budget of a buffer without reusing the buffer: a

@@ -1,0 +1,41 @@
+package uploader
+
+import (
+	"context"
+	"testing"
+)
+
+// While any buffer is held, released ones are kept for the next Acquire;
+// once none is, the pool keeps no idle buffers alive.
+func TestPoolLetsGoOfIdleBuffers(t *testing.T) {
+	p := newTestPool(newScripted())
+	defer p.Close()
+	ctx := context.Background()
+	a, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(a)
+	if n := len(p.free); n != 1 {
+		t.Fatalf("with a buffer still held, %d free buffers kept, want 1", n)
+	}
+	c, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &c[:1][0] != &a[:1][0] {
+		t.Fatal("a released buffer was not reused while another was held")
+	}
+	p.Release(c)
+	p.Release(b)
+	if n := len(p.free); n != 0 {
+		t.Fatalf("with no buffer held, %d free buffers kept (%d bytes), want none", n, int64(n)*p.cfg.ChunkSize)
+	}
+	if st := p.Stats(); st.Buffered != 0 {
+		t.Fatalf("Buffered = %d after every buffer was released", st.Buffered)
+	}
+}
