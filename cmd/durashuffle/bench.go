@@ -71,13 +71,17 @@ func (a *app) benchCommand() *cobra.Command {
 against what a user would otherwise run, on the same link, with the same
 part size and concurrency:
 
-  write          durashuffle vs sequential (each chunk uploaded by the goroutine
-                 that built it, Druid before PR 16481) vs the AWS SDK's
-                 transfermanager uploading the same already-encoded bytes
+  write          durashuffle (also with spill off, and on a null store for
+                 what its upload costs in CPU) vs sequential (each chunk
+                 uploaded by the goroutine that built it, Druid before PR
+                 16481) vs the AWS SDK's transfermanager uploading the same
+                 already-encoded bytes; durashuffle's CPU by stage (codec,
+                 crc32c, tls, http, ...) from CPU profiles of its children
   read           durashuffle reading every partition vs transfermanager
                  downloading the same objects whole
   small-batches  the same rows written as 128-row and as 8192-row batches
-  encode         the CPU side alone (uploads discarded), 1 and N writer goroutines
+  encode         the CPU side alone (uploads discarded), 1 and N writer
+                 goroutines, with the CPU by stage
   memory         peak RSS writing 1 GiB and 4 GiB of logical output
   sweep          chunk sizes x concurrencies, with a recommended configuration
   partitions     the same rows written into 64 to 8192 partitions by 1 and 8
@@ -145,7 +149,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS with a certificate made for the run (as S3 does: parts stream with trailing checksums); --tls=false for plain HTTP")
 	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/testkit/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
-	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round>")
+	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round> (durashuffle's writers in write and encode: of their clock alone, the profile their CPU by stage comes from)")
 	pf.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round> (go tool pprof -sample_index=inuse_space)")
 
 	examples := map[string]string{

@@ -273,7 +273,7 @@ func (b *benchBars) rateText(c *childRun) string {
 	case j.Kind == "write" && !j.NullStore:
 		f = append(f, fmt.Sprintf("parts in flight %d", s.InFlight))
 	}
-	if s.Buffers > 0 || (j.Name == bench.Durashuffle && j.Kind == "write") {
+	if s.Buffers > 0 || (strings.HasPrefix(j.Name, bench.Durashuffle) && j.Kind == "write") {
 		f = append(f, fmt.Sprintf("buffers %d/%d", s.Buffers, j.Config.BufferedChunks()))
 	}
 	return strings.Join(f, "  ")

@@ -13,6 +13,7 @@ require (
 	github.com/aws/smithy-go v1.28.9
 	github.com/creack/pty v1.1.24
 	github.com/durashuffle/durashuffle v0.0.0-00010101000000-000000000000
+	github.com/google/pprof v0.0.0-20250422154841-e1f9c1950416
 	github.com/prometheus/client_golang v1.25.0
 	github.com/rs/zerolog v1.28.0
 	github.com/spf13/cobra v1.10.2

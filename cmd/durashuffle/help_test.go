@@ -189,7 +189,7 @@ func TestDemoBuildLeavesTheBenchOut(t *testing.T) {
 		}
 		return string(out)
 	}
-	benchOnly := []string{"gonum.org/v1/plot", "codeberg.org/go-fonts/liberation", "git.sr.ht/~sbinet/gg", "github.com/Shopify/toxiproxy/v2"}
+	benchOnly := []string{"gonum.org/v1/plot", "codeberg.org/go-fonts/liberation", "git.sr.ht/~sbinet/gg", "github.com/Shopify/toxiproxy/v2", "github.com/google/pprof"}
 	demo, full := modules(), modules("-tags", "bench")
 	for _, m := range benchOnly {
 		if strings.Contains(demo, m+"\n") {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -88,12 +89,45 @@ func TestSmokeWrite(t *testing.T) {
 			t.Errorf("result %v: peak RSS %v, seconds %v", r["name"], r["peak_rss_bytes"], r["seconds"])
 		}
 	}
-	if strings.Join(names, ",") != "durashuffle,durashuffle-auto,sequential,transfermanager,manager" {
+	if strings.Join(names, ",") != "durashuffle,durashuffle-auto,durashuffle-spill-off,durashuffle-encode-only,sequential,transfermanager,manager" {
 		t.Fatalf("contenders %v", names)
 	}
 	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if auto := find(rep.Results, DurashuffleAuto); auto.Rows != ds.Rows || len(auto.Codecs) == 0 {
 		t.Fatalf("durashuffle-auto wrote %d rows (codecs %v), durashuffle %d", auto.Rows, auto.Codecs, ds.Rows)
+	}
+	// Spill off uploads the same rows over the link; encode-only encodes
+	// them for the null store, which nothing sends over the link.
+	if off := find(rep.Results, DurashuffleSpillOff); off.Rows != ds.Rows || off.Requests["UploadPart"]+off.Requests["PutObject"] == 0 || off.LinkFraction <= 0 {
+		t.Fatalf("durashuffle-spill-off wrote %d rows with requests %v, %.3f of the link; durashuffle %d rows", off.Rows, off.Requests, off.LinkFraction, ds.Rows)
+	}
+	if enc := find(rep.Results, DurashuffleEncodeOnly); enc.Rows != ds.Rows || enc.StoredBytes == 0 || enc.LinkFraction != 0 || len(enc.CPUByStage) == 0 {
+		t.Fatalf("durashuffle-encode-only: %d rows, %d bytes, %.3f of the link, CPU by stage %v; durashuffle %d rows",
+			enc.Rows, enc.StoredBytes, enc.LinkFraction, enc.CPUByStage, ds.Rows)
+	}
+	// durashuffle's CPU, divided by stage from its profile, adds up to
+	// the CPU measured, lz4 part of it.
+	var sum float64
+	for _, s := range ds.CPUByStage {
+		sum += s
+	}
+	if ds.CPUSeconds <= 0 || ds.CPUProfileSeconds <= 0 || math.Abs(sum-ds.CPUSeconds) > 0.01*ds.CPUSeconds || ds.CPUByStage[StageCodec] <= 0 {
+		t.Fatalf("durashuffle CPU %.3f s (%.3f s sampled), by stage %v (sum %.3f s)", ds.CPUSeconds, ds.CPUProfileSeconds, ds.CPUByStage, sum)
+	}
+	for _, r := range []*Result{tm, mgr, find(rep.Results, Sequential)} {
+		if r.CPUByStage != nil || r.CPUProfileSeconds != 0 {
+			t.Errorf("%s has CPU by stage %v: only durashuffle's writers are profiled", r.Name, r.CPUByStage)
+		}
+	}
+	var targets []string
+	for _, tg := range rep.Targets {
+		targets = append(targets, tg.Name)
+	}
+	for _, want := range []string{"durashuffle CRC32C / writer CPU", "durashuffle upload CPU per GiB stored / manager's",
+		"durashuffle-spill-off / link limit", "durashuffle-spill-off / transfermanager", "durashuffle-spill-off / manager"} {
+		if !slices.Contains(targets, want) {
+			t.Errorf("no target %q in %q", want, targets)
+		}
 	}
 	if mgr.StoredBytes != tm.StoredBytes {
 		t.Fatalf("manager uploaded %d bytes, transfermanager %d: want the same files", mgr.StoredBytes, tm.StoredBytes)
@@ -105,7 +139,7 @@ func TestSmokeWrite(t *testing.T) {
 	}
 	var text bytes.Buffer
 	PrintText(&text, rep)
-	if !strings.Contains(text.String(), "transfermanager") {
+	if !strings.Contains(text.String(), "transfermanager") || !strings.Contains(text.String(), "CPU by stage") {
 		t.Fatalf("text report:\n%s", text.String())
 	}
 	dir := t.TempDir()
@@ -118,7 +152,8 @@ func TestSmokeWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	mb, _ := os.ReadFile(md)
-	if s := string(mb); strings.Contains(s, "\nold\n") || !strings.Contains(s, "after") || !strings.Contains(s, "| durashuffle |") {
+	if s := string(mb); strings.Contains(s, "\nold\n") || !strings.Contains(s, "after") || !strings.Contains(s, "| durashuffle |") ||
+		!strings.Contains(s, "CPU by stage") || !strings.Contains(s, "| contender | CPU s | writer CPU s | profiled s | codec |") {
 		t.Fatalf("markdown:\n%s", s)
 	}
 }
@@ -141,17 +176,21 @@ func TestSmokeRead(t *testing.T) {
 	}
 }
 
-// TestSmokeCPUScenarios runs small-batches and encode on the null store.
+// TestSmokeCPUScenarios runs small-batches and encode on the null store;
+// encode at 16 MiB stored, which gives lz4 a dozen profile samples or so.
 func TestSmokeCPUScenarios(t *testing.T) {
 	ctx := context.Background()
 	o := smokeOptions(t)
-	o.Stored = 4 << 20
 	env, err := Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer env.Close()
 	for _, s := range []string{ScenarioSmallBatches, ScenarioEncode} {
+		o.Stored = 4 << 20
+		if s == ScenarioEncode {
+			o.Stored = 16 << 20
+		}
 		rep, err := env.Run(ctx, s)
 		if err != nil {
 			t.Fatal(err)
@@ -159,6 +198,23 @@ func TestSmokeCPUScenarios(t *testing.T) {
 		if len(rep.Results) != 2 || len(rep.Targets) == 0 || rep.Results[0].LogicalBytes == 0 {
 			t.Fatalf("%s: %+v", s, rep)
 		}
+		if s != ScenarioEncode {
+			continue
+		}
+		// Every encode child's CPU is divided by stage, and the codec's
+		// share of one writer's is a target.
+		for _, r := range rep.Results {
+			if r.CPUByStage[StageCodec] <= 0 || r.CPUProfileSeconds <= 0 {
+				t.Errorf("%s: CPU %.3f s by stage %v (%.3f s sampled)", r.Name, r.CPUSeconds, r.CPUByStage, r.CPUProfileSeconds)
+			}
+		}
+		if tg := rep.Targets[len(rep.Targets)-1]; tg.Name != "1-writer encode CPU / codec CPU" || tg.Got < 1 {
+			t.Errorf("encode targets %+v", rep.Targets)
+		}
+	}
+	// The profiles taken for the stages alone are gone once read.
+	if left, _ := filepath.Glob(filepath.Join(env.workDir, "*.pprof")); len(left) > 0 {
+		t.Errorf("profiles left behind: %v", left)
 	}
 }
 
@@ -196,8 +252,8 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 5 {
-		t.Fatalf("%d contenders finished, want 5", len(rep.Results))
+	if len(rep.Results) != 7 {
+		t.Fatalf("%d contenders finished, want 7", len(rep.Results))
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())
@@ -389,8 +445,15 @@ func TestChildProfiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer env.Close()
-	if _, err := env.Run(ctx, ScenarioEncode); err != nil {
+	rep, err := env.Run(ctx, ScenarioEncode)
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The profiles kept are the ones the CPU by stage came from.
+	for _, r := range rep.Results {
+		if len(r.CPUByStage) == 0 {
+			t.Errorf("%s: no CPU by stage", r.Name)
+		}
 	}
 	for _, kind := range []string{"cpu", "heap"} {
 		files, _ := filepath.Glob(filepath.Join(dir, kind+".write-*"))

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,14 @@ const (
 	Sequential      = "sequential"
 	TransferManager = "transfermanager"
 	Manager         = "manager"
+
+	// DurashuffleSpillOff is durashuffle's writer with spill off: runs
+	// uploaded as they flush, while the input still comes (bench write).
+	DurashuffleSpillOff = "durashuffle-spill-off"
+	// DurashuffleEncodeOnly is durashuffle's writer on the null store:
+	// everything but the upload, whose CPU bench write finds as
+	// durashuffle's less this one's.
+	DurashuffleEncodeOnly = "durashuffle-encode-only"
 )
 
 // Job is one contender's run, handed to a child process as JSON.
@@ -59,6 +68,10 @@ type Job struct {
 	Procs int `json:"procs,omitempty"`
 	// CPUProfile, if set, is where the child writes its CPU profile.
 	CPUProfile string `json:"cpu_profile,omitempty"`
+	// StageProfile makes the CPU profile cover the clock alone
+	// (startClock to stopClock), the span cpu_seconds measures, and the
+	// parent divide cpu_seconds by stage from it (Result.CPUByStage).
+	StageProfile bool `json:"stage_profile,omitempty"`
 	// MemProfile, if set, is where the child writes a heap profile taken
 	// at its highest live heap (see StartPeakHeapProfile).
 	MemProfile string `json:"mem_profile,omitempty"`
@@ -164,6 +177,14 @@ type Result struct {
 	// (bench fan: durashuffle's spill files, the druid and map-file
 	// writers' runs and map files).
 	LocalDiskBytes int64 `json:"local_disk_bytes,omitempty"`
+
+	// CPUByStage divides CPUSeconds among the stages of the write path
+	// (codec, crc32c, tls, ..., input; see stageRules) in the proportions
+	// of the child's CPU profile over its clock, so that the stages sum
+	// to CPUSeconds; CPUProfileSeconds is what that profile sampled. Set
+	// for jobs with StageProfile.
+	CPUByStage        map[string]float64 `json:"cpu_by_stage,omitempty"`
+	CPUProfileSeconds float64            `json:"cpu_profile_seconds,omitempty"`
 }
 
 func (r *Result) finish(d time.Duration) {
@@ -185,17 +206,45 @@ var (
 	clockCPU  float64
 )
 
-// startClock starts a contender's clock and notes the CPU used so far.
+// clockProfile, for a job with StageProfile, is the file its CPU profile
+// goes to from startClock to stopClock; clockProfiling says the profile
+// runs, clockProfileErr why it could not start.
+var (
+	clockProfile    *os.File
+	clockProfiling  bool
+	clockProfileErr error
+)
+
+// startClock starts a contender's clock and notes the CPU used so far
+// (after starting the clock's CPU profile, so that its start is not on
+// the clock).
 func startClock() time.Time {
+	if clockProfile != nil && !clockProfiling {
+		if err := pprof.StartCPUProfile(clockProfile); err != nil {
+			clockProfileErr = err
+		} else {
+			clockProfiling = true
+		}
+	}
 	clockCPU0 = processCPU()
 	return time.Now()
 }
 
-// stopClock returns the time since start and notes the CPU used since.
+// stopClock returns the time since start and notes the CPU used since;
+// then it stops the clock's CPU profile, whose writing is not on the
+// clock.
 func stopClock(start time.Time) time.Duration {
 	d := time.Since(start)
 	clockCPU = processCPU() - clockCPU0
+	stopClockProfile()
 	return d
+}
+
+func stopClockProfile() {
+	if clockProfiling {
+		pprof.StopCPUProfile()
+		clockProfiling = false
+	}
 }
 
 // processCPU is this process's user + system CPU seconds so far.
@@ -224,7 +273,17 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	if err := applyMemoryLimit(&j); err != nil {
 		return fmt.Errorf("bench child: %w", err)
 	}
-	stopProfile, err := StartCPUProfile(j.CPUProfile)
+	whole := j.CPUProfile
+	if j.StageProfile {
+		f, err := os.Create(j.CPUProfile)
+		if err != nil {
+			return fmt.Errorf("bench child: CPU profile: %w", err)
+		}
+		defer f.Close()
+		clockProfile, whole = f, ""
+		defer stopClockProfile()
+	}
+	stopProfile, err := StartCPUProfile(whole)
 	if err != nil {
 		return err
 	}
@@ -240,6 +299,9 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	r, err := runJob(ctx, &j)
 	if herr := stopHeap(); err == nil && herr != nil {
 		err = herr
+	}
+	if err == nil && clockProfileErr != nil {
+		err = fmt.Errorf("CPU profile of the clock: %w", clockProfileErr)
 	}
 	if err != nil {
 		return fmt.Errorf("bench child %s %s: %w", j.Kind, j.Name, err)
@@ -312,7 +374,7 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return runFanJob(ctx, j)
 	case j.Kind == "encode-files":
 		return encodeFiles(ctx, j)
-	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):
+	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff || j.Name == DurashuffleEncodeOnly):
 		return writeDurashuffle(ctx, j)
 	case j.Kind == "write" && j.Name == Sequential:
 		return writeSequential(ctx, j)
@@ -339,8 +401,10 @@ type Runner struct {
 	Env     []string
 	Stderr  io.Writer
 	// CPUProfile, if set, makes every child write a CPU profile to
-	// CPUProfile.<kind>-<name>-<n>; MemProfile likewise a heap profile
-	// at the child's highest live heap.
+	// CPUProfile.<kind>-<name>-<n> (of its clock alone for a job with
+	// StageProfile, whose profile is kept there rather than removed
+	// once read); MemProfile likewise a heap profile at the child's
+	// highest live heap.
 	CPUProfile string
 	MemProfile string
 	// Watch, if set, is told about every child and gets its samples.
@@ -367,6 +431,9 @@ func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
 	}
 	if rn.CPUProfile != "" {
 		j.CPUProfile = fmt.Sprintf("%s.%s-%s-%d", rn.CPUProfile, j.Kind, j.Name, rn.runs)
+	} else if j.StageProfile {
+		// Taken for the stages alone (see Env.staged).
+		defer os.Remove(j.CPUProfile)
 	}
 	if rn.MemProfile != "" {
 		j.MemProfile = fmt.Sprintf("%s.%s-%s-%d", rn.MemProfile, j.Kind, j.Name, rn.runs)
@@ -429,6 +496,11 @@ func (rn *Runner) run(ctx context.Context, j *Job) (*Result, error) {
 		}
 		if r.PeakRSSBytes == 0 {
 			r.PeakRSSBytes = r.RusageMaxRSS
+		}
+	}
+	if j.StageProfile {
+		if err := r.divideCPU(j.CPUProfile); err != nil {
+			return nil, fmt.Errorf("%s %s child: %w", j.Kind, j.Name, err)
 		}
 	}
 	return &r, nil

@@ -125,6 +125,7 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 				float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), r.CPUSeconds,
 				optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
 		}
+		stagesMarkdown(&b, rep)
 		for _, r := range rep.Results {
 			if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {
 				fmt.Fprintf(&b, "\n%s's frames by codec (median round): %s.\n", r.Name, codecMix(r.Codecs))

@@ -13,7 +13,8 @@ import (
 )
 
 // Plot draws the report as a PNG: stored MiB/s per contender (or per
-// cell of a sweep), with the link limit as a line; for bench partitions,
+// cell of a sweep; durashuffle-encode-only, on the null store, is left
+// out), with the link limit as a line; for bench partitions,
 // throughput and stored bytes against the partition count; for bench
 // fan, write and read seconds per cell and contender.
 func Plot(rep *Report, path string) error {
@@ -41,9 +42,12 @@ func Plot(rep *Report, path string) error {
 	if rep.Scenario == ScenarioSweep {
 		return plotSweep(p, rep, path)
 	}
-	vals := make(plotter.Values, len(rep.Results))
-	names := make([]string, len(rep.Results))
-	for i, r := range rep.Results {
+	var vals plotter.Values
+	var names []string
+	for _, r := range rep.Results {
+		if r.Name == DurashuffleEncodeOnly {
+			continue // not over the link: its rate is the encoder's
+		}
 		v := r.StoredBytesPerS
 		if rep.Scenario == ScenarioEncode || rep.Scenario == ScenarioSmallBatches {
 			v = r.LogicalBytesPerS
@@ -51,8 +55,8 @@ func Plot(rep *Report, path string) error {
 		if rep.Scenario == ScenarioMemory {
 			v = float64(r.PeakRSSBytes)
 		}
-		vals[i] = v / (1 << 20)
-		names[i] = r.Name
+		vals = append(vals, v/(1<<20))
+		names = append(names, r.Name)
 	}
 	if rep.Scenario == ScenarioMemory {
 		p.Y.Label.Text = "peak RSS MiB"

@@ -98,7 +98,11 @@ func TestProgressSamples(t *testing.T) {
 			if last.Encoded != stored || last.Sent != 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded, nothing sent", what, last, stored)
 			}
-		case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto):
+		case j.Kind == "write" && j.NullStore:
+			if last.Encoded != stored || last.Sent != 0 {
+				t.Errorf("%s: last sample %+v, stored %d: want it all encoded, nothing sent", what, last, stored)
+			}
+		case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff):
 			if last.Encoded != stored || last.Sent != stored || last.Buffers < 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded and sent", what, last, stored)
 			}
@@ -115,14 +119,15 @@ func TestProgressSamples(t *testing.T) {
 			}
 		}
 	}
-	want := "durashuffle 1/1 1/5,durashuffle-auto 1/1 2/5,sequential 1/1 3/5,transfermanager 1/1 4/5,manager 1/1 5/5," +
+	want := "durashuffle 1/1 1/7,durashuffle-auto 1/1 2/7,durashuffle-spill-off 1/1 3/7,durashuffle-encode-only 1/1 4/7," +
+		"sequential 1/1 5/7,transfermanager 1/1 6/7,manager 1/1 7/7," +
 		"durashuffle 1/1 1/4,durashuffle-by-partition 1/1 2/4,transfermanager 1/1 3/4,manager 1/1 4/4"
 	if got := strings.Join(rounds, ","); got != want {
 		t.Errorf("rounds watched:\n%s\nwant\n%s", got, want)
 	}
-	// encode-files, the five writers, the stage to read, the four readers.
-	if len(rec.runs) != 11 {
-		t.Errorf("%d children watched, want 11", len(rec.runs))
+	// encode-files, the seven writers, the stage to read, the four readers.
+	if len(rec.runs) != 13 {
+		t.Errorf("%d children watched, want 13", len(rec.runs))
 	}
 
 	// Without a watcher, a job says nothing of progress to its child.

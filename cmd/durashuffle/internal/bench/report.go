@@ -60,6 +60,7 @@ func PrintText(w io.Writer, rep *Report) {
 			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
 	}
 	tw.Flush()
+	printStages(w, rep)
 	for _, r := range rep.Results {
 		if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {
 			fmt.Fprintf(w, "  %s frames by codec: %s\n", r.Name, codecMix(r.Codecs))

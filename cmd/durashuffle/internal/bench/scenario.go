@@ -366,6 +366,15 @@ func (e *Env) job(kind, name, query string, cfg durashuffle.Config, d Data) *Job
 		Embedded: e.Embedded, Config: cfg, Data: d, Query: query}
 }
 
+// staged makes j a job whose CPU the report divides by stage: its child
+// profiles its clock into the run's work dir (or where the Runner keeps
+// profiles), and the Runner reads the profile (see Result.CPUByStage).
+func (e *Env) staged(j *Job) *Job {
+	j.StageProfile = true
+	j.CPUProfile = filepath.Join(e.workDir, j.Query+".cpu.pprof")
+	return j
+}
+
 func (e *Env) query(parts ...string) string {
 	return "bench-" + e.run + "-" + strings.Join(parts, "-")
 }

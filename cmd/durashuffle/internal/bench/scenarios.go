@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/durashuffle/durashuffle"
 )
@@ -17,7 +18,11 @@ func (e *Env) data(stored int64, ratio float64) Data {
 	return d
 }
 
-// runWrite: durashuffle against sequential and transfermanager.
+// runWrite: durashuffle against sequential and transfermanager. Over a
+// shaped link, durashuffle also runs with spill off, and on the null
+// store (durashuffle-encode-only): durashuffle's CPU less that one's is
+// what the upload costs it. The durashuffle writers' CPU is divided by
+// stage (see stageRules).
 func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	cfg := e.o.Config
 	spl, err := e.storedPerLogical()
@@ -50,7 +55,7 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		}
 	}()
 
-	names := []string{Durashuffle, DurashuffleAuto, Sequential, TransferManager, Manager}
+	names := []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager}
 	if e.Link.Addr == "" {
 		// Unshaped, CPU-bound: what auto costs next to lz4; the
 		// baselines say nothing more there.
@@ -59,15 +64,24 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
 		q := e.query("write", name, strconv.Itoa(round))
 		c := cfg
-		if name == DurashuffleAuto {
+		switch name {
+		case DurashuffleAuto:
 			c.Compression = "auto"
+		case DurashuffleSpillOff:
+			c.Spill = "off"
 		}
 		j := e.job("write", name, q, c, d)
-		if name == TransferManager || name == Manager {
+		switch name {
+		case TransferManager, Manager:
 			j.Files = files
 			for i := range files {
 				j.Keys = append(j.Keys, fmt.Sprintf("%s/%s/data-%d.arrows", cfg.Prefix, q, i))
 			}
+		case DurashuffleEncodeOnly:
+			j.NullStore = true
+		}
+		if strings.HasPrefix(name, Durashuffle) {
+			e.staged(j)
 		}
 		return j
 	}, func(name string, r *Result) {
@@ -83,22 +97,39 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	limit := float64(rep.Link.LimitBytesPerS)
 	ds, auto := find(rep.Results, Durashuffle), find(rep.Results, DurashuffleAuto)
 	for i := range rep.Results {
-		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
+		if rep.Results[i].Name != DurashuffleEncodeOnly { // not over the link
+			rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
+		}
+	}
+	// The checksums' share of the writer's CPU.
+	if w := ds.writerCPU(); w > 0 {
+		rep.Targets = append(rep.Targets, atMost("durashuffle CRC32C / writer CPU", ds.CPUByStage[StageCRC32C]/w, 0.03))
 	}
 	if e.Link.Addr == "" {
 		rep.Targets = append(rep.Targets, atMost("durashuffle-auto time / durashuffle (lz4) time, unshaped", ratio(auto.Seconds, ds.Seconds), 1.05))
 		return rep, nil
 	}
+	off, enc := find(rep.Results, DurashuffleSpillOff), find(rep.Results, DurashuffleEncodeOnly)
 	seq, tm, mgr := find(rep.Results, Sequential), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if limit > 0 {
 		rep.Targets = append(rep.Targets,
 			atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95),
-			atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0))
+			atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0),
+			atLeast("durashuffle-spill-off / link limit", ratio(off.StoredBytesPerS, limit), 0.95))
 	}
 	rep.Targets = append(rep.Targets,
 		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
 		atLeast("durashuffle / manager", ratio(ds.StoredBytesPerS, mgr.StoredBytesPerS), 1.0),
-		atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0))
+		atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0),
+		atLeast("durashuffle-spill-off / transfermanager", ratio(off.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
+		atLeast("durashuffle-spill-off / manager", ratio(off.StoredBytesPerS, mgr.StoredBytesPerS), 1.0))
+	// What the upload costs durashuffle (its CPU less the same write's on
+	// the null store) against all that manager spends uploading the same
+	// bytes, each per GiB stored.
+	if m := cpuPerGiB(mgr.CPUSeconds, mgr.StoredBytes); m > 0 && ds.StoredBytes > 0 {
+		upload := (ds.CPUSeconds - enc.CPUSeconds) / (float64(ds.StoredBytes) / (1 << 30))
+		rep.Targets = append(rep.Targets, atMost("durashuffle upload CPU per GiB stored / manager's", upload/m, 1.5))
+	}
 	return rep, nil
 }
 
@@ -241,7 +272,7 @@ func (e *Env) runEncode(ctx context.Context) (*Report, error) {
 		dd.Producers = n
 		j := e.job("write", Durashuffle, e.query("encode", strconv.Itoa(n), strconv.Itoa(round)), c, dd)
 		j.NullStore = true
-		return j
+		return e.staged(j)
 	}, func(name string, r *Result) {
 		r.EncodeWriters = e.o.Writers[indexOf(names, name)]
 	})
@@ -253,6 +284,10 @@ func (e *Env) runEncode(ctx context.Context) (*Report, error) {
 		want := 1.7 * float64(many.EncodeWriters) / 2
 		rep.Targets = append(rep.Targets, atLeast(fmt.Sprintf("%s / %s throughput", names[len(names)-1], names[0]),
 			ratio(many.LogicalBytesPerS, one.LogicalBytesPerS), round3(want)))
+	}
+	// How close one writer's CPU comes to its codec's alone.
+	if one := find(rep.Results, writersName(1)); one.CPUByStage[StageCodec] > 0 {
+		rep.Targets = append(rep.Targets, atMost("1-writer encode CPU / codec CPU", one.writerCPU()/one.CPUByStage[StageCodec], 1.15))
 	}
 	return rep, nil
 }
