@@ -23,14 +23,14 @@ const minMemoryLimit = 32 * MiB
 // unmanagedMemory is what memory_limit auto keeps below the memory bound:
 // resident memory the Go runtime's soft limit does not govern, so that
 // the process's RSS, not only its Go heap, stays within the bound. Measured
-// on a writer at the defaults: the binary's touched pages and other
-// memory outside the runtime's count, 23 MiB; the heap past the limit
-// while the collector marks and before the scavenger returns freed pages,
-// up to 17 MiB (bench memory, 4 GiB of logical output: peak RSS 287.9 MiB
-// with 40 MiB kept below a 288 MiB bound). 44 MiB leaves 4 MiB to spare;
-// each MiB less for the heap costs collector CPU (one round each, 4 GiB:
-// 35.8 s at a 256 MiB limit, 37.3 s at 248, 37.8 s at 244, 39.9 s at 240).
-const unmanagedMemory = 44 * MiB
+// on a writer at the defaults: the binary's touched pages (RssFile), 34 MiB
+// for the demo over plain HTTP and 41 to 46 MiB for a bench writer over
+// HTTPS; the heap past the limit while the collector marks and before the
+// scavenger returns freed pages, up to 10 MiB. With 44 MiB kept below the
+// 288 MiB bound, bench memory's 4 GiB writer peaked at 284 to 294 MiB over
+// HTTPS (four runs); with 52 MiB (a 236 MiB limit) at 264 to 272 MiB, for
+// about 5% more collector CPU (one run, 3 rounds alternated).
+const unmanagedMemory = 52 * MiB
 
 // runtimeHeadroom is what the memory bound allows beyond the buffers the
 // configuration sizes: the Go runtime and its collector's slack, the Arrow
@@ -108,7 +108,7 @@ func (c Config) MemoryBound(l MemoryLoad) Size {
 
 // SoftMemoryLimit is the soft memory limit memory_limit asks for a process
 // running load: the size given; for auto, MemoryBound(load) less
-// unmanagedMemory (244 MiB with the defaults and one writer, whose live
+// unmanagedMemory (236 MiB with the defaults and one writer, whose live
 // memory peaks near 205 MiB); 0 for off.
 func (c Config) SoftMemoryLimit(l MemoryLoad) Size {
 	switch {

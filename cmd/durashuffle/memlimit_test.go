@@ -40,7 +40,7 @@ func TestMemoryLimitApplied(t *testing.T) {
 	file := arrowFile(t, testBatches(t, 0, 2000, 500))
 	def := durashuffle.DefaultConfig()
 	auto := int64(def.SoftMemoryLimit(durashuffle.MemoryLoad{Writers: 1}))
-	if auto != int64(288*durashuffle.MiB-44*durashuffle.MiB) {
+	if auto != int64(288*durashuffle.MiB-52*durashuffle.MiB) {
 		t.Fatalf("auto limit of one writer with the defaults is %d", auto)
 	}
 	cases := []struct {
@@ -117,8 +117,8 @@ func TestMemoryLimitApplied(t *testing.T) {
 		}
 		got := findMemoryLimit(t, log.String())
 		// 16 x 8 MiB + 4 x (64 MiB coalesce_budget + 64 MiB max_message_bytes)
-		// + serve's 1 GiB memory store + 96 MiB, less 44 MiB (memory_limit auto).
-		want := int64(128+4*128+1024+96)<<20 - 44<<20
+		// + serve's 1 GiB memory store + 96 MiB, less 52 MiB (memory_limit auto).
+		want := int64(128+4*128+1024+96)<<20 - 52<<20
 		if got.Limit != want || got.Source != "memory_limit auto" {
 			t.Fatalf("serve: %+v, want %d", got, want)
 		}

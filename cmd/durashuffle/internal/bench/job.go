@@ -112,12 +112,15 @@ func (j *Job) conns() int {
 // Result is one contender's measurement (one round) or, in a report, the
 // median of its rounds.
 type Result struct {
-	Name             string           `json:"name"`
-	Seconds          float64          `json:"seconds"`
-	StoredBytesPerS  float64          `json:"stored_bytes_per_s"`
-	LogicalBytesPerS float64          `json:"logical_bytes_per_s"`
-	PeakRSSBytes     int64            `json:"peak_rss_bytes"`
-	Requests         map[string]int64 `json:"requests"`
+	Name             string  `json:"name"`
+	Seconds          float64 `json:"seconds"`
+	StoredBytesPerS  float64 `json:"stored_bytes_per_s"`
+	LogicalBytesPerS float64 `json:"logical_bytes_per_s"`
+	PeakRSSBytes     int64   `json:"peak_rss_bytes"`
+	// FileRSSBytes: of the resident set when the job ended, the pages of
+	// mapped files (the binary), which no Go memory limit governs.
+	FileRSSBytes int64            `json:"file_rss_bytes,omitempty"`
+	Requests     map[string]int64 `json:"requests"`
 
 	StoredBytes  int64 `json:"stored_bytes"`
 	LogicalBytes int64 `json:"logical_bytes"`
@@ -310,6 +313,7 @@ func RunChild(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	runtime.ReadMemStats(&ms)
 	r.GoHeapPeak = int64(ms.HeapSys)
 	r.PeakRSSBytes = peakRSS()
+	r.FileRSSBytes = fileRSS()
 	return json.NewEncoder(stdout).Encode(r)
 }
 
@@ -349,13 +353,22 @@ func applyMemoryLimit(j *Job) error {
 // clone(CLONE_VM|CLONE_VFORK), whose image before exec is the parent's
 // memory, so every child's ru_maxrss would be at least the parent's peak,
 // server and stored objects included.
-func peakRSS() int64 {
+func peakRSS() int64 { return procStatus("VmHWM:") }
+
+// fileRSS is the resident pages of this process that are mapped files
+// (RssFile: the binary's text and data it has touched), which no Go
+// memory limit governs.
+func fileRSS() int64 { return procStatus("RssFile:") }
+
+// procStatus reads a kB field of /proc/self/status in bytes (0 where
+// there is none).
+func procStatus(field string) int64 {
 	b, err := os.ReadFile("/proc/self/status")
 	if err != nil {
 		return 0
 	}
 	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(line, field); ok {
 			f := strings.Fields(v)
 			if len(f) == 2 && f[1] == "kB" {
 				n, err := strconv.ParseInt(f[0], 10, 64)

@@ -317,7 +317,7 @@ func indexOf(names []string, name string) int {
 // output over the link, with freshly generated input (the engine's own
 // batches are part of what a writer process holds). The child applies
 // memory_limit as durashuffle write does: by default the configuration's
-// (auto: the bound less 44 MiB); MemoryLimits can add
+// (auto: the bound less 52 MiB); MemoryLimits can add
 // others, such as off for the Go runtime's defaults.
 func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 	cfg := e.o.Config
