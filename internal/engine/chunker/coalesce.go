@@ -25,6 +25,7 @@ type item struct {
 type runArena struct {
 	w    *Writer
 	segs []arrow.RecordBatch
+	run  *frame.ArenaRun // the segments, for the writer's arena to reuse
 	held int64
 	refs atomic.Int64
 }
@@ -50,6 +51,9 @@ func (a *runArena) freeLocked() {
 			s.Release()
 		}
 	}
+	// Every frame of the run is encoded: nothing reads the segments, and
+	// the writer's next runs fill them again.
+	a.w.arena.Recycle(a.run)
 	a.w.pending -= a.held
 	a.w.room.Broadcast()
 }
@@ -203,11 +207,11 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 // fresh first segment shaped like the last one.
 func (w *Writer) finishArenaLocked() (*runArena, int64) {
 	// The segments, index for index with those items name (nil: no rows).
-	segs, held := w.arena.Finish()
+	segs, held, run := w.arena.Finish()
 	if segs == nil {
 		return nil, 0
 	}
-	ra := &runArena{w: w, segs: segs, held: held}
+	ra := &runArena{w: w, segs: segs, run: run, held: held}
 	ra.refs.Store(1) // the run's own, dropped once every job took one
 	w.pending += ra.held
 	return ra, ra.held

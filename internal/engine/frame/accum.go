@@ -322,6 +322,60 @@ func (c *growCol) like() *growCol {
 	return n
 }
 
+// likeFrom is NewLike over spare's buffers: each of spare's buffers that
+// is large enough serves, cut to the capacity NewLike would allocate
+// (so that the accumulator grows, and counts Held, exactly as a new
+// one); the others are allocated. spare must have a's schema and be
+// empty, and is not to be used afterwards.
+func (a *Accumulator) likeFrom(spare *Accumulator) *Accumulator {
+	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
+	for i, c := range a.cols {
+		b.cols[i] = c.likeFrom(spare.cols[i])
+		b.held += b.cols[i].capacity()
+	}
+	return b
+}
+
+func (c *growCol) likeFrom(s *growCol) *growCol {
+	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
+	n.valid = reuseBuf(s.valid, cap(c.valid))
+	n.vals = reuseBuf(s.vals, cap(c.vals))
+	n.offs = reuseBuf(s.offs, cap(c.offs))
+	for i, k := range c.kids {
+		n.kids = append(n.kids, k.likeFrom(s.kids[i]))
+	}
+	return n
+}
+
+// reuseBuf is an empty buffer of capacity want: b's, cut to want, when it
+// holds that much, else a new one (nil for want 0).
+func reuseBuf(b []byte, want int) []byte {
+	switch {
+	case want == 0:
+		return nil
+	case cap(b) >= want:
+		return b[:0:want]
+	}
+	return make([]byte, 0, want)
+}
+
+// emptyLike is an accumulator of a's schema with no buffers.
+func (a *Accumulator) emptyLike() *Accumulator {
+	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
+	for i, c := range a.cols {
+		b.cols[i] = c.emptyLike()
+	}
+	return b
+}
+
+func (c *growCol) emptyLike() *growCol {
+	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
+	for _, k := range c.kids {
+		n.kids = append(n.kids, k.emptyLike())
+	}
+	return n
+}
+
 // Reset empties the accumulator and keeps its buffers for the next rows.
 func (a *Accumulator) Reset() {
 	for _, c := range a.cols {

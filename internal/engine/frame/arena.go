@@ -16,6 +16,15 @@ const arenaSegment = 1 << 20
 // report. Not safe for concurrent use.
 type Arena struct {
 	segs []*Accumulator // the last one grows
+	// spare: emptied segments of finished runs (Recycle), whose buffers
+	// the next segments take instead of allocating new ones.
+	spare []*Accumulator
+}
+
+// ArenaRun is a finished run of an Arena: the segments its batches point
+// into, for Recycle.
+type ArenaRun struct {
+	accs []*Accumulator
 }
 
 // NewArena returns an arena for schema, or false when a column's type is
@@ -37,6 +46,14 @@ func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err erro
 	seg = len(a.segs) - 1
 	if cur := a.segs[seg]; cur.Used() >= arenaSegment {
 		next := cur.NewLike()
+		if n := len(a.spare); n > 0 {
+			// A recycled segment's buffers, each cut to the capacity
+			// NewLike gives: the arena grows and counts exactly as with
+			// new ones, so a run's boundaries do not depend on whether
+			// an earlier run had been encoded yet.
+			next = cur.likeFrom(a.spare[n-1])
+			a.spare = a.spare[:n-1]
+		}
 		grew += next.Held()
 		a.segs = append(a.segs, next)
 		seg++
@@ -61,12 +78,14 @@ func (a *Arena) Growth() int64 {
 }
 
 // Finish returns the arena's segments as batches, in the order Append
-// numbered them (nil for a segment without rows), and the bytes they
-// hold; nil and 0 when the arena holds no rows. The batches own the
-// buffers: the arena starts again with one segment shaped like its last.
-func (a *Arena) Finish() ([]arrow.RecordBatch, int64) {
+// numbered them (nil for a segment without rows), the bytes they hold,
+// and the run to hand to Recycle once nothing uses the batches any more;
+// nil, 0 and nil when the arena holds no rows. The batches point into
+// the segments' buffers: the arena starts again with one empty segment
+// shaped like its last.
+func (a *Arena) Finish() ([]arrow.RecordBatch, int64, *ArenaRun) {
 	if a == nil || len(a.segs) == 0 || a.segs[0].Rows() == 0 {
-		return nil, 0
+		return nil, 0, nil
 	}
 	var (
 		segs []arrow.RecordBatch
@@ -74,10 +93,35 @@ func (a *Arena) Finish() ([]arrow.RecordBatch, int64) {
 	)
 	for _, seg := range a.segs {
 		held += seg.Held()
-		segs = append(segs, seg.Finish())
+		segs = append(segs, seg.View())
 	}
-	a.segs = []*Accumulator{a.segs[len(a.segs)-1]}
-	return segs, held
+	run := &ArenaRun{accs: a.segs}
+	a.segs = []*Accumulator{a.segs[len(a.segs)-1].emptyLike()}
+	return segs, held, run
+}
+
+// Recycle takes back a finished run's segments, once the batches Finish
+// returned for it are released and nothing reads them: the next
+// segments reuse their buffers instead of allocating (and the runtime
+// zeroing) new ones. At most one run's segments are kept: the rest are
+// left to the collector.
+func (a *Arena) Recycle(r *ArenaRun) {
+	if a == nil || r == nil {
+		return
+	}
+	for i, acc := range r.accs {
+		if i == 0 {
+			// The run's first segment grew from nothing; the next
+			// run's first does too (emptyLike), so it is no use.
+			continue
+		}
+		acc.Reset()
+		a.spare = append(a.spare, acc)
+	}
+	if extra := len(a.spare) - (len(r.accs) - 1); extra > 0 {
+		clear(a.spare[:extra])
+		a.spare = append(a.spare[:0], a.spare[extra:]...)
+	}
 }
 
 // Held is the bytes the arena's segments occupy.

@@ -1,7 +1,10 @@
 package frame
 
 import (
+	"slices"
+	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -17,7 +20,7 @@ func TestArenaSegments(t *testing.T) {
 	if !ok {
 		t.Fatal("int64 columns are copied")
 	}
-	if segs, held := a.Finish(); segs != nil || held != 0 {
+	if segs, held, run := a.Finish(); segs != nil || held != 0 || run != nil {
 		t.Fatalf("empty arena finished as %d segments, %d bytes", len(segs), held)
 	}
 	b := array.NewInt64Builder(memory.DefaultAllocator)
@@ -56,7 +59,7 @@ func TestArenaSegments(t *testing.T) {
 	if g := a.Growth(); g <= 0 {
 		t.Fatalf("growth of a growing segment: %d", g)
 	}
-	segs, held := a.Finish()
+	segs, held, _ := a.Finish()
 	defer func() {
 		for _, s := range segs {
 			if s != nil {
@@ -82,5 +85,90 @@ func TestArenaSegments(t *testing.T) {
 	var none *Arena
 	if none.Growth() != 0 || none.Held() != 0 {
 		t.Fatal("a nil arena grows by nothing")
+	}
+}
+
+// TestArenaRecycle: a run handed back with Recycle lends its buffers to
+// the next runs' segments, which grow and count exactly as new ones
+// would (same Held after every Append, so a writer's run boundaries do
+// not depend on when a run was recycled), and hold their own rows.
+func TestArenaRecycle(t *testing.T) {
+	schema := arrow.NewSchema([]arrow.Field{
+		{Name: "v", Type: arrow.PrimitiveTypes.Int64},
+		{Name: "s", Type: arrow.BinaryTypes.String, Nullable: true},
+	}, nil)
+	batch := func(seed, rows int) arrow.RecordBatch {
+		vb := array.NewInt64Builder(memory.DefaultAllocator)
+		defer vb.Release()
+		sb := array.NewStringBuilder(memory.DefaultAllocator)
+		defer sb.Release()
+		for i := range rows {
+			vb.Append(int64(seed*1_000_000 + i))
+			if i%7 == 0 {
+				sb.AppendNull()
+			} else {
+				sb.Append(strings.Repeat("x", (seed+i)%23))
+			}
+		}
+		v, s := vb.NewArray(), sb.NewArray()
+		defer v.Release()
+		defer s.Release()
+		return array.NewRecordBatch(schema, []arrow.Array{v, s}, int64(rows))
+	}
+	// Runs of different sizes and shapes, the same for both arenas.
+	// (1 MiB a segment: about 45,000 of these rows.)
+	runs := [][]int{{30000, 50000, 40000, 90000, 20000, 60000}, {80000, 80000, 80000, 80000, 80000}, {100, 200, 30000}, {70000, 70000, 70000, 70000, 70000, 70000, 70000}}
+	fresh, _ := NewArena(schema)
+	reused, _ := NewArena(schema)
+	var lent int
+	for r, sizes := range runs {
+		spare := map[*byte]bool{}
+		for _, acc := range reused.spare {
+			spare[unsafe.SliceData(acc.cols[0].vals)] = true
+		}
+		for i, n := range sizes {
+			rec := batch(r*100+i, n)
+			_, _, g1, err1 := fresh.Append(rec)
+			_, _, g2, err2 := reused.Append(rec)
+			if err1 != nil || err2 != nil {
+				t.Fatal(err1, err2)
+			}
+			if g1 != g2 || fresh.Held() != reused.Held() {
+				t.Fatalf("run %d append %d: a recycled arena grew %d to %d bytes, a new one %d to %d", r, i, g2, reused.Held(), g1, fresh.Held())
+			}
+			rec.Release()
+		}
+		for _, seg := range reused.segs {
+			if p := unsafe.SliceData(seg.cols[0].vals); p != nil && spare[p] {
+				lent++
+			}
+		}
+		fs, _, _ := fresh.Finish()
+		rs, _, run := reused.Finish()
+		// Every row as written, in the recycled arena's segments.
+		var want, got []int64
+		for i := range fs {
+			if fs[i] != nil {
+				want = append(want, fs[i].Column(0).(*array.Int64).Int64Values()...)
+				fs[i].Release()
+			}
+			if rs[i] != nil {
+				got = append(got, rs[i].Column(0).(*array.Int64).Int64Values()...)
+				if n := rs[i].Column(1).(*array.String).NullN(); n == 0 {
+					t.Fatalf("run %d segment %d: the string column's nulls were lost", r, i)
+				}
+				rs[i].Release()
+			}
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("run %d: %d rows read back from recycled segments differ from the %d written", r, len(got), len(want))
+		}
+		reused.Recycle(run)
+		if n := len(reused.spare); n > len(fs)-1 {
+			t.Fatalf("run %d of %d segments left %d spare ones, want at most %d", r, len(fs), n, len(fs)-1)
+		}
+	}
+	if lent == 0 {
+		t.Fatal("no segment took a recycled buffer")
 	}
 }
