@@ -45,14 +45,17 @@ func NewArena(schema *arrow.Schema) (*Arena, bool) {
 func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err error) {
 	seg = len(a.segs) - 1
 	if cur := a.segs[seg]; cur.Used() >= arenaSegment {
-		next := cur.NewLike()
+		var next *Accumulator
 		if n := len(a.spare); n > 0 {
 			// A recycled segment's buffers, each cut to the capacity
 			// NewLike gives: the arena grows and counts exactly as with
 			// new ones, so a run's boundaries do not depend on whether
 			// an earlier run had been encoded yet.
 			next = cur.likeFrom(a.spare[n-1])
+			a.spare[n-1] = nil
 			a.spare = a.spare[:n-1]
+		} else {
+			next = cur.NewLike()
 		}
 		grew += next.Held()
 		a.segs = append(a.segs, next)
