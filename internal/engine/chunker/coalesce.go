@@ -52,8 +52,11 @@ func (a *runArena) freeLocked() {
 		}
 	}
 	// Every frame of the run is encoded: nothing reads the segments, and
-	// the writer's next runs fill them again.
-	a.w.arena.Recycle(a.run)
+	// the writer's next runs fill them again; after the last run, none
+	// will.
+	if !a.w.closed {
+		a.w.arena.Recycle(a.run)
+	}
 	a.w.pending -= a.held
 	a.w.room.Broadcast()
 }
@@ -128,7 +131,16 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 // counts only falls (but for a sorted writer's frames kept in memory,
 // which go to disk once they would pass it).
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) > w.opt.CoalesceBudget && w.pending > 0 {
+	// The arena's recycled segments count too, and are the first thing
+	// given up for room: they only spare the allocator work.
+	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Spare()+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) > w.opt.CoalesceBudget {
+		if w.arena.Spare() > 0 {
+			w.arena.DropSpare()
+			continue
+		}
+		if w.pending == 0 {
+			break
+		}
 		if err := w.Err(); err != nil {
 			return err
 		}
@@ -225,6 +237,11 @@ func (w *Writer) finishArenaLocked() (*runArena, int64) {
 func (w *Writer) runLocked() {
 	if w.sorted && !w.closed {
 		w.spilling = true
+	}
+	if w.closed {
+		// The last run: no other will take the spare segments, and a
+		// sorted writer's Close needs the memory for its output.
+		w.arena.DropSpare()
 	}
 	arena, _ := w.finishArenaLocked()
 	if arena != nil {

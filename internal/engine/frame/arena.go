@@ -18,7 +18,8 @@ type Arena struct {
 	segs []*Accumulator // the last one grows
 	// spare: emptied segments of finished runs (Recycle), whose buffers
 	// the next segments take instead of allocating new ones.
-	spare []*Accumulator
+	spare     []*Accumulator
+	spareHeld int64 // their bytes
 }
 
 // ArenaRun is a finished run of an Arena: the segments its batches point
@@ -51,6 +52,7 @@ func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err erro
 			// NewLike gives: the arena grows and counts exactly as with
 			// new ones, so a run's boundaries do not depend on whether
 			// an earlier run had been encoded yet.
+			a.spareHeld -= a.spare[n-1].Held()
 			next = cur.likeFrom(a.spare[n-1])
 			a.spare[n-1] = nil
 			a.spare = a.spare[:n-1]
@@ -120,10 +122,31 @@ func (a *Arena) Recycle(r *ArenaRun) {
 		}
 		acc.Reset()
 		a.spare = append(a.spare, acc)
+		a.spareHeld += acc.Held()
 	}
 	if extra := len(a.spare) - (len(r.accs) - 1); extra > 0 {
+		for _, s := range a.spare[:extra] {
+			a.spareHeld -= s.Held()
+		}
 		clear(a.spare[:extra])
 		a.spare = append(a.spare[:0], a.spare[extra:]...)
+	}
+}
+
+// Spare is the bytes of the recycled segments the arena keeps for its
+// next ones: memory its writer still holds. Zero for a nil arena.
+func (a *Arena) Spare() int64 {
+	if a == nil {
+		return 0
+	}
+	return a.spareHeld
+}
+
+// DropSpare lets the collector have the recycled segments.
+func (a *Arena) DropSpare() {
+	if a != nil {
+		clear(a.spare)
+		a.spare, a.spareHeld = a.spare[:0], 0
 	}
 }
 

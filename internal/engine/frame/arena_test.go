@@ -167,8 +167,19 @@ func TestArenaRecycle(t *testing.T) {
 		if n := len(reused.spare); n > len(fs)-1 {
 			t.Fatalf("run %d of %d segments left %d spare ones, want at most %d", r, len(fs), n, len(fs)-1)
 		}
+		var held int64
+		for _, s := range reused.spare {
+			held += s.Held()
+		}
+		if got := reused.Spare(); got != held || (len(reused.spare) > 0) != (got > 0) {
+			t.Fatalf("run %d: Spare() = %d, the %d spare segments hold %d", r, got, len(reused.spare), held)
+		}
 	}
 	if lent == 0 {
 		t.Fatal("no segment took a recycled buffer")
+	}
+	reused.DropSpare()
+	if reused.Spare() != 0 || len(reused.spare) != 0 {
+		t.Fatalf("after DropSpare: %d bytes in %d segments", reused.Spare(), len(reused.spare))
 	}
 }
