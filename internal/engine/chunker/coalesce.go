@@ -133,9 +133,13 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
 	// The arena's recycled segments count too, and are the first thing
 	// given up for room: they only spare the allocator work.
-	for w.buffered+w.pending+w.keptMem+w.fixed+w.arena.Spare()+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) > w.opt.CoalesceBudget {
+	for {
+		over := w.buffered + w.pending + w.keptMem + w.fixed + w.arena.Spare() + w.arena.Growth() + w.indexGrowthLocked(w.unflushed+1) - w.opt.CoalesceBudget
+		if over <= 0 {
+			break
+		}
 		if w.arena.Spare() > 0 {
-			w.arena.DropSpare()
+			w.arena.DropSpare(over)
 			continue
 		}
 		if w.pending == 0 {
@@ -241,7 +245,7 @@ func (w *Writer) runLocked() {
 	if w.closed {
 		// The last run: no other will take the spare segments, and a
 		// sorted writer's Close needs the memory for its output.
-		w.arena.DropSpare()
+		w.arena.DropSpare(w.arena.Spare())
 	}
 	arena, _ := w.finishArenaLocked()
 	if arena != nil {

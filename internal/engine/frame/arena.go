@@ -142,12 +142,21 @@ func (a *Arena) Spare() int64 {
 	return a.spareHeld
 }
 
-// DropSpare lets the collector have the recycled segments.
-func (a *Arena) DropSpare() {
-	if a != nil {
-		clear(a.spare)
-		a.spare, a.spareHeld = a.spare[:0], 0
+// DropSpare lets the collector have recycled segments holding at least
+// n bytes, or all of them.
+func (a *Arena) DropSpare(n int64) {
+	if a == nil {
+		return
 	}
+	k := 0
+	for k < len(a.spare) && n > 0 {
+		h := a.spare[k].Held()
+		a.spareHeld -= h
+		n -= h
+		k++
+	}
+	clear(a.spare[:k])
+	a.spare = append(a.spare[:0], a.spare[k:]...)
 }
 
 // Held is the bytes the arena's segments occupy.

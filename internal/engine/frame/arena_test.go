@@ -178,7 +178,12 @@ func TestArenaRecycle(t *testing.T) {
 	if lent == 0 {
 		t.Fatal("no segment took a recycled buffer")
 	}
-	reused.DropSpare()
+	before, n := reused.Spare(), len(reused.spare)
+	reused.DropSpare(1)
+	if len(reused.spare) != n-1 || reused.Spare() >= before {
+		t.Fatalf("DropSpare(1) of %d segments (%d bytes) left %d (%d bytes), want one fewer", n, before, len(reused.spare), reused.Spare())
+	}
+	reused.DropSpare(reused.Spare())
 	if reused.Spare() != 0 || len(reused.spare) != 0 {
 		t.Fatalf("after DropSpare: %d bytes in %d segments", reused.Spare(), len(reused.spare))
 	}
