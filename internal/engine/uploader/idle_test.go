@@ -39,3 +39,33 @@ func TestPoolLetsGoOfIdleBuffers(t *testing.T) {
 		t.Fatalf("Buffered = %d after every buffer was released", st.Buffered)
 	}
 }
+
+// An open upload keeps the free buffers through a moment with none held
+// (a writer between two runs); the upload's end lets them go.
+func TestPoolKeepsBuffersWhileAnUploadIsOpen(t *testing.T) {
+	p := newTestPool(newScripted())
+	defer p.Close()
+	ctx := context.Background()
+	o := p.NewUpload(ctx, "k", nil)
+	a, err := p.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Release(a)
+	if n := len(p.free); n != 1 {
+		t.Fatalf("with an upload open, %d free buffers kept, want 1", n)
+	}
+	if err := o.Abort(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(p.free); n != 0 {
+		t.Fatalf("after the only upload ended, %d free buffers kept, want none", n)
+	}
+	if err := o.Abort(); err != nil { // a second end counts nothing
+		t.Fatal(err)
+	}
+	if n := p.open.Load(); n != 0 {
+		t.Fatalf("%d uploads counted open after one was aborted twice", n)
+	}
+}
+

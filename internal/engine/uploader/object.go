@@ -22,6 +22,7 @@ type Upload struct {
 	ctx    context.Context
 	key    string
 	onFail func(error)
+	ended  atomic.Bool // Finish or Abort ran (end)
 
 	// createMu serializes CreateMultipartUpload (ensureUpload) without
 	// holding mu over its round trip.
@@ -179,7 +180,17 @@ type Result struct {
 // the first permanent failure of any of its parts (to cancel the writer at
 // once, not at close). ctx governs the uploads.
 func (p *Pool) NewUpload(ctx context.Context, key string, onFail func(error)) *Upload {
+	p.open.Add(1)
 	return &Upload{pool: p, ctx: ctx, key: key, onFail: onFail}
+}
+
+// end counts the upload closed, once (Finish and Abort both end it, and
+// Abort may follow Finish).
+func (o *Upload) end() {
+	if o.ended.CompareAndSwap(false, true) {
+		o.pool.open.Add(-1)
+		o.pool.idle()
+	}
 }
 
 // Key returns the object's key.
@@ -449,6 +460,7 @@ func (o *Upload) partDone(err error) {
 // abort fails, the next Abort returns its failure.
 func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	o.wg.Wait()
+	defer o.end()
 	o.mu.Lock()
 	err, single, id, created := o.err, o.single, o.uploadID, o.created
 	parts := slices.Clone(o.parts)
@@ -590,6 +602,7 @@ func (o *Upload) abortAfter(err error) error {
 // then gc's to remove.
 func (o *Upload) Abort() error {
 	o.wg.Wait()
+	defer o.end()
 	o.dropKept()
 	o.mu.Lock()
 	id, created, prev, cut := o.uploadID, o.created, o.abortErr, o.cut

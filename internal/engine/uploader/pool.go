@@ -87,6 +87,7 @@ type Pool struct {
 	rate float64
 
 	held     atomic.Int64 // buffers handed out and not yet returned
+	open     atomic.Int64 // uploads neither finished nor aborted
 	peak     atomic.Int64
 	inFlight atomic.Int64
 	resent   atomic.Int64
@@ -232,11 +233,12 @@ func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
 }
 
 // Release returns a buffer obtained from Acquire. Buffers are reused, so
-// the caller must not touch b afterwards. When it was the last one held,
-// the pool lets go of its free buffers too: a process between stages (a
-// sidecar waiting for the next writer, a job reading back what it wrote)
-// does not keep max_buffered_chunks x chunk_size of idle buffers alive,
-// and the next writer allocates its chunks again.
+// the caller must not touch b afterwards. Once no buffer is held and no
+// upload is open, the pool lets go of its free buffers too (idle): a
+// process between stages (a sidecar waiting for the next writer, a job
+// reading back what it wrote) does not keep max_buffered_chunks x
+// chunk_size of them alive, and the next writer allocates its chunks
+// again. A writer between two runs keeps them.
 func (p *Pool) Release(b []byte) {
 	if b == nil {
 		return
@@ -247,12 +249,19 @@ func (p *Pool) Release(b []byte) {
 	}
 	n := p.held.Add(-1)
 	if n == 0 {
-		p.dropFree()
+		p.idle()
 	}
 	if p.obs != nil {
 		p.obs.Buffered(n * p.cfg.ChunkSize)
 	}
 	p.sem.Release(1)
+}
+
+// idle drops the free buffers if no buffer is held and no upload open.
+func (p *Pool) idle() {
+	if p.held.Load() == 0 && p.open.Load() == 0 {
+		p.dropFree()
+	}
 }
 
 // dropFree empties the free list. A buffer an Acquire takes meanwhile is
