@@ -68,4 +68,3 @@ func TestPoolKeepsBuffersWhileAnUploadIsOpen(t *testing.T) {
 		t.Fatalf("%d uploads counted open after one was aborted twice", n)
 	}
 }
-
