@@ -72,8 +72,8 @@ const (
 
 type framePool struct{ free chan *bytes.Buffer }
 
-// Get returns an empty buffer, as a sync.Pool's Get would.
-func (p *framePool) Get() any {
+// Get returns an empty buffer.
+func (p *framePool) Get() *bytes.Buffer {
 	select {
 	case b := <-p.free:
 		return b
@@ -84,8 +84,7 @@ func (p *framePool) Get() any {
 
 // Put takes back a buffer nothing uses any more; one past framePoolMax,
 // or one too many, is left to the collector.
-func (p *framePool) Put(x any) {
-	b := x.(*bytes.Buffer)
+func (p *framePool) Put(b *bytes.Buffer) {
 	if b.Cap() > framePoolMax {
 		return
 	}
@@ -167,8 +166,7 @@ func (w *Writer) encoder() {
 		if res.err == nil && j.out {
 			res.err = w.encodeOutput(enc, &dec, j, res)
 		} else if res.err == nil {
-			res.buf = bufPool.Get().(*bytes.Buffer)
-			res.buf.Reset()
+			res.buf = bufPool.Get()
 			start := time.Now()
 			res.stats, res.err = encodeItems(enc, gather, res.buf, *j)
 			if w.auto != nil && !j.raw && res.err == nil {

@@ -10,11 +10,11 @@ import (
 // collection (a sync.Pool would not).
 func TestFramePool(t *testing.T) {
 	p := &framePool{free: make(chan *bytes.Buffer, framePoolSize)}
-	b := p.Get().(*bytes.Buffer)
+	b := p.Get()
 	b.Grow(1 << 20)
 	b.WriteString("frame")
 	p.Put(b)
-	got := p.Get().(*bytes.Buffer)
+	got := p.Get()
 	if got != b || got.Len() != 0 || got.Cap() < 1<<20 {
 		t.Fatalf("got a buffer of %d bytes, capacity %d (same: %v); want the one put, emptied, its capacity kept", got.Len(), got.Cap(), got == b)
 	}

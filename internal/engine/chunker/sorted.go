@@ -190,8 +190,7 @@ func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
 	if k.buf != nil {
 		return k.buf, nil
 	}
-	buf := bufPool.Get().(*bytes.Buffer)
-	buf.Reset()
+	buf := bufPool.Get()
 	buf.Grow(int(k.length))
 	b := buf.AvailableBuffer()[:k.length]
 	if err := w.spillFile.ReadAt(b, k.off); err != nil {
@@ -254,8 +253,7 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 	if err != nil {
 		return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
 	}
-	res.buf = bufPool.Get().(*bytes.Buffer)
-	res.buf.Reset()
+	res.buf = bufPool.Get()
 	res.stats, err = enc.Encode(res.buf, recs)
 	return err
 }

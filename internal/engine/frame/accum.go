@@ -296,53 +296,51 @@ func (a *Accumulator) View() arrow.RecordBatch {
 // NewLike returns an empty accumulator of the same schema whose buffers
 // start with the capacity of a's: the next segment of rows of the same
 // shape fills it without growing, so no buffer is copied to grow.
-func (a *Accumulator) NewLike() *Accumulator {
-	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
-	for i, c := range a.cols {
-		b.cols[i] = c.like()
-		b.held += b.cols[i].capacity()
-	}
-	return b
-}
-
-func (c *growCol) like() *growCol {
-	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
-	if cap(c.valid) > 0 {
-		n.valid = make([]byte, 0, cap(c.valid))
-	}
-	if cap(c.vals) > 0 {
-		n.vals = make([]byte, 0, cap(c.vals))
-	}
-	if cap(c.offs) > 0 {
-		n.offs = make([]byte, 0, cap(c.offs))
-	}
-	for _, k := range c.kids {
-		n.kids = append(n.kids, k.like())
-	}
-	return n
-}
+func (a *Accumulator) NewLike() *Accumulator { return a.shaped(nil, true) }
 
 // likeFrom is NewLike over spare's buffers: each of spare's buffers that
 // is large enough serves, cut to the capacity NewLike would allocate
 // (so that the accumulator grows, and counts Held, exactly as a new
 // one); the others are allocated. spare must have a's schema and be
 // empty, and is not to be used afterwards.
-func (a *Accumulator) likeFrom(spare *Accumulator) *Accumulator {
+func (a *Accumulator) likeFrom(spare *Accumulator) *Accumulator { return a.shaped(spare, true) }
+
+// emptyLike is an accumulator of a's schema with no buffers.
+func (a *Accumulator) emptyLike() *Accumulator { return a.shaped(nil, false) }
+
+// shaped is an empty accumulator of a's schema: with sized, buffers of
+// a's capacities (spare's where they are large enough, see likeFrom);
+// without, none.
+func (a *Accumulator) shaped(spare *Accumulator, sized bool) *Accumulator {
 	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
 	for i, c := range a.cols {
-		b.cols[i] = c.likeFrom(spare.cols[i])
+		var sc *growCol
+		if spare != nil {
+			sc = spare.cols[i]
+		}
+		b.cols[i] = c.shaped(sc, sized)
 		b.held += b.cols[i].capacity()
 	}
 	return b
 }
 
-func (c *growCol) likeFrom(s *growCol) *growCol {
+func (c *growCol) shaped(s *growCol, sized bool) *growCol {
 	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
-	n.valid = reuseBuf(s.valid, cap(c.valid))
-	n.vals = reuseBuf(s.vals, cap(c.vals))
-	n.offs = reuseBuf(s.offs, cap(c.offs))
+	if sized {
+		var valid, vals, offs []byte
+		if s != nil {
+			valid, vals, offs = s.valid, s.vals, s.offs
+		}
+		n.valid = reuseBuf(valid, cap(c.valid))
+		n.vals = reuseBuf(vals, cap(c.vals))
+		n.offs = reuseBuf(offs, cap(c.offs))
+	}
 	for i, k := range c.kids {
-		n.kids = append(n.kids, k.likeFrom(s.kids[i]))
+		var sk *growCol
+		if s != nil {
+			sk = s.kids[i]
+		}
+		n.kids = append(n.kids, k.shaped(sk, sized))
 	}
 	return n
 }
@@ -357,23 +355,6 @@ func reuseBuf(b []byte, want int) []byte {
 		return b[:0:want]
 	}
 	return make([]byte, 0, want)
-}
-
-// emptyLike is an accumulator of a's schema with no buffers.
-func (a *Accumulator) emptyLike() *Accumulator {
-	b := &Accumulator{schema: a.schema, cols: make([]*growCol, len(a.cols))}
-	for i, c := range a.cols {
-		b.cols[i] = c.emptyLike()
-	}
-	return b
-}
-
-func (c *growCol) emptyLike() *growCol {
-	n := &growCol{dt: c.dt, id: c.id, width: c.width, fsl: c.fsl}
-	for _, k := range c.kids {
-		n.kids = append(n.kids, k.emptyLike())
-	}
-	return n
 }
 
 // Reset empties the accumulator and keeps its buffers for the next rows.
