@@ -180,8 +180,13 @@ func (p *Proxy) SetSpec(s Spec) error {
 // held for d, or until its client gives up or the proxy closes. It
 // replaces any armed stall.
 func (p *Proxy) StallNth(op string, nth int, d time.Duration) {
+	p.Stall(Stall{Op: op, Nth: nth, Delay: d})
+}
+
+// Stall arms s, counting from now on; it replaces any armed stall.
+func (p *Proxy) Stall(s Stall) {
 	p.mu.Lock()
-	p.stall = Stall{Op: op, Nth: nth, Delay: d}
+	p.stall = s
 	p.mu.Unlock()
 }
 
@@ -196,7 +201,7 @@ type decision struct {
 
 // decide draws the request's fate. Every request consumes the same three
 // draws, so a seed fixes the sequence of decisions.
-func (p *Proxy) decide(op string) (decision, bool) {
+func (p *Proxy) decide(op string, part int) (decision, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -238,7 +243,7 @@ func (p *Proxy) decide(op string) (decision, bool) {
 		d.delay = s.SpikeDelay
 		p.injected[Injection{op, FaultSpike}]++
 	}
-	if p.stall.Nth > 0 && p.stall.Op == op {
+	if p.stall.Nth > 0 && p.stall.Op == op && (p.stall.Part <= 0 || p.stall.Part == part) {
 		if p.stall.Nth--; p.stall.Nth == 0 {
 			d.delay = max(d.delay, p.stall.Delay)
 			p.injected[Injection{op, FaultStall}]++
@@ -263,7 +268,8 @@ func (p *Proxy) count(op string, f Fault) {
 
 // ServeHTTP implements http.Handler.
 func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d, ok := p.decide(Operation(r))
+	part, _ := strconv.Atoi(r.URL.Query().Get("partNumber"))
+	d, ok := p.decide(Operation(r), part)
 	if !ok {
 		http.Error(w, "faultproxy: closed", http.StatusServiceUnavailable)
 		return

@@ -304,6 +304,31 @@ func TestStallHoldsOneRequest(t *testing.T) {
 	}
 }
 
+// TestStallCountsOnlyItsPart arms a stall on the 2nd UploadPart of part
+// 1: parts 2 and 3 pass whatever their order, and only the second part 1
+// is held.
+func TestStallCountsOnlyItsPart(t *testing.T) {
+	up := newUpstream(t, nil)
+	p := start(t, up.URL, Spec{})
+	p.Stall(Stall{Op: "UploadPart", Nth: 2, Part: 1, Delay: time.Minute})
+	c := &http.Client{Timeout: 300 * time.Millisecond}
+	var stalled []string
+	for i := 1; i <= 3; i++ {
+		for _, part := range []int{2, 1, 3} {
+			u := fmt.Sprintf("%s/b/k?partNumber=%d&uploadId=u%d", p.URL(), part, i)
+			if _, _, err := do(t, c, http.MethodPut, u, []byte("x")); err != nil {
+				stalled = append(stalled, fmt.Sprintf("upload %d part %d", i, part))
+			}
+		}
+	}
+	if fmt.Sprint(stalled) != "[upload 2 part 1]" {
+		t.Fatalf("stalled %v, want only upload 2's part 1", stalled)
+	}
+	if st := p.Stats(); st.Requests["UploadPart"] != 9 || st.Injected[Injection{"UploadPart", FaultStall}] != 1 {
+		t.Fatalf("stats %v", st)
+	}
+}
+
 func TestCloseEndsStalls(t *testing.T) {
 	up := newUpstream(t, nil)
 	p, err := Start(up.URL, Spec{Stall: Stall{Op: "PutObject", Nth: 1, Delay: time.Hour}})
@@ -447,7 +472,7 @@ func TestParseSpec(t *testing.T) {
 			want: Spec{SlowDown: 0.1, Internal: 0.02, Reset: 0.02, Truncate: 0.01, Spike: 0.01, SpikeDelay: 500 * time.Millisecond, Seed: 7}},
 		{name: "spike without delay", in: "spike=0.5", want: Spec{Spike: 0.5}},
 		{name: "throttle", in: " rate=50 , burst=5 ", want: Spec{RateLimit: 50, Burst: 5}},
-		{name: "stall", in: "stall=UploadPart:5:30s", want: Spec{Stall: Stall{"UploadPart", 5, 30 * time.Second}}},
+		{name: "stall", in: "stall=UploadPart:5:30s", want: Spec{Stall: Stall{Op: "UploadPart", Nth: 5, Delay: 30 * time.Second}}},
 		{name: "last wins", in: "seed=1,seed=2", want: Spec{Seed: 2}},
 		{name: "some operations", in: "truncate=1,ops=CreateMultipartUpload+CompleteMultipartUpload",
 			want: Spec{Truncate: 1, Ops: []string{"CreateMultipartUpload", "CompleteMultipartUpload"}}},

@@ -61,10 +61,14 @@ type Spec struct {
 
 // Stall holds the Nth request (1-based) of operation Op for Delay, or
 // until its client gives up or the proxy closes, then handles it normally.
-// A zero Nth stalls nothing.
+// A zero Nth stalls nothing. A Part above 0 counts only requests whose
+// partNumber is Part: part 1 of an object of several parts is never the
+// object's last, which a streaming client may cut off and send again
+// whole, ending the stall before any hedge would.
 type Stall struct {
 	Op    string // S3 operation, as Operation names it, e.g. "UploadPart"
 	Nth   int
+	Part  int
 	Delay time.Duration
 }
 
