@@ -45,7 +45,8 @@ const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 
 // keep takes a writing-phase frame: into memory, or to the spill once
 // the writer spills. It reports the change in bytes held in memory.
-// Ownership of r.buf passes when it is kept in memory (kept true).
+// Ownership of r.buf passes when it is kept in memory as it is (kept
+// true), not copied to a buffer of its size.
 func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
 	k := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
@@ -61,8 +62,15 @@ func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
 		}
 		w.spilled += k.length
 	} else {
-		k.buf = r.buf
-		mem, kept = k.length, true
+		mem = k.length
+		if r.buf.Cap() > len(b)+len(b)/8 {
+			// An encode buffer has room for its frame uncompressed; a
+			// frame kept until Close holds only its own bytes, as the
+			// budget counts it, and the buffer serves the next frame.
+			k.buf = bytes.NewBuffer(append([]byte(nil), b...))
+		} else {
+			k.buf, kept = r.buf, true
+		}
 		w.keptInMem++
 	}
 	if len(w.kept) == cap(w.kept) {

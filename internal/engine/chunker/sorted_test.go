@@ -342,3 +342,35 @@ func TestSortedDeterministic(t *testing.T) {
 		}
 	}
 }
+
+// TestKeptFrameHoldsItsBytes: a frame kept in memory until Close holds
+// a buffer of its stored size, as coalesce_budget counts it, not the
+// encode buffer sized for the frame uncompressed; that buffer stays the
+// encoder's (for the pool). A buffer already near its frame's size is
+// kept as it is.
+func TestKeptFrameHoldsItsBytes(t *testing.T) {
+	w, _ := newSorted(t, opts(4), openSpill(t, 1<<30))
+	defer w.Abort(errors.New("test over"))
+	frameOf := func(n, capacity int) encoded {
+		b := bytes.NewBuffer(make([]byte, 0, capacity))
+		b.Write(bytes.Repeat([]byte{7}, n))
+		return encoded{partition: 1, buf: b, stats: frame.Stats{Rows: 1, Bytes: int64(capacity)}}
+	}
+	loose := frameOf(300_000, 1<<20)
+	mem, kept, err := w.keep(loose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := w.kept[len(w.kept)-1]
+	if kept || k.buf == loose.buf || mem != 300_000 || k.buf.Len() != 300_000 || k.buf.Cap() > 300_000+300_000/8 {
+		t.Fatalf("kept %v (the encode buffer: %v), %d bytes counted, buffer %d of %d capacity; want a copy of 300000 bytes, counted so",
+			kept, k.buf == loose.buf, mem, k.buf.Len(), k.buf.Cap())
+	}
+	if !bytes.Equal(k.buf.Bytes(), loose.buf.Bytes()) {
+		t.Fatal("the kept copy differs from the frame")
+	}
+	tight := frameOf(300_000, 310_000)
+	if mem, kept, err = w.keep(tight); err != nil || !kept || mem != 300_000 || w.kept[len(w.kept)-1].buf != tight.buf {
+		t.Fatalf("a tight buffer: kept %v, %d bytes, %v; want it kept as it is", kept, mem, err)
+	}
+}

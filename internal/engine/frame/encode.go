@@ -107,6 +107,25 @@ func (e *Encoder) Close() {
 	}
 }
 
+// growTo makes room for n more bytes in buf. Unlike buf.Grow, which at
+// least doubles the capacity, a buffer that is short grows to what it
+// holds plus n, rounded up to growStep: a pooled frame buffer then ends
+// near the largest frame it carried rather than twice that (each growth
+// is an allocation the runtime zeroes, and a buffer past a pool's limit
+// is dropped, so every frame after it allocated again).
+func growTo(buf *bytes.Buffer, n int) {
+	if buf.Available() >= n {
+		return
+	}
+	size := (buf.Len() + n + growStep - 1) / growStep * growStep
+	b := make([]byte, buf.Len(), size)
+	copy(b, buf.Bytes())
+	*buf = *bytes.NewBuffer(b)
+}
+
+// growStep is what growTo rounds a buffer's capacity up to.
+const growStep = 64 << 10
+
 // Encode appends one frame holding recs (all of the encoder's schema) to
 // buf. Several small batches are concatenated into one record batch
 // first: one batch per frame keeps per-batch metadata from growing with
@@ -163,8 +182,9 @@ func (e *Encoder) compress(buf *bytes.Buffer, msgs []byte) {
 	binary.LittleEndian.PutUint32(hdr[4:], uint32(len(msgs)))
 	switch e.compression {
 	case LZ4:
-		buf.Grow(HeaderSize + lz4.CompressBlockBound(len(msgs)))
-		dst := buf.AvailableBuffer()[:HeaderSize+lz4.CompressBlockBound(len(msgs))]
+		need := HeaderSize + lz4.CompressBlockBound(len(msgs))
+		growTo(buf, need)
+		dst := buf.AvailableBuffer()[:need]
 		n, err := e.lz.CompressBlock(msgs, dst[HeaderSize:])
 		if err == nil && n > 0 && n < len(msgs) {
 			hdr[0] = codecLZ4

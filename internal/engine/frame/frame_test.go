@@ -377,3 +377,20 @@ func TestDecodeAll(t *testing.T) {
 		t.Fatalf("DecodeAll with frame 3 truncated = %d batches, %v; want ErrCorrupt naming frame 3 of 4", len(recs), err)
 	}
 }
+
+// TestGrowTo: a buffer short of room grows to what it holds plus the
+// room asked, rounded up to growStep (not doubled), keeps its bytes, and
+// one with room enough is left alone.
+func TestGrowTo(t *testing.T) {
+	b := bytes.NewBuffer(make([]byte, 0, 1<<20))
+	b.WriteString("head")
+	growTo(b, 1<<20)
+	if want := (4 + 1<<20 + growStep - 1) / growStep * growStep; b.Cap() != want || b.String() != "head" {
+		t.Fatalf("capacity %d holding %q, want %d holding \"head\"", b.Cap(), b.String(), want)
+	}
+	before := b.Cap()
+	growTo(b, 1000)
+	if b.Cap() != before {
+		t.Fatalf("a buffer with room grew from %d to %d", before, b.Cap())
+	}
+}
