@@ -2,6 +2,7 @@ package reader
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -41,27 +42,56 @@ func TestBufClass(t *testing.T) {
 // stages of the same shape but other values are read many times over,
 // must still hold their own values.
 func TestSpanBuffersNotReusedUnderLiveBatches(t *testing.T) {
-	layouts := map[string][][]fspec{
+	type layout struct {
+		frames     [][]fspec
+		rangeBytes int64
+	}
+	layouts := map[string]layout{
 		// Groups of several spans: fetched whole, decoded lazily.
-		"several objects": interleaved,
+		"several objects": {frames: interleaved},
 		// One sorted run in one object: a group is one span, decoded as
 		// it arrives.
-		"one object": {{{P: 0, Rows: 3}, {P: 0, Rows: 2}, {P: 1, Rows: 7}, {P: 2, Rows: 9}}},
+		"one object": {frames: [][]fspec{{{P: 0, Rows: 3}, {P: 0, Rows: 2}, {P: 1, Rows: 7}, {P: 2, Rows: 9}}}},
+		// One span of 12 frames of 8,000 logical bytes, past decodeAhead
+		// (32 KiB of a 128 KiB range) after the 4th: decoded as it
+		// arrives up to there, the rest when the caller gets to it. The
+		// first frame is uncompressed: its batches point into the buffer
+		// even when the frames decoded later do not.
+		"one object, partly decoded ahead": {frames: [][]fspec{rawFirst(manyFrames(12, 3, 500))}, rangeBytes: 128 << 10},
 	}
 	for _, compression := range []string{frame.None, frame.LZ4} {
-		for name, layout := range layouts {
+		for name, l := range layouts {
 			t.Run(compression+"/"+name, func(t *testing.T) {
-				testSpanBuffers(t, compression, layout)
+				testSpanBuffers(t, compression, l.frames, l.rangeBytes)
 			})
 		}
 	}
 }
 
-func testSpanBuffers(t *testing.T, compression string, layout [][]fspec) {
+// rawFirst marks the first frame uncompressed.
+func rawFirst(fs []fspec) []fspec {
+	fs[0].Raw = true
+	return fs
+}
+
+// manyFrames is n frames of rows rows each, in partition order over
+// partitions, as a sorted run stores them.
+func manyFrames(n, partitions, rows int) []fspec {
+	var out []fspec
+	for i := range n {
+		out = append(out, fspec{P: i * partitions / n, Rows: rows})
+	}
+	return out
+}
+
+func testSpanBuffers(t *testing.T, compression string, layout [][]fspec, rangeBytes int64) {
+	// One P: a buffer put back wrongly is then the next one a GET of its
+	// class takes (sync.Pool keeps what is put on the P that put it).
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	{
 		{
 			st, m, order := buildStage(t, 4, compression, layout)
-			s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator()})
+			s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: rangeBytes})
 			recs, err := s.ReadPartitions(context.Background(), nil)
 			if err != nil {
 				t.Fatal(err)
@@ -113,4 +143,36 @@ func rowsOf(rec arrow.RecordBatch) []row {
 		out[i] = row{w.Value(i), p.Value(i), s.Value(i)}
 	}
 	return out
+}
+
+// TestSpanDecodeAhead: a span is decoded as it arrives only up to
+// decodeAhead logical bytes; its later frames wait undecoded until the
+// caller gets to them, and every row still arrives in order.
+func TestSpanDecodeAhead(t *testing.T) {
+	const frames, rows = 12, 500
+	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(frames, 3, rows)})
+	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 128 << 10})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Release()
+	if !recs.Next() {
+		t.Fatal(recs.Err())
+	}
+	f := recs.cur
+	frameBytes := m.Workers[0].Frames[0].Bytes
+	eager := int64(len(f.recs))
+	if lazy := int64(len(f.lazy)); eager+lazy != frames || lazy == 0 || (eager-1)*frameBytes > decodeAhead(s) {
+		t.Fatalf("%d frames decoded as they arrived (%d logical bytes each), %d left for the caller; want one span of %d, decoded ahead up to %d bytes",
+			eager, frameBytes, lazy, frames, decodeAhead(s))
+	}
+	got := rowsOf(recs.RecordBatch())
+	for recs.Next() {
+		got = append(got, rowsOf(recs.RecordBatch())...)
+	}
+	if err := recs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
 }

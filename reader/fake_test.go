@@ -97,8 +97,13 @@ func makeBatch(mem memory.Allocator, w, p int32, seq0 int64, n int) arrow.Record
 	return b.NewRecordBatch()
 }
 
-// fspec is a frame to write: rows of partition P into object Obj.
-type fspec struct{ P, Rows, Obj int }
+// fspec is a frame to write: rows of partition P into object Obj;
+// Raw: uncompressed whatever the worker's compression, as a writer
+// stores a frame that its codec does not shrink.
+type fspec struct {
+	P, Rows, Obj int
+	Raw          bool
+}
 
 const testQuery, testStage = "q1", 3
 
@@ -130,7 +135,12 @@ func buildStage(t *testing.T, partitions int, compression string, workers [][]fs
 			}
 			rec := makeBatch(mem, int32(wi), int32(f.P), seq[f.P], f.Rows)
 			var buf bytes.Buffer
-			if _, err := frame.Encode(&buf, testSchema, []arrow.RecordBatch{rec}, compression, mem); err != nil {
+			codec := compression
+			if f.Raw {
+				codec = frame.None
+			}
+			fst, err := frame.Encode(&buf, testSchema, []arrow.RecordBatch{rec}, codec, mem)
+			if err != nil {
 				t.Fatal(err)
 			}
 			rec.Release()
@@ -141,7 +151,7 @@ func buildStage(t *testing.T, partitions int, compression string, workers [][]fs
 			written[[2]int{wi, f.P}] = append(written[[2]int{wi, f.P}], rows)
 			seq[f.P] += int64(f.Rows)
 			w.Frames = append(w.Frames, manifest.Frame{Partition: f.P, Object: f.Obj, Offset: int64(objs[f.Obj].Len()),
-				Length: int64(buf.Len()), Rows: int64(f.Rows), CRC32C: store.CRC32C(buf.Bytes())})
+				Length: int64(buf.Len()), Rows: int64(f.Rows), Bytes: fst.Bytes, CRC32C: store.CRC32C(buf.Bytes())})
 			objs[f.Obj].Write(buf.Bytes())
 		}
 		for oi, b := range objs {

@@ -89,7 +89,7 @@ func (r *Records) launch(s *Stage, groups []group) {
 func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, []lazyFrame, error) {
 	if len(g.spans) == 1 {
 		r := fetchSpan(ctx, s, g.spans[0], schema)
-		return r.recs, r.parts, nil, r.err
+		return r.recs, r.parts, r.lazy, r.err
 	}
 	raws := make([]rawSpan, len(g.spans))
 	sem := semaphore.NewWeighted(int64(s.o.ReadAhead))
@@ -223,14 +223,25 @@ func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *sp
 }
 
 // spanRead is what one GET of a span delivered: the batches of the whole
-// frames that arrived and decoded, their partitions, the bytes that
-// arrived, and why the rest did not.
+// frames that arrived and decoded, their partitions, the frames after
+// them left undecoded (lazy, in the span's order, ending with an entry
+// for the first frame that did not arrive, if one did not), the bytes
+// that arrived, and why the rest did not.
 type spanRead struct {
 	recs  []arrow.RecordBatch
 	parts []int
+	lazy  []lazyFrame
 	got   int64
 	err   error
 }
+
+// decodeAhead is how many logical bytes of a span readSpan decodes as
+// they arrive; the span's frames past them are decoded when the caller
+// gets there (Records.Next). Without the cap a reader held every
+// in-flight span decoded, about twice its stored bytes at LZ4's ratio,
+// on top of read_ahead x read_range_bytes: the demo's 8 partitions
+// read at once held 130 MiB of decoded frames.
+func decodeAhead(s *Stage) int64 { return max(s.o.RangeBytes/4, 1) }
 
 // orderKey places a frame's batches in ReadPartitions' order.
 type orderKey struct{ partition, worker, index int }
@@ -298,20 +309,29 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 		}
 	}()
 	r := &spanRead{}
+	var decoded int64
 	for _, f := range sp.Frames {
 		if _, ok := <-whole; !ok {
 			// Frames that arrived whole are still delivered; the error
 			// comes in their place in the stream.
-			r.got, r.err = got, shortRead(s, sp, f, got, rerr)
-			return r
+			r.err = shortRead(s, sp, f, got, rerr)
+			if r.lazy != nil {
+				r.lazy = append(r.lazy, lazyFrame{sf: f, err: r.err})
+			}
+			break
 		}
 		b := buf[f.At : f.At+f.Frame.Length]
+		if decoded >= decodeAhead(s) {
+			r.lazy = append(r.lazy, lazyFrame{sf: f, b: b})
+			continue
+		}
 		reuse = reuse && frame.Copies(b)
 		recs, err := decodeFrame(s, f, b, schema)
 		if err != nil {
 			r.err = err
 			break
 		}
+		decoded += f.Frame.Bytes
 		r.recs = append(r.recs, recs...)
 		for range recs {
 			r.parts = append(r.parts, f.Frame.Partition)
@@ -321,6 +341,24 @@ func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spa
 	for range whole {
 	}
 	r.got = got
+	var pending int32
+	for _, lf := range r.lazy {
+		if lf.err == nil {
+			pending++
+		}
+	}
+	if pending > 0 {
+		// The lazy frames' bytes stay in buf: it goes back to spanBufs
+		// once they are decoded, unless a frame decoded here or there
+		// aliases it.
+		sb := &spanBuf{b: buf}
+		sb.alias.Store(!reuse)
+		for i := range r.lazy {
+			r.lazy[i].owner = sb
+		}
+		sb.hold(pending)
+		reuse = false
+	}
 	return r
 }
 
