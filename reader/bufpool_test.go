@@ -146,8 +146,8 @@ func rowsOf(rec arrow.RecordBatch) []row {
 }
 
 // TestSpanDecodeAhead: a span is decoded as it arrives only up to
-// decodeAhead logical bytes; its later frames wait undecoded until the
-// caller gets to them, and every row still arrives in order.
+// decodeAhead logical bytes; its later frames are decoded at most
+// aheadFrames ahead of the caller, and every row still arrives in order.
 func TestSpanDecodeAhead(t *testing.T) {
 	const frames, rows = 12, 500
 	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(frames, 3, rows)})
@@ -163,9 +163,9 @@ func TestSpanDecodeAhead(t *testing.T) {
 	f := recs.cur
 	frameBytes := m.Workers[0].Frames[0].Bytes
 	eager := int64(len(f.recs))
-	if lazy := int64(len(f.lazy)); eager+lazy != frames || lazy == 0 || (eager-1)*frameBytes > decodeAhead(s) {
-		t.Fatalf("%d frames decoded as they arrived (%d logical bytes each), %d left for the caller; want one span of %d, decoded ahead up to %d bytes",
-			eager, frameBytes, lazy, frames, decodeAhead(s))
+	if eager >= frames || (eager-1)*frameBytes > decodeAhead(s) || f.ahead == nil || cap(f.ahead) != aheadFrames {
+		t.Fatalf("%d of %d frames (%d logical bytes each) decoded as they arrived, the rest decoded %d ahead of the caller; want decoded as they arrive up to %d bytes, then %d ahead",
+			eager, frames, frameBytes, cap(f.ahead), decodeAhead(s), aheadFrames)
 	}
 	got := rowsOf(recs.RecordBatch())
 	for recs.Next() {
@@ -175,4 +175,32 @@ func TestSpanDecodeAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalRows(t, got, order)
+}
+
+// TestReleaseWhileDecodingAhead: a stream released while its frames are
+// being decoded ahead of it stops the decoding goroutine and frees what
+// it decoded.
+func TestReleaseWhileDecodingAhead(t *testing.T) {
+	st, m, _ := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(24, 3, 500)})
+	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+	defer mem.AssertSize(t, 0)
+	base := runtime.NumGoroutine()
+	s := FromManifest(st, testLayout, m, Options{Mem: mem, RangeBytes: 128 << 10})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if !recs.Next() {
+			t.Fatalf("stream ended early: %v", recs.Err())
+		}
+	}
+	if recs.cur.ahead == nil {
+		t.Fatal("no frame is decoded ahead: the test reads nothing it means to")
+	}
+	recs.Release()
+	if recs.Next() {
+		t.Fatal("Next after Release returned a batch")
+	}
+	noLeak(t, base)
 }

@@ -24,11 +24,50 @@ type fetch struct {
 	done   chan struct{} // closed when recs and err are set
 	recs   []arrow.RecordBatch
 	parts  []int // parts[i] is the partition of recs[i]
-	// lazy: a group's frames, fetched but not decoded, in delivery order;
-	// Next decodes each when it gets there, so a group holds its stored
-	// bytes and one frame's records, not every frame's records.
-	lazy []lazyFrame
-	err  error // after recs (and lazy): the frames before the failure are delivered
+	// ahead: the group's frames that arrived but were not decoded with
+	// the fetch, decoded in delivery order by the fetch's goroutine
+	// after done, at most aheadFrames beyond the one Next delivers: a
+	// group holds its stored bytes and a few frames' records, not every
+	// frame's records, and decoding still runs beside the caller. Closed
+	// after the last frame or the first failure (sent in its place). nil
+	// when every frame was decoded with the fetch.
+	ahead chan decodedFrame
+	err   error // after recs and ahead: the frames before the failure are delivered
+}
+
+// decodedFrame is one frame's batches and partition, or why it could
+// not be decoded.
+type decodedFrame struct {
+	recs []arrow.RecordBatch
+	part int
+	err  error
+}
+
+// aheadFrames is how many decoded frames a fetch's goroutine keeps ready
+// beyond the one being delivered.
+const aheadFrames = 2
+
+// decodeLazy decodes lazy into f.ahead in order, stopping at the first
+// failure (sent in its place) or when the stream ends; what it cannot
+// send is released.
+func (r *Records) decodeLazy(f *fetch, lazy []lazyFrame) {
+	defer close(f.ahead)
+	for _, lf := range lazy {
+		d := decodedFrame{part: lf.sf.Frame.Partition, err: lf.err}
+		if d.err == nil {
+			d.recs, d.err = decodeChecked(r.stage, lf.sf, lf.b, lf.checked)
+			lf.owner.decoded(d.err != nil || frame.Copies(lf.b))
+		}
+		select {
+		case f.ahead <- d:
+		case <-r.ctx.Done():
+			release(d.recs)
+			return
+		}
+		if d.err != nil {
+			return
+		}
+	}
 }
 
 // lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
@@ -64,18 +103,28 @@ func (r *Records) launch(s *Stage, groups []group) {
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			defer close(f.done)
-			// A panic the fetch did not contain itself (GETs and decoding
-			// do) is the group's error, delivered in its place like any.
-			defer func() {
-				if v := recover(); v != nil {
-					f.err = safe.Recovered(v, "fetch of %v", g)
+			var lazy []lazyFrame
+			func() {
+				defer close(f.done)
+				// A panic the fetch did not contain itself (GETs and
+				// decoding do) is the group's error, delivered in its
+				// place like any.
+				defer func() {
+					if v := recover(); v != nil {
+						f.err, lazy = safe.Recovered(v, "fetch of %v", g), nil
+						r.failed.Store(true)
+					}
+				}()
+				f.recs, f.parts, lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
+				if f.err != nil {
 					r.failed.Store(true)
 				}
+				if len(lazy) > 0 {
+					f.ahead = make(chan decodedFrame, aheadFrames)
+				}
 			}()
-			f.recs, f.parts, f.lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
-			if f.err != nil {
-				r.failed.Store(true)
+			if f.ahead != nil {
+				r.decodeLazy(f, lazy)
 			}
 		}()
 	}
@@ -236,8 +285,8 @@ type spanRead struct {
 }
 
 // decodeAhead is how many logical bytes of a span readSpan decodes as
-// they arrive; the span's frames past them are decoded when the caller
-// gets there (Records.Next). Without the cap a reader held every
+// they arrive; the span's frames past them are decoded aheadFrames ahead
+// of the caller (Records.decodeLazy). Without the cap a reader held every
 // in-flight span decoded, about twice its stored bytes at LZ4's ratio,
 // on top of read_ahead x read_range_bytes: the demo's 8 partitions
 // read at once held 130 MiB of decoded frames.

@@ -51,9 +51,9 @@ type Options struct {
 	// up to 3 GETs in flight while the caller consumes. Stored bytes held
 	// are at most ReadAhead x RangeBytes, or one oversized frame alone,
 	// whatever the stage's size. Each range's frames are decoded as they
-	// arrive up to RangeBytes / 4 of logical bytes, the rest when Next
-	// gets to them: decoded records ahead of the caller come on top, at
-	// most about ReadAhead x RangeBytes / 4.
+	// arrive up to RangeBytes / 4 of logical bytes, the rest at most two
+	// frames ahead of Next: decoded records ahead of the caller come on
+	// top, about ReadAhead x (RangeBytes / 4 + 2 frames).
 	ReadAhead int
 	// GapBytes: frames separated by at most this many bytes are fetched in
 	// one GET, and the gap is read and dropped (default 256 KiB). Negative

@@ -3,7 +3,6 @@ package reader
 import (
 	"context"
 	"errors"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -167,19 +166,27 @@ func (r *Records) Next() bool {
 				r.next++
 				return true
 			}
-			if len(f.lazy) > 0 {
-				lf := f.lazy[0]
-				f.lazy = f.lazy[1:]
-				f.recs, f.parts, r.next = nil, nil, 0
-				if lf.err == nil {
-					f.recs, lf.err = decodeChecked(r.stage, lf.sf, lf.b, lf.checked)
-					lf.owner.decoded(lf.err != nil || frame.Copies(lf.b))
+			if f.ahead != nil {
+				var (
+					d  decodedFrame
+					ok bool
+				)
+				select {
+				case d, ok = <-f.ahead:
+				case <-r.ctx.Done():
+					r.stop(context.Cause(r.ctx))
+					return false
 				}
-				if lf.err != nil {
-					f.err, f.lazy = lf.err, nil
+				if !ok {
+					f.ahead = nil
+					continue
 				}
-				for range f.recs {
-					f.parts = append(f.parts, lf.sf.Frame.Partition)
+				f.recs, f.parts, r.next = d.recs, nil, 0
+				for range d.recs {
+					f.parts = append(f.parts, d.part)
+				}
+				if d.err != nil {
+					f.err, f.ahead = d.err, nil
 				}
 				continue
 			}
@@ -245,10 +252,21 @@ func (r *Records) shutdown() {
 		r.rec = nil
 	}
 	if r.cur != nil {
-		release(r.cur.recs)
+		r.cur.release()
 		r.cur = nil
 	}
 	for f := range r.slots {
-		release(f.recs)
+		f.release()
+	}
+}
+
+// release frees a fetch's batches not delivered, once its goroutine has
+// exited (Records.wg).
+func (f *fetch) release() {
+	release(f.recs)
+	if f.ahead != nil {
+		for d := range f.ahead {
+			release(d.recs)
+		}
 	}
 }
