@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -52,12 +53,11 @@ func TestSpanBuffersNotReusedUnderLiveBatches(t *testing.T) {
 		// One sorted run in one object: a group is one span, decoded as
 		// it arrives.
 		"one object": {frames: [][]fspec{{{P: 0, Rows: 3}, {P: 0, Rows: 2}, {P: 1, Rows: 7}, {P: 2, Rows: 9}}}},
-		// One span of 12 frames of 8,000 logical bytes, past decodeAhead
-		// (32 KiB of a 128 KiB range) after the 4th: decoded as it
-		// arrives up to there, the rest when the caller gets to it. The
-		// first frame is uncompressed: its batches point into the buffer
-		// even when the frames decoded later do not.
-		"one object, partly decoded ahead": {frames: [][]fspec{rawFirst(manyFrames(12, 3, 500))}, rangeBytes: 128 << 10},
+		// One span of 12 frames, streamed to the caller frame by frame
+		// from a 128 KiB range. The first frame is uncompressed: its
+		// batches point into the buffer even though the later frames'
+		// do not.
+		"one object, streamed": {frames: [][]fspec{rawFirst(manyFrames(12, 3, 500))}, rangeBytes: 128 << 10},
 	}
 	for _, compression := range []string{frame.None, frame.LZ4} {
 		for name, l := range layouts {
@@ -145,29 +145,39 @@ func rowsOf(rec arrow.RecordBatch) []row {
 	return out
 }
 
-// TestSpanDecodeAhead: a span is decoded as it arrives only up to
-// decodeAhead logical bytes; its later frames are decoded at most
-// aheadFrames ahead of the caller, and every row still arrives in order.
-func TestSpanDecodeAhead(t *testing.T) {
+// TestSpanStreamsToCaller: a span's frames reach the caller as they
+// arrive, while the rest of its GET is still on its way, and every row
+// arrives in order.
+func TestSpanStreamsToCaller(t *testing.T) {
 	const frames, rows = 12, 500
 	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(frames, 3, rows)})
-	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 128 << 10})
+	third := m.Workers[0].Frames[2]
+	st.stallAt, st.resume = third.Offset+third.Length, make(chan struct{})
+	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator()})
 	recs, err := s.ReadPartitions(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer recs.Release()
-	if !recs.Next() {
-		t.Fatal(recs.Err())
+	firsts := make(chan []row, 1)
+	go func() {
+		var got []row
+		for len(got) < 3*rows && recs.Next() {
+			got = append(got, rowsOf(recs.RecordBatch())...)
+		}
+		firsts <- got
+	}()
+	var got []row
+	select {
+	case got = <-firsts:
+	case <-time.After(10 * time.Second):
+		close(st.resume)
+		t.Fatal("the frames that arrived were not delivered while the GET was still receiving")
 	}
-	f := recs.cur
-	frameBytes := m.Workers[0].Frames[0].Bytes
-	eager := int64(len(f.recs))
-	if eager >= frames || (eager-1)*frameBytes > decodeAhead(s) || f.ahead == nil || cap(f.ahead) != aheadFrames {
-		t.Fatalf("%d of %d frames (%d logical bytes each) decoded as they arrived, the rest decoded %d ahead of the caller; want decoded as they arrive up to %d bytes, then %d ahead",
-			eager, frames, frameBytes, cap(f.ahead), decodeAhead(s), aheadFrames)
+	if gets, _ := st.stats(); gets != 1 {
+		t.Fatalf("%d GETs, want the span's one", gets)
 	}
-	got := rowsOf(recs.RecordBatch())
+	close(st.resume)
 	for recs.Next() {
 		got = append(got, rowsOf(recs.RecordBatch())...)
 	}
@@ -177,15 +187,15 @@ func TestSpanDecodeAhead(t *testing.T) {
 	equalRows(t, got, order)
 }
 
-// TestReleaseWhileDecodingAhead: a stream released while its frames are
-// being decoded ahead of it stops the decoding goroutine and frees what
-// it decoded.
+// TestReleaseWhileDecodingAhead: a stream released while a fetch waits
+// to hand it more decoded frames stops the fetch's goroutine and frees
+// what it decoded.
 func TestReleaseWhileDecodingAhead(t *testing.T) {
 	st, m, _ := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(24, 3, 500)})
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	base := runtime.NumGoroutine()
-	s := FromManifest(st, testLayout, m, Options{Mem: mem, RangeBytes: 128 << 10})
+	s := FromManifest(st, testLayout, m, Options{Mem: mem})
 	recs, err := s.ReadPartitions(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -195,8 +205,14 @@ func TestReleaseWhileDecodingAhead(t *testing.T) {
 			t.Fatalf("stream ended early: %v", recs.Err())
 		}
 	}
-	if recs.cur.ahead == nil {
-		t.Fatal("no frame is decoded ahead: the test reads nothing it means to")
+	// The fetch's goroutine fills its queue of decoded frames, then
+	// waits for the caller.
+	deadline := time.Now().Add(10 * time.Second)
+	for len(recs.cur.out) < aheadFrames {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d frames decoded ahead, want %d", len(recs.cur.out), aheadFrames)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	recs.Release()
 	if recs.Next() {

@@ -31,7 +31,43 @@ type memStore struct {
 	peak     int
 	delay    time.Duration // per GET, to make overlap observable
 	block    bool          // GETs wait for their context to end
+	// stallAt: a GET's body stops after this many bytes of the object
+	// until resume is closed (or the GET's context ends); 0: never.
+	stallAt int64
+	resume  chan struct{}
 }
+
+// stalledBody is a body that stops at byte stall of its bytes until
+// resume is closed or ctx ends.
+type stalledBody struct {
+	ctx    context.Context
+	b      []byte
+	stall  int
+	resume chan struct{}
+	pos    int
+}
+
+func (s *stalledBody) Read(p []byte) (int, error) {
+	if s.pos == s.stall {
+		select {
+		case <-s.resume:
+		case <-s.ctx.Done():
+			return 0, s.ctx.Err()
+		}
+	}
+	if s.pos >= len(s.b) {
+		return 0, io.EOF
+	}
+	end := len(s.b)
+	if s.pos < s.stall {
+		end = s.stall
+	}
+	n := copy(p, s.b[s.pos:end])
+	s.pos += n
+	return n, nil
+}
+
+func (s *stalledBody) Close() error { return nil }
 
 func (m *memStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
 	m.mu.Lock()
@@ -64,6 +100,12 @@ func (m *memStore) GetRange(ctx context.Context, key string, off, length int64) 
 		return nil, &store.Error{Op: "GetObject", Key: key, Status: 416, Err: store.ErrInvalidRange}
 	}
 	end := min(off+length, int64(len(b)))
+	m.mu.Lock()
+	stallAt, resume := m.stallAt, m.resume
+	m.mu.Unlock()
+	if stallAt > off && stallAt < end {
+		return &stalledBody{ctx: ctx, b: b[off:end], stall: int(stallAt - off), resume: resume}, nil
+	}
 	return io.NopCloser(bytes.NewReader(b[off:end])), nil
 }
 

@@ -17,66 +17,39 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// fetch is one group being fetched and decoded.
+// fetch is one group being fetched and decoded. Its frames' batches
+// reach Next through out as each frame is decoded, in delivery order,
+// while the group's bytes are still arriving: the caller consumes a
+// range as it streams in, and a fetch holds its stored bytes and at most
+// aheadFrames decoded frames beyond the one Next delivers, not every
+// frame's records.
 type fetch struct {
 	group  group
 	weight int64
-	done   chan struct{} // closed when recs and err are set
-	recs   []arrow.RecordBatch
-	parts  []int // parts[i] is the partition of recs[i]
-	// ahead: the group's frames that arrived but were not decoded with
-	// the fetch, decoded in delivery order by the fetch's goroutine
-	// after done, at most aheadFrames beyond the one Next delivers: a
-	// group holds its stored bytes and a few frames' records, not every
-	// frame's records, and decoding still runs beside the caller. Closed
-	// after the last frame or the first failure (sent in its place). nil
-	// when every frame was decoded with the fetch.
-	ahead chan decodedFrame
-	err   error // after recs and ahead: the frames before the failure are delivered
+	out    chan decodedFrame // closed after the last frame, err set first
+	err    error             // after out: the frames before the failure are delivered
 }
 
-// decodedFrame is one frame's batches and partition, or why it could
-// not be decoded.
+// decodedFrame is one frame's batches and its partition.
 type decodedFrame struct {
 	recs []arrow.RecordBatch
 	part int
-	err  error
 }
 
-// aheadFrames is how many decoded frames a fetch's goroutine keeps ready
-// beyond the one being delivered.
+// aheadFrames is how many decoded frames a fetch keeps ready beyond the
+// one being delivered.
 const aheadFrames = 2
 
-// decodeLazy decodes lazy into f.ahead in order, stopping at the first
-// failure (sent in its place) or when the stream ends; what it cannot
-// send is released.
-func (r *Records) decodeLazy(f *fetch, lazy []lazyFrame) {
-	defer close(f.ahead)
-	for _, lf := range lazy {
-		d := decodedFrame{part: lf.sf.Frame.Partition, err: lf.err}
-		if d.err == nil {
-			d.recs, d.err = decodeChecked(r.stage, lf.sf, lf.b, lf.checked)
-			lf.owner.decoded(d.err != nil || frame.Copies(lf.b))
-		}
-		select {
-		case f.ahead <- d:
-		case <-r.ctx.Done():
-			release(d.recs)
-			return
-		}
-		if d.err != nil {
-			return
-		}
+// send hands one decoded frame to Next, waiting for room; false (the
+// batches released) once the stream has ended.
+func (r *Records) send(f *fetch, recs []arrow.RecordBatch, part int) bool {
+	select {
+	case f.out <- decodedFrame{recs: recs, part: part}:
+		return true
+	case <-r.ctx.Done():
+		release(recs)
+		return false
 	}
-}
-
-// lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
-type lazyFrame struct {
-	sf      spanFrame
-	b       []byte
-	err     error
-	checked bool     // b passed its CRC32C already
-	owner   *spanBuf // b's buffer, if it came from spanBufs
 }
 
 // launch starts fetches in plan order as the window allows. Each starts
@@ -98,47 +71,36 @@ func (r *Records) launch(s *Stage, groups []group) {
 			r.count.Release(1)
 			return
 		}
-		f := &fetch{group: g, weight: w, done: make(chan struct{})}
+		f := &fetch{group: g, weight: w, out: make(chan decodedFrame, aheadFrames)}
 		r.slots <- f
 		r.wg.Add(1)
 		go func() {
 			defer r.wg.Done()
-			var lazy []lazyFrame
-			func() {
-				defer close(f.done)
-				// A panic the fetch did not contain itself (GETs and
-				// decoding do) is the group's error, delivered in its
-				// place like any.
-				defer func() {
-					if v := recover(); v != nil {
-						f.err, lazy = safe.Recovered(v, "fetch of %v", g), nil
-						r.failed.Store(true)
-					}
-				}()
-				f.recs, f.parts, lazy, f.err = fetchGroup(r.ctx, s, g, r.schema)
-				if f.err != nil {
+			defer close(f.out)
+			// A panic the fetch did not contain itself (GETs and decoding
+			// do) is the group's error, delivered in its place like any.
+			defer func() {
+				if v := recover(); v != nil {
+					f.err = safe.Recovered(v, "fetch of %v", g)
 					r.failed.Store(true)
 				}
-				if len(lazy) > 0 {
-					f.ahead = make(chan decodedFrame, aheadFrames)
-				}
 			}()
-			if f.ahead != nil {
-				r.decodeLazy(f, lazy)
+			if f.err = r.fetchGroup(f, s, g); f.err != nil {
+				r.failed.Store(true)
 			}
 		}()
 	}
 }
 
-// fetchGroup fetches a group's spans. A group of one span is decoded as
-// it arrives (the frames before a failure returned with the failure). A
-// group of several is fetched ReadAhead GETs at a time, and its frames
-// returned undecoded, sorted into delivery order (partition, worker,
-// write order), each with its bytes or the reason they did not arrive.
-func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([]arrow.RecordBatch, []int, []lazyFrame, error) {
+// fetchGroup fetches a group's spans and sends its frames' batches. A
+// group of one span is decoded as it arrives (fetchSpan). A group of
+// several is fetched ReadAhead GETs at a time, then its frames decoded
+// in delivery order (partition, worker, write order). It returns why the
+// frames after those sent were not delivered.
+func (r *Records) fetchGroup(f *fetch, s *Stage, g group) error {
+	ctx := r.ctx
 	if len(g.spans) == 1 {
-		r := fetchSpan(ctx, s, g.spans[0], schema)
-		return r.recs, r.parts, r.lazy, r.err
+		return r.fetchSpan(f, s, g.spans[0])
 	}
 	raws := make([]rawSpan, len(g.spans))
 	sem := semaphore.NewWeighted(int64(s.o.ReadAhead))
@@ -174,10 +136,39 @@ func fetchGroup(ctx context.Context, s *Stage, g group, schema *arrow.Schema) ([
 		rw.pooled.hold(whole)
 	}
 	slices.SortStableFunc(lazy, func(a, b lazyFrame) int { return keyOf(a.sf).compare(keyOf(b.sf)) })
-	return nil, nil, lazy, nil
+	for _, lf := range lazy {
+		if lf.err != nil {
+			return lf.err
+		}
+		recs, err := decodeChecked(s, lf.sf, lf.b, lf.checked)
+		lf.owner.decoded(err != nil || frame.Copies(lf.b))
+		if err != nil {
+			return err
+		}
+		if !r.send(f, recs, lf.sf.Frame.Partition) {
+			return context.Cause(ctx)
+		}
+	}
+	return nil
+}
+
+// lazyFrame is a fetched frame's stored bytes, or why they did not arrive.
+type lazyFrame struct {
+	sf      spanFrame
+	b       []byte
+	err     error
+	checked bool     // b passed its CRC32C already
+	owner   *spanBuf // b's buffer, if it came from spanBufs
 }
 
 func keyOf(f spanFrame) orderKey { return orderKey{f.Frame.Partition, f.Worker, f.Index} }
+
+// orderKey places a frame's batches in ReadPartitions' order.
+type orderKey struct{ partition, worker, index int }
+
+func (a orderKey) compare(b orderKey) int {
+	return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.worker, b.worker), cmp.Compare(a.index, b.index))
+}
 
 // rawSpan is the bytes of a span that arrived, and why the rest did not.
 type rawSpan struct {
@@ -224,191 +215,165 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 	return best
 }
 
-// fetchSpan fetches and decodes one span, hedged if the stage hedges,
-// returning each batch's partition alongside. The frames before a
-// failure are returned with it, to be delivered before the error.
-func fetchSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
-	if rw, ok := fetchFast(ctx, s, sp); ok {
-		return decodeFast(s, sp, rw)
+// fetchSpan fetches one span, hedged if the stage hedges, and sends its
+// frames' batches as each frame arrives whole and decodes: decoding
+// overlaps the transfer of the frames after it, and Next may deliver a
+// frame while the rest of the span is still on its way. The GETs only
+// receive (a hedge judges their transfer, not how fast the caller
+// consumes); this goroutine decodes and sends each frame from whichever
+// GET has it whole first. The span fails only if no GET delivers a
+// frame, with the error of the GET that got furthest.
+func (r *Records) fetchSpan(f *fetch, s *Stage, sp span) error {
+	if rw, ok := fetchFast(r.ctx, s, sp); ok {
+		return r.sendFast(f, s, sp, rw)
 	}
-	if s.o.Hedge == nil {
-		r := readSpan(ctx, s, sp, schema)
-		s.served(SourceS3, r.got)
-		return r
-	}
-	// Each request reads and decodes on its own, since both may be
-	// receiving at once; Do returns after both have stopped. Do's own
-	// error is not needed: it fails only when every request did, and then
-	// the request that got furthest is kept.
-	var (
-		mu   sync.Mutex
-		best *spanRead
-	)
-	err := s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
-		r := readSpan(ctx, s, sp, schema)
-		mu.Lock()
-		defer mu.Unlock()
-		// A complete answer beats any partial one; between partial ones
-		// the longer wins, since its whole frames are still delivered.
-		if best == nil || best.err != nil && (r.err == nil || r.got > best.got) {
-			if best != nil {
-				release(best.recs)
-			}
-			best = r
-		} else {
-			release(r.recs)
-		}
-		return r.err
-	})
-	if safe.IsPanic(err) {
-		// A bug in either request fails the span, whatever the other got.
-		if best != nil {
-			release(best.recs)
-		}
-		return &spanRead{err: err}
-	}
-	s.served(SourceS3, best.got)
-	return best
-}
-
-// spanRead is what one GET of a span delivered: the batches of the whole
-// frames that arrived and decoded, their partitions, the frames after
-// them left undecoded (lazy, in the span's order, ending with an entry
-// for the first frame that did not arrive, if one did not), the bytes
-// that arrived, and why the rest did not.
-type spanRead struct {
-	recs  []arrow.RecordBatch
-	parts []int
-	lazy  []lazyFrame
-	got   int64
-	err   error
-}
-
-// decodeAhead is how many logical bytes of a span readSpan decodes as
-// they arrive; the span's frames past them are decoded aheadFrames ahead
-// of the caller (Records.decodeLazy). Without the cap a reader held every
-// in-flight span decoded, about twice its stored bytes at LZ4's ratio,
-// on top of read_ahead x read_range_bytes: the demo's 8 partitions
-// read at once held 130 MiB of decoded frames.
-func decodeAhead(s *Stage) int64 { return max(s.o.RangeBytes/4, 1) }
-
-// orderKey places a frame's batches in ReadPartitions' order.
-type orderKey struct{ partition, worker, index int }
-
-func (a orderKey) compare(b orderKey) int {
-	return cmp.Or(cmp.Compare(a.partition, b.partition), cmp.Compare(a.worker, b.worker), cmp.Compare(a.index, b.index))
-}
-
-// readSpan is one ranged GET of sp into a fresh buffer of its size. A
-// goroutine of its own receives the body, so the connection is drained
-// at the link's pace, while this one decodes each frame as soon as its
-// last byte has arrived: decoding overlaps the transfer of the frames
-// after it, and the span is ready almost as soon as its last byte is in.
-// The buffer comes from spanBufs and goes back to it unless a frame was
-// uncompressed: decoded arrays of such a frame point into it.
-func readSpan(ctx context.Context, s *Stage, sp span, schema *arrow.Schema) *spanRead {
-	ctx, cancel := context.WithCancel(ctx)
-	buf := spanBufs.get(sp.Length)
-	// reuse: no record decoded from buf points into it, so it goes back
-	// to spanBufs once the receiver is done with it.
-	reuse := true
-	// The receiver sends, for each frame in turn, the bytes of the span
-	// that have arrived once the frame is whole. got and rerr are its
-	// final count and error, read after it closes whole.
-	whole := make(chan int64, len(sp.Frames))
-	var (
-		got  int64
-		rerr error
-	)
-	// However the decoding ends, the receiver has exited when readSpan
-	// returns.
-	defer func() {
-		cancel()
-		for range whole {
-		}
-		if reuse {
-			spanBufs.put(buf)
-		}
-	}()
+	ctx, cancel := context.WithCancel(r.ctx)
+	t := &spanTransfer{s: s, sp: sp}
+	t.cond = sync.NewCond(&t.mu)
+	transferred := make(chan error, 1)
 	go func() {
-		defer close(whole)
-		// A panic in the store's GET or body is the span's read error:
-		// the frames that arrived whole before it are still delivered.
+		var err error
 		defer func() {
-			if v := recover(); v != nil {
-				rerr = safe.Recovered(v, "the store's ranged GET")
-			}
+			t.mu.Lock()
+			t.over = true
+			t.cond.Broadcast()
+			t.mu.Unlock()
+			transferred <- err
 		}()
-		body, err := s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
-		if err != nil {
-			rerr = err
+		defer safe.Recover(&err, "the transfer of a range")
+		if s.o.Hedge == nil {
+			err = t.receive(ctx)
 			return
 		}
-		defer body.Close()
-		for _, f := range sp.Frames {
-			if end := f.At + f.Frame.Length; got < end {
-				n, err := io.ReadFull(body, buf[got:end])
-				got += int64(n)
-				if err != nil {
-					rerr = err
-					return
+		err = s.o.Hedge.h.Do(ctx, t.receive)
+	}()
+	err := r.deliverSpan(f, t)
+	cancel()
+	if terr := <-transferred; safe.IsPanic(terr) && !safe.IsPanic(err) {
+		// A bug in either GET fails the span, whatever the other got
+		// (named with the frame it stopped at, when it stopped short).
+		err = terr
+	}
+	var got int64
+	for _, g := range t.gets {
+		got = max(got, g.got)
+		if !g.aliased {
+			spanBufs.put(g.buf)
+		}
+	}
+	s.served(SourceS3, got)
+	return err
+}
+
+// spanTransfer is the GETs of one span (two under a hedge) and what each
+// has received so far. mu guards every field but s and sp; cond signals
+// each change.
+type spanTransfer struct {
+	s    *Stage
+	sp   span
+	mu   sync.Mutex
+	cond *sync.Cond
+	gets []*spanGet
+	over bool // no GET receives any more, and none will start
+}
+
+// spanGet is one GET of a span: its buffer, the bytes received into it,
+// and why it stopped short (err, once done).
+type spanGet struct {
+	buf     []byte
+	got     int64
+	done    bool
+	err     error
+	aliased bool // a sent frame was uncompressed: its batches point into buf
+}
+
+// receive is one ranged GET of the span into a buffer from spanBufs,
+// read at the link's pace; it reports each whole frame as it lands.
+func (t *spanTransfer) receive(ctx context.Context) (err error) {
+	sp := t.sp
+	g := &spanGet{buf: spanBufs.get(sp.Length)}
+	t.mu.Lock()
+	t.gets = append(t.gets, g)
+	t.mu.Unlock()
+	defer func() {
+		t.mu.Lock()
+		g.done, g.err = true, err
+		t.cond.Broadcast()
+		t.mu.Unlock()
+	}()
+	// A panic in the store's GET or body is this GET's error: the frames
+	// that arrived whole before it are still delivered.
+	defer safe.Recover(&err, "the store's ranged GET")
+	body, err := t.s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	var got int64
+	for _, f := range sp.Frames {
+		if end := f.At + f.Frame.Length; got < end {
+			n, err := io.ReadFull(body, g.buf[got:end])
+			got += int64(n)
+			t.mu.Lock()
+			g.got = got
+			t.cond.Broadcast()
+			t.mu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// deliverSpan sends the span's frames in order, each decoded from the
+// first GET to hold it whole, waiting for the GETs as needed.
+func (r *Records) deliverSpan(f *fetch, t *spanTransfer) error {
+	s, sp := t.s, t.sp
+	for _, sf := range sp.Frames {
+		end := sf.At + sf.Frame.Length
+		t.mu.Lock()
+		var from *spanGet
+		for {
+			for _, g := range t.gets {
+				if g.got >= end {
+					from = g
+					break
 				}
 			}
-			whole <- got
-		}
-	}()
-	r := &spanRead{}
-	var decoded int64
-	for _, f := range sp.Frames {
-		if _, ok := <-whole; !ok {
-			// Frames that arrived whole are still delivered; the error
-			// comes in their place in the stream.
-			r.err = shortRead(s, sp, f, got, rerr)
-			if r.lazy != nil {
-				r.lazy = append(r.lazy, lazyFrame{sf: f, err: r.err})
+			if from != nil || t.over {
+				break
 			}
-			break
+			t.cond.Wait()
 		}
-		b := buf[f.At : f.At+f.Frame.Length]
-		if decoded >= decodeAhead(s) {
-			r.lazy = append(r.lazy, lazyFrame{sf: f, b: b})
-			continue
+		t.mu.Unlock()
+		if from == nil {
+			// No GET got this frame whole: the error of the one that
+			// got furthest comes in place of the rest.
+			if len(t.gets) == 0 {
+				return context.Cause(r.ctx)
+			}
+			best := t.gets[0]
+			for _, g := range t.gets[1:] {
+				if g.got > best.got {
+					best = g
+				}
+			}
+			return shortRead(s, sp, sf, best.got, best.err)
 		}
-		reuse = reuse && frame.Copies(b)
-		recs, err := decodeFrame(s, f, b, schema)
+		b := from.buf[sf.At:end]
+		recs, err := decodeFrame(s, sf, b, r.schema)
 		if err != nil {
-			r.err = err
-			break
+			return err
 		}
-		decoded += f.Frame.Bytes
-		r.recs = append(r.recs, recs...)
-		for range recs {
-			r.parts = append(r.parts, f.Frame.Partition)
+		if !frame.Copies(b) {
+			from.aliased = true
 		}
-	}
-	cancel()
-	for range whole {
-	}
-	r.got = got
-	var pending int32
-	for _, lf := range r.lazy {
-		if lf.err == nil {
-			pending++
+		if !r.send(f, recs, sf.Frame.Partition) {
+			return context.Cause(r.ctx)
 		}
 	}
-	if pending > 0 {
-		// The lazy frames' bytes stay in buf: it goes back to spanBufs
-		// once they are decoded, unless a frame decoded here or there
-		// aliases it.
-		sb := &spanBuf{b: buf}
-		sb.alias.Store(!reuse)
-		for i := range r.lazy {
-			r.lazy[i].owner = sb
-		}
-		sb.hold(pending)
-		reuse = false
-	}
-	return r
+	return nil
 }
 
 // shortRead explains a span whose body ended (or failed) before frame f

@@ -37,7 +37,8 @@ type Records struct {
 
 	// consumer state
 	cur    *fetch
-	next   int // index in cur.recs of the next batch to deliver
+	frame  decodedFrame // cur's frame being delivered
+	next   int          // index in frame.recs of the next batch to deliver
 	rec    arrow.RecordBatch
 	part   int // partition of rec
 	err    error
@@ -160,36 +161,27 @@ func (r *Records) Next() bool {
 	}
 	for {
 		if f := r.cur; f != nil {
-			if r.next < len(f.recs) {
-				r.rec, f.recs[r.next] = f.recs[r.next], nil
-				r.part = f.parts[r.next]
+			if r.next < len(r.frame.recs) {
+				r.rec, r.frame.recs[r.next] = r.frame.recs[r.next], nil
+				r.part = r.frame.part
 				r.next++
 				return true
 			}
-			if f.ahead != nil {
-				var (
-					d  decodedFrame
-					ok bool
-				)
-				select {
-				case d, ok = <-f.ahead:
-				case <-r.ctx.Done():
-					r.stop(context.Cause(r.ctx))
-					return false
-				}
-				if !ok {
-					f.ahead = nil
-					continue
-				}
-				f.recs, f.parts, r.next = d.recs, nil, 0
-				for range d.recs {
-					f.parts = append(f.parts, d.part)
-				}
-				if d.err != nil {
-					f.err, f.ahead = d.err, nil
-				}
+			var (
+				d  decodedFrame
+				ok bool
+			)
+			select {
+			case d, ok = <-f.out:
+			case <-r.ctx.Done():
+				r.stop(context.Cause(r.ctx))
+				return false
+			}
+			if ok {
+				r.frame, r.next = d, 0
 				continue
 			}
+			// out is closed: f.err is set.
 			if f.err != nil {
 				r.stop(f.err)
 				return false
@@ -213,13 +205,7 @@ func (r *Records) Next() bool {
 			r.stop(context.Cause(r.ctx))
 			return false
 		}
-		r.cur, r.next = f, 0
-		select {
-		case <-f.done:
-		case <-r.ctx.Done():
-			r.stop(context.Cause(r.ctx))
-			return false
-		}
+		r.cur, r.frame, r.next = f, decodedFrame{}, 0
 	}
 }
 
@@ -251,6 +237,8 @@ func (r *Records) shutdown() {
 		r.rec.Release()
 		r.rec = nil
 	}
+	release(r.frame.recs)
+	r.frame = decodedFrame{}
 	if r.cur != nil {
 		r.cur.release()
 		r.cur = nil
@@ -260,13 +248,10 @@ func (r *Records) shutdown() {
 	}
 }
 
-// release frees a fetch's batches not delivered, once its goroutine has
-// exited (Records.wg).
+// release frees the batches a fetch decoded that were not delivered,
+// once its goroutine has exited (Records.wg) and closed out.
 func (f *fetch) release() {
-	release(f.recs)
-	if f.ahead != nil {
-		for d := range f.ahead {
-			release(d.recs)
-		}
+	for d := range f.out {
+		release(d.recs)
 	}
 }

@@ -303,24 +303,20 @@ func getRange(ctx context.Context, s *Stage, sp span) rawSpan {
 	return rawSpan{buf: pb.b, got: n, err: err, pooled: pb}
 }
 
-// decodeFast decodes a span fetchFast returned, as readSpan would: the
-// whole frames before a failure are delivered with it.
-func decodeFast(s *Stage, sp span, rw rawSpan) *spanRead {
-	r := &spanRead{got: rw.got}
-	for _, f := range sp.Frames {
-		if end := f.At + f.Frame.Length; end > rw.got {
-			r.err = shortRead(s, sp, f, rw.got, rw.err)
-			return r
+// sendFast decodes and sends the frames of a span fetchFast returned, as
+// fetchSpan would: the whole frames before a failure are delivered.
+func (r *Records) sendFast(f *fetch, s *Stage, sp span, rw rawSpan) error {
+	for _, sf := range sp.Frames {
+		if end := sf.At + sf.Frame.Length; end > rw.got {
+			return shortRead(s, sp, sf, rw.got, rw.err)
 		}
-		recs, err := decodeChecked(s, f, rw.buf[f.At:f.At+f.Frame.Length], rw.checked)
+		recs, err := decodeChecked(s, sf, rw.buf[sf.At:sf.At+sf.Frame.Length], rw.checked)
 		if err != nil {
-			r.err = err
-			return r
+			return err
 		}
-		r.recs = append(r.recs, recs...)
-		for range recs {
-			r.parts = append(r.parts, f.Frame.Partition)
+		if !r.send(f, recs, sf.Frame.Partition) {
+			return context.Cause(r.ctx)
 		}
 	}
-	return r
+	return nil
 }
