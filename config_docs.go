@@ -38,7 +38,8 @@ value, and the command exits with code 2.
 
 Memory: a process holds at most ` + "`max_buffered_chunks x chunk_size`" + ` bytes of
 chunks (defaults: 16 x 8 MiB = 128 MiB), plus ` + "`coalesce_budget`" + ` of unencoded
-rows per open writer, plus about ` + "`read_ahead x read_range_bytes`" + ` per open reader.
+rows per open writer, plus about ` + "`2 x read_ahead x read_range_bytes`" + ` per open reader
+(its ranged GETs, and as many logical bytes of frames decoded ahead of it).
 ` + "`memory_limit auto`" + ` (the default) makes ` + "`write`" + `, ` + "`demo`" + `, ` + "`serve`" + ` and ` + "`bench`" + ` set the
 memory bound (the above plus ` + fmt.Sprint(runtimeHeadroom/MiB) + ` MiB of runtime headroom) less ` + fmt.Sprint(unmanagedMemory/MiB) + ` MiB of
 resident memory the runtime does not govern as the Go runtime's soft memory

@@ -81,7 +81,8 @@ type MemoryLoad struct {
 	// coalesce_budget of unencoded rows.
 	Writers int
 	// Readers is the partition streams read at once, each with about
-	// read_ahead x read_range_bytes of stored bytes in flight.
+	// read_ahead x read_range_bytes of stored bytes in flight and at most
+	// as many logical bytes of frames decoded ahead of its caller.
 	Readers int
 	// Streams is the sidecar's Flight streams (max_streams): each is a
 	// writer or a reader, plus the gRPC message being received or sent.
@@ -92,8 +93,8 @@ type MemoryLoad struct {
 //
 //	max_buffered_chunks x chunk_size                     chunks, shared
 //	+ Writers x coalesce_budget                          unencoded rows
-//	+ Readers x read_ahead x read_range_bytes            ranged GETs
-//	+ Streams x (max(coalesce_budget, read_ahead x read_range_bytes)
+//	+ Readers x 2 x read_ahead x read_range_bytes        ranged GETs, frames decoded ahead
+//	+ Streams x (max(coalesce_budget, 2 x read_ahead x read_range_bytes)
 //	             + max_message_bytes)                    sidecar streams
 //	+ memory_store_bytes                                 frames kept for fast reads
 //	+ runtimeHeadroom (96 MiB)
@@ -101,7 +102,7 @@ type MemoryLoad struct {
 // With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
 func (c Config) MemoryBound(l MemoryLoad) Size {
 	chunks := Size(c.BufferedChunks()) * c.ChunkSize
-	read := Size(c.ReadAhead) * c.ReadRangeBytes
+	read := 2 * Size(c.ReadAhead) * c.ReadRangeBytes
 	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
 	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.MemoryStoreBytes + runtimeHeadroom
 }

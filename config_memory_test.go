@@ -67,9 +67,9 @@ func TestMemoryBound(t *testing.T) {
 		// The benchmark issue's bound: 16 x 8 MiB + 64 MiB + 96 MiB.
 		{"one writer, defaults", nil, MemoryLoad{Writers: 1}, 288 * MiB},
 		{"four writers", nil, MemoryLoad{Writers: 4}, 128*MiB + 4*64*MiB + 96*MiB},
-		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*4*8*MiB + 96*MiB},
+		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*2*4*8*MiB + 96*MiB},
 		{"sidecar streams", nil, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 96*MiB},
-		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(32*MiB+4*MiB) + 96*MiB},
+		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(2*32*MiB+4*MiB) + 96*MiB},
 		{"memory store", func(c *Config) { c.MemoryStoreBytes = 1 * GiB }, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 1*GiB + 96*MiB},
 		{"explicit buffers", func(c *Config) { c.MaxBufferedChunks = 4; c.ChunkSize = 5 * MiB }, MemoryLoad{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
 	}

@@ -220,3 +220,47 @@ func TestReleaseWhileDecodingAhead(t *testing.T) {
 	}
 	noLeak(t, base)
 }
+
+// TestDecodeBudget: ranges ahead of the one being delivered decode while
+// the stream's decode budget (read_ahead x read_range_bytes of logical
+// bytes) lasts, then wait: with the caller idle after its first batch,
+// the stream fills the budget and holds no more than it, besides
+// aheadFrames frames of the range being delivered.
+func TestDecodeBudget(t *testing.T) {
+	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(48, 4, 500)})
+	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 16 << 10, ReadAhead: 4})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Release()
+	if !recs.Next() {
+		t.Fatal(recs.Err())
+	}
+	got := rowsOf(recs.RecordBatch())
+	frameBytes := m.Workers[0].Frames[0].Bytes
+	g := recs.gate
+	held := func() int64 {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		return g.held
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for held() < g.budget-frameBytes {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes decoded ahead of an idle caller, want the budget of %d filled: ranges ahead do not decode", held(), g.budget)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if h, most := held(), g.budget+aheadFrames*frameBytes; h > most {
+		t.Fatalf("%d bytes decoded ahead of an idle caller, want at most %d (the budget and %d frames of %d bytes)", h, most, aheadFrames, frameBytes)
+	}
+	for recs.Next() {
+		got = append(got, rowsOf(recs.RecordBatch())...)
+	}
+	if err := recs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
+}

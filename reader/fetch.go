@@ -28,27 +28,49 @@ type fetch struct {
 	weight int64
 	out    chan decodedFrame // closed after the last frame, err set first
 	err    error             // after out: the frames before the failure are delivered
+	queued int               // frames decoded and not taken by Next; decodeGate.mu
 }
 
-// decodedFrame is one frame's batches and its partition.
+// decodedFrame is one frame's batches, its partition and logical bytes.
 type decodedFrame struct {
-	recs []arrow.RecordBatch
-	part int
+	recs  []arrow.RecordBatch
+	part  int
+	bytes int64
 }
 
-// aheadFrames is how many decoded frames a fetch keeps ready beyond the
-// one being delivered.
+// aheadFrames is how many decoded frames the fetch Next delivers from
+// may keep ready whatever the stream's decode budget.
 const aheadFrames = 2
 
-// send hands one decoded frame to Next, waiting for room; false (the
-// batches released) once the stream has ended.
-func (r *Records) send(f *fetch, recs []arrow.RecordBatch, part int) bool {
+// outFrames is the capacity of a fetch's queue of decoded frames: its
+// frames, within [aheadFrames, 1024] (decodeGate bounds their bytes).
+func outFrames(g group) int {
+	n := 0
+	for _, sp := range g.spans {
+		n += len(sp.Frames)
+	}
+	return min(max(n, aheadFrames), 1024)
+}
+
+// decode decodes frame sf of f from b once the stream's decode budget
+// admits it and hands it to Next; false (nothing held) when decoding
+// failed (err) or the stream ended.
+func (r *Records) decode(f *fetch, sf spanFrame, b []byte, checked bool) (bool, error) {
+	if !r.gate.admit(f, sf.Frame.Bytes) {
+		return false, context.Cause(r.ctx)
+	}
+	recs, err := decodeChecked(r.stage, sf, b, checked)
+	if err != nil {
+		r.gate.taken(f, sf.Frame.Bytes)
+		return false, err
+	}
 	select {
-	case f.out <- decodedFrame{recs: recs, part: part}:
-		return true
+	case f.out <- decodedFrame{recs: recs, part: sf.Frame.Partition, bytes: sf.Frame.Bytes}:
+		return true, nil
 	case <-r.ctx.Done():
 		release(recs)
-		return false
+		r.gate.taken(f, sf.Frame.Bytes)
+		return false, context.Cause(r.ctx)
 	}
 }
 
@@ -71,7 +93,7 @@ func (r *Records) launch(s *Stage, groups []group) {
 			r.count.Release(1)
 			return
 		}
-		f := &fetch{group: g, weight: w, out: make(chan decodedFrame, aheadFrames)}
+		f := &fetch{group: g, weight: w, out: make(chan decodedFrame, outFrames(g))}
 		r.slots <- f
 		r.wg.Add(1)
 		go func() {
@@ -140,13 +162,10 @@ func (r *Records) fetchGroup(f *fetch, s *Stage, g group) error {
 		if lf.err != nil {
 			return lf.err
 		}
-		recs, err := decodeChecked(s, lf.sf, lf.b, lf.checked)
-		lf.owner.decoded(err != nil || frame.Copies(lf.b))
-		if err != nil {
+		ok, err := r.decode(f, lf.sf, lf.b, lf.checked)
+		lf.owner.decoded(!ok || frame.Copies(lf.b))
+		if !ok {
 			return err
-		}
-		if !r.send(f, recs, lf.sf.Frame.Partition) {
-			return context.Cause(ctx)
 		}
 	}
 	return nil
@@ -362,15 +381,11 @@ func (r *Records) deliverSpan(f *fetch, t *spanTransfer) error {
 			return shortRead(s, sp, sf, best.got, best.err)
 		}
 		b := from.buf[sf.At:end]
-		recs, err := decodeFrame(s, sf, b, r.schema)
-		if err != nil {
-			return err
-		}
 		if !frame.Copies(b) {
 			from.aliased = true
 		}
-		if !r.send(f, recs, sf.Frame.Partition) {
-			return context.Cause(r.ctx)
+		if ok, err := r.decode(f, sf, b, false); !ok {
+			return err
 		}
 	}
 	return nil

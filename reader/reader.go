@@ -50,10 +50,9 @@ type Options struct {
 	// delivered counts, so 1 fetches only when the caller asks and 4 keeps
 	// up to 3 GETs in flight while the caller consumes. Stored bytes held
 	// are at most ReadAhead x RangeBytes, or one oversized frame alone,
-	// whatever the stage's size. Each range's frames are decoded as they
-	// arrive up to RangeBytes / 4 of logical bytes, the rest at most two
-	// frames ahead of Next: decoded records ahead of the caller come on
-	// top, about ReadAhead x (RangeBytes / 4 + 2 frames).
+	// whatever the stage's size. A range's frames reach Next as they
+	// arrive; decoded frames not yet delivered are at most ReadAhead x
+	// RangeBytes logical bytes, besides two of the range being delivered.
 	ReadAhead int
 	// GapBytes: frames separated by at most this many bytes are fetched in
 	// one GET, and the gap is read and dropped (default 256 KiB). Negative

@@ -29,6 +29,7 @@ type Records struct {
 	slots  chan *fetch
 	count  *semaphore.Weighted // ranges fetched or waiting, ReadAhead
 	bytes  *semaphore.Weighted // their stored bytes, ReadAhead x RangeBytes
+	gate   *decodeGate         // decoded frames not taken yet, as many logical bytes
 	budget int64
 	spans  int
 	plan   []Planned
@@ -60,6 +61,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
 	r := &Records{
+		gate:   newDecodeGate(budget),
 		schema: s.schema,
 		stage:  s,
 		ctx:    cctx,
@@ -74,6 +76,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 		r.spans += len(g.spans)
 	}
 	r.refs.Store(1)
+	context.AfterFunc(cctx, r.gate.close)
 	r.wg.Add(1)
 	go r.launch(s, groups)
 	return r
@@ -178,6 +181,7 @@ func (r *Records) Next() bool {
 				return false
 			}
 			if ok {
+				r.gate.taken(f, d.bytes)
 				r.frame, r.next = d, 0
 				continue
 			}
@@ -206,6 +210,7 @@ func (r *Records) Next() bool {
 			return false
 		}
 		r.cur, r.frame, r.next = f, decodedFrame{}, 0
+		r.gate.deliverFrom(f)
 	}
 }
 

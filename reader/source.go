@@ -310,12 +310,8 @@ func (r *Records) sendFast(f *fetch, s *Stage, sp span, rw rawSpan) error {
 		if end := sf.At + sf.Frame.Length; end > rw.got {
 			return shortRead(s, sp, sf, rw.got, rw.err)
 		}
-		recs, err := decodeChecked(s, sf, rw.buf[sf.At:sf.At+sf.Frame.Length], rw.checked)
-		if err != nil {
+		if ok, err := r.decode(f, sf, rw.buf[sf.At:sf.At+sf.Frame.Length], rw.checked); !ok {
 			return err
-		}
-		if !r.send(f, recs, sf.Frame.Partition) {
-			return context.Cause(r.ctx)
 		}
 	}
 	return nil
