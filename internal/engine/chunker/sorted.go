@@ -199,7 +199,7 @@ func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
 		return k.buf, nil
 	}
 	buf := bufPool.Get()
-	buf.Grow(int(k.length))
+	frame.GrowTo(buf, int(k.length))
 	b := buf.AvailableBuffer()[:k.length]
 	if err := w.spillFile.ReadAt(b, k.off); err != nil {
 		bufPool.Put(buf)
@@ -210,7 +210,8 @@ func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
 		return nil, fmt.Errorf("spill %s: frame of partition %d at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
 			w.spillFile.Name(), k.partition, k.off, k.length, got, k.crc)
 	}
-	buf.Write(b)
+	// The bytes are in buf's spare room already: take them in, no copy.
+	*buf = *bytes.NewBuffer(b)
 	return buf, nil
 }
 

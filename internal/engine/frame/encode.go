@@ -107,13 +107,13 @@ func (e *Encoder) Close() {
 	}
 }
 
-// growTo makes room for n more bytes in buf. Unlike buf.Grow, which at
+// GrowTo makes room for n more bytes in buf. Unlike buf.Grow, which at
 // least doubles the capacity, a buffer that is short grows to what it
 // holds plus n, rounded up to growStep: a pooled frame buffer then ends
 // near the largest frame it carried rather than twice that (each growth
 // is an allocation the runtime zeroes, and a buffer past a pool's limit
 // is dropped, so every frame after it allocated again).
-func growTo(buf *bytes.Buffer, n int) {
+func GrowTo(buf *bytes.Buffer, n int) {
 	if buf.Available() >= n {
 		return
 	}
@@ -123,7 +123,7 @@ func growTo(buf *bytes.Buffer, n int) {
 	*buf = *bytes.NewBuffer(b)
 }
 
-// growStep is what growTo rounds a buffer's capacity up to.
+// growStep is what GrowTo rounds a buffer's capacity up to.
 const growStep = 64 << 10
 
 // Encode appends one frame holding recs (all of the encoder's schema) to
@@ -183,7 +183,7 @@ func (e *Encoder) compress(buf *bytes.Buffer, msgs []byte) {
 	switch e.compression {
 	case LZ4:
 		need := HeaderSize + lz4.CompressBlockBound(len(msgs))
-		growTo(buf, need)
+		GrowTo(buf, need)
 		dst := buf.AvailableBuffer()[:need]
 		n, err := e.lz.CompressBlock(msgs, dst[HeaderSize:])
 		if err == nil && n > 0 && n < len(msgs) {

@@ -384,12 +384,12 @@ func TestDecodeAll(t *testing.T) {
 func TestGrowTo(t *testing.T) {
 	b := bytes.NewBuffer(make([]byte, 0, 1<<20))
 	b.WriteString("head")
-	growTo(b, 1<<20)
+	GrowTo(b, 1<<20)
 	if want := (4 + 1<<20 + growStep - 1) / growStep * growStep; b.Cap() != want || b.String() != "head" {
 		t.Fatalf("capacity %d holding %q, want %d holding \"head\"", b.Cap(), b.String(), want)
 	}
 	before := b.Cap()
-	growTo(b, 1000)
+	GrowTo(b, 1000)
 	if b.Cap() != before {
 		t.Fatalf("a buffer with room grew from %d to %d", before, b.Cap())
 	}
