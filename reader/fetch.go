@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"io"
 	"slices"
 	"sync"
@@ -13,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/semaphore"
 
+	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -20,9 +20,8 @@ import (
 // fetch is one group being fetched and decoded. Its frames' batches
 // reach Next through out as each frame is decoded, in delivery order,
 // while the group's bytes are still arriving: the caller consumes a
-// range as it streams in, and a fetch holds its stored bytes and at most
-// aheadFrames decoded frames beyond the one Next delivers, not every
-// frame's records.
+// range as it streams in. Decoded frames not yet taken are bounded by
+// the stream's decodeGate, not by the group's size.
 type fetch struct {
 	group  group
 	weight int64

@@ -19,7 +19,7 @@ import (
 type Records struct {
 	refs   atomic.Int64
 	schema *arrow.Schema
-	stage  *Stage // decodes a group's frames as Next reaches them
+	stage  *Stage // whose frames the fetches decode
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
