@@ -15,14 +15,9 @@ func frameErr(s *Stage, f spanFrame, err error) *FrameError {
 		Partition: f.Frame.Partition, Worker: s.m.Workers[f.Worker].Worker, Err: err}
 }
 
-// decodeFrame verifies b against the manifest and decodes it, applying
-// the frame's Skip and Take.
-func decodeFrame(s *Stage, f spanFrame, b []byte, schema *arrow.Schema) ([]arrow.RecordBatch, error) {
-	return decodeChecked(s, f, b, false)
-}
-
-// decodeChecked is decodeFrame, skipping the CRC32C of bytes that already
-// passed it (checked). A panic in the decoder (a bug; the bytes are as
+// decodeChecked verifies b against the manifest (its CRC32C unless the
+// bytes already passed it: checked) and decodes it, applying the frame's
+// Skip and Take. A panic in the decoder (a bug; the bytes are as
 // written, their CRC32C matched) fails the frame with a *safe.PanicError
 // naming it. It is not a *FrameError: the data is not known to be
 // damaged, and reading it again would meet the same bug.

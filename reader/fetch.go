@@ -296,11 +296,10 @@ type spanTransfer struct {
 }
 
 // spanGet is one GET of a span: its buffer, the bytes received into it,
-// and why it stopped short (err, once done).
+// and why it stopped short (err, set as it returns).
 type spanGet struct {
 	buf     []byte
 	got     int64
-	done    bool
 	err     error
 	aliased bool // a sent frame was uncompressed: its batches point into buf
 }
@@ -315,7 +314,7 @@ func (t *spanTransfer) receive(ctx context.Context) (err error) {
 	t.mu.Unlock()
 	defer func() {
 		t.mu.Lock()
-		g.done, g.err = true, err
+		g.err = err
 		t.cond.Broadcast()
 		t.mu.Unlock()
 	}()

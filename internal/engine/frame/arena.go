@@ -125,11 +125,7 @@ func (a *Arena) Recycle(r *ArenaRun) {
 		a.spareHeld += acc.Held()
 	}
 	if extra := len(a.spare) - (len(r.accs) - 1); extra > 0 {
-		for _, s := range a.spare[:extra] {
-			a.spareHeld -= s.Held()
-		}
-		clear(a.spare[:extra])
-		a.spare = append(a.spare[:0], a.spare[extra:]...)
+		a.dropFirst(extra)
 	}
 }
 
@@ -150,10 +146,16 @@ func (a *Arena) DropSpare(n int64) {
 	}
 	k := 0
 	for k < len(a.spare) && n > 0 {
-		h := a.spare[k].Held()
-		a.spareHeld -= h
-		n -= h
+		n -= a.spare[k].Held()
 		k++
+	}
+	a.dropFirst(k)
+}
+
+// dropFirst lets the collector have the k oldest spare segments.
+func (a *Arena) dropFirst(k int) {
+	for _, s := range a.spare[:k] {
+		a.spareHeld -= s.Held()
 	}
 	clear(a.spare[:k])
 	a.spare = append(a.spare[:0], a.spare[k:]...)
