@@ -109,15 +109,22 @@ func (e *Encoder) Close() {
 
 // GrowTo makes room for n more bytes in buf. Unlike buf.Grow, which at
 // least doubles the capacity, a buffer that is short grows to what it
-// holds plus n, rounded up to growStep: a pooled frame buffer then ends
-// near the largest frame it carried rather than twice that (each growth
-// is an allocation the runtime zeroes, and a buffer past a pool's limit
-// is dropped, so every frame after it allocated again).
+// holds plus n, rounded up to growStep past growStep: a pooled frame
+// buffer then ends near the largest frame it carried rather than twice
+// that (each growth is an allocation the runtime zeroes, and a buffer
+// past a pool's limit is dropped, so every frame after it allocated
+// again). A smaller buffer grows to the size asked (the runtime rounds
+// it to its size class): the frames of a writer at thousands of
+// partitions are a few KiB each, and a 64 KiB buffer for each of them
+// multiplied what it allocated.
 func GrowTo(buf *bytes.Buffer, n int) {
 	if buf.Available() >= n {
 		return
 	}
-	size := (buf.Len() + n + growStep - 1) / growStep * growStep
+	size := buf.Len() + n
+	if size > growStep {
+		size = (size + growStep - 1) / growStep * growStep
+	}
 	b := make([]byte, buf.Len(), size)
 	copy(b, buf.Bytes())
 	*buf = *bytes.NewBuffer(b)

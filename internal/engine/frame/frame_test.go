@@ -379,8 +379,9 @@ func TestDecodeAll(t *testing.T) {
 }
 
 // TestGrowTo: a buffer short of room grows to what it holds plus the
-// room asked, rounded up to growStep (not doubled), keeps its bytes, and
-// one with room enough is left alone.
+// room asked, rounded up to growStep when past it (not doubled), keeps
+// its bytes; a small one grows to about the size asked; one with room
+// enough is left alone.
 func TestGrowTo(t *testing.T) {
 	b := bytes.NewBuffer(make([]byte, 0, 1<<20))
 	b.WriteString("head")
@@ -392,5 +393,10 @@ func TestGrowTo(t *testing.T) {
 	GrowTo(b, 1000)
 	if b.Cap() != before {
 		t.Fatalf("a buffer with room grew from %d to %d", before, b.Cap())
+	}
+	small := new(bytes.Buffer)
+	GrowTo(small, 5000)
+	if small.Cap() < 5000 || small.Cap() > 5000+5000/8 {
+		t.Fatalf("a 5000-byte frame's buffer has capacity %d, want about 5000, not a step of %d", small.Cap(), growStep)
 	}
 }
