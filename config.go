@@ -79,7 +79,7 @@ type Config struct {
 	Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c (sent with every part and put, verified by the store) or none (uploads created without a checksum algorithm, parts sent whole rather than streamed over HTTPS). Frames always carry a CRC32C in the manifest, which readers check."`
 
 	ReadRangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
-	ReadAhead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer, plus the batches it holds."`
+	ReadAhead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
 	ReadGapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
 
 	RetryMaxAttempts int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`

@@ -226,9 +226,12 @@ func TestReleaseWhileDecodingAhead(t *testing.T) {
 // bytes) lasts, then wait: with the caller idle after its first batch,
 // the stream fills the budget and holds no more than it, besides
 // aheadFrames frames of the range being delivered.
+// TestDecodeBudget: ranges ahead of an idle caller decode, within the
+// starting budget (a caller that never waits for decoding does not grow
+// it), and a caller that reads on gets every row.
 func TestDecodeBudget(t *testing.T) {
 	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(48, 4, 500)})
-	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 16 << 10, ReadAhead: 4})
+	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 32 << 10, ReadAhead: 8})
 	recs, err := s.ReadPartitions(context.Background(), nil)
 	if err != nil {
 		t.Fatal(err)
@@ -240,21 +243,24 @@ func TestDecodeBudget(t *testing.T) {
 	got := rowsOf(recs.RecordBatch())
 	frameBytes := m.Workers[0].Frames[0].Bytes
 	g := recs.gate
-	held := func() int64 {
-		g.mu.Lock()
-		defer g.mu.Unlock()
-		return g.held
+	start := int64(8*32<<10) / startShare
+	if start < 3*frameBytes {
+		t.Fatalf("starting budget %d holds fewer than 3 frames of %d bytes: the test shows nothing", start, frameBytes)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for held() < g.budget-frameBytes {
+	for held, _ := g.state(); held < start-frameBytes; held, _ = g.state() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d bytes decoded ahead of an idle caller, want the budget of %d filled: ranges ahead do not decode", held(), g.budget)
+			t.Fatalf("%d bytes decoded ahead of an idle caller, want the starting budget of %d filled: ranges ahead do not decode", held, start)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	time.Sleep(50 * time.Millisecond)
-	if h, most := held(), g.budget+aheadFrames*frameBytes; h > most {
-		t.Fatalf("%d bytes decoded ahead of an idle caller, want at most %d (the budget and %d frames of %d bytes)", h, most, aheadFrames, frameBytes)
+	held, budget := g.state()
+	if budget != start {
+		t.Fatalf("budget %d after an idle caller, want the starting %d: it grew without the caller waiting", budget, start)
+	}
+	if most := start + aheadFrames*frameBytes; held > most {
+		t.Fatalf("%d bytes decoded ahead of an idle caller, want at most %d (the budget and %d frames of %d bytes)", held, most, aheadFrames, frameBytes)
 	}
 	for recs.Next() {
 		got = append(got, rowsOf(recs.RecordBatch())...)
@@ -263,4 +269,121 @@ func TestDecodeBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	equalRows(t, got, order)
+}
+
+// TestDecodeBudgetGrows: the budget doubles, up to its ceiling, when the
+// caller waits while the head decodes or a fetch is held back by the
+// budget, and not while every fetch waits for its bytes.
+func TestDecodeBudgetGrows(t *testing.T) {
+	g := newDecodeGate(64) // budget 8
+	head, a, b := &fetch{}, &fetch{}, &fetch{}
+	g.deliverFrom(head)
+	g.starved(head) // nothing decoding, nothing held back
+	if _, bud := g.state(); bud != 8 {
+		t.Fatalf("budget %d after a wait for bytes, want 8", bud)
+	}
+	for range 2 {
+		g.admit(a, 4)
+	}
+	admitted := make(chan bool)
+	go func() { admitted <- g.admit(b, 4) }() // 8 + 4 > 8
+	waitHeldBack(t, g, b)
+	g.starved(head) // the head waits for bytes, b for the budget
+	if !<-admitted {
+		t.Fatal("closed")
+	}
+	if held, bud := g.state(); bud != 16 || held != 12 {
+		t.Fatalf("held %d, budget %d after the caller waited while a fetch was held back, want 12 and 16", held, bud)
+	}
+	g.starved(head) // nothing held back, the head not decoding
+	if _, bud := g.state(); bud != 16 {
+		t.Fatalf("budget %d after a wait for bytes, want 16", bud)
+	}
+	g.admit(head, 4) // the head decodes a frame
+	for range 3 {
+		g.starved(head)
+	}
+	if _, bud := g.state(); bud != 64 {
+		t.Fatalf("budget %d, want its ceiling 64", bud)
+	}
+	g.close()
+}
+
+// TestDecodeBudgetGrowsForFastCaller: a caller that only counts rows
+// waits for decoding, and its stream's budget grows past the start.
+func TestDecodeBudgetGrowsForFastCaller(t *testing.T) {
+	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(96, 4, 500)})
+	s := FromManifest(st, testLayout, m, Options{Mem: memory.NewGoAllocator(), RangeBytes: 32 << 10, ReadAhead: 8})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer recs.Release()
+	var got []row
+	for recs.Next() {
+		got = append(got, rowsOf(recs.RecordBatch())...)
+	}
+	if err := recs.Err(); err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
+	if _, b := recs.gate.state(); b <= int64(8*32<<10)/startShare {
+		t.Fatalf("budget %d after a fast caller, want more than the starting %d", b, int64(8*32<<10)/startShare)
+	}
+}
+
+// state returns the decoded bytes held and the budget now.
+func (g *decodeGate) state() (held, budget int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, g.budget
+}
+
+// TestDecodeNextRangeFirst: a fetch ahead with no frame decoded goes
+// before the head's frames past aheadFrames, so the caller finds the next
+// range's first frame ready.
+func TestDecodeNextRangeFirst(t *testing.T) {
+	g := newDecodeGate(64) // budget 8
+	head, next := &fetch{}, &fetch{}
+	g.deliverFrom(head)
+	for range aheadFrames {
+		g.admit(head, 3)
+	}
+	nextIn, headIn := make(chan bool, 1), make(chan bool, 1)
+	go func() { nextIn <- g.admit(next, 3) }() // 6 + 3 > 8: waits
+	waitHeldBack(t, g, next)
+	go func() { headIn <- g.admit(head, 1) }() // 6 + 1 fits, but next has none
+	waitHeldBack(t, g, head)
+	select {
+	case <-headIn:
+		t.Fatal("the head decoded a third frame while the next range had none")
+	case <-nextIn:
+		t.Fatal("the next range decoded past the budget")
+	default:
+	}
+	g.taken(head, 3) // the caller takes one: room for the next range
+	if !<-nextIn || !<-headIn {
+		t.Fatal("closed")
+	}
+	if held, _ := g.state(); held != 3+3+1 {
+		t.Fatalf("held %d, want 7", held)
+	}
+	g.close()
+}
+
+func waitHeldBack(t *testing.T, g *decodeGate, f *fetch) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		g.mu.Lock()
+		back := f.heldBack
+		g.mu.Unlock()
+		if back {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the fetch was admitted, want it held back")
+		}
+		time.Sleep(time.Millisecond)
+	}
 }

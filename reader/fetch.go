@@ -27,7 +27,10 @@ type fetch struct {
 	weight int64
 	out    chan decodedFrame // closed after the last frame, err set first
 	err    error             // after out: the frames before the failure are delivered
-	queued int               // frames decoded and not taken by Next; decodeGate.mu
+	// queued and heldBack are guarded by decodeGate.mu.
+	queued   int  // frames admitted to decode and not taken by Next
+	heldBack bool // waiting in decodeGate.admit for room in the budget
+	hungry   bool // heldBack with no frame decoded, not the head
 }
 
 // decodedFrame is one frame's batches, its partition and logical bytes.

@@ -9,18 +9,39 @@ import "sync"
 // ready: the stream never waits for room held by frames it cannot deliver
 // yet. Within the budget, fetches whose bytes have arrived decode while
 // the caller is still busy with the ones before them, so the caller does
-// not meet each range's decoding when it gets there.
+// not meet each range's decoding when it gets there; a fetch ahead with
+// no frame decoded yet goes before the head's frames past aheadFrames,
+// so the next range has its first frames ready when the caller gets to
+// it.
+//
+// The budget adapts to the caller. It starts at a startShare-th of its
+// ceiling (read_ahead x read_range_bytes) and doubles, up to the ceiling,
+// each time Next finds no frame ready while the head is decoding one or
+// a fetch is held back from decoding: the caller is idle while frames
+// that arrived wait for a core, and frames decoded ahead, on other cores,
+// would have been ready. A caller slower than decoding finds its frames
+// ready, so its stream holds the starting budget of decoded frames, not
+// the ceiling, and the frames further ahead wait stored, at about half
+// the bytes. A wait while every fetch waits for its bytes does not grow
+// it.
 type decodeGate struct {
-	mu     sync.Mutex
-	cond   *sync.Cond
-	budget int64
-	held   int64
-	head   *fetch
-	closed bool
+	mu      sync.Mutex
+	cond    *sync.Cond
+	budget  int64 // now
+	ceiling int64 // the most budget grows to
+	held    int64
+	waiting int // fetches held back by the budget
+	hungry  int // of them, those other than the head with no frame decoded
+	head    *fetch
+	closed  bool
 }
 
-func newDecodeGate(budget int64) *decodeGate {
-	g := &decodeGate{budget: budget}
+// startShare is the part of the ceiling a stream's decode budget starts
+// at.
+const startShare = 8
+
+func newDecodeGate(ceiling int64) *decodeGate {
+	g := &decodeGate{budget: max(1, ceiling/startShare), ceiling: ceiling}
 	g.cond = sync.NewCond(&g.mu)
 	return g
 }
@@ -30,8 +51,18 @@ func newDecodeGate(budget int64) *decodeGate {
 func (g *decodeGate) admit(f *fetch, n int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for !g.closed && !(g.held == 0 || g.held+n <= g.budget || g.head == f && f.queued < aheadFrames) {
+	for !g.closed && !g.fits(f, n) {
+		if !f.heldBack {
+			f.heldBack = true
+			g.waiting++
+		}
+		g.setHungry(f, g.head != f && f.queued == 0)
 		g.cond.Wait()
+	}
+	g.setHungry(f, false)
+	if f.heldBack {
+		f.heldBack = false
+		g.waiting--
 	}
 	if g.closed {
 		return false
@@ -41,6 +72,28 @@ func (g *decodeGate) admit(f *fetch, n int64) bool {
 	return true
 }
 
+// setHungry marks f as waiting with no frame decoded, ahead of the
+// head, or not.
+func (g *decodeGate) setHungry(f *fetch, h bool) {
+	if h == f.hungry {
+		return
+	}
+	f.hungry = h
+	if h {
+		g.hungry++
+	} else {
+		g.hungry--
+	}
+}
+
+// fits reports whether f may decode a frame of n bytes now.
+func (g *decodeGate) fits(f *fetch, n int64) bool {
+	if g.held == 0 || g.head == f && f.queued < aheadFrames {
+		return true
+	}
+	return g.held+n <= g.budget && (g.head != f || g.hungry == 0)
+}
+
 // taken uncounts a frame of f of n bytes: Next took it, or it was never
 // decoded.
 func (g *decodeGate) taken(f *fetch, n int64) {
@@ -48,6 +101,20 @@ func (g *decodeGate) taken(f *fetch, n int64) {
 	g.held -= n
 	f.queued--
 	g.cond.Broadcast()
+	g.mu.Unlock()
+}
+
+// starved tells the gate that Next found no decoded frame of f (the
+// head) ready. If f is decoding one (admitted, not yet sent), or any
+// fetch is held back by the budget, the caller is idle while frames that
+// have arrived wait to be decoded, and the budget doubles up to its
+// ceiling; if every fetch waits for its bytes, nothing changes.
+func (g *decodeGate) starved(f *fetch) {
+	g.mu.Lock()
+	if (f.queued > 0 || g.waiting > 0) && g.budget < g.ceiling {
+		g.budget = min(g.ceiling, 2*g.budget)
+		g.cond.Broadcast()
+	}
 	g.mu.Unlock()
 }
 

@@ -37,14 +37,15 @@ type Records struct {
 	wg     sync.WaitGroup
 
 	// consumer state
-	cur    *fetch
-	frame  decodedFrame // cur's frame being delivered
-	next   int          // index in frame.recs of the next batch to deliver
-	rec    arrow.RecordBatch
-	part   int // partition of rec
-	err    error
-	done   bool
-	closed bool
+	cur       *fetch
+	frame     decodedFrame // cur's frame being delivered
+	next      int          // index in frame.recs of the next batch to deliver
+	delivered bool         // a batch was delivered
+	rec       arrow.RecordBatch
+	part      int // partition of rec
+	err       error
+	done      bool
+	closed    bool
 }
 
 var _ array.RecordReader = (*Records)(nil)
@@ -168,6 +169,7 @@ func (r *Records) Next() bool {
 				r.rec, r.frame.recs[r.next] = r.frame.recs[r.next], nil
 				r.part = r.frame.part
 				r.next++
+				r.delivered = true
 				return true
 			}
 			var (
@@ -179,6 +181,19 @@ func (r *Records) Next() bool {
 			case <-r.ctx.Done():
 				r.stop(context.Cause(r.ctx))
 				return false
+			default:
+				if r.delivered {
+					// The caller waits (not for the stream's first
+					// frame, which it always does): if for decoding,
+					// the budget grows.
+					r.gate.starved(f)
+				}
+				select {
+				case d, ok = <-f.out:
+				case <-r.ctx.Done():
+					r.stop(context.Cause(r.ctx))
+					return false
+				}
 			}
 			if ok {
 				r.gate.taken(f, d.bytes)
