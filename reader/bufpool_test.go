@@ -271,42 +271,46 @@ func TestDecodeBudget(t *testing.T) {
 	equalRows(t, got, order)
 }
 
-// TestDecodeBudgetGrows: the budget doubles, up to its ceiling, when the
-// caller waits while the head decodes or a fetch is held back by the
-// budget, and not while every fetch waits for its bytes.
+// TestDecodeBudgetGrows: the budget rises to its ceiling when the caller
+// waits while the head decodes or a fetch is held back by the budget,
+// and not while every fetch waits for its bytes.
 func TestDecodeBudgetGrows(t *testing.T) {
-	g := newDecodeGate(64) // budget 8
-	head, a, b := &fetch{}, &fetch{}, &fetch{}
-	g.deliverFrom(head)
-	g.starved(head) // nothing decoding, nothing held back
-	if _, bud := g.state(); bud != 8 {
-		t.Fatalf("budget %d after a wait for bytes, want 8", bud)
+	for _, c := range []struct {
+		name string
+		busy func(t *testing.T, g *decodeGate, head *fetch) // then the caller waits
+	}{
+		{"a fetch held back", func(t *testing.T, g *decodeGate, head *fetch) {
+			a, b := &fetch{}, &fetch{}
+			g.admit(a, 4)
+			g.admit(a, 4)
+			admitted := make(chan bool, 1)
+			go func() { admitted <- g.admit(b, 4) }() // 8 + 4 > 8
+			waitHeldBack(t, g, b)
+			t.Cleanup(func() {
+				if !<-admitted {
+					t.Error("b was not admitted once the budget rose")
+				}
+			})
+		}},
+		{"the head decoding", func(t *testing.T, g *decodeGate, head *fetch) {
+			g.admit(head, 4)
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g := newDecodeGate(64) // budget 8
+			head := &fetch{}
+			g.deliverFrom(head)
+			g.starved(head) // nothing decoding, nothing held back
+			if _, bud := g.state(); bud != 8 {
+				t.Fatalf("budget %d after a wait for bytes, want 8", bud)
+			}
+			c.busy(t, g, head)
+			g.starved(head)
+			if _, bud := g.state(); bud != 64 {
+				t.Fatalf("budget %d after the caller waited for decoding, want the ceiling 64", bud)
+			}
+		})
 	}
-	for range 2 {
-		g.admit(a, 4)
-	}
-	admitted := make(chan bool)
-	go func() { admitted <- g.admit(b, 4) }() // 8 + 4 > 8
-	waitHeldBack(t, g, b)
-	g.starved(head) // the head waits for bytes, b for the budget
-	if !<-admitted {
-		t.Fatal("closed")
-	}
-	if held, bud := g.state(); bud != 16 || held != 12 {
-		t.Fatalf("held %d, budget %d after the caller waited while a fetch was held back, want 12 and 16", held, bud)
-	}
-	g.starved(head) // nothing held back, the head not decoding
-	if _, bud := g.state(); bud != 16 {
-		t.Fatalf("budget %d after a wait for bytes, want 16", bud)
-	}
-	g.admit(head, 4) // the head decodes a frame
-	for range 3 {
-		g.starved(head)
-	}
-	if _, bud := g.state(); bud != 64 {
-		t.Fatalf("budget %d, want its ceiling 64", bud)
-	}
-	g.close()
 }
 
 // TestDecodeBudgetGrowsForFastCaller: a caller that only counts rows

@@ -53,10 +53,11 @@ type Options struct {
 	// whatever the stage's size. A range's frames reach Next as they
 	// arrive; decoded frames not yet delivered are at most ReadAhead x
 	// RangeBytes logical bytes, besides two of the range being delivered.
-	// That decode budget starts at an eighth of it and doubles each time
-	// the caller waits for a frame being decoded or held back by it, so a
-	// caller slower than decoding holds an eighth, and a fast one gets
-	// the whole budget of frames decoded ahead on other cores.
+	// That decode budget starts at an eighth of it and rises to all of it
+	// the first time the caller waits for a frame being decoded or held
+	// back by it, so a caller slower than decoding holds an eighth, and a
+	// fast one gets the whole budget of frames decoded ahead on other
+	// cores.
 	ReadAhead int
 	// GapBytes: frames separated by at most this many bytes are fetched in
 	// one GET, and the gap is read and dropped (default 256 KiB). Negative
