@@ -343,38 +343,6 @@ func (g *decodeGate) state() (held, budget int64) {
 	return g.held, g.budget
 }
 
-// TestDecodeNextRangeFirst: a fetch ahead with no frame decoded goes
-// before the head's frames past aheadFrames, so the caller finds the next
-// range's first frame ready.
-func TestDecodeNextRangeFirst(t *testing.T) {
-	g := newDecodeGate(64) // budget 8
-	head, next := &fetch{}, &fetch{}
-	g.deliverFrom(head)
-	for range aheadFrames {
-		g.admit(head, 3)
-	}
-	nextIn, headIn := make(chan bool, 1), make(chan bool, 1)
-	go func() { nextIn <- g.admit(next, 3) }() // 6 + 3 > 8: waits
-	waitHeldBack(t, g, next)
-	go func() { headIn <- g.admit(head, 1) }() // 6 + 1 fits, but next has none
-	waitHeldBack(t, g, head)
-	select {
-	case <-headIn:
-		t.Fatal("the head decoded a third frame while the next range had none")
-	case <-nextIn:
-		t.Fatal("the next range decoded past the budget")
-	default:
-	}
-	g.taken(head, 3) // the caller takes one: room for the next range
-	if !<-nextIn || !<-headIn {
-		t.Fatal("closed")
-	}
-	if held, _ := g.state(); held != 3+3+1 {
-		t.Fatalf("held %d, want 7", held)
-	}
-	g.close()
-}
-
 func waitHeldBack(t *testing.T, g *decodeGate, f *fetch) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)

@@ -30,7 +30,6 @@ type fetch struct {
 	// queued and heldBack are guarded by decodeGate.mu.
 	queued   int  // frames admitted to decode and not taken by Next
 	heldBack bool // waiting in decodeGate.admit for room in the budget
-	hungry   bool // heldBack with no frame decoded, not the head
 }
 
 // decodedFrame is one frame's batches, its partition and logical bytes.

@@ -9,10 +9,7 @@ import "sync"
 // ready: the stream never waits for room held by frames it cannot deliver
 // yet. Within the budget, fetches whose bytes have arrived decode while
 // the caller is still busy with the ones before them, so the caller does
-// not meet each range's decoding when it gets there; a fetch ahead with
-// no frame decoded yet goes before the head's frames past aheadFrames,
-// so the next range has its first frames ready when the caller gets to
-// it.
+// not meet each range's decoding when it gets there.
 //
 // The budget adapts to the caller. It starts at a startShare-th of its
 // ceiling (read_ahead x read_range_bytes) and rises to the ceiling the
@@ -23,17 +20,14 @@ import "sync"
 // ready, so its stream holds the starting budget of decoded frames, not
 // the ceiling, and the frames further ahead wait stored, at about half
 // the bytes. A wait while every fetch waits for its bytes, or for the
-// stream's first frame, does not raise it. (Doubling instead, one wait
-// at a time, cost range readers of 8 writer objects 0.02 to 0.03 of the
-// link: their few ranges were read before the budget got there.)
+// stream's first frame, does not raise it.
 type decodeGate struct {
 	mu      sync.Mutex
 	cond    *sync.Cond
 	budget  int64 // now
-	ceiling int64 // the most budget grows to
+	ceiling int64 // what budget rises to
 	held    int64
 	waiting int // fetches held back by the budget
-	hungry  int // of them, those other than the head with no frame decoded
 	head    *fetch
 	closed  bool
 }
@@ -53,15 +47,13 @@ func newDecodeGate(ceiling int64) *decodeGate {
 func (g *decodeGate) admit(f *fetch, n int64) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	for !g.closed && !g.fits(f, n) {
+	for !g.closed && !(g.held == 0 || g.held+n <= g.budget || g.head == f && f.queued < aheadFrames) {
 		if !f.heldBack {
 			f.heldBack = true
 			g.waiting++
 		}
-		g.setHungry(f, g.head != f && f.queued == 0)
 		g.cond.Wait()
 	}
-	g.setHungry(f, false)
 	if f.heldBack {
 		f.heldBack = false
 		g.waiting--
@@ -72,28 +64,6 @@ func (g *decodeGate) admit(f *fetch, n int64) bool {
 	g.held += n
 	f.queued++
 	return true
-}
-
-// setHungry marks f as waiting with no frame decoded, ahead of the
-// head, or not.
-func (g *decodeGate) setHungry(f *fetch, h bool) {
-	if h == f.hungry {
-		return
-	}
-	f.hungry = h
-	if h {
-		g.hungry++
-	} else {
-		g.hungry--
-	}
-}
-
-// fits reports whether f may decode a frame of n bytes now.
-func (g *decodeGate) fits(f *fetch, n int64) bool {
-	if g.held == 0 || g.head == f && f.queued < aheadFrames {
-		return true
-	}
-	return g.held+n <= g.budget && (g.head != f || g.hungry == 0)
 }
 
 // taken uncounts a frame of f of n bytes: Next took it, or it was never
