@@ -40,6 +40,12 @@
 //     directory does not exist.
 //   - ListMultipartUploads of a bucket that never had an upload answers an
 //     empty list, not 404 NoSuchUpload.
+//   - CompleteMultipartUpload that lists its parts out of ascending
+//     part-number order is refused with 400 InvalidPartOrder, as S3,
+//     MinIO and versitygw refuse it; gofakes3 sorts the numbers before it
+//     checks their order, and would assemble the object in the order
+//     listed. Part numbers need not be consecutive (1, 5, 10000), on any
+//     of them.
 //
 // What gofakes3 does right, and the contract suite checks: conditional
 // put (If-None-Match: * is checked and written under one lock, so racing

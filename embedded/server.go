@@ -157,7 +157,7 @@ func start(dataDir string, buckets []string, addr string, creds aws.Credentials)
 	s := &Server{
 		creds: creds,
 		srv: &http.Server{
-			Handler:           requireSignature(creds, time.Now, emptyUploadLists(checkBodies(faker.Server()))),
+			Handler:           requireSignature(creds, time.Now, emptyUploadLists(partOrder(checkBodies(faker.Server())))),
 			ReadHeaderTimeout: 30 * time.Second,
 			// Clients that hang up mid-request are routine under fault
 			// tests; they are not worth a line on stderr.

@@ -141,6 +141,12 @@ func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts
 	if !ok || u.key != key {
 		return &Error{Op: "CompleteMultipartUpload", Key: key, Status: 404, Err: ErrNotFound}
 	}
+	for i := 1; i < len(parts); i++ {
+		if parts[i].Number <= parts[i-1].Number {
+			return &Error{Op: "CompleteMultipartUpload", Key: key, Status: 400, Code: "InvalidPartOrder",
+				Err: fmt.Errorf("part %d listed after part %d: part numbers must ascend", parts[i].Number, parts[i-1].Number)}
+		}
+	}
 	var b []byte
 	for _, p := range parts {
 		body, ok := u.parts[p.Number]

@@ -47,6 +47,7 @@ func Run(t *testing.T, st store.Store) {
 		{"ConditionalPutRace", testConditionalPutRace},
 		{"PutChecksum", testPutChecksum},
 		{"Multipart", testMultipart},
+		{"MultipartPartNumbers", testMultipartPartNumbers},
 		{"CompleteRepeated", testCompleteRepeated},
 		{"MultipartBadChecksum", testMultipartBadChecksum},
 		{"ListUploadsAbort", testListUploadsAbort},
@@ -277,6 +278,50 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 	objs, _ := list(t, s, pfx, "")
 	if want := []store.ObjectInfo{{Key: key, Size: int64(len(whole))}}; !sameObjects(objs, want) {
 		t.Errorf("List = %v, want %v", objs, want)
+	}
+	if ups := uploads(t, s, pfx); len(ups) != 0 {
+		t.Errorf("ListUploads after Complete = %v, want none", ups)
+	}
+}
+
+// testMultipartPartNumbers: part numbers need not be consecutive (the
+// object is its parts in number order, whatever order they were uploaded
+// in), and a Complete that lists them out of ascending order is refused
+// with a 400, leaving the upload to be completed as it should be.
+func testMultipartPartNumbers(t *testing.T, s store.Store, pfx string) {
+	ctx := testContext(t)
+	key := pfx + "sparse.arrows"
+	bodies := [][]byte{data(5*mib, 21), data(5*mib, 22), data(1000, 23)}
+	numbers := []int32{2, 7, 10000}
+	id, err := s.CreateMultipart(ctx, key)
+	if err != nil {
+		t.Fatalf("CreateMultipart: %v", err)
+	}
+	parts := make([]store.Part, len(bodies))
+	for i := len(bodies) - 1; i >= 0; i-- {
+		sum := store.CRC32C(bodies[i])
+		etag, err := s.UploadPart(ctx, key, id, numbers[i], bodies[i], &sum)
+		if err != nil {
+			t.Fatalf("UploadPart %d: %v", numbers[i], err)
+		}
+		parts[i] = store.Part{Number: numbers[i], ETag: etag, CRC32C: &sum, Size: int64(len(bodies[i]))}
+	}
+	swapped := []store.Part{parts[1], parts[0], parts[2]}
+	err = s.CompleteMultipart(ctx, key, id, swapped)
+	var se *store.Error
+	if !errors.As(err, &se) || se.Status != 400 {
+		t.Fatalf("CompleteMultipart with parts %d, %d, %d = %v, want a 400 (InvalidPartOrder)", numbers[1], numbers[0], numbers[2], err)
+	}
+	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
+		t.Fatalf("CompleteMultipart in order after the refused one: %v", err)
+	}
+	whole := slices.Concat(bodies...)
+	if got := get(ctx, t, s, key, 0, -1); !bytes.Equal(got, whole) {
+		t.Fatalf("object is %d bytes, want %d (first diff at %d)", len(got), len(whole), firstDiff(got, whole))
+	}
+	off := int64(10*mib - 10)
+	if got := get(ctx, t, s, key, off, 20); !bytes.Equal(got, whole[off:off+20]) {
+		t.Errorf("range across parts %d-%d differs at %d", numbers[1], numbers[2], firstDiff(got, whole[off:off+20]))
 	}
 	if ups := uploads(t, s, pfx); len(ups) != 0 {
 		t.Errorf("ListUploads after Complete = %v, want none", ups)
