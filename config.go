@@ -1,6 +1,8 @@
-// The configuration: one plain struct with the defaults of DESIGN.md,
-// loaded from YAML, DURASHUFFLE_* environment variables and flags, and
-// validated with errors that name the key, the allowed range and the value.
+// The configuration: one plain struct whose defaults suit a stage of a
+// query written to and read from S3 over a link of tens of milliseconds
+// per request (see docs/design.md), loaded from YAML, DURASHUFFLE_*
+// environment variables and flags, and validated with errors that name
+// the key, the allowed range and the value.
 
 package durashuffle
 
@@ -115,7 +117,13 @@ type Config struct {
 	AdvertiseAddr    string `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
 }
 
-// DefaultConfig returns the configuration of DESIGN.md.
+// DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16
+// buffered (128 MiB of chunks), a 64 MiB coalesce budget per writer with
+// spill on, LZ4 frames of about 1 MiB with CRC32C, reads of up to 8 MiB
+// with 4 in flight, 8 attempts per request, and the sidecar on loopback.
+// They bound a process's memory to a few hundred MiB while keeping S3's
+// per-request latency off the throughput; docs/configuration.md lists
+// each key with its default and its cost.
 func DefaultConfig() Config {
 	return Config{
 		Prefix:            "durashuffle",

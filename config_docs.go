@@ -11,9 +11,12 @@ var druid = map[string]string{
 	"prefix":             "`druid.msq.intermediate.storage.prefix`",
 	"chunk_size":         "`druid.msq.intermediate.storage.chunkSize` (Druid default 100MiB)",
 	"retry_max_attempts": "`druid.msq.intermediate.storage.maxRetry` (Druid default 10)",
-	"upload_concurrency": "none: Druid's upload pool size is not configurable (PR 16481)",
+	"upload_concurrency": "none: Druid's upload pool size is not configurable " +
+		"([apache/druid#16481](https://github.com/apache/druid/pull/16481))",
 	"max_buffered_chunks": "none: Druid bounds chunks on local disk under " +
 		"`druid.msq.intermediate.storage.tempDir`; durashuffle holds them in memory",
+	"spill_dir": "`druid.msq.intermediate.storage.tempDir`: Druid stages chunks there " +
+		"before upload; durashuffle keeps only spilled sorted runs there",
 	"endpoint":   "`druid.s3.endpoint.url` (deep-storage S3 client settings)",
 	"region":     "`druid.s3.endpoint.signingRegion`",
 	"path_style": "`druid.s3.enablePathStyleAccess`",
@@ -63,8 +66,11 @@ limit, so the heap does not grow to twice what is live; see operations.md,
 	}
 	b.WriteString(`
 Druid properties with no counterpart: ` + "`druid.msq.intermediate.storage.enable`" + ` and
-` + "`.type`" + ` (durashuffle is always on and always S3-compatible) and ` + "`.tempDir`" + `
-(durashuffle keeps no local temporary files: chunks are bounded in memory).
+` + "`.type`" + ` (durashuffle is always on and always S3-compatible). Local disk:
+chunks are bounded in memory and never written to disk; with ` + "`spill: on`" + ` (the
+default) a writer whose output passes ` + "`coalesce_budget`" + ` keeps its sorted runs in
+` + "`spill_dir`" + ` until Commit, at most ` + "`spill_bytes`" + ` per process; with ` + "`spill: off`" + `
+durashuffle writes no local files.
 `)
 	return b.String()
 }

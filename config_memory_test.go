@@ -64,7 +64,7 @@ func TestMemoryBound(t *testing.T) {
 		load MemoryLoad
 		want Size
 	}{
-		// The benchmark issue's bound: 16 x 8 MiB + 64 MiB + 96 MiB.
+		// The defaults' bound for one writer: 16 x 8 MiB + 64 MiB + 96 MiB.
 		{"one writer, defaults", nil, MemoryLoad{Writers: 1}, 288 * MiB},
 		{"four writers", nil, MemoryLoad{Writers: 4}, 128*MiB + 4*64*MiB + 96*MiB},
 		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*2*4*8*MiB + 96*MiB},

@@ -18,7 +18,7 @@ import (
 // Input kinds.
 const (
 	// InputPool feeds slices of a pool of pre-generated rows, so what is
-	// timed is durashuffle, not the row generator (Ballista PR 2518's
+	// timed is durashuffle, not the row generator (apache/datafusion-ballista#2518's
 	// benchmark does the same: every case slices one batch of distinct
 	// rows). The pool holds PoolRows distinct rows per partition, more
 	// than a frame's worth, so no frame repeats a row and compression

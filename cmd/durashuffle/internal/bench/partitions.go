@@ -25,7 +25,7 @@ import (
 // the stage on its own and reading one contiguous range of partitions.
 const DurashuffleRanges = "durashuffle-ranges"
 
-// The shape of bench partitions' request target (issue 11): a stage of
+// The shape of bench partitions' request target: a stage of
 // getTargetWriters writers at the wide partition count, read by 8 range
 // readers, costs at most getTargetMax GETs, data and metadata together.
 const (

@@ -391,7 +391,7 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 }
 
 // runSweep: durashuffle's write over a grid of chunk sizes and
-// concurrencies (Druid PR 16481's table), with a recommendation.
+// concurrencies (the table of apache/druid#16481), with a recommendation.
 func (e *Env) runSweep(ctx context.Context) (*Report, error) {
 	base := e.o.Config
 	spl, err := e.storedPerLogical()

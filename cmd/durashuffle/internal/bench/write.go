@@ -263,7 +263,8 @@ func (s *fileStore) closeAll() error {
 	return first
 }
 
-// writeSequential is the write path of Druid before PR 16481: the same
+// writeSequential is the write path of Druid before apache/druid#16481
+// (https://github.com/apache/druid/pull/16481): the same
 // chunker and encoder, but each chunk is uploaded synchronously by the
 // goroutine that filled it before the next chunk is built, one part in
 // flight at a time.
