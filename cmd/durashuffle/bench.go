@@ -145,12 +145,12 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.plot, "plot", "", "draw the results into this PNG file")
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
-	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint unless --endpoint is set: memory (built for benchmarks) or embedded (the demo's gofakes3 server)")
-	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS with a certificate made for the run (as S3 does: parts stream with trailing checksums); --tls=false for plain HTTP")
-	pf.StringVar(&o.faults, "faults", "", "inject faults between the link and the endpoint, e.g. slowdown=0.1,internal=0.02,reset=0.02,truncate=0.01,spike=0.01:200ms,seed=7 (see internal/testkit/faultproxy)")
-	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: the writer's memory_limit, comma-separated to compare: auto, off (Go's defaults), bound (the scenario's bound) or a size; default: the configuration's (auto)")
-	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the parent (server and link) to FILE and of each child to FILE.<scenario>-<contender>-<round> (durashuffle's writers in write and encode: of their clock alone, the profile their CPU by stage comes from)")
-	pf.StringVar(&o.memProfile, "memprofile", "", "write a heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round> (go tool pprof -sample_index=inuse_space)")
+	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint (no --endpoint): memory (built for benchmarks) or embedded (gofakes3)")
+	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS, as S3 does; --tls=false for plain HTTP")
+	pf.StringVar(&o.faults, "faults", "", "faults between link and endpoint, e.g. slowdown=0.1,reset=0.02,seed=7 (internal/testkit/faultproxy)")
+	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: memory_limit values to compare, comma-separated: auto, off, bound or a size (default: the configuration's)")
+	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "CPU profile of the parent to FILE and of each child to FILE.<scenario>-<contender>-<round>")
+	pf.StringVar(&o.memProfile, "memprofile", "", "heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round>")
 
 	examples := map[string]string{
 		bench.ScenarioWrite: `  durashuffle bench write --rounds 5 --plot write.png

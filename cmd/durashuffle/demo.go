@@ -95,31 +95,10 @@ func (a *app) demoCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Write, seal, read back and verify a generated TPC-H lineitem data set",
-		Long: `demo runs durashuffle's whole job on a generated, deterministic TPC-H
-lineitem-like table (16 columns: integers, floats, dates, short and long
-strings). --workers writers, each fed by --producers goroutines, split
-every input batch of --batch-rows rows by a hash of l_orderkey into
---partitions partitions and write them as stage 0 of --query; each worker
-commits, the stage is sealed, then every partition is read back in
-parallel and its row count and order-independent content hash are
-compared with what was written.
-
-Unless an endpoint is configured (--endpoint, DURASHUFFLE_ENDPOINT or the
-config file), demo starts an S3 server in-process on loopback with its
-data in a temporary directory (removed at the end) or in --data-dir (kept).
-
-It prints a summary; --json prints it as one JSON object with request
-counts per S3 operation for the write and read phases. The exit code is 1
-if verification fails.`,
-		Example: `  # Two million rows, 4 workers, 64 partitions on the embedded server:
-  durashuffle demo
-
-  # A smaller run with 5 MiB parts, as JSON:
-  durashuffle demo --json --rows 200000 --workers 2 --partitions 16 --chunk-size 5MiB
-
-  # Against MinIO (the bucket is created if missing):
-  AWS_ACCESS_KEY_ID=minioadmin AWS_SECRET_ACCESS_KEY=minioadmin \
-    durashuffle demo --endpoint http://127.0.0.1:9000 --path-style --bucket demo`,
+		Long: `demo writes a deterministic TPC-H lineitem-like table as stage 0 of --query, seals it, reads every
+partition back and checks rows and content hashes (exit 1 if they differ); without --endpoint, on an in-process S3.`,
+		Example: `  durashuffle demo --json --rows 200000 --workers 2 --partitions 16 --chunk-size 5MiB
+  durashuffle demo --endpoint http://127.0.0.1:9000 --path-style --bucket demo   # MinIO, AWS_* credentials`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return a.runDemo(cmd.Context(), o)
 		},

@@ -112,7 +112,7 @@ func bindConfigFlags(fs *pflag.FlagSet, uses keyUse) *configFlags {
 		}
 		f.bound = append(f.bound, k)
 		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
-		usage := k.Doc + " (" + k.Env + ")"
+		usage := k.Name + " (" + k.Env + "): docs/configuration.md"
 		switch p := v.(type) {
 		case *durashuffle.Size:
 			fs.Var(p, k.Flag, usage)
@@ -129,6 +129,7 @@ func bindConfigFlags(fs *pflag.FlagSet, uses keyUse) *configFlags {
 		case *bool:
 			fs.BoolVar(p, k.Flag, *p, usage)
 		}
+		fs.SetAnnotation(k.Flag, configUseAnnotation, []string{useName(keyUses[k.Name])})
 	}
 	return f
 }

@@ -24,21 +24,77 @@ func runHere(t *testing.T, args ...string) (stdout, stderr string, code int) {
 	return so.String(), se.String(), code
 }
 
-// helpFlags returns the long flags a help text lists, from its flag
-// lines ("  -q, --query string   ..."), not from its prose or examples.
+// helpFlags returns the long flags a help text lists in its flag
+// sections ("Flags:", the configuration flags by use, "Global Flags:"),
+// not from its prose or examples.
 func helpFlags(help string) map[string]bool {
 	out := map[string]bool{}
+	in := false
 	for line := range strings.SplitSeq(help, "\n") {
-		f := strings.Fields(line)
-		if len(f) > 0 && strings.HasPrefix(f[0], "-") && !strings.HasPrefix(f[0], "--") && len(f) > 1 {
-			f = f[1:] // "-q," then "--query"
+		switch {
+		case line == "Flags:" || line == "Global Flags:" || strings.HasPrefix(line, "Configuration flags"):
+			in = true
+			continue
+		case !strings.HasPrefix(line, " "):
+			in = false
 		}
-		if len(f) > 0 && strings.HasPrefix(f[0], "--") && strings.HasPrefix(line, " ") {
-			name, _, _ := strings.Cut(f[0], "[")
-			out[name] = true
+		if !in {
+			continue
+		}
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "--") {
+				name, _, _ := strings.Cut(f, "[")
+				out[name] = true
+			}
 		}
 	}
 	return out
+}
+
+// flagLines returns the lines of help's "Flags:" and "Global Flags:"
+// sections.
+func flagLines(help string) []string {
+	var out []string
+	in := false
+	for line := range strings.SplitSeq(help, "\n") {
+		switch {
+		case line == "Flags:" || line == "Global Flags:":
+			in = true
+			continue
+		case !strings.HasPrefix(line, " "):
+			in = false
+		}
+		if in {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// Every flag's help is one line, and the configuration keys' flags are
+// listed by name, their meaning left to docs/configuration.md, so that
+// demo's help fits on one screen of 40 lines.
+func TestHelpIsOneLinePerFlag(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"demo"}, {"write"}, {"seal"}, {"read"}, {"inspect"}, {"ls"}, {"gc"}, {"delete-query"}, {"serve"}, {"bench", "write"}} {
+		r := cli(t, nil, nil, append(args, "--help")...).must(t)
+		lines := flagLines(r.stdout)
+		if len(lines) == 0 {
+			t.Errorf("%s --help has no flag lines:\n%s", strings.Join(args, " "), r.stdout)
+		}
+		for _, l := range lines {
+			if f := strings.Fields(l); len(f) == 0 || !strings.HasPrefix(f[0], "-") {
+				t.Errorf("%s --help: a flag's help runs past its line: %q", strings.Join(args, " "), l)
+			}
+		}
+		if !strings.Contains(r.stdout, "docs/configuration.md") {
+			t.Errorf("%s --help does not point to docs/configuration.md:\n%s", strings.Join(args, " "), r.stdout)
+		}
+	}
+	demo, _, _ := runHere(t, "demo", "--help")
+	if n := strings.Count(strings.TrimRight(demo, "\n"), "\n") + 1; n > 40 {
+		t.Errorf("demo --help is %d lines, want at most 40 (one screen):\n%s", n, demo)
+	}
 }
 
 // Each command's help lists the flags of the configuration keys it uses

@@ -146,6 +146,7 @@ Exit codes: 0 success, 1 failure, 2 usage or configuration error.`,
 		},
 	}
 	root.CompletionOptions.DisableDefaultCmd = true
+	root.SetUsageTemplate(usageTemplate)
 	pf := root.PersistentFlags()
 	pf.StringVar(&a.logLevel, "log-level", "info", "log level on stderr: debug, info, warn or error")
 	pf.StringVar(&a.logFormat, "log-format", "text", "log format on stderr: text or json")
