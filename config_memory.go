@@ -22,14 +22,14 @@ const minMemoryLimit = 32 * MiB
 
 // unmanagedMemory is what memory_limit auto keeps below the memory bound:
 // resident memory the Go runtime's soft limit does not govern, so that
-// the process's RSS, not only its Go heap, stays within the bound. Measured
-// on a writer at the defaults: the binary's touched pages (RssFile), 34 MiB
-// for the demo over plain HTTP and 41 to 46 MiB for a bench writer over
-// HTTPS; the heap past the limit while the collector marks and before the
-// scavenger returns freed pages, up to 10 MiB. With 44 MiB kept below the
-// 288 MiB bound, bench memory's 4 GiB writer peaked at 284 to 294 MiB over
-// HTTPS (four runs); with 52 MiB (a 236 MiB limit) at 264 to 272 MiB, for
-// about 5% more collector CPU (one run, 3 rounds alternated).
+// the process's RSS, not only its Go heap, stays within the bound. It
+// covers the binary's touched pages (RssFile; the TLS code adds to them
+// over HTTPS) and the heap past the limit while the collector marks and
+// before the scavenger returns freed pages. Keeping less lets a writer's
+// RSS pass the bound; keeping more costs collector CPU for no memory
+// (bench memory holds the 4 GiB writer's peak RSS to the bound;
+// BENCHMARKS.md and operations.md, "The soft memory limit", have the
+// figures).
 const unmanagedMemory = 52 * MiB
 
 // runtimeHeadroom is what the memory bound allows beyond the buffers the

@@ -59,14 +59,12 @@ type encoded struct {
 
 // bufPool keeps the buffers of encoded frames for the next frames. Not a
 // sync.Pool: a writer under a soft memory limit collects often, every
-// collection empties a sync.Pool, and each frame then grew (and the
-// runtime zeroed) a new buffer of its size: 16% of a writer's CPU in
-// bench small-batches. At most framePoolSize buffers of up to
-// framePoolMax bytes wait here, whichever writers put them: enough for
-// the frames in flight of a few writers (each: one per encoder, as many
-// in its results queue, the one being appended), fewer than that and
-// every frame past them grows a new buffer (a demo of 2 writers on 2
-// cores missed 255 of 1,170 with 8).
+// collection empties a sync.Pool, and each frame would then grow (and
+// the runtime zero) a new buffer of its size. At most framePoolSize
+// buffers of up to framePoolMax bytes wait here, whichever writers put
+// them: enough for the frames in flight of a few writers (each: one per
+// encoder, as many in its results queue, the one being appended); with
+// fewer, every frame past them grows a new buffer.
 var bufPool = &framePool{free: make(chan *bytes.Buffer, framePoolSize)}
 
 const (
