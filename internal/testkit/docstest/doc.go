@@ -12,5 +12,10 @@
 //   - compose_test.go: localstack/docker-compose.yml as far as it can be
 //     checked without Docker;
 //   - outside_test.go: examples/engine, a module of its own, builds and
-//     runs against the library as an outside program would.
+//     runs against the library as an outside program would;
+//   - paths_test.go: every repository path and package the README,
+//     BENCHMARKS.md and docs/*.md name exists, docs/format.md's title
+//     states the format version the code writes, and no file refers to
+//     anything outside the repository (a folder beside it, a tracker's
+//     issue number, the circumstances of its writing).
 package docstest
