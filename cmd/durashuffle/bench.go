@@ -73,8 +73,8 @@ part size and concurrency:
 
   write          durashuffle (also with spill off, and on a null store for
                  what its upload costs in CPU) vs sequential (each chunk
-                 uploaded by the goroutine that built it, Druid before PR
-                 16481) vs the AWS SDK's transfermanager uploading the same
+                 uploaded by the goroutine that built it, Druid before
+                 apache/druid#16481) vs the AWS SDK's transfermanager uploading the same
                  already-encoded bytes; durashuffle's CPU by stage (codec,
                  crc32c, tls, http, ...) from CPU profiles of its children
   read           durashuffle reading every partition vs transfermanager
