@@ -112,7 +112,7 @@ func bindConfigFlags(fs *pflag.FlagSet, uses keyUse) *configFlags {
 		}
 		f.bound = append(f.bound, k)
 		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
-		usage := k.Name + " (" + k.Env + "): docs/configuration.md"
+		usage := oneLine(k.Doc) + " (" + k.Env + "; docs/configuration.md)"
 		switch p := v.(type) {
 		case *durashuffle.Size:
 			fs.Var(p, k.Flag, usage)

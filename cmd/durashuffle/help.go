@@ -93,6 +93,25 @@ func configFlagGroups(cmd *cobra.Command) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// oneLine is the first sentence of a key's documentation, at most about
+// 80 characters: a configuration flag's usage (what shell completion
+// shows), the rest being in docs/configuration.md.
+func oneLine(doc string) string {
+	if i := strings.Index(doc, ". "); i >= 0 {
+		doc = doc[:i]
+	}
+	doc = strings.TrimSuffix(doc, ".")
+	const most = 80
+	if len(doc) > most {
+		cut := strings.LastIndexByte(doc[:most], ' ')
+		if cut <= 0 {
+			cut = most
+		}
+		doc = strings.TrimRight(doc[:cut], ",;:") + " ..."
+	}
+	return doc
+}
+
 func init() {
 	cobra.AddTemplateFuncs(template.FuncMap{"ownFlags": ownFlags, "configFlags": configFlagGroups})
 }
