@@ -39,6 +39,13 @@ func newSplitter(schema *arrow.Schema, column string, partitions int, mem memory
 	default:
 		return nil, usagef("--partition-by %q: the input has %d columns of that name", column, len(idx))
 	}
+	// A key type with no partitioning key is refused before anything is
+	// read or written.
+	empty := array.MakeArrayOfNull(mem, schema.Field(idx[0]).Type, 0)
+	defer empty.Release()
+	if err := columnKeys(empty, nil); err != nil {
+		return nil, usagef("--partition-by %s: %v", column, err)
+	}
 	return &splitter{column: idx[0], partitions: partitions, mem: mem}, nil
 }
 

@@ -288,11 +288,14 @@ func partitionOf(key uint64, partitions int) int {
 	return demo.PartitionOf(int64(key), partitions)
 }
 
-// errNoHash is a key type that has no partitioning key.
-var errNoHash = errors.New("no partitioning key")
+// noKeyError is a type that has no partitioning key: nested types
+// (list, struct, map, union) and the null type.
+type noKeyError struct{ dt arrow.DataType }
+
+func (e noKeyError) Error() string { return fmt.Sprintf("values of type %s have no partitioning key", e.dt) }
 
 // keyTypes is what a user may partition by, for error messages.
-const keyTypes = "want a number (integer, float, decimal), date, time, timestamp, duration, interval, boolean, string or binary column " +
+const keyTypes = "nested and null types have no partitioning key; want a number (integer, float, decimal), date, time, timestamp, duration, interval, boolean, string or binary column " +
 	"(plain, large, view, fixed-size, dictionary, run-end encoded or an extension of one)"
 
 // columnKeys sets keys[i] to the partitioning key of row i of col, for
@@ -300,10 +303,14 @@ const keyTypes = "want a number (integer, float, decimal), date, time, timestamp
 // naming that type.
 func columnKeys(col arrow.Array, keys []uint64) error {
 	if err := fillKeys(col, keys[:col.Len()]); err != nil {
-		if errors.Is(err, errNoHash) {
-			return fmt.Errorf("cannot partition by a column of type %s: %w; %s", col.DataType(), err, keyTypes)
+		var nk noKeyError
+		switch {
+		case !errors.As(err, &nk):
+			return err
+		case arrow.TypeEqual(nk.dt, col.DataType()):
+			return fmt.Errorf("cannot partition by a column of type %s: %s", col.DataType(), keyTypes)
 		}
-		return err
+		return fmt.Errorf("cannot partition by a column of type %s (%w): %s", col.DataType(), err, keyTypes)
 	}
 	return nil
 }
@@ -471,7 +478,7 @@ func fillKeys(col arrow.Array, keys []uint64) error {
 	case array.ExtensionArray:
 		return fillKeys(a.Storage(), keys)
 	default:
-		return fmt.Errorf("%s has %w", col.DataType(), errNoHash)
+		return noKeyError{col.DataType()}
 	}
 	if col.NullN() > 0 {
 		for i := range n {
@@ -487,8 +494,8 @@ func fillKeys(col arrow.Array, keys []uint64) error {
 // values its rows are in.
 func reeKeys(a *array.RunEndEncoded, keys []uint64) error {
 	n := a.Len()
-	if n == 0 {
-		return nil
+	if n == 0 { // no rows, but a type to check
+		return fillKeys(a.Values(), make([]uint64, a.Values().Len()))
 	}
 	off, plen := a.GetPhysicalOffset(), a.GetPhysicalLength()
 	values := array.NewSlice(a.Values(), int64(off), int64(off+plen))

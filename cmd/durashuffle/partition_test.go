@@ -447,21 +447,23 @@ func TestPartitionRefused(t *testing.T) {
 		{su, `[[0,1],[0,2]]`, "sparse_union<i: type=int32, nullable=0>"},
 		{du, `[[0,1],[0,2]]`, "dense_union<i: type=int32, nullable=0>"},
 		{arrow.Null, `[null,null]`, "null"},
-		{arrow.RunEndEncodedOf(arrow.PrimitiveTypes.Int32, arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int32})), `[{"a":1},{"a":2}]`, "run_end_encoded<run_ends: int32, values: struct<a: int32>>"},
+		{arrow.RunEndEncodedOf(arrow.PrimitiveTypes.Int32, arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int32})), `[{"a":1},{"a":2}]`,
+			"run_end_encoded<run_ends: int32, values: struct<a: int32>> (values of type struct<a: int32> have no partitioning key): nested and null types"},
 	}
 	for _, c := range cases {
 		col := fromJSON(t, c.dt, c.json)
 		id := fromJSON(t, arrow.PrimitiveTypes.Int64, `[1,2]`)
 		schema := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "the key", Type: c.dt, Nullable: true}}, nil)
 		rec := array.NewRecordBatch(schema, []arrow.Array{id, col}, 2)
-		sp, err := newSplitter(schema, "the key", 4, memory.DefaultAllocator)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _, err = sp.split(context.Background(), rec)
-		rec.Release()
+		// Refused before any batch is read, and by the batch's column.
+		_, err := newSplitter(schema, "the key", 4, memory.DefaultAllocator)
 		want := "--partition-by the key: cannot partition by a column of type " + c.want
 		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: error %v, want %q", c.dt, err, want)
+		}
+		err = columnKeys(rec.Column(1), make([]uint64, 2))
+		rec.Release()
+		if want := "cannot partition by a column of type " + c.want; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", c.dt, err, want)
 		}
 	}
