@@ -292,7 +292,9 @@ func partitionOf(key uint64, partitions int) int {
 // (list, struct, map, union) and the null type.
 type noKeyError struct{ dt arrow.DataType }
 
-func (e noKeyError) Error() string { return fmt.Sprintf("values of type %s have no partitioning key", e.dt) }
+func (e noKeyError) Error() string {
+	return fmt.Sprintf("values of type %s have no partitioning key", e.dt)
+}
 
 // keyTypes is what a user may partition by, for error messages.
 const keyTypes = "nested and null types have no partitioning key; want a number (integer, float, decimal), date, time, timestamp, duration, interval, boolean, string or binary column " +
