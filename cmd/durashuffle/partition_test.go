@@ -16,6 +16,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/extensions"
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/tools/demo"
 )
 
 // fromJSON builds an array of dt from a JSON list.
@@ -695,4 +697,36 @@ func mapLits(lits []string, f func(string) string) []string {
 		out[i] = f(l)
 	}
 	return out
+}
+
+// TestPartitionIntegersAsDemo: an integer key lands where the demo puts
+// it (demo.PartitionOf of l_orderkey), whatever its integer, float or
+// decimal type.
+func TestPartitionIntegersAsDemo(t *testing.T) {
+	var lits []string
+	var want []int64
+	for i := int64(0); i < 4000; i += 7 {
+		k := demo.OrderKey(i)
+		lits = append(lits, strconv.FormatInt(k, 10))
+		want = append(want, k)
+	}
+	lits = append(lits, "-5", "0")
+	want = append(want, -5, 0)
+	for _, enc := range []encoding{
+		{arrow.PrimitiveTypes.Int64, nil}, {arrow.PrimitiveTypes.Int32, nil}, {arrow.PrimitiveTypes.Float64, nil},
+		{&arrow.Decimal128Type{Precision: 20, Scale: 2}, decimalLit}, {&arrow.Decimal64Type{Precision: 18, Scale: 0}, decimalLit},
+	} {
+		l := lits
+		if enc.lit != nil {
+			l = mapLits(lits, enc.lit)
+		}
+		keys := keysOf(t, fromJSON(t, enc.dt, jsonList(l)))
+		for i, k := range keys {
+			for _, p := range []int{1, 4, 16, 2048} {
+				if got, w := partitionOf(k, p), demo.PartitionOf(want[i], p); got != w {
+					t.Fatalf("%s %s: partition %d of %d, the demo's %d", enc.dt, l[i], got, p, w)
+				}
+			}
+		}
+	}
 }
