@@ -13,9 +13,11 @@ import (
 // Row selection for the types compute.Take has no kernel for (views,
 // run-end encoded, list views, sparse unions, decimal32/64, and anything
 // holding one): a column's selected rows are the concatenation of the
-// slices of its contiguous row runs (array.Concatenate), except for unions,
-// which Concatenate does not take, and the structs, lists and extensions
-// holding one, which are rebuilt here from their children's selections.
+// slices of its contiguous row runs (array.Concatenate), except for views
+// (copied value by value, so a partition holds only its own rows' bytes)
+// and unions (which Concatenate does not take), and the structs, lists,
+// run-end encoded, dictionary and extension arrays holding one, which are
+// rebuilt here from their children's selections.
 
 // rowRun is a half-open range [lo, hi) of rows.
 type rowRun struct{ lo, hi int }
@@ -46,68 +48,161 @@ func runsLen(runs []rowRun) int {
 // gather returns the rows of a in runs, in order, as a new array of a's
 // type.
 func gather(a arrow.Array, runs []rowRun, mem memory.Allocator) (arrow.Array, error) {
-	if len(runs) == 0 {
-		return array.NewSlice(a, 0, 0), nil
-	}
-	if len(runs) == 1 {
-		return array.NewSlice(a, int64(runs[0].lo), int64(runs[0].hi)), nil
-	}
 	dt := a.DataType()
-	if hasUnion(dt) {
-		switch a := a.(type) {
-		case *array.SparseUnion:
-			return gatherSparseUnion(a, runs, mem)
-		case *array.DenseUnion:
-			return gatherDenseUnion(a, runs, mem)
-		case *array.Struct:
-			return gatherStruct(a, runs, mem)
-		case *array.List, *array.LargeList, *array.Map, *array.FixedSizeList:
-			return gatherList(a.(array.ListLike), runs, mem)
-		case array.ExtensionArray:
-			st, err := gather(a.Storage(), runs, mem)
-			if err != nil {
-				return nil, err
+	if !needsRebuild(dt) {
+		switch len(runs) {
+		case 0:
+			return array.NewSlice(a, 0, 0), nil
+		case 1:
+			return array.NewSlice(a, int64(runs[0].lo), int64(runs[0].hi)), nil
+		}
+		slices := make([]arrow.Array, len(runs))
+		for i, r := range runs {
+			slices[i] = array.NewSlice(a, int64(r.lo), int64(r.hi))
+		}
+		defer func() {
+			for _, s := range slices {
+				s.Release()
 			}
-			defer st.Release()
-			return array.NewExtensionArrayWithStorage(a.ExtensionType(), st), nil
+		}()
+		out, err := array.Concatenate(slices, mem)
+		if err != nil {
+			return nil, fmt.Errorf("select rows of a column of type %s: %w", dt, err)
 		}
-		return nil, fmt.Errorf("select rows of a column of type %s: a union inside a %s is not supported", dt, dt.Name())
+		return out, nil
 	}
-	slices := make([]arrow.Array, len(runs))
-	for i, r := range runs {
-		slices[i] = array.NewSlice(a, int64(r.lo), int64(r.hi))
-	}
-	defer func() {
-		for _, s := range slices {
-			s.Release()
+	switch a := a.(type) {
+	case *array.StringView:
+		b := array.NewStringViewBuilder(mem)
+		defer b.Release()
+		b.Reserve(runsLen(runs))
+		for _, r := range runs {
+			for i := r.lo; i < r.hi; i++ {
+				if a.IsNull(i) {
+					b.AppendNull()
+				} else {
+					b.Append(a.Value(i))
+				}
+			}
 		}
-	}()
-	out, err := array.Concatenate(slices, mem)
-	if err != nil {
-		return nil, fmt.Errorf("select rows of a column of type %s: %w", dt, err)
+		return b.NewArray(), nil
+	case *array.BinaryView:
+		b := array.NewBinaryViewBuilder(mem)
+		defer b.Release()
+		b.Reserve(runsLen(runs))
+		for _, r := range runs {
+			for i := r.lo; i < r.hi; i++ {
+				if a.IsNull(i) {
+					b.AppendNull()
+				} else {
+					b.Append(a.Value(i))
+				}
+			}
+		}
+		return b.NewArray(), nil
+	case *array.SparseUnion:
+		return gatherSparseUnion(a, runs, mem)
+	case *array.DenseUnion:
+		return gatherDenseUnion(a, runs, mem)
+	case *array.Struct:
+		return gatherStruct(a, runs, mem)
+	case *array.List, *array.LargeList, *array.Map, *array.FixedSizeList:
+		return gatherList(a.(array.ListLike), runs, mem)
+	case *array.RunEndEncoded:
+		return gatherREE(a, runs, mem)
+	case *array.Dictionary:
+		idx, err := gather(a.Indices(), runs, mem)
+		if err != nil {
+			return nil, err
+		}
+		defer idx.Release()
+		return array.NewDictionaryArray(dt, idx, a.Dictionary()), nil
+	case array.ExtensionArray:
+		st, err := gather(a.Storage(), runs, mem)
+		if err != nil {
+			return nil, err
+		}
+		defer st.Release()
+		return array.NewExtensionArrayWithStorage(a.ExtensionType(), st), nil
 	}
-	return out, nil
+	return nil, fmt.Errorf("select rows of a column of type %s: a union or a view inside a %s is not supported", dt, dt.Name())
 }
 
-// hasUnion says whether dt is or holds a union.
-func hasUnion(dt arrow.DataType) bool {
+// needsRebuild says whether dt is or holds a union, which Concatenate
+// does not take, or a string or binary view, whose Concatenate (and
+// slices) keep every data buffer of the input: a partition would carry
+// the long values of all the batch's rows.
+func needsRebuild(dt arrow.DataType) bool {
 	switch t := dt.(type) {
-	case arrow.UnionType:
+	case arrow.UnionType, arrow.BinaryViewDataType:
 		return true
 	case arrow.ExtensionType:
-		return hasUnion(t.StorageType())
+		return needsRebuild(t.StorageType())
 	case *arrow.DictionaryType:
-		return hasUnion(t.ValueType)
+		return needsRebuild(t.ValueType)
 	case *arrow.RunEndEncodedType:
-		return hasUnion(t.Encoded())
+		return needsRebuild(t.Encoded())
 	case arrow.NestedType:
 		for _, f := range t.Fields() {
-			if hasUnion(f.Type) {
+			if needsRebuild(f.Type) {
 				return true
 			}
 		}
 	}
 	return false
+}
+
+// gatherREE selects rows of a run-end encoded array: the selected rows of
+// each run are one run, and the run's value is selected once.
+func gatherREE(a *array.RunEndEncoded, runs []rowRun, mem memory.Allocator) (arrow.Array, error) {
+	var end func(j int) int
+	switch e := a.RunEndsArr().(type) {
+	case *array.Int16:
+		end = func(j int) int { return int(e.Value(j)) }
+	case *array.Int32:
+		end = func(j int) int { return int(e.Value(j)) }
+	case *array.Int64:
+		end = func(j int) int { return int(e.Value(j)) }
+	default:
+		return nil, fmt.Errorf("run ends of type %s: want int16, int32 or int64", e.DataType())
+	}
+	first := a.Data().Offset()
+	var phys []int32
+	var ends []int64
+	k := 0
+	for _, r := range runs {
+		for i, j := r.lo, a.GetPhysicalIndex(r.lo); i < r.hi; j++ {
+			e := min(end(j)-first, r.hi)
+			k += e - i
+			if n := len(phys); n > 0 && phys[n-1] == int32(j) {
+				ends[n-1] = int64(k)
+			} else {
+				phys = append(phys, int32(j))
+				ends = append(ends, int64(k))
+			}
+			i = e
+		}
+	}
+	values, err := gather(a.Values(), runsOf(phys), mem)
+	if err != nil {
+		return nil, err
+	}
+	defer values.Release()
+	eb := array.NewBuilder(mem, a.RunEndsArr().DataType())
+	defer eb.Release()
+	for _, e := range ends {
+		switch b := eb.(type) {
+		case *array.Int16Builder:
+			b.Append(int16(e))
+		case *array.Int32Builder:
+			b.Append(int32(e))
+		case *array.Int64Builder:
+			b.Append(e)
+		}
+	}
+	re := eb.NewArray()
+	defer re.Release()
+	return array.NewRunEndEncodedArrayWithType(a.DataType().(*arrow.RunEndEncodedType), re, values, k, 0), nil
 }
 
 // gatherValidity returns the validity bitmap of the rows of a in runs and

@@ -619,6 +619,31 @@ func splitAll(t *testing.T, rec arrow.RecordBatch, key string, partitions int) [
 			t.Fatalf("input row %d in no partition", i)
 		}
 	}
+	// A partition's views hold its own rows' long values, not the batch's.
+	for x, out := range recs {
+		if len(recs) == 1 {
+			break // the batch itself
+		}
+		for c, col := range out.Columns() {
+			v, ok := col.(*array.StringView)
+			if !ok {
+				continue
+			}
+			long := 0
+			for j := range v.Len() {
+				if v.IsValid(j) && v.ValueLen(j) > arrow.ViewPrefixLen+4 {
+					long += v.ValueLen(j)
+				}
+			}
+			held := 0
+			for _, b := range v.Data().Buffers()[2:] {
+				held += b.Len()
+			}
+			if held > long {
+				t.Fatalf("partition %d column %s: %d bytes of view data buffers for %d bytes of its rows' long values", ps[x], out.ColumnName(c), held, long)
+			}
+		}
+	}
 	return part
 }
 
