@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/extensions"
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -269,6 +270,10 @@ func TestPartitionKeyEncodings(t *testing.T) {
 					cols["dictionary"] = dictOf(t, enc.dt, lits)
 				}
 				for form, col := range cols {
+					// The splitter takes the type before any batch.
+					if _, err := newSplitter(arrow.NewSchema([]arrow.Field{{Name: "k", Type: col.DataType(), Nullable: true}}, nil), "k", 4, memory.DefaultAllocator); err != nil {
+						t.Fatalf("%s %s: %v", form, col.DataType(), err)
+					}
 					got := keysOf(t, col)
 					name := fmt.Sprintf("%s %s", form, col.DataType())
 					if want == nil {
@@ -753,5 +758,21 @@ func TestPartitionIntegersAsDemo(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestPartitionDecimalNegativeScale: a decimal of negative scale is its
+// value too: unscaled 5 at scale -2 is 500.
+func TestPartitionDecimalNegativeScale(t *testing.T) {
+	b := array.NewDecimal128Builder(memory.DefaultAllocator, &arrow.Decimal128Type{Precision: 5, Scale: -2})
+	defer b.Release()
+	b.Append(decimal128.FromI64(5))
+	b.Append(decimal128.FromI64(-3))
+	b.Append(decimal128.FromI64(12345))
+	col := b.NewArray()
+	defer col.Release()
+	want := keysOf(t, fromJSON(t, arrow.PrimitiveTypes.Int64, `[500, -300, 1234500]`))
+	if got := keysOf(t, col); !slices.Equal(got, want) {
+		t.Fatalf("keys %x, want those of 500, -300, 1234500: %x", got, want)
 	}
 }
