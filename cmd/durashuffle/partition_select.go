@@ -50,26 +50,7 @@ func runsLen(runs []rowRun) int {
 func gather(a arrow.Array, runs []rowRun, mem memory.Allocator) (arrow.Array, error) {
 	dt := a.DataType()
 	if !needsRebuild(dt) {
-		switch len(runs) {
-		case 0:
-			return array.NewSlice(a, 0, 0), nil
-		case 1:
-			return array.NewSlice(a, int64(runs[0].lo), int64(runs[0].hi)), nil
-		}
-		slices := make([]arrow.Array, len(runs))
-		for i, r := range runs {
-			slices[i] = array.NewSlice(a, int64(r.lo), int64(r.hi))
-		}
-		defer func() {
-			for _, s := range slices {
-				s.Release()
-			}
-		}()
-		out, err := array.Concatenate(slices, mem)
-		if err != nil {
-			return nil, fmt.Errorf("select rows of a column of type %s: %w", dt, err)
-		}
-		return out, nil
+		return concatRuns(a, runs, mem)
 	}
 	switch a := a.(type) {
 	case *array.StringView:
@@ -108,6 +89,8 @@ func gather(a arrow.Array, runs []rowRun, mem memory.Allocator) (arrow.Array, er
 		return gatherStruct(a, runs, mem)
 	case *array.List, *array.LargeList, *array.Map, *array.FixedSizeList:
 		return gatherList(a.(array.ListLike), runs, mem)
+	case *array.ListView, *array.LargeListView:
+		return gatherListView(a.(array.ListLike), runs, mem)
 	case *array.RunEndEncoded:
 		return gatherREE(a, runs, mem)
 	case *array.Dictionary:
@@ -126,6 +109,51 @@ func gather(a arrow.Array, runs []rowRun, mem memory.Allocator) (arrow.Array, er
 		return array.NewExtensionArrayWithStorage(a.ExtensionType(), st), nil
 	}
 	return nil, fmt.Errorf("select rows of a column of type %s: a union or a view inside a %s is not supported", dt, dt.Name())
+}
+
+// concatRuns is array.Concatenate of the slices of a at runs.
+func concatRuns(a arrow.Array, runs []rowRun, mem memory.Allocator) (arrow.Array, error) {
+	switch len(runs) {
+	case 0:
+		return array.NewSlice(a, 0, 0), nil
+	case 1:
+		return array.NewSlice(a, int64(runs[0].lo), int64(runs[0].hi)), nil
+	}
+	slices := make([]arrow.Array, len(runs))
+	for i, r := range runs {
+		slices[i] = array.NewSlice(a, int64(r.lo), int64(r.hi))
+	}
+	defer func() {
+		for _, s := range slices {
+			s.Release()
+		}
+	}()
+	out, err := array.Concatenate(slices, mem)
+	if err != nil {
+		return nil, fmt.Errorf("select rows of a column of type %s: %w", a.DataType(), err)
+	}
+	return out, nil
+}
+
+// hasUnion says whether dt is or holds a union.
+func hasUnion(dt arrow.DataType) bool {
+	switch t := dt.(type) {
+	case arrow.UnionType:
+		return true
+	case arrow.ExtensionType:
+		return hasUnion(t.StorageType())
+	case *arrow.DictionaryType:
+		return hasUnion(t.ValueType)
+	case *arrow.RunEndEncodedType:
+		return hasUnion(t.Encoded())
+	case arrow.NestedType:
+		for _, f := range t.Fields() {
+			if hasUnion(f.Type) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // needsRebuild says whether dt is or holds a union, which Concatenate
@@ -390,6 +418,61 @@ func gatherList(a array.ListLike, runs []rowRun, mem memory.Allocator) (arrow.Ar
 	if !fixed {
 		bufs = append(bufs, obuf)
 	}
+	defer releaseBuffers(bufs)
+	child, err := gather(a.ListValues(), childRuns, mem)
+	if err != nil {
+		return nil, err
+	}
+	defer child.Release()
+	d := array.NewData(a.DataType(), n, bufs, []arrow.ArrayData{child.Data()}, nulls, 0)
+	defer d.Release()
+	return array.MakeFromData(d), nil
+}
+
+// gatherListView selects the rows of a list view or large list view: each
+// selected row's values are selected, in row order, and its offset points
+// at them; a null row has size 0.
+func gatherListView(a array.ListLike, runs []rowRun, mem memory.Allocator) (arrow.Array, error) {
+	n := runsLen(runs)
+	_, large := a.(*array.LargeListView)
+	width := 4
+	if large {
+		width = 8
+	}
+	obuf, sbuf := memory.NewResizableBuffer(mem), memory.NewResizableBuffer(mem)
+	obuf.Resize(n * width)
+	sbuf.Resize(n * width)
+	ob, sb := obuf.Bytes(), sbuf.Bytes()
+	put := func(b []byte, k int, v int64) {
+		if large {
+			binary.LittleEndian.PutUint64(b[8*k:], uint64(v))
+		} else {
+			binary.LittleEndian.PutUint32(b[4*k:], uint32(v))
+		}
+	}
+	var childRuns []rowRun
+	k, at := 0, int64(0)
+	for _, r := range runs {
+		for i := r.lo; i < r.hi; i++ {
+			lo, hi := a.ValueOffsets(i)
+			if a.IsNull(i) {
+				lo, hi = 0, 0
+			}
+			put(ob, k, at)
+			put(sb, k, hi-lo)
+			if hi > lo {
+				if c := len(childRuns); c > 0 && childRuns[c-1].hi == int(lo) {
+					childRuns[c-1].hi = int(hi)
+				} else {
+					childRuns = append(childRuns, rowRun{int(lo), int(hi)})
+				}
+			}
+			at += hi - lo
+			k++
+		}
+	}
+	validity, nulls := gatherValidity(a, runs, n, mem)
+	bufs := []*memory.Buffer{validity, obuf, sbuf}
 	defer releaseBuffers(bufs)
 	child, err := gather(a.ListValues(), childRuns, mem)
 	if err != nil {
