@@ -16,8 +16,8 @@ import (
 // slices of its contiguous row runs (array.Concatenate), except for views
 // (copied value by value, so a partition holds only its own rows' bytes)
 // and unions (which Concatenate does not take), and the structs, lists,
-// run-end encoded, dictionary and extension arrays holding one, which are
-// rebuilt here from their children's selections.
+// list views, run-end encoded, dictionary and extension arrays holding
+// one, which are rebuilt here from their children's selections.
 
 // rowRun is a half-open range [lo, hi) of rows.
 type rowRun struct{ lo, hi int }
