@@ -3,102 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"hash/fnv"
-	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/compute"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/durashuffle/durashuffle/internal/tools/demo"
 )
-
-// keyFunc returns the 64-bit partitioning key of row i. Integer values are
-// their own key (so partitioning a lineitem table by l_orderkey matches
-// the demo's), other values are hashed; every null has key 0.
-type keyFunc func(i int) int64
-
-// keyOf returns the key function of a column, or an error naming the
-// column's type when it cannot be partitioned by.
-func keyOf(col arrow.Array) (keyFunc, error) {
-	null := func(f keyFunc) keyFunc {
-		if col.NullN() == 0 {
-			return f
-		}
-		return func(i int) int64 {
-			if col.IsNull(i) {
-				return 0
-			}
-			return f(i)
-		}
-	}
-	switch a := col.(type) {
-	case *array.Int8:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Int16:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Int32:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Int64:
-		return null(func(i int) int64 { return a.Value(i) }), nil
-	case *array.Uint8:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Uint16:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Uint32:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Uint64:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Date32:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Date64:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Timestamp:
-		return null(func(i int) int64 { return int64(a.Value(i)) }), nil
-	case *array.Boolean:
-		return null(func(i int) int64 {
-			if a.Value(i) {
-				return 1
-			}
-			return 2
-		}), nil
-	case *array.Float32:
-		return null(func(i int) int64 { return int64(math.Float64bits(float64(a.Value(i)))) }), nil
-	case *array.Float64:
-		return null(func(i int) int64 { return int64(math.Float64bits(a.Value(i))) }), nil
-	case *array.String:
-		return null(func(i int) int64 { return hashBytes([]byte(a.Value(i))) }), nil
-	case *array.LargeString:
-		return null(func(i int) int64 { return hashBytes([]byte(a.Value(i))) }), nil
-	case *array.StringView:
-		return null(func(i int) int64 { return hashBytes([]byte(a.Value(i))) }), nil
-	case *array.Binary:
-		return null(func(i int) int64 { return hashBytes(a.Value(i)) }), nil
-	case *array.LargeBinary:
-		return null(func(i int) int64 { return hashBytes(a.Value(i)) }), nil
-	case *array.Dictionary:
-		// By value, not by index: dictionaries differ from batch to batch.
-		values, err := keyOf(a.Dictionary())
-		if err != nil {
-			return nil, err
-		}
-		return null(func(i int) int64 { return values(a.GetValueIndex(i)) }), nil
-	}
-	return nil, fmt.Errorf("cannot partition by a column of type %s: want an integer, date, timestamp, boolean, float, string, binary or dictionary column", col.DataType())
-}
-
-func hashBytes(b []byte) int64 {
-	h := fnv.New64a()
-	h.Write(b)
-	return int64(h.Sum64())
-}
 
 // splitter cuts records into one record per partition by a key column.
 type splitter struct {
 	column     int
 	partitions int
 	mem        memory.Allocator
+	keys       []uint64 // the keys of the batch being split
+	// perColumn is set once compute.Take refused a batch: from then on
+	// each column is selected on its own, by Take or, for a column in
+	// gathered, by gather.
+	perColumn bool
+	gathered  map[int]bool
 }
 
 func newSplitter(schema *arrow.Schema, column string, partitions int, mem memory.Allocator) (*splitter, error) {
@@ -117,7 +39,26 @@ func newSplitter(schema *arrow.Schema, column string, partitions int, mem memory
 	default:
 		return nil, usagef("--partition-by %q: the input has %d columns of that name", column, len(idx))
 	}
+	// A key type with no partitioning key is refused before any batch is
+	// read.
+	if err := checkKeyType(schema.Field(idx[0]).Type, mem); err != nil {
+		return nil, usagef("--partition-by %s: %v", column, err)
+	}
 	return &splitter{column: idx[0], partitions: partitions, mem: mem}, nil
+}
+
+// checkKeyType is columnKeys' verdict on a column of type dt, from an
+// empty one. A type Arrow cannot make an empty array of is left to the
+// batches' own check.
+func checkKeyType(dt arrow.DataType, mem memory.Allocator) (err error) {
+	defer func() {
+		if recover() != nil {
+			err = nil
+		}
+	}()
+	empty := array.MakeArrayOfNull(mem, dt, 0)
+	defer empty.Release()
+	return columnKeys(empty, nil)
 }
 
 // split returns the rows of rec for each non-empty partition, in
@@ -127,15 +68,18 @@ func (s *splitter) split(ctx context.Context, rec arrow.RecordBatch) ([]int, []a
 		rec.Retain()
 		return []int{0}, []arrow.RecordBatch{rec}, nil
 	}
-	key, err := keyOf(rec.Column(s.column))
-	if err != nil {
+	n := int(rec.NumRows())
+	if cap(s.keys) < n {
+		s.keys = make([]uint64, n)
+	}
+	keys := s.keys[:n]
+	if err := columnKeys(rec.Column(s.column), keys); err != nil {
 		return nil, nil, usagef("--partition-by %s: %v", rec.ColumnName(s.column), err)
 	}
-	n := int(rec.NumRows())
 	part := make([]int32, n)
 	counts := make([]int32, s.partitions)
-	for i := range n {
-		p := int32(demo.PartitionOf(key(i), s.partitions))
+	for i, k := range keys {
+		p := int32(partitionOf(k, s.partitions))
 		part[i] = p
 		counts[p]++
 	}
@@ -176,15 +120,50 @@ func (s *splitter) split(ctx context.Context, rec arrow.RecordBatch) ([]int, []a
 	return ps, recs, nil
 }
 
+// take returns the rows of rec at rows, ascending row numbers.
 func (s *splitter) take(ctx context.Context, rec arrow.RecordBatch, rows []int32) (arrow.RecordBatch, error) {
 	b := array.NewInt32Builder(s.mem)
 	defer b.Release()
 	b.AppendValues(rows, nil)
 	idx := b.NewInt32Array()
 	defer idx.Release()
-	out, err := compute.Take(compute.WithAllocator(ctx, s.mem), *compute.DefaultTakeOptions(), compute.NewDatumWithoutOwning(rec), compute.NewDatumWithoutOwning(idx))
-	if err != nil {
-		return nil, err
+	ctx = compute.WithAllocator(ctx, s.mem)
+	if !s.perColumn {
+		out, err := compute.Take(ctx, *compute.DefaultTakeOptions(), compute.NewDatumWithoutOwning(rec), compute.NewDatumWithoutOwning(idx))
+		if err == nil {
+			return out.(*compute.RecordDatum).Value, nil
+		}
+		// A column of a type Take has no kernel for: select column by
+		// column, gathering the columns Take refuses.
+		s.perColumn = true
+		s.gathered = map[int]bool{}
 	}
-	return out.(*compute.RecordDatum).Value, nil
+	cols := make([]arrow.Array, rec.NumCols())
+	defer func() {
+		for _, c := range cols {
+			if c != nil {
+				c.Release()
+			}
+		}
+	}()
+	var runs []rowRun
+	for c, col := range rec.Columns() {
+		if !s.gathered[c] {
+			out, err := compute.TakeArray(ctx, col, idx)
+			if err == nil {
+				cols[c] = out
+				continue
+			}
+			s.gathered[c] = true
+		}
+		if runs == nil {
+			runs = runsOf(rows)
+		}
+		out, err := gather(col, runs, s.mem)
+		if err != nil {
+			return nil, fmt.Errorf("column %s: %w", rec.ColumnName(c), err)
+		}
+		cols[c] = out
+	}
+	return array.NewRecordBatch(rec.Schema(), cols, int64(len(rows))), nil
 }

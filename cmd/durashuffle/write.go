@@ -76,10 +76,17 @@ them as the output of one worker attempt. The worker manifest, written
 last with a conditional put, commits it; if another attempt of the same
 worker committed first, this attempt's objects are deleted and write fails.
 
-Integer, date and timestamp columns partition by their value (so a
-lineitem table partitioned by l_orderkey lands where the demo puts it);
-strings, binaries, floats and booleans by a hash; dictionary columns by
-their values; nulls all go to one partition.`,
+A row's partition is a hash of its key's logical value, the same
+whatever the key's physical type: numbers (integers, floats, decimals)
+by their exact value (int32 5, int64 5, 5.0 and decimal 5.00 agree; an
+integer key lands where the demo puts it), strings and binaries by
+their bytes (plain, large, view or fixed-size alike), dates, times,
+timestamps and durations by their nanoseconds (any unit; a timestamp's
+zone is not part of it), intervals, booleans; dictionary and run-end
+encoded keys by their values. Nulls all go to the partition of 0.
+Nested (list, struct, map, union) and null-type keys are refused.
+docs/partitioning.md states the hash byte by byte, with test vectors.
+Every column type is carried.`,
 		Example: `  # Partition a file by a string column into 16 partitions:
   durashuffle write --bucket shuffle --query q42 --stage 0 --worker 3 \
     --partitions 16 --partition-by l_shipmode -i lineitem.arrow
