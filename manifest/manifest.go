@@ -200,7 +200,10 @@ func verifyStageCRC(what string, b []byte) ([]byte, error) {
 		var probe struct {
 			FormatVersion string `json:"format_version"`
 		}
-		if json.Unmarshal(b, &probe) == nil && probe.FormatVersion != "" {
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return nil, fmt.Errorf("%w: %s is not JSON (%v), nor does it end with its checksum (%s<8 hex digits>\"})", ErrCorrupt, what, err, stageTrailerHead)
+		}
+		if probe.FormatVersion != "" {
 			if err := checkVersion(what, probe.FormatVersion); err != nil {
 				return nil, err
 			}
