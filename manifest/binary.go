@@ -182,7 +182,7 @@ func headLength(what string, b []byte) (n int, err error) {
 		return 0, fmt.Errorf("%w: %s starts with %q, a format 2 worker manifest without checksums; this reader understands %d.x", ErrVersion, what, b[:4], FormatMajor)
 	}
 	if string(b[:4]) != workerMagic {
-		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q", ErrCorrupt, what, b[:4], workerMagic)
+		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q (bytes [0, 4))", ErrCorrupt, what, b[:4], workerMagic)
 	}
 	hl := binary.LittleEndian.Uint32(b[4:])
 	if hl > MaxHeaderBytes {

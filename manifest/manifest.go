@@ -217,7 +217,7 @@ func verifyStageCRC(what string, b []byte) ([]byte, error) {
 	}
 	body := append(b[:n:n], '}')
 	if got := crc32c(body); got != uint32(want) {
-		return nil, crcMismatch(what, "JSON before the checksum, then \"}\"", 0, int64(n), got, uint32(want))
+		return nil, crcMismatch(what, "body before the checksum member", 0, int64(n), got, uint32(want))
 	}
 	return body, nil
 }
