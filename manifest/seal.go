@@ -363,7 +363,11 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			need += EntrySize * (b - a)
 		}
 		if int64(cap(arena)) < need {
-			arena = make([]byte, need)
+			// Room for the widest widening too (a partial checksum block
+			// at each end of every worker's range), so blocks of the
+			// same entries reuse one buffer rather than leave garbage
+			// of their size.
+			arena = make([]byte, max(need, n*EntrySize+int64(len(ws))*2*WorkerEntryBlock*EntrySize))
 		}
 		var at int64
 		g, gctx := errgroup.WithContext(ctx)
