@@ -186,7 +186,7 @@ func headLength(what string, b []byte) (n int, err error) {
 	}
 	hl := binary.LittleEndian.Uint32(b[4:])
 	if hl > MaxHeaderBytes {
-		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d", ErrCorrupt, what, hl, MaxHeaderBytes)
+		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d (header length, bytes [4, 8))", ErrCorrupt, what, hl, MaxHeaderBytes)
 	}
 	return workerPreamble + int(hl), nil
 }
@@ -278,7 +278,7 @@ func DecodeWorker(what string, b []byte) (*Worker, error) {
 		return nil, err
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: %s is %d bytes, its head needs %d", ErrCorrupt, what, len(b), need)
+		return nil, fmt.Errorf("%w: %s is %d bytes, its head needs %d (bytes [0, %d), as its header length says)", ErrCorrupt, what, len(b), need, need)
 	}
 	rest := b[h.entries:]
 	if want := int64(h.count) * EntrySize; int64(len(rest)) != want {

@@ -289,7 +289,7 @@ func readHead(ctx context.Context, st store.Reader, key string) (*workerHead, er
 
 func headErr(key string, need int, err error) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: %s ends before its head of %d bytes", ErrCorrupt, key, need)
+		return fmt.Errorf("%w: %s ends before its head of %d bytes (bytes [0, %d), as its header length says)", ErrCorrupt, key, need, need)
 	}
 	return fmt.Errorf("read head of %s: %w", key, err)
 }
