@@ -111,6 +111,7 @@ func BenchmarkSeal(b *testing.B) {
 	defer func() { st.Discard = nil }()
 	defer debug.SetGCPercent(debug.SetGCPercent(10))
 	var peak uint64
+	g0, b0 := st.Gets()
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
@@ -154,6 +155,9 @@ func BenchmarkSeal(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
+	g1, b1 := st.Gets()
+	b.ReportMetric(float64(g1-g0)/float64(b.N), "GETs/op")
+	b.ReportMetric(float64(b1-b0)/float64(b.N)/(1<<20), "GET-MiB/op")
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(benchWorkers*benchPartitions), "entries")
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"math"
 	"slices"
 )
@@ -15,18 +16,21 @@ import (
 // logical bytes as u64, all little-endian.
 const EntrySize = 48
 
-// Magic numbers of the binary objects of format 2.
+// Magic numbers of the binary objects of format 3, and of format 2,
+// which a reader refuses by version.
 const (
-	workerMagic = "DSM2" // worker manifest container
-	indexMagic  = "DSI2" // stage index object
+	workerMagic   = "DSM3" // worker manifest container
+	indexMagic    = "DSI3" // stage index object
+	workerMagicV2 = "DSM2"
 )
 
 // MaxHeaderBytes bounds a worker manifest's JSON header.
 const MaxHeaderBytes = 64 << 20
 
-// workerPreamble is the magic and the header length before a worker
-// manifest's JSON header.
-const workerPreamble = 8
+// workerPreamble is the magic, the header length and the header's CRC32C
+// before a worker manifest's JSON header. The CRC covers the first 8
+// bytes (magic and length) and the header.
+const workerPreamble = 12
 
 func putEntry(b []byte, f *Frame) {
 	le := binary.LittleEndian
@@ -98,20 +102,8 @@ func (w *Worker) Encode() ([]byte, error) {
 		}
 	}
 	sortByPartition(w.Frames)
-	h, err := json.Marshal(w)
-	if err != nil {
-		return nil, err
-	}
-	if len(h) > MaxHeaderBytes {
-		return nil, fmt.Errorf("encode worker manifest: header of %d bytes, at most %d", len(h), MaxHeaderBytes)
-	}
-	n := workerPreamble + len(h) + 4*(w.Partitions+1) + EntrySize*len(w.Frames)
-	b := make([]byte, n)
-	copy(b, workerMagic)
-	binary.LittleEndian.PutUint32(b[4:], uint32(len(h)))
-	copy(b[workerPreamble:], h)
-	table := b[workerPreamble+len(h):]
-	entries := table[4*(w.Partitions+1):]
+	table := make([]byte, 4*(w.Partitions+1))
+	entries := make([]byte, EntrySize*len(w.Frames))
 	i := 0
 	for p := 0; p <= w.Partitions; p++ {
 		for i < len(w.Frames) && w.Frames[i].Partition < p {
@@ -124,7 +116,29 @@ func (w *Worker) Encode() ([]byte, error) {
 		f.Worker = 0
 		putEntry(entries[EntrySize*i:], &f)
 	}
-	return b, nil
+	w.TableCRC32C = crc32c(table)
+	w.EntryBlock = WorkerEntryBlock
+	w.EntryCRCs = blockSums(entries, WorkerEntryBlock, 0, 0)
+	h, err := json.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	if len(h) > MaxHeaderBytes {
+		return nil, fmt.Errorf("encode worker manifest: header of %d bytes, at most %d", len(h), MaxHeaderBytes)
+	}
+	b := make([]byte, 0, workerPreamble+len(h)+len(table)+len(entries))
+	b = append(b, workerMagic...)
+	b = binary.LittleEndian.AppendUint32(b, uint32(len(h)))
+	b = binary.LittleEndian.AppendUint32(b, headerCRC(b[:8], h))
+	b = append(b, h...)
+	b = append(b, table...)
+	return append(b, entries...), nil
+}
+
+// headerCRC is the CRC32C of a worker manifest's first 8 bytes (magic
+// and header length) followed by its JSON header.
+func headerCRC(pre, h []byte) uint32 {
+	return crc32.Update(crc32c(pre[:8]), castagnoli, h)
 }
 
 // workerHead is a worker manifest's header and offset table, decoded
@@ -164,12 +178,15 @@ func headLength(what string, b []byte) (n int, err error) {
 	if len(b) < workerPreamble {
 		return 0, fmt.Errorf("%w: %s is %d bytes, shorter than the %d-byte preamble", ErrCorrupt, what, len(b), workerPreamble)
 	}
+	if string(b[:4]) == workerMagicV2 {
+		return 0, fmt.Errorf("%w: %s starts with %q, a format 2 worker manifest without checksums; this reader understands %d.x", ErrVersion, what, b[:4], FormatMajor)
+	}
 	if string(b[:4]) != workerMagic {
-		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q", ErrCorrupt, what, b[:4], workerMagic)
+		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q (bytes [0, 4))", ErrCorrupt, what, b[:4], workerMagic)
 	}
 	hl := binary.LittleEndian.Uint32(b[4:])
 	if hl > MaxHeaderBytes {
-		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d", ErrCorrupt, what, hl, MaxHeaderBytes)
+		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d (header length, bytes [4, 8))", ErrCorrupt, what, hl, MaxHeaderBytes)
 	}
 	return workerPreamble + int(hl), nil
 }
@@ -184,6 +201,9 @@ func decodeHead(what string, b []byte) (h *workerHead, need int, err error) {
 	}
 	if len(b) < hl {
 		return nil, hl, nil
+	}
+	if got, want := headerCRC(b, b[workerPreamble:hl]), binary.LittleEndian.Uint32(b[8:]); got != want {
+		return nil, 0, crcMismatch(what, "header length and header", 0, int64(hl), got, want)
 	}
 	var w Worker
 	if err := json.Unmarshal(b[workerPreamble:hl], &w); err != nil {
@@ -200,6 +220,9 @@ func decodeHead(what string, b []byte) (h *workerHead, need int, err error) {
 		return nil, end, nil
 	}
 	h = &workerHead{w: &w, first: b[hl:end:end], entries: int64(end)}
+	if got := crc32c(h.first); got != w.TableCRC32C {
+		return nil, 0, crcMismatch(what, "offset table", int64(hl), int64(end), got, w.TableCRC32C)
+	}
 	prev := 0
 	if h.at(0) != 0 {
 		return nil, 0, fmt.Errorf("%w: %s: offset table starts at %d, not 0", ErrCorrupt, what, h.at(0))
@@ -214,6 +237,9 @@ func decodeHead(what string, b []byte) (h *workerHead, need int, err error) {
 	h.count = prev
 	if h.count != w.Totals.Frames {
 		return nil, 0, fmt.Errorf("%w: %s: offset table holds %d entries, totals say %d frames", ErrCorrupt, what, h.count, w.Totals.Frames)
+	}
+	if err := checkBlockTable(what, w.EntryCRCs, w.EntryBlock, int64(h.count), 0); err != nil {
+		return nil, 0, err
 	}
 	return h, 0, nil
 }
@@ -252,11 +278,14 @@ func DecodeWorker(what string, b []byte) (*Worker, error) {
 		return nil, err
 	}
 	if h == nil {
-		return nil, fmt.Errorf("%w: %s is %d bytes, its head needs %d", ErrCorrupt, what, len(b), need)
+		return nil, fmt.Errorf("%w: %s is %d bytes, its head needs %d (bytes [0, %d), as its header length says)", ErrCorrupt, what, len(b), need, need)
 	}
 	rest := b[h.entries:]
 	if want := int64(h.count) * EntrySize; int64(len(rest)) != want {
 		return nil, fmt.Errorf("%w: %s has %d bytes of entries, its offset table says %d entries (%d bytes)", ErrCorrupt, what, len(rest), h.count, want)
+	}
+	if err := h.verifyEntries(what, rest, 0, int64(h.count)); err != nil {
+		return nil, err
 	}
 	h.w.Frames, err = h.decodeEntries(what, rest, 0, h.w.Partitions, 0, make([]Frame, 0, h.count))
 	if err != nil {
@@ -266,4 +295,29 @@ func DecodeWorker(what string, b []byte) (*Worker, error) {
 		return nil, fmt.Errorf("%w: %s: totals say %+v, frames and objects sum to %+v", ErrCorrupt, what, h.w.Totals, got)
 	}
 	return h.w, nil
+}
+
+// blockRange widens the entries [a, b) of a worker manifest to whole
+// checksum blocks: [lo, hi) is what must be read to verify them.
+func (h *workerHead) blockRange(a, b int64) (lo, hi int64) {
+	k := int64(h.w.EntryBlock)
+	if a == b {
+		return a, b
+	}
+	return a / k * k, min((b+k-1)/k*k, int64(h.count))
+}
+
+// verifyEntries checks b, the worker manifest's entries [lo, hi) (whole
+// blocks: lo on a block boundary, hi on one or at the end), against the
+// header's block checksums.
+func (h *workerHead) verifyEntries(what string, b []byte, lo, hi int64) error {
+	k := int64(h.w.EntryBlock)
+	for i := lo; i < hi; i += k {
+		j := min(i+k, hi)
+		got, want := crc32c(b[EntrySize*(i-lo):EntrySize*(j-lo)]), blockCRC(h.w.EntryCRCs, i/k)
+		if got != want {
+			return crcMismatch(what, fmt.Sprintf("entries [%d, %d)", i, j), h.entries+EntrySize*i, h.entries+EntrySize*j, got, want)
+		}
+	}
+	return nil
 }

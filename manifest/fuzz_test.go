@@ -112,10 +112,21 @@ func wellFormed(t *testing.T, w *Worker) {
 
 // FuzzDecodeWorker: DecodeWorker either fails with a classified error or
 // returns a manifest that is safe to read with and that re-encodes to
-// itself.
+// itself. Each input is decoded as it is, which the checksums refuse
+// unless the mutation missed them, and with its checksums recomputed
+// (fixWorkerCRCs), so the lengths, offset table and entries behind them
+// are fuzzed too.
 func FuzzDecodeWorker(f *testing.F) {
 	manifestSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		decodeWorkerOK(t, b)
+		decodeWorkerOK(t, fixWorkerCRCs(b))
+	})
+}
+
+func decodeWorkerOK(t *testing.T, b []byte) {
+	t.Helper()
+	{
 		w, err := DecodeWorker("fuzz", b)
 		if err != nil {
 			decodeErr(t, err)
@@ -133,13 +144,22 @@ func FuzzDecodeWorker(f *testing.F) {
 		if b2, _ := w2.Encode(); !bytes.Equal(again, b2) {
 			t.Fatalf("round trip changed the manifest:\n%s\n%s", again, b2)
 		}
-	})
+	}
 }
 
-// FuzzDecodeStage: the same for stage manifests.
+// FuzzDecodeStage: the same for stage manifests, as they are and with
+// their checksum recomputed (fixStageCRC).
 func FuzzDecodeStage(f *testing.F) {
 	manifestSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		decodeStageOK(t, b)
+		decodeStageOK(t, fixStageCRC(b))
+	})
+}
+
+func decodeStageOK(t *testing.T, b []byte) {
+	t.Helper()
+	{
 		s, err := DecodeStage("fuzz", b)
 		if err != nil {
 			decodeErr(t, err)
@@ -161,7 +181,7 @@ func FuzzDecodeStage(f *testing.F) {
 		if _, err := DecodeStage("re-encoded", again); err != nil {
 			t.Fatalf("a decoded stage does not decode again: %v", err)
 		}
-	})
+	}
 }
 
 // indexSeeds adds a sealed stage's manifest and index, whole and damaged.
@@ -194,11 +214,23 @@ func indexSeeds(f *testing.F) {
 // stage decodes or fails classified, and Frames and Summary of any
 // partition set fail with ErrCorrupt or return entries that are safe:
 // partitions in the set and in delivery order, workers in range, every
-// frame inside its object.
+// frame inside its object. Each input is read as it is and with the
+// manifest's checksums recomputed from the fuzzed index (fixIndexCRCs),
+// so the index's structural checks are fuzzed past the checksums.
 func FuzzDecodeIndex(f *testing.F) {
 	indexSeeds(f)
-	l := testLayout
 	f.Fuzz(func(t *testing.T, mb, ib, parts []byte) {
+		readIndexOK(t, mb, ib, parts)
+		if fixed, err := fixIndexCRCs(mb, ib); err == nil {
+			readIndexOK(t, fixed, ib, parts)
+		}
+	})
+}
+
+func readIndexOK(t *testing.T, mb, ib, parts []byte) {
+	t.Helper()
+	l := testLayout
+	{
 		s, err := DecodeStage("fuzz", mb)
 		if err != nil {
 			decodeErr(t, err)
@@ -247,5 +279,5 @@ func FuzzDecodeIndex(f *testing.F) {
 		if len(sum) != s.Partitions {
 			t.Fatalf("summary of %d partitions, stage has %d", len(sum), s.Partitions)
 		}
-	})
+	}
 }

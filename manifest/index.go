@@ -1,7 +1,6 @@
 package manifest
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -31,6 +30,15 @@ type Index struct {
 	EntriesOffset int64  `json:"entries_offset"`
 	SummaryOffset int64  `json:"summary_offset"`
 	First         []byte `json:"first"` // base64 in JSON
+	// EntryBlock and EntryCRCs check the entries by block: block i holds
+	// entries [i x EntryBlock, (i+1) x EntryBlock) (the last one fewer)
+	// and EntryCRCs[4i:4i+4] (LE u32) is the CRC32C of their bytes,
+	// block 0's starting at byte 0 of the object, so that it covers the
+	// preamble too. An index without entries has one block: the
+	// preamble. SummaryCRC32C is the CRC32C of the whole summary.
+	EntryBlock    int    `json:"entry_block"`
+	EntryCRCs     []byte `json:"entry_crcs"` // base64 in JSON
+	SummaryCRC32C uint32 `json:"summary_crc32c"`
 }
 
 func (x *Index) at(p int) int64 { return int64(binary.LittleEndian.Uint32(x.First[4*p:])) }
@@ -60,12 +68,22 @@ func (x *Index) check(what string, s *Stage) error {
 	if x.at(s.Partitions) != x.Entries || int64(s.Totals.Frames) != x.Entries {
 		return bad("offset table holds %d entries, index says %d, totals %d frames", x.at(s.Partitions), x.Entries, s.Totals.Frames)
 	}
-	if x.EntriesOffset < indexPreamble || x.SummaryOffset < x.EntriesOffset+EntrySize*x.Entries ||
+	if x.EntriesOffset != indexPreamble || x.SummaryOffset != x.EntriesOffset+EntrySize*x.Entries ||
 		x.Size != x.SummaryOffset+SummarySize*int64(s.Partitions) {
 		return bad("entries at %d (%d of %d bytes), summary at %d (%d partitions of %d bytes) do not fit an object of %d bytes",
 			x.EntriesOffset, x.Entries, EntrySize, x.SummaryOffset, s.Partitions, SummarySize, x.Size)
 	}
-	return nil
+	return checkBlockTable(what+" index "+x.Key, x.EntryCRCs, x.EntryBlock, x.Entries, 1)
+}
+
+// blockBytes returns the bytes of the index that checksum block i covers.
+func (x *Index) blockBytes(i int64) (off, end int64) {
+	k := int64(x.EntryBlock)
+	off = x.EntriesOffset + EntrySize*i*k
+	if i == 0 {
+		off = 0
+	}
+	return off, x.EntriesOffset + EntrySize*min((i+1)*k, x.Entries)
 }
 
 func checkRelKey(k string) error {
@@ -140,7 +158,9 @@ func (s *Stage) indexFrames(ctx context.Context, st store.Reader, l Layout, lo, 
 }
 
 // indexFramesInto appends to out the entries of partitions [lo, hi) that
-// are in set (nil: all), read by range and checked as they arrive.
+// are in set (nil: all), read by range and checked as they arrive. The
+// range read covers the whole checksum blocks holding those entries;
+// each block is verified before any of its entries is used.
 func (s *Stage) indexFramesInto(ctx context.Context, st store.Reader, l Layout, lo, hi int, set []int, out []Frame) ([]Frame, error) {
 	x := s.Index
 	from, to := x.at(lo), x.at(hi)
@@ -148,51 +168,64 @@ func (s *Stage) indexFramesInto(ctx context.Context, st store.Reader, l Layout, 
 		return out, nil
 	}
 	key := l.ObjectKey(s.Query, s.Stage, x.Key)
-	off := x.EntriesOffset + EntrySize*from
-	n := EntrySize * (to - from)
-	body, err := st.GetRange(ctx, key, off, n)
+	k := int64(x.EntryBlock)
+	b0, b1 := from/k, (to+k-1)/k // blocks [b0, b1)
+	off, _ := x.blockBytes(b0)
+	_, end := x.blockBytes(b1 - 1)
+	body, err := st.GetRange(ctx, key, off, end-off)
 	if err != nil {
-		return out, fmt.Errorf("read index %s bytes [%d, %d): %w", key, off, off+n, err)
+		return out, fmt.Errorf("read index %s bytes [%d, %d): %w", key, off, end, err)
 	}
 	defer body.Close()
-	r := bufio.NewReaderSize(body, 64<<10)
 	var (
-		buf  [EntrySize]byte
+		buf  []byte // one block, reused
 		p    = lo
 		si   = 0
 		prev = -1 // worker of the previous entry of p
 	)
-	for i := from; i < to; i++ {
-		for i >= x.at(p+1) {
-			p++
-			prev = -1
+	for bi := b0; bi < b1; bi++ {
+		boff, bend := x.blockBytes(bi)
+		if int64(cap(buf)) < bend-boff {
+			buf = make([]byte, bend-boff) // at most a block: EntryBlock is bounded
 		}
-		if _, err := io.ReadFull(r, buf[:]); err != nil {
+		buf = buf[:bend-boff]
+		if got, err := io.ReadFull(body, buf); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return out, fmt.Errorf("%w: index %s ends at entry %d of [%d, %d) (bytes [%d, %d) asked for)", ErrCorrupt, key, i, from, to, off, off+n)
+				return out, fmt.Errorf("%w: index %s ends at byte %d of block %d (bytes [%d, %d) asked for)", ErrCorrupt, key, boff+int64(got), bi, off, end)
 			}
-			return out, fmt.Errorf("read index %s bytes [%d, %d): %w", key, off, off+n, err)
+			return out, fmt.Errorf("read index %s bytes [%d, %d): %w", key, off, end, err)
 		}
-		f := getEntry(buf[:])
-		if f.Partition != p {
-			return out, fmt.Errorf("%w: index %s entry %d has partition %d, the offset table says %d", ErrCorrupt, key, i, f.Partition, p)
+		first := bi * k
+		if got, want := crc32c(buf), blockCRC(x.EntryCRCs, bi); got != want {
+			return out, crcMismatch("index "+key, fmt.Sprintf("entries [%d, %d)", first, min(first+k, x.Entries)), boff, bend, got, want)
 		}
-		if f.Worker < prev || f.Worker >= len(s.Workers) {
-			return out, fmt.Errorf("%w: index %s entry %d names worker %d of %d (after worker %d)", ErrCorrupt, key, i, f.Worker, len(s.Workers), prev)
-		}
-		prev = f.Worker
-		if err := checkFrame(&f, s.Workers[f.Worker].Objects); err != nil {
-			return out, fmt.Errorf("%w: index %s entry %d (partition %d, worker %s) %v", ErrCorrupt, key, i, p, s.Workers[f.Worker].Worker, err)
-		}
-		if set != nil {
-			for si < len(set) && set[si] < p {
-				si++
+		eb := buf[len(buf)-int(EntrySize*(min(first+k, x.Entries)-first)):]
+		for i := max(first, from); i < min(first+k, to); i++ {
+			for i >= x.at(p+1) {
+				p++
+				prev = -1
 			}
-			if si == len(set) || set[si] != p {
-				continue
+			f := getEntry(eb[EntrySize*(i-first):])
+			if f.Partition != p {
+				return out, fmt.Errorf("%w: index %s entry %d has partition %d, the offset table says %d", ErrCorrupt, key, i, f.Partition, p)
 			}
+			if f.Worker < prev || f.Worker >= len(s.Workers) {
+				return out, fmt.Errorf("%w: index %s entry %d names worker %d of %d (after worker %d)", ErrCorrupt, key, i, f.Worker, len(s.Workers), prev)
+			}
+			prev = f.Worker
+			if err := checkFrame(&f, s.Workers[f.Worker].Objects); err != nil {
+				return out, fmt.Errorf("%w: index %s entry %d (partition %d, worker %s) %v", ErrCorrupt, key, i, p, s.Workers[f.Worker].Worker, err)
+			}
+			if set != nil {
+				for si < len(set) && set[si] < p {
+					si++
+				}
+				if si == len(set) || set[si] != p {
+					continue
+				}
+			}
+			out = append(out, f)
 		}
-		out = append(out, f)
 	}
 	return out, nil
 }
@@ -243,6 +276,9 @@ func (s *Stage) Summary(ctx context.Context, st store.Reader, l Layout) ([]Parti
 	b := make([]byte, n) // n is bounded by the manifest's own offset table
 	if _, err := io.ReadFull(body, b); err != nil {
 		return nil, fmt.Errorf("%w: index summary %s: %d bytes asked for at %d: %v", ErrCorrupt, key, n, x.SummaryOffset, err)
+	}
+	if got := crc32c(b); got != x.SummaryCRC32C {
+		return nil, crcMismatch("index "+key, "summary", x.SummaryOffset, x.SummaryOffset+n, got, x.SummaryCRC32C)
 	}
 	le := binary.LittleEndian
 	for p := range out {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"strconv"
 	"strings"
 	"time"
@@ -13,10 +14,12 @@ import (
 // does not know; minor versions only add fields. Version 2 made the
 // worker manifest a binary container and split the sealed stage into a
 // small JSON manifest and a binary, partition-indexed index object (see
-// doc.go); version 1 stages are refused with ErrVersion.
+// doc.go); version 3 added the checksums every reader verifies (a CRC32C
+// of each region of each metadata object), which a 2.x reader would
+// ignore, so stages of versions 1 and 2 are refused with ErrVersion.
 const (
-	FormatMajor   = 2
-	FormatVersion = "2.1"
+	FormatMajor   = 3
+	FormatVersion = "3.0"
 	KindWorker    = "worker"
 	KindStage     = "stage"
 )
@@ -107,6 +110,13 @@ type Worker struct {
 	// CRC32Cs, before falling back to the store. Empty: read the store.
 	// Added in format 2.1; older readers ignore it.
 	Peer string `json:"peer,omitempty"`
+	// Checksums of the stored worker manifest (format 3), written by
+	// Encode and verified by every decoder: the CRC32C of the offset
+	// table, and of each block of EntryBlock entries (LE u32 each,
+	// base64 in JSON). Not kept in a stage manifest.
+	TableCRC32C uint32 `json:"table_crc32c,omitempty"`
+	EntryBlock  int    `json:"entry_block,omitempty"`
+	EntryCRCs   []byte `json:"entry_crcs,omitempty"`
 }
 
 // Stage is a stage: its workers (headers, sorted by worker ID) and, once
@@ -154,9 +164,62 @@ func (s *Stage) Encode() ([]byte, error) {
 	c.Workers = make([]Worker, len(s.Workers))
 	for i, w := range s.Workers {
 		w.FormatVersion, w.Kind, w.Query, w.Stage, w.Schema, w.Partitions, w.Frames = "", "", "", 0, nil, 0, nil
+		w.TableCRC32C, w.EntryBlock, w.EntryCRCs = 0, 0, nil
 		c.Workers[i] = w
 	}
-	return json.Marshal(&c)
+	b, err := json.Marshal(&c)
+	if err != nil {
+		return nil, err
+	}
+	return appendStageCRC(b), nil
+}
+
+// stageTrailer is how a stage manifest ends: its checksum as the last
+// member of the JSON object, `,"crc32c":"` 8 lower-case hex digits `"}`.
+// The CRC32C covers the manifest with that member removed: every byte
+// before the trailer, then "}".
+const (
+	stageTrailerHead = `,"crc32c":"`
+	stageTrailerLen  = len(stageTrailerHead) + 8 + 2
+)
+
+// appendStageCRC replaces the closing brace of the JSON object b with the
+// checksum member and the brace.
+func appendStageCRC(b []byte) []byte {
+	body := b[:len(b)-1]
+	c := crc32.Update(crc32c(body), castagnoli, []byte("}"))
+	return fmt.Appendf(body, "%s%08x\"}", stageTrailerHead, c)
+}
+
+// verifyStageCRC checks a stage manifest's trailer and returns the JSON
+// without it. A manifest without the trailer is refused by its version
+// when it states one other than 3.x (ErrVersion), as corrupt otherwise.
+func verifyStageCRC(what string, b []byte) ([]byte, error) {
+	n := len(b) - stageTrailerLen
+	if n < 1 || string(b[n:n+len(stageTrailerHead)]) != stageTrailerHead || b[len(b)-2] != '"' || b[len(b)-1] != '}' {
+		var probe struct {
+			FormatVersion string `json:"format_version"`
+		}
+		if err := json.Unmarshal(b, &probe); err != nil {
+			return nil, fmt.Errorf("%w: %s is not JSON (%v), nor does it end with its checksum (%s<8 hex digits>\"})", ErrCorrupt, what, err, stageTrailerHead)
+		}
+		if probe.FormatVersion != "" {
+			if err := checkVersion(what, probe.FormatVersion); err != nil {
+				return nil, err
+			}
+		}
+		return nil, fmt.Errorf("%w: %s (%d bytes) does not end with its checksum (%s<8 hex digits>\"})", ErrCorrupt, what, len(b), stageTrailerHead)
+	}
+	hex := b[n+len(stageTrailerHead) : len(b)-2]
+	want, err := strconv.ParseUint(string(hex), 16, 32)
+	if err != nil || len(hex) != 8 {
+		return nil, fmt.Errorf("%w: %s ends with checksum %q, not 8 hex digits", ErrCorrupt, what, hex)
+	}
+	body := append(b[:n:n], '}')
+	if got := crc32c(body); got != uint32(want) {
+		return nil, crcMismatch(what, "body before the checksum member", 0, int64(n), got, uint32(want))
+	}
+	return body, nil
 }
 
 // MaxManifestBytes bounds what a reader accepts as a manifest: a worker
@@ -203,7 +266,11 @@ func decodeVersioned(what string, b []byte, v any) error {
 }
 
 // DecodeStage parses and checks a stage manifest; what names it in errors.
-func DecodeStage(what string, b []byte) (*Stage, error) {
+func DecodeStage(what string, stored []byte) (*Stage, error) {
+	b, err := verifyStageCRC(what, stored)
+	if err != nil {
+		return nil, err
+	}
 	var s Stage
 	if err := decodeVersioned(what, b, &s); err != nil {
 		return nil, err
@@ -231,7 +298,7 @@ func DecodeStage(what string, b []byte) (*Stage, error) {
 		return nil, err
 	}
 	s.Sealed = true
-	s.encoded = len(b)
+	s.encoded = len(stored)
 	return &s, nil
 }
 

@@ -57,11 +57,11 @@ func TestDecodeRejects(t *testing.T) {
 		is   error
 		want string
 	}{
-		{"not a container", []byte("nope, not a manifest"), ErrCorrupt, `m starts with "nope", not the magic "DSM2"`},
-		{"version 1 JSON", []byte(`{"format_version":"1.0","kind":"worker","frames":[]}`), ErrVersion, `format_version "1.0"; this reader understands 2.x`},
-		{"future major", mutate(func(w *Worker) { w.FormatVersion = "3.0" }), ErrVersion, `format_version "3.0"; this reader understands 2.x`},
+		{"not a container", []byte("nope, not a manifest"), ErrCorrupt, `m starts with "nope", not the magic "DSM3"`},
+		{"version 1 JSON", []byte(`{"format_version":"1.0","kind":"worker","frames":[]}`), ErrVersion, `format_version "1.0"; this reader understands 3.x`},
+		{"future major", mutate(func(w *Worker) { w.FormatVersion = "4.0" }), ErrVersion, `format_version "4.0"; this reader understands 3.x`},
 		{"no version", mutate(func(w *Worker) { w.FormatVersion = "" }), ErrCorrupt, `format_version ""`},
-		{"minor ok", mutate(func(w *Worker) { w.FormatVersion = "2.7" }), nil, ""},
+		{"minor ok", mutate(func(w *Worker) { w.FormatVersion = "3.7" }), nil, ""},
 		{"past object end", mutate(func(w *Worker) { w.Frames[1].Length = 201 }), ErrCorrupt, "frame 1 [100, +201) lies outside object worker-3/attempt-a1/data-00000000000000ab-0.arrows of 300 bytes"},
 		{"totals disagree", mutate(func(w *Worker) { w.Totals.Rows++ }), ErrCorrupt, "totals say"},
 		{"missing object", mutate(func(w *Worker) { w.Frames[0].Object = 1 }), ErrCorrupt, "frame 0 names object 1 of 1"},

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"math"
 	"slices"
@@ -51,9 +52,10 @@ var ErrTooManyWorkers = errors.New("too many workers")
 type sealWorker struct {
 	key     string
 	w       *Worker
-	entries int64    // offset of the entries in the object
-	stride  int      // k
-	samples []uint32 // offset table at partitions 0, k, 2k, ..., and P
+	head    *workerHead // without its offset table: for the entries' checksums
+	entries int64       // offset of the entries in the object
+	stride  int         // k
+	samples []uint32    // offset table at partitions 0, k, 2k, ..., and P
 }
 
 // Seal merges the manifests of the given workers into the stage's index
@@ -218,7 +220,8 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 				return fmt.Errorf("%w: %s names %s stage %d worker %s", ErrCorrupt, key, h.w.Query, h.w.Stage, h.w.Worker)
 			}
 			k := strideFor(h.w.Partitions)
-			sw := &sealWorker{key: key, w: h.w, entries: h.entries, stride: k}
+			sw := &sealWorker{key: key, w: h.w, entries: h.entries, stride: k,
+				head: &workerHead{w: h.w, entries: h.entries, count: h.count}}
 			for p := 0; ; p += k {
 				p = min(p, h.w.Partitions)
 				sw.samples = append(sw.samples, uint32(h.at(p)))
@@ -286,7 +289,7 @@ func readHead(ctx context.Context, st store.Reader, key string) (*workerHead, er
 
 func headErr(key string, need int, err error) error {
 	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
-		return fmt.Errorf("%w: %s ends before its head of %d bytes", ErrCorrupt, key, need)
+		return fmt.Errorf("%w: %s ends before its head of %d bytes (bytes [0, %d), as its header length says)", ErrCorrupt, key, need, need)
 	}
 	return fmt.Errorf("read head of %s: %w", key, err)
 }
@@ -331,6 +334,10 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	if err := up.write(pre[:]); err != nil {
 		return nil, err
 	}
+	// Checksums of the entries, block by block as they stream out; block
+	// 0 starts with the preamble.
+	crcs := make([]byte, 0, 4*blocks(int64(s.Totals.Frames), IndexEntryBlock, 1))
+	bcrc := crc32c(pre[:])
 	first := make([]byte, 4*(P+1))
 	summary := make([]PartitionStats, P)
 	var written int64
@@ -347,23 +354,39 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		}
 		lo, hi := ga*k, min(gb*k, P)
 		// One buffer for the block, reused: each worker's entries of the
-		// block are read into their slice of it.
-		if int64(cap(arena)) < n*EntrySize {
-			arena = make([]byte, n*EntrySize)
+		// block are read into their slice of it, widened to the whole
+		// checksum blocks that hold them (WorkerEntryBlock entries at
+		// most on each side), and verified before they are merged.
+		var need int64
+		for _, w := range ws {
+			a, b := w.head.blockRange(int64(w.samples[ga]), int64(w.samples[gb]))
+			need += EntrySize * (b - a)
+		}
+		if int64(cap(arena)) < need {
+			// Room for the widest widening too (a partial checksum block
+			// at each end of every worker's range), so blocks of the
+			// same entries reuse one buffer rather than leave garbage
+			// of their size.
+			arena = make([]byte, max(need, n*EntrySize+int64(len(ws))*2*WorkerEntryBlock*EntrySize))
 		}
 		var at int64
 		g, gctx := errgroup.WithContext(ctx)
 		g.SetLimit(sealFetches)
 		for i, w := range ws {
 			a, b := int64(w.samples[ga]), int64(w.samples[gb])
-			bufs[i] = arena[at : at+EntrySize*(b-a) : at+EntrySize*(b-a)]
-			at += EntrySize * (b - a)
+			ra, rb := w.head.blockRange(a, b)
+			whole := arena[at : at+EntrySize*(rb-ra) : at+EntrySize*(rb-ra)]
+			bufs[i] = whole[EntrySize*(a-ra) : EntrySize*(b-ra) : EntrySize*(b-ra)]
+			at += EntrySize * (rb - ra)
 			if a == b || gctx.Err() != nil {
 				continue // nothing to read; or a read failed: start no more
 			}
 			g.Go(func() (err error) {
-				defer safe.Recover(&err, "read of %s bytes [%d, %d)", w.key, w.entries+EntrySize*a, w.entries+EntrySize*b)
-				return readInto(gctx, st, w.key, w.entries+EntrySize*a, bufs[i])
+				defer safe.Recover(&err, "read of %s bytes [%d, %d)", w.key, w.entries+EntrySize*ra, w.entries+EntrySize*rb)
+				if err := readInto(gctx, st, w.key, w.entries+EntrySize*ra, whole); err != nil {
+					return err
+				}
+				return w.head.verifyEntries(w.key, whole, ra, rb)
 			})
 		}
 		if err := g.Wait(); err != nil {
@@ -391,9 +414,14 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 					if err := up.write(e); err != nil {
 						return nil, err
 					}
+					bcrc = crc32.Update(bcrc, castagnoli, e)
 					summary[p].add(&f)
 					cur[i] += EntrySize
 					written++
+					if written%IndexEntryBlock == 0 {
+						crcs = binary.LittleEndian.AppendUint32(crcs, bcrc)
+						bcrc = 0
+					}
 				}
 			}
 		}
@@ -408,9 +436,14 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	if written != int64(s.Totals.Frames) {
 		return nil, fmt.Errorf("%w: seal %s stage %d: %d entries merged, the workers' totals say %d frames", ErrCorrupt, s.Query, s.Stage, written, s.Totals.Frames)
 	}
+	if written == 0 || written%IndexEntryBlock != 0 {
+		crcs = binary.LittleEndian.AppendUint32(crcs, bcrc)
+	}
 	var rec [SummarySize]byte
+	var sumCRC uint32
 	for p := range summary {
 		putSummary(rec[:], &summary[p])
+		sumCRC = crc32.Update(sumCRC, castagnoli, rec[:])
 		if err := up.write(rec[:]); err != nil {
 			return nil, err
 		}
@@ -420,7 +453,8 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		return nil, err
 	}
 	return &Index{Size: size, Entries: written, EntriesOffset: indexPreamble,
-		SummaryOffset: indexPreamble + EntrySize*written, First: first}, nil
+		SummaryOffset: indexPreamble + EntrySize*written, First: first,
+		EntryBlock: IndexEntryBlock, EntryCRCs: crcs, SummaryCRC32C: sumCRC}, nil
 }
 
 // indexUpload streams an object out in parts of SealPartBytes: a single

@@ -28,8 +28,8 @@ func TestOpenRefusesVersion1(t *testing.T) {
 				st.Set(k, []byte(v))
 			}
 			_, err := Open(ctx, st, testLayout, testQuery, testStage, Options{})
-			if !errors.Is(err, manifest.ErrVersion) || !strings.Contains(err.Error(), `format_version "1.0"`) || !strings.Contains(err.Error(), "understands 2.x") {
-				t.Fatalf("Open: %v, want ErrVersion naming 1.0 and 2.x", err)
+			if !errors.Is(err, manifest.ErrVersion) || !strings.Contains(err.Error(), `format_version "1.0"`) || !strings.Contains(err.Error(), "understands 3.x") {
+				t.Fatalf("Open: %v, want ErrVersion naming 1.0 and 3.x", err)
 			}
 		})
 	}

@@ -271,12 +271,14 @@ func TestDamagedStoredData(t *testing.T) {
 		{"inspect of a manifest not JSON", stageKey, orig[stageKey][:len(orig[stageKey])/2],
 			[]string{"inspect", "-q", q},
 			[]string{"corrupt manifest: " + stageKey + " is not JSON"}},
-		{"unknown major version", stageKey, edit(func(s *manifest.Stage) { s.FormatVersion = "3.0" }),
+		{"unknown major version", stageKey, edit(func(s *manifest.Stage) { s.FormatVersion = "4.0" }),
 			[]string{"read", "-q", q, "--format", "jsonl"},
-			[]string{"unsupported manifest format version", `format_version "3.0"; this reader understands 2.x`}},
+			[]string{"unsupported manifest format version", `format_version "4.0"; this reader understands 3.x`}},
 		{"frame past the object's end", indexKey, longer,
 			[]string{"read", "-q", q, "--partition", strconv.Itoa(fr.Partition), "--format", "jsonl"},
-			[]string{"corrupt manifest", indexKey, fmt.Sprintf("entry %d (partition %d, worker 1) [%d, +%d) lies outside object %s of %d bytes", last, fr.Partition, fr.Offset, fr.Length+1, w1.Objects[0].Key, w1.Objects[0].Size)}},
+			// The index's checksum catches the lie before the entry is
+			// used: the index is named, not the data object.
+			[]string{"corrupt manifest", "index " + indexKey + ": entries [", "has CRC32C"}},
 		{"2^40 partitions", stageKey, edit(func(s *manifest.Stage) { s.Partitions = 1 << 40 }),
 			[]string{"inspect", "-q", q},
 			[]string{"corrupt manifest", "has 1099511627776 partitions, want 1 to 1048576"}},

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"testing"
 
@@ -19,6 +20,8 @@ import (
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // TestFrameRangesRecipe follows docs/interop.md's "one frame straight from
 // S3" recipe with nothing but the manifest's JSON and the index's
@@ -86,7 +89,10 @@ func TestFrameRangesRecipe(t *testing.T) {
 		Index struct {
 			Key           string `json:"key"`
 			EntriesOffset int64  `json:"entries_offset"`
+			Entries       int64  `json:"entries"`
 			First         []byte `json:"first"` // base64 in the JSON
+			EntryBlock    int64  `json:"entry_block"`
+			EntryCRCs     []byte `json:"entry_crcs"` // base64 in the JSON
 		} `json:"index"`
 	}
 	type entry struct {
@@ -100,14 +106,42 @@ func TestFrameRangesRecipe(t *testing.T) {
 		if n == 0 {
 			return nil
 		}
-		b := get(t, st, stagePrefix+m.Index.Key, m.Index.EntriesOffset+48*first(p), 48*n)
+		// docs/format.md, Checksums: GET the whole checksum blocks that
+		// hold entries [a, b), block 0 from byte 0, and verify each.
+		a, z, k := first(p), first(p+1), m.Index.EntryBlock
+		start := func(i int64) int64 {
+			if i == 0 {
+				return 0
+			}
+			return m.Index.EntriesOffset + 48*k*i
+		}
+		end := func(i int64) int64 { return m.Index.EntriesOffset + 48*min(k*(i+1), m.Index.Entries) }
+		b0, b1 := a/k, (z+k-1)/k
+		blocks := get(t, st, stagePrefix+m.Index.Key, start(b0), end(b1-1)-start(b0))
+		for i := b0; i < b1; i++ {
+			blk := blocks[start(i)-start(b0) : end(i)-start(b0)]
+			if got, want := crc32.Checksum(blk, castagnoli), binary.LittleEndian.Uint32(m.Index.EntryCRCs[4*i:]); got != want {
+				t.Fatalf("index block %d: CRC32C %08x, entry_crcs says %08x", i, got, want)
+			}
+		}
+		b := blocks[m.Index.EntriesOffset+48*a-start(b0) : m.Index.EntriesOffset+48*z-start(b0)]
 		out := make([]entry, n)
 		if err := binary.Read(bytes.NewReader(b), binary.LittleEndian, out); err != nil {
 			t.Fatal(err)
 		}
 		return out
 	}
-	if err := json.Unmarshal(get(t, st, stagePrefix+"manifest.json", 0, -1), &m); err != nil {
+	// The stage manifest ends with its checksum member: 21 bytes,
+	// `,"crc32c":"` 8 hex digits `"}`, over the bytes before it and "}".
+	mb := get(t, st, stagePrefix+"manifest.json", 0, -1)
+	body, tail := append(bytes.Clone(mb[:len(mb)-21]), '}'), mb[len(mb)-21:]
+	if !bytes.HasPrefix(tail, []byte(`,"crc32c":"`)) || !bytes.HasSuffix(tail, []byte(`"}`)) {
+		t.Fatalf("stage manifest ends with %q", tail)
+	}
+	if got, want := fmt.Sprintf("%08x", crc32.Checksum(body, castagnoli)), string(tail[11:19]); got != want {
+		t.Fatalf("stage manifest CRC32C %s, its trailer says %s", got, want)
+	}
+	if err := json.Unmarshal(body, &m); err != nil {
 		t.Fatal(err)
 	}
 	// The stage's schema is an Arrow IPC stream of its own (schema, end).
