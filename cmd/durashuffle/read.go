@@ -56,9 +56,18 @@ with read_ahead of them in flight. For consumers that do not care about
 row order; --offset and --limit then count rows in that order.
 
 Formats: arrow (default) is a standard Arrow IPC stream that any Arrow
-implementation reads (pyarrow.ipc.open_stream); csv has a header row and
-empty fields for nulls; jsonl is one JSON object per row with the columns
-in schema order. Arrow output is refused on a terminal: use -o or a pipe.`,
+implementation reads (pyarrow.ipc.open_stream), of every Arrow type; csv
+has a header row and empty fields for nulls; jsonl is one JSON object per
+row with the columns in schema order. Arrow output is refused on a
+terminal: use -o or a pipe.
+
+csv and jsonl write lists, structs and maps as JSON, binaries in base64,
+dictionary and run-end encoded columns as their values. They refuse,
+naming the column and its type, a union column (its type codes would be
+lost), a struct with two fields of one name, and for jsonl two columns of
+one name. In csv an empty string and a null are both an empty field, and
+in a csv of one column a null row is an empty line, which many readers
+skip; jsonl refuses NaN and infinite floats. See docs/interop.md.`,
 		Example: `  # Partition 7 as an Arrow stream, into pandas:
   durashuffle read --bucket shuffle -q q42 -s 0 --partition 7 -o p7.arrows
   python -c "import pyarrow as pa; print(pa.ipc.open_stream('p7.arrows').read_pandas())"
