@@ -6,10 +6,12 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/endian"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -116,6 +118,66 @@ func readIPC(t *testing.T, b []byte) (*arrow.Schema, []arrow.RecordBatch) {
 	return rd.Schema(), recs
 }
 
+// sliceRows returns rows [lo, hi) of batches, as slices of them.
+func sliceRows(batches []arrow.RecordBatch, lo, hi int64) []arrow.RecordBatch {
+	var out []arrow.RecordBatch
+	var at int64
+	for _, b := range batches {
+		n := b.NumRows()
+		from, to := max(lo-at, 0), min(hi-at, n)
+		if from < to {
+			out = append(out, b.NewSlice(from, to))
+		}
+		at += n
+	}
+	return out
+}
+
+// TestWriteRefusesHostileUnion: an IPC stream whose dense union has an
+// offset past its child, or a type id the union does not declare, is
+// refused by write -i with the column named, and nothing is committed.
+func TestWriteRefusesHostileUnion(t *testing.T) {
+	tg := newTarget(t, backends[0])
+	fields := []arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}
+	dt := arrow.DenseUnionOf(fields, []arrow.UnionTypeCode{2, 9})
+	sc := arrow.NewSchema([]arrow.Field{{Name: "u", Type: dt}}, nil)
+	mem := memory.DefaultAllocator
+	ints, _, _ := array.FromJSON(mem, arrow.PrimitiveTypes.Int32, strings.NewReader(`[1, 2]`))
+	strs, _, _ := array.FromJSON(mem, arrow.BinaryTypes.String, strings.NewReader(`["a"]`))
+	defer ints.Release()
+	defer strs.Release()
+	for i, tc := range []struct {
+		types   []byte
+		offsets []int32
+		want    string
+	}{
+		{[]byte{2, 9, 9}, []int32{0, 0, 5}, `value 2 (type id 9) has offset 5, past the 1 values of child 1 "s"`},
+		{[]byte{2, 7}, []int32{0, 0}, `value 1 has type id 7, not one of the union's type codes [2 9]`},
+	} {
+		d := array.NewData(dt, len(tc.types), []*memory.Buffer{nil, memory.NewBufferBytes(tc.types), memory.NewBufferBytes(arrow.Int32Traits.CastToBytes(tc.offsets))},
+			[]arrow.ArrayData{ints.Data(), strs.Data()}, 0, 0)
+		u := array.MakeFromData(d)
+		d.Release()
+		rec := array.NewRecordBatch(sc, []arrow.Array{u}, int64(len(tc.types)))
+		u.Release()
+		var buf bytes.Buffer
+		w := ipc.NewWriter(&buf, ipc.WithSchema(sc))
+		if err := w.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		rec.Release()
+		q := "hostile-union-" + strconv.Itoa(i)
+		r := tg.run(t, buf.Bytes(), "write", "-q", q, "-s", "0", "-w", "0", "--partitions", "1", "-i", "-")
+		if r.code != 1 || !strings.Contains(r.stderr, `column 0 "u" (dense_union<`) || !strings.Contains(r.stderr, tc.want) || strings.Contains(r.stderr, "panic") {
+			t.Errorf("exit %d, want 1 and an error naming the column and %q:\n%s", r.code, tc.want, r.stderr)
+		}
+		if ls := tg.run(t, nil, "ls", "--query", q).must(t).stdout; !strings.Contains(ls, "no committed stages") {
+			t.Errorf("after the refused write: %s", ls)
+		}
+	}
+}
+
 // textOutcome is what read --format csv|jsonl did with a case.
 type textOutcome struct {
 	ok   bool
@@ -218,6 +280,18 @@ func TestCorpusThroughCLI(t *testing.T) {
 					sc, got := readIPC(t, []byte(out.stdout))
 					if err := arrowcorpus.Diff(cs.Schema, cs.Batches, sc, got); err != nil {
 						t.Errorf("%s, read %v: %v", in[0], args, err)
+					}
+				}
+				if n := cs.Rows(); n >= 3 {
+					// A page whose first and last batches are slices.
+					out := tg.run(t, nil, "read", "-q", q, "-s", "0", "--offset", "1", "--limit", strconv.FormatInt(n-2, 10)).must(t)
+					sc, got := readIPC(t, []byte(out.stdout))
+					want := sliceRows(cs.Batches, 1, n-1)
+					if err := arrowcorpus.Diff(cs.Schema, want, sc, got); err != nil {
+						t.Errorf("%s, rows [1, %d): %v", in[0], n-1, err)
+					}
+					for _, w := range want {
+						w.Release()
 					}
 				}
 				for f, o := range checkText(t, tg, q, cs.Schema, cs.Rows()) {
