@@ -184,11 +184,31 @@ type textOutcome struct {
 	text string // the error
 }
 
+// sliceSource is a recordSource over batches in memory.
+type sliceSource struct {
+	sc      *arrow.Schema
+	batches []arrow.RecordBatch
+	i       int
+}
+
+func (s *sliceSource) Schema() *arrow.Schema { return s.sc }
+func (s *sliceSource) Next() bool            { s.i++; return s.i <= len(s.batches) }
+func (s *sliceSource) RecordBatch() arrow.RecordBatch {
+	return s.batches[s.i-1]
+}
+func (s *sliceSource) Err() error { return nil }
+func (s *sliceSource) Release()   {}
+
 // checkText runs read --format csv and jsonl of query q and checks the
 // outcome: either every row (a CSV record after the header, a JSON
-// object with one key per column) or an exit code of 1 with an error
-// naming a column, its type and the format; never a panic.
-func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, rows int64) map[string]textOutcome {
+// object with one key per column), byte for byte the text the same
+// writer makes of the batches written (want), or an exit code of 1 with
+// an error naming a column, its type and the format; never a panic.
+func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, want []arrow.RecordBatch) map[string]textOutcome {
+	var rows int64
+	for _, w := range want {
+		rows += w.NumRows()
+	}
 	out := map[string]textOutcome{}
 	for _, format := range []string{"csv", "jsonl"} {
 		r := tg.run(t, nil, "read", "-q", q, "-s", "0", "--format", format)
@@ -244,6 +264,13 @@ func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, rows int64) 
 				}
 			}
 		}
+		var buf bytes.Buffer
+		if _, err := writeRecords(&buf, format, sc, &sliceSource{sc: sc, batches: want}); err != nil {
+			t.Fatalf("%s of the batches written: %v", format, err)
+		}
+		if buf.String() != r.stdout {
+			t.Errorf("%s read back:\n%s\nwant, as the batches written render:\n%s", format, r.stdout, buf.String())
+		}
 		out[format] = textOutcome{ok: true, text: r.stdout}
 	}
 	return out
@@ -294,7 +321,7 @@ func TestCorpusThroughCLI(t *testing.T) {
 						w.Release()
 					}
 				}
-				for f, o := range checkText(t, tg, q, cs.Schema, cs.Rows()) {
+				for f, o := range checkText(t, tg, q, cs.Schema, cs.Batches) {
 					if o.ok {
 						t.Logf("%s %s: ok", in[0], f)
 					} else {
@@ -356,11 +383,7 @@ func TestBigEndianInput(t *testing.T) {
 			if err := arrowcorpus.Diff(wantSchema.WithEndianness(endian.NativeEndian), want, sc, got); err != nil {
 				t.Errorf("read back: %v", err)
 			}
-			var rows int64
-			for _, w := range want {
-				rows += w.NumRows()
-			}
-			for f, o := range checkText(t, tg, q, wantSchema, rows) {
+			for f, o := range checkText(t, tg, q, wantSchema, want) {
 				if !o.ok {
 					t.Logf("%s: %s", f, o.text)
 				}
