@@ -358,8 +358,10 @@ func fileEndianness(t *testing.T, b []byte) endian.Endianness {
 // swapped to native order.
 func TestBigEndianInput(t *testing.T) {
 	tg := newTarget(t, backends[0])
-	files, err := filepath.Glob("testdata/bigendian/*")
-	if err != nil || len(files) < 20 {
+	files, err := filepath.Glob("testdata/bigendian/*.arrow_file")
+	streams, serr := filepath.Glob("testdata/bigendian/*.stream")
+	files = append(files, streams...)
+	if err != nil || serr != nil || len(files) < 20 || len(streams) == 0 {
 		t.Fatalf("%d files in testdata/bigendian: %v", len(files), err)
 	}
 	for _, path := range files {
