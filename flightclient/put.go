@@ -10,6 +10,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/sidecar/ipcslice"
 )
 
 // PutWriter streams one worker's output into a DoPut. Only Commit
@@ -44,12 +47,20 @@ func (c *Client) Put(ctx context.Context, cmd PutCommand, schema *arrow.Schema) 
 }
 
 // Write sends rec, whose rows go to partition p. It does not take
-// ownership of rec.
+// ownership of rec. A slice of a batch holding list views or dense
+// unions is sent as a copy at offset 0: arrow-go's IPC writer cannot
+// encode those sliced (internal/sidecar/ipcslice).
 func (p *PutWriter) Write(partition int, rec arrow.RecordBatch) error {
 	if p.err != nil {
 		return p.err
 	}
-	if err := p.w.WriteWithAppMetadata(rec, BatchAppMetadata(partition)); err != nil {
+	c, err := ipcslice.Compact(rec, memory.DefaultAllocator)
+	if err != nil {
+		return p.fail(err)
+	}
+	err = p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
+	c.Release()
+	if err != nil {
 		return p.fail(err)
 	}
 	p.batches++

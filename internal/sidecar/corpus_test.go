@@ -1,0 +1,286 @@
+package sidecar_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/flight"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"google.golang.org/grpc/codes"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/sidecar/ipcslice"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+)
+
+// corpusParts is the partition count of a corpus stage: batch i goes to
+// partition i % corpusParts, so a DoGet of the stage returns partition
+// 0's batches, then partition 1's, each in write order.
+const corpusParts = 2
+
+// corpusSenders are the two ways a worker sends a case: the project's
+// typed client (flightclient.PutWriter) and a raw Flight writer as an
+// engine sends, with delta dictionary batches where a dictionary grows
+// (ipc.WithDictionaryDeltas) and replacements where it changes.
+var corpusSenders = []struct {
+	name string
+	put  func(ctx context.Context, e *env, cmd flightclient.PutCommand, c arrowcorpus.Case) (flightclient.PutResult, error)
+}{
+	{"flightclient", func(ctx context.Context, e *env, cmd flightclient.PutCommand, c arrowcorpus.Case) (flightclient.PutResult, error) {
+		w, err := e.sc.Put(ctx, cmd, c.Schema)
+		if err != nil {
+			return flightclient.PutResult{}, err
+		}
+		defer w.Abort()
+		for i, b := range c.Batches {
+			if err := w.Write(i%corpusParts, b); err != nil {
+				return flightclient.PutResult{}, err
+			}
+		}
+		res, err := w.Commit()
+		if err != nil {
+			return flightclient.PutResult{}, err
+		}
+		return *res, nil
+	}},
+	{"raw-deltas", func(ctx context.Context, e *env, cmd flightclient.PutCommand, c arrowcorpus.Case) (flightclient.PutResult, error) {
+		stream, err := e.fc.DoPut(ctx)
+		if err != nil {
+			return flightclient.PutResult{}, err
+		}
+		desc, _ := json.Marshal(cmd)
+		w := flight.NewRecordWriter(stream, ipc.WithSchema(c.Schema), ipc.WithDictionaryDeltas(true))
+		w.SetFlightDescriptor(&flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: desc})
+		sendErr := func() error {
+			for i, b := range c.Batches {
+				// arrow-go's writer cannot encode sliced list views and
+				// dense unions: an engine on arrow-go copies them first,
+				// as flightclient does.
+				cb, err := ipcslice.Compact(b, memory.DefaultAllocator)
+				if err != nil {
+					return err
+				}
+				err = w.WriteWithAppMetadata(cb, partMD(i%corpusParts))
+				cb.Release()
+				if err != nil {
+					return err
+				}
+			}
+			if err := w.Close(); err != nil {
+				return err
+			}
+			return w.WriteMetadata(flightclient.CommitMetadata(int64(len(c.Batches)), c.Rows()))
+		}()
+		return finishPut(stream, sendErr)
+	}},
+}
+
+// libraryRefuses lists the corpus cases the library's validation
+// (chunker) refuses at DoPut, with the refusal's text. The sidecar
+// passes them on as they arrive; once the library takes them the test
+// fails here, and the case leaves the list.
+var libraryRefuses = map[string]string{
+	"null": `invalid record batch: column 0 "x" (null): arrow/array: expected at least 1 buffers for null, got 0`,
+}
+
+// TestCorpusRoundTrip: every case of the type corpus, sent by DoPut
+// (typed client, and a raw writer with delta dictionaries), committed,
+// sealed and read back by DoGet, has the schema it was written with
+// (schema- and field-level metadata, extension types) and every value
+// and null, on every backend; GetSchema and GetFlightInfo describe the
+// same schema.
+func TestCorpusRoundTrip(t *testing.T) {
+	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
+		e := newEnv(t, ep, envOptions{})
+		cases := arrowcorpus.Cases(memory.DefaultAllocator)
+		defer arrowcorpus.Release(cases)
+		for _, s := range corpusSenders {
+			for _, c := range cases {
+				t.Run(s.name+"/"+c.Name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+					defer cancel()
+					query := "corpus-" + s.name + "-" + c.Name
+					res, err := s.put(ctx, e, flightclient.PutCommand{Query: query, Worker: "0", Partitions: corpusParts}, c)
+					if why, ok := libraryRefuses[c.Name]; ok {
+						wantCode(t, err, codes.InvalidArgument, why)
+						e.nothingLeft(query, 0, "0")
+						return
+					}
+					if err != nil {
+						t.Fatalf("DoPut: %v", err)
+					}
+					if !res.Committed || res.Rows != c.Rows() || res.Batches != int64(len(c.Batches)) {
+						t.Fatalf("PutResult %+v, want committed, %d batches, %d rows", res, len(c.Batches), c.Rows())
+					}
+					if _, err := e.sc.Seal(ctx, query, 0, 1); err != nil {
+						t.Fatalf("seal: %v", err)
+					}
+					checkCorpusStage(ctx, t, e, query, c)
+				})
+			}
+		}
+	})
+}
+
+// checkCorpusStage reads query's stage 0 back (DoGet of the whole
+// stage, of each partition, and the stage's schema from GetSchema and
+// GetFlightInfo) and compares it with the case written by
+// corpusSenders.
+func checkCorpusStage(ctx context.Context, t *testing.T, e *env, query string, c arrowcorpus.Case) {
+	t.Helper()
+	var want [corpusParts][]arrow.RecordBatch
+	for i, b := range c.Batches {
+		want[i%corpusParts] = append(want[i%corpusParts], b)
+	}
+	sc, got, err := getAll(ctx, e, flightclient.Ticket{Query: query})
+	if err != nil {
+		t.Fatalf("DoGet of the stage: %v", err)
+	}
+	defer releaseAll(got)
+	if err := arrowcorpus.Diff(c.Schema, append(append([]arrow.RecordBatch(nil), want[0]...), want[1]...), sc, got); err != nil {
+		t.Errorf("DoGet of the stage: %v", err)
+	}
+	for p := range corpusParts {
+		sc, got, err := getAll(ctx, e, flightclient.Ticket{Query: query, Partition: &p})
+		if err != nil {
+			t.Fatalf("DoGet of partition %d: %v", p, err)
+		}
+		if err := arrowcorpus.Diff(c.Schema, want[p], sc, got); err != nil {
+			t.Errorf("DoGet of partition %d: %v", p, err)
+		}
+		releaseAll(got)
+	}
+	info, err := e.sc.Describe(ctx, query, 0)
+	if err != nil {
+		t.Fatalf("GetFlightInfo: %v", err)
+	}
+	if err := arrowcorpus.DiffSchema(c.Schema, info.Schema); err != nil {
+		t.Errorf("GetFlightInfo schema: %v", err)
+	}
+	if info.Rows != c.Rows() {
+		t.Errorf("GetFlightInfo: %d rows, want %d", info.Rows, c.Rows())
+	}
+	d, _ := json.Marshal(flightclient.StageRef{Query: query})
+	sr, err := e.fc.GetSchema(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: d})
+	if err != nil {
+		t.Fatalf("GetSchema: %v", err)
+	}
+	gs, err := flight.DeserializeSchema(sr.GetSchema(), memory.DefaultAllocator)
+	if err != nil {
+		t.Fatalf("GetSchema: %v", err)
+	}
+	if err := arrowcorpus.DiffSchema(c.Schema, gs); err != nil {
+		t.Errorf("GetSchema: %v", err)
+	}
+}
+
+// getAll reads a ticket's stream whole; the batches are the caller's to
+// release.
+func getAll(ctx context.Context, e *env, tkt flightclient.Ticket) (*arrow.Schema, []arrow.RecordBatch, error) {
+	rdr, err := e.sc.Get(ctx, tkt)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer rdr.Release()
+	var out []arrow.RecordBatch
+	for rdr.Next() {
+		b := rdr.RecordBatch()
+		b.Retain()
+		out = append(out, b)
+	}
+	if err := rdr.Err(); err != nil {
+		releaseAll(out)
+		return nil, nil, err
+	}
+	return rdr.Schema(), out, nil
+}
+
+func releaseAll(bs []arrow.RecordBatch) {
+	for _, b := range bs {
+		b.Release()
+	}
+}
+
+// TestGetSplitsSlicedUnionsAndListViews: a frame larger than half of
+// max_message_bytes goes out of DoGet in row slices; slices of a dense
+// union and of list views, which arrow-go's IPC writer cannot encode,
+// arrive whole and equal.
+func TestGetSplitsSlicedUnionsAndListViews(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
+		c.MaxMessageBytes = durashuffle.MiB
+		c.FrameTargetBytes = 8 * durashuffle.MiB
+		c.CoalesceBudget = 32 * durashuffle.MiB
+	}})
+	fields := []arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "dense", Type: arrow.DenseUnionOf(fields, []arrow.UnionTypeCode{3, 7}), Nullable: true},
+		{Name: "lv", Type: arrow.ListViewOf(arrow.BinaryTypes.String), Nullable: true},
+	}, nil)
+	// Four batches of a quarter each (a message within the limit),
+	// coalesced into one frame.
+	const n, quarters = 40000, 4 // about 2.4 MB of strings: three or more DoGet messages
+	var recs []arrow.RecordBatch
+	for q := range quarters {
+		b := array.NewRecordBuilder(memory.DefaultAllocator, sc)
+		u := b.Field(0).(*array.DenseUnionBuilder)
+		lv := b.Field(1).(*array.ListViewBuilder)
+		for i := q * n / quarters; i < (q+1)*n/quarters; i++ {
+			if i%3 == 0 {
+				u.Append(3)
+				u.Child(0).(*array.Int64Builder).Append(int64(i))
+			} else {
+				u.Append(7)
+				u.Child(1).(*array.StringBuilder).Append(fmt.Sprintf("value %05d of the union's string child", i))
+			}
+			if i%5 == 0 {
+				lv.AppendNull()
+				continue
+			}
+			lv.AppendWithSize(true, i%3)
+			for j := range i % 3 {
+				lv.ValueBuilder().(*array.StringBuilder).Append(fmt.Sprintf("row %d item %d", i, j))
+			}
+		}
+		recs = append(recs, b.NewRecordBatch())
+		b.Release()
+	}
+	defer releaseAll(recs)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := e.sc.Put(ctx, flightclient.PutCommand{Query: "split", Worker: "0", Partitions: 1}, sc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Abort()
+	for _, r := range recs {
+		if err := w.Write(0, r); err != nil {
+			t.Fatalf("DoPut: %v", err)
+		}
+	}
+	res, err := w.Commit()
+	if err != nil || res.Rows != n {
+		t.Fatalf("DoPut: %+v, %v", res, err)
+	}
+	if res.Frames != 1 {
+		t.Fatalf("%d frames, want the batches in one frame (frame_target_bytes 8 MiB)", res.Frames)
+	}
+	sc2, got, err := getAll(ctx, e, flightclient.Ticket{Query: "split"})
+	if err != nil {
+		t.Fatalf("DoGet: %v", err)
+	}
+	defer releaseAll(got)
+	if len(got) < 3 {
+		t.Fatalf("DoGet sent %d batches, want the frame cut in 3 or more (max_message_bytes 1 MiB)", len(got))
+	}
+	if err := arrowcorpus.Diff(sc, recs, sc2, got); err != nil {
+		t.Error(err)
+	}
+}
