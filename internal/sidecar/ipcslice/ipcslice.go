@@ -5,8 +5,11 @@
 // dense union at a non-zero offset (its child offsets are rebased over
 // the whole type code buffer, not the slice: "index out of range").
 // Both arise from slicing a batch (arrow.RecordBatch.NewSlice), which a
-// shuffle does all the time. Compact rebuilds the columns that hold
-// either type at offset 0, so the writer never meets them sliced.
+// shuffle does all the time. A slice at offset 0 is encoded, but with
+// all of its children or values, however few rows it has: a batch cut
+// in pieces to fit a message would send the whole batch's values in its
+// first piece. Compact rebuilds the columns that hold either type at
+// offset 0 and with only the values their rows use.
 package ipcslice
 
 import (
@@ -18,7 +21,8 @@ import (
 )
 
 // Compact returns rec, retained, when no column holds a list view or a
-// dense union at a non-zero offset at any depth; otherwise a new batch
+// dense union at a non-zero offset, or with values past those its rows
+// use, at any depth; otherwise a new batch
 // whose such columns are copies at offset 0, the other columns shared.
 // A dense union is rebuilt over the range of each child its rows use
 // (array.Concatenate does not take unions); any other column by
@@ -65,7 +69,7 @@ func slicedRisky(d arrow.ArrayData, under bool) bool {
 	sliced := under || d.Offset() != 0
 	switch d.DataType().ID() {
 	case arrow.LIST_VIEW, arrow.LARGE_LIST_VIEW, arrow.DENSE_UNION:
-		if sliced {
+		if sliced || oversized(d) {
 			return true
 		}
 	case arrow.LIST, arrow.LARGE_LIST, arrow.MAP:
@@ -167,4 +171,42 @@ func compact(a arrow.Array, mem memory.Allocator) (arrow.Array, error) {
 	}
 	defer d.Release()
 	return array.MakeFromData(d), nil
+}
+
+// oversized says whether a list view or dense union at offset 0 holds
+// values past those of its rows (a head slice of a longer array): a list
+// view whose values run past its furthest end, a dense union whose
+// children hold more values than it has rows.
+func oversized(d arrow.ArrayData) bool {
+	switch d.DataType().ID() {
+	case arrow.DENSE_UNION:
+		n := 0
+		for _, c := range d.Children() {
+			n += c.Len()
+		}
+		return n > d.Len()
+	case arrow.LIST_VIEW:
+		a := array.NewListViewData(d)
+		defer a.Release()
+		return viewEnd(a) < int64(a.ListValues().Len())
+	case arrow.LARGE_LIST_VIEW:
+		a := array.NewLargeListViewData(d)
+		defer a.Release()
+		return viewEnd(a) < int64(a.ListValues().Len())
+	}
+	return false
+}
+
+// viewEnd is the furthest end of a list view's non-null, non-empty rows.
+func viewEnd(a array.VarLenListLike) int64 {
+	var end int64
+	for i := range a.Len() {
+		if a.IsNull(i) {
+			continue
+		}
+		if s, e := a.ValueOffsets(i); e > s {
+			end = max(end, e)
+		}
+	}
+	return end
 }
