@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -283,4 +285,98 @@ func TestGetSplitsSlicedUnionsAndListViews(t *testing.T) {
 	if err := arrowcorpus.Diff(sc, recs, sc2, got); err != nil {
 		t.Error(err)
 	}
+}
+
+// pointType is an extension type of the test's own (a struct of two
+// float64), standing for an engine's type that the sidecar does not
+// know.
+type pointType struct {
+	arrow.ExtensionBase
+}
+
+func newPointType() *pointType {
+	return &pointType{ExtensionBase: arrow.ExtensionBase{Storage: arrow.StructOf(
+		arrow.Field{Name: "x", Type: arrow.PrimitiveTypes.Float64},
+		arrow.Field{Name: "y", Type: arrow.PrimitiveTypes.Float64})}}
+}
+
+func (*pointType) ArrayType() reflect.Type { return reflect.TypeOf(pointArray{}) }
+func (*pointType) ExtensionName() string   { return "durashuffle.test.point" }
+func (*pointType) Serialize() string       { return `{"crs":"EPSG:4326"}` }
+func (p *pointType) ExtensionEquals(o arrow.ExtensionType) bool {
+	return o.ExtensionName() == p.ExtensionName() && arrow.TypeEqual(p.Storage, o.StorageType())
+}
+func (*pointType) Deserialize(storage arrow.DataType, data string) (arrow.ExtensionType, error) {
+	if data != `{"crs":"EPSG:4326"}` {
+		return nil, fmt.Errorf("point metadata %q", data)
+	}
+	return newPointType(), nil
+}
+
+type pointArray struct{ array.ExtensionArrayBase }
+
+// TestUnknownExtensionTypeRoundTrip: a DoPut of an extension type the
+// sidecar does not know (not registered while it decodes the stream and
+// stores it) keeps the type's name and metadata: a client that does not
+// know it either reads the storage type with them, one that does reads
+// it back as that type, with its values.
+func TestUnknownExtensionTypeRoundTrip(t *testing.T) {
+	ep := testenv.Embedded(t)
+	e := newEnv(t, ep, envOptions{})
+	pt := newPointType()
+	sc := arrow.NewSchema([]arrow.Field{
+		{Name: "p", Type: pt, Nullable: true, Metadata: arrow.NewMetadata([]string{"note"}, []string{"field metadata too"})},
+		{Name: "k", Type: arrow.PrimitiveTypes.Int32},
+	}, nil)
+	storage, _, err := array.FromJSON(memory.DefaultAllocator, pt.Storage, strings.NewReader(`[{"x": 1.5, "y": -2}, null, {"x": 0, "y": 1e300}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := array.NewExtensionArrayWithStorage(pt, storage)
+	storage.Release()
+	k, _, err := array.FromJSON(memory.DefaultAllocator, arrow.PrimitiveTypes.Int32, strings.NewReader(`[1, 2, 3]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := array.NewRecordBatch(sc, []arrow.Array{p, k}, 3)
+	p.Release()
+	k.Release()
+	defer rec.Release()
+	c := arrowcorpus.Case{Name: "point", Schema: sc, Batches: []arrow.RecordBatch{rec}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Unknown while the sidecar decodes and stores the stream (the
+	// client's writer encodes the type without the registry).
+	res, err := corpusSenders[0].put(ctx, e, flightclient.PutCommand{Query: "ext", Worker: "0", Partitions: corpusParts}, c)
+	if err != nil || res.Rows != 3 {
+		t.Fatalf("DoPut: %+v, %v", res, err)
+	}
+	if _, err := e.sc.Seal(ctx, "ext", 0, 1); err != nil {
+		t.Fatal(err)
+	}
+	// Unknown to the reader too: the storage type, the extension's name
+	// and metadata in the field's metadata.
+	gsc, got, err := getAll(ctx, e, flightclient.Ticket{Query: "ext"})
+	if err != nil {
+		t.Fatalf("DoGet: %v", err)
+	}
+	releaseAll(got)
+	f := gsc.Field(0)
+	if !arrow.TypeEqual(f.Type, pt.Storage) || f.Metadata.FindKey("note") < 0 {
+		t.Errorf("read back by a client that does not know the type: %s, want %s with the field's metadata", f, pt.Storage)
+	}
+	for key, want := range map[string]string{"ARROW:extension:name": pt.ExtensionName(), "ARROW:extension:metadata": pt.Serialize()} {
+		if i := f.Metadata.FindKey(key); i < 0 || f.Metadata.Values()[i] != want {
+			t.Errorf("field metadata %v: want %s = %q", f.Metadata, key, want)
+		}
+	}
+	// Known to the reader (and to a second sidecar on the same bucket,
+	// as the first's registry does not change while it runs): the
+	// extension type, with its values.
+	if err := arrow.RegisterExtensionType(pt); err != nil {
+		t.Fatal(err)
+	}
+	defer arrow.UnregisterExtensionType(pt.ExtensionName())
+	checkCorpusStage(ctx, t, newEnv(t, ep, envOptions{}), "ext", c)
 }
