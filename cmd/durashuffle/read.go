@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/reader"
 )
 
@@ -55,9 +56,18 @@ with read_ahead of them in flight. For consumers that do not care about
 row order; --offset and --limit then count rows in that order.
 
 Formats: arrow (default) is a standard Arrow IPC stream that any Arrow
-implementation reads (pyarrow.ipc.open_stream); csv has a header row and
-empty fields for nulls; jsonl is one JSON object per row with the columns
-in schema order. Arrow output is refused on a terminal: use -o or a pipe.`,
+implementation reads (pyarrow.ipc.open_stream), of every Arrow type; csv
+has a header row and empty fields for nulls; jsonl is one JSON object per
+row with the columns in schema order. Arrow output is refused on a
+terminal: use -o or a pipe.
+
+csv and jsonl write lists, structs and maps as JSON, binaries in base64,
+dictionary and run-end encoded columns as their values. They refuse,
+naming the column and its type, a union column (its type codes would be
+lost), a struct with two fields of one name, and for jsonl two columns of
+one name. In csv an empty string and a null are both an empty field, and
+in a csv of one column a null row is an empty line, which many readers
+skip; jsonl refuses NaN and infinite floats. See docs/interop.md.`,
 		Example: `  # Partition 7 as an Arrow stream, into pandas:
   durashuffle read --bucket shuffle -q q42 -s 0 --partition 7 -o p7.arrows
   python -c "import pyarrow as pa; print(pa.ipc.open_stream('p7.arrows').read_pandas())"
@@ -231,12 +241,22 @@ func createOutput(name string, stdout io.Writer) (io.Writer, func(error) error, 
 // writeRecords writes every batch of src in format and returns the rows
 // written.
 func writeRecords(w io.Writer, format string, schema *arrow.Schema, src recordSource) (rows int64, err error) {
+	if err := textLimits(format, schema); err != nil {
+		return 0, err
+	}
 	var put func(arrow.RecordBatch) error
 	var end func() error
 	switch format {
 	case "arrow":
 		iw := ipc.NewWriter(w, ipc.WithSchema(schema), ipc.WithAllocator(memory.DefaultAllocator))
-		put, end = iw.Write, iw.Close
+		put = func(r arrow.RecordBatch) error {
+			// A page's first and last batches are slices: arrow-go's IPC
+			// writer needs list views and unions at offset 0.
+			r = arrowcheck.ForIPC(r, memory.DefaultAllocator)
+			defer r.Release()
+			return iw.Write(r)
+		}
+		end = iw.Close
 	case "csv":
 		cw := csv.NewWriter(w, schema, csv.WithHeader(true), csv.WithNullWriter(""),
 			csv.WithCustomTypeConverter(nestedToString))
@@ -284,13 +304,84 @@ func emptyColumns(schema *arrow.Schema) []arrow.Array {
 	return cols
 }
 
+// textLimits refuses, before any row is written, a schema that csv or
+// jsonl cannot express without losing what a value is: a union (its
+// values are written without the type they are of, so two types alike
+// in text could not be told apart), a struct with two fields of one name
+// (a JSON object keeps one of them), and for jsonl two columns of one
+// name. The error names the column and its type.
+func textLimits(format string, schema *arrow.Schema) error {
+	if format != "csv" && format != "jsonl" {
+		return nil
+	}
+	seen := map[string]int{}
+	for i, f := range schema.Fields() {
+		col := fmt.Sprintf("%s output: column %d %q (%s)", format, i, f.Name, f.Type)
+		if j, dup := seen[f.Name]; dup && format == "jsonl" {
+			return fmt.Errorf("%s: column %d has the same name, and a JSON object holds one key of a name: use --format csv or arrow", col, j)
+		}
+		seen[f.Name] = i
+		if why := textLimit(f.Type); why != "" {
+			return fmt.Errorf("%s: %s: use --format arrow", col, why)
+		}
+	}
+	return nil
+}
+
+// textLimit says why a value of type dt, at any depth, cannot be written
+// as text without loss ("" when it can).
+func textLimit(dt arrow.DataType) string {
+	switch t := dt.(type) {
+	case arrow.UnionType:
+		return fmt.Sprintf("a %s value is written without its type code, which text cannot recover", t.Name())
+	case *arrow.DictionaryType:
+		return textLimit(t.ValueType)
+	case arrow.ExtensionType:
+		return textLimit(t.StorageType())
+	case *arrow.StructType:
+		names := map[string]bool{}
+		for _, f := range t.Fields() {
+			if names[f.Name] {
+				return fmt.Sprintf("a struct has two fields named %q, and a JSON object holds one key of a name", f.Name)
+			}
+			names[f.Name] = true
+		}
+	}
+	if n, ok := dt.(arrow.NestedType); ok {
+		for _, f := range n.Fields() {
+			if why := textLimit(f.Type); why != "" {
+				return why
+			}
+		}
+	}
+	return ""
+}
+
 // nestedToString renders the types arrow/csv has no converter for (lists,
-// structs, maps, dictionaries, ...) with their ValueStr.
+// structs, maps and list views as JSON; dictionaries and run-end encoded
+// values as their value; decimal32 and decimal64, times, durations and
+// intervals as their ValueStr; extension types as their storage) .
 func nestedToString(typ arrow.DataType, col arrow.Array) ([]string, bool) {
+	if ext, ok := col.(array.ExtensionArray); ok {
+		// arrow/csv calls extension arrays' ValueStr, which not every
+		// extension type has: their storage is what they hold.
+		st := ext.Storage()
+		if out, ok := nestedToString(st.DataType(), st); ok {
+			return out, true
+		}
+		out := make([]string, col.Len())
+		for i := range out {
+			if st.IsValid(i) {
+				out[i] = st.ValueStr(i)
+			}
+		}
+		return out, true
+	}
 	switch typ.ID() {
 	case arrow.LIST, arrow.LARGE_LIST, arrow.FIXED_SIZE_LIST, arrow.LIST_VIEW, arrow.LARGE_LIST_VIEW,
 		arrow.STRUCT, arrow.MAP, arrow.DICTIONARY, arrow.SPARSE_UNION, arrow.DENSE_UNION, arrow.RUN_END_ENCODED,
-		arrow.STRING_VIEW, arrow.BINARY_VIEW, arrow.INTERVAL_MONTHS, arrow.INTERVAL_DAY_TIME, arrow.INTERVAL_MONTH_DAY_NANO:
+		arrow.STRING_VIEW, arrow.BINARY_VIEW, arrow.INTERVAL_MONTHS, arrow.INTERVAL_DAY_TIME, arrow.INTERVAL_MONTH_DAY_NANO,
+		arrow.DECIMAL32, arrow.DECIMAL64, arrow.TIME32, arrow.TIME64, arrow.DURATION:
 	default:
 		return nil, false
 	}

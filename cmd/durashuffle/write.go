@@ -299,7 +299,9 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 			}
 			ra = bytes.NewReader(b)
 		}
-		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem))
+		// Big-endian input is swapped to this machine's byte order (arrow-go's
+		// default, said here because frames are written in native order).
+		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
 		if err != nil {
 			closeFn()
 			return nil, "", fmt.Errorf("open Arrow IPC file %s: %w", label, err)
@@ -310,7 +312,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		closeFn()
 		return nil, "", fmt.Errorf("%s is empty: want an Arrow IPC file or stream", label)
 	}
-	sr, err := ipc.NewReader(br, ipc.WithAllocator(mem))
+	sr, err := ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
 	if err != nil {
 		closeFn()
 		return nil, "", fmt.Errorf("open Arrow IPC stream %s: %w", label, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/internal/engine/spill"
@@ -303,6 +304,12 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	}
 	if rec.NumRows() == 0 {
 		return nil
+	}
+	// Null and run-end encoded arrays without their (absent) validity
+	// buffer get one, so that every copy below sees Arrow's layout.
+	if nrec, changed := arrowcheck.NormalizeBatch(rec); changed {
+		defer nrec.Release()
+		rec = nrec
 	}
 	size := frame.LogicalSize(rec)
 	prepare, err := w.writeGuarded(partition, rec, size)

@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 )
 
 // ValidateBatch checks rec the way Write does before any of it is taken:
@@ -63,11 +64,37 @@ func ValidateBatch(rec arrow.RecordBatch) (err error) {
 		case int64(c.Len()) != rec.NumRows():
 			return fmt.Errorf("%w: %s: %d values, the batch has %d rows", ErrBatch, columnName(sc, i), c.Len(), rec.NumRows())
 		}
+		if arrowcheck.NeedsNormalize(f.Type) {
+			if err := validateSpecial(c); err != nil {
+				return fmt.Errorf("%w: %s: %w", ErrBatch, columnName(sc, i), err)
+			}
+			continue
+		}
 		if err := validateColumn(c); err != nil {
 			return fmt.Errorf("%w: %s: %w", ErrBatch, columnName(sc, i), err)
 		}
 	}
 	return nil
+}
+
+// validateSpecial validates a column that holds, at some depth, a null,
+// run-end encoded or union array: its unions with arrowcheck.Unions (what
+// Arrow's specification asks of type ids and dense offsets), then the
+// whole column, with the absent buffers arrow-go's builders and IPC
+// reader leave out of null and run-end encoded arrays added
+// (arrowcheck.Normalize), with array.ValidateFull.
+func validateSpecial(c arrow.Array) error {
+	if err := arrowcheck.Unions(c.Data()); err != nil {
+		return err
+	}
+	d, changed := arrowcheck.Normalize(c.Data())
+	if !changed {
+		return validateColumn(c)
+	}
+	defer d.Release()
+	a := array.MakeFromData(d)
+	defer a.Release()
+	return validateColumn(a)
 }
 
 // validateColumn is array.ValidateFull(c), done here without allocating

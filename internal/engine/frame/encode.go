@@ -9,6 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
 )
@@ -28,6 +29,7 @@ type Encoder struct {
 	// that every frame carries the dictionaries its rows use; otherwise
 	// one writer serves every frame.
 	fresh   bool
+	rewrite bool // list views or unions: arrowcheck.ForIPC before writing
 	ipcw    *ipc.Writer
 	sink    switchWriter
 	scratch bytes.Buffer
@@ -61,6 +63,9 @@ func NewEncoder(schema *arrow.Schema, compression string, mem memory.Allocator) 
 		return nil, err
 	}
 	e := &Encoder{schema: schema, mem: mem, schemaMsg: msg, fresh: hasDictionary(schema.Fields())}
+	for _, f := range schema.Fields() {
+		e.rewrite = e.rewrite || arrowcheck.NeedsIPCRewrite(f.Type)
+	}
 	if err := e.SetCodec(compression); err != nil {
 		return nil, err
 	}
@@ -155,6 +160,10 @@ func (e *Encoder) Encode(buf *bytes.Buffer, recs []arrow.RecordBatch) (Stats, er
 	}
 	var st Stats
 	for _, r := range batches {
+		if e.rewrite {
+			r = arrowcheck.ForIPC(r, e.mem)
+			defer r.Release()
+		}
 		if err := e.ipcw.Write(r); err != nil {
 			e.ipcw.Close()
 			e.ipcw = nil

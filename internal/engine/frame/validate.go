@@ -6,6 +6,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/bitutil"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 )
 
 // validate checks that an array decoded from untrusted bytes is safe to
@@ -15,7 +16,22 @@ import (
 // that match the bitmap, dictionary indices in range. It skips
 // ValidateFull's UTF-8 check of every string, which costs a third of a
 // frame's decoding time and cannot make a read panic.
+//
+// Unions are checked by arrowcheck.Unions first (arrow-go's union
+// validation dereferences a missing offsets buffer), and null and
+// run-end encoded arrays get the absent buffer arrow-go's validator wants
+// (arrowcheck.Normalize).
 func validate(a arrow.Array) error {
+	if arrowcheck.NeedsNormalize(a.DataType()) {
+		if err := arrowcheck.Unions(a.Data()); err != nil {
+			return err
+		}
+		if d, changed := arrowcheck.Normalize(a.Data()); changed {
+			defer d.Release()
+			a = array.MakeFromData(d)
+			defer a.Release()
+		}
+	}
 	if err := array.Validate(a); err != nil {
 		return err
 	}

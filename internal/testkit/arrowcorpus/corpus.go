@@ -27,9 +27,10 @@ type Case struct {
 	Schema  *arrow.Schema
 	Batches []arrow.RecordBatch
 	// Replaces is set when a dictionary of the case changes from one
-	// batch to the next other than by growing: the Arrow IPC file format
-	// cannot carry that (a file has one dictionary per field, plus
-	// deltas), a stream can.
+	// batch to the next (replaced, or grown): arrow-go's IPC file writer
+	// refuses that (a file holds one dictionary per field; arrow-go writes
+	// no delta dictionaries in files), a stream carries it (a growth as a
+	// delta dictionary batch with ipc.WithDictionaryDeltas).
 	Replaces bool
 }
 
@@ -425,7 +426,7 @@ func dictCase(mem memory.Allocator) Case {
 // IPC writer sends as delta dictionary batches).
 func dictDeltaCase(mem memory.Allocator) Case {
 	sc := arrow.NewSchema([]arrow.Field{field("grow", dictI16I64), field("same", dictU8Str)}, nil)
-	return Case{Name: "dictionary_delta", Schema: sc, Batches: []arrow.RecordBatch{
+	return Case{Name: "dictionary_delta", Schema: sc, Replaces: true, Batches: []arrow.RecordBatch{
 		batch(sc, dictArray(mem, dictI16I64, `[10, 20]`, `[0, 1, null]`), dictArray(mem, dictU8Str, `["p", "q"]`, `[1, 0, 0]`)),
 		batch(sc, dictArray(mem, dictI16I64, `[10, 20, 30]`, `[2, 0, 2, 1]`), dictArray(mem, dictU8Str, `["p", "q"]`, `[null, 1, 0, 1]`)),
 		batch(sc, dictArray(mem, dictI16I64, `[10, 20, 30, 40, 50]`, `[4, 3]`), dictArray(mem, dictU8Str, `["p", "q"]`, `[0, 0]`)),
