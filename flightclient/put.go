@@ -12,7 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/sidecar/ipcslice"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 )
 
 // PutWriter streams one worker's output into a DoPut. Only Commit
@@ -47,18 +47,15 @@ func (c *Client) Put(ctx context.Context, cmd PutCommand, schema *arrow.Schema) 
 }
 
 // Write sends rec, whose rows go to partition p. It does not take
-// ownership of rec. A slice of a batch holding list views or dense
-// unions is sent as a copy at offset 0: arrow-go's IPC writer cannot
-// encode those sliced (internal/sidecar/ipcslice).
+// ownership of rec. A slice of a batch holding list views or unions is
+// sent with their offsets pushed to 0 (arrowcheck.ForIPC): arrow-go's
+// IPC writer fails on such slices or writes them wrongly.
 func (p *PutWriter) Write(partition int, rec arrow.RecordBatch) error {
 	if p.err != nil {
 		return p.err
 	}
-	c, err := ipcslice.Compact(rec, memory.DefaultAllocator)
-	if err != nil {
-		return p.fail(err)
-	}
-	err = p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
+	c := arrowcheck.ForIPC(rec, memory.DefaultAllocator)
+	err := p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
 	c.Release()
 	if err != nil {
 		return p.fail(err)

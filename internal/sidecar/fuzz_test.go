@@ -16,7 +16,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/sidecar/ipcslice"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
 	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -189,8 +189,8 @@ func nestedStream(f *testing.F) []byte {
 
 // corpusStreams are the IPC streams of the type corpus's cases, written
 // as an engine writes them (delta dictionary batches where a dictionary
-// grows, sliced list views and dense unions copied to offset 0, which
-// arrow-go's writer cannot encode sliced).
+// grows, sliced list views and unions with their offsets pushed to 0,
+// as arrow-go's writer needs them: arrowcheck.ForIPC).
 func corpusStreams(f *testing.F) [][]byte {
 	cases := arrowcorpus.Cases(memory.DefaultAllocator)
 	defer arrowcorpus.Release(cases)
@@ -199,11 +199,8 @@ func corpusStreams(f *testing.F) [][]byte {
 		var buf bytes.Buffer
 		w := ipc.NewWriter(&buf, ipc.WithSchema(c.Schema), ipc.WithDictionaryDeltas(true))
 		for i, b := range c.Batches {
-			cb, err := ipcslice.Compact(b, memory.DefaultAllocator)
-			if err != nil {
-				f.Fatalf("%s batch %d: %v", c.Name, i, err)
-			}
-			err = w.Write(cb)
+			cb := arrowcheck.ForIPC(b, memory.DefaultAllocator)
+			err := w.Write(cb)
 			cb.Release()
 			if err != nil {
 				f.Fatalf("%s batch %d: %v", c.Name, i, err)
