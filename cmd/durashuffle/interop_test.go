@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -119,8 +120,9 @@ var jsCannotRead = map[string]string{
 // Apache Arrow's JavaScript implementation reads the same output to the
 // same values: node prints each column's values in a canonical JSON form
 // (testdata/interop-js/digest.mjs), the test computes the same from the
-// batches (jsCanon) and compares them value by value. What JavaScript
-// cannot read is jsCannotRead, asserted error by error.
+// batches (jsCanon) and compares them value by value, and the schema's
+// and each top-level field's metadata. What JavaScript cannot read is
+// jsCannotRead, asserted error by error.
 func TestCorpusOpensInJavaScript(t *testing.T) {
 	jsDir := npmCI(t)
 	tg := newTarget(t, backends[0])
@@ -159,13 +161,15 @@ func TestCorpusOpensInJavaScript(t *testing.T) {
 				t.Fatalf("node digest.mjs: %v\n%s", err, stderr.String())
 			}
 			var res struct {
-				Error   string `json:"error"`
-				Rows    int64  `json:"rows"`
-				Columns []struct {
-					Name   string          `json:"name"`
-					Type   string          `json:"type"`
-					Error  string          `json:"error"`
-					Values json.RawMessage `json:"values"`
+				Error    string            `json:"error"`
+				Rows     int64             `json:"rows"`
+				Metadata map[string]string `json:"metadata"`
+				Columns  []struct {
+					Name     string            `json:"name"`
+					Type     string            `json:"type"`
+					Metadata map[string]string `json:"metadata"`
+					Error    string            `json:"error"`
+					Values   json.RawMessage   `json:"values"`
 				} `json:"columns"`
 			}
 			if err := json.Unmarshal(js, &res); err != nil {
@@ -181,11 +185,24 @@ func TestCorpusOpensInJavaScript(t *testing.T) {
 			if res.Rows != c.Rows() || len(res.Columns) != c.Schema.NumFields() {
 				t.Fatalf("JavaScript read %d rows and %d columns, want %d and %d", res.Rows, len(res.Columns), c.Rows(), c.Schema.NumFields())
 			}
+			if want := c.Schema.Metadata().ToMap(); !maps.Equal(res.Metadata, want) {
+				t.Errorf("JavaScript read schema metadata %v, want %v", res.Metadata, want)
+			}
 			for k, col := range res.Columns {
 				f := c.Schema.Field(k)
 				key := c.Name + "/" + f.Name
 				if col.Name != f.Name {
 					t.Errorf("column %d: JavaScript names it %q, want %q", k, col.Name, f.Name)
+				}
+				// JavaScript keeps an extension type's name and metadata in
+				// the field's metadata, as arrow-go writes them.
+				want := f.Metadata.ToMap()
+				if ext, ok := f.Type.(arrow.ExtensionType); ok {
+					want["ARROW:extension:name"] = ext.ExtensionName()
+					want["ARROW:extension:metadata"] = ext.Serialize()
+				}
+				if !maps.Equal(col.Metadata, want) {
+					t.Errorf("column %q: JavaScript read field metadata %v, want %v", f.Name, col.Metadata, want)
 				}
 				if why, ok := jsCannotRead[key]; ok || col.Error != "" {
 					seen[key] = true

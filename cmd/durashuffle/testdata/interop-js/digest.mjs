@@ -8,8 +8,9 @@
 // arrays of [name or key, value]. Timestamps are their stored integer,
 // "n:<decimal>", not get()'s milliseconds, which drop digits.
 //
-// It prints {"error": ...} when the stream cannot be read, and a
-// column's "error" when reading its values fails.
+// With them, the schema's metadata and each column's field metadata, as
+// JSON objects. It prints {"error": ...} when the stream cannot be read,
+// and a column's "error" when reading its values fails.
 import { readFileSync } from 'node:fs';
 import { tableFromIPC, Type } from 'apache-arrow';
 
@@ -50,7 +51,7 @@ try {
   process.exit(0);
 }
 const columns = table.schema.fields.map((f, i) => {
-  const c = { name: f.name, type: String(f.type) };
+  const c = { name: f.name, type: String(f.type), metadata: Object.fromEntries(f.metadata) };
   try {
     c.values = values(table.getChildAt(i));
   } catch (e) {
@@ -58,4 +59,4 @@ const columns = table.schema.fields.map((f, i) => {
   }
   return c;
 });
-console.log(JSON.stringify({ rows: table.numRows, columns }));
+console.log(JSON.stringify({ rows: table.numRows, metadata: Object.fromEntries(table.schema.metadata), columns }));
