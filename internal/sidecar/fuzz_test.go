@@ -12,9 +12,12 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
 	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
@@ -37,8 +40,10 @@ import (
 // body and of a schema message, a truncated stream, one of nested and
 // dictionary columns, a schema claiming 3·10^9 fields and an LZ4 buffer
 // claiming 1 TiB (before the header check and the decode limit, both
-// ended the process out of memory); testdata/fuzz/FuzzPut holds what the
-// fuzzer found.
+// ended the process out of memory), and a stream of every case of the
+// type corpus (arrowcorpus: every Arrow type, dictionaries replaced and
+// sent as deltas, extension types, metadata); testdata/fuzz/FuzzPut
+// holds what the fuzzer found.
 func FuzzPut(f *testing.F) {
 	good := hostile.Stream(hostile.Schema, hostile.Good(), hostile.Good())
 	f.Add(good)
@@ -55,6 +60,9 @@ func FuzzPut(f *testing.F) {
 	f.Add(nestedStream(f))
 	f.Add(hostile.HugeFieldCount())
 	f.Add(hostile.CompressionBomb())
+	for _, c := range corpusStreams(f) {
+		f.Add(c)
+	}
 
 	e := newEnv(f, testenv.Embedded(f), envOptions{})
 	var seq atomic.Int64
@@ -177,4 +185,31 @@ func nestedStream(f *testing.F) []byte {
 		b.Release()
 	}
 	return hostile.Stream(sc, recs...)
+}
+
+// corpusStreams are the IPC streams of the type corpus's cases, written
+// as an engine writes them (delta dictionary batches where a dictionary
+// grows, sliced list views and unions with their offsets pushed to 0,
+// as arrow-go's writer needs them: arrowcheck.ForIPC).
+func corpusStreams(f *testing.F) [][]byte {
+	cases := arrowcorpus.Cases(memory.DefaultAllocator)
+	defer arrowcorpus.Release(cases)
+	var out [][]byte
+	for _, c := range cases {
+		var buf bytes.Buffer
+		w := ipc.NewWriter(&buf, ipc.WithSchema(c.Schema), ipc.WithDictionaryDeltas(true))
+		for i, b := range c.Batches {
+			cb := arrowcheck.ForIPC(b, memory.DefaultAllocator)
+			err := w.Write(cb)
+			cb.Release()
+			if err != nil {
+				f.Fatalf("%s batch %d: %v", c.Name, i, err)
+			}
+		}
+		if err := w.Close(); err != nil {
+			f.Fatalf("%s: %v", c.Name, err)
+		}
+		out = append(out, buf.Bytes())
+	}
+	return out
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -79,10 +80,15 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 		rec := recs.RecordBatch()
 		meta := []byte(fmt.Sprintf(`{"partition":%d}`, recs.Partition()))
 		for _, piece := range splitBatch(rec, maxBytes) {
-			err := w.WriteWithAppMetadata(piece, meta)
+			// A slice holding list views or unions goes with their offsets
+			// pushed to 0: arrow-go's IPC writer fails on such slices or
+			// writes them wrongly.
+			c := arrowcheck.ForIPC(piece, s.mem)
 			if piece != rec {
 				piece.Release()
 			}
+			err := w.WriteWithAppMetadata(c, meta)
+			c.Release()
 			if err != nil {
 				return sent + 1, fmt.Errorf("send %s stage %d: %w", m.Query, m.Stage, err)
 			}

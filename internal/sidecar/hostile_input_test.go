@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
@@ -436,7 +437,13 @@ func rowStrings(rec arrow.RecordBatch) []string {
 			if c > 0 {
 				b.WriteByte('\t')
 			}
-			b.WriteString(rec.Column(c).ValueStr(i))
+			col := rec.Column(c)
+			if ext, ok := col.(array.ExtensionArray); ok {
+				// An extension type need not implement ValueStr (arrow-go's
+				// opaque type panics): its storage's values stand for it.
+				col = ext.Storage()
+			}
+			b.WriteString(col.ValueStr(i))
 		}
 		out[i] = b.String()
 	}
