@@ -9,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
@@ -107,8 +106,8 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.De
 	s.stages.evict(req.Query, -1)
 	defer s.stages.evict(req.Query, -1) // in case a DoGet cached it meanwhile
 	// Memory first: a reader must not be served a deleted query's frames.
-	access.MemStore(s.c).Release(req.Query, -1)
-	defer access.MemStore(s.c).Release(req.Query, -1) // a DoPut that committed meanwhile
+	s.c.MemoryRelease(req.Query, -1)
+	defer s.c.MemoryRelease(req.Query, -1) // a DoPut that committed meanwhile
 	// Manifests go first, so a reader opening the query meanwhile finds no
 	// stage rather than a manifest whose data objects are gone.
 	r, err := gc.DeleteQuery(ctx, s.c.Store(), s.c.Layout(), req.Query)
@@ -134,7 +133,7 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
 	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.ResultsRetention.D()})
 	for _, st := range r.Stages {
 		s.stages.evict(st.Query, st.Stage)
-		access.MemStore(s.c).Release(st.Query, st.Stage)
+		s.c.MemoryRelease(st.Query, st.Stage)
 	}
 	if err != nil {
 		return nil, toStatus(err)
