@@ -121,7 +121,7 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.De
 
 // runGC collects garbage under the prefix: uploads and uncommitted attempt
 // data older than older_than, results stages past results_retention.
-func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
+func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport, error) {
 	var req flightclient.GCRequest
 	if err := decodeStrict("gc body", body, &req); err != nil {
 		return nil, err
@@ -140,5 +140,6 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
 	}
 	s.log.Info("gc done", "older_than", d, "uploads_aborted", r.Totals.UploadsAborted,
 		"objects_deleted", r.Totals.ObjectsDeleted, "bytes_deleted", r.Totals.BytesDeleted, "stages_deleted", r.Totals.StagesDeleted)
-	return &r, nil
+	res := gcReport(r)
+	return &res, nil
 }
