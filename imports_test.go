@@ -19,9 +19,10 @@ import (
 // only packages of a lower layer (never one of its own). A path ending
 // in "/..." stands for every package under it.
 var importLayers = [][]string{
-	// Leaf utilities, and flightclient, the sidecar's public client and
-	// wire types: they import nothing of durashuffle's.
-	{"internal/engine/safe", "internal/engine/ipcguard", "internal/engine/spill", "internal/engine/memstore", "internal/tools/demo", "flightclient"},
+	// Leaf utilities; flightclient, the sidecar's public client and wire
+	// types; manifest/entry, what the chunker produces and the manifest
+	// stores: they import nothing of durashuffle's.
+	{"internal/engine/safe", "internal/engine/ipcguard", "internal/engine/spill", "internal/engine/memstore", "internal/tools/demo", "flightclient", "manifest/entry"},
 	{"store", "internal/engine/hedge"},
 	// Utilities over a store, and the metrics (which observe the layers
 	// above through small interfaces of theirs, asserted by the root
