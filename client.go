@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/engine/memstore"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/engine/retry"
@@ -84,7 +83,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	}
 	c := newClient(st, cfg, o.counter, obs)
 	if m != nil {
-		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, guardStates, func() string { return string(c.CommitGuard().State) }); err != nil {
+		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, metrics.CommitGuardStates, func() string { return string(c.CommitGuard().State) }); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("register the client's metrics: %w", err)
 		}
@@ -92,18 +91,16 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
-func init() {
-	access.MemStore = func(c any) *memstore.Store { return c.(*Client).fast.mem }
-	access.Pool = func(c any) *uploader.Pool { return c.(*Client).pool }
-	access.ReadHedged = func(c any) (hedged, won int64) {
-		if h := c.(*Client).readHedge; h != nil {
-			return h.Stats()
-		}
-		return 0, 0
-	}
-	access.GuardProbes = func(c any) int64 { return c.(*Client).guardProbes() }
-	access.GuardStates = guardStates
-}
+// The metrics observe the upload pool, the memory store and the reader
+// without importing them (metrics sits below them all): these
+// assertions, here where both sides are visible, keep their method sets
+// in step.
+var (
+	_ uploader.Observer = (*metrics.Metrics)(nil)
+	_ uploader.Observer = (*metrics.Library)(nil)
+	_ memstore.Observer = (*metrics.Library)(nil)
+	_ reader.Observer   = (*metrics.Library)(nil)
+)
 
 // An Option adds to what Open builds: a store of the caller's own, an AWS
 // configuration or HTTP client for the S3 store, an observer, metrics.
@@ -300,15 +297,29 @@ type Stats struct {
 	// Resent counts parts streamed while their chunks filled whose chunk
 	// then ended short (an object's last): the part was sent again whole.
 	Resent int64
+	// Hedged counts part uploads sent a second time because the first
+	// was late (hedge_factor), and HedgesWon those the second finished
+	// first. Both are 0 with hedge_factor 0.
+	Hedged, HedgesWon int64
+	// ReadsHedged counts the ranged GETs of the client's stages sent a
+	// second time because the first was late, and ReadHedgesWon those the
+	// second answered first. Both are 0 with hedge_factor 0.
+	ReadsHedged, ReadHedgesWon int64
 }
 
-// Stats returns the upload pool's state now.
+// Stats returns the upload pool's state now, and the hedged requests so
+// far.
 func (c *Client) Stats() Stats {
 	s := c.pool.Stats()
-	return Stats{
+	st := Stats{
 		Concurrency: c.pool.Concurrency(), InFlight: s.InFlight, Buffered: s.Buffered,
 		MaxBuffered: c.pool.Config().MaxBuffered, PeakBuffered: s.PeakBuffered, Resent: s.Resent,
 	}
+	st.Hedged, st.HedgesWon = c.pool.Hedged()
+	if c.readHedge != nil {
+		st.ReadsHedged, st.ReadHedgesWon = c.readHedge.Stats()
+	}
+	return st
 }
 
 // Layout returns the object layout under the configured prefix.

@@ -5,7 +5,7 @@ import "github.com/durashuffle/durashuffle/internal/engine/memstore"
 // What the tests of package durashuffle_test read inside a Client.
 
 // GuardProbes returns how many commit guard probes the client has sent.
-func (c *Client) GuardProbes() int64 { return c.guardProbes() }
+func (c *Client) GuardProbes() int64 { return c.CommitGuard().Probes }
 
 // MemStore returns the client's memory store (nil with
 // memory_store_bytes 0).

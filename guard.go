@@ -28,14 +28,12 @@ const (
 	GuardOff         GuardState = "off"          // commit_guard off: no probe, commits go ahead
 )
 
-// guardStates lists every state, for the metric's labels.
-var guardStates = []string{string(GuardUnprobed), string(GuardEnforced), string(GuardNotEnforced), string(GuardError), string(GuardOff)}
-
 // GuardStatus is the commit guard's state for the client's store.
 type GuardStatus struct {
 	State    GuardState
 	Endpoint string // the store, as errors name it
 	Err      error  // GuardNotEnforced: the refusal; GuardError: the probe's failure
+	Probes   int64  // probes the client has sent since Open (0 with commit_guard off)
 }
 
 // probeTimeout bounds one probe (three small requests with their retries)
@@ -56,7 +54,7 @@ const probeDeleteTimeout = 5 * time.Second
 type commitGuard struct {
 	mu     sync.Mutex
 	status GuardStatus
-	probes int64 // probes sent, for tests and logs
+	probes int64 // probes sent (GuardStatus.Probes)
 }
 
 // CheckCommitGuard returns nil when commits may go ahead: commit_guard is
@@ -99,14 +97,8 @@ func (c *Client) CommitGuard() GuardStatus {
 	if s.State == "" {
 		s = GuardStatus{State: GuardUnprobed, Endpoint: c.storeName()}
 	}
+	s.Probes = c.guard.probes
 	return s
-}
-
-// guardProbes returns how many probes the client has sent.
-func (c *Client) guardProbes() int64 {
-	c.guard.mu.Lock()
-	defer c.guard.mu.Unlock()
-	return c.guard.probes
 }
 
 // storeName names the store in errors: its endpoint and bucket.

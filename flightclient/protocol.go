@@ -5,8 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
-
-	"github.com/durashuffle/durashuffle/internal/tools/gc"
+	"time"
 )
 
 // Action types of DoAction.
@@ -229,19 +228,77 @@ type GCRequest struct {
 
 // GCReport is the gc action's one result: what gc scanned, and the
 // uploads it aborted, the orphan objects and the results stages it
-// deleted, with their totals. It is the gc tool's own report (the JSON
-// `durashuffle gc --json` prints), so the sidecar and the CLI answer with
-// one model; the aliases below name its parts.
-type GCReport = gc.Report
+// deleted, with their totals. Its JSON is that of `durashuffle gc
+// --json`: the sidecar and the CLI answer in one format.
+type GCReport struct {
+	DryRun bool      `json:"dry_run"`
+	Prefix string    `json:"prefix"`          // the layout's root
+	Query  string    `json:"query,omitempty"` // delete-query only
+	Now    time.Time `json:"now"`
+	// Cutoff: uploads initiated and orphans modified at or before it are
+	// removed.
+	Cutoff time.Time `json:"cutoff,omitzero"`
+	// ResultsCutoff: results stages committed at or before it are
+	// deleted.
+	ResultsCutoff time.Time  `json:"results_cutoff,omitzero"`
+	Scanned       GCScanned  `json:"scanned"`
+	Uploads       []GCUpload `json:"aborted_uploads"`
+	Orphans       []GCObject `json:"orphan_objects"`
+	Stages        []GCStage  `json:"deleted_stages"`
+	// Skipped says what gc left alone because it could not tell whether
+	// it is in use (e.g. a manifest that does not decode), and why.
+	Skipped []string `json:"skipped,omitempty"`
+	Totals  GCTotals `json:"totals"`
+}
 
-// Parts of a GCReport.
-type (
-	GCScanned = gc.Scanned // what gc looked at
-	GCUpload  = gc.Upload  // an aborted multipart upload
-	GCObject  = gc.Object  // a deleted orphan data object
-	GCStage   = gc.Stage   // a deleted results stage
-	GCTotals  = gc.Totals  // the sums of a report
-)
+// GCScanned counts what gc looked at.
+type GCScanned struct {
+	Objects int   `json:"objects"`
+	Bytes   int64 `json:"bytes"`
+	Uploads int   `json:"uploads"`
+	Stages  int   `json:"stages"`
+	// Foreign keys and uploads under the prefix that do not have the
+	// layout's shape; gc leaves them alone.
+	Foreign int `json:"foreign"`
+}
+
+// GCUpload is an incomplete multipart upload gc aborted.
+type GCUpload struct {
+	Key       string    `json:"key"`
+	UploadID  string    `json:"upload_id"`
+	Initiated time.Time `json:"initiated"`
+}
+
+// GCObject is an orphan data object gc deleted.
+type GCObject struct {
+	Key          string    `json:"key"`
+	Size         int64     `json:"size"`
+	LastModified time.Time `json:"last_modified"`
+}
+
+// GCStage is a stage gc deleted (expired results, or part of a deleted
+// query).
+type GCStage struct {
+	Query     string `json:"query"`
+	Stage     int    `json:"stage"`
+	Results   bool   `json:"results"`
+	Sealed    bool   `json:"sealed"`
+	Manifests int    `json:"manifests"` // stage and worker manifests, and stage indexes
+	Objects   int    `json:"objects"`   // data objects
+	Bytes     int64  `json:"bytes"`     // of manifests and data objects
+	// CommittedAt is the newest manifest's LastModified.
+	CommittedAt time.Time `json:"committed_at,omitzero"`
+}
+
+// GCTotals sum a GCReport.
+type GCTotals struct {
+	UploadsAborted int   `json:"uploads_aborted"`
+	OrphanObjects  int   `json:"orphan_objects"`
+	OrphanBytes    int64 `json:"orphan_bytes"`
+	StagesDeleted  int   `json:"stages_deleted"`
+	ObjectsDeleted int   `json:"objects_deleted"` // orphans and the stages' objects, manifests included
+	BytesDeleted   int64 `json:"bytes_deleted"`
+}
 
 // ReleaseRequest is the body of release: {"query","stage"}; without
 // stage, every stage of the query.

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/durashuffle/durashuffle/manifest/entry"
 )
 
 // Format versions. A reader refuses a manifest whose major version it
@@ -45,26 +47,14 @@ var (
 	ErrCorrupt = errors.New("corrupt manifest")
 )
 
-// Object is one data object of a worker attempt.
-type Object struct {
-	Key    string `json:"key"` // relative to the stage prefix
-	Size   int64  `json:"size"`
-	Parts  int    `json:"parts"`
-	CRC32C uint32 `json:"crc32c"` // of the whole object
-}
+// Object is one data object of a worker attempt (entry.Object: the
+// chunker, below the manifest, produces it).
+type Object = entry.Object
 
 // Frame is one frame's index entry: where it is and what it holds. On
-// disk it is a 48-byte little-endian record (see EntrySize).
-type Frame struct {
-	Partition int    `json:"partition"`
-	Worker    int    `json:"worker"` // index into the stage's Workers; 0 in a worker manifest
-	Object    int    `json:"object"` // index into the worker's Objects
-	Offset    int64  `json:"offset"`
-	Length    int64  `json:"length"`
-	Rows      int64  `json:"rows"`
-	Bytes     int64  `json:"bytes"` // uncompressed Arrow bytes
-	CRC32C    uint32 `json:"crc32c"`
-}
+// disk it is a 48-byte little-endian record (see EntrySize). It is
+// entry.Frame: the chunker, below the manifest, produces it.
+type Frame = entry.Frame
 
 // Totals sum a manifest.
 type Totals struct {

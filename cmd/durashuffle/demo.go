@@ -70,6 +70,8 @@ type demoSummary struct {
 	Requests      map[string]int64 `json:"requests"`
 	Retries       map[string]int64 `json:"retries"`
 	PartsResent   int64            `json:"parts_resent"`
+	PartsHedged   int64            `json:"parts_hedged"`
+	PartHedgesWon int64            `json:"part_hedges_won"`
 	PeakBuffered  int64            `json:"peak_buffered_chunks"`
 	MaxBuffered   int              `json:"max_buffered_chunks"`
 	UploadConc    int              `json:"upload_concurrency"`
@@ -77,12 +79,14 @@ type demoSummary struct {
 	Sealed       bool             `json:"sealed"`
 	SealRequests map[string]int64 `json:"seal_requests"`
 
-	RowsRead     int64            `json:"rows_read"`
-	ReadSeconds  float64          `json:"read_seconds"`
-	ReadMiBps    float64          `json:"read_mib_per_s"`
-	ReadStored   float64          `json:"read_stored_mib_per_s"`
-	ReadRequests map[string]int64 `json:"read_requests"`
-	ReadRanges   int64            `json:"read_ranges"` // ranged data GETs; the rest of read_requests is the manifest and one index GET per partition
+	RowsRead      int64            `json:"rows_read"`
+	ReadsHedged   int64            `json:"reads_hedged"`
+	ReadHedgesWon int64            `json:"read_hedges_won"`
+	ReadSeconds   float64          `json:"read_seconds"`
+	ReadMiBps     float64          `json:"read_mib_per_s"`
+	ReadStored    float64          `json:"read_stored_mib_per_s"`
+	ReadRequests  map[string]int64 `json:"read_requests"`
+	ReadRanges    int64            `json:"read_ranges"` // ranged data GETs; the rest of read_requests is the manifest and one index GET per partition
 
 	Verified           bool     `json:"verified"`
 	PartitionsVerified int      `json:"partitions_verified"`
@@ -241,6 +245,9 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 		return fmt.Errorf("read %s stage 0: %w", o.query, err)
 	}
 	sum.ReadMiBps = perSecond(sum.BytesLogical, sum.ReadSeconds)
+	st := client.Stats()
+	sum.PartsHedged, sum.PartHedgesWon = st.Hedged, st.HedgesWon
+	sum.ReadsHedged, sum.ReadHedgesWon = st.ReadsHedged, st.ReadHedgesWon
 	sum.ReadStored = perSecond(sum.BytesStored, sum.ReadSeconds)
 	for p := range o.partitions {
 		sum.RowsRead += read[p].Rows

@@ -9,7 +9,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/tools/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
@@ -107,8 +106,8 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.De
 	s.stages.evict(req.Query, -1)
 	defer s.stages.evict(req.Query, -1) // in case a DoGet cached it meanwhile
 	// Memory first: a reader must not be served a deleted query's frames.
-	access.MemStore(s.c).Release(req.Query, -1)
-	defer access.MemStore(s.c).Release(req.Query, -1) // a DoPut that committed meanwhile
+	s.c.MemoryRelease(req.Query, -1)
+	defer s.c.MemoryRelease(req.Query, -1) // a DoPut that committed meanwhile
 	// Manifests go first, so a reader opening the query meanwhile finds no
 	// stage rather than a manifest whose data objects are gone.
 	r, err := gc.DeleteQuery(ctx, s.c.Store(), s.c.Layout(), req.Query)
@@ -122,7 +121,7 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.De
 
 // runGC collects garbage under the prefix: uploads and uncommitted attempt
 // data older than older_than, results stages past results_retention.
-func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
+func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport, error) {
 	var req flightclient.GCRequest
 	if err := decodeStrict("gc body", body, &req); err != nil {
 		return nil, err
@@ -134,12 +133,13 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*gc.Report, error) {
 	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.ResultsRetention.D()})
 	for _, st := range r.Stages {
 		s.stages.evict(st.Query, st.Stage)
-		access.MemStore(s.c).Release(st.Query, st.Stage)
+		s.c.MemoryRelease(st.Query, st.Stage)
 	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
 	s.log.Info("gc done", "older_than", d, "uploads_aborted", r.Totals.UploadsAborted,
 		"objects_deleted", r.Totals.ObjectsDeleted, "bytes_deleted", r.Totals.BytesDeleted, "stages_deleted", r.Totals.StagesDeleted)
-	return &r, nil
+	res := gcReport(r)
+	return &res, nil
 }

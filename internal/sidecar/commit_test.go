@@ -19,7 +19,6 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
@@ -198,7 +197,7 @@ func TestCommitGuardInSidecar(t *testing.T) {
 	if !strings.Contains(bad.logs.String(), "every commit will be refused") {
 		t.Errorf("the sidecar did not log the refusal:\n%s", bad.logs.String())
 	}
-	if n := access.GuardProbes(bad.client); n != 1 {
+	if n := bad.client.CommitGuard().Probes; n != 1 {
 		t.Errorf("%d probes from readiness and a DoPut, want 1", n)
 	}
 
@@ -224,7 +223,7 @@ func TestReadyzCommitGuardOff(t *testing.T) {
 	if code != http.StatusOK || body != want {
 		t.Fatalf("/readyz with commit_guard off: %d %q, want 200 %q", code, body, want)
 	}
-	if n := access.GuardProbes(e.client); n != 0 {
+	if n := e.client.CommitGuard().Probes; n != 0 {
 		t.Fatalf("%d commit guard probes with commit_guard off, want 0", n)
 	}
 }
@@ -260,7 +259,7 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if code != http.StatusOK || !strings.Contains(body, "commit guard: error (") || !strings.Contains(body, "AccessDenied") {
 		t.Fatalf("/readyz after a denied probe: %d %q", code, body)
 	}
-	if n := access.GuardProbes(e.client); n != 1 {
+	if n := e.client.CommitGuard().Probes; n != 1 {
 		t.Fatalf("%d probes in six readiness intervals, want 1", n)
 	}
 	put := func() (*flightclient.PutResult, error) {
@@ -275,7 +274,7 @@ func TestCommitGuardProbeFails(t *testing.T) {
 	if res, err := put(); err != nil || !res.Committed {
 		t.Fatalf("DoPut once the probe may put: %+v %v", res, err)
 	}
-	if g := e.client.CommitGuard(); g.State != "enforced" || access.GuardProbes(e.client) != 3 {
-		t.Fatalf("guard %q after %d probes, want enforced after 3 (readiness, two DoPuts)", g.State, access.GuardProbes(e.client))
+	if g := e.client.CommitGuard(); g.State != "enforced" || e.client.CommitGuard().Probes != 3 {
+		t.Fatalf("guard %q after %d probes, want enforced after 3 (readiness, two DoPuts)", g.State, e.client.CommitGuard().Probes)
 	}
 }

@@ -11,8 +11,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
-	"github.com/durashuffle/durashuffle/internal/engine/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
@@ -38,8 +36,7 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 	if req.Length < 0 || req.Length > flightclient.MaxFetchBytes {
 		return invalidf("fetch: length %d out of range [0, %d]", req.Length, flightclient.MaxFetchBytes)
 	}
-	mem := access.MemStore(s.c)
-	b, err := mem.Read(memstore.Key{Query: req.Query, Stage: req.Stage, Worker: req.Worker, Attempt: req.Attempt}, req.Object, req.Offset, req.Length)
+	b, err := s.c.MemoryRead(req.Query, req.Stage, req.Worker, req.Attempt, req.Object, req.Offset, req.Length)
 	if err != nil {
 		return status.Error(codes.NotFound, err.Error())
 	}
@@ -73,7 +70,7 @@ func (s *Server) release(body []byte) (*flightclient.ReleaseResult, error) {
 		}
 		stage = *req.Stage
 	}
-	n, bytes := access.MemStore(s.c).Release(req.Query, stage)
+	n, bytes := s.c.MemoryRelease(req.Query, stage)
 	s.log.Info("released from memory", "query", req.Query, "stage", stage, "workers", n, "bytes", bytes)
 	return &flightclient.ReleaseResult{Query: req.Query, Stage: req.Stage, Workers: n, BytesReleased: bytes}, nil
 }
@@ -90,11 +87,10 @@ func (s *Server) held(body []byte) (*flightclient.HeldResult, error) {
 	if req.Stage != nil {
 		stage = *req.Stage
 	}
-	mem := access.MemStore(s.c)
-	h, r := mem.Used()
-	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: mem.Max(), HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
-	for _, w := range mem.Holdings(req.Query, stage) {
-		res.Workers = append(res.Workers, flightclient.HeldWorker{Query: w.Key.Query, Stage: w.Key.Stage, Worker: w.Key.Worker, Attempt: w.Key.Attempt, Bytes: w.Bytes, Read: w.Read})
+	budget, h, r, held := s.c.MemoryHeld(req.Query, stage)
+	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: budget, HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
+	for _, w := range held {
+		res.Workers = append(res.Workers, flightclient.HeldWorker{Query: w.Query, Stage: w.Stage, Worker: w.Worker, Attempt: w.Attempt, Bytes: w.Bytes, Read: w.Read})
 	}
 	slices.SortFunc(res.Workers, func(a, b flightclient.HeldWorker) int {
 		if c := strings.Compare(a.Query, b.Query); c != 0 {

@@ -112,7 +112,7 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 			if errors.Is(gerr, durashuffle.ErrCommitGuard) && !refused {
 				refused = true
 				s.log.Error("every commit will be refused: the store does not enforce If-None-Match: * (commit_guard)",
-					"endpoint", s.c.CommitGuard().Endpoint, "err", gerr)
+					"endpoint", s.c.CommitGuard().Endpoint, "probes", s.c.CommitGuard().Probes, "err", gerr)
 			}
 			r.mu.Lock()
 			prev := r.last

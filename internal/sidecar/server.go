@@ -30,7 +30,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/peer"
 	"github.com/durashuffle/durashuffle/reader"
@@ -150,7 +149,7 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 	}
 	o.Metrics.WatchCounter(c.Counter())
 	o.Metrics.WatchConcurrency(func() int { return c.Stats().Concurrency })
-	o.Metrics.WatchCommitGuard(access.GuardStates, func() string { return string(c.CommitGuard().State) })
+	o.Metrics.WatchCommitGuard(metrics.CommitGuardStates, func() string { return string(c.CommitGuard().State) })
 
 	gap := int64(cfg.ReadGapBytes)
 	if gap == 0 {

@@ -7,13 +7,13 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
-	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/manifest/entry"
 	"github.com/durashuffle/durashuffle/store"
 )
 
 // entrySize is what each frame's index entry costs until Close (the
 // index is counted by its slice's capacity).
-const entrySize = int64(unsafe.Sizeof(manifest.Frame{}))
+const entrySize = int64(unsafe.Sizeof(entry.Frame{}))
 
 // appender puts encoded frames into the byte stream in submission order,
 // and gives their budget back once they are in.
@@ -157,7 +157,7 @@ func (w *Writer) appendFrame(r encoded) error {
 		// Write reserved the capacity before it flushed this frame.
 		w.frames = growTo(w.frames, w.reservedCap())
 	}
-	w.frames = append(w.frames, manifest.Frame{
+	w.frames = append(w.frames, entry.Frame{
 		Partition: r.partition,
 		Object:    w.obj,
 		Offset:    w.objOff,
@@ -223,7 +223,7 @@ func (w *Writer) endObject() error {
 	w.part++
 	err := w.sink.Emit(w.obj, w.part, w.cur, true)
 	w.cur = nil
-	w.objects = append(w.objects, manifest.Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
+	w.objects = append(w.objects, entry.Object{Size: w.objOff, Parts: int(w.part), CRC32C: w.objCRC})
 	w.obj++
 	w.part, w.objOff, w.objCRC = 0, 0, 0
 	return err

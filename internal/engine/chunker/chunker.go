@@ -12,7 +12,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/engine/frame"
 	"github.com/durashuffle/durashuffle/internal/engine/safe"
 	"github.com/durashuffle/durashuffle/internal/engine/spill"
-	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/manifest/entry"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -119,8 +119,8 @@ func (o Options) settle() (Options, error) {
 // chunker cannot know (an object's key, a frame's worker index).
 type Result struct {
 	Schema  *arrow.Schema
-	Frames  []manifest.Frame  // in stream order
-	Objects []manifest.Object // Size, CRC32C, Parts: chunks emitted (the uploader may cut otherwise); Key is the writer's
+	Frames  []entry.Frame  // in stream order
+	Objects []entry.Object // Size, CRC32C, Parts: chunks emitted (the uploader may cut otherwise); Key is the writer's
 	Rows    int64
 	Bytes   int64 // uncompressed Arrow bytes
 	Runs    int   // sorted runs flushed (the last at Close)
@@ -190,8 +190,8 @@ type Writer struct {
 	part    int32
 	objOff  int64
 	objCRC  uint32
-	objects []manifest.Object
-	frames  []manifest.Frame
+	objects []entry.Object
+	frames  []entry.Frame
 
 	// A sorted writer's (sorted.go). kept and spilled are the
 	// appender's until Close queues the output; the rest are under mu.

@@ -1,9 +1,6 @@
 package metrics
 
 import (
-	"github.com/durashuffle/durashuffle/internal/engine/memstore"
-	"github.com/durashuffle/durashuffle/internal/engine/uploader"
-	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -17,12 +14,6 @@ type Library struct {
 	*Metrics // the sidecar's definitions; only the client's are registered
 	counters counterCollector
 }
-
-var (
-	_ uploader.Observer = (*Library)(nil)
-	_ memstore.Observer = (*Library)(nil)
-	_ reader.Observer   = (*Library)(nil)
-)
 
 // NewLibrary returns the metrics, not yet registered: pass it to the
 // upload pool, the memory store and the reader as their observer, then

@@ -12,8 +12,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/durashuffle/durashuffle/internal/engine/uploader"
-	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -50,6 +48,22 @@ const (
 	commitGuardHelp       = "Commit guard state: 1 for the current one (unprobed, enforced, not_enforced: every commit refused, error: the last probe failed, off), 0 for the others."
 )
 
+// The label values that start at 0, so that a dashboard or an alert on a
+// rate sees 0 rather than no data before the first event. They are the
+// values of what they label, kept here so that metrics imports nothing
+// above it; the root package's tests check them against their sources.
+var (
+	// ServedSources are the reader's sources (reader.SourceMemory,
+	// SourcePeer, SourceS3), the source label of ServedBytesTotal.
+	ServedSources = []string{"memory", "peer", "s3"}
+	// FallbackReasons are the reader's fallback reasons
+	// (reader.FallbackMiss...), the reason label of FallbacksTotal.
+	FallbackReasons = []string{"miss", "checksum", "timeout", "refused", "unavailable", "error"}
+	// CommitGuardStates are the commit guard's states
+	// (durashuffle.GuardUnprobed...), the state label of CommitGuard.
+	CommitGuardStates = []string{"unprobed", "enforced", "not_enforced", "error", "off"}
+)
+
 // Metrics holds durashuffle's collectors on a private registry (never the
 // global one, so two instances in one process, as in tests, do not
 // collide). Every method is safe for concurrent use; a nil *Metrics
@@ -84,8 +98,6 @@ type Metrics struct {
 	concOnce  sync.Once
 	guardOnce sync.Once
 }
-
-var _ uploader.Observer = (*Metrics)(nil)
 
 // New returns Metrics registered on a fresh registry together with the Go
 // runtime and process collectors.
@@ -137,10 +149,10 @@ func New() *Metrics {
 		Help: "Ranges (frames, for checksum) read from S3 because memory or a peer fell short, by reason."}, []string{"reason"})
 	m.peerSent = prometheus.NewCounter(prometheus.CounterOpts{Name: PeerSentBytesTotal,
 		Help: "Stored bytes this sidecar's memory store served to peers."})
-	for _, src := range reader.ServedSources {
+	for _, src := range ServedSources {
 		m.served.WithLabelValues(src)
 	}
-	for _, r := range reader.FallbackReasons {
+	for _, r := range FallbackReasons {
 		m.fallbacks.WithLabelValues(r)
 	}
 	// Known label values start at 0, so a dashboard or an alert on a
@@ -174,21 +186,22 @@ func (m *Metrics) Handler() http.Handler {
 	return promhttp.HandlerFor(m.reg, promhttp.HandlerOpts{Registry: m.reg})
 }
 
-// Queued implements uploader.Observer.
+// Queued records parts queued (delta > 0) or taken by a worker (the
+// uploader's Observer).
 func (m *Metrics) Queued(delta int) {
 	if m != nil {
 		m.queue.Add(float64(delta))
 	}
 }
 
-// Buffered implements uploader.Observer.
+// Buffered records the bytes held in chunk buffers now.
 func (m *Metrics) Buffered(bytes int64) {
 	if m != nil {
 		m.buffered.Set(float64(bytes))
 	}
 }
 
-// PartDone implements uploader.Observer.
+// PartDone records how long a part waited and how long it took.
 func (m *Metrics) PartDone(queued, upload time.Duration) {
 	if m != nil {
 		m.queued.Observe(queued.Seconds())
@@ -196,56 +209,59 @@ func (m *Metrics) PartDone(queued, upload time.Duration) {
 	}
 }
 
-// Uploaded implements uploader.Observer.
+// Uploaded records bytes stored by a finished part or single put.
 func (m *Metrics) Uploaded(bytes int64) {
 	if m != nil {
 		m.uploadBytes.Add(float64(bytes))
 	}
 }
 
-// MemstoreBytes implements memstore.Observer.
+// MemstoreBytes records the bytes the memory store holds or reserves
+// now (the memory store's Observer).
 func (m *Metrics) MemstoreBytes(n int64) {
 	if m != nil {
 		m.memBytes.Set(float64(n))
 	}
 }
 
-// MemstoreAdmitted implements memstore.Observer.
+// MemstoreAdmitted records a worker's bytes admitted to the memory store.
 func (m *Metrics) MemstoreAdmitted(n int64) {
 	if m != nil {
 		m.memAdmitted.Add(float64(n))
 	}
 }
 
-// MemstoreDeclined implements memstore.Observer.
+// MemstoreDeclined records bytes the memory store could not keep.
 func (m *Metrics) MemstoreDeclined(n int64) {
 	if m != nil {
 		m.memDeclined.Add(float64(n))
 	}
 }
 
-// MemstoreEvicted implements memstore.Observer.
+// MemstoreEvicted records bytes evicted to admit others.
 func (m *Metrics) MemstoreEvicted(n int64) {
 	if m != nil {
 		m.memEvicted.Add(float64(n))
 	}
 }
 
-// MemstoreReleased implements memstore.Observer.
+// MemstoreReleased records bytes dropped by release, delete or gc.
 func (m *Metrics) MemstoreReleased(n int64) {
 	if m != nil {
 		m.memReleased.Add(float64(n))
 	}
 }
 
-// Served implements reader.Observer.
+// Served records n stored bytes a reader received from source (the
+// reader's Observer).
 func (m *Metrics) Served(source string, n int64) {
 	if m != nil && n > 0 {
 		m.served.WithLabelValues(source).Add(float64(n))
 	}
 }
 
-// Fallback implements reader.Observer.
+// Fallback records a range read from S3 because memory or a peer fell
+// short, for reason.
 func (m *Metrics) Fallback(reason string) {
 	if m != nil {
 		m.fallbacks.WithLabelValues(reason).Inc()

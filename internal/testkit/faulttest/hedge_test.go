@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
@@ -48,10 +47,11 @@ func TestHedgedPartUpload(t *testing.T) {
 		if _, err := warm.write(ctx, env.client); err != nil {
 			t.Fatal(err)
 		}
-		h0, w0 := access.Pool(env.client).Hedged()
+		st0 := env.client.Stats()
+		h0, w0 := st0.Hedged, st0.HedgesWon
 		env.proxies[0].Stall(faultproxy.Stall{Op: "UploadPart", Nth: 2, Part: 1, Delay: stallFor})
 		before := env.counter.Requests()["UploadPart"]
-		resent0 := access.Pool(env.client).Stats().Resent
+		resent0 := env.client.Stats().Resent
 		s := stage{query: "hedged-write", workers: 3, partitions: 8, rows: 600_000, seed: 31, reuse: true}
 		start := time.Now()
 		want, err := s.write(ctx, env.client)
@@ -64,14 +64,14 @@ func TestHedgedPartUpload(t *testing.T) {
 			t.Fatal(err)
 		}
 		parts := int64(st.Manifest().Totals.Parts)
-		hedged, won := access.Pool(env.client).Hedged()
-		hedged, won = hedged-h0, won-w0
+		after := env.client.Stats()
+		hedged, won := after.Hedged-h0, after.HedgesWon-w0
 		sent := env.counter.Requests()["UploadPart"] - before
 		// Over HTTPS an object's last part may be streamed, cut off when
 		// its chunk ends short, and sent again whole: not a hedge. The cut
 		// request may never have reached the server (cut before it was
 		// sent), so each resend adds zero or one request.
-		resent := access.Pool(env.client).Stats().Resent - resent0
+		resent := env.client.Stats().Resent - resent0
 		t.Logf("write with the second part 1 stalled for %v took %v: %d parts stored, %d UploadPart requests (%d last parts resent), hedged %d, won %d",
 			stallFor, took.Round(time.Millisecond), parts, sent, resent, hedged, won)
 		if stalls := env.faults().ByFault()[faultproxy.FaultStall]; stalls != 1 {
@@ -116,7 +116,8 @@ func TestHedgedRangeRead(t *testing.T) {
 				t.Fatalf("pass %d: %v, lost %d rows", pass, err, lost(want, got))
 			}
 			passGets[pass], took[pass] = gets()-before, time.Since(start)
-			h, w := access.ReadHedged(env.client)
+			st := env.client.Stats()
+			h, w := st.ReadsHedged, st.ReadHedgesWon
 			passHedged[pass], passWon[pass] = h-passHedged[0], w-passWon[0]
 		}
 		hedged, won := passHedged[1], passWon[1]

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -106,8 +105,8 @@ func TestFaultMatrix(t *testing.T) {
 				if m.Totals.Parts < 2*s.workers {
 					t.Errorf("%d parts for %d workers: the stage is too small to exercise multipart uploads", m.Totals.Parts, s.workers)
 				}
-				ph, _ := access.Pool(env.client).Hedged()
-				rh, _ := access.ReadHedged(env.client)
+				ph := env.client.Stats().Hedged
+				rh := env.client.Stats().ReadsHedged
 				t.Logf("%s: %d rows, %.1f MiB in %d parts, %d frames, written and read in %v; %v; retries %s; hedged %d parts, %d reads; lost %d; open uploads %d",
 					spec, m.Totals.Rows, float64(m.Totals.BytesStored)/(1<<20), m.Totals.Parts, m.Totals.Frames, d.Round(time.Millisecond),
 					st, formatRetries(env.counter.Retries()), ph, rh, n, len(ups))

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/access"
 	"github.com/durashuffle/durashuffle/internal/engine/metrics"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -82,7 +81,7 @@ func TestAdaptiveConcurrency(t *testing.T) {
 		env := newEnv(t, e, cfg, faultproxy.Spec{RateLimit: 10, Burst: 2})
 		c := env.client
 		m := metrics.New()
-		m.WatchConcurrency(access.Pool(c).Concurrency)
+		m.WatchConcurrency(func() int { return c.Stats().Concurrency })
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 
@@ -90,7 +89,7 @@ func TestAdaptiveConcurrency(t *testing.T) {
 		if got := gaugeValue(t, m, metrics.UploadConcurrency); got != 8 {
 			t.Fatalf("%s = %d before any request, want upload_concurrency 8", metrics.UploadConcurrency, got)
 		}
-		pool := sample(2*time.Millisecond, access.Pool(c).Concurrency)
+		pool := sample(2*time.Millisecond, func() int { return c.Stats().Concurrency })
 		gauge := sample(20*time.Millisecond, func() int { return gaugeValue(t, m, metrics.UploadConcurrency) })
 		big := stage{query: "throttled", workers: 3, partitions: 8, rows: 600_000, seed: 21, reuse: true}
 		start := time.Now()
@@ -121,15 +120,15 @@ func TestAdaptiveConcurrency(t *testing.T) {
 		if err := env.proxies[0].SetSpec(faultproxy.Spec{}); err != nil {
 			t.Fatal(err)
 		}
-		before := access.Pool(c).Concurrency()
-		pool = sample(2*time.Millisecond, access.Pool(c).Concurrency)
+		before := c.Stats().Concurrency
+		pool = sample(2*time.Millisecond, func() int { return c.Stats().Concurrency })
 		small := stage{query: "recovered", workers: 48, partitions: 4, rows: 48 * 500, seed: 22}
 		smallWant, err := small.write(ctx, c)
 		if err != nil {
 			t.Fatalf("write after throttling: %v", err)
 		}
 		poolVals = pool.end()
-		after := access.Pool(c).Concurrency()
+		after := c.Stats().Concurrency
 		t.Logf("recovery phase: concurrency %d at start, %d at end, %d..%d sampled", before, after, minOf(poolVals), maxOf(poolVals))
 		if after != cfg.UploadConcurrency || gaugeValue(t, m, metrics.UploadConcurrency) != cfg.UploadConcurrency {
 			t.Errorf("concurrency %d after 48 unthrottled uploads, want it recovered to %d", after, cfg.UploadConcurrency)

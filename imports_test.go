@@ -1,0 +1,237 @@
+package durashuffle_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// The library's packages import only downwards, in the order the data
+// flows: store < frame < chunker < uploader < manifest < reader < the
+// root package < the sidecar < the command line. Engine utilities sit
+// below whatever uses them. importLayers states that order as data,
+// lowest first, by path relative to the module; a package may import
+// only packages of a lower layer (never one of its own). A path ending
+// in "/..." stands for every package under it.
+var importLayers = [][]string{
+	// Leaf utilities; flightclient, the sidecar's public client and wire
+	// types; manifest/entry, what the chunker produces and the manifest
+	// stores: they import nothing of durashuffle's.
+	{"internal/engine/safe", "internal/engine/ipcguard", "internal/engine/spill", "internal/engine/memstore", "internal/tools/demo", "flightclient", "manifest/entry"},
+	{"store", "internal/engine/hedge"},
+	// Utilities over a store, and the metrics (which observe the layers
+	// above through small interfaces of theirs, asserted by the root
+	// package's wiring).
+	{"internal/engine/retry", "internal/engine/s3store", "internal/engine/metrics", "storetest", "embedded"},
+	{"internal/engine/frame"},
+	{"internal/engine/chunker"},
+	{"internal/engine/uploader"},
+	{"manifest"},
+	{"reader", "internal/tools/gc"},
+	{"peer"},
+	{""}, // the root package
+	{"internal/sidecar"},
+	// Test helpers: imported by tests only, they may use the whole library.
+	{"internal/testkit/..."},
+}
+
+// cmdInternalImports are the imports of the library's internal/ packages
+// by the command line (its own module, cmd/durashuffle), tests included,
+// as they are today: importer, then imported, relative to the library's
+// module. The list may only shrink: an import of internal/ from outside
+// the library module that is not in it fails the test, named. (Go lets
+// cmd/durashuffle import them because of its path, not because they are
+// API: each of these is to be replaced by exported API.)
+var cmdInternalImports = []string{
+	"cmd/durashuffle -> internal/engine/chunker",
+	"cmd/durashuffle -> internal/engine/metrics",
+	"cmd/durashuffle -> internal/sidecar",
+	"cmd/durashuffle -> internal/testkit/hostile",
+	"cmd/durashuffle -> internal/testkit/testenv",
+	"cmd/durashuffle -> internal/tools/demo",
+	"cmd/durashuffle -> internal/tools/gc",
+	"cmd/durashuffle/internal/bench -> internal/engine/chunker",
+	"cmd/durashuffle/internal/bench -> internal/engine/frame",
+	"cmd/durashuffle/internal/bench -> internal/engine/retry",
+	"cmd/durashuffle/internal/bench -> internal/engine/s3store",
+	"cmd/durashuffle/internal/bench -> internal/testkit/faultproxy",
+	"cmd/durashuffle/internal/bench -> internal/tools/demo",
+}
+
+const modulePath = "github.com/durashuffle/durashuffle"
+
+type listedPackage struct {
+	ImportPath   string
+	Module       *struct{ Path string }
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+	Error        *struct{ Err string }
+}
+
+// listPackages runs go list over the library's module and the command
+// line's (joined by go.work).
+func listPackages(t *testing.T) []listedPackage {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-e", "-json=ImportPath,Module,Imports,TestImports,XTestImports,Error", "./...", "./cmd/durashuffle/...")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, stderr.Bytes())
+	}
+	var pkgs []listedPackage
+	dec := json.NewDecoder(bytes.NewReader(out))
+	for {
+		var p listedPackage
+		if err := dec.Decode(&p); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("go list output: %v", err)
+		}
+		if p.Error != nil {
+			t.Fatalf("go list %s: %s", p.ImportPath, p.Error.Err)
+		}
+		pkgs = append(pkgs, p)
+	}
+	if len(pkgs) < 10 {
+		t.Fatalf("go list found %d packages, too few to be the library and the command line", len(pkgs))
+	}
+	return pkgs
+}
+
+// rel returns path relative to the library's module ("" for the root
+// package) and whether it is under it at all.
+func rel(path string) (string, bool) {
+	if path == modulePath {
+		return "", true
+	}
+	r, ok := strings.CutPrefix(path, modulePath+"/")
+	return r, ok
+}
+
+// layerOf returns the layer of the library package at path (relative),
+// or -1 when importLayers does not place it.
+func layerOf(path string) int {
+	for i, layer := range importLayers {
+		for _, p := range layer {
+			if p == path {
+				return i
+			}
+			if under, ok := strings.CutSuffix(p, "/..."); ok && strings.HasPrefix(path, under+"/") {
+				return i
+			}
+		}
+	}
+	return -1
+}
+
+func layerName(path string) string {
+	if path == "" {
+		return "the root package"
+	}
+	return path
+}
+
+// checkImports returns the violations of the order in pkgs: imports of
+// a package of the same or a higher layer, library packages the order
+// does not place, and imports of internal/ from outside the library
+// module that cmdInternalImports does not list.
+func checkImports(pkgs []listedPackage) []string {
+	var bad []string
+	for _, p := range pkgs {
+		from, ok := rel(p.ImportPath)
+		if !ok || p.Module == nil {
+			continue
+		}
+		if p.Module.Path != modulePath {
+			// Outside the library's module: only the listed imports of
+			// its internal/ packages, tests included.
+			for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+				to, ok := rel(imp)
+				if !ok || !strings.HasPrefix(to, "internal/") {
+					continue
+				}
+				if e := from + " -> " + to; !slices.Contains(cmdInternalImports, e) {
+					bad = append(bad, fmt.Sprintf("%s imports %s, an internal package of the library: use exported API (the list of today's imports, cmdInternalImports, may only shrink)", from, to))
+				}
+			}
+			continue
+		}
+		fl := layerOf(from)
+		if fl < 0 {
+			bad = append(bad, fmt.Sprintf("%s is not placed in the import order (importLayers): add it to the lowest layer above everything it imports", layerName(from)))
+			continue
+		}
+		// The package's own files only: its tests may use helpers above it.
+		for _, imp := range p.Imports {
+			to, ok := rel(imp)
+			if !ok {
+				continue
+			}
+			tl := layerOf(to)
+			if tl >= fl {
+				bad = append(bad, fmt.Sprintf("%s (layer %d) imports %s (layer %d): a package imports only packages of lower layers", layerName(from), fl, layerName(to), tl))
+			}
+		}
+	}
+	return bad
+}
+
+// TestImportsOnlyDownwards: no package of the library imports one of
+// its own or a higher layer of importLayers, every package is placed in
+// it, and nothing outside the library module imports its internal/
+// packages but the listed imports of the command line.
+func TestImportsOnlyDownwards(t *testing.T) {
+	pkgs := listPackages(t)
+	for _, b := range checkImports(pkgs) {
+		t.Error(b)
+	}
+	// The list of the command line's imports of internal/ names only
+	// imports that still exist, so that it shrinks with them.
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		from, _ := rel(p.ImportPath)
+		for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
+			if to, ok := rel(imp); ok {
+				seen[from+" -> "+to] = true
+			}
+		}
+	}
+	for _, e := range cmdInternalImports {
+		if !seen[e] {
+			t.Errorf("cmdInternalImports lists %q, which no longer exists: remove it from the list", e)
+		}
+	}
+}
+
+// TestImportsCheckFails: the check names an upward import, an unplaced
+// package and a new import of internal/ from the command line.
+func TestImportsCheckFails(t *testing.T) {
+	lib := &struct{ Path string }{modulePath}
+	cli := &struct{ Path string }{modulePath + "/cmd/durashuffle"}
+	pkgs := []listedPackage{
+		{ImportPath: modulePath + "/store", Module: lib, Imports: []string{modulePath + "/manifest"}},
+		{ImportPath: modulePath + "/internal/engine/newthing", Module: lib},
+		{ImportPath: modulePath + "/cmd/durashuffle", Module: cli, TestImports: []string{modulePath + "/internal/engine/uploader"}},
+		{ImportPath: modulePath + "/reader", Module: lib, Imports: []string{modulePath + "/manifest", "io"}},
+	}
+	got := strings.Join(checkImports(pkgs), "\n")
+	for _, want := range []string{
+		"store (layer 1) imports manifest (layer 6)",
+		"internal/engine/newthing is not placed in the import order",
+		"cmd/durashuffle imports internal/engine/uploader, an internal package of the library",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("the check does not report %q; it reports:\n%s", want, got)
+		}
+	}
+	if strings.Contains(got, "reader") {
+		t.Errorf("the check reports reader's downward import of manifest:\n%s", got)
+	}
+}
