@@ -12,11 +12,13 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/endian"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -306,25 +308,85 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 			}
 			ra = bytes.NewReader(b)
 		}
-		// Big-endian input is swapped to this machine's byte order (arrow-go's
-		// default, said here because frames are written in native order).
-		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
+		// Input in the other byte order is read as it is and swapped by
+		// nativeOrder: arrow-go's own swapping refuses views, list views
+		// and run-end encoded arrays.
+		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 		if err != nil {
 			closeFn()
 			return nil, "", fmt.Errorf("open Arrow IPC file %s: %w", label, err)
 		}
-		return &fileSource{fr: fr, close: closeFn}, "file", nil
+		return nativeOrder(&fileSource{fr: fr, close: closeFn}, mem), "file", nil
 	}
 	if len(magic) == 0 {
 		closeFn()
 		return nil, "", fmt.Errorf("%s is empty: want an Arrow IPC file or stream", label)
 	}
-	sr, err := ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
+	sr, err := ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 	if err != nil {
 		closeFn()
 		return nil, "", fmt.Errorf("open Arrow IPC stream %s: %w", label, err)
 	}
-	return &streamSource{Reader: sr, close: closeFn}, "stream", nil
+	return nativeOrder(&streamSource{Reader: sr, close: closeFn}, mem), "stream", nil
+}
+
+// nativeOrder returns src, or, when src's schema declares the other byte
+// order than this machine's, a source of its batches swapped to native
+// order (arrowcheck.SwapRecordBatch: every Arrow type, dictionaries
+// included) under the schema marked native. Frames are always written in
+// native order.
+func nativeOrder(src recordSource, mem memory.Allocator) recordSource {
+	sc := src.Schema()
+	if sc.IsNativeEndian() {
+		return src
+	}
+	return &swappedSource{recordSource: src, from: sc.Endianness(), sc: sc.WithEndianness(endian.NativeEndian), mem: mem}
+}
+
+// swappedSource swaps each batch of a source in the other byte order.
+type swappedSource struct {
+	recordSource
+	from endian.Endianness
+	sc   *arrow.Schema
+	mem  memory.Allocator
+	n    int
+	cur  arrow.RecordBatch
+	err  error
+}
+
+func (s *swappedSource) Schema() *arrow.Schema { return s.sc }
+
+func (s *swappedSource) Next() bool {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
+	}
+	if s.err != nil || !s.recordSource.Next() {
+		return false
+	}
+	s.n++
+	s.cur, s.err = arrowcheck.SwapRecordBatch(s.recordSource.RecordBatch(), s.sc, s.from, s.mem)
+	if s.err != nil {
+		s.err = fmt.Errorf("batch %d: swap from %s to native byte order: %w", s.n, s.from, s.err)
+	}
+	return s.err == nil
+}
+
+func (s *swappedSource) RecordBatch() arrow.RecordBatch { return s.cur }
+
+func (s *swappedSource) Err() error {
+	if s.err != nil {
+		return s.err
+	}
+	return s.recordSource.Err()
+}
+
+func (s *swappedSource) Release() {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
+	}
+	s.recordSource.Release()
 }
 
 type streamSource struct {
