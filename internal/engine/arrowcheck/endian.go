@@ -10,12 +10,14 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// SwapRecordBatch returns a new batch of rec's values with every
-// multi-byte value in the other byte order: from is the order rec's
-// buffers are in (endian.BigEndian for big-endian IPC input), and the
-// result is in the other one, with schema sc (the caller marks it with
-// the new order: sc.WithEndianness). See SwapEndian for what is swapped.
-// The caller releases the result.
+// SwapRecordBatch returns a new batch of rec's values in native byte
+// order: from is the order rec's buffers are in (the other one: big-endian
+// IPC input read as it is), sc the schema of the result (the input's,
+// marked native: sc.WithEndianness(endian.NativeEndian)). See SwapEndian
+// for what is swapped. Arrays whose offsets point outside their buffers
+// after the swap are refused with an error naming the column (arrow-go
+// panics making some of them); the rest of the validation is the
+// writer's. The caller releases the result.
 func SwapRecordBatch(rec arrow.RecordBatch, sc *arrow.Schema, from endian.Endianness, mem memory.Allocator) (arrow.RecordBatch, error) {
 	cols := make([]arrow.Array, 0, rec.NumCols())
 	defer func() {
@@ -28,10 +30,25 @@ func SwapRecordBatch(rec arrow.RecordBatch, sc *arrow.Schema, from endian.Endian
 		if err != nil {
 			return nil, fmt.Errorf("column %d %q (%s): %w", i, rec.Schema().Field(i).Name, c.DataType(), err)
 		}
-		cols = append(cols, array.MakeFromData(d))
+		a, err := makeArray(d)
 		d.Release()
+		if err != nil {
+			return nil, fmt.Errorf("column %d %q (%s): %w", i, rec.Schema().Field(i).Name, c.DataType(), err)
+		}
+		cols = append(cols, a)
 	}
 	return array.NewRecordBatch(sc, cols, rec.NumRows()), nil
+}
+
+// makeArray is array.MakeFromData, which panics on some offsets out of
+// their buffer (input not validated yet), with the panic as an error.
+func makeArray(d arrow.ArrayData) (a arrow.Array, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("invalid after the byte order swap: %v", r)
+		}
+	}()
+	return array.MakeFromData(d), nil
 }
 
 // SwapEndian returns a new ArrayData of d's values with every multi-byte
@@ -181,7 +198,7 @@ func swapData(d arrow.ArrayData, src binary.ByteOrder, mem memory.Allocator, dep
 		children = append(children, sc)
 	}
 	nulls := d.NullN()
-	if dict := d.Dictionary(); dict != nil {
+	if dict := dictionaryOf(d); dict != nil {
 		sd, err := swapData(dict, src, mem, depth+1)
 		if err != nil {
 			return nil, fmt.Errorf("dictionary: %w", err)
@@ -247,4 +264,14 @@ func storageType(dt arrow.DataType) arrow.DataType {
 		return storageType(ext.StorageType())
 	}
 	return dt
+}
+
+// dictionaryOf is d's dictionary, or nil (not an interface holding a nil
+// *array.Data, which Dictionary returns for an array without one).
+func dictionaryOf(d arrow.ArrayData) arrow.ArrayData {
+	dict := d.Dictionary()
+	if dd, ok := dict.(*array.Data); ok && dd == nil {
+		return nil
+	}
+	return dict
 }
