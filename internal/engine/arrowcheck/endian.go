@@ -10,47 +10,6 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 )
 
-// SwapRecordBatch returns a new batch of rec's values in native byte
-// order: from is the order rec's buffers are in (the other one: big-endian
-// IPC input read as it is), sc the schema of the result (the input's,
-// marked native: sc.WithEndianness(endian.NativeEndian)). See SwapEndian
-// for what is swapped. Arrays whose offsets point outside their buffers
-// after the swap are refused with an error naming the column (arrow-go
-// panics making some of them); the rest of the validation is the
-// writer's. The caller releases the result.
-func SwapRecordBatch(rec arrow.RecordBatch, sc *arrow.Schema, from endian.Endianness, mem memory.Allocator) (arrow.RecordBatch, error) {
-	cols := make([]arrow.Array, 0, rec.NumCols())
-	defer func() {
-		for _, c := range cols {
-			c.Release()
-		}
-	}()
-	for i, c := range rec.Columns() {
-		d, err := SwapEndian(c.Data(), from, mem)
-		if err != nil {
-			return nil, fmt.Errorf("column %d %q (%s): %w", i, rec.Schema().Field(i).Name, c.DataType(), err)
-		}
-		a, err := makeArray(d)
-		d.Release()
-		if err != nil {
-			return nil, fmt.Errorf("column %d %q (%s): %w", i, rec.Schema().Field(i).Name, c.DataType(), err)
-		}
-		cols = append(cols, a)
-	}
-	return array.NewRecordBatch(sc, cols, rec.NumRows()), nil
-}
-
-// makeArray is array.MakeFromData, which panics on some offsets out of
-// their buffer (input not validated yet), with the panic as an error.
-func makeArray(d arrow.ArrayData) (a arrow.Array, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			err = fmt.Errorf("invalid after the byte order swap: %v", r)
-		}
-	}()
-	return array.MakeFromData(d), nil
-}
-
 // SwapEndian returns a new ArrayData of d's values with every multi-byte
 // value, at any depth (children, dictionary values, extension storage),
 // in the other byte order; from is the order d is in. It covers every
