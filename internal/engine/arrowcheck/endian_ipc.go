@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/endian"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/klauspost/compress/zstd"
+	"github.com/pierrec/lz4/v4"
 )
 
 // NativeMessages reads the IPC messages of a stream (r from its first
@@ -26,7 +28,8 @@ import (
 // order), and its own swapping refuses views, list views and run-end
 // encoded arrays: the bodies are swapped before the reader sees them, buffer
 // by buffer as the schema lays them out, with SwapEndian's rules (every
-// Arrow type). Compressed big-endian bodies are refused.
+// Arrow type). Compressed bodies (LZ4 frame, zstd) are decompressed and
+// passed on uncompressed, which IPC allows buffer by buffer.
 func NativeMessages(r io.Reader) ipc.MessageReader {
 	return &nativeMessages{r: r}
 }
@@ -134,6 +137,13 @@ func (m *nativeMessages) next() (msg *ipc.Message, err error) {
 			return nil, fmt.Errorf("dictionary batch of id %d (message %d): %w", id, m.n-1, err)
 		}
 	}
+	if int64(len(body)) != bodyLen {
+		p := root.field(3)
+		if p == 0 {
+			return nil, fmt.Errorf("message %d: no body length to rewrite", m.n-1)
+		}
+		binary.LittleEndian.PutUint64(meta[p:], uint64(len(body)))
+	}
 	return ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(body)), nil
 }
 
@@ -199,8 +209,9 @@ func (m *nativeMessages) dictIDs(f fbTable, dt arrow.DataType) error {
 // swapBody returns a copy of body with the buffers of a RecordBatch table
 // (rb) of columns of types swapped to native order.
 func (m *nativeMessages) swapBody(rb fbTable, body []byte, types []arrow.DataType, version int16) ([]byte, error) {
-	if _, ok := rb.table(3); ok {
-		return nil, errors.New("compressed big-endian bodies are not supported")
+	codec := -1
+	if c, ok := rb.table(3); ok {
+		codec = int(int8(c.uint8(0)))
 	}
 	l := layout{version: version, from: m.from}
 	l.variadic, l.nvariadic = rb.vector(4)
@@ -214,6 +225,9 @@ func (m *nativeMessages) swapBody(rb fbTable, body []byte, types []arrow.DataTyp
 	if n != len(l.kinds) {
 		return nil, fmt.Errorf("%d buffers, the schema lays out %d", n, len(l.kinds))
 	}
+	if codec >= 0 {
+		return swapCompressed(rb, start, body, l.kinds, codec)
+	}
 	out := bytes.Clone(body)
 	for i, fn := range l.kinds {
 		if fn == nil {
@@ -226,6 +240,81 @@ func (m *nativeMessages) swapBody(rb fbTable, body []byte, types []arrow.DataTyp
 			return nil, fmt.Errorf("buffer %d at %d of %d bytes is outside the body of %d bytes", i, off, size, len(body))
 		}
 		fn(out[off:off+size], body[off:off+size])
+	}
+	return out, nil
+}
+
+// swapCompressed swaps a compressed body: each buffer (a little-endian
+// int64 uncompressed length, -1 for none, then LZ4 frame or zstd bytes,
+// codec 0 or 1) is decompressed and swapped, and the new body holds it
+// uncompressed (length -1), its offset and length rewritten in the
+// metadata (rb's buffers vector at start).
+func swapCompressed(rb fbTable, start int, body []byte, kinds []func(dst, src []byte), codec int) ([]byte, error) {
+	var out []byte
+	for i, fn := range kinds {
+		at := start + 16*i
+		off := int64(binary.LittleEndian.Uint64(rb.b[at:]))
+		size := int64(binary.LittleEndian.Uint64(rb.b[at+8:]))
+		if off < 0 || size < 0 || off > int64(len(body)) || size > int64(len(body))-off {
+			return nil, fmt.Errorf("buffer %d at %d of %d bytes is outside the body of %d bytes", i, off, size, len(body))
+		}
+		newOff := int64(len(out))
+		if size == 0 {
+			binary.LittleEndian.PutUint64(rb.b[at:], uint64(newOff))
+			continue
+		}
+		if size < 8 {
+			return nil, fmt.Errorf("compressed buffer %d of %d bytes, under the 8 of its length", i, size)
+		}
+		src := body[off : off+size]
+		raw := src[8:]
+		if n := int64(binary.LittleEndian.Uint64(src)); n != -1 {
+			if n < 0 || n > maxUncompressed {
+				return nil, fmt.Errorf("compressed buffer %d of %d bytes uncompressed, more than the %d allowed", i, n, int64(maxUncompressed))
+			}
+			var err error
+			if raw, err = decompress(codec, raw, n); err != nil {
+				return nil, fmt.Errorf("buffer %d: %w", i, err)
+			}
+		}
+		out = binary.LittleEndian.AppendUint64(out, ^uint64(0)) // -1: not compressed
+		if fn != nil {
+			at := len(out)
+			out = append(out, make([]byte, len(raw))...)
+			fn(out[at:], raw)
+		} else {
+			out = append(out, raw...)
+		}
+		for len(out)%8 != 0 {
+			out = append(out, 0)
+		}
+		binary.LittleEndian.PutUint64(rb.b[at:], uint64(newOff))
+		binary.LittleEndian.PutUint64(rb.b[at+8:], uint64(8+len(raw)))
+	}
+	return out, nil
+}
+
+// maxUncompressed bounds a compressed buffer's declared size.
+const maxUncompressed = 1 << 34
+
+func decompress(codec int, b []byte, n int64) ([]byte, error) {
+	out := make([]byte, n)
+	var r io.Reader
+	switch codec {
+	case 0:
+		r = lz4.NewReader(bytes.NewReader(b))
+	case 1:
+		d, err := zstd.NewReader(bytes.NewReader(b))
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		r = d
+	default:
+		return nil, fmt.Errorf("compression codec %d unknown", codec)
+	}
+	if _, err := io.ReadFull(r, out); err != nil {
+		return nil, fmt.Errorf("decompress %d bytes: %w", n, err)
 	}
 	return out, nil
 }
