@@ -353,18 +353,21 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 	// A stream is read by arrow-go, or, when its schema is not in native
 	// order (or too large to look at before reading), through
 	// arrowcheck.NativeMessages, which swaps every body to native order.
+	// Input that is no IPC stream is left to arrow-go's reader and errors.
 	head, _ := br.Peek(8)
+	large := false // a schema message larger than the look-ahead
 	if len(head) == 8 {
-		n := int(binary.LittleEndian.Uint32(head[4:]))
+		n := int64(binary.LittleEndian.Uint32(head[4:]))
 		if binary.LittleEndian.Uint32(head) != 0xFFFFFFFF {
-			n = int(binary.LittleEndian.Uint32(head)) - 4
+			n = int64(binary.LittleEndian.Uint32(head)) - 4
 		}
-		if n > 0 && n <= br.Size()-8 {
-			head, _ = br.Peek(8 + n)
+		if n > 0 && n <= int64(br.Size()-8) {
+			head, _ = br.Peek(8 + int(n))
 		}
+		large = n > int64(br.Size()-8) && n <= 1<<30
 	}
 	var sr *ipc.Reader
-	if e, ok := arrowcheck.StreamEndianness(head); ok && e == endian.NativeEndian {
+	if e, ok := arrowcheck.StreamEndianness(head); ok && e == endian.NativeEndian || !ok && !large {
 		sr, err = ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 	} else {
 		sr, err = ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(br), ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
