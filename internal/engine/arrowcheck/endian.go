@@ -37,9 +37,10 @@ import (
 // arrow-go's IPC readers keep for every batch that uses it) or between
 // columns stays as it is. A non-zero offset is kept: whole buffers are
 // swapped, which leaves the offset meaning the same values. Nothing is
-// validated: a swapped view or offset is not checked against its buffer
-// (the writer's validation does that after). The caller releases the
-// result.
+// validated: a swapped view or offset is not checked against its buffer.
+// NativeMessages applies the same rules to IPC message bodies (write -i's
+// input); SwapEndian is for arrays in memory (to write big-endian IPC, as
+// the tests do). The caller releases the result.
 func SwapEndian(d arrow.ArrayData, from endian.Endianness, mem memory.Allocator) (arrow.ArrayData, error) {
 	if d == nil {
 		return nil, nil
@@ -103,14 +104,7 @@ func swapData(d arrow.ArrayData, src binary.ByteOrder, mem memory.Allocator, dep
 	case arrow.INTERVAL_DAY_TIME: // days int32, milliseconds int32
 		err = width(1, 4)
 	case arrow.INTERVAL_MONTH_DAY_NANO: // months int32, days int32, nanoseconds int64
-		err = swap(1, func(dst, s []byte) {
-			n := len(s) / 16 * 16
-			reverseEach(dst[:n], s[:n], 4) // the nanoseconds' halves are put right below
-			for j := 8; j < n; j += 16 {
-				reverse(dst[j:j+8], s[j:j+8])
-			}
-			copy(dst[n:], s[n:])
-		})
+		err = swap(1, swapMonthDayNano)
 	case arrow.DECIMAL128:
 		err = width(1, 16)
 	case arrow.DECIMAL256:
