@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -12,11 +13,14 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/endian"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/internal/engine/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -306,25 +310,117 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 			}
 			ra = bytes.NewReader(b)
 		}
-		// Big-endian input is swapped to this machine's byte order (arrow-go's
-		// default, said here because frames are written in native order).
-		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
+		fr, err := ipc.NewFileReader(ra, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 		if err != nil {
 			closeFn()
 			return nil, "", fmt.Errorf("open Arrow IPC file %s: %w", label, err)
 		}
-		return &fileSource{fr: fr, close: closeFn}, "file", nil
+		if fr.Schema().IsNativeEndian() {
+			return &fileSource{fr: fr, close: closeFn}, "file", nil
+		}
+		fr.Close()
+		// A file in the other byte order is read as the stream of
+		// messages it holds between its magic and its footer, swapped
+		// message by message (arrowcheck.NativeMessages).
+		size, err := ra.Seek(0, io.SeekEnd)
+		if err != nil {
+			closeFn()
+			return nil, "", fmt.Errorf("read %s: %w", label, err)
+		}
+		var tail [10]byte
+		if _, err := ra.ReadAt(tail[:], size-10); err != nil {
+			closeFn()
+			return nil, "", fmt.Errorf("read %s: %w", label, err)
+		}
+		footer := int64(int32(binary.LittleEndian.Uint32(tail[:4])))
+		end := size - 10 - footer
+		if footer <= 0 || end < 8 {
+			closeFn()
+			return nil, "", fmt.Errorf("open Arrow IPC file %s: footer of %d bytes in a file of %d", label, footer, size)
+		}
+		sr, err := ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(io.NewSectionReader(ra, 8, end-8)),
+			ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
+		if err != nil {
+			closeFn()
+			return nil, "", fmt.Errorf("open Arrow IPC file %s: %w", label, err)
+		}
+		return nativeOrder(&streamSource{Reader: sr, close: closeFn}), "file", nil
 	}
 	if len(magic) == 0 {
 		closeFn()
 		return nil, "", fmt.Errorf("%s is empty: want an Arrow IPC file or stream", label)
 	}
-	sr, err := ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(true))
+	// A stream is read by arrow-go, or, when its schema is not in native
+	// order (or too large to look at before reading), through
+	// arrowcheck.NativeMessages, which swaps every body to native order.
+	// Input that is no IPC stream is left to arrow-go's reader and errors.
+	head, _ := br.Peek(8)
+	large := false // a schema message larger than the look-ahead
+	if len(head) == 8 {
+		n := int64(binary.LittleEndian.Uint32(head[4:]))
+		if binary.LittleEndian.Uint32(head) != 0xFFFFFFFF {
+			n = int64(binary.LittleEndian.Uint32(head)) - 4
+		}
+		if n > 0 && n <= int64(br.Size()-8) {
+			head, _ = br.Peek(8 + int(n))
+		}
+		large = n > int64(br.Size()-8) && n <= 1<<30
+	}
+	var sr *ipc.Reader
+	if e, ok := arrowcheck.StreamEndianness(head); ok && e == endian.NativeEndian || !ok && !large {
+		sr, err = ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
+	} else {
+		sr, err = ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(br), ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
+	}
 	if err != nil {
 		closeFn()
 		return nil, "", fmt.Errorf("open Arrow IPC stream %s: %w", label, err)
 	}
-	return &streamSource{Reader: sr, close: closeFn}, "stream", nil
+	return nativeOrder(&streamSource{Reader: sr, close: closeFn}), "stream", nil
+}
+
+// nativeOrder returns src, or, when src's schema declares the other byte
+// order than this machine's (its bodies were swapped to native order by
+// arrowcheck.NativeMessages), a source of its batches under the schema
+// marked native. Frames are always written in native order.
+func nativeOrder(src recordSource) recordSource {
+	sc := src.Schema()
+	if sc.IsNativeEndian() {
+		return src
+	}
+	return &nativeSource{recordSource: src, sc: sc.WithEndianness(endian.NativeEndian)}
+}
+
+// nativeSource relabels the batches of a source as native order.
+type nativeSource struct {
+	recordSource
+	sc  *arrow.Schema
+	cur arrow.RecordBatch
+}
+
+func (s *nativeSource) Schema() *arrow.Schema { return s.sc }
+
+func (s *nativeSource) Next() bool {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
+	}
+	if !s.recordSource.Next() {
+		return false
+	}
+	rec := s.recordSource.RecordBatch()
+	s.cur = array.NewRecordBatch(s.sc, rec.Columns(), rec.NumRows())
+	return true
+}
+
+func (s *nativeSource) RecordBatch() arrow.RecordBatch { return s.cur }
+
+func (s *nativeSource) Release() {
+	if s.cur != nil {
+		s.cur.Release()
+		s.cur = nil
+	}
+	s.recordSource.Release()
 }
 
 type streamSource struct {
