@@ -43,6 +43,7 @@ test-endpoint:
 
 ## fuzz: each fuzz target for FUZZTIME (default 30s) on hostile input: the
 ## manifest decoders (worker container, stage manifest, stage index), the
+## big-endian IPC message reader of `write -i`, the
 ## frame and schema decoders, the range planner, and mutated Arrow IPC
 ## through DoPut (FuzzPut: a Flight server on the embedded S3 server) and
 ## through Writer.Write (FuzzWrite: a client on store.Mem), whose
@@ -50,7 +51,7 @@ test-endpoint:
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
-	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
+	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/arrowcheck:FuzzNativeMessages ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
 	./internal/sidecar:FuzzPut .:FuzzWrite
 .PHONY: fuzz
 fuzz:

@@ -14,6 +14,10 @@
 //   - ForIPC rewrites list views and unions with a non-zero offset, at any
 //     depth, to offset 0: arrow-go's IPC writer fails on sliced list views
 //     and mis-slices the children of sliced dense unions.
+//   - NativeMessages reads a big-endian IPC stream's messages and hands
+//     them on in native byte order, every type included (arrow-go's own
+//     swapper has no views, list views or run-end encoded arrays);
+//     SwapEndian swaps arrays in memory the same way, into new buffers.
 package arrowcheck
 
 import (

@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/klauspost/compress/zstd"
 	"github.com/pierrec/lz4/v4"
+
+	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
 )
 
 // NativeMessages reads the IPC messages of a stream (r from its first
@@ -99,6 +101,12 @@ func (m *nativeMessages) next() (msg *ipc.Message, err error) {
 			msg, err = nil, fmt.Errorf("message %d: invalid metadata: %v", m.n, r)
 		}
 	}()
+	// arrow-go allocates what a header states before it checks it (a
+	// schema of 10^9 fields is an out-of-memory crash, not an error):
+	// every header is checked the way the sidecar checks DoPut's.
+	if err := ipcguard.CheckHeader(meta); err != nil {
+		return nil, fmt.Errorf("message %d: %w", m.n, err)
+	}
 	root := fbRoot(meta)
 	bodyLen := root.int64(3)
 	if bodyLen < 0 {
@@ -297,8 +305,10 @@ func swapCompressed(rb fbTable, start int, body []byte, kinds []func(dst, src []
 // maxUncompressed bounds a compressed buffer's declared size.
 const maxUncompressed = 1 << 34
 
+// decompress returns the n bytes that b decompresses to. The output grows
+// with the bytes the codec actually produces, never to a declared size
+// first: a hostile length costs nothing until the data backs it.
 func decompress(codec int, b []byte, n int64) ([]byte, error) {
-	out := make([]byte, n)
 	var r io.Reader
 	switch codec {
 	case 0:
@@ -313,10 +323,15 @@ func decompress(codec int, b []byte, n int64) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("compression codec %d unknown", codec)
 	}
-	if _, err := io.ReadFull(r, out); err != nil {
+	var out bytes.Buffer
+	got, err := io.Copy(&out, io.LimitReader(r, n+1))
+	switch {
+	case err != nil:
 		return nil, fmt.Errorf("decompress %d bytes: %w", n, err)
+	case got != n:
+		return nil, fmt.Errorf("decompress: the buffer declares %d bytes and decompresses to %d", n, got)
 	}
-	return out, nil
+	return out.Bytes(), nil
 }
 
 // layout lists, buffer by buffer, how a RecordBatch's buffers swap (nil:
