@@ -270,12 +270,20 @@ func Normalize(d arrow.ArrayData) (_ arrow.ArrayData, changed bool) {
 // retained) when nothing changes, else a new batch (changed true) that
 // the caller releases.
 func NormalizeBatch(rec arrow.RecordBatch) (_ arrow.RecordBatch, changed bool) {
+	return rewriteColumns(rec, NeedsNormalize, Normalize)
+}
+
+// rewriteColumns applies rewrite to each column of rec whose type needs
+// it: rec itself (not retained) when no column changes, else a new batch
+// (changed true) holding the rewritten columns and rec's others, which
+// the caller releases.
+func rewriteColumns(rec arrow.RecordBatch, needs func(arrow.DataType) bool, rewrite func(arrow.ArrayData) (arrow.ArrayData, bool)) (_ arrow.RecordBatch, changed bool) {
 	var cols []arrow.Array
 	for i, c := range rec.Columns() {
-		if !NeedsNormalize(c.DataType()) {
+		if !needs(c.DataType()) {
 			continue
 		}
-		nd, changed := Normalize(c.Data())
+		nd, changed := rewrite(c.Data())
 		if !changed {
 			continue
 		}

@@ -22,32 +22,11 @@ func NeedsIPCRewrite(dt arrow.DataType) bool {
 // bitmaps at an offset and rebased list offsets are new memory, from
 // mem. The caller releases the result.
 func ForIPC(rec arrow.RecordBatch, mem memory.Allocator) arrow.RecordBatch {
-	var cols []arrow.Array
-	for i, c := range rec.Columns() {
-		if !NeedsIPCRewrite(c.DataType()) {
-			continue
-		}
-		nd, changed := zeroOffset(c.Data(), mem)
-		if !changed {
-			continue
-		}
-		if cols == nil {
-			cols = append([]arrow.Array(nil), rec.Columns()...)
-			for _, c := range cols {
-				c.Retain()
-			}
-		}
-		cols[i].Release()
-		cols[i] = array.MakeFromData(nd)
-		nd.Release()
-	}
-	if cols == nil {
+	out, changed := rewriteColumns(rec, NeedsIPCRewrite, func(d arrow.ArrayData) (arrow.ArrayData, bool) {
+		return zeroOffset(d, mem)
+	})
+	if !changed {
 		rec.Retain()
-		return rec
-	}
-	out := array.NewRecordBatch(rec.Schema(), cols, rec.NumRows())
-	for _, c := range cols {
-		c.Release()
 	}
 	return out
 }
