@@ -80,3 +80,34 @@ func TestWriteRefusesCorruptInput(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteRefusesHostileHeaders: an IPC stream whose schema message
+// says it holds 3,000,000,000 fields (arrow-go's reader would allocate
+// them before it reads one and the process would end out of memory) is
+// refused with an error naming the count, and nothing is stored.
+func TestWriteRefusesHostileHeaders(t *testing.T) {
+	b := backends[0]
+	tg := newTarget(t, b)
+	st, _ := tg.ep.NewStore(t)
+	ctx := context.Background()
+	l := manifest.Layout{Prefix: "durashuffle"}
+	for i, c := range []struct {
+		name   string
+		stream []byte
+		want   string
+	}{
+		{"huge field count", hostile.HugeFieldCount(), "3000000000 elements"},
+	} {
+		q := fmt.Sprintf("headers-%d", i)
+		r := tg.run(t, c.stream, "write", "-q", q, "-w", "0", "--partitions", "1", "-i", "-")
+		if r.code != exitFailure {
+			t.Fatalf("%s: exit %d, want %d:\n%s", c.name, r.code, exitFailure, r.stderr)
+		}
+		if !strings.Contains(r.stderr, c.want) {
+			t.Errorf("%s: stderr lacks %q:\n%s", c.name, c.want, r.stderr)
+		}
+		if objs, _, err := st.List(ctx, l.Root()+q+"/", ""); err != nil || len(objs) != 0 {
+			t.Fatalf("%s: objects after the refused write: %v, %v", c.name, objs, err)
+		}
+	}
+}

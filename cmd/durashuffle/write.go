@@ -350,9 +350,10 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		closeFn()
 		return nil, "", fmt.Errorf("%s is empty: want an Arrow IPC file or stream", label)
 	}
-	// A stream is read by arrow-go, or, when its schema is not in native
-	// order (or too large to look at before reading), through
-	// arrowcheck.NativeMessages, which swaps every body to native order.
+	// A stream is read through arrowcheck.NativeMessages, which checks
+	// every message header before arrow-go's reader decodes it (arrow-go
+	// allocates what a header states: a hostile schema would end the
+	// process) and swaps the bodies of a stream in the other byte order.
 	// Input that is no IPC stream is left to arrow-go's reader and errors.
 	head, _ := br.Peek(8)
 	large := false // a schema message larger than the look-ahead
@@ -367,7 +368,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		large = n > int64(br.Size()-8) && n <= 1<<30
 	}
 	var sr *ipc.Reader
-	if e, ok := arrowcheck.StreamEndianness(head); ok && e == endian.NativeEndian || !ok && !large {
+	if _, ok := arrowcheck.StreamEndianness(head); !ok && !large {
 		sr, err = ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 	} else {
 		sr, err = ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(br), ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
