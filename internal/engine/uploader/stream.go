@@ -101,7 +101,12 @@ func (f *Filling) Finish(last bool) {
 // settles whether the object is one PutObject and re-cuts the tail.
 func (o *Upload) finishChunk(f *Filling, last bool) {
 	o.mu.Lock()
-	f.chunk.buf = f.buf[:f.n]
+	// A full chunk's part may have fixed its length already (fixChunk)
+	// and be done, its buffer read by settle outside o.mu: write only
+	// what changes.
+	if len(f.chunk.buf) != f.n {
+		f.chunk.buf = f.buf[:f.n]
+	}
 	if !last {
 		o.mu.Unlock()
 		return
