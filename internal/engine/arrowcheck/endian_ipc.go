@@ -112,7 +112,11 @@ func (m *nativeMessages) next() (msg *ipc.Message, err error) {
 	if bodyLen < 0 {
 		return nil, fmt.Errorf("message %d: body of %d bytes", m.n, bodyLen)
 	}
+	// Read into one buffer of the stated size, not one that doubles as it
+	// fills; past maxPregrow the bytes must arrive before they are paid
+	// for (the size is the sender's word).
 	var bodyBuf bytes.Buffer
+	bodyBuf.Grow(int(min(bodyLen, maxPregrow)) + bytes.MinRead)
 	if _, err := io.CopyN(&bodyBuf, m.r, bodyLen); err != nil {
 		return nil, fmt.Errorf("message %d: body of %d bytes: %w", m.n, bodyLen, err)
 	}
@@ -301,6 +305,10 @@ func swapCompressed(rb fbTable, start int, body []byte, kinds []func(dst, src []
 	}
 	return out, nil
 }
+
+// maxPregrow bounds the room taken for a message body before its bytes
+// arrive.
+const maxPregrow = 64 << 20
 
 // maxUncompressed bounds a compressed buffer's declared size.
 const maxUncompressed = 1 << 34
