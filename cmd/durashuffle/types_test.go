@@ -276,7 +276,7 @@ func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, want []arrow
 	return out
 }
 
-// TestCorpusThroughCLI writes every case of the type corpus
+// TestCorpusThroughCLI writes, on every backend, every case of the type corpus
 // (internal/testkit/arrowcorpus) with write -i from an Arrow IPC file
 // (with delta dictionaries; not for cases whose dictionaries are
 // replaced, which the file format cannot hold) and from a stream, seals
@@ -285,49 +285,53 @@ func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, want []arrow
 // value come back. read --format csv and jsonl either write every row or
 // fail naming the column they cannot express.
 func TestCorpusThroughCLI(t *testing.T) {
-	tg := newTarget(t, backends[0])
 	cases := arrowcorpus.Cases(memory.DefaultAllocator)
 	defer arrowcorpus.Release(cases)
-	for _, cs := range cases {
-		t.Run(cs.Name, func(t *testing.T) {
-			inputs := [][2]string{{"stream", corpusStream(t, cs)}}
-			if !cs.Replaces {
-				inputs = append(inputs, [2]string{"file", corpusFile(t, cs)})
-			}
-			for _, in := range inputs {
-				q := "cli-" + strings.ReplaceAll(cs.Name, "_", "-") + "-" + in[0]
-				var ws writeSummary
-				tg.run(t, nil, "write", "--json", "-q", q, "-s", "0", "-w", "0", "--partitions", "1", "-i", in[1]).must(t).decode(t, &ws)
-				if ws.Rows != cs.Rows() || ws.InputFormat != in[0] {
-					t.Fatalf("%s: write: %d rows from a %s, want %d from a %s", in[0], ws.Rows, ws.InputFormat, cs.Rows(), in[0])
-				}
-				tg.run(t, nil, "seal", "-q", q, "-s", "0", "--workers", "1").must(t)
-				for _, args := range [][]string{nil, {"--partition", "0"}, {"--order", "storage"}} {
-					out := tg.run(t, nil, append([]string{"read", "-q", q, "-s", "0"}, args...)...).must(t)
-					sc, got := readIPC(t, []byte(out.stdout))
-					if err := arrowcorpus.Diff(cs.Schema, cs.Batches, sc, got); err != nil {
-						t.Errorf("%s, read %v: %v", in[0], args, err)
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			tg := newTarget(t, b)
+			for _, cs := range cases {
+				t.Run(cs.Name, func(t *testing.T) {
+					inputs := [][2]string{{"stream", corpusStream(t, cs)}}
+					if !cs.Replaces {
+						inputs = append(inputs, [2]string{"file", corpusFile(t, cs)})
 					}
-				}
-				if n := cs.Rows(); n >= 3 {
-					// A page whose first and last batches are slices.
-					out := tg.run(t, nil, "read", "-q", q, "-s", "0", "--offset", "1", "--limit", strconv.FormatInt(n-2, 10)).must(t)
-					sc, got := readIPC(t, []byte(out.stdout))
-					want := sliceRows(cs.Batches, 1, n-1)
-					if err := arrowcorpus.Diff(cs.Schema, want, sc, got); err != nil {
-						t.Errorf("%s, rows [1, %d): %v", in[0], n-1, err)
+					for _, in := range inputs {
+						q := "cli-" + strings.ReplaceAll(cs.Name, "_", "-") + "-" + in[0]
+						var ws writeSummary
+						tg.run(t, nil, "write", "--json", "-q", q, "-s", "0", "-w", "0", "--partitions", "1", "-i", in[1]).must(t).decode(t, &ws)
+						if ws.Rows != cs.Rows() || ws.InputFormat != in[0] {
+							t.Fatalf("%s: write: %d rows from a %s, want %d from a %s", in[0], ws.Rows, ws.InputFormat, cs.Rows(), in[0])
+						}
+						tg.run(t, nil, "seal", "-q", q, "-s", "0", "--workers", "1").must(t)
+						for _, args := range [][]string{nil, {"--partition", "0"}, {"--order", "storage"}} {
+							out := tg.run(t, nil, append([]string{"read", "-q", q, "-s", "0"}, args...)...).must(t)
+							sc, got := readIPC(t, []byte(out.stdout))
+							if err := arrowcorpus.Diff(cs.Schema, cs.Batches, sc, got); err != nil {
+								t.Errorf("%s, read %v: %v", in[0], args, err)
+							}
+						}
+						if n := cs.Rows(); n >= 3 {
+							// A page whose first and last batches are slices.
+							out := tg.run(t, nil, "read", "-q", q, "-s", "0", "--offset", "1", "--limit", strconv.FormatInt(n-2, 10)).must(t)
+							sc, got := readIPC(t, []byte(out.stdout))
+							want := sliceRows(cs.Batches, 1, n-1)
+							if err := arrowcorpus.Diff(cs.Schema, want, sc, got); err != nil {
+								t.Errorf("%s, rows [1, %d): %v", in[0], n-1, err)
+							}
+							for _, w := range want {
+								w.Release()
+							}
+						}
+						for f, o := range checkText(t, tg, q, cs.Schema, cs.Batches) {
+							if o.ok {
+								t.Logf("%s %s: ok", in[0], f)
+							} else {
+								t.Logf("%s %s: %s", in[0], f, o.text)
+							}
+						}
 					}
-					for _, w := range want {
-						w.Release()
-					}
-				}
-				for f, o := range checkText(t, tg, q, cs.Schema, cs.Batches) {
-					if o.ok {
-						t.Logf("%s %s: ok", in[0], f)
-					} else {
-						t.Logf("%s %s: %s", in[0], f, o.text)
-					}
-				}
+				})
 			}
 		})
 	}
