@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./... ./cmd/durashuffle/...
 # Packages whose concurrency is worth the race detector's time.
-RACE_PKGS := ./internal/engine/chunker ./internal/engine/uploader ./reader ./internal/engine/retry ./internal/engine/frame
+RACE_PKGS := ./chunker ./uploader ./reader ./store/retry ./chunker/frame
 
 .PHONY: run test test-endpoint vet build minio versitygw docs clean
 
@@ -22,20 +22,20 @@ test: minio versitygw vet
 ## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
 .PHONY: soak
 soak: minio
-	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/testkit/faulttest
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./testkit/faulttest
 
 ## test-endpoint: the store contract suite and the end-to-end suites against
 ## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they
 ## start: make test-endpoint ENDPOINT=http://127.0.0.1:4566 [REGION=...]
 ## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
-## ENDPOINT_PKGS=./storetest. Credentials come from the AWS chain.
+## ENDPOINT_PKGS=./store/storetest. Credentials come from the AWS chain.
 ## See docs/operations.md.
-ENDPOINT_PKGS ?= ./storetest ./internal/engine/s3store . ./reader ./cmd/durashuffle
+ENDPOINT_PKGS ?= ./store/storetest ./store/s3store . ./reader ./cmd/durashuffle
 # NAME from the command line, else DURASHUFFLE_TEST_NAME from the
 # environment: a BUCKET or REGION exported for other tools is not picked up.
 testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
 test-endpoint:
-	@test -n "$(call testenv_var,ENDPOINT)" || { echo "usage: make test-endpoint ENDPOINT=http://host:port [REGION=r] [PATH_STYLE=false] [INSECURE=true] [BUCKET=b ENDPOINT_PKGS=./storetest]" >&2; exit 2; }
+	@test -n "$(call testenv_var,ENDPOINT)" || { echo "usage: make test-endpoint ENDPOINT=http://host:port [REGION=r] [PATH_STYLE=false] [INSECURE=true] [BUCKET=b ENDPOINT_PKGS=./store/storetest]" >&2; exit 2; }
 	DURASHUFFLE_TEST_ENDPOINT='$(call testenv_var,ENDPOINT)' DURASHUFFLE_TEST_REGION='$(call testenv_var,REGION)' \
 	DURASHUFFLE_TEST_BUCKET='$(call testenv_var,BUCKET)' DURASHUFFLE_TEST_PATH_STYLE='$(call testenv_var,PATH_STYLE)' \
 	DURASHUFFLE_TEST_INSECURE='$(call testenv_var,INSECURE)' \
@@ -51,8 +51,8 @@ test-endpoint:
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
-	./internal/engine/frame:FuzzDecode ./internal/engine/frame:FuzzDecodeSchema ./internal/engine/arrowcheck:FuzzNativeMessages ./internal/engine/frame:FuzzConcat ./reader:FuzzPlan \
-	./internal/sidecar:FuzzPut .:FuzzWrite
+	./chunker/frame:FuzzDecode ./chunker/frame:FuzzDecodeSchema ./internal/arrowcheck:FuzzNativeMessages ./chunker/frame:FuzzConcat ./reader:FuzzPlan \
+	./sidecar:FuzzPut .:FuzzWrite
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

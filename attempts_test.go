@@ -10,8 +10,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestRacingAttemptsCommitOnce runs four attempts of the same worker at

@@ -11,8 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // otherBatch is a batch of a schema that differs from schema's by one

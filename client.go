@@ -7,14 +7,14 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/durashuffle/durashuffle/internal/engine/memstore"
-	"github.com/durashuffle/durashuffle/internal/engine/metrics"
-	"github.com/durashuffle/durashuffle/internal/engine/retry"
-	"github.com/durashuffle/durashuffle/internal/engine/s3store"
-	"github.com/durashuffle/durashuffle/internal/engine/uploader"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/memstore"
+	"github.com/durashuffle/durashuffle/store/retry"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/uploader"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -5,10 +5,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/memstore"
-	"github.com/durashuffle/durashuffle/internal/engine/uploader"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store/memstore"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // fastPath is a client's memory store (memory_store_bytes) and peer

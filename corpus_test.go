@@ -8,10 +8,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // corpusPartitions is how many partitions a corpus case is written to:
@@ -20,7 +20,7 @@ import (
 const corpusPartitions = 4
 
 // TestCorpusRoundTrips writes every case of the type corpus
-// (internal/testkit/arrowcorpus: every Arrow type, nested, dictionary,
+// (testkit/arrowcorpus: every Arrow type, nested, dictionary,
 // run-end encoded, extension, sliced and zero-row batches) with
 // Writer.Write, commits and seals it, and reads it back in partition
 // order (ReadPartitions, partition by partition and all at once) and in

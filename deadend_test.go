@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestWriteToDeadEndpoint: a library writer on an endpoint that drops

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )

@@ -1,6 +1,6 @@
 package durashuffle
 
-import "github.com/durashuffle/durashuffle/internal/engine/memstore"
+import "github.com/durashuffle/durashuffle/store/memstore"
 
 // What the tests of package durashuffle_test read inside a Client.
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"io"
 	"testing"
 	"time"
@@ -13,12 +14,11 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/engine/ipcguard"
-	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
-	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/internal/ipcguard"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/testkit/hostile"
 )
 
 // FuzzWrite writes the record batches Arrow's IPC reader decodes from a
@@ -29,11 +29,11 @@ import (
 // reads back the rows written to it, in order. Nothing may panic or
 // hang: the calls that wait take a context of 8 s, inside the fuzzer's
 // own 10 s an input, so that a hang fails saying which call. The seeds are
-// internal/testkit/hostile's: a good stream of two batches, a zero-column schema
+// testkit/hostile's: a good stream of two batches, a zero-column schema
 // with a 5-row batch, a negative first offset, list offsets past the
 // child, string and list offsets that decrease, byte flips of the good
 // stream, a schema of 3,000,000,000 fields and a compression bomb, and
-// every case of the type corpus (internal/testkit/arrowcorpus) as a
+// every case of the type corpus (testkit/arrowcorpus) as a
 // stream. What reads back is compared with arrowcorpus.Diff.
 func FuzzWrite(f *testing.F) {
 	good := hostile.Stream(hostile.Schema, hostile.Good(), hostile.Good())
@@ -56,7 +56,7 @@ func FuzzWrite(f *testing.F) {
 	for seed := range uint64(4) {
 		f.Add(hostile.Flip(good, seed, 3))
 	}
-	// The type corpus (internal/testkit/arrowcorpus): every Arrow type
+	// The type corpus (testkit/arrowcorpus): every Arrow type
 	// and layout edge, each case as a stream that decodes to its rows.
 	cases := arrowcorpus.Cases(memory.DefaultAllocator)
 	defer arrowcorpus.Release(cases)
@@ -102,7 +102,7 @@ func corpusStream(f *testing.F, c arrowcorpus.Case) []byte {
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(c.Schema), ipc.WithDictionaryDeltas(true))
 	for _, b := range c.Batches {
-		b = arrowcheck.ForIPC(b, memory.DefaultAllocator)
+		b = arrowipc.ForIPC(b, memory.DefaultAllocator)
 		err := w.Write(b)
 		b.Release()
 		if err != nil {

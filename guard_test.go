@@ -11,9 +11,9 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // probed runs c's commit guard and checks that it passed at the cost of

@@ -12,9 +12,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
-	"github.com/durashuffle/durashuffle/internal/tools/demo"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // heapSampler records the most heap in use, after a GC, while it runs:

@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
-	"github.com/durashuffle/durashuffle/internal/tools/gc"
+	"github.com/durashuffle/durashuffle/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 func TestIsRetryable(t *testing.T) {

@@ -12,9 +12,9 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // committedBytes is what a stage holds for one worker: its manifest's

@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 func TestSeal(t *testing.T) {

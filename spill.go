@@ -4,7 +4,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/durashuffle/durashuffle/internal/engine/spill"
+	"github.com/durashuffle/durashuffle/internal/spill"
 )
 
 // spillDir is a client's spill directory (spill on), made when the first

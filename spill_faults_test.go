@@ -16,11 +16,11 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/s3store"
-	"github.com/durashuffle/durashuffle/internal/engine/spill"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // spillFiles lists the run files of every process directory under a

@@ -7,10 +7,10 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
-	"github.com/durashuffle/durashuffle/internal/tools/gc"
+	"github.com/durashuffle/durashuffle/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestKeySpread: with key_spread 16, each worker's data objects go under

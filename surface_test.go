@@ -49,7 +49,7 @@ func TestSurfaceEveryExportedIdentifierIsUsed(t *testing.T) {
 	}
 	if len(unused) > 0 {
 		t.Errorf("%d exported identifiers of the root package are used by no example (example*_test.go), "+
-			"no file of cmd/durashuffle and none of internal/sidecar; use them there or unexport them:\n\t%s",
+			"no file of cmd/durashuffle and none of sidecar; use them there or unexport them:\n\t%s",
 			len(unused), strings.Join(unused, "\n\t"))
 	}
 }
@@ -167,7 +167,7 @@ func userFiles(t *testing.T) []*ast.File {
 	for _, dir := range []struct {
 		path  string
 		tests bool
-	}{{"cmd/durashuffle", true}, {"internal/sidecar", false}} {
+	}{{"cmd/durashuffle", true}, {"sidecar", false}} {
 		n := len(files)
 		err := filepath.WalkDir(dir.path, func(path string, d fs.DirEntry, err error) error {
 			if err != nil {

@@ -11,10 +11,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/hostile"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestWriteRefusesHostileBatches: on every backend, Writer.Write refuses

@@ -11,10 +11,10 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
-	"github.com/durashuffle/durashuffle/internal/engine/uploader"
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // WriterOptions name the output a Writer produces.

@@ -18,10 +18,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -11,7 +11,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/embedded"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/sidecar"
 )
 
 // The sidecar the examples talk to: in-process, on loopback, over an

@@ -5,14 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/flight"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 )
 
 // PutWriter streams one worker's output into a DoPut. Only Commit
@@ -48,13 +47,13 @@ func (c *Client) Put(ctx context.Context, cmd PutCommand, schema *arrow.Schema) 
 
 // Write sends rec, whose rows go to partition p. It does not take
 // ownership of rec. A slice of a batch holding list views or unions is
-// sent with their offsets pushed to 0 (arrowcheck.ForIPC): arrow-go's
+// sent with their offsets pushed to 0 (arrowipc.ForIPC): arrow-go's
 // IPC writer fails on such slices or writes them wrongly.
 func (p *PutWriter) Write(partition int, rec arrow.RecordBatch) error {
 	if p.err != nil {
 		return p.err
 	}
-	c := arrowcheck.ForIPC(rec, memory.DefaultAllocator)
+	c := arrowipc.ForIPC(rec, memory.DefaultAllocator)
 	err := p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
 	c.Release()
 	if err != nil {

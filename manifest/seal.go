@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 

@@ -5,8 +5,8 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
-	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 

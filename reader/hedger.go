@@ -3,7 +3,7 @@ package reader
 import (
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/hedge"
+	"github.com/durashuffle/durashuffle/internal/hedge"
 )
 
 // A Hedger decides when a read is late and sends it once more: a request

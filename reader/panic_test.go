@@ -12,8 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
-	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/safe"
 )
 
 // buggyStore is a memStore with a bug: once armed, a GET of the key bad

@@ -7,7 +7,7 @@ import (
 	"io"
 	"time"
 
-	"github.com/durashuffle/durashuffle/internal/engine/safe"
+	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
 

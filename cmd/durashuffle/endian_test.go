@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"io"
 	"os"
 	"path/filepath"
@@ -16,8 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
-	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
 )
 
 // readInPlace decodes an Arrow IPC file or stream in native byte order
@@ -83,7 +83,7 @@ func (m *sliceMessages) Release() {}
 
 // bigEndianBytes writes cs as an Arrow IPC stream (file: an IPC file)
 // whose schema says big-endian, then swaps every buffer of every batch
-// and dictionary in place in those bytes with arrowcheck.SwapEndian: the
+// and dictionary in place in those bytes with arrowipc.SwapEndian: the
 // result is the IPC a big-endian machine writes. (arrow-go's writer
 // records the schema's byte order in the schema message and the file's
 // footer, but writes only native data: it reads offsets to slice
@@ -151,7 +151,7 @@ func bigEndianBytes(t *testing.T, cs arrowcorpus.Case, file bool) ([]byte, int) 
 	}
 	for _, r := range recs {
 		for _, c := range r.Columns() {
-			s, err := arrowcheck.SwapEndian(c.Data(), endian.LittleEndian, memory.DefaultAllocator)
+			s, err := arrowipc.SwapEndian(c.Data(), endian.LittleEndian, memory.DefaultAllocator)
 			if err != nil {
 				t.Fatalf("%s: %v", cs.Name, err)
 			}
@@ -166,7 +166,7 @@ func bigEndianBytes(t *testing.T, cs arrowcorpus.Case, file bool) ([]byte, int) 
 // does not swap (it leaves them as they are, its error ignored).
 func hasViews(sc *arrow.Schema) bool {
 	for _, f := range sc.Fields() {
-		if arrowcheck.Has(f.Type, arrow.STRING_VIEW, arrow.BINARY_VIEW, arrow.LIST_VIEW, arrow.LARGE_LIST_VIEW, arrow.RUN_END_ENCODED) {
+		if arrowcorpus.Has(f.Type, arrow.STRING_VIEW, arrow.BINARY_VIEW, arrow.LIST_VIEW, arrow.LARGE_LIST_VIEW, arrow.RUN_END_ENCODED) {
 			return true
 		}
 	}
@@ -174,7 +174,7 @@ func hasViews(sc *arrow.Schema) bool {
 }
 
 // readSwapped decodes an Arrow IPC file or stream as write -i does:
-// through arrowcheck.NativeMessages (a file as the messages between its
+// through arrowipc.NativeMessages (a file as the messages between its
 // magic and its footer).
 func readSwapped(t *testing.T, b []byte) (*arrow.Schema, []arrow.RecordBatch) {
 	t.Helper()
@@ -183,7 +183,7 @@ func readSwapped(t *testing.T, b []byte) (*arrow.Schema, []arrow.RecordBatch) {
 		footer := int(binary.LittleEndian.Uint32(b[len(b)-10:]))
 		msgs = b[8 : len(b)-10-footer]
 	}
-	rd, err := ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(bytes.NewReader(msgs)), ipc.WithEnsureNativeEndian(false))
+	rd, err := ipc.NewReaderFromMessageReader(arrowipc.NativeMessages(bytes.NewReader(msgs)), ipc.WithEnsureNativeEndian(false))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -206,7 +206,7 @@ func readSwapped(t *testing.T, b []byte) (*arrow.Schema, []arrow.RecordBatch) {
 }
 
 // TestEndianSwapMatchesArrowGo: for Arrow C++'s big-endian integration
-// files, arrowcheck.NativeMessages gives, batch by batch, the values
+// files, arrowipc.NativeMessages gives, batch by batch, the values
 // arrow-go's own swapping (WithEnsureNativeEndian(true)) reads.
 func TestEndianSwapMatchesArrowGo(t *testing.T) {
 	files, err := filepath.Glob("testdata/bigendian/*.arrow_file")
@@ -340,7 +340,7 @@ func TestBigEndianHostileView(t *testing.T) {
 }
 
 // TestBigEndianCompressed: compressed (LZ4 frame, zstd) IPC streams and
-// files declared big-endian are swapped by arrowcheck.NativeMessages as
+// files declared big-endian are swapped by arrowipc.NativeMessages as
 // arrow-go's own swapping swaps them. The bytes are arrow-go's native
 // ones, so both read values other than the case's (checked): fixed-width
 // types only, whose every byte pattern is a value.
@@ -400,7 +400,7 @@ func TestBigEndianCompressed(t *testing.T) {
 
 // TestBigEndianDeltaDictionary: a stream declared big-endian whose
 // dictionary grows by delta dictionary batches is swapped by
-// arrowcheck.NativeMessages as arrow-go's own swapping swaps it (each
+// arrowipc.NativeMessages as arrow-go's own swapping swaps it (each
 // delta swapped before arrow-go joins it to the dictionary). The bytes
 // are arrow-go's native ones: both read other values than written
 // (checked): int64 values, whose every byte pattern is a value, and int8

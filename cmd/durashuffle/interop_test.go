@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"maps"
 	"math"
 	"os"
@@ -20,8 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
-	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
 )
 
 // TestArrowOutputOpensInJavaScript writes a demo stage, reads a partition
@@ -270,13 +270,13 @@ func npmCI(t *testing.T) string {
 // engineStream is c as an engine on arrow-go sends it: an IPC stream
 // with delta dictionary batches where a dictionary grows, and sliced
 // list views and unions with their offsets pushed to 0, as arrow-go's
-// writer needs them (arrowcheck.ForIPC).
+// writer needs them (arrowipc.ForIPC).
 func engineStream(t *testing.T, c arrowcorpus.Case) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	w := ipc.NewWriter(&buf, ipc.WithSchema(c.Schema), ipc.WithDictionaryDeltas(true))
 	for i, b := range c.Batches {
-		cb := arrowcheck.ForIPC(b, memory.DefaultAllocator)
+		cb := arrowipc.ForIPC(b, memory.DefaultAllocator)
 		err := w.Write(cb)
 		cb.Release()
 		if err != nil {

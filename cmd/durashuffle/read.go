@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"io"
 	"os"
 	"strconv"
@@ -19,7 +20,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
 	"github.com/durashuffle/durashuffle/reader"
 )
 
@@ -252,7 +252,7 @@ func writeRecords(w io.Writer, format string, schema *arrow.Schema, src recordSo
 		put = func(r arrow.RecordBatch) error {
 			// A page's first and last batches are slices: arrow-go's IPC
 			// writer needs list views and unions at offset 0.
-			r = arrowcheck.ForIPC(r, memory.DefaultAllocator)
+			r = arrowipc.ForIPC(r, memory.DefaultAllocator)
 			defer r.Release()
 			return iw.Write(r)
 		}

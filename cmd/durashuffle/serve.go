@@ -13,9 +13,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/metrics"
-	"github.com/durashuffle/durashuffle/internal/sidecar"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/sidecar"
 )
 
 type serveOptions struct {

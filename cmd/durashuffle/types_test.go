@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -16,14 +17,13 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
-	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
 )
 
 // writeIPC writes b with its sliced list views and unions at offset 0,
-// which arrow-go's IPC writer needs (arrowcheck.ForIPC).
+// which arrow-go's IPC writer needs (arrowipc.ForIPC).
 func writeIPC(w interface{ Write(arrow.RecordBatch) error }, b arrow.RecordBatch) error {
-	out := arrowcheck.ForIPC(b, memory.DefaultAllocator)
+	out := arrowipc.ForIPC(b, memory.DefaultAllocator)
 	defer out.Release()
 	return w.Write(out)
 }
@@ -277,7 +277,7 @@ func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, want []arrow
 }
 
 // TestCorpusThroughCLI writes, on every backend, every case of the type corpus
-// (internal/testkit/arrowcorpus) with write -i from an Arrow IPC file
+// (testkit/arrowcorpus) with write -i from an Arrow IPC file
 // (with delta dictionaries; not for cases whose dictionaries are
 // replaced, which the file format cannot hold) and from a stream, seals
 // it and reads it back with read --format arrow, as results, as a

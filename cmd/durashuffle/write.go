@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"github.com/durashuffle/durashuffle/arrowipc"
 	"io"
 	"net"
 	"os"
@@ -20,8 +21,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/arrowcheck"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -321,7 +321,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		fr.Close()
 		// A file in the other byte order is read as the stream of
 		// messages it holds between its magic and its footer, swapped
-		// message by message (arrowcheck.NativeMessages).
+		// message by message (arrowipc.NativeMessages).
 		size, err := ra.Seek(0, io.SeekEnd)
 		if err != nil {
 			closeFn()
@@ -338,7 +338,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 			closeFn()
 			return nil, "", fmt.Errorf("open Arrow IPC file %s: footer of %d bytes in a file of %d", label, footer, size)
 		}
-		sr, err := ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(io.NewSectionReader(ra, 8, end-8)),
+		sr, err := ipc.NewReaderFromMessageReader(arrowipc.NativeMessages(io.NewSectionReader(ra, 8, end-8)),
 			ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 		if err != nil {
 			closeFn()
@@ -350,7 +350,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		closeFn()
 		return nil, "", fmt.Errorf("%s is empty: want an Arrow IPC file or stream", label)
 	}
-	// A stream is read through arrowcheck.NativeMessages, which checks
+	// A stream is read through arrowipc.NativeMessages, which checks
 	// every message header before arrow-go's reader decodes it (arrow-go
 	// allocates what a header states: a hostile schema would end the
 	// process) and swaps the bodies of a stream in the other byte order.
@@ -368,10 +368,10 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 		large = n > int64(br.Size()-8) && n <= 1<<30
 	}
 	var sr *ipc.Reader
-	if _, ok := arrowcheck.StreamEndianness(head); !ok && !large {
+	if _, ok := arrowipc.StreamEndianness(head); !ok && !large {
 		sr, err = ipc.NewReader(br, ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 	} else {
-		sr, err = ipc.NewReaderFromMessageReader(arrowcheck.NativeMessages(br), ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
+		sr, err = ipc.NewReaderFromMessageReader(arrowipc.NativeMessages(br), ipc.WithAllocator(mem), ipc.WithEnsureNativeEndian(false))
 	}
 	if err != nil {
 		closeFn()
@@ -382,7 +382,7 @@ func openArrowInput(name string, stdin io.Reader, mem memory.Allocator, prog *pr
 
 // nativeOrder returns src, or, when src's schema declares the other byte
 // order than this machine's (its bodies were swapped to native order by
-// arrowcheck.NativeMessages), a source of its batches under the schema
+// arrowipc.NativeMessages), a source of its batches under the schema
 // marked native. Frames are always written in native order.
 func nativeOrder(src recordSource) recordSource {
 	sc := src.Schema()

@@ -37,7 +37,7 @@ var Stages = []string{StageCodec, StageCRC32C, StageTLS, StageHTTP, StageSpillIO
 
 const (
 	lib    = "github.com/durashuffle/durashuffle"
-	engine = lib + "/internal/engine/"
+	engine = lib + "/internal/"
 	arena  = engine + "frame.(*Arena)."
 	accum  = engine + "frame.(*Accumulator)."
 )
@@ -82,7 +82,7 @@ var stageRules = []stageRule{
 	// The rest of the frame package, but not the helpers an Accumulator
 	// copies with (growCol and the like), which are gather or arena copy.
 	{stage: StageIPC, prefixes: []string{"github.com/apache/arrow-go/v18/arrow/ipc.", engine + "frame."}, notUnder: []string{arena, accum}},
-	{stage: StageInput, prefixes: []string{lib + "/cmd/durashuffle/internal/bench.", lib + "/internal/tools/demo."}},
+	{stage: StageInput, prefixes: []string{lib + "/cmd/durashuffle/internal/bench.", lib + "/testkit/demo."}},
 	// What the collector does, wherever it runs: background marking,
 	// assists, sweeping, scavenging, write barriers.
 	{stage: StageGC, prefixes: []string{"runtime.gcBgMarkWorker", "runtime.gcDrain", "runtime.gcAssistAlloc", "runtime.gcStart",

@@ -9,9 +9,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/internal/engine/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/storetest"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/store/storetest"
 )
 
 // TestMemServerContract holds the bench's in-memory endpoint, which

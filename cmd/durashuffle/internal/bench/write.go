@@ -14,12 +14,12 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/internal/engine/chunker"
-	"github.com/durashuffle/durashuffle/internal/engine/frame"
-	"github.com/durashuffle/durashuffle/internal/engine/s3store"
-	"github.com/durashuffle/durashuffle/internal/tools/demo"
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/testkit/demo"
 )
 
 // openStore is the raw store of a job: S3 over the link, or the null

@@ -1,0 +1,397 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/hedge"
+	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/store"
+	"golang.org/x/sync/semaphore"
+)
+
+// Config sizes a Pool.
+type Config struct {
+	ChunkSize   int64 // bytes per part, the capacity of every buffer
+	Concurrency int   // parts in flight
+	MaxBuffered int   // chunk buffers in memory, queued, filling or in flight
+	Checksum    bool  // send a CRC32C with every part and single put
+	// HedgeFactor: a part running longer than this times the recent p90
+	// part time (and at least HedgeMin) is sent once more, first success
+	// wins. 0 disables hedging.
+	HedgeFactor float64
+	HedgeMin    time.Duration
+	// StreamAfter is how many bytes part 1 holds before its streamed
+	// upload starts (Upload.Begin), so that an output smaller than that
+	// stays one PutObject; 0 means DefaultStreamAfter (at most
+	// ChunkSize).
+	StreamAfter int64
+	// CleanupTimeout bounds each abort of a failed or aborted object, on
+	// a context detached from the caller's (0: DefaultCleanupTimeout).
+	// An upload not aborted by then is left to gc.
+	CleanupTimeout time.Duration
+	// MinPartSize is the smallest part but an object's last that a
+	// re-cut tail may have (0: store.MinPartSize, S3's 5 MiB).
+	MinPartSize int64
+}
+
+// DefaultStreamAfter is Config.StreamAfter when it is 0: an output under
+// 1 MiB is one PutObject, a larger one starts sending after its first
+// MiB (a frame or two).
+const DefaultStreamAfter = 1 << 20
+
+// DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
+const DefaultCleanupTimeout = 20 * time.Second
+
+// Observer receives pool events for metrics. Every method must be cheap
+// and safe for concurrent use; a nil Observer is allowed.
+type Observer interface {
+	Queued(delta int)                      // parts waiting for a worker
+	Buffered(bytes int64)                  // bytes held in chunk buffers now
+	PartDone(queued, upload time.Duration) // one part or put finished
+	Uploaded(bytes int64)                  // bytes stored by a finished part
+}
+
+// Store is what the pool needs: writes, and a listing to settle the
+// outcome of a request whose answer was lost.
+type Store interface {
+	store.Writer
+	store.Lister
+}
+
+// Pool uploads chunks with a fixed number of workers and hands out a fixed
+// number of chunk buffers. Safe for concurrent use.
+type Pool struct {
+	st   Store
+	cfg  Config
+	obs  Observer
+	sem  *semaphore.Weighted
+	free chan []byte
+	q    *queue
+	wg   sync.WaitGroup
+	lim  *limiter
+	hdg  *hedge.Hedger // nil: no hedging
+	// streams: the store uploads parts while their chunks fill, and
+	// from several buffers in sequence (a re-cut tail's parts).
+	streams bool
+	now     func() time.Time
+
+	mu      sync.Mutex
+	running map[*job]running // parts being uploaded
+	// rate is the recent bytes per second of one connection, over parts
+	// sent whole (0: none yet), to tell how much of a part in flight is
+	// left when a tail is re-cut.
+	rate float64
+
+	held     atomic.Int64 // buffers handed out and not yet returned
+	open     atomic.Int64 // uploads neither finished nor aborted
+	peak     atomic.Int64
+	inFlight atomic.Int64
+	resent   atomic.Int64
+	recut    atomic.Int64
+	closed   atomic.Bool
+}
+
+// running is a part in flight: its size and when it started.
+type running struct {
+	size  int64
+	start time.Time
+}
+
+// Stats is a snapshot of the pool.
+type Stats struct {
+	Buffered     int64 // buffers held now
+	PeakBuffered int64 // most buffers held at once since the pool started
+	InFlight     int64 // parts being uploaded now
+	// Resent counts parts streamed while their chunks filled whose
+	// chunk then ended short (an object's last): the streamed request
+	// was cut off and the part sent again whole, with its real length.
+	Resent int64
+	// Recut counts objects whose tail was re-cut at Close (see
+	// planTail).
+	Recut int64
+}
+
+// New starts a pool with cfg.Concurrency workers writing to st.
+func New(st Store, cfg Config, obs Observer) *Pool {
+	if cfg.Concurrency < 1 {
+		cfg.Concurrency = 1
+	}
+	if cfg.MaxBuffered < 1 {
+		cfg.MaxBuffered = 2 * cfg.Concurrency
+	}
+	if cfg.CleanupTimeout <= 0 {
+		cfg.CleanupTimeout = DefaultCleanupTimeout
+	}
+	if cfg.StreamAfter <= 0 {
+		cfg.StreamAfter = DefaultStreamAfter
+	}
+	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
+	p := &Pool{
+		st:      st,
+		cfg:     cfg,
+		obs:     obs,
+		sem:     semaphore.NewWeighted(int64(cfg.MaxBuffered)),
+		free:    make(chan []byte, cfg.MaxBuffered),
+		q:       newQueue(),
+		lim:     newLimiter(cfg.Concurrency, throttleCooldown),
+		now:     time.Now,
+		running: map[*job]running{},
+	}
+	if cfg.HedgeFactor > 0 {
+		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
+	}
+	// A streamed part's checksum is its trailer: without checksums parts
+	// are sent whole, each from one buffer, and tails are not re-cut.
+	p.streams = store.StreamsParts(st) && cfg.Checksum
+	for range cfg.Concurrency {
+		p.wg.Add(1)
+		go p.worker()
+	}
+	return p
+}
+
+// throttleCooldown spaces out multiplicative decreases: a burst of
+// throttling answers to parts already in flight is one congestion signal.
+const throttleCooldown = 500 * time.Millisecond
+
+// Throttled tells the pool the store asked it to slow down (SlowDown,
+// 503): the effective concurrency halves, then recovers additively with
+// successful parts, always within [1, Concurrency].
+func (p *Pool) Throttled() { p.lim.throttled() }
+
+// Concurrency is the effective number of parts allowed in flight now.
+func (p *Pool) Concurrency() int { return p.lim.current() }
+
+// Hedged returns how many part uploads were hedged and how many of those
+// the second request won.
+func (p *Pool) Hedged() (hedged, won int64) {
+	if p.hdg == nil {
+		return 0, 0
+	}
+	return p.hdg.Stats()
+}
+
+// hedged runs fn under the pool's hedger, if any.
+func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error {
+	if p.hdg == nil {
+		return fn(ctx)
+	}
+	return p.hdg.Do(ctx, fn)
+}
+
+// Streams reports whether parts upload while their chunks fill
+// (Upload.Begin): the store streams parts (an https endpoint). Otherwise
+// a chunk handed over by Begin is uploaded once it is complete.
+func (p *Pool) Streams() bool { return p.streams }
+
+// StreamAfter is how many bytes part 1 of an object holds before it
+// starts streaming.
+func (p *Pool) StreamAfter() int64 { return p.cfg.StreamAfter }
+
+// Config returns the pool's sizing.
+func (p *Pool) Config() Config { return p.cfg }
+
+// Close stops the workers after the queued parts. Writers must be done.
+func (p *Pool) Close() {
+	if p.closed.CompareAndSwap(false, true) {
+		p.q.close()
+		p.wg.Wait()
+	}
+}
+
+// Stats returns counters of the pool.
+func (p *Pool) Stats() Stats {
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load(), Recut: p.recut.Load()}
+}
+
+// Acquire returns an empty buffer with capacity ChunkSize, blocking while
+// MaxBuffered buffers are held. It fails only when ctx is done.
+func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
+	if err := p.sem.Acquire(ctx, 1); err != nil {
+		return nil, context.Cause(ctx)
+	}
+	n := p.held.Add(1)
+	for {
+		old := p.peak.Load()
+		if n <= old || p.peak.CompareAndSwap(old, n) {
+			break
+		}
+	}
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	select {
+	case b := <-p.free:
+		return b[:0], nil
+	default:
+		return make([]byte, 0, p.cfg.ChunkSize), nil
+	}
+}
+
+// Release returns a buffer obtained from Acquire. Buffers are reused, so
+// the caller must not touch b afterwards. Once no buffer is held and no
+// upload is open, the pool lets go of its free buffers too (idle): a
+// process between stages (a sidecar waiting for the next writer, a job
+// reading back what it wrote) does not keep max_buffered_chunks x
+// chunk_size of them alive, and the next writer allocates its chunks
+// again. A writer between two runs keeps them.
+func (p *Pool) Release(b []byte) {
+	if b == nil {
+		return
+	}
+	select {
+	case p.free <- b:
+	default:
+	}
+	n := p.held.Add(-1)
+	if n == 0 {
+		p.idle()
+	}
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
+// idle drops the free buffers if no buffer is held and no upload open.
+func (p *Pool) idle() {
+	if p.held.Load() == 0 && p.open.Load() == 0 {
+		p.dropFree()
+	}
+}
+
+// dropFree empties the free list. A buffer an Acquire takes meanwhile is
+// simply not dropped.
+func (p *Pool) dropFree() {
+	for {
+		select {
+		case <-p.free:
+		default:
+			return
+		}
+	}
+}
+
+// forget returns the budget of a buffer without reusing the buffer: a
+// Keeper holds it now, counted against its own budget.
+func (p *Pool) forget() {
+	n := p.held.Add(-1)
+	if p.obs != nil {
+		p.obs.Buffered(n * p.cfg.ChunkSize)
+	}
+	p.sem.Release(1)
+}
+
+// job is one part of an object: a whole chunk while input flows, or a
+// piece of a re-cut tail (see planTail), which may span buffers.
+type job struct {
+	obj    *Upload
+	part   int32
+	buf    []byte   // the part's bytes when they lie in one buffer
+	segs   [][]byte // a re-cut part's bytes across buffers, in order (buf nil)
+	chunks []*chunk // the buffers it carries bytes of
+	last   bool
+	fill   *Filling // from Begin: the chunk may still be filling
+	// streamed: sent while its chunk filled (its time says nothing of
+	// the rate).
+	streamed bool
+	queued   time.Time
+}
+
+// size is the part's length (a Begin chunk's once its length is fixed).
+func (j *job) size() int64 {
+	if j.segs == nil {
+		return int64(len(j.buf))
+	}
+	var n int64
+	for _, s := range j.segs {
+		n += int64(len(s))
+	}
+	return n
+}
+
+func (p *Pool) worker() {
+	defer p.wg.Done()
+	for {
+		o, ok := p.q.pop()
+		if !ok {
+			return
+		}
+		if p.obs != nil {
+			p.obs.Queued(-1)
+		}
+		p.lim.acquire()
+		// The part is the object's next one when a connection is free to
+		// send it: a tail re-cut while this entry waited is taken as cut.
+		j := o.claim()
+		if j == nil {
+			p.lim.release(false) // the tail was re-cut into fewer parts
+			continue
+		}
+		start := p.begin(j)
+		err := p.run(j)
+		took := p.end(j, start, err)
+		p.lim.release(err == nil)
+		if p.obs != nil && err == nil {
+			p.obs.PartDone(start.Sub(j.queued), took)
+			p.obs.Uploaded(j.size())
+		}
+		err = o.settle(j, err)
+		o.partDone(err)
+	}
+}
+
+// begin records j as in flight.
+func (p *Pool) begin(j *job) time.Time {
+	size := j.size()
+	if j.fill != nil {
+		size = int64(cap(j.fill.buf)) // its length, unless it ends short
+	}
+	start := p.now()
+	p.mu.Lock()
+	p.running[j] = running{size: size, start: start}
+	p.mu.Unlock()
+	p.inFlight.Add(1)
+	return start
+}
+
+// end records j as done, and its rate when it was sent whole, and
+// returns how long it took.
+func (p *Pool) end(j *job, start time.Time, err error) time.Duration {
+	took := p.now().Sub(start)
+	p.mu.Lock()
+	delete(p.running, j)
+	if err == nil && !j.streamed && took > 0 {
+		bps := float64(j.size()) / took.Seconds()
+		if p.rate == 0 {
+			p.rate = bps
+		} else {
+			p.rate += (bps - p.rate) / 4
+		}
+	}
+	p.mu.Unlock()
+	p.inFlight.Add(-1)
+	return took
+}
+
+// run uploads j's part. A panic in it (the store's, a hedged request's)
+// fails the part like any error, so the object aborts its upload and the
+// worker serves the next part, of this object or another.
+func (p *Pool) run(j *job) error {
+	return safe.Call(func() error {
+		switch {
+		case j.fill != nil:
+			return j.obj.uploadFilling(j)
+		case j.segs != nil:
+			return j.obj.uploadSpanning(j)
+		}
+		return j.obj.upload(j)
+	}, "upload of part %d of %s", j.part, j.obj.key)
+}
+
+// errClosed: a chunk handed to a closed pool.
+var errClosed = errors.New("upload pool is closed")

@@ -1,0 +1,308 @@
+package uploader
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/retry"
+)
+
+// streamingMem is an in-memory store that streams parts: it reads a
+// streamed body as it comes, records when each part's first byte was read
+// and how many attempts it took, and can fail a part's first attempt
+// after half its bytes.
+type streamingMem struct {
+	store.Mem
+	mu       sync.Mutex
+	started  map[int32]chan struct{} // closed at a part's first byte
+	attempts map[int32]int
+	streamed map[int32]bool // a streamed attempt completed
+	failOnce map[int32]bool
+}
+
+func newStreamingMem() *streamingMem {
+	return &streamingMem{started: map[int32]chan struct{}{}, attempts: map[int32]int{}, streamed: map[int32]bool{}, failOnce: map[int32]bool{}}
+}
+
+func (s *streamingMem) startedCh(n int32) chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.started[n] == nil {
+		s.started[n] = make(chan struct{})
+	}
+	return s.started[n]
+}
+
+func (s *streamingMem) StreamsParts() bool { return true }
+
+func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+	s.mu.Lock()
+	s.attempts[n]++
+	fail := s.failOnce[n] && s.attempts[n] == 1
+	s.mu.Unlock()
+	r := body()
+	b := make([]byte, size)
+	if _, err := io.ReadFull(r, b[:1]); err != nil {
+		return "", 0, err
+	}
+	select {
+	case <-s.startedCh(n):
+	default:
+		close(s.startedCh(n))
+	}
+	if fail {
+		if _, err := io.ReadFull(r, b[1:size/2]); err != nil {
+			return "", 0, err
+		}
+		return "", 0, &store.Error{Op: "UploadPart", Key: key, Err: errors.New("connection reset"), Retryable: true}
+	}
+	if _, err := io.ReadFull(r, b[1:]); err != nil {
+		return "", 0, err
+	}
+	sum := store.CRC32C(b)
+	etag, err := s.Mem.UploadPart(ctx, key, id, n, b, &sum)
+	if err == nil {
+		s.mu.Lock()
+		s.streamed[n] = true
+		s.mu.Unlock()
+	}
+	return etag, store.CRC32C(b), err
+}
+
+// fill begins part n of o and appends data to it in steps of step bytes.
+func fill(t *testing.T, p *Pool, o *Upload, n int32, data []byte, step int) *Filling {
+	t.Helper()
+	buf, err := p.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := o.Begin(n, buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for len(data) > 0 {
+		k := min(step, len(data))
+		buf = append(buf, data[:k]...)
+		data = data[k:]
+		f.Grow(len(buf))
+	}
+	return f
+}
+
+func pattern(n int, seed byte) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = seed + byte(i*7)
+	}
+	return b
+}
+
+// TestStreamedParts drives chunks handed over with Begin through a store
+// that streams parts: a part starts sending before its chunk is full, a
+// last chunk that ends short is sent whole with its real length, output
+// under StreamAfter is one put, a failed attempt is replayed from the
+// chunk in memory, an abandoned chunk fails its object and aborts it, and
+// every buffer comes back.
+func TestStreamedParts(t *testing.T) {
+	newPool := func(st Store) *Pool {
+		return New(st, Config{ChunkSize: testChunk, Concurrency: 2, MaxBuffered: 4, Checksum: true,
+			StreamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
+	}
+	check := func(t *testing.T, p *Pool, st *streamingMem, key string, want []byte) {
+		t.Helper()
+		got, ok := st.Bytes(key)
+		if !ok || !bytes.Equal(got, want) {
+			t.Fatalf("object %s: %d bytes (present %v), want %d bytes as written", key, len(got), ok, len(want))
+		}
+		if n := p.Stats().Buffered; n != 0 {
+			t.Fatalf("%d buffers still held", n)
+		}
+	}
+
+	t.Run("starts while filling", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		if !p.Streams() {
+			t.Fatal("pool on a streaming store does not stream")
+		}
+		o := p.NewUpload(context.Background(), "k", nil)
+		one, two := pattern(testChunk, 1), pattern(testChunk/2, 2)
+		f := fill(t, p, o, 1, one[:testChunk/2], 64)
+		select {
+		case <-st.startedCh(1):
+		case <-time.After(5 * time.Second):
+			t.Fatal("part 1 not sending with half its chunk filled")
+		}
+		buf := f.buf[:testChunk/2]
+		buf = append(buf, one[testChunk/2:]...)
+		f.Grow(len(buf))
+		f.Finish(false)
+		f2 := fill(t, p, o, 2, two, 100)
+		select {
+		case <-st.startedCh(2):
+		case <-time.After(5 * time.Second):
+			t.Fatal("part 2 not sending")
+		}
+		f2.Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Parts != 2 || res.Size != int64(len(one)+len(two)) {
+			t.Fatalf("result %+v, want 2 parts of %d bytes", res, len(one)+len(two))
+		}
+		if !st.streamed[1] || st.streamed[2] {
+			t.Fatalf("streamed parts %v, want part 1 streamed and the short part 2 sent whole", st.streamed)
+		}
+		check(t, p, st, "k", append(one, two...))
+	})
+
+	t.Run("small output is one put", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "small", nil)
+		data := pattern(testChunk/4-1, 3)
+		f := fill(t, p, o, 1, data, 50)
+		f.Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ups, _ := st.ListUploads(context.Background(), "")
+		if res.Parts != 1 || len(st.attempts) != 0 || len(ups) != 0 {
+			t.Fatalf("result %+v, streamed attempts %v, uploads %v: want one put", res, st.attempts, ups)
+		}
+		check(t, p, st, "small", data)
+	})
+
+	t.Run("prepared streams from the first byte", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prep", nil)
+		o.Prepare()
+		deadline := time.Now().Add(5 * time.Second)
+		for ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 1; ups, _ = st.ListUploads(context.Background(), "") {
+			if time.Now().After(deadline) {
+				t.Fatalf("uploads after Prepare: %v, want one created before any chunk", ups)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		one, two := pattern(testChunk, 8), pattern(testChunk/3, 9)
+		// Far below StreamAfter (testChunk / 4): an unprepared part 1
+		// would wait.
+		f := fill(t, p, o, 1, one[:16], 16)
+		select {
+		case <-st.startedCh(1):
+		case <-time.After(5 * time.Second):
+			t.Fatal("prepared part 1 not sending with 16 bytes in its chunk")
+		}
+		buf := append(f.buf[:16], one[16:]...)
+		f.Grow(len(buf))
+		f.Finish(false)
+		fill(t, p, o, 2, two, 100).Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Parts != 2 || !st.streamed[1] {
+			t.Fatalf("result %+v, streamed %v: want 2 parts, part 1 streamed", res, st.streamed)
+		}
+		check(t, p, st, "prep", append(one, two...))
+	})
+
+	t.Run("prepared single chunk completes as one part", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prep1", nil)
+		o.Prepare()
+		o.Prepare() // once is enough; twice creates nothing more
+		data := pattern(testChunk/8, 10)
+		buf, err := p.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := o.Begin(1, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		buf = append(buf, data...)
+		f.Grow(len(buf))
+		f.Finish(true)
+		res, err := o.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		ups, _ := st.ListUploads(context.Background(), "")
+		if res.Parts != 1 || len(ups) != 0 {
+			t.Fatalf("result %+v, uploads left %v: want one part and none open", res, ups)
+		}
+		check(t, p, st, "prep1", data)
+	})
+
+	t.Run("prepared then aborted leaves no upload", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "prepx", nil)
+		o.Prepare()
+		if err := o.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 0 {
+			t.Fatalf("uploads left open after Abort: %v", ups)
+		}
+	})
+
+	t.Run("retry replays from memory", func(t *testing.T) {
+		st := newStreamingMem()
+		st.failOnce[1] = true
+		rs := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
+		p := newPool(rs)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "r", nil)
+		one, two := pattern(testChunk, 4), pattern(testChunk, 5)
+		f := fill(t, p, o, 1, one[:testChunk/2], 128)
+		<-st.startedCh(1)
+		buf := append(f.buf[:testChunk/2], one[testChunk/2:]...)
+		f.Grow(len(buf))
+		f.Finish(false)
+		fill(t, p, o, 2, two, 128).Finish(true)
+		if _, err := o.Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if st.attempts[1] != 2 || !st.streamed[1] {
+			t.Fatalf("attempts %v streamed %v: want part 1 streamed on its second attempt", st.attempts, st.streamed)
+		}
+		check(t, p, st, "r", append(one, two...))
+	})
+
+	t.Run("abandoned", func(t *testing.T) {
+		st := newStreamingMem()
+		p := newPool(st)
+		defer p.Close()
+		o := p.NewUpload(context.Background(), "a", nil)
+		fill(t, p, o, 1, pattern(testChunk, 6), 128).Finish(false)
+		f := fill(t, p, o, 2, pattern(testChunk/2, 7), 128)
+		<-st.startedCh(2)
+		f.Abandon()
+		if _, err := o.Finish(context.Background()); !errors.Is(err, ErrAbandoned) {
+			t.Fatalf("finish after an abandoned chunk: %v, want ErrAbandoned", err)
+		}
+		if ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 0 {
+			t.Fatalf("uploads left open: %v", ups)
+		}
+		if n := p.Stats().Buffered; n != 0 {
+			t.Fatalf("%d buffers still held", n)
+		}
+	})
+}
