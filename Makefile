@@ -30,7 +30,7 @@ soak: minio
 ## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
 ## ENDPOINT_PKGS=./store/storetest. Credentials come from the AWS chain.
 ## See docs/operations.md.
-ENDPOINT_PKGS ?= ./store/storetest ./store/s3store . ./reader ./cmd/durashuffle
+ENDPOINT_PKGS ?= ./store/storetest ./store/s3store ./testkit/e2e ./reader ./cmd/durashuffle
 # NAME from the command line, else DURASHUFFLE_TEST_NAME from the
 # environment: a BUCKET or REGION exported for other tools is not picked up.
 testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
@@ -52,7 +52,7 @@ test-endpoint:
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
 	./chunker/frame:FuzzDecode ./chunker/frame:FuzzDecodeSchema ./internal/arrowcheck:FuzzNativeMessages ./chunker/frame:FuzzConcat ./reader:FuzzPlan \
-	./sidecar:FuzzPut .:FuzzWrite
+	./sidecar:FuzzPut ./testkit/e2e:FuzzWrite
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

@@ -20,7 +20,7 @@ import (
 )
 
 // sidecarDoc is the page whose Go client this test runs.
-var sidecarDoc = filepath.Join("..", "..", "..", "docs", "sidecar.md")
+var sidecarDoc = filepath.Join("..", "..", "docs", "sidecar.md")
 
 // exampleMain calls the page's writeAndRead with two partitions: two
 // batches of 3 rows in partition 0, one of 2 rows in partition 1.

@@ -1,4 +1,4 @@
-package durashuffle_test
+package e2e_test
 
 import (
 	"context"

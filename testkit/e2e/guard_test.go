@@ -1,4 +1,4 @@
-package durashuffle_test
+package e2e_test
 
 import (
 	"context"
@@ -26,8 +26,8 @@ func probed(t *testing.T, c *durashuffle.Client) map[string]int64 {
 		t.Fatalf("commit guard: %v", err)
 	}
 	after := c.Counter().Requests()
-	if d := store.Diff(after, before); fmt.Sprint(d) != "map[DeleteObjects:1 PutObject:2]" || c.GuardProbes() != 1 {
-		t.Fatalf("commit guard probe: requests %v and %d probes, want 2 PutObject, 1 DeleteObjects, 1 probe", d, c.GuardProbes())
+	if d := store.Diff(after, before); fmt.Sprint(d) != "map[DeleteObjects:1 PutObject:2]" || c.CommitGuard().Probes != 1 {
+		t.Fatalf("commit guard probe: requests %v and %d probes, want 2 PutObject, 1 DeleteObjects, 1 probe", d, c.CommitGuard().Probes)
 	}
 	return after
 }
@@ -97,7 +97,7 @@ func TestCommitGuardRefusesUnenforcingStore(t *testing.T) {
 	if !errors.Is(err, durashuffle.ErrCommitGuard) {
 		t.Fatalf("seal: %v, want ErrCommitGuard", err)
 	}
-	if n := c.GuardProbes(); n != 1 {
+	if n := c.CommitGuard().Probes; n != 1 {
 		t.Errorf("%d probes for two commits and a seal, want 1: a definite answer is kept", n)
 	}
 	if g := c.CommitGuard(); g.State != durashuffle.GuardNotEnforced || !errors.Is(g.Err, durashuffle.ErrCommitGuard) {
@@ -124,8 +124,8 @@ func TestCommitGuardRefusesUnenforcingStore(t *testing.T) {
 	if _, err := commitOne(off, "0"); err != nil {
 		t.Fatalf("commit with commit_guard off: %v", err)
 	}
-	if off.GuardProbes() != 0 || off.CommitGuard().State != durashuffle.GuardOff {
-		t.Fatalf("commit_guard off: %d probes, state %q", off.GuardProbes(), off.CommitGuard().State)
+	if off.CommitGuard().Probes != 0 || off.CommitGuard().State != durashuffle.GuardOff {
+		t.Fatalf("commit_guard off: %d probes, state %q", off.CommitGuard().Probes, off.CommitGuard().State)
 	}
 }
 
@@ -164,8 +164,8 @@ func TestCommitGuardRetriesFailedProbe(t *testing.T) {
 	if _, err := commitOne(c, "0"); err != nil {
 		t.Fatalf("commit after the store recovered: %v", err)
 	}
-	if c.GuardProbes() != 2 || c.CommitGuard().State != durashuffle.GuardEnforced {
-		t.Fatalf("%d probes, state %q; want 2 and enforced", c.GuardProbes(), c.CommitGuard().State)
+	if c.CommitGuard().Probes != 2 || c.CommitGuard().State != durashuffle.GuardEnforced {
+		t.Fatalf("%d probes, state %q; want 2 and enforced", c.CommitGuard().Probes, c.CommitGuard().State)
 	}
 }
 
@@ -196,8 +196,8 @@ func TestCommitGuardOneProbe(t *testing.T) {
 			if err := errors.Join(errs...); err != nil {
 				t.Fatal(err)
 			}
-			if c.GuardProbes() != 1 || c.CommitGuard().State != durashuffle.GuardEnforced {
-				t.Fatalf("8 concurrent commits: %d probes, state %q; want 1 and enforced", c.GuardProbes(), c.CommitGuard().State)
+			if c.CommitGuard().Probes != 1 || c.CommitGuard().State != durashuffle.GuardEnforced {
+				t.Fatalf("8 concurrent commits: %d probes, state %q; want 1 and enforced", c.CommitGuard().Probes, c.CommitGuard().State)
 			}
 			// The probe key is gone: only the layout's keys remain.
 			objs, _, err := st.List(context.Background(), "", "")

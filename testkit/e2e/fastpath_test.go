@@ -1,4 +1,4 @@
-package durashuffle_test
+package e2e_test
 
 import (
 	"context"
@@ -51,7 +51,7 @@ func TestMemoryStoreServesOwnWrites(t *testing.T) {
 				if _, err := c.Seal(ctx, query, 0, 2); err != nil {
 					t.Fatal(err)
 				}
-				held := c.MemStore().Holdings(query, 0)
+				_, _, _, held := c.MemoryHeld(query, 0)
 				if (len(held) == 2) != tc.held {
 					t.Fatalf("holds %d workers, want all: %v", len(held), tc.held)
 				}
@@ -72,7 +72,7 @@ func TestMemoryStoreServesOwnWrites(t *testing.T) {
 				if !tc.held && gets < 2 {
 					t.Fatalf("%d GETs reading a stage not held, want its data GETs", gets)
 				}
-				c.MemStore().Release(query, -1)
+				c.MemoryRelease(query, -1)
 				before = counter.Requests()["GetObject"]
 				if rows := readAll(t, stg); rows != want {
 					t.Fatalf("read %d rows after release, wrote %d", rows, want)
