@@ -87,5 +87,3 @@ require (
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )
 
-// The command line is built from the library beside it.
-replace github.com/durashuffle/durashuffle => ../..
