@@ -317,7 +317,45 @@ func columnKeys(col arrow.Array, keys []uint64) error {
 	return nil
 }
 
+// fillKeys sets keys[i] to the key of row i of col (0 for a null), or
+// fails with a noKeyError naming the type that has no key.
 func fillKeys(col arrow.Array, keys []uint64) error {
+	n := col.Len()
+	if !numberKeys(col, keys) && !temporalKeys(col, keys) && !textKeys(col, keys) {
+		switch a := col.(type) {
+		case *array.Dictionary:
+			// By value, not by index: dictionaries differ from batch to
+			// batch and from writer to writer.
+			dict := a.Dictionary()
+			dk := make([]uint64, dict.Len())
+			if err := fillKeys(dict, dk); err != nil {
+				return err
+			}
+			for i := range n {
+				if a.IsValid(i) {
+					keys[i] = dk[a.GetValueIndex(i)]
+				}
+			}
+		case *array.RunEndEncoded:
+			return reeKeys(a, keys)
+		case array.ExtensionArray:
+			return fillKeys(a.Storage(), keys)
+		default:
+			return noKeyError{col.DataType()}
+		}
+	}
+	if col.NullN() > 0 {
+		for i := range n {
+			if col.IsNull(i) {
+				keys[i] = 0
+			}
+		}
+	}
+	return nil
+}
+
+// numberKeys sets the keys of an integer, float or decimal column; false: col is not one of them.
+func numberKeys(col arrow.Array, keys []uint64) bool {
 	n := col.Len()
 	switch a := col.(type) {
 	case *array.Int8:
@@ -384,6 +422,16 @@ func fillKeys(col arrow.Array, keys []uint64) error {
 		for i := range n {
 			keys[i] = decimal256Key(a.Value(i), s)
 		}
+	default:
+		return false
+	}
+	return true
+}
+
+// temporalKeys sets the keys of a date, time, timestamp, duration or interval column; false: col is not one of them.
+func temporalKeys(col arrow.Array, keys []uint64) bool {
+	n := col.Len()
+	switch a := col.(type) {
 	case *array.Date32:
 		for i := range n {
 			keys[i] = temporalKey(tagDate, int64(a.Value(i)), 86400e9)
@@ -426,6 +474,16 @@ func fillKeys(col arrow.Array, keys []uint64) error {
 			v := a.Value(i)
 			keys[i] = intervalKey(v.Months, v.Days, v.Nanoseconds)
 		}
+	default:
+		return false
+	}
+	return true
+}
+
+// textKeys sets the keys of a boolean, string or binary column; false: col is not one of them.
+func textKeys(col arrow.Array, keys []uint64) bool {
+	n := col.Len()
+	switch a := col.(type) {
 	case *array.Boolean:
 		for i := range n {
 			if a.Value(i) {
@@ -462,34 +520,10 @@ func fillKeys(col arrow.Array, keys []uint64) error {
 		for i := range n {
 			keys[i] = bytesKey(a.Value(i))
 		}
-	case *array.Dictionary:
-		// By value, not by index: dictionaries differ from batch to
-		// batch and from writer to writer.
-		dict := a.Dictionary()
-		dk := make([]uint64, dict.Len())
-		if err := fillKeys(dict, dk); err != nil {
-			return err
-		}
-		for i := range n {
-			if a.IsValid(i) {
-				keys[i] = dk[a.GetValueIndex(i)]
-			}
-		}
-	case *array.RunEndEncoded:
-		return reeKeys(a, keys)
-	case array.ExtensionArray:
-		return fillKeys(a.Storage(), keys)
 	default:
-		return noKeyError{col.DataType()}
+		return false
 	}
-	if col.NullN() > 0 {
-		for i := range n {
-			if col.IsNull(i) {
-				keys[i] = 0
-			}
-		}
-	}
-	return nil
+	return true
 }
 
 // reeKeys fills the keys of a run-end encoded column from the keys of the
