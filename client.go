@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/store/memstore"
@@ -61,7 +61,7 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	}
 	st := o.store
 	if st == nil {
-		if cfg.Bucket == "" {
+		if cfg.Store.Bucket == "" {
 			return nil, fmt.Errorf("%w: bucket is not set", ErrInvalidConfig)
 		}
 		so := storeOptions(cfg, o.counter)
@@ -206,19 +206,19 @@ func WithCredentials(p aws.CredentialsProvider) Option {
 // with its hedges and every reader window the sidecar may serve at once.
 func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 	return s3store.Options{
-		Bucket:             cfg.Bucket,
-		Endpoint:           cfg.Endpoint,
-		Region:             cfg.Region,
-		PathStyle:          cfg.PathStyle,
-		InsecureSkipVerify: cfg.InsecureSkipVerify,
-		CAFile:             cfg.CAFile,
-		NoChecksums:        cfg.Checksum == "none",
-		SSE:                cfg.SSE,
-		SSEKMSKeyID:        cfg.SSEKMSKeyID,
+		Bucket:             cfg.Store.Bucket,
+		Endpoint:           cfg.Store.Endpoint,
+		Region:             cfg.Store.Region,
+		PathStyle:          cfg.Store.PathStyle,
+		InsecureSkipVerify: cfg.Store.InsecureSkipVerify,
+		CAFile:             cfg.Store.CAFile,
+		NoChecksums:        cfg.Write.Checksum == "none",
+		SSE:                cfg.Store.SSE,
+		SSEKMSKeyID:        cfg.Store.SSEKMSKeyID,
 		Counter:            counter,
-		MaxConns:           2*cfg.UploadConcurrency + cfg.MaxStreams*cfg.ReadAhead + 16,
-		ConnectTimeout:     cfg.ConnectTimeout.D(),
-		FirstByteTimeout:   cfg.FirstByteTimeout.D(),
+		MaxConns:           2*cfg.Write.UploadConcurrency + cfg.Sidecar.MaxStreams*cfg.Read.Ahead + 16,
+		ConnectTimeout:     cfg.Store.ConnectTimeout.D(),
+		FirstByteTimeout:   cfg.Store.FirstByteTimeout.D(),
 	}
 }
 
@@ -226,10 +226,10 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer) *Client {
 	var pool *uploader.Pool
 	st := retry.Wrap(raw, retry.Policy{
-		MaxAttempts: cfg.RetryMaxAttempts,
-		BaseDelay:   cfg.RetryBaseDelay.D(),
-		MaxDelay:    cfg.RetryMaxDelay.D(),
-		Timeout:     cfg.RequestTimeout.D(),
+		MaxAttempts: cfg.Store.RetryMaxAttempts,
+		BaseDelay:   cfg.Store.RetryBaseDelay.D(),
+		MaxDelay:    cfg.Store.RetryMaxDelay.D(),
+		Timeout:     cfg.Store.RequestTimeout.D(),
 		OnRetry: func(op, reason string) {
 			if retry.Throttling(reason) {
 				pool.Throttled()
@@ -237,18 +237,18 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 		},
 	}, counter)
 	pool = uploader.New(st, uploader.Config{
-		ChunkSize:   int64(cfg.ChunkSize),
-		Concurrency: cfg.UploadConcurrency,
+		ChunkSize:   int64(cfg.Write.ChunkSize),
+		Concurrency: cfg.Write.UploadConcurrency,
 		MaxBuffered: cfg.BufferedChunks(),
-		Checksum:    cfg.Checksum == "crc32c",
-		HedgeFactor: cfg.HedgeFactor,
-		HedgeMin:    cfg.HedgeMinDelay.D(),
+		Checksum:    cfg.Write.Checksum == "crc32c",
+		HedgeFactor: cfg.Hedge.Factor,
+		HedgeMin:    cfg.Hedge.MinDelay.D(),
 
-		CleanupTimeout: cfg.CleanupTimeout.D(),
+		CleanupTimeout: cfg.Write.CleanupTimeout.D(),
 	}, obs)
-	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Prefix, Spread: cfg.KeySpread}, spill: newSpillDir(cfg)}
-	if cfg.HedgeFactor > 0 {
-		c.readHedge = reader.NewHedger(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
+	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Store.Prefix, Spread: cfg.Write.KeySpread}, spill: newSpillDir(cfg)}
+	if cfg.Hedge.Factor > 0 {
+		c.readHedge = reader.NewHedger(cfg.Hedge.Factor, cfg.Hedge.MinDelay.D())
 	}
 	c.fast.init(cfg, obs)
 	return c
@@ -265,7 +265,7 @@ func (c *Client) CreateBucket(ctx context.Context) error {
 		return fmt.Errorf("create bucket: the client's store (%T) cannot create buckets", c.raw)
 	}
 	if err := b.EnsureBucket(ctx); err != nil {
-		return fmt.Errorf("create bucket %s: %w", c.cfg.Bucket, err)
+		return fmt.Errorf("create bucket %s: %w", c.cfg.Store.Bucket, err)
 	}
 	return nil
 }
@@ -360,11 +360,11 @@ func (c *Client) SealWorkers(ctx context.Context, query string, stage int, worke
 
 // ReaderOptions are the reader settings of the client's configuration.
 func (c *Client) ReaderOptions() reader.Options {
-	gap := int64(c.cfg.ReadGapBytes)
+	gap := int64(c.cfg.Read.GapBytes)
 	if gap == 0 {
 		gap = -1 // config 0: only directly adjacent frames share a GET
 	}
-	o := reader.Options{RangeBytes: int64(c.cfg.ReadRangeBytes), ReadAhead: c.cfg.ReadAhead, GapBytes: gap, Hedge: c.readHedge}
+	o := reader.Options{RangeBytes: int64(c.cfg.Read.RangeBytes), ReadAhead: c.cfg.Read.Ahead, GapBytes: gap, Hedge: c.readHedge}
 	c.fast.readerOptions(&o)
 	return o
 }

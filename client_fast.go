@@ -25,12 +25,12 @@ type fastPath struct {
 
 func (f *fastPath) init(cfg Config, obs Observer) {
 	mo, _ := obs.(MemoryStoreObserver)
-	f.mem = memstore.New(int64(cfg.MemoryStoreBytes), mo)
-	f.self = cfg.AdvertiseAddr
+	f.mem = memstore.New(int64(cfg.Sidecar.MemoryStoreBytes), mo)
+	f.self = cfg.Sidecar.AdvertiseAddr
 	f.obs, _ = obs.(reader.Observer)
-	f.delay = cfg.HedgeMinDelay.D()
-	if cfg.HedgeFactor > 0 {
-		f.hedge = reader.NewHedger(cfg.HedgeFactor, cfg.HedgeMinDelay.D())
+	f.delay = cfg.Hedge.MinDelay.D()
+	if cfg.Hedge.Factor > 0 {
+		f.hedge = reader.NewHedger(cfg.Hedge.Factor, cfg.Hedge.MinDelay.D())
 	}
 	if f.delay <= 0 {
 		// Never wait on a peer for ever: with hedging off a late peer

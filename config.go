@@ -1,14 +1,18 @@
-// The configuration: one plain struct whose defaults suit a stage of a
-// query written to and read from S3 over a link of tens of milliseconds
-// per request (see docs/design.md), loaded from YAML, DURASHUFFLE_*
-// environment variables and flags, and validated with errors that name
-// the key, the allowed range and the value.
+// The configuration: one struct of groups (store, write, read, hedge,
+// gc, sidecar) whose defaults suit a stage of a query written to and read
+// from S3 over a link of tens of milliseconds per request (see
+// docs/design.md), loaded from a flat YAML file and DURASHUFFLE_*
+// environment variables, and validated with errors that name the key, the
+// allowed range and the value.
 
 package durashuffle
 
 import (
+	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/url"
 	"os"
@@ -30,91 +34,114 @@ func (d Duration) D() time.Duration { return time.Duration(d) }
 
 func (d Duration) String() string { return time.Duration(d).String() }
 
-// Set implements pflag.Value.
-func (d *Duration) Set(v string) error {
-	x, err := time.ParseDuration(strings.TrimSpace(v))
+// UnmarshalText implements encoding.TextUnmarshaler: a Go duration
+// such as 100ms, 30s or 6h.
+func (d *Duration) UnmarshalText(b []byte) error {
+	x, err := time.ParseDuration(strings.TrimSpace(string(b)))
 	if err != nil {
-		return fmt.Errorf("duration %q: want a Go duration such as 100ms, 30s or 6h", v)
+		return fmt.Errorf("duration %q: want a Go duration such as 100ms, 30s or 6h", b)
 	}
 	*d = Duration(x)
 	return nil
 }
 
-// Type implements pflag.Value.
-func (d *Duration) Type() string { return "duration" }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (d *Duration) UnmarshalText(b []byte) error { return d.Set(string(b)) }
-
 // MarshalText implements encoding.TextMarshaler.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil }
 
-// Config is every setting durashuffle has. The yaml tag is the key in the
-// config file; the environment variable is DURASHUFFLE_ and the key in
-// upper case; the flag is the key with dashes. The doc tag is what
-// docs/configuration.md says of it, cost included.
+// Config is every setting durashuffle has, in groups by what each
+// configures; a key that two parts of the code read is in the group it
+// is set for.
+//
+// Each field of a group is one key, and the configuration file stays
+// flat: the yaml tag is the key at the top level of the file, every
+// group being inlined ("chunk_size: 16MiB", never a "write:" section), so
+// that one file serves every command, whatever the groups. The
+// environment variable is DURASHUFFLE_ and the key in upper case
+// (DURASHUFFLE_CHUNK_SIZE). The doc tag is what docs/configuration.md
+// says of the key, cost included; the command line makes a flag of each
+// key, the key with dashes (--chunk-size).
 type Config struct {
-	Bucket             string `yaml:"bucket" doc:"Bucket that holds every query's stages."`
-	Prefix             string `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
-	Endpoint           string `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
-	Region             string `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
-	PathStyle          bool   `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
-	CAFile             string `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
-	SSE                string `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
-	SSEKMSKeyID        string `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
+	// Store: the object store. Where stages live, how to reach and
+	// trust the endpoint, what every object put carries, whether commits
+	// are guarded, and how each request is retried and timed out.
+	Store struct {
+		Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages."`
+		Prefix             string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
+		Endpoint           string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
+		Region             string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
+		PathStyle          bool     `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
+		InsecureSkipVerify bool     `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
+		CAFile             string   `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
+		SSE                string   `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
+		SSEKMSKeyID        string   `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
+		CommitGuard        string   `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
+		RetryMaxAttempts   int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
+		RetryBaseDelay     Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
+		RetryMaxDelay      Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
+		RequestTimeout     Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+		ConnectTimeout     Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
+		FirstByteTimeout   Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
+	} `yaml:",inline"`
 
-	ChunkSize         Size `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
-	UploadConcurrency int  `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
-	MaxBufferedChunks int  `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
-	MaxObjectSize     Size `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
-	KeySpread         int  `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
+	// Write: the write path, from Writer.Write to the uploaded parts:
+	// chunks and their uploads, objects, frames, encoders, spilled runs, a
+	// failed writer's cleanup, and the memory limit of a process that writes.
+	Write struct {
+		ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
+		UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
+		MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
+		MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
+		KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
+		FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
+		CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
+		Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes one GET per writer object per group of partitions of up to 3/4 of its read window (read_ahead x read_range_bytes), however many runs the writer flushed. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
+		SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
+		SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
+		MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 52 MiB of resident memory the Go runtime does not govern, 236 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
+		EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
+		Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
+		Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c (sent with every part and put, verified by the store) or none (uploads created without a checksum algorithm, parts sent whole rather than streamed over HTTPS). Frames always carry a CRC32C in the manifest, which readers check."`
+		CleanupTimeout    Duration    `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
+	} `yaml:",inline"`
 
-	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
-	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
-	Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes one GET per writer object per group of partitions of up to 3/4 of its read window (read_ahead x read_range_bytes), however many runs the writer flushed. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
-	SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
-	SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
-	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 52 MiB of resident memory the Go runtime does not govern, 236 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
-	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
-	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
-	Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c (sent with every part and put, verified by the store) or none (uploads created without a checksum algorithm, parts sent whole rather than streamed over HTTPS). Frames always carry a CRC32C in the manifest, which readers check."`
+	// Read: the ranged GETs of stored frames.
+	Read struct {
+		RangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
+		Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
+		GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
+	} `yaml:",inline"`
 
-	ReadRangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
-	ReadAhead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
-	ReadGapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
+	// Hedge: hedged part uploads and range reads.
+	Hedge struct {
+		Factor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
+		MinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
+	} `yaml:",inline"`
 
-	RetryMaxAttempts int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
-	RetryBaseDelay   Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
-	RetryMaxDelay    Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
-	RequestTimeout   Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
-	ConnectTimeout   Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
-	FirstByteTimeout Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
-	CleanupTimeout   Duration `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
+	// GC: what gc removes.
+	GC struct {
+		ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
+	} `yaml:",inline"`
 
-	HedgeFactor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
-	HedgeMinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
-
-	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
-
-	CommitGuard string `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
-
-	Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
-	MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
-	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
-	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
-	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
-	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, the longest the shutdown takes: streams in flight may finish in the grace less a cleanup reserve (a third of it, at most 2 x cleanup_timeout + 2s), then are cut off and their output aborted in the reserve."`
-	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
-	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
-	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
-
-	// A stalled client must not hold a stream, or a slot, for ever.
-	StreamFirstMessageTimeout Duration `yaml:"stream_first_message_timeout" doc:"How long a sidecar stream may take from its start to its first message (DoPut: its descriptor and schema, before it takes one of max_streams slots; DoGet: its ticket). Then it fails with DeadlineExceeded naming this key and commits nothing. 0 disables it."`
-	StreamIdleTimeout         Duration `yaml:"stream_idle_timeout" doc:"How long a sidecar stream may wait on its client: a DoPut for its next message, a DoGet or DoAction for the client to read what was sent. Then it fails with DeadlineExceeded naming this key, a DoPut's output is aborted, and the slot is freed. Shorter frees slots held by stalled clients sooner; a client that is slower than this between batches must send metadata-only messages in between. 0 disables it."`
-
-	MemoryStoreBytes Size   `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
-	AdvertiseAddr    string `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
+	// Sidecar: the Arrow Flight sidecar (serve): its ports and their
+	// TLS, its token, its streams, and the memory store whose frames it
+	// serves to its peers (a Client honours memory_store_bytes and
+	// advertise_addr as well).
+	Sidecar struct {
+		Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
+		MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
+		AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
+		MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
+		MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
+		ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, the longest the shutdown takes: streams in flight may finish in the grace less a cleanup reserve (a third of it, at most 2 x cleanup_timeout + 2s), then are cut off and their output aborted in the reserve."`
+		TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
+		TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
+		TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
+		// A stalled client must not hold a stream, or a slot, for ever.
+		StreamFirstMessageTimeout Duration `yaml:"stream_first_message_timeout" doc:"How long a sidecar stream may take from its start to its first message (DoPut: its descriptor and schema, before it takes one of max_streams slots; DoGet: its ticket). Then it fails with DeadlineExceeded naming this key and commits nothing. 0 disables it."`
+		StreamIdleTimeout         Duration `yaml:"stream_idle_timeout" doc:"How long a sidecar stream may wait on its client: a DoPut for its next message, a DoGet or DoAction for the client to read what was sent. Then it fails with DeadlineExceeded naming this key, a DoPut's output is aborted, and the slot is freed. Shorter frees slots held by stalled clients sooner; a client that is slower than this between batches must send metadata-only messages in between. 0 disables it."`
+		MemoryStoreBytes          Size     `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
+		AdvertiseAddr             string   `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
+	} `yaml:",inline"`
 }
 
 // DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16
@@ -125,40 +152,44 @@ type Config struct {
 // per-request latency off the throughput; docs/configuration.md lists
 // each key with its default and its cost.
 func DefaultConfig() Config {
-	return Config{
-		Prefix:            "durashuffle",
-		ChunkSize:         8 * MiB,
-		UploadConcurrency: 8,
-		FrameTargetBytes:  1 * MiB,
-		CoalesceBudget:    64 * MiB,
-		Spill:             "on",
-		SpillBytes:        32 * GiB,
-		MemoryLimit:       MemoryLimitAuto,
-		Compression:       "lz4",
-		Checksum:          "crc32c",
-		ReadRangeBytes:    8 * MiB,
-		ReadAhead:         4,
-		ReadGapBytes:      256 * KiB,
-		RetryMaxAttempts:  8,
-		RetryBaseDelay:    Duration(100 * time.Millisecond),
-		RetryMaxDelay:     Duration(5 * time.Second),
-		RequestTimeout:    Duration(5 * time.Minute),
-		ConnectTimeout:    Duration(5 * time.Second),
-		FirstByteTimeout:  Duration(20 * time.Second),
-		CleanupTimeout:    Duration(20 * time.Second),
-		HedgeFactor:       4,
-		HedgeMinDelay:     Duration(2 * time.Second),
-		ResultsRetention:  Duration(6 * time.Hour),
-		CommitGuard:       commitGuardOn,
-		Listen:            "127.0.0.1:8815",
-		MetricsListen:     "127.0.0.1:9815",
-		MaxStreams:        64,
-		MaxMessageBytes:   64 * MiB,
-		ShutdownGrace:     Duration(30 * time.Second),
+	var c Config
+	c.Store.Prefix = "durashuffle"
+	c.Store.CommitGuard = commitGuardOn
+	c.Store.RetryMaxAttempts = 8
+	c.Store.RetryBaseDelay = Duration(100 * time.Millisecond)
+	c.Store.RetryMaxDelay = Duration(5 * time.Second)
+	c.Store.RequestTimeout = Duration(5 * time.Minute)
+	c.Store.ConnectTimeout = Duration(5 * time.Second)
+	c.Store.FirstByteTimeout = Duration(20 * time.Second)
 
-		StreamFirstMessageTimeout: Duration(time.Minute),
-		StreamIdleTimeout:         Duration(5 * time.Minute),
-	}
+	c.Write.ChunkSize = 8 * MiB
+	c.Write.UploadConcurrency = 8
+	c.Write.FrameTargetBytes = 1 * MiB
+	c.Write.CoalesceBudget = 64 * MiB
+	c.Write.Spill = "on"
+	c.Write.SpillBytes = 32 * GiB
+	c.Write.MemoryLimit = MemoryLimitAuto
+	c.Write.Compression = "lz4"
+	c.Write.Checksum = "crc32c"
+	c.Write.CleanupTimeout = Duration(20 * time.Second)
+
+	c.Read.RangeBytes = 8 * MiB
+	c.Read.Ahead = 4
+	c.Read.GapBytes = 256 * KiB
+
+	c.Hedge.Factor = 4
+	c.Hedge.MinDelay = Duration(2 * time.Second)
+
+	c.GC.ResultsRetention = Duration(6 * time.Hour)
+
+	c.Sidecar.Listen = "127.0.0.1:8815"
+	c.Sidecar.MetricsListen = "127.0.0.1:9815"
+	c.Sidecar.MaxStreams = 64
+	c.Sidecar.MaxMessageBytes = 64 * MiB
+	c.Sidecar.ShutdownGrace = Duration(30 * time.Second)
+	c.Sidecar.StreamFirstMessageTimeout = Duration(time.Minute)
+	c.Sidecar.StreamIdleTimeout = Duration(5 * time.Minute)
+	return c
 }
 
 // maxKeySpread bounds key_spread: delete-query lists each shard prefix.
@@ -179,18 +210,18 @@ const (
 
 // BufferedChunks is max_buffered_chunks with its default applied.
 func (c Config) BufferedChunks() int {
-	if c.MaxBufferedChunks == 0 {
-		return 2 * c.UploadConcurrency
+	if c.Write.MaxBufferedChunks == 0 {
+		return 2 * c.Write.UploadConcurrency
 	}
-	return c.MaxBufferedChunks
+	return c.Write.MaxBufferedChunks
 }
 
 // Encoders is encode_concurrency with its default applied.
 func (c Config) Encoders() int {
-	if c.EncodeConcurrency == 0 {
+	if c.Write.EncodeConcurrency == 0 {
 		return runtime.GOMAXPROCS(0)
 	}
-	return c.EncodeConcurrency
+	return c.Write.EncodeConcurrency
 }
 
 // Validate checks every key and returns all violations, each naming the
@@ -210,120 +241,120 @@ func (c Config) Validate() error {
 			bad(key, fmt.Sprintf("between %d and %d", lo, hi), v)
 		}
 	}
-	sizeIn("chunk_size", c.ChunkSize, minPartSize, maxPartSize)
-	intIn("upload_concurrency", c.UploadConcurrency, 1, 1024)
-	if c.MaxBufferedChunks != 0 {
-		intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)
+	sizeIn("chunk_size", c.Write.ChunkSize, minPartSize, maxPartSize)
+	intIn("upload_concurrency", c.Write.UploadConcurrency, 1, 1024)
+	if c.Write.MaxBufferedChunks != 0 {
+		intIn("max_buffered_chunks", c.Write.MaxBufferedChunks, 1, 65536)
 	}
-	if c.KeySpread != 0 && (c.KeySpread < 2 || c.KeySpread > maxKeySpread) {
-		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", maxKeySpread), c.KeySpread)
+	if c.Write.KeySpread != 0 && (c.Write.KeySpread < 2 || c.Write.KeySpread > maxKeySpread) {
+		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", maxKeySpread), c.Write.KeySpread)
 	}
-	if c.MaxObjectSize != 0 && c.MaxObjectSize < c.ChunkSize {
-		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.ChunkSize), c.MaxObjectSize)
+	if c.Write.MaxObjectSize != 0 && c.Write.MaxObjectSize < c.Write.ChunkSize {
+		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.Write.ChunkSize), c.Write.MaxObjectSize)
 	}
-	sizeIn("frame_target_bytes", c.FrameTargetBytes, 4*KiB, 1*GiB)
-	if c.CoalesceBudget < c.FrameTargetBytes {
-		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
+	sizeIn("frame_target_bytes", c.Write.FrameTargetBytes, 4*KiB, 1*GiB)
+	if c.Write.CoalesceBudget < c.Write.FrameTargetBytes {
+		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.Write.FrameTargetBytes), c.Write.CoalesceBudget)
 	}
-	switch c.Spill {
+	switch c.Write.Spill {
 	case "on", "off":
 	default:
-		bad("spill", "on or off", strconv.Quote(c.Spill))
+		bad("spill", "on or off", strconv.Quote(c.Write.Spill))
 	}
-	if c.SpillBytes < 1 {
-		bad("spill_bytes", "at least 1", c.SpillBytes)
+	if c.Write.SpillBytes < 1 {
+		bad("spill_bytes", "at least 1", c.Write.SpillBytes)
 	}
-	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < minMemoryLimit {
-		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.MemoryLimit)
+	if c.Write.MemoryLimit > 0 && Size(c.Write.MemoryLimit) < minMemoryLimit {
+		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.Write.MemoryLimit)
 	}
-	intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
-	switch c.Compression {
+	intIn("encode_concurrency", c.Write.EncodeConcurrency, 0, 1024)
+	switch c.Write.Compression {
 	case "lz4", "zstd", "none", "auto":
 	default:
-		bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Compression))
+		bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Write.Compression))
 	}
-	switch c.SSE {
+	switch c.Store.SSE {
 	case "", "AES256", "aws:kms":
 	default:
-		bad("sse", "empty, AES256 or aws:kms", strconv.Quote(c.SSE))
+		bad("sse", "empty, AES256 or aws:kms", strconv.Quote(c.Store.SSE))
 	}
-	if c.SSEKMSKeyID != "" && c.SSE != "aws:kms" {
-		bad("sse_kms_key_id", "set only with sse aws:kms", "a key with sse "+strconv.Quote(c.SSE))
+	if c.Store.SSEKMSKeyID != "" && c.Store.SSE != "aws:kms" {
+		bad("sse_kms_key_id", "set only with sse aws:kms", "a key with sse "+strconv.Quote(c.Store.SSE))
 	}
-	switch c.Checksum {
+	switch c.Write.Checksum {
 	case "crc32c", "none":
 	default:
-		bad("checksum", "one of crc32c, none", strconv.Quote(c.Checksum))
+		bad("checksum", "one of crc32c, none", strconv.Quote(c.Write.Checksum))
 	}
-	sizeIn("read_range_bytes", c.ReadRangeBytes, 64*KiB, 5*GiB)
-	intIn("read_ahead", c.ReadAhead, 1, 256)
-	sizeIn("read_gap_bytes", c.ReadGapBytes, 0, c.ReadRangeBytes)
-	intIn("retry_max_attempts", c.RetryMaxAttempts, 1, 100)
-	if c.RetryBaseDelay < 0 || c.RetryBaseDelay.D() > time.Minute {
-		bad("retry_base_delay", "between 0s and 1m0s", c.RetryBaseDelay)
+	sizeIn("read_range_bytes", c.Read.RangeBytes, 64*KiB, 5*GiB)
+	intIn("read_ahead", c.Read.Ahead, 1, 256)
+	sizeIn("read_gap_bytes", c.Read.GapBytes, 0, c.Read.RangeBytes)
+	intIn("retry_max_attempts", c.Store.RetryMaxAttempts, 1, 100)
+	if c.Store.RetryBaseDelay < 0 || c.Store.RetryBaseDelay.D() > time.Minute {
+		bad("retry_base_delay", "between 0s and 1m0s", c.Store.RetryBaseDelay)
 	}
-	if c.RetryMaxDelay < c.RetryBaseDelay || c.RetryMaxDelay.D() > 10*time.Minute {
-		bad("retry_max_delay", fmt.Sprintf("between retry_base_delay (%v) and 10m0s", c.RetryBaseDelay), c.RetryMaxDelay)
+	if c.Store.RetryMaxDelay < c.Store.RetryBaseDelay || c.Store.RetryMaxDelay.D() > 10*time.Minute {
+		bad("retry_max_delay", fmt.Sprintf("between retry_base_delay (%v) and 10m0s", c.Store.RetryBaseDelay), c.Store.RetryMaxDelay)
 	}
-	if c.RequestTimeout < 0 {
-		bad("request_timeout", "0 (none) or positive", c.RequestTimeout)
+	if c.Store.RequestTimeout < 0 {
+		bad("request_timeout", "0 (none) or positive", c.Store.RequestTimeout)
 	}
-	if c.ConnectTimeout.D() < 100*time.Millisecond || c.ConnectTimeout.D() > 5*time.Minute {
-		bad("connect_timeout", "between 100ms and 5m0s", c.ConnectTimeout)
+	if c.Store.ConnectTimeout.D() < 100*time.Millisecond || c.Store.ConnectTimeout.D() > 5*time.Minute {
+		bad("connect_timeout", "between 100ms and 5m0s", c.Store.ConnectTimeout)
 	}
-	if c.FirstByteTimeout.D() < time.Second || c.FirstByteTimeout.D() > time.Hour {
-		bad("first_byte_timeout", "between 1s and 1h0m0s", c.FirstByteTimeout)
+	if c.Store.FirstByteTimeout.D() < time.Second || c.Store.FirstByteTimeout.D() > time.Hour {
+		bad("first_byte_timeout", "between 1s and 1h0m0s", c.Store.FirstByteTimeout)
 	}
-	if c.Endpoint != "" && !validEndpoint(c.Endpoint) {
-		bad("endpoint", "empty (the AWS chain) or an http:// or https:// URL with a host, such as http://127.0.0.1:9000", strconv.Quote(c.Endpoint))
+	if c.Store.Endpoint != "" && !validEndpoint(c.Store.Endpoint) {
+		bad("endpoint", "empty (the AWS chain) or an http:// or https:// URL with a host, such as http://127.0.0.1:9000", strconv.Quote(c.Store.Endpoint))
 	}
-	if c.CleanupTimeout.D() < time.Second || c.CleanupTimeout.D() > time.Hour {
-		bad("cleanup_timeout", "between 1s and 1h0m0s", c.CleanupTimeout)
+	if c.Write.CleanupTimeout.D() < time.Second || c.Write.CleanupTimeout.D() > time.Hour {
+		bad("cleanup_timeout", "between 1s and 1h0m0s", c.Write.CleanupTimeout)
 	}
-	if c.ResultsRetention < 0 {
-		bad("results_retention", "0 or positive", c.ResultsRetention)
+	if c.GC.ResultsRetention < 0 {
+		bad("results_retention", "0 or positive", c.GC.ResultsRetention)
 	}
-	switch c.CommitGuard {
+	switch c.Store.CommitGuard {
 	case commitGuardOn, commitGuardOff:
 	default:
-		bad("commit_guard", "on or off", strconv.Quote(c.CommitGuard))
+		bad("commit_guard", "on or off", strconv.Quote(c.Store.CommitGuard))
 	}
-	if c.HedgeFactor != 0 && (c.HedgeFactor < 1.5 || c.HedgeFactor > 100) {
-		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.HedgeFactor)
+	if c.Hedge.Factor != 0 && (c.Hedge.Factor < 1.5 || c.Hedge.Factor > 100) {
+		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.Hedge.Factor)
 	}
-	if c.HedgeMinDelay < 0 {
-		bad("hedge_min_delay", "0 or positive", c.HedgeMinDelay)
+	if c.Hedge.MinDelay < 0 {
+		bad("hedge_min_delay", "0 or positive", c.Hedge.MinDelay)
 	}
-	intIn("max_streams", c.MaxStreams, 1, 100000)
-	sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
-	if c.ShutdownGrace < 0 {
-		bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
+	intIn("max_streams", c.Sidecar.MaxStreams, 1, 100000)
+	sizeIn("max_message_bytes", c.Sidecar.MaxMessageBytes, 1*MiB, 2*GiB-1)
+	if c.Sidecar.ShutdownGrace < 0 {
+		bad("shutdown_grace", "0 or positive", c.Sidecar.ShutdownGrace)
 	}
 	for _, d := range []struct {
 		key string
 		v   Duration
-	}{{"stream_first_message_timeout", c.StreamFirstMessageTimeout}, {"stream_idle_timeout", c.StreamIdleTimeout}} {
+	}{{"stream_first_message_timeout", c.Sidecar.StreamFirstMessageTimeout}, {"stream_idle_timeout", c.Sidecar.StreamIdleTimeout}} {
 		if d.v != 0 && (d.v.D() < 10*time.Millisecond || d.v.D() > 24*time.Hour) {
 			bad(d.key, "0 (off) or between 10ms and 24h0m0s", d.v)
 		}
 	}
-	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+	if (c.Sidecar.TLSCertFile == "") != (c.Sidecar.TLSKeyFile == "") {
 		bad("tls_cert_file and tls_key_file", "both set or both empty",
-			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.TLSCertFile, c.TLSKeyFile))
+			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile))
 	}
-	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
-		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.TLSClientCAFile))
+	if c.Sidecar.TLSClientCAFile != "" && c.Sidecar.TLSCertFile == "" {
+		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.Sidecar.TLSClientCAFile))
 	}
-	if c.MemoryStoreBytes < 0 {
-		bad("memory_store_bytes", "0 (off) or a size", c.MemoryStoreBytes)
+	if c.Sidecar.MemoryStoreBytes < 0 {
+		bad("memory_store_bytes", "0 (off) or a size", c.Sidecar.MemoryStoreBytes)
 	}
-	if c.AdvertiseAddr != "" {
-		if _, port, err := net.SplitHostPort(c.AdvertiseAddr); err != nil || port == "" || port == "0" {
-			bad("advertise_addr", "empty or host:port with a fixed port", strconv.Quote(c.AdvertiseAddr))
+	if c.Sidecar.AdvertiseAddr != "" {
+		if _, port, err := net.SplitHostPort(c.Sidecar.AdvertiseAddr); err != nil || port == "" || port == "0" {
+			bad("advertise_addr", "empty or host:port with a fixed port", strconv.Quote(c.Sidecar.AdvertiseAddr))
 		}
 	}
-	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
-		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))
+	if strings.HasPrefix(c.Store.Prefix, "/") || strings.Contains(c.Store.Prefix, "..") {
+		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Store.Prefix))
 	}
 	return errors.Join(errs...)
 }
@@ -345,61 +376,40 @@ func validEndpoint(s string) bool {
 	return true
 }
 
-// Key describes one configuration key for flags, env and docs.
-type Key struct {
-	Name  string // yaml key, e.g. chunk_size
-	Go    string // Config's field, e.g. ChunkSize
-	Env   string // DURASHUFFLE_CHUNK_SIZE
-	Flag  string // chunk-size
-	Doc   string
-	Type  string
-	field int
+// configKey is one key of the file and the environment: its name and
+// where its field is in Config (the index path for
+// reflect.Value.FieldByIndex: the group, then the field).
+type configKey struct {
+	name  string
+	index []int
+	field reflect.StructField
 }
 
-// Keys lists every configuration key in struct order.
-func Keys() []Key {
+// configKeys lists every key in struct order: each group's fields, each
+// named by its yaml tag. The flat file and the environment are read
+// through it.
+func configKeys() []configKey {
 	t := reflect.TypeFor[Config]()
-	var ks []Key
+	var ks []configKey
 	for i := range t.NumField() {
-		f := t.Field(i)
-		name := f.Tag.Get("yaml")
-		typ := f.Type.Name()
-		switch f.Type {
-		case reflect.TypeFor[Size]():
-			typ = "size"
-		case reflect.TypeFor[Duration]():
-			typ = "duration"
-		case reflect.TypeFor[MemoryLimit]():
-			typ = "size, auto or off"
+		g := t.Field(i)
+		for j := range g.Type.NumField() {
+			f := g.Type.Field(j)
+			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			ks = append(ks, configKey{name: name, index: []int{i, j}, field: f})
 		}
-		ks = append(ks, Key{
-			Name:  name,
-			Go:    f.Name,
-			Env:   "DURASHUFFLE_" + strings.ToUpper(name),
-			Flag:  strings.ReplaceAll(name, "_", "-"),
-			Doc:   f.Tag.Get("doc"),
-			Type:  typ,
-			field: i,
-		})
 	}
 	return ks
 }
 
-// Value returns the key's current value in c as text.
-func (c *Config) Value(k Key) string {
-	v := reflect.ValueOf(c).Elem().Field(k.field)
-	return fmt.Sprint(v.Interface())
-}
-
-func (c *Config) set(k Key, s string) error {
-	v := reflect.ValueOf(c).Elem().Field(k.field)
+// setText parses s into the field of c that k names, as the environment
+// gives it: sizes, durations and memory limits through their
+// UnmarshalText, numbers and booleans in Go syntax.
+func (c *Config) setText(k configKey, s string) error {
+	v := reflect.ValueOf(c).Elem().FieldByIndex(k.index)
 	switch p := v.Addr().Interface().(type) {
-	case *Size:
-		return p.Set(s)
-	case *Duration:
-		return p.Set(s)
-	case *MemoryLimit:
-		return p.Set(s)
+	case encoding.TextUnmarshaler:
+		return p.UnmarshalText([]byte(s))
 	case *string:
 		*p = s
 	case *int:
@@ -426,26 +436,32 @@ func (c *Config) set(k Key, s string) error {
 	return nil
 }
 
-// LoadFile overlays the YAML file at path on c. Unknown keys are errors.
+// LoadFile overlays the YAML file at path on c. The file is flat, one
+// key per line at the top level whatever its group ("chunk_size: 16MiB",
+// "listen: 127.0.0.1:8815"); unknown keys, and sections, are errors
+// naming them.
 func (c *Config) LoadFile(path string) error {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("%w: read config file: %v", ErrInvalidConfig, err)
 	}
-	dec := yaml.NewDecoder(strings.NewReader(string(b)))
+	dec := yaml.NewDecoder(bytes.NewReader(b))
 	dec.KnownFields(true)
-	if err := dec.Decode(c); err != nil && err.Error() != "EOF" {
+	if err := dec.Decode(c); err != nil && !errors.Is(err, io.EOF) {
 		return fmt.Errorf("%w: config file %s: %v", ErrInvalidConfig, path, err)
 	}
 	return nil
 }
 
-// LoadEnv overlays DURASHUFFLE_* variables from getenv on c.
+// LoadEnv overlays DURASHUFFLE_* variables from getenv on c: for each
+// key, DURASHUFFLE_ and the key in upper case (DURASHUFFLE_CHUNK_SIZE).
+// An empty variable is not set.
 func (c *Config) LoadEnv(getenv func(string) string) error {
-	for _, k := range Keys() {
-		if s := getenv(k.Env); s != "" {
-			if err := c.set(k, s); err != nil {
-				return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, k.Env, err)
+	for _, k := range configKeys() {
+		env := "DURASHUFFLE_" + strings.ToUpper(k.name)
+		if s := getenv(env); s != "" {
+			if err := c.setText(k, s); err != nil {
+				return fmt.Errorf("%w: %s: %v", ErrInvalidConfig, env, err)
 			}
 		}
 	}

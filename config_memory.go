@@ -48,8 +48,10 @@ func (m MemoryLimit) String() string {
 	return Size(m).String()
 }
 
-// Set implements pflag.Value: auto, off or a size.
-func (m *MemoryLimit) Set(v string) error {
+// UnmarshalText implements encoding.TextUnmarshaler: auto, off or a
+// size.
+func (m *MemoryLimit) UnmarshalText(b []byte) error {
+	v := string(b)
 	switch strings.ToLower(strings.TrimSpace(v)) {
 	case "auto":
 		*m = MemoryLimitAuto
@@ -65,12 +67,6 @@ func (m *MemoryLimit) Set(v string) error {
 	*m = MemoryLimit(n)
 	return nil
 }
-
-// Type implements pflag.Value.
-func (m *MemoryLimit) Type() string { return "size, auto or off" }
-
-// UnmarshalText implements encoding.TextUnmarshaler.
-func (m *MemoryLimit) UnmarshalText(b []byte) error { return m.Set(string(b)) }
 
 // MarshalText implements encoding.TextMarshaler.
 func (m MemoryLimit) MarshalText() ([]byte, error) { return []byte(m.String()), nil }
@@ -101,24 +97,23 @@ type MemoryLoad struct {
 //
 // With the defaults and one writer: 16 x 8 MiB + 64 MiB + 96 MiB = 288 MiB.
 func (c Config) MemoryBound(l MemoryLoad) Size {
-	chunks := Size(c.BufferedChunks()) * c.ChunkSize
-	read := 2 * Size(c.ReadAhead) * c.ReadRangeBytes
-	stream := max(c.CoalesceBudget, read) + c.MaxMessageBytes
-	return chunks + Size(l.Writers)*c.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.MemoryStoreBytes + runtimeHeadroom
+	chunks := Size(c.BufferedChunks()) * c.Write.ChunkSize
+	read := 2 * Size(c.Read.Ahead) * c.Read.RangeBytes
+	stream := max(c.Write.CoalesceBudget, read) + c.Sidecar.MaxMessageBytes
+	return chunks + Size(l.Writers)*c.Write.CoalesceBudget + Size(l.Readers)*read + Size(l.Streams)*stream + c.Sidecar.MemoryStoreBytes + runtimeHeadroom
 }
 
 // SoftMemoryLimit is the soft memory limit memory_limit asks for a process
 // running load: the size given; for auto, MemoryBound(load) less
-// unmanagedMemory (236 MiB with the defaults and one writer, whose live
-// memory peaks near 205 MiB); 0 for off.
+// unmanagedMemory (236 MiB with the defaults and one writer); 0 for off.
 func (c Config) SoftMemoryLimit(l MemoryLoad) Size {
 	switch {
-	case c.MemoryLimit == MemoryLimitAuto:
+	case c.Write.MemoryLimit == MemoryLimitAuto:
 		return c.MemoryBound(l) - unmanagedMemory
-	case c.MemoryLimit < 0:
+	case c.Write.MemoryLimit < 0:
 		return 0
 	}
-	return Size(c.MemoryLimit)
+	return Size(c.Write.MemoryLimit)
 }
 
 // ApplyMemoryLimit sets the process's soft memory limit
@@ -141,7 +136,7 @@ func (c Config) ApplyMemoryLimit(l MemoryLoad, getenv func(string) string) (limi
 		return currentMemoryLimit(), "off"
 	}
 	debug.SetMemoryLimit(int64(lim))
-	if c.MemoryLimit == MemoryLimitAuto {
+	if c.Write.MemoryLimit == MemoryLimitAuto {
 		return lim, "memory_limit auto"
 	}
 	return lim, "memory_limit"

@@ -2,6 +2,8 @@ package durashuffle
 
 import (
 	"errors"
+	"fmt"
+	"reflect"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -26,31 +28,31 @@ func TestMemoryLimitParse(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.in, func(t *testing.T) {
 			var m MemoryLimit
-			err := m.Set(c.in)
+			err := m.UnmarshalText([]byte(c.in))
 			if (err != nil) != c.err {
-				t.Fatalf("Set(%q) error = %v, want error %v", c.in, err, c.err)
+				t.Fatalf("UnmarshalText(%q) error = %v, want error %v", c.in, err, c.err)
 			}
 			if c.err {
 				return
 			}
 			if m != c.want || m.String() != c.text {
-				t.Fatalf("Set(%q) = %d (%q), want %d (%q)", c.in, m, m, c.want, c.text)
+				t.Fatalf("UnmarshalText(%q) = %d (%q), want %d (%q)", c.in, m, m, c.want, c.text)
 			}
 		})
 	}
 }
 
 func TestMemoryLimitDefaultAndValidate(t *testing.T) {
-	if DefaultConfig().MemoryLimit != MemoryLimitAuto {
-		t.Fatalf("default memory_limit = %v, want auto", DefaultConfig().MemoryLimit)
+	if DefaultConfig().Write.MemoryLimit != MemoryLimitAuto {
+		t.Fatalf("default memory_limit = %v, want auto", DefaultConfig().Write.MemoryLimit)
 	}
 	c := DefaultConfig()
-	c.MemoryLimit = MemoryLimit(16 * MiB)
+	c.Write.MemoryLimit = MemoryLimit(16 * MiB)
 	err := c.Validate()
 	if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "memory_limit must be auto, off or at least 32MiB, got 16MiB") {
 		t.Fatalf("Validate() = %v", err)
 	}
-	c.MemoryLimit = MemoryLimitOff
+	c.Write.MemoryLimit = MemoryLimitOff
 	if err := c.Validate(); err != nil {
 		t.Fatalf("off: %v", err)
 	}
@@ -69,9 +71,9 @@ func TestMemoryBound(t *testing.T) {
 		{"four writers", nil, MemoryLoad{Writers: 4}, 128*MiB + 4*64*MiB + 96*MiB},
 		{"readers", nil, MemoryLoad{Readers: 8}, 128*MiB + 8*2*4*8*MiB + 96*MiB},
 		{"sidecar streams", nil, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 96*MiB},
-		{"sidecar, readers larger than writers", func(c *Config) { c.CoalesceBudget = 16 * MiB; c.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(2*32*MiB+4*MiB) + 96*MiB},
-		{"memory store", func(c *Config) { c.MemoryStoreBytes = 1 * GiB }, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 1*GiB + 96*MiB},
-		{"explicit buffers", func(c *Config) { c.MaxBufferedChunks = 4; c.ChunkSize = 5 * MiB }, MemoryLoad{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
+		{"sidecar, readers larger than writers", func(c *Config) { c.Write.CoalesceBudget = 16 * MiB; c.Sidecar.MaxMessageBytes = 4 * MiB }, MemoryLoad{Streams: 2}, 128*MiB + 2*(2*32*MiB+4*MiB) + 96*MiB},
+		{"memory store", func(c *Config) { c.Sidecar.MemoryStoreBytes = 1 * GiB }, MemoryLoad{Streams: 8}, 128*MiB + 8*(64*MiB+64*MiB) + 1*GiB + 96*MiB},
+		{"explicit buffers", func(c *Config) { c.Write.MaxBufferedChunks = 4; c.Write.ChunkSize = 5 * MiB }, MemoryLoad{Writers: 1}, 20*MiB + 64*MiB + 96*MiB},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -92,11 +94,11 @@ func TestSoftMemoryLimit(t *testing.T) {
 	if got, want := c.SoftMemoryLimit(one), 288*MiB-unmanagedMemory; got != want {
 		t.Errorf("auto: %v, want the bound less %v: %v", got, unmanagedMemory, want)
 	}
-	c.MemoryLimit = MemoryLimit(1 * GiB)
+	c.Write.MemoryLimit = MemoryLimit(1 * GiB)
 	if got := c.SoftMemoryLimit(one); got != GiB {
 		t.Errorf("1GiB: %v", got)
 	}
-	c.MemoryLimit = MemoryLimitOff
+	c.Write.MemoryLimit = MemoryLimitOff
 	if got := c.SoftMemoryLimit(one); got != 0 {
 		t.Errorf("off: %v", got)
 	}
@@ -114,7 +116,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 		t.Fatalf("auto: %v (%s), runtime limit %d, want %d", lim, src, debug.SetMemoryLimit(-1), want)
 	}
 
-	c.MemoryLimit = MemoryLimit(700 * MiB)
+	c.Write.MemoryLimit = MemoryLimit(700 * MiB)
 	lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
 	if lim != 700*MiB || src != "memory_limit" || debug.SetMemoryLimit(-1) != int64(700*MiB) {
 		t.Fatalf("700MiB: %v (%s), runtime limit %d", lim, src, debug.SetMemoryLimit(-1))
@@ -135,7 +137,7 @@ func TestApplyMemoryLimit(t *testing.T) {
 	}
 
 	// off leaves the limit the process has, and says which it is.
-	c.MemoryLimit = MemoryLimitOff
+	c.Write.MemoryLimit = MemoryLimitOff
 	lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv)
 	if src != "off" || lim != 1<<40 || debug.SetMemoryLimit(-1) != 1<<40 {
 		t.Fatalf("off: %v (%s), runtime limit %d: off must leave the runtime's limit alone and report it", lim, src, debug.SetMemoryLimit(-1))
@@ -143,5 +145,26 @@ func TestApplyMemoryLimit(t *testing.T) {
 	debug.SetMemoryLimit(1<<63 - 1)
 	if lim, src = c.ApplyMemoryLimit(MemoryLoad{Writers: 1}, noEnv); src != "off" || lim != 0 {
 		t.Fatalf("off with no limit in the process: %v (%s), want 0 (none)", lim, src)
+	}
+}
+
+// The memory_limit key's doc says what auto computes: the bound with its
+// runtime headroom, less unmanagedMemory, and the defaults' limit.
+func TestMemoryLimitDocMatchesCode(t *testing.T) {
+	w, _ := reflect.TypeFor[Config]().FieldByName("Write")
+	f, ok := w.Type.FieldByName("MemoryLimit")
+	if !ok || f.Tag.Get("yaml") != "memory_limit" {
+		t.Fatalf("Config.Write has no MemoryLimit field tagged memory_limit")
+	}
+	doc := f.Tag.Get("doc")
+	auto := DefaultConfig().SoftMemoryLimit(MemoryLoad{Writers: 1})
+	for _, want := range []string{
+		fmt.Sprintf("+ %d MiB", runtimeHeadroom/MiB),
+		fmt.Sprintf("less %d MiB", unmanagedMemory/MiB),
+		fmt.Sprintf("%d MiB with the defaults and one writer", auto/MiB),
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("memory_limit's doc does not say %q:\n%s", want, doc)
+		}
 	}
 }

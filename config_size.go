@@ -71,21 +71,15 @@ func (s Size) String() string {
 	return strconv.FormatInt(int64(s), 10)
 }
 
-// Set implements pflag.Value.
-func (s *Size) Set(v string) error {
-	n, err := ParseSize(v)
+// UnmarshalText lets YAML and environment values use units.
+func (s *Size) UnmarshalText(b []byte) error {
+	n, err := ParseSize(string(b))
 	if err != nil {
 		return err
 	}
 	*s = n
 	return nil
 }
-
-// Type implements pflag.Value.
-func (s *Size) Type() string { return "size" }
-
-// UnmarshalText lets YAML and environment values use units.
-func (s *Size) UnmarshalText(b []byte) error { return s.Set(string(b)) }
 
 // MarshalText prints units.
 func (s Size) MarshalText() ([]byte, error) { return []byte(s.String()), nil }

@@ -22,8 +22,8 @@ func ExampleOpen_options() {
 	awsCfg := aws.Config{Region: "eu-west-1"} // usually config.LoadDefaultConfig(ctx, ...)
 	reg := prometheus.NewRegistry()
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket = "shuffle"
-	cfg.ReadGapBytes = 512 * durashuffle.KiB // one GET for frames up to 512 KiB apart
+	cfg.Store.Bucket = "shuffle"
+	cfg.Read.GapBytes = 512 * durashuffle.KiB // one GET for frames up to 512 KiB apart
 	c, err := durashuffle.Open(context.Background(), cfg,
 		durashuffle.WithAWSConfig(awsCfg),
 		durashuffle.WithHTTPClient(&http.Client{Timeout: 10 * time.Minute}),
@@ -43,7 +43,7 @@ func ExampleOpen_options() {
 		}
 	}
 	fmt.Println("metrics registered:", ours > 0)
-	fmt.Println("upload slots:", c.Stats().Concurrency == cfg.UploadConcurrency)
+	fmt.Println("upload slots:", c.Stats().Concurrency == cfg.Write.UploadConcurrency)
 	// Output:
 	// metrics registered: true
 	// upload slots: true
@@ -59,7 +59,7 @@ func ExampleClient_SealWorkers() {
 	}
 	defer srv.Close()
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", srv.Endpoint(), true
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 	if err != nil {
 		log.Fatal(err)

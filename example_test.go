@@ -14,7 +14,7 @@ import (
 
 // A stage of 3 workers x 4 partitions, written, committed, sealed and read
 // back, on the in-process S3 server. Against S3 or MinIO only the
-// configuration differs: cfg.Bucket, and cfg.Endpoint for MinIO.
+// configuration differs: cfg.Store.Bucket, and cfg.Store.Endpoint for MinIO.
 func Example() {
 	ctx := context.Background()
 	srv, err := embedded.Start("", "shuffle") // a temporary directory, removed by Close
@@ -24,7 +24,7 @@ func Example() {
 	defer srv.Close()
 
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", srv.Endpoint(), true
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 	if err != nil {
 		log.Fatal(err)

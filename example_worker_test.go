@@ -25,7 +25,7 @@ func Example_worker() {
 	}
 	defer srv.Close()
 	cfg := durashuffle.DefaultConfig() // or cfg.LoadFile("durashuffle.yaml"); docs/configuration.md
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", srv.Endpoint(), true
 	// One client per process: the upload pool is shared. The embedded
 	// server takes only requests signed with its keys; elsewhere the AWS
 	// chain's credentials are used.

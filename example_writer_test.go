@@ -25,7 +25,7 @@ func ExampleWriter_Write_refused() {
 	}
 	defer srv.Close()
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", srv.Endpoint(), true
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 	if err != nil {
 		log.Fatal(err)

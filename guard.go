@@ -68,7 +68,7 @@ type commitGuard struct {
 // Seal call it before they write anything visible; callers may call it
 // earlier to fail before uploading. Safe for concurrent use.
 func (c *Client) CheckCommitGuard(ctx context.Context) error {
-	if c.cfg.CommitGuard == commitGuardOff {
+	if c.cfg.Store.CommitGuard == commitGuardOff {
 		return nil
 	}
 	g := &c.guard
@@ -88,7 +88,7 @@ func (c *Client) CheckCommitGuard(ctx context.Context) error {
 
 // CommitGuard reports the guard's state without probing.
 func (c *Client) CommitGuard() GuardStatus {
-	if c.cfg.CommitGuard == commitGuardOff {
+	if c.cfg.Store.CommitGuard == commitGuardOff {
 		return GuardStatus{State: GuardOff, Endpoint: c.storeName()}
 	}
 	c.guard.mu.Lock()
@@ -103,15 +103,15 @@ func (c *Client) CommitGuard() GuardStatus {
 
 // storeName names the store in errors: its endpoint and bucket.
 func (c *Client) storeName() string {
-	ep := c.cfg.Endpoint
+	ep := c.cfg.Store.Endpoint
 	if ep == "" {
-		region := c.cfg.Region
+		region := c.cfg.Store.Region
 		if region == "" {
 			region = "the AWS chain's region"
 		}
 		ep = "AWS S3 (" + region + ")"
 	}
-	return fmt.Sprintf("%s, bucket %s", ep, c.cfg.Bucket)
+	return fmt.Sprintf("%s, bucket %s", ep, c.cfg.Store.Bucket)
 }
 
 // probeGuard puts a fresh key with If-None-Match: *, puts it again with

@@ -18,17 +18,17 @@ type spillDir struct {
 }
 
 func newSpillDir(cfg Config) *spillDir {
-	if cfg.Spill != "on" {
+	if cfg.Write.Spill != "on" {
 		return nil
 	}
-	root := cfg.SpillDir
+	root := cfg.Write.SpillDir
 	if root == "" {
 		root = os.TempDir()
 	}
 	// What a killed process left goes now, whether or not this one
 	// ever spills.
 	spill.RemoveDead(root)
-	return &spillDir{root: root, limit: int64(cfg.SpillBytes)}
+	return &spillDir{root: root, limit: int64(cfg.Write.SpillBytes)}
 }
 
 // get returns the directory, opening it on first use (nil: spill off).

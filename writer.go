@@ -83,12 +83,12 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	ch, err := chunker.New(wctx, chunker.Options{
 		Schema:           opt.Schema,
 		Partitions:       opt.Partitions,
-		FrameTargetBytes: int64(c.cfg.FrameTargetBytes),
-		CoalesceBudget:   int64(c.cfg.CoalesceBudget),
+		FrameTargetBytes: int64(c.cfg.Write.FrameTargetBytes),
+		CoalesceBudget:   int64(c.cfg.Write.CoalesceBudget),
 		Encoders:         c.cfg.Encoders(),
-		Compression:      c.cfg.Compression,
-		ChunkSize:        int64(c.cfg.ChunkSize),
-		MaxObjectSize:    int64(c.cfg.MaxObjectSize),
+		Compression:      c.cfg.Write.Compression,
+		ChunkSize:        int64(c.cfg.Write.ChunkSize),
+		MaxObjectSize:    int64(c.cfg.Write.MaxObjectSize),
 		Mem:              opt.Mem,
 		Spill:            sp,
 	}, (*sink)(w))
@@ -176,9 +176,9 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		Stage:         w.opt.Stage,
 		Worker:        w.opt.Worker,
 		Attempt:       w.opt.Attempt,
-		Compression:   w.c.cfg.Compression,
+		Compression:   w.c.cfg.Write.Compression,
 		Partitions:    w.opt.Partitions,
-		ChunkSize:     int64(w.c.cfg.ChunkSize),
+		ChunkSize:     int64(w.c.cfg.Write.ChunkSize),
 		Results:       w.opt.Results,
 		WriterVersion: version,
 	}
@@ -286,7 +286,7 @@ func (w *Writer) cleanup(cause error) error {
 
 func (w *Writer) cleanupObjects(objs []*uploader.Upload, cause error) error {
 	w.cancel(cause)
-	timeout := w.c.cfg.CleanupTimeout.D()
+	timeout := w.c.cfg.Write.CleanupTimeout.D()
 	if timeout <= 0 {
 		timeout = uploader.DefaultCleanupTimeout
 	}

@@ -61,7 +61,7 @@ type Options struct {
 //
 //	srv, err := embedded.Start("", "shuffle")
 //	defer srv.Close()
-//	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", srv.Endpoint(), true
+//	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", srv.Endpoint(), true
 //	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()))
 func Start(dataDir string, buckets ...string) (*Server, error) {
 	return StartWith(Options{DataDir: dataDir, Buckets: buckets})

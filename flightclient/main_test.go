@@ -36,10 +36,10 @@ func startSidecar() (stop func(), err error) {
 		return nil, err
 	}
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = "shuffle", s3.Endpoint(), true
-	cfg.AuthToken = "example-token-0123456789"
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "shuffle", s3.Endpoint(), true
+	cfg.Sidecar.AuthToken = "example-token-0123456789"
 	// Results stages expire at once, so TestGC sees gc delete one.
-	cfg.ResultsRetention = 0
+	cfg.GC.ResultsRetention = 0
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(s3.Credentials()))
 	if err != nil {
 		s3.Close()
@@ -59,7 +59,7 @@ func startSidecar() (stop func(), err error) {
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	sidecarAddr, sidecarToken = ln.Addr().String(), cfg.AuthToken
+	sidecarAddr, sidecarToken = ln.Addr().String(), cfg.Sidecar.AuthToken
 	return func() {
 		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()

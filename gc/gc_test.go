@@ -151,7 +151,7 @@ func TestRun(t *testing.T) {
 			raw, _ := ep.NewStore(t)
 			rec := &recStore{Store: raw}
 			cfg := durashuffle.DefaultConfig()
-			cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
+			cfg.Store.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
 			c := testenv.Client(t, cfg, durashuffle.WithStore(raw))
 			defer c.Close()
 			l := c.Layout()

@@ -58,14 +58,14 @@ func newEnv(t *testing.T, ep testenv.Endpoint) *env {
 		t.Fatal(err)
 	}
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket = ep.Bucket
-	cfg.Prefix = "rt"
+	cfg.Store.Bucket = ep.Bucket
+	cfg.Store.Prefix = "rt"
 	// Small frames, so a few thousand rows make dozens of frames.
-	cfg.FrameTargetBytes = 4 * durashuffle.KiB
+	cfg.Write.FrameTargetBytes = 4 * durashuffle.KiB
 	// Room for the per-partition state of the 4096-partition stage.
-	cfg.CoalesceBudget = 1 * durashuffle.MiB
-	cfg.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
-	cfg.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
+	cfg.Write.CoalesceBudget = 1 * durashuffle.MiB
+	cfg.Store.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
+	cfg.Store.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
 	c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
 	t.Cleanup(c.Close)
 	return &env{client: c, raw: raw, counter: counter}

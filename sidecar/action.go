@@ -130,7 +130,7 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport
 	if err != nil || d < 0 {
 		return nil, invalidf("gc: older_than %q: want a non-negative duration such as 6h", req.OlderThan)
 	}
-	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.ResultsRetention.D()})
+	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.GC.ResultsRetention.D()})
 	for _, st := range r.Stages {
 		s.stages.evict(st.Query, st.Stage)
 		s.c.MemoryRelease(st.Query, st.Stage)

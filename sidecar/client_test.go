@@ -23,8 +23,8 @@ import (
 func TestFlightClient(t *testing.T) {
 	const token = "client-token-0123456789"
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
-		c.MemoryStoreBytes = 64 * durashuffle.MiB
-		c.AuthToken = token
+		c.Sidecar.MemoryStoreBytes = 64 * durashuffle.MiB
+		c.Sidecar.AuthToken = token
 	}})
 	c, err := flightclient.Dial(e.addr, flightclient.Options{Token: token})
 	if err != nil {

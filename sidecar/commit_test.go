@@ -174,7 +174,7 @@ func (s ignoreCondition) Put(ctx context.Context, key string, body []byte, o sto
 // On MinIO itself the guard passes and /readyz says so.
 func TestCommitGuardInSidecar(t *testing.T) {
 	ep := testenv.MinIO(t)
-	withEndpoint := func(c *durashuffle.Config) { c.Endpoint = ep.URL }
+	withEndpoint := func(c *durashuffle.Config) { c.Store.Endpoint = ep.URL }
 	bad := newEnv(t, ep, envOptions{cfg: withEndpoint, wrap: func(s store.Store) store.Store { return ignoreCondition{s} }})
 	var code int
 	var body string
@@ -215,7 +215,7 @@ func TestCommitGuardInSidecar(t *testing.T) {
 // probe, is ready, and /readyz says that commits are not checked.
 func TestReadyzCommitGuardOff(t *testing.T) {
 	ep := testenv.MinIO(t)
-	e := newEnv(t, ep, envOptions{cfg: func(c *durashuffle.Config) { c.Endpoint, c.CommitGuard = ep.URL, "off" }})
+	e := newEnv(t, ep, envOptions{cfg: func(c *durashuffle.Config) { c.Store.Endpoint, c.Store.CommitGuard = ep.URL, "off" }})
 	waitReady(t, e)
 	code, body := get(t, e.httpURL+"/readyz")
 	want := "ready\ncommit guard: off (" + ep.URL + ", bucket " + ep.Bucket + ")\n" +

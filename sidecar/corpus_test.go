@@ -200,9 +200,9 @@ func releaseAll(bs []arrow.RecordBatch) {
 // arrive whole and equal.
 func TestGetSplitsSlicedUnionsAndListViews(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
-		c.MaxMessageBytes = durashuffle.MiB
-		c.FrameTargetBytes = 8 * durashuffle.MiB
-		c.CoalesceBudget = 32 * durashuffle.MiB
+		c.Sidecar.MaxMessageBytes = durashuffle.MiB
+		c.Write.FrameTargetBytes = 8 * durashuffle.MiB
+		c.Write.CoalesceBudget = 32 * durashuffle.MiB
 	}})
 	fields := []arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int64, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.String, Nullable: true}}
 	sc := arrow.NewSchema([]arrow.Field{

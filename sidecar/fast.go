@@ -88,7 +88,7 @@ func (s *Server) held(body []byte) (*flightclient.HeldResult, error) {
 		stage = *req.Stage
 	}
 	budget, h, r, held := s.c.MemoryHeld(req.Query, stage)
-	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.AdvertiseAddr, BudgetBytes: budget, HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
+	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.Sidecar.AdvertiseAddr, BudgetBytes: budget, HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}
 	for _, w := range held {
 		res.Workers = append(res.Workers, flightclient.HeldWorker{Query: w.Query, Stage: w.Stage, Worker: w.Worker, Attempt: w.Attempt, Bytes: w.Bytes, Read: w.Read})
 	}

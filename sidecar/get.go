@@ -74,7 +74,7 @@ func (s *Server) sendPartitions(ctx context.Context, stream flight.FlightService
 	// A message carries one batch; batches are cut to half the message
 	// limit so a frame written with a larger frame_target_bytes than the
 	// reader's max_message_bytes still goes out.
-	maxBytes := int64(s.cfg.MaxMessageBytes) / 2
+	maxBytes := int64(s.cfg.Sidecar.MaxMessageBytes) / 2
 	for recs.Next() {
 		hook("DoGet.batch")
 		rec := recs.RecordBatch()

@@ -26,8 +26,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/sidecar"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/store/s3store"
@@ -80,19 +80,19 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 		t.Fatal(err)
 	}
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket = so.Bucket
-	cfg.Prefix = "sc"
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.UploadConcurrency = 4
-	cfg.FrameTargetBytes = 64 * durashuffle.KiB
-	cfg.CoalesceBudget = 1 * durashuffle.MiB
-	cfg.EncodeConcurrency = 2
-	cfg.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
-	cfg.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
-	cfg.Listen = "127.0.0.1:0"
-	cfg.MetricsListen = "127.0.0.1:0"
+	cfg.Store.Bucket = so.Bucket
+	cfg.Store.Prefix = "sc"
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.UploadConcurrency = 4
+	cfg.Write.FrameTargetBytes = 64 * durashuffle.KiB
+	cfg.Write.CoalesceBudget = 1 * durashuffle.MiB
+	cfg.Write.EncodeConcurrency = 2
+	cfg.Store.RetryBaseDelay = durashuffle.Duration(time.Millisecond)
+	cfg.Store.RetryMaxDelay = durashuffle.Duration(10 * time.Millisecond)
+	cfg.Sidecar.Listen = "127.0.0.1:0"
+	cfg.Sidecar.MetricsListen = "127.0.0.1:0"
 	if o.listen != "" {
-		cfg.Listen = o.listen
+		cfg.Sidecar.Listen = o.listen
 	}
 	if o.cfg != nil {
 		o.cfg(&cfg)
@@ -116,11 +116,11 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := sidecar.Listen(cfg.Listen)
+	ln, err := sidecar.Listen(cfg.Sidecar.Listen)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hln, err := net.Listen("tcp", cfg.MetricsListen)
+	hln, err := net.Listen("tcp", cfg.Sidecar.MetricsListen)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +144,7 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 		e.addr = "unix:" + e.addr
 	}
 	e.httpURL = "http://" + hln.Addr().String()
-	if cfg.TLSCertFile != "" {
+	if cfg.Sidecar.TLSCertFile != "" {
 		// The test dials with the credentials it is about.
 		e.httpURL = "https://" + hln.Addr().String()
 		return e

@@ -64,8 +64,8 @@ func TestHostileAbortOverrunsWait(t *testing.T) {
 		e := newEnv(t, ep, envOptions{
 			cutOff: true, // the cleanup's Shutdown returns ErrCleanup, as asserted below
 			cfg: func(c *durashuffle.Config) {
-				c.CleanupTimeout = durashuffle.Duration(cleanup)
-				c.MaxStreams = 1
+				c.Write.CleanupTimeout = durashuffle.Duration(cleanup)
+				c.Sidecar.MaxStreams = 1
 				uploading(c)
 			},
 			wrap: func(st store.Store) store.Store { hang.Store = st; return hang },

@@ -94,4 +94,4 @@ func (e *env) stageManifests(ctx context.Context, query string, stage int) ([]st
 // uploading turns the spill off: each run is uploaded as it flushes, for
 // tests of what happens to parts in flight while a stream still sends
 // (with spill on, nothing is uploaded before the commit message).
-func uploading(c *durashuffle.Config) { c.Spill = "off" }
+func uploading(c *durashuffle.Config) { c.Write.Spill = "off" }

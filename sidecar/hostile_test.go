@@ -27,8 +27,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/sidecar"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/testkit/testenv"
@@ -197,7 +197,7 @@ func TestHostilePanic(t *testing.T) {
 // ErrCutOff), and a stream that was merely in flight was aborted.
 func TestHostileStuckHandler(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{cutOff: true, cfg: func(c *durashuffle.Config) {
-		c.CleanupTimeout = durashuffle.Duration(time.Second)
+		c.Write.CleanupTimeout = durashuffle.Duration(time.Second)
 	}})
 	ctx := context.Background()
 	stuck := make(chan struct{})
@@ -304,9 +304,9 @@ func TestHostileStalledStreams(t *testing.T) {
 	)
 	forEveryBackend(t, func(t *testing.T, ep testenv.Endpoint) {
 		e := newEnv(t, ep, envOptions{cfg: func(c *durashuffle.Config) {
-			c.MaxStreams = 2
-			c.StreamFirstMessageTimeout = durashuffle.Duration(first)
-			c.StreamIdleTimeout = durashuffle.Duration(idle)
+			c.Sidecar.MaxStreams = 2
+			c.Sidecar.StreamFirstMessageTimeout = durashuffle.Duration(first)
+			c.Sidecar.StreamIdleTimeout = durashuffle.Duration(idle)
 		}})
 		ctx := context.Background()
 		var stalled []*stalledPut

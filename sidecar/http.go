@@ -77,7 +77,7 @@ type readiness struct {
 
 func (r *readiness) start(s *Server, interval time.Duration) {
 	r.interval = interval
-	r.last = fmt.Errorf("bucket %q not probed yet", s.cfg.Bucket)
+	r.last = fmt.Errorf("bucket %q not probed yet", s.cfg.Store.Bucket)
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	r.done = make(chan struct{})
@@ -118,7 +118,7 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 			prev := r.last
 			switch {
 			case err != nil:
-				r.last = fmt.Errorf("bucket %q unreachable: %w", s.cfg.Bucket, err)
+				r.last = fmt.Errorf("bucket %q unreachable: %w", s.cfg.Store.Bucket, err)
 			case gerr != nil:
 				r.last = gerr
 			default:
@@ -130,7 +130,7 @@ func (r *readiness) start(s *Server, interval time.Duration) {
 			case now != nil && prev == nil:
 				s.log.Warn("not ready", "err", now)
 			case now == nil && prev != nil:
-				s.log.Info("ready: bucket reachable", "bucket", s.cfg.Bucket)
+				s.log.Info("ready: bucket reachable", "bucket", s.cfg.Store.Bucket)
 			}
 			select {
 			case <-ctx.Done():

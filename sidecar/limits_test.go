@@ -19,7 +19,7 @@ import (
 // beyond loopback without a token) tells loopback from the rest.
 func TestLoopbackByDefault(t *testing.T) {
 	d := durashuffle.DefaultConfig()
-	for _, addr := range []string{d.Listen, d.MetricsListen} {
+	for _, addr := range []string{d.Sidecar.Listen, d.Sidecar.MetricsListen} {
 		if !sidecar.IsLoopback(addr) {
 			t.Fatalf("default address %q is not loopback", addr)
 		}
@@ -33,7 +33,7 @@ func TestLoopbackByDefault(t *testing.T) {
 		}
 	}
 	// The default host really binds loopback only.
-	host, _, _ := net.SplitHostPort(d.Listen)
+	host, _, _ := net.SplitHostPort(d.Sidecar.Listen)
 	ln, err := sidecar.Listen(net.JoinHostPort(host, "0"))
 	if err != nil {
 		t.Fatal(err)
@@ -53,9 +53,9 @@ func TestLoopbackByDefault(t *testing.T) {
 // limit (frame_target_bytes 4 MiB here) into batches that fit.
 func TestMessageSizeLimit(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
-		c.MaxMessageBytes = 1 * durashuffle.MiB
-		c.FrameTargetBytes = 4 * durashuffle.MiB
-		c.CoalesceBudget = 16 * durashuffle.MiB
+		c.Sidecar.MaxMessageBytes = 1 * durashuffle.MiB
+		c.Write.FrameTargetBytes = 4 * durashuffle.MiB
+		c.Write.CoalesceBudget = 16 * durashuffle.MiB
 	}})
 	ctx := context.Background()
 	big, _ := genBatch("w", 0, 2000, 1024) // ~2 MiB in one FlightData message

@@ -24,8 +24,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/sidecar"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/testkit/testenv"
@@ -114,8 +114,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("/metrics has no %s", name)
 		}
 	}
-	if got := sum(before, metrics.UploadConcurrency, nil); got != float64(e.cfg.UploadConcurrency) {
-		t.Errorf("%s = %v, want %d", metrics.UploadConcurrency, got, e.cfg.UploadConcurrency)
+	if got := sum(before, metrics.UploadConcurrency, nil); got != float64(e.cfg.Write.UploadConcurrency) {
+		t.Errorf("%s = %v, want %d", metrics.UploadConcurrency, got, e.cfg.Write.UploadConcurrency)
 	}
 
 	var bs []partBatch
@@ -358,7 +358,7 @@ func TestShutdownCutsOff(t *testing.T) {
 	}
 	// Streams get the grace less its cleanup reserve; the abort fits in
 	// the reserve, so Shutdown ends within the grace.
-	if reserve := sidecar.Reserve(grace, e.cfg.CleanupTimeout.D()); took < grace-reserve || took > grace+500*time.Millisecond {
+	if reserve := sidecar.Reserve(grace, e.cfg.Write.CleanupTimeout.D()); took < grace-reserve || took > grace+500*time.Millisecond {
 		t.Errorf("Shutdown returned after %v, want between the streams' %v and the %v grace", took, grace-reserve, grace)
 	}
 	// Checked at once, not polled: Shutdown waits for the abort.
@@ -447,13 +447,13 @@ func TestMemoryBounded(t *testing.T) {
 	var slow *slowParts
 	e := newEnv(t, testenv.MinIO(t), envOptions{
 		cfg: func(c *durashuffle.Config) {
-			c.ChunkSize = 5 * durashuffle.MiB
-			c.UploadConcurrency = 2
-			c.MaxBufferedChunks = 4
-			c.FrameTargetBytes = 256 * durashuffle.KiB
-			c.CoalesceBudget = 1 * durashuffle.MiB
-			c.EncodeConcurrency = 2
-			c.Compression = "none"
+			c.Write.ChunkSize = 5 * durashuffle.MiB
+			c.Write.UploadConcurrency = 2
+			c.Write.MaxBufferedChunks = 4
+			c.Write.FrameTargetBytes = 256 * durashuffle.KiB
+			c.Write.CoalesceBudget = 1 * durashuffle.MiB
+			c.Write.EncodeConcurrency = 2
+			c.Write.Compression = "none"
 		},
 		wrap: func(st store.Store) store.Store {
 			slow = &slowParts{Store: st, delay: delay}
@@ -479,10 +479,10 @@ func TestMemoryBounded(t *testing.T) {
 	baseline := ms.HeapInuse
 	cfg := e.cfg
 	var (
-		f       = int64(cfg.FrameTargetBytes)
-		server  = int64(cfg.CoalesceBudget) + int64(6*cfg.EncodeConcurrency+2)*f + 1<<20 + 1<<20 + batchBytes
+		f       = int64(cfg.Write.FrameTargetBytes)
+		server  = int64(cfg.Write.CoalesceBudget) + int64(6*cfg.Write.EncodeConcurrency+2)*f + 1<<20 + 1<<20 + batchBytes
 		client  = 3*batchBytes + 1<<20
-		uploads = int64(cfg.MaxBufferedChunks) * int64(cfg.ChunkSize)
+		uploads = int64(cfg.Write.MaxBufferedChunks) * int64(cfg.Write.ChunkSize)
 		slack   = int64(96 << 20)
 		bound   = baseline + uint64(uploads+streams*(server+client)+slack)
 	)
@@ -561,17 +561,17 @@ func TestMemoryBounded(t *testing.T) {
 	stats := e.client.Stats()
 	t.Logf("%d streams pushed %d MiB (%d MiB stored, %d parts) in %v: %.1f MiB/s; pool peak %d of %d chunks",
 		streams, pushed.Load()>>20, stored>>20, slow.parts.Load(), took.Round(time.Millisecond),
-		float64(stored)/(1<<20)/took.Seconds(), stats.PeakBuffered, cfg.MaxBufferedChunks)
+		float64(stored)/(1<<20)/took.Seconds(), stats.PeakBuffered, cfg.Write.MaxBufferedChunks)
 	t.Logf("heap in use after GC: baseline %d MiB, peak %d MiB over %d samples; bound %d MiB = baseline + uploads %d MiB + %d streams x (sidecar %.1f + client %.1f MiB) + slack %d MiB",
 		baseline>>20, peak.Load()>>20, samples.Load(), bound>>20, uploads>>20, streams, float64(server)/(1<<20), float64(client)/(1<<20), slack>>20)
-	if stats.PeakBuffered > int64(cfg.MaxBufferedChunks) {
-		t.Errorf("pool held %d chunks at once, max_buffered_chunks is %d", stats.PeakBuffered, cfg.MaxBufferedChunks)
+	if stats.PeakBuffered > int64(cfg.Write.MaxBufferedChunks) {
+		t.Errorf("pool held %d chunks at once, max_buffered_chunks is %d", stats.PeakBuffered, cfg.Write.MaxBufferedChunks)
 	}
-	if stats.PeakBuffered < int64(cfg.MaxBufferedChunks) {
-		t.Errorf("pool held at most %d of %d chunks: the store was not the bottleneck, the test proves nothing", stats.PeakBuffered, cfg.MaxBufferedChunks)
+	if stats.PeakBuffered < int64(cfg.Write.MaxBufferedChunks) {
+		t.Errorf("pool held at most %d of %d chunks: the store was not the bottleneck, the test proves nothing", stats.PeakBuffered, cfg.Write.MaxBufferedChunks)
 	}
 	// The slow store must have paced the clients: parts / concurrency x delay.
-	if min := time.Duration(slow.parts.Load()/int64(cfg.UploadConcurrency)) * delay; took < min*8/10 {
+	if min := time.Duration(slow.parts.Load()/int64(cfg.Write.UploadConcurrency)) * delay; took < min*8/10 {
 		t.Errorf("pushing took %v, less than the %v the slow store needs: the clients were not paced", took, min)
 	}
 	if samples.Load() < 10 {

@@ -26,11 +26,11 @@ func TestLibraryReaderUsesPeers(t *testing.T) {
 	ln.Close()
 	ep := testenv.Embedded(t)
 	e := newEnv(t, ep, envOptions{listen: addr, cfg: func(c *durashuffle.Config) {
-		c.MemoryStoreBytes = 64 * durashuffle.MiB
-		c.AdvertiseAddr = addr
-		c.AuthToken = "peer-token-0123456789"
+		c.Sidecar.MemoryStoreBytes = 64 * durashuffle.MiB
+		c.Sidecar.AdvertiseAddr = addr
+		c.Sidecar.AuthToken = "peer-token-0123456789"
 	}})
-	ctx, cancel := context.WithTimeout(withToken(context.Background(), e.cfg.AuthToken), time.Minute)
+	ctx, cancel := context.WithTimeout(withToken(context.Background(), e.cfg.Sidecar.AuthToken), time.Minute)
 	defer cancel()
 	var want []row
 	var bs []partBatch
@@ -48,7 +48,7 @@ func TestLibraryReaderUsesPeers(t *testing.T) {
 
 	// The library client: same bucket and prefix, no memory store.
 	cfg := e.cfg
-	cfg.MemoryStoreBytes, cfg.AdvertiseAddr = 0, ""
+	cfg.Sidecar.MemoryStoreBytes, cfg.Sidecar.AdvertiseAddr = 0, ""
 	st, counter := ep.NewStore(t)
 	m := metrics.New()
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter), durashuffle.WithObserver(m))
@@ -57,7 +57,7 @@ func TestLibraryReaderUsesPeers(t *testing.T) {
 		name  string
 		token string
 		peers bool
-	}{{"peer", e.cfg.AuthToken, true}, {"wrong token", "another-token-0123456789", false}} {
+	}{{"peer", e.cfg.Sidecar.AuthToken, true}, {"wrong token", "another-token-0123456789", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := peer.New(peer.Options{Token: tc.token})
 			defer p.Close()

@@ -255,11 +255,11 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 // 4 x max_message_bytes (a message's buffers decompressed) decoded at
 // once.
 func (s *Server) decodeAllocator() memory.Allocator {
-	msg := int64(s.cfg.MaxMessageBytes)
+	msg := int64(s.cfg.Sidecar.MaxMessageBytes)
 	if msg <= 0 {
-		msg = int64(durashuffle.DefaultConfig().MaxMessageBytes)
+		msg = int64(durashuffle.DefaultConfig().Sidecar.MaxMessageBytes)
 	}
-	return ipcguard.NewAllocator(s.mem, int64(s.cfg.CoalesceBudget)+4*msg,
+	return ipcguard.NewAllocator(s.mem, int64(s.cfg.Write.CoalesceBudget)+4*msg,
 		"a DoPut may hold decoded at once (coalesce_budget + 4 x max_message_bytes)")
 }
 

@@ -151,7 +151,7 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 	o.Metrics.WatchConcurrency(func() int { return c.Stats().Concurrency })
 	o.Metrics.WatchCommitGuard(metrics.CommitGuardStates, func() string { return string(c.CommitGuard().State) })
 
-	gap := int64(cfg.ReadGapBytes)
+	gap := int64(cfg.Read.GapBytes)
 	if gap == 0 {
 		gap = -1 // the reader's zero means its default; the config's means "no gap"
 	}
@@ -162,27 +162,27 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		m:        o.Metrics,
 		st:       o.Metrics.CountReads(c.Store()),
 		mem:      o.Mem,
-		rd:       reader.Options{RangeBytes: int64(cfg.ReadRangeBytes), ReadAhead: cfg.ReadAhead, GapBytes: gap, Mem: o.Mem},
-		slots:    semaphore.NewWeighted(int64(max(1, cfg.MaxStreams))),
+		rd:       reader.Options{RangeBytes: int64(cfg.Read.RangeBytes), ReadAhead: cfg.Read.Ahead, GapBytes: gap, Mem: o.Mem},
+		slots:    semaphore.NewWeighted(int64(max(1, cfg.Sidecar.MaxStreams))),
 		shutDone: make(chan struct{}),
 		tls:      tc,
 
-		firstTimeout: cfg.StreamFirstMessageTimeout.D(),
-		idleTimeout:  cfg.StreamIdleTimeout.D(),
+		firstTimeout: cfg.Sidecar.StreamFirstMessageTimeout.D(),
+		idleTimeout:  cfg.Sidecar.StreamIdleTimeout.D(),
 	}
-	if cfg.AuthToken != "" {
-		sum := sha256.Sum256([]byte(cfg.AuthToken))
+	if cfg.Sidecar.AuthToken != "" {
+		sum := sha256.Sum256([]byte(cfg.Sidecar.AuthToken))
 		s.tokenSum = &sum
 	}
 	// Frames of workers that peers advertise come from them, with the
 	// same bearer token as every call; the memory store serves this
 	// sidecar's own. Both are only tried before S3.
-	c.UsePeers(peer.New(peer.Options{Token: cfg.AuthToken, TLS: peerTLS(tc)}))
+	c.UsePeers(peer.New(peer.Options{Token: cfg.Sidecar.AuthToken, TLS: peerTLS(tc)}))
 	fast := c.ReaderOptions()
 	s.rd.Source, s.rd.SourceHedge, s.rd.SourceDelay, s.rd.Observer = fast.Source, fast.SourceHedge, fast.SourceDelay, o.Metrics
-	msg := int(cfg.MaxMessageBytes)
+	msg := int(cfg.Sidecar.MaxMessageBytes)
 	if msg <= 0 {
-		msg = int(durashuffle.DefaultConfig().MaxMessageBytes)
+		msg = int(durashuffle.DefaultConfig().Sidecar.MaxMessageBytes)
 	}
 	s.drain, s.drainNow = context.WithCancel(context.Background())
 	s.hard, s.hardStop = context.WithCancelCause(context.Background())
@@ -442,10 +442,10 @@ func (s *Server) shutdown(ctx context.Context) error {
 }
 
 func (s *Server) cleanupTimeout() time.Duration {
-	if d := s.cfg.CleanupTimeout.D(); d > 0 {
+	if d := s.cfg.Write.CleanupTimeout.D(); d > 0 {
 		return d
 	}
-	return durashuffle.DefaultConfig().CleanupTimeout.D()
+	return durashuffle.DefaultConfig().Write.CleanupTimeout.D()
 }
 
 // enter registers a call; it fails while draining.

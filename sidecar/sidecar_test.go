@@ -536,7 +536,7 @@ func TestAuth(t *testing.T) {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	sock := "unix:" + filepath.Join(dir, "flight.sock")
-	e := newEnv(t, testenv.Embedded(t), envOptions{listen: sock, cfg: func(c *durashuffle.Config) { c.AuthToken = token }})
+	e := newEnv(t, testenv.Embedded(t), envOptions{listen: sock, cfg: func(c *durashuffle.Config) { c.Sidecar.AuthToken = token }})
 	if e.addr != sock {
 		t.Fatalf("listening on %s, want %s", e.addr, sock)
 	}

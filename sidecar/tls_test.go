@@ -76,7 +76,7 @@ func httpsGet(url string, tc *tls.Config) (int, string, error) {
 func TestTLS(t *testing.T) {
 	p := testenv.NewPKI(t)
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
-		c.TLSCertFile, c.TLSKeyFile = p.CertFile, p.KeyFile
+		c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile = p.CertFile, p.KeyFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || mutual {
 		t.Fatalf("TLS() = %v, %v; want TLS without client certificates", on, mutual)
@@ -128,7 +128,7 @@ func TestTLS(t *testing.T) {
 func TestMutualTLS(t *testing.T) {
 	p := testenv.NewPKI(t)
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
-		c.TLSCertFile, c.TLSKeyFile, c.TLSClientCAFile = p.CertFile, p.KeyFile, p.CAFile
+		c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile, c.Sidecar.TLSClientCAFile = p.CertFile, p.KeyFile, p.CAFile
 	}})
 	if on, mutual := e.srv.TLS(); !on || !mutual {
 		t.Fatalf("TLS() = %v, %v; want mutual TLS", on, mutual)
@@ -195,7 +195,7 @@ func TestTLSConfigErrors(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := durashuffle.DefaultConfig()
-			cfg.TLSCertFile, cfg.TLSKeyFile, cfg.TLSClientCAFile = c.cert, c.key, c.ca
+			cfg.Sidecar.TLSCertFile, cfg.Sidecar.TLSKeyFile, cfg.Sidecar.TLSClientCAFile = c.cert, c.key, c.ca
 			_, err := sidecar.LoadTLS(cfg)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("LoadTLS: %v, want %q", err, c.want)
@@ -217,15 +217,15 @@ func TestExposureWarnings(t *testing.T) {
 		want []string
 	}{
 		{"loopback", func(*durashuffle.Config) {}, nil},
-		{"unix socket", func(c *durashuffle.Config) { c.Listen = "unix:/run/ds.sock" }, nil},
-		{"all interfaces, nothing set", func(c *durashuffle.Config) { c.Listen = "0.0.0.0:8815" },
+		{"unix socket", func(c *durashuffle.Config) { c.Sidecar.Listen = "unix:/run/ds.sock" }, nil},
+		{"all interfaces, nothing set", func(c *durashuffle.Config) { c.Sidecar.Listen = "0.0.0.0:8815" },
 			[]string{"listen 0.0.0.0:8815 is beyond loopback without auth_token", "listen 0.0.0.0:8815 is beyond loopback without TLS"}},
-		{"token, no TLS", func(c *durashuffle.Config) { c.Listen, c.AuthToken = "10.0.0.5:8815", "t0ken" },
+		{"token, no TLS", func(c *durashuffle.Config) { c.Sidecar.Listen, c.Sidecar.AuthToken = "10.0.0.5:8815", "t0ken" },
 			[]string{"listen 10.0.0.5:8815 is beyond loopback without TLS"}},
 		{"TLS and token", func(c *durashuffle.Config) {
-			c.Listen, c.AuthToken, c.TLSCertFile, c.TLSKeyFile, c.MetricsListen = ":8815", "t0ken", "c.pem", "k.pem", ":9815"
+			c.Sidecar.Listen, c.Sidecar.AuthToken, c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile, c.Sidecar.MetricsListen = ":8815", "t0ken", "c.pem", "k.pem", ":9815"
 		}, nil},
-		{"metrics beyond loopback", func(c *durashuffle.Config) { c.MetricsListen = "[::]:9815" },
+		{"metrics beyond loopback", func(c *durashuffle.Config) { c.Sidecar.MetricsListen = "[::]:9815" },
 			[]string{"metrics_listen [::]:9815 is beyond loopback without TLS"}},
 	}
 	for _, c := range cases {

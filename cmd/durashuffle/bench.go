@@ -116,9 +116,9 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	o.connBandwidth = 8 * durashuffle.MiB
 	o.stored = 256 * durashuffle.MiB
 	pf.DurationVar(&o.latency, "latency", 20*time.Millisecond, "added round-trip latency per request (half on each direction); 0 with --conn-bandwidth 0: no shaping")
-	pf.Var(&o.connBandwidth, "conn-bandwidth", "bandwidth per connection and direction (bytes per second, e.g. 8MiB)")
+	pf.Var(sizeFlag(&o.connBandwidth), "conn-bandwidth", "bandwidth per connection and direction (bytes per second, e.g. 8MiB)")
 	pf.IntVar(&o.rounds, "rounds", 3, "rounds per contender, alternated; medians are reported")
-	pf.Var(&o.stored, "stored", "stored (encoded) size of the data set for write, read, small-batches, encode, sweep and partitions")
+	pf.Var(sizeFlag(&o.stored), "stored", "stored (encoded) size of the data set for write, read, small-batches, encode, sweep and partitions")
 	pf.IntVar(&o.partitions, "partitions", 64, "output partitions")
 	pf.IntVar(&o.producers, "producers", 2, "goroutines calling Write per worker")
 	pf.IntVar(&o.workers, "workers", 1, "writers (one data object each) per contender")
@@ -140,7 +140,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.fanShapes, "fan-shapes", "8x8,32x8", "fan: shapes, WRITERSxREADERS, comma-separated")
 	pf.StringVar(&o.fanSizes, "fan-sizes", "1,8,16", "fan: each writer's logical output, in multiples of --fan-coalesce-budget")
 	pf.IntVar(&o.fanParts, "fan-partitions", 2048, "fan: partitions")
-	pf.Var(&o.fanBudget, "fan-coalesce-budget", "fan: coalesce_budget of every contender (the druid and map-file writers sort in as much memory)")
+	pf.Var(sizeFlag(&o.fanBudget), "fan-coalesce-budget", "fan: coalesce_budget of every contender (the druid and map-file writers sort in as much memory)")
 	pf.BoolVar(&o.json, "json", false, "print each scenario's report as one JSON object")
 	pf.StringVar(&o.plot, "plot", "", "draw the results into this PNG file")
 	pf.StringVar(&o.out, "out", "", "all: write <scenario>.json and <scenario>.png into this directory")
@@ -343,7 +343,7 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	for _, c := range chunks {
 		// The configuration's own check: chunk_size's range is stated once.
 		trial := cfg
-		trial.ChunkSize = c
+		trial.Write.ChunkSize = c
 		if err := trial.Validate(); err != nil {
 			return nil, usagef("--chunk-sizes %s: %v", c, err)
 		}
@@ -380,7 +380,7 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 		case "bound":
 			m = durashuffle.MemoryLimit(cfg.MemoryBound(durashuffle.MemoryLoad{Writers: max(1, o.workers)}))
 		default:
-			if err := m.Set(f); err != nil {
+			if err := m.UnmarshalText([]byte(f)); err != nil {
 				return nil, usagef("--memory-limit %q: want auto, off, bound or a size, comma-separated", o.memLimit)
 			}
 		}
@@ -400,6 +400,9 @@ func intList(flag, s string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// sizeFlag is a flag of a size with units (8MiB, 1.5GiB, 1048576).
+func sizeFlag(p *durashuffle.Size) textFlag { return textFlag{p, "size"} }
 
 func sizeList(flag, s string) ([]durashuffle.Size, error) {
 	var out []durashuffle.Size

@@ -153,17 +153,17 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	if err != nil {
 		return err
 	}
-	if cfg.Bucket == "" {
-		cfg.Bucket = defaultDemoBucket
+	if cfg.Store.Bucket == "" {
+		cfg.Store.Bucket = defaultDemoBucket
 	}
 	sum := &demoSummary{
-		Query: o.query, Bucket: cfg.Bucket, Workers: o.workers, Partitions: o.partitions,
-		ChunkSize: int64(cfg.ChunkSize), Compression: cfg.Compression,
-		MaxBuffered: cfg.BufferedChunks(), UploadConc: cfg.UploadConcurrency,
+		Query: o.query, Bucket: cfg.Store.Bucket, Workers: o.workers, Partitions: o.partitions,
+		ChunkSize: int64(cfg.Write.ChunkSize), Compression: cfg.Write.Compression,
+		MaxBuffered: cfg.BufferedChunks(), UploadConc: cfg.Write.UploadConcurrency,
 	}
 
 	// The embedded server unless an endpoint is configured.
-	sum.Embedded = cfg.Endpoint == ""
+	sum.Embedded = cfg.Store.Endpoint == ""
 	// Writers, then readers: never both at once, but the bound counts both.
 	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Writers: o.workers, Readers: o.readers}, sum.Embedded)
 	o.prog = a.startProgress()
@@ -172,12 +172,12 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	if sum.Embedded {
 		emb = &embeddedS3{dataDir: o.dataDir}
 	}
-	client, closeClient, err := a.connect(ctx, &cfg, emb, o.prog.observer(int64(cfg.ChunkSize)))
+	client, closeClient, err := a.connect(ctx, &cfg, emb, o.prog.observer(int64(cfg.Write.ChunkSize)))
 	if err != nil {
 		return err
 	}
 	defer closeClient()
-	sum.Endpoint = cfg.Endpoint
+	sum.Endpoint = cfg.Store.Endpoint
 	counter := client.Counter()
 	// The commit guard's one probe, before the write phase: a store that
 	// would not make manifests commit points fails the demo before any
@@ -195,7 +195,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 
 	// Write.
 	a.log.Info("writing", "query", o.query, "rows", o.rows, "workers", o.workers, "partitions", o.partitions,
-		"chunk_size", cfg.ChunkSize, "upload_concurrency", cfg.UploadConcurrency)
+		"chunk_size", cfg.Write.ChunkSize, "upload_concurrency", cfg.Write.UploadConcurrency)
 	before := counter.Requests()
 	start := time.Now()
 	written, workers, err := writeDemo(ctx, client, o)

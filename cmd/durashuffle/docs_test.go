@@ -6,8 +6,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/durashuffle/durashuffle"
 )
 
 // useDocs says what each use's keys configure, for the README's table.
@@ -44,7 +42,7 @@ func flagTable(t *testing.T) string {
 			t.Fatalf("use %d has no entry in useDocs", use)
 		}
 		var keys, on []string
-		for _, k := range durashuffle.Keys() {
+		for _, k := range Keys() {
 			if keyUses[k.Name] == use {
 				keys = append(keys, "`"+k.Name+"`")
 			}

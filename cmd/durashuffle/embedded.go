@@ -30,7 +30,7 @@ func (a *app) startEmbedded(e embeddedS3, cfg *durashuffle.Config) (srv *embedde
 		}
 		temp = true
 	}
-	o := embeddeds3.Options{DataDir: dir, Buckets: []string{cfg.Bucket}, Addr: e.listen}
+	o := embeddeds3.Options{DataDir: dir, Buckets: []string{cfg.Store.Bucket}, Addr: e.listen}
 	keys := "generated (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY to choose them)"
 	if id, secret := a.getenv("AWS_ACCESS_KEY_ID"), a.getenv("AWS_SECRET_ACCESS_KEY"); id != "" && secret != "" {
 		o.AccessKeyID, o.SecretAccessKey = id, secret
@@ -46,8 +46,8 @@ func (a *app) startEmbedded(e embeddedS3, cfg *durashuffle.Config) (srv *embedde
 		}
 		return nil, nil, err
 	}
-	cfg.Endpoint, cfg.PathStyle = srv.Endpoint(), true
-	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Bucket,
+	cfg.Store.Endpoint, cfg.Store.PathStyle = srv.Endpoint(), true
+	a.log.Info("embedded S3 server started", "endpoint", srv.Endpoint(), "data_dir", dir, "bucket", cfg.Store.Bucket,
 		"signed_with", keys)
 	return srv, func() {
 		if err := srv.Close(); err != nil {

@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"reflect"
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/spf13/pflag"
@@ -16,7 +15,7 @@ type configFlags struct {
 	fs    *pflag.FlagSet
 	vals  durashuffle.Config
 	file  string
-	bound []durashuffle.Key // the keys that have a flag on fs
+	bound []Key // the keys that have a flag on fs
 	// defaults, if set, changes DefaultConfig for one command (serve's
 	// memory store) before the file, environment and flags apply.
 	defaults func(*durashuffle.Config)
@@ -104,22 +103,18 @@ var commandUses = map[string]keyUse{
 func bindConfigFlags(fs *pflag.FlagSet, uses keyUse) *configFlags {
 	f := &configFlags{fs: fs, vals: durashuffle.DefaultConfig()}
 	fs.StringVar(&f.file, "config", "", "YAML config file (keys as in docs/configuration.md)")
-	for _, k := range durashuffle.Keys() {
+	for _, k := range Keys() {
 		// A command's own flag of the same name wins (bench's
 		// --memory-limit takes a list to compare).
 		if keyUses[k.Name]&uses == 0 || fs.Lookup(k.Flag) != nil {
 			continue
 		}
 		f.bound = append(f.bound, k)
-		v := reflect.ValueOf(&f.vals).Elem().FieldByName(k.Go).Addr().Interface()
+		v := k.field(&f.vals).Addr().Interface()
 		usage := oneLine(k.Doc) + " (" + k.Env + "; docs/configuration.md)"
 		switch p := v.(type) {
-		case *durashuffle.Size:
-			fs.Var(p, k.Flag, usage)
-		case *durashuffle.Duration:
-			fs.Var(p, k.Flag, usage)
-		case *durashuffle.MemoryLimit:
-			fs.Var(p, k.Flag, usage)
+		case *durashuffle.Size, *durashuffle.Duration, *durashuffle.MemoryLimit:
+			fs.Var(textFlag{p.(textValue), k.Type}, k.Flag, usage)
 		case *string:
 			fs.StringVar(p, k.Flag, *p, usage)
 		case *int:
@@ -149,18 +144,16 @@ func (f *configFlags) Load(getenv func(string) string) (durashuffle.Config, erro
 	if err := c.LoadEnv(getenv); err != nil {
 		return c, err
 	}
-	src := reflect.ValueOf(&f.vals).Elem()
-	dst := reflect.ValueOf(&c).Elem()
 	for _, k := range f.bound {
 		if f.fs.Changed(k.Flag) {
-			dst.FieldByName(k.Go).Set(src.FieldByName(k.Go))
+			k.field(&c).Set(k.field(&f.vals))
 		}
 	}
 	// An empty endpoint in a file or the environment means the AWS chain,
 	// as when it is not set; an empty --endpoint is a command line that
 	// lost its value (an unset shell variable), and would send every
 	// request to AWS.
-	if fl := f.fs.Lookup("endpoint"); fl != nil && fl.Changed && c.Endpoint == "" {
+	if fl := f.fs.Lookup("endpoint"); fl != nil && fl.Changed && c.Store.Endpoint == "" {
 		return c, errors.Join(fmt.Errorf("%w: endpoint: --endpoint is given but empty; omit it to follow the AWS chain (AWS_ENDPOINT_URL, profile) or give a URL such as http://127.0.0.1:9000",
 			durashuffle.ErrInvalidConfig), c.Validate())
 	}

@@ -26,17 +26,17 @@ func TestLoadPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cfg.ChunkSize != 32*durashuffle.MiB {
-		t.Errorf("chunk_size = %v, want env's 32MiB over file's 16MiB", cfg.ChunkSize)
+	if cfg.Write.ChunkSize != 32*durashuffle.MiB {
+		t.Errorf("chunk_size = %v, want env's 32MiB over file's 16MiB", cfg.Write.ChunkSize)
 	}
-	if cfg.UploadConcurrency != 5 {
-		t.Errorf("upload_concurrency = %d, want flag's 5 over env's 4", cfg.UploadConcurrency)
+	if cfg.Write.UploadConcurrency != 5 {
+		t.Errorf("upload_concurrency = %d, want flag's 5 over env's 4", cfg.Write.UploadConcurrency)
 	}
-	if cfg.RetryBaseDelay.D() != 250*time.Millisecond || cfg.Bucket != "from-file" {
-		t.Errorf("file values lost: %v %q", cfg.RetryBaseDelay, cfg.Bucket)
+	if cfg.Store.RetryBaseDelay.D() != 250*time.Millisecond || cfg.Store.Bucket != "from-file" {
+		t.Errorf("file values lost: %v %q", cfg.Store.RetryBaseDelay, cfg.Store.Bucket)
 	}
-	if cfg.ReadAhead != 4 {
-		t.Errorf("read_ahead = %d, want default 4", cfg.ReadAhead)
+	if cfg.Read.Ahead != 4 {
+		t.Errorf("read_ahead = %d, want default 4", cfg.Read.Ahead)
 	}
 }
 
@@ -57,7 +57,7 @@ func TestMemoryLimitSources(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return cfg.MemoryLimit
+		return cfg.Write.MemoryLimit
 	}
 	if got := load(nil); got != durashuffle.MemoryLimit(400*durashuffle.MiB) {
 		t.Errorf("file: %v", got)

@@ -56,7 +56,7 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 			defer c.Close()
 			cfg := c.Config()
 			p, err := gc.NewPlan(ctx, c.Store(), c.Layout(), gc.Options{
-				OlderThan: olderThan, ResultsRetention: cfg.ResultsRetention.D(),
+				OlderThan: olderThan, ResultsRetention: cfg.GC.ResultsRetention.D(),
 			})
 			if err != nil {
 				return err
@@ -72,7 +72,7 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 			if asJSON {
 				return printJSON(a.stdout, r)
 			}
-			printGC(a.stdout, cfg.Bucket, olderThan, cfg.ResultsRetention.D(), r)
+			printGC(a.stdout, cfg.Store.Bucket, olderThan, cfg.GC.ResultsRetention.D(), r)
 			return nil
 		},
 	}

@@ -161,7 +161,7 @@ func TestCommandHelpListsItsOwnFlags(t *testing.T) {
 // Every key has a use, and every command's help lists exactly the keys of
 // its uses: a key added to Config without a use would have no flag.
 func TestEveryKeyHasAUse(t *testing.T) {
-	keys := durashuffle.Keys()
+	keys := Keys()
 	for _, k := range keys {
 		if keyUses[k.Name] == 0 {
 			t.Errorf("key %s has no use in keyUses: no command would take --%s", k.Name, k.Flag)
@@ -206,9 +206,9 @@ func TestEveryCommandReadsEveryKey(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if c.Bucket != "shared" || c.ChunkSize != 16*durashuffle.MiB || c.ReadAhead != 7 || c.Listen != "127.0.0.1:9" ||
-			c.ResultsRetention.D() != 3*time.Hour || c.AuthToken != "s3cret" || c.CommitGuard != "off" ||
-			c.MaxStreams != 5 || c.HedgeFactor != 0 {
+		if c.Store.Bucket != "shared" || c.Write.ChunkSize != 16*durashuffle.MiB || c.Read.Ahead != 7 || c.Sidecar.Listen != "127.0.0.1:9" ||
+			c.GC.ResultsRetention.D() != 3*time.Hour || c.Sidecar.AuthToken != "s3cret" || c.Store.CommitGuard != "off" ||
+			c.Sidecar.MaxStreams != 5 || c.Hedge.Factor != 0 {
 			t.Errorf("%s read the shared file and environment as %+v", name, c)
 		}
 	}

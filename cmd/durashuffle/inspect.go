@@ -122,7 +122,7 @@ store holds, and shows each worker's advertised peer.`,
 			out := describeStage(m, schema, per, c.Layout())
 			out.Requests = c.Counter().Requests()
 			if sidecarAddr != "" {
-				h, err := sidecarHeld(cmd.Context(), sidecarAddr, c.Config().AuthToken, sf.query, sf.stage)
+				h, err := sidecarHeld(cmd.Context(), sidecarAddr, c.Config().Sidecar.AuthToken, sf.query, sf.stage)
 				if err != nil {
 					return err
 				}

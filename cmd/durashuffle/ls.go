@@ -59,7 +59,7 @@ least one committed worker, with the number of committed workers. With
 					return fmt.Errorf("list queries: %w", err)
 				}
 			}
-			out := lsOutput{Bucket: c.Config().Bucket, Prefix: c.Config().Prefix, Queries: make([]lsQuery, len(queries))}
+			out := lsOutput{Bucket: c.Config().Store.Bucket, Prefix: c.Config().Store.Prefix, Queries: make([]lsQuery, len(queries))}
 			g, gctx := errgroup.WithContext(ctx)
 			g.SetLimit(8)
 			for i, q := range queries {

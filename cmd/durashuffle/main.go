@@ -225,9 +225,9 @@ func (a *app) config() (durashuffle.Config, error) {
 // sets none: the server keeps multipart parts in this process's memory
 // until Complete, which no configuration bounds.
 func (a *app) applyMemoryLimit(cfg durashuffle.Config, load durashuffle.MemoryLoad, embedded bool) {
-	offForEmbedded := embedded && cfg.MemoryLimit == durashuffle.MemoryLimitAuto
+	offForEmbedded := embedded && cfg.Write.MemoryLimit == durashuffle.MemoryLimitAuto
 	if offForEmbedded {
-		cfg.MemoryLimit = durashuffle.MemoryLimitOff
+		cfg.Write.MemoryLimit = durashuffle.MemoryLimitOff
 	}
 	limit, source := cfg.ApplyMemoryLimit(load, a.getenv)
 	// The message says it in words ("none", not limit=0); the attributes
@@ -249,7 +249,7 @@ func (a *app) open(ctx context.Context) (*durashuffle.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	a.log.Debug("connecting", "bucket", cfg.Bucket, "endpoint", cfg.Endpoint, "prefix", cfg.Prefix)
+	a.log.Debug("connecting", "bucket", cfg.Store.Bucket, "endpoint", cfg.Store.Endpoint, "prefix", cfg.Store.Prefix)
 	return durashuffle.Open(ctx, cfg)
 }
 

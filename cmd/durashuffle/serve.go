@@ -103,7 +103,7 @@ var (
 const ServeMemoryStoreBytes = durashuffle.GiB
 
 func (a *app) runServe(ctx context.Context, o *serveOptions) error {
-	a.flags.defaults = func(c *durashuffle.Config) { c.MemoryStoreBytes = ServeMemoryStoreBytes }
+	a.flags.defaults = func(c *durashuffle.Config) { c.Sidecar.MemoryStoreBytes = ServeMemoryStoreBytes }
 	cfg, err := a.config()
 	if err != nil {
 		return err
@@ -114,11 +114,11 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	if o.s3Listen != "" && !o.embedded {
 		return usagef("--embedded-s3-listen is for --embedded-s3")
 	}
-	if o.embedded && cfg.Endpoint != "" {
-		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Endpoint)
+	if o.embedded && cfg.Store.Endpoint != "" {
+		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Store.Endpoint)
 	}
 	// Every Flight stream is a writer or a reader; all share one pool.
-	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Streams: cfg.MaxStreams}, o.embedded)
+	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Streams: cfg.Sidecar.MaxStreams}, o.embedded)
 	m := metrics.New()
 
 	var client *durashuffle.Client
@@ -126,8 +126,8 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	// grace, once a shutdown started (zero: closeWait).
 	var closeBy time.Time
 	if o.embedded {
-		if cfg.Bucket == "" {
-			cfg.Bucket = defaultDemoBucket
+		if cfg.Store.Bucket == "" {
+			cfg.Store.Bucket = defaultDemoBucket
 		}
 		c, closeClient, err := a.connect(ctx, &cfg, &embeddedS3{dataDir: o.dataDir, listen: o.s3Listen}, m)
 		if err != nil {
@@ -142,15 +142,15 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		defer func() { a.closeWithin(closeWait, closeBy, client.Close) }()
 	}
 
-	ln, err := sidecar.Listen(cfg.Listen)
+	ln, err := sidecar.Listen(cfg.Sidecar.Listen)
 	if err != nil {
 		return err
 	}
 	var hln net.Listener
-	if cfg.MetricsListen != "" {
-		if hln, err = net.Listen("tcp", cfg.MetricsListen); err != nil {
+	if cfg.Sidecar.MetricsListen != "" {
+		if hln, err = net.Listen("tcp", cfg.Sidecar.MetricsListen); err != nil {
 			ln.Close()
-			return fmt.Errorf("metrics_listen %s: %w", cfg.MetricsListen, err)
+			return fmt.Errorf("metrics_listen %s: %w", cfg.Sidecar.MetricsListen, err)
 		}
 	}
 	srv, err := sidecar.New(client, sidecar.Options{Logger: a.log, Metrics: m})
@@ -180,13 +180,13 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	if o.embedded {
 		// The S3 port is chosen at start unless --embedded-s3-listen
 		// gives it: say where other tools find the bucket.
-		msg = "serving Arrow Flight on " + flightAddr + ", the embedded S3 server at " + cfg.Endpoint
+		msg = "serving Arrow Flight on " + flightAddr + ", the embedded S3 server at " + cfg.Store.Endpoint
 	}
 	a.log.Info(msg, "listen", flightAddr, "metrics", metricsAddr,
-		"bucket", cfg.Bucket, "prefix", cfg.Prefix, "endpoint", cfg.Endpoint, "auth", cfg.AuthToken != "", "tls", tlsOn, "mtls", mutual,
-		"max_streams", cfg.MaxStreams, "upload_concurrency", cfg.UploadConcurrency,
-		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.ChunkSize)),
-		"memory_store", cfg.MemoryStoreBytes, "advertise", cfg.AdvertiseAddr)
+		"bucket", cfg.Store.Bucket, "prefix", cfg.Store.Prefix, "endpoint", cfg.Store.Endpoint, "auth", cfg.Sidecar.AuthToken != "", "tls", tlsOn, "mtls", mutual,
+		"max_streams", cfg.Sidecar.MaxStreams, "upload_concurrency", cfg.Write.UploadConcurrency,
+		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.Write.ChunkSize)),
+		"memory_store", cfg.Sidecar.MemoryStoreBytes, "advertise", cfg.Sidecar.AdvertiseAddr)
 
 	served := make(chan error, 2)
 	go func() { served <- srv.Serve(ln) }()
@@ -198,7 +198,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
-		a.log.Info("signal received: draining", "grace", cfg.ShutdownGrace)
+		a.log.Info("signal received: draining", "grace", cfg.Sidecar.ShutdownGrace)
 	case serveErr = <-served:
 		serving--
 		if serveErr == nil {
@@ -208,7 +208,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	}
 
 	// Another signal while draining ends the grace at once.
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownGrace.D())
+	sctx, cancel := context.WithTimeout(context.Background(), cfg.Sidecar.ShutdownGrace.D())
 	defer cancel()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -222,7 +222,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}()
 	start := time.Now()
-	closeBy = start.Add(cfg.ShutdownGrace.D())
+	closeBy = start.Add(cfg.Sidecar.ShutdownGrace.D())
 	err = srv.Shutdown(sctx)
 	// gRPC's Serve returns once its stop has waited for every handler:
 	// one that Shutdown gave up on (stuck on a store that does not

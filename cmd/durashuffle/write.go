@@ -159,7 +159,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithObserver(prog.observer(int64(cfg.ChunkSize))))
+	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithObserver(prog.observer(int64(cfg.Write.ChunkSize))))
 	if err != nil {
 		return err
 	}

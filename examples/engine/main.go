@@ -53,7 +53,7 @@ func run(endpoint, bucket, query string, part int) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.PathStyle = bucket, endpoint, endpoint != ""
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = bucket, endpoint, endpoint != ""
 	c, err := durashuffle.Open(ctx, cfg)
 	if err != nil {
 		return err

@@ -433,12 +433,12 @@ func TestClusterClientNodeRestarted(t *testing.T) {
 	c := cluster(t)
 	b, s := bucket(t, c)
 	cfg := durashuffle.DefaultConfig()
-	cfg.Bucket, cfg.Endpoint, cfg.Region, cfg.PathStyle = b, c.URL(0), "us-east-1", true
-	cfg.ChunkSize, cfg.UploadConcurrency = 5*durashuffle.MiB, 2
+	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.Region, cfg.Store.PathStyle = b, c.URL(0), "us-east-1", true
+	cfg.Write.ChunkSize, cfg.Write.UploadConcurrency = 5*durashuffle.MiB, 2
 	// After such a restart MinIO can hold a request for about two
 	// minutes; cut it and retry, as the retry layer does, rather than
 	// wait on one attempt (the default request_timeout is 5m).
-	cfg.RequestTimeout = durashuffle.Duration(15 * time.Second)
+	cfg.Store.RequestTimeout = durashuffle.Duration(15 * time.Second)
 	client, err := durashuffle.Open(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -34,8 +34,8 @@ func TestFrameRangesRecipe(t *testing.T) {
 	ctx := context.Background()
 	st, _ := testenv.Embedded(t).NewStore(t)
 	cfg := durashuffle.DefaultConfig()
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.FrameTargetBytes = 64 * durashuffle.KiB
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.FrameTargetBytes = 64 * durashuffle.KiB
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st))
 	defer c.Close()
 
@@ -78,7 +78,7 @@ func TestFrameRangesRecipe(t *testing.T) {
 	}
 
 	// The recipe, step by step, with the docs' field names.
-	stagePrefix := fmt.Sprintf("%s/%s/stage-%d/", cfg.Prefix, query, stage)
+	stagePrefix := fmt.Sprintf("%s/%s/stage-%d/", cfg.Store.Prefix, query, stage)
 	var m struct {
 		Schema  []byte `json:"schema"` // base64 in the JSON
 		Workers []struct {

@@ -91,8 +91,8 @@ func TestSidecarGoClient(t *testing.T) {
 
 	st, _ := testenv.Embedded(t).NewStore(t)
 	cfg := durashuffle.DefaultConfig()
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.AuthToken = "doc-example-token"
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Sidecar.AuthToken = "doc-example-token"
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st))
 	t.Cleanup(c.Close)
 	srv, err := sidecar.New(c, sidecar.Options{})
@@ -111,7 +111,7 @@ func TestSidecarGoClient(t *testing.T) {
 	})
 
 	cmd := exec.Command("go", "run", "./"+filepath.Base(dir))
-	cmd.Env = append(os.Environ(), "SIDECAR_ADDR="+ln.Addr().String(), "SIDECAR_TOKEN="+cfg.AuthToken)
+	cmd.Env = append(os.Environ(), "SIDECAR_ADDR="+ln.Addr().String(), "SIDECAR_TOKEN="+cfg.Sidecar.AuthToken)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go run the docs' Go client: %v\n%s", err, out)

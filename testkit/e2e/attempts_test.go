@@ -24,7 +24,7 @@ func TestRacingAttemptsCommitOnce(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
-	cfg.HedgeFactor = 0
+	cfg.Hedge.Factor = 0
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (

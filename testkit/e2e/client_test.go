@@ -27,7 +27,7 @@ func TestWithRegisterer(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	st := &store.Mem{}
 	cfg := testConfig()
-	cfg.MemoryStoreBytes = 64 * durashuffle.MiB // the fast path's metrics too
+	cfg.Sidecar.MemoryStoreBytes = 64 * durashuffle.MiB // the fast path's metrics too
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithRegisterer(reg))
 	defer c.Close()
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
@@ -104,8 +104,8 @@ func TestWithRegisterer(t *testing.T) {
 	if v := value("durashuffle_upload_part_seconds"); int(v) != m.Totals.Parts {
 		t.Errorf("durashuffle_upload_part_seconds counts %v parts, the manifest has %d", v, m.Totals.Parts)
 	}
-	if v := value("durashuffle_upload_concurrency"); int(v) != cfg.UploadConcurrency {
-		t.Errorf("durashuffle_upload_concurrency = %v, want %d", v, cfg.UploadConcurrency)
+	if v := value("durashuffle_upload_concurrency"); int(v) != cfg.Write.UploadConcurrency {
+		t.Errorf("durashuffle_upload_concurrency = %v, want %d", v, cfg.Write.UploadConcurrency)
 	}
 	if v := value("durashuffle_commit_guard", "state", string(durashuffle.GuardEnforced)); v != 1 {
 		t.Errorf("durashuffle_commit_guard{state=enforced} = %v after a commit, want 1", v)
@@ -160,7 +160,7 @@ func TestOpenWithAWSOptions(t *testing.T) {
 		t.Setenv("AWS_PROFILE", "durashuffle-test-none")
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.Bucket, cfg.Endpoint, cfg.PathStyle = ep.Bucket, ep.URL, true
+		cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = ep.Bucket, ep.URL, true
 		// The caller's client is the caller's to configure: here, to
 		// trust the test MinIO's certificate authority.
 		base := http.DefaultTransport.(*http.Transport).Clone()

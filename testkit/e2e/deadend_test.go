@@ -29,10 +29,10 @@ func TestWriteToDeadEndpoint(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := durashuffle.DefaultConfig()
-			cfg.Bucket, cfg.Endpoint, cfg.PathStyle, cfg.Region = "b", "http://"+tc.addr, true, "us-east-1"
-			cfg.ConnectTimeout, cfg.FirstByteTimeout = durashuffle.Duration(200*time.Millisecond), durashuffle.Duration(time.Second)
-			cfg.RetryMaxAttempts, cfg.RetryBaseDelay, cfg.RetryMaxDelay = 3, durashuffle.Duration(10*time.Millisecond), durashuffle.Duration(20*time.Millisecond)
-			cfg.CleanupTimeout = durashuffle.Duration(time.Second)
+			cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle, cfg.Store.Region = "b", "http://"+tc.addr, true, "us-east-1"
+			cfg.Store.ConnectTimeout, cfg.Store.FirstByteTimeout = durashuffle.Duration(200*time.Millisecond), durashuffle.Duration(time.Second)
+			cfg.Store.RetryMaxAttempts, cfg.Store.RetryBaseDelay, cfg.Store.RetryMaxDelay = 3, durashuffle.Duration(10*time.Millisecond), durashuffle.Duration(20*time.Millisecond)
+			cfg.Write.CleanupTimeout = durashuffle.Duration(time.Second)
 			c, err := durashuffle.Open(t.Context(), cfg, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider("x", "y", "")))
 			if err != nil {
 				t.Fatal(err)

@@ -23,7 +23,7 @@ func TestMemoryStoreServesOwnWrites(t *testing.T) {
 		}{{"fits", 64 * durashuffle.MiB, true}, {"too-small", 1 * durashuffle.MiB, false}} {
 			t.Run(tc.name, func(t *testing.T) {
 				cfg := testConfig()
-				cfg.MemoryStoreBytes = tc.budget
+				cfg.Sidecar.MemoryStoreBytes = tc.budget
 				c, err := durashuffle.Open(ctx, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 				if err != nil {
 					t.Fatal(err)

@@ -49,8 +49,8 @@ func guardEnv(t *testing.T, wrap func(store.Store) store.Store, mut func(*durash
 	ep := testenv.MinIO(t)
 	raw, counter := ep.NewStore(t)
 	cfg := testConfig()
-	cfg.Endpoint, cfg.Bucket, cfg.Prefix = ep.URL, ep.Bucket, "g"
-	cfg.RetryMaxAttempts = 2
+	cfg.Store.Endpoint, cfg.Store.Bucket, cfg.Store.Prefix = ep.URL, ep.Bucket, "g"
+	cfg.Store.RetryMaxAttempts = 2
 	if mut != nil {
 		mut(&cfg)
 	}
@@ -120,7 +120,7 @@ func TestCommitGuardRefusesUnenforcingStore(t *testing.T) {
 	// commit_guard off, on the same kind of store: the operator vouches
 	// for it, so commits go ahead without a probe.
 	off, _, _ := guardEnv(t, func(s store.Store) store.Store { return ignoreCondition{s} },
-		func(c *durashuffle.Config) { c.CommitGuard = "off" })
+		func(c *durashuffle.Config) { c.Store.CommitGuard = "off" })
 	if _, err := commitOne(off, "0"); err != nil {
 		t.Fatalf("commit with commit_guard off: %v", err)
 	}

@@ -79,12 +79,12 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.UploadConcurrency = 4
-	cfg.MaxBufferedChunks = 8
-	cfg.FrameTargetBytes = 64 * durashuffle.KiB
-	cfg.CoalesceBudget = 256 * durashuffle.KiB
-	cfg.HedgeFactor = 0
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.UploadConcurrency = 4
+	cfg.Write.MaxBufferedChunks = 8
+	cfg.Write.FrameTargetBytes = 64 * durashuffle.KiB
+	cfg.Write.CoalesceBudget = 256 * durashuffle.KiB
+	cfg.Hedge.Factor = 0
 	c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 100 * time.Millisecond}), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (
@@ -104,9 +104,9 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	// buffer grows by doubling, to 2 x frame_target_bytes, and idle ones
 	// wait in a sync.Pool that a GC only empties on its second pass: each
 	// frame in flight is charged twice that.
-	perWriter := int64(cfg.CoalesceBudget) + partitions*batchRows<<10 +
-		int64(3*cfg.Encoders()+1)*(4*int64(cfg.FrameTargetBytes)+batchRows<<10)
-	bound := uint64(int64(cfg.MaxBufferedChunks)*int64(cfg.ChunkSize) + writers*perWriter + 64<<20)
+	perWriter := int64(cfg.Write.CoalesceBudget) + partitions*batchRows<<10 +
+		int64(3*cfg.Encoders()+1)*(4*int64(cfg.Write.FrameTargetBytes)+batchRows<<10)
+	bound := uint64(int64(cfg.Write.MaxBufferedChunks)*int64(cfg.Write.ChunkSize) + writers*perWriter + 64<<20)
 
 	runtime.GC()
 	var ms runtime.MemStats
@@ -148,9 +148,9 @@ func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	grew := peakHeap - min(base, peakHeap)
 	t.Logf("16 writers, 256 MiB in %v (%d parts, %d UploadPart requests): peak %d of %d chunk buffers; heap in use after GC peaked at %.1f MiB (%.1f MiB over the %.1f MiB before), bound %.1f MiB",
 		elapsed.Round(time.Millisecond), counter.Requests()["UploadPart"]+counter.Requests()["PutObject"]-writers, counter.Requests()["UploadPart"],
-		stats.PeakBuffered, cfg.MaxBufferedChunks, float64(peakHeap)/(1<<20), float64(grew)/(1<<20), float64(base)/(1<<20), float64(bound)/(1<<20))
-	if stats.PeakBuffered > int64(cfg.MaxBufferedChunks) || stats.PeakBuffered < int64(cfg.MaxBufferedChunks)/2 {
-		t.Fatalf("peak %d chunk buffers: want at most %d, and the slow link should have filled most of them", stats.PeakBuffered, cfg.MaxBufferedChunks)
+		stats.PeakBuffered, cfg.Write.MaxBufferedChunks, float64(peakHeap)/(1<<20), float64(grew)/(1<<20), float64(base)/(1<<20), float64(bound)/(1<<20))
+	if stats.PeakBuffered > int64(cfg.Write.MaxBufferedChunks) || stats.PeakBuffered < int64(cfg.Write.MaxBufferedChunks)/2 {
+		t.Fatalf("peak %d chunk buffers: want at most %d, and the slow link should have filled most of them", stats.PeakBuffered, cfg.Write.MaxBufferedChunks)
 	}
 	if grew > bound {
 		t.Fatalf("heap in use grew by %d bytes, over the bound of %d", grew, bound)
@@ -201,8 +201,8 @@ func TestLoadWideStageBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
 	cfg := testConfig()
-	cfg.CoalesceBudget = 8 * durashuffle.MiB
-	cfg.HedgeFactor = 0
+	cfg.Write.CoalesceBudget = 8 * durashuffle.MiB
+	cfg.Hedge.Factor = 0
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
 	const (
@@ -275,7 +275,7 @@ func TestLoadWideStageBoundedMemory(t *testing.T) {
 	// Sorted runs: a writer's rows are flushed when its budget fills, so
 	// it has about logical/budget runs, each with at most one frame per
 	// partition (2 rows per Write would otherwise be 12 frames each).
-	runs := logical/writers/int64(cfg.CoalesceBudget) + 2
+	runs := logical/writers/int64(cfg.Write.CoalesceBudget) + 2
 	t.Logf("%d writers x %d partitions: %d frames, %.1f MiB logical; live heap grew by %.1f MiB, bound %.1f MiB",
 		writers, partitions, frames, float64(logical)/(1<<20), float64(grew)/(1<<20), float64(bound)/(1<<20))
 	if grew > bound {

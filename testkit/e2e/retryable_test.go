@@ -154,7 +154,7 @@ func TestCleanupIsBounded(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.CleanupTimeout = durashuffle.Duration(time.Second)
+		cfg.Write.CleanupTimeout = durashuffle.Duration(time.Second)
 		c := testenv.Client(t, cfg, durashuffle.WithStore(hangStore{st}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Attempt: "hung", Partitions: 2})

@@ -194,7 +194,7 @@ func TestConcurrentSameAttempt(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.HedgeFactor = 0
+		cfg.Hedge.Factor = 0
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		const rows = 6000

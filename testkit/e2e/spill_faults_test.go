@@ -153,7 +153,7 @@ func TestSpillMultiples(t *testing.T) {
 		run := func(query, spillMode string, multiple int) outcome {
 			ctx := context.Background()
 			cfg := testConfig()
-			cfg.Spill, cfg.SpillDir, cfg.CoalesceBudget, cfg.ReadRangeBytes = spillMode, spillRoot, budget, readRange
+			cfg.Write.Spill, cfg.Write.SpillDir, cfg.Write.CoalesceBudget, cfg.Read.RangeBytes = spillMode, spillRoot, budget, readRange
 			gets := &dataGets{Store: st}
 			c := testenv.Client(t, cfg, durashuffle.WithStore(gets), durashuffle.WithCounter(counter))
 			defer c.Close()
@@ -272,7 +272,7 @@ func TestSpillLimitOnStore(t *testing.T) {
 		ctx := context.Background()
 		spillRoot := t.TempDir()
 		cfg := testConfig()
-		cfg.SpillDir, cfg.CoalesceBudget, cfg.SpillBytes = spillRoot, durashuffle.MiB, limit
+		cfg.Write.SpillDir, cfg.Write.CoalesceBudget, cfg.Write.SpillBytes = spillRoot, durashuffle.MiB, limit
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 
@@ -343,13 +343,13 @@ func TestSpillFlippedByteOnStore(t *testing.T) {
 		ctx := context.Background()
 		spillRoot := t.TempDir()
 		cfg := testConfig()
-		cfg.SpillDir, cfg.CoalesceBudget = spillRoot, durashuffle.MiB
+		cfg.Write.SpillDir, cfg.Write.CoalesceBudget = spillRoot, durashuffle.MiB
 		// One chunk in memory and one encoder: at Commit the appender
 		// waits for part 1 to be stored before it fills part 2, and the
 		// encoders read back no more than a few frames ahead of it, so
 		// the last partition's frames, 12 MiB into the object, are read
 		// only once the multipart upload holds a part.
-		cfg.MaxBufferedChunks, cfg.EncodeConcurrency = 1, 1
+		cfg.Write.MaxBufferedChunks, cfg.Write.EncodeConcurrency = 1, 1
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "flipped", Worker: "0", Partitions: partitions})
@@ -445,7 +445,7 @@ func spillChild(spec string) {
 		fail(err)
 	}
 	cfg := testConfig()
-	cfg.SpillDir, cfg.CoalesceBudget = s.SpillDir, durashuffle.MiB
+	cfg.Write.SpillDir, cfg.Write.CoalesceBudget = s.SpillDir, durashuffle.MiB
 	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithStore(st))
 	if err != nil {
 		fail(err)
@@ -522,7 +522,7 @@ func TestSpillKilledMidSpill(t *testing.T) {
 			}
 
 			cfg := testConfig()
-			cfg.SpillDir, cfg.CoalesceBudget = spillRoot, durashuffle.MiB
+			cfg.Write.SpillDir, cfg.Write.CoalesceBudget = spillRoot, durashuffle.MiB
 			c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 			defer c.Close()
 			if _, err := os.Stat(dead); !os.IsNotExist(err) {

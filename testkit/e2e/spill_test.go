@@ -57,7 +57,7 @@ func TestSpillOneRunPerObject(t *testing.T) {
 		run := func(query, spill string, budget durashuffle.Size) outcome {
 			ctx := context.Background()
 			cfg := testConfig()
-			cfg.Spill, cfg.SpillDir, cfg.CoalesceBudget = spill, spillRoot, budget
+			cfg.Write.Spill, cfg.Write.SpillDir, cfg.Write.CoalesceBudget = spill, spillRoot, budget
 			gets := &dataGets{Store: st}
 			c := testenv.Client(t, cfg, durashuffle.WithStore(gets), durashuffle.WithCounter(counter))
 			defer c.Close()

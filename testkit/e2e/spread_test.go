@@ -22,7 +22,7 @@ func TestKeySpread(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.KeySpread = 16
+		cfg.Write.KeySpread = 16
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		const workers = 8
@@ -53,7 +53,7 @@ func TestKeySpread(t *testing.T) {
 		}
 		shards := map[string]bool{}
 		for _, o := range all {
-			rest := strings.TrimPrefix(o.Key, cfg.Prefix+"/")
+			rest := strings.TrimPrefix(o.Key, cfg.Store.Prefix+"/")
 			if shard, _, ok := manifest.ParseSpread(rest); ok {
 				shards[shard] = true
 			} else if !strings.HasPrefix(rest, "spread/stage-0/") || strings.HasSuffix(rest, ".arrows") {
@@ -82,8 +82,8 @@ func TestKeySpread(t *testing.T) {
 
 		// A killed attempt's spread object: an orphan gc removes; a key
 		// under a shard prefix of another shape: foreign, never touched.
-		dead := cfg.Prefix + "/~3/spread/stage-0/worker-0/attempt-dead/data-0.arrows"
-		foreign := cfg.Prefix + "/~3/spread/stage-0/notes.txt"
+		dead := cfg.Store.Prefix + "/~3/spread/stage-0/worker-0/attempt-dead/data-0.arrows"
+		foreign := cfg.Store.Prefix + "/~3/spread/stage-0/notes.txt"
 		for _, k := range []string{dead, foreign} {
 			if err := st.Put(ctx, k, []byte("x"), store.PutOptions{}); err != nil {
 				t.Fatal(err)

@@ -35,9 +35,9 @@ func TestOpenEncryptsEveryObject(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
-			cfg.Bucket, cfg.Endpoint, cfg.PathStyle, cfg.Region = ep.Bucket, ep.URL, true, "us-east-1"
-			cfg.Prefix = tc.name
-			cfg.SSE, cfg.SSEKMSKeyID = tc.sse, tc.key
+			cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle, cfg.Store.Region = ep.Bucket, ep.URL, true, "us-east-1"
+			cfg.Store.Prefix = tc.name
+			cfg.Store.SSE, cfg.Store.SSEKMSKeyID = tc.sse, tc.key
 			c, err := durashuffle.Open(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)

@@ -171,8 +171,8 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.MaxObjectSize = 12 * durashuffle.MiB // several objects
-		cfg.FrameTargetBytes = 512 * durashuffle.KiB
+		cfg.Write.MaxObjectSize = 12 * durashuffle.MiB // several objects
+		cfg.Write.FrameTargetBytes = 512 * durashuffle.KiB
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		defer c.Close()
 		const partitions = 4 // partition 3 stays empty
@@ -199,7 +199,7 @@ func TestEveryTypeRoundTrips(t *testing.T) {
 		}
 		straddling := 0
 		for _, f := range m.Frames {
-			if f.Offset/int64(cfg.ChunkSize) != (f.Offset+f.Length-1)/int64(cfg.ChunkSize) {
+			if f.Offset/int64(cfg.Write.ChunkSize) != (f.Offset+f.Length-1)/int64(cfg.Write.ChunkSize) {
 				straddling++
 			}
 		}

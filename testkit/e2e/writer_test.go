@@ -43,14 +43,14 @@ func forEach(t *testing.T, f func(t *testing.T, st store.Store, counter *store.C
 
 func testConfig() durashuffle.Config {
 	cfg := durashuffle.DefaultConfig()
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.UploadConcurrency = 4
-	cfg.MaxBufferedChunks = 6
-	cfg.FrameTargetBytes = 256 * durashuffle.KiB
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.UploadConcurrency = 4
+	cfg.Write.MaxBufferedChunks = 6
+	cfg.Write.FrameTargetBytes = 256 * durashuffle.KiB
 	// Runs of 4 MiB: a test's few MiB of rows are encoded and uploaded
 	// while it writes, not all at Commit.
-	cfg.CoalesceBudget = 4 * durashuffle.MiB
-	cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
+	cfg.Write.CoalesceBudget = 4 * durashuffle.MiB
+	cfg.Store.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
 	return cfg
 }
 
@@ -59,7 +59,7 @@ func testConfig() durashuffle.Config {
 // takes input (with spill on, nothing is uploaded before Commit).
 func uploadingConfig() durashuffle.Config {
 	cfg := testConfig()
-	cfg.Spill = "off"
+	cfg.Write.Spill = "off"
 	return cfg
 }
 
@@ -121,7 +121,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 		}
 		var wantParts int64
 		for _, o := range m.Objects {
-			wantParts += ceilDiv(o.Size, int64(cfg.ChunkSize))
+			wantParts += ceilDiv(o.Size, int64(cfg.Write.ChunkSize))
 		}
 		req := store.Diff(counter.Requests(), before)
 		// Over HTTPS parts stream while their chunks fill, and an
@@ -233,8 +233,8 @@ func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.UploadConcurrency = 2
-		cfg.MaxBufferedChunks = 3
+		cfg.Write.UploadConcurrency = 2
+		cfg.Write.MaxBufferedChunks = 3
 		c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 150 * time.Millisecond}), durashuffle.WithCounter(counter))
 		defer c.Close()
 		w, _ := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "0", Partitions: 4})
@@ -515,9 +515,9 @@ func TestCompressionAuto(t *testing.T) {
 	st, counter := e.NewStore(t)
 	ctx := context.Background()
 	cfg := testConfig()
-	cfg.Compression = "auto"
-	cfg.UploadConcurrency = 2
-	cfg.MaxBufferedChunks = 3
+	cfg.Write.Compression = "auto"
+	cfg.Write.UploadConcurrency = 2
+	cfg.Write.MaxBufferedChunks = 3
 	c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 300 * time.Millisecond}), durashuffle.WithCounter(counter))
 	defer c.Close()
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "auto", Worker: "0", Partitions: 4})
@@ -570,9 +570,9 @@ func TestChecksumNone(t *testing.T) {
 			ep := b.Start(t)
 			ctx := context.Background()
 			cfg := testConfig()
-			cfg.Checksum = "none"
-			cfg.Bucket, cfg.Endpoint, cfg.PathStyle, cfg.CAFile, cfg.InsecureSkipVerify = ep.Bucket, ep.URL, ep.PathStyle, ep.CAFile, ep.Insecure
-			cfg.Region = cmp.Or(ep.Region, "us-east-1")
+			cfg.Write.Checksum = "none"
+			cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle, cfg.Store.CAFile, cfg.Store.InsecureSkipVerify = ep.Bucket, ep.URL, ep.PathStyle, ep.CAFile, ep.Insecure
+			cfg.Store.Region = cmp.Or(ep.Region, "us-east-1")
 			var opts []durashuffle.Option
 			if ep.AccessKeyID != "" {
 				opts = append(opts, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider(ep.AccessKeyID, ep.SecretAccessKey, "")))
@@ -666,7 +666,7 @@ func TestCompressibleOutputAfterPrepare(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(m.Objects) != 1 || m.Objects[0].Parts != 1 || m.Objects[0].Size >= int64(cfg.ChunkSize) {
+		if len(m.Objects) != 1 || m.Objects[0].Parts != 1 || m.Objects[0].Size >= int64(cfg.Write.ChunkSize) {
 			t.Fatalf("objects %+v: want one object of one part under a chunk", m.Objects)
 		}
 		req := store.Diff(counter.Requests(), before)
@@ -725,8 +725,8 @@ func TestFrameIndexFillsBudget(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		cfg := testConfig()
-		cfg.FrameTargetBytes = 4 * durashuffle.KiB
-		cfg.CoalesceBudget = 1 * durashuffle.MiB
+		cfg.Write.FrameTargetBytes = 4 * durashuffle.KiB
+		cfg.Write.CoalesceBudget = 1 * durashuffle.MiB
 		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 		w := fill(t, c, "index")
 		if _, err := w.Commit(ctx); !errors.Is(err, chunker.ErrBudget) {

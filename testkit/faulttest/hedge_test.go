@@ -21,9 +21,9 @@ const stallFor = 5 * time.Minute
 func hedgeConfig(t *testing.T) durashuffle.Config {
 	cfg := baseConfig()
 	d := durashuffle.DefaultConfig()
-	cfg.HedgeFactor, cfg.HedgeMinDelay = d.HedgeFactor, d.HedgeMinDelay
-	cfg.RequestTimeout = durashuffle.Duration(2 * stallFor)
-	if cfg.HedgeFactor == 0 {
+	cfg.Hedge.Factor, cfg.Hedge.MinDelay = d.Hedge.Factor, d.Hedge.MinDelay
+	cfg.Store.RequestTimeout = durashuffle.Duration(2 * stallFor)
+	if cfg.Hedge.Factor == 0 {
 		t.Fatal("hedging is off by default")
 	}
 	return cfg

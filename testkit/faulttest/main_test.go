@@ -29,14 +29,14 @@ func onMinIO(t *testing.T, f func(t *testing.T, e testenv.Endpoint)) {
 // worker's output is a real multipart upload (5 MiB parts, S3's minimum).
 func baseConfig() durashuffle.Config {
 	cfg := durashuffle.DefaultConfig()
-	cfg.ChunkSize = 5 * durashuffle.MiB
-	cfg.UploadConcurrency = 4
-	cfg.MaxBufferedChunks = 8
-	cfg.FrameTargetBytes = 512 * durashuffle.KiB
-	cfg.ReadRangeBytes = 2 * durashuffle.MiB
-	cfg.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
-	cfg.RetryMaxDelay = durashuffle.Duration(200 * time.Millisecond)
-	cfg.RequestTimeout = durashuffle.Duration(time.Minute)
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.UploadConcurrency = 4
+	cfg.Write.MaxBufferedChunks = 8
+	cfg.Write.FrameTargetBytes = 512 * durashuffle.KiB
+	cfg.Read.RangeBytes = 2 * durashuffle.MiB
+	cfg.Store.RetryBaseDelay = durashuffle.Duration(10 * time.Millisecond)
+	cfg.Store.RetryMaxDelay = durashuffle.Duration(200 * time.Millisecond)
+	cfg.Store.RequestTimeout = durashuffle.Duration(time.Minute)
 	return cfg
 }
 

@@ -72,12 +72,12 @@ func gaugeValue(t *testing.T, m *metrics.Metrics, name string) int {
 func TestAdaptiveConcurrency(t *testing.T) {
 	onMinIO(t, func(t *testing.T, e testenv.Endpoint) {
 		cfg := baseConfig()
-		cfg.UploadConcurrency = 8
-		cfg.MaxBufferedChunks = 16
+		cfg.Write.UploadConcurrency = 8
+		cfg.Write.MaxBufferedChunks = 16
 		// Patient retries: under a hard rate limit a request may meet several
 		// SlowDowns in a row before the pool has backed off.
-		cfg.RetryMaxAttempts = 30
-		cfg.RetryMaxDelay = cfg.RetryMaxDelay * 5
+		cfg.Store.RetryMaxAttempts = 30
+		cfg.Store.RetryMaxDelay = cfg.Store.RetryMaxDelay * 5
 		env := newEnv(t, e, cfg, faultproxy.Spec{RateLimit: 10, Burst: 2})
 		c := env.client
 		m := metrics.New()
@@ -106,12 +106,12 @@ func TestAdaptiveConcurrency(t *testing.T) {
 		if slowdowns == 0 {
 			t.Fatal("the proxy never throttled: the test proves nothing")
 		}
-		if low >= cfg.UploadConcurrency || low < 1 {
+		if low >= cfg.Write.UploadConcurrency || low < 1 {
 			t.Errorf("effective concurrency stayed in [%d, %d] under throttling; want it lowered below %d and at least 1",
-				low, maxOf(poolVals), cfg.UploadConcurrency)
+				low, maxOf(poolVals), cfg.Write.UploadConcurrency)
 		}
-		if lowGauge >= cfg.UploadConcurrency {
-			t.Errorf("%s never went below %d while throttled (min %d)", metrics.UploadConcurrency, cfg.UploadConcurrency, lowGauge)
+		if lowGauge >= cfg.Write.UploadConcurrency {
+			t.Errorf("%s never went below %d while throttled (min %d)", metrics.UploadConcurrency, cfg.Write.UploadConcurrency, lowGauge)
 		}
 
 		// Phase 2, unthrottled: 48 small outputs (one PutObject each through
@@ -130,10 +130,10 @@ func TestAdaptiveConcurrency(t *testing.T) {
 		poolVals = pool.end()
 		after := c.Stats().Concurrency
 		t.Logf("recovery phase: concurrency %d at start, %d at end, %d..%d sampled", before, after, minOf(poolVals), maxOf(poolVals))
-		if after != cfg.UploadConcurrency || gaugeValue(t, m, metrics.UploadConcurrency) != cfg.UploadConcurrency {
-			t.Errorf("concurrency %d after 48 unthrottled uploads, want it recovered to %d", after, cfg.UploadConcurrency)
+		if after != cfg.Write.UploadConcurrency || gaugeValue(t, m, metrics.UploadConcurrency) != cfg.Write.UploadConcurrency {
+			t.Errorf("concurrency %d after 48 unthrottled uploads, want it recovered to %d", after, cfg.Write.UploadConcurrency)
 		}
-		if before >= cfg.UploadConcurrency {
+		if before >= cfg.Write.UploadConcurrency {
 			t.Logf("note: the window had already recovered to %d before phase 2", before)
 		}
 

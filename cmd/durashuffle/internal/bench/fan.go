@@ -123,9 +123,9 @@ func fanConfigs(cfg durashuffle.Config) (map[string]durashuffle.Config, map[stri
 		c := cfg
 		switch name {
 		case Durashuffle:
-			c.Spill = "on"
+			c.Write.Spill = "on"
 		case FanSpillOff:
-			c.Spill = "off"
+			c.Write.Spill = "off"
 		}
 		cfgs[name] = c
 	}
@@ -148,7 +148,7 @@ func (c fanCell) name() string { return fmt.Sprintf("%s %dx", c.FanShape, c.mult
 func (e *Env) runFan(ctx context.Context) (*Report, error) {
 	cfg := e.o.Config
 	if e.o.FanCoalesceBudget > 0 {
-		cfg.CoalesceBudget = e.o.FanCoalesceBudget
+		cfg.Write.CoalesceBudget = e.o.FanCoalesceBudget
 	}
 	parts := e.o.FanPartitions
 	if parts < 1 || len(e.o.FanShapes) == 0 || len(e.o.FanMultiples) == 0 {
@@ -169,9 +169,9 @@ func (e *Env) runFan(ctx context.Context) (*Report, error) {
 	// One producer per writer: a map task feeds its writer from one
 	// thread, and the shapes bring the concurrency.
 	d.Input, d.WriteRows, d.Producers, d.Partitions = InputFresh, 8192, 1, parts
-	rep := &Report{Scenario: ScenarioFan, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioFan, Link: e.Link.Info(cfg.Write.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	rep.Setup.Rows, rep.Setup.Workers = 0, 0
-	rep.Setup.ReadAhead, rep.Setup.ReadRangeBytes = cfg.ReadAhead, int64(cfg.ReadRangeBytes)
+	rep.Setup.ReadAhead, rep.Setup.ReadRangeBytes = cfg.Read.Ahead, int64(cfg.Read.RangeBytes)
 	var cells []fanCell
 	for _, s := range e.o.FanShapes {
 		for _, m := range e.o.FanMultiples {
@@ -187,7 +187,7 @@ func (e *Env) runFan(ctx context.Context) (*Report, error) {
 		live = append(live, name)
 	}
 	e.logf("fan: shapes %v (writers x readers), each writer %v x coalesce_budget %s logical, %d partitions; %s",
-		e.o.FanShapes, e.o.FanMultiples, cfg.CoalesceBudget, parts, strings.Join(live, ", "))
+		e.o.FanShapes, e.o.FanMultiples, cfg.Write.CoalesceBudget, parts, strings.Join(live, ", "))
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (e *Env) runFan(ctx context.Context) (*Report, error) {
 			c := cells[i]
 			dd := d
 			dd.Workers = c.Writers
-			dd.Rows = int64(c.Writers) * int64(float64(c.multiple)*float64(cfg.CoalesceBudget)/bytesPerRow)
+			dd.Rows = int64(c.Writers) * int64(float64(c.multiple)*float64(cfg.Write.CoalesceBudget)/bytesPerRow)
 			for n := range live {
 				name := live[(n+round)%len(live)]
 				w, r, err := e.fanRun(ctx, c, name, cfgs[name], dd, &Round{Round: round + 1, Rounds: rounds, Run: run + 1, Runs: runs})
@@ -245,7 +245,7 @@ func (e *Env) fanRun(ctx context.Context, c fanCell, name string, cfg durashuffl
 	}
 	defer os.RemoveAll(dir)
 	if name == Durashuffle {
-		cfg.SpillDir = dir
+		cfg.Write.SpillDir = dir
 	}
 	q := e.query("fan", c.FanShape.String(), strconv.Itoa(c.multiple), name, strconv.Itoa(rd.Round))
 	defer e.cleanup(ctx, q)
@@ -282,7 +282,7 @@ func (e *Env) fanRun(ctx context.Context, c fanCell, name string, cfg durashuffl
 // dataObjects counts the data objects (*.arrows) under a query and
 // their bytes, as the store lists them.
 func (e *Env) dataObjects(ctx context.Context, query string) (int, int64, error) {
-	prefix := strings.Trim(e.o.Config.Prefix, "/")
+	prefix := strings.Trim(e.o.Config.Store.Prefix, "/")
 	if prefix != "" {
 		prefix += "/"
 	}
@@ -489,8 +489,8 @@ func (m *diskMeter) high() int64 {
 // retryPolicy is the retry layer of the configuration, for the
 // contenders that use durashuffle's store without its client.
 func retryPolicy(cfg durashuffle.Config) retry.Policy {
-	return retry.Policy{MaxAttempts: cfg.RetryMaxAttempts, BaseDelay: cfg.RetryBaseDelay.D(),
-		MaxDelay: cfg.RetryMaxDelay.D(), Timeout: cfg.RequestTimeout.D()}
+	return retry.Policy{MaxAttempts: cfg.Store.RetryMaxAttempts, BaseDelay: cfg.Store.RetryBaseDelay.D(),
+		MaxDelay: cfg.Store.RetryMaxDelay.D(), Timeout: cfg.Store.RequestTimeout.D()}
 }
 
 // fanReadStore is a reader's store: the job's S3 store on the link,
@@ -540,7 +540,7 @@ func writeSorted(ctx context.Context, j *Job, counter *store.Counter, clock *dat
 	g, gctx := errgroup.WithContext(ctx)
 	for w := range workers {
 		g.Go(func() error {
-			s, err := newRunSorter(j.Fan.Dir, "w"+strconv.Itoa(w), parts, int64(j.Config.CoalesceBudget), disk)
+			s, err := newRunSorter(j.Fan.Dir, "w"+strconv.Itoa(w), parts, int64(j.Config.Write.CoalesceBudget), disk)
 			if err != nil {
 				return err
 			}
@@ -578,7 +578,7 @@ func writeSorted(ctx context.Context, j *Job, counter *store.Counter, clock *dat
 // fanKey is the key of a druid or map-file object under the job's query:
 // {prefix}/{query}/{layout}/{name}.arrows.
 func fanKey(j *Job, layout, name string) string {
-	prefix := strings.Trim(j.Config.Prefix, "/")
+	prefix := strings.Trim(j.Config.Store.Prefix, "/")
 	if prefix != "" {
 		prefix += "/"
 	}

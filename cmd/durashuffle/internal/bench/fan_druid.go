@@ -33,7 +33,7 @@ func writeDruid(ctx context.Context, j *Job) (*Result, error) {
 	}
 	defer done()
 	cfg := j.Config
-	up := newObjectUploader(st, int64(cfg.ChunkSize), cfg.UploadConcurrency, cfg.BufferedChunks(), cfg.Checksum == "crc32c", cfg.CleanupTimeout.D())
+	up := newObjectUploader(st, int64(cfg.Write.ChunkSize), cfg.Write.UploadConcurrency, cfg.BufferedChunks(), cfg.Write.Checksum == "crc32c", cfg.Write.CleanupTimeout.D())
 	parts := j.Data.Partitions
 	return writeSorted(ctx, j, counter, clock, parts, func(ctx context.Context, w int, s *runSorter, _ *diskMeter) (int64, error) {
 		prefix := schemaPrefix()
@@ -207,7 +207,7 @@ func readDruid(ctx context.Context, j *Job) (*Result, error) {
 				pieces = append(pieces, fetchPiece{key: druidKey(j, w, int(p)), n: -1})
 			}
 		}
-		f := prefetch(ctx, st, pieces, j.Config.ReadAhead)
+		f := prefetch(ctx, st, pieces, j.Config.Read.Ahead)
 		defer f.stop()
 		for _, pc := range pieces {
 			b, err := f.next()

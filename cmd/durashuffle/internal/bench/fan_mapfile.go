@@ -110,7 +110,7 @@ func readMapFile(ctx context.Context, j *Job) (*Result, error) {
 		}
 	}
 	ranges := demo.Ranges(int64(parts), min(max(1, j.Readers), parts))
-	step := max(1, int64(j.Config.ReadRangeBytes))
+	step := max(1, int64(j.Config.Read.RangeBytes))
 	prefix := schemaPrefix()
 	return readEachRange(ctx, j, counter, gets, ranges, func(ctx context.Context, rg demo.Range, rows, logical *atomic.Int64) error {
 		var pieces []fetchPiece
@@ -122,7 +122,7 @@ func readMapFile(ctx context.Context, j *Job) (*Result, error) {
 				count[w]++
 			}
 		}
-		f := prefetch(ctx, st, pieces, j.Config.ReadAhead)
+		f := prefetch(ctx, st, pieces, j.Config.Read.Ahead)
 		defer f.stop()
 		for w, n := range count {
 			if n == 0 {

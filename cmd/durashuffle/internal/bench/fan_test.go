@@ -29,8 +29,8 @@ import (
 func TestSmokeFan(t *testing.T) {
 	ctx := context.Background()
 	o := smokeOptions(t)
-	o.Config.ChunkSize, o.Config.UploadConcurrency = 5*durashuffle.MiB, 2
-	o.Config.FrameTargetBytes = 256 * durashuffle.KiB
+	o.Config.Write.ChunkSize, o.Config.Write.UploadConcurrency = 5*durashuffle.MiB, 2
+	o.Config.Write.FrameTargetBytes = 256 * durashuffle.KiB
 	const writers, readers, parts = 2, 2, 64
 	o.FanShapes, o.FanMultiples, o.FanPartitions, o.FanCoalesceBudget = []FanShape{{writers, readers}}, []int{1, 3}, parts, 512*durashuffle.KiB
 	env, err := Start(ctx, o)
@@ -229,7 +229,7 @@ func TestFanObjectUploader(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := newObjectUploader(st, 1000, 2, 2, true, durashuffle.DefaultConfig().CleanupTimeout.D())
+	up := newObjectUploader(st, 1000, 2, 2, true, durashuffle.DefaultConfig().Write.CleanupTimeout.D())
 	objs := map[string][]byte{"a": bytes.Repeat([]byte("abcdefg"), 357), "b": bytes.Repeat([]byte("xy"), 350), "c": []byte("z")}
 	var g errgroup.Group
 	for _, k := range []string{"a", "b", "c"} {

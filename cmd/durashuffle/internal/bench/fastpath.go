@@ -114,18 +114,18 @@ func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, uns
 		}
 		args := []string{"serve", "--listen", s.flight, "--metrics-listen", s.metrics, "--advertise-addr", s.peer.Addr,
 			"--memory-store-bytes", strconv.FormatInt(int64(mem[i]), 10),
-			"--endpoint", endpoint, "--bucket", e.Bucket, "--prefix", cfg.Prefix,
-			"--chunk-size", cfg.ChunkSize.String(), "--upload-concurrency", strconv.Itoa(cfg.UploadConcurrency),
-			"--read-range-bytes", cfg.ReadRangeBytes.String(), "--read-ahead", strconv.Itoa(cfg.ReadAhead),
-			"--compression", cfg.Compression, "--log-level", "warn"}
-		if cfg.PathStyle || e.Embedded {
+			"--endpoint", endpoint, "--bucket", e.Bucket, "--prefix", cfg.Store.Prefix,
+			"--chunk-size", cfg.Write.ChunkSize.String(), "--upload-concurrency", strconv.Itoa(cfg.Write.UploadConcurrency),
+			"--read-range-bytes", cfg.Read.RangeBytes.String(), "--read-ahead", strconv.Itoa(cfg.Read.Ahead),
+			"--compression", cfg.Write.Compression, "--log-level", "warn"}
+		if cfg.Store.PathStyle || e.Embedded {
 			args = append(args, "--path-style")
 		}
-		if cfg.Region != "" {
-			args = append(args, "--region", cfg.Region)
+		if cfg.Store.Region != "" {
+			args = append(args, "--region", cfg.Store.Region)
 		}
-		if cfg.CAFile != "" {
-			args = append(args, "--ca-file", cfg.CAFile)
+		if cfg.Store.CAFile != "" {
+			args = append(args, "--ca-file", cfg.Store.CAFile)
 		}
 		s.cmd = exec.CommandContext(ctx, e.o.Runner.Command[0], args...)
 		s.cmd.Env = os.Environ()
@@ -155,7 +155,7 @@ func (e *Env) startFastSidecars(ctx context.Context, mem []durashuffle.Size, uns
 			time.Sleep(50 * time.Millisecond)
 		}
 		fc, err := flightclient.Dial(s.flight, flightclient.Options{DialOptions: []grpc.DialOption{
-			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.MaxMessageBytes)))}})
+			grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(int(cfg.Sidecar.MaxMessageBytes)))}})
 		if err != nil {
 			stop()
 			return nil, err
@@ -410,7 +410,7 @@ func (e *Env) runFastpath(ctx context.Context) (*Report, error) {
 	}
 	perWorker := e.rowsFor(e.o.Stored/fastSidecars, spl)
 	d := e.data(e.o.Stored, spl)
-	rep := &Report{Scenario: ScenarioFastpath, Link: e.Link.Info(cfg.ReadAhead * fastSidecars), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioFastpath, Link: e.Link.Info(cfg.Read.Ahead * fastSidecars), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	rep.Setup.Rows, rep.Setup.Workers, rep.Setup.Readers = perWorker*fastSidecars, fastSidecars, fastSidecars
 	rep.Setup.Partitions = max(fastSidecars, e.o.Data.Partitions)
 	all := durashuffle.Size(1 << 30)

@@ -75,7 +75,7 @@ type Job struct {
 	// MemProfile, if set, is where the child writes a heap profile taken
 	// at its highest live heap (see StartPeakHeapProfile).
 	MemProfile string `json:"mem_profile,omitempty"`
-	// The durashuffle contenders' children apply Config.MemoryLimit as
+	// The durashuffle contenders' children apply Config.Write.MemoryLimit as
 	// durashuffle write does (see applyMemoryLimit); the others run with
 	// the Go runtime's defaults.
 
@@ -92,9 +92,9 @@ type Job struct {
 }
 
 // httpClient is the job's HTTP client on the link (see HTTPClient), TLS
-// trusting Config.CAFile.
+// trusting Config.Store.CAFile.
 func (j *Job) httpClient() (*http.Client, *http.Transport, error) {
-	tc, err := clientTLS(j.Config.CAFile, j.Config.InsecureSkipVerify)
+	tc, err := clientTLS(j.Config.Store.CAFile, j.Config.Store.InsecureSkipVerify)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -106,7 +106,7 @@ func (j *Job) conns() int {
 	if j.Conns > 0 {
 		return j.Conns
 	}
-	return j.Config.UploadConcurrency
+	return j.Config.Write.UploadConcurrency
 }
 
 // Result is one contender's measurement (one round) or, in a report, the
@@ -334,12 +334,12 @@ func applyMemoryLimit(j *Job) error {
 		load = durashuffle.MemoryLoad{Readers: max(1, j.Readers)}
 	}
 	cfg := j.Config
-	if cfg.MemoryLimit == durashuffle.MemoryLimitAuto && j.Kind != "read" {
+	if cfg.Write.MemoryLimit == durashuffle.MemoryLimitAuto && j.Kind != "read" {
 		pool, err := prepareInput(j)
 		if err != nil {
 			return err
 		}
-		cfg.MemoryLimit = durashuffle.MemoryLimit(cfg.SoftMemoryLimit(load) + durashuffle.Size(pool))
+		cfg.Write.MemoryLimit = durashuffle.MemoryLimit(cfg.SoftMemoryLimit(load) + durashuffle.Size(pool))
 	}
 	cfg.ApplyMemoryLimit(load, os.Getenv)
 	return nil

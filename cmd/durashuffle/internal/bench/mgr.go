@@ -31,8 +31,8 @@ func writeManager(ctx context.Context, j *Job) (*Result, error) {
 	}
 	defer closeIdle(tr)
 	up := manager.NewUploader(s3c, func(u *manager.Uploader) {
-		u.PartSize = int64(j.Config.ChunkSize)
-		u.Concurrency = j.Config.UploadConcurrency
+		u.PartSize = int64(j.Config.Write.ChunkSize)
+		u.Concurrency = j.Config.Write.UploadConcurrency
 	})
 	return uploadFiles(ctx, j, counter, clock, func(ctx context.Context, key string, f *os.File) error {
 		_, err := up.Upload(ctx, &s3.PutObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key), Body: f})
@@ -50,8 +50,8 @@ func readManager(ctx context.Context, j *Job) (*Result, error) {
 	}
 	defer closeIdle(tr)
 	down := manager.NewDownloader(s3c, func(d *manager.Downloader) {
-		d.PartSize = int64(j.Config.ReadRangeBytes)
-		d.Concurrency = j.Config.UploadConcurrency
+		d.PartSize = int64(j.Config.Read.RangeBytes)
+		d.Concurrency = j.Config.Write.UploadConcurrency
 	})
 	return downloadKeys(ctx, j, counter, clock, func(ctx context.Context, key string, w io.WriterAt) error {
 		_, err := down.Download(ctx, w, &s3.GetObjectInput{Bucket: aws.String(j.Bucket), Key: aws.String(key)})

@@ -107,7 +107,7 @@ func (e *Env) runPartitions(ctx context.Context) (*Report, error) {
 	d.Input = InputFresh
 	d.WriteRows = 8192
 	readers := max(1, e.o.RangeReaders)
-	rep := &Report{Scenario: ScenarioPartitions, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioPartitions, Link: e.Link.Info(cfg.Write.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	rep.Setup.Partitions, rep.Setup.Workers, rep.Setup.Readers = 0, 0, readers
 	cells := e.partitionCells()
 	e.logf("partitions: %d rows (~%s stored), partitions %v x writers %v, %d range readers, transfermanager and manager", d.Rows, sizeString(e.o.Stored), e.o.PartitionCounts, e.o.PartitionWriters, readers)

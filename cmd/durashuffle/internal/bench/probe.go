@@ -21,13 +21,13 @@ func (e *Env) probeLink(ctx context.Context, conns int, part int64) (put, get fl
 	if e.Link == nil || e.Link.Addr == "" {
 		return 0, 0, nil
 	}
-	tc, err := clientTLS(e.o.Config.CAFile, e.o.Config.InsecureSkipVerify)
+	tc, err := clientTLS(e.o.Config.Store.CAFile, e.o.Config.Store.InsecureSkipVerify)
 	if err != nil {
 		return 0, 0, err
 	}
 	hc, tr := HTTPClient(e.Link.Addr, conns, tc)
 	defer tr.CloseIdleConnections()
-	opts := s3store.Options{Bucket: e.Bucket, Endpoint: e.Endpoint, Region: e.o.Config.Region, PathStyle: e.o.Config.PathStyle, HTTPClient: hc}
+	opts := s3store.Options{Bucket: e.Bucket, Endpoint: e.Endpoint, Region: e.o.Config.Store.Region, PathStyle: e.o.Config.Store.PathStyle, HTTPClient: hc}
 	if e.Embedded {
 		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
 	}
@@ -38,7 +38,7 @@ func (e *Env) probeLink(ctx context.Context, conns int, part int64) (put, get fl
 	body := make([]byte, part)
 	const each = 2
 	q := e.query("probe")
-	key := func(c, i int) string { return fmt.Sprintf("%s/%s/p-%d-%d", e.o.Config.Prefix, q, c, i) }
+	key := func(c, i int) string { return fmt.Sprintf("%s/%s/p-%d-%d", e.o.Config.Store.Prefix, q, c, i) }
 	defer e.cleanup(ctx, q)
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)

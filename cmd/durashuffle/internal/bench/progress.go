@@ -104,7 +104,7 @@ type liveMeter struct {
 // startReporting makes the child count and report on j.ProgressFD. The
 // returned function writes the last sample and closes the descriptor.
 func (j *Job) startReporting() (stop func()) {
-	m := &liveMeter{born: time.Now(), chunkSize: int64(j.Config.ChunkSize)}
+	m := &liveMeter{born: time.Now(), chunkSize: int64(j.Config.Write.ChunkSize)}
 	j.live = m
 	f := os.NewFile(uintptr(j.ProgressFD), "progress")
 	quit, done := make(chan struct{}), make(chan struct{})

@@ -74,15 +74,15 @@ type Options struct {
 	Runner            *Runner
 	Log               io.Writer // progress lines; nil: none
 	// MemoryLimits: the memory scenario runs every size once per value,
-	// as the writer's memory_limit; empty means Config.MemoryLimit alone
+	// as the writer's memory_limit; empty means Config.Write.MemoryLimit alone
 	// (the product as configured).
 	MemoryLimits []durashuffle.MemoryLimit
-	// Server is the in-process endpoint when Config.Endpoint is empty:
+	// Server is the in-process endpoint when Config.Store.Endpoint is empty:
 	// ServerMemory (default) or ServerEmbedded.
 	Server string
 	// TLS makes the in-process endpoint serve HTTPS with a certificate
 	// made for the run (its CA goes to every contender as
-	// Config.CAFile), so everything on the link is TLS, as with S3.
+	// Config.Store.CAFile), so everything on the link is TLS, as with S3.
 	TLS bool
 	// Faults, if set, puts the fault proxy between the link and the
 	// endpoint: every contender's requests meet the same faults.
@@ -110,9 +110,9 @@ type Env struct {
 }
 
 // Start brings up the endpoint (the embedded server unless
-// Config.Endpoint is set) and the shaped link in front of it.
+// Config.Store.Endpoint is set) and the shaped link in front of it.
 func Start(ctx context.Context, o *Options) (*Env, error) {
-	e := &Env{o: o, Bucket: o.Config.Bucket, Endpoint: o.Config.Endpoint, run: time.Now().UTC().Format("20060102T150405")}
+	e := &Env{o: o, Bucket: o.Config.Store.Bucket, Endpoint: o.Config.Store.Endpoint, run: time.Now().UTC().Format("20060102T150405")}
 	if e.Bucket == "" {
 		e.Bucket = "durashuffle-bench"
 	}
@@ -122,14 +122,14 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	}
 	e.workDir = dir
 	e.stop = append(e.stop, func() { os.RemoveAll(dir) })
-	opts := s3store.Options{Bucket: e.Bucket, Region: o.Config.Region, PathStyle: o.Config.PathStyle, InsecureSkipVerify: o.Config.InsecureSkipVerify}
+	opts := s3store.Options{Bucket: e.Bucket, Region: o.Config.Store.Region, PathStyle: o.Config.Store.PathStyle, InsecureSkipVerify: o.Config.Store.InsecureSkipVerify}
 	var serverTLS *tls.Config
 	if o.TLS && e.Endpoint == "" {
 		if o.Server == ServerEmbedded {
 			e.Close()
 			return nil, fmt.Errorf("--tls needs --server memory: the embedded server speaks plain HTTP (use --tls=false)")
 		}
-		if serverTLS, o.Config.CAFile, err = benchTLS(dir); err != nil {
+		if serverTLS, o.Config.Store.CAFile, err = benchTLS(dir); err != nil {
 			e.Close()
 			return nil, fmt.Errorf("bench certificate: %w", err)
 		}
@@ -162,12 +162,12 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 			return nil, fmt.Errorf("server %q: want memory or embedded", o.Server)
 		}
 		e.Embedded = true
-		o.Config.PathStyle = true
+		o.Config.Store.PathStyle = true
 		opts.PathStyle = true
 		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
 	}
 	opts.Endpoint = e.Endpoint
-	opts.CAFile = o.Config.CAFile
+	opts.CAFile = o.Config.Store.CAFile
 	s3, err := s3store.New(ctx, opts)
 	if err != nil {
 		e.Close()
@@ -184,7 +184,7 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	if o.Faults != nil {
 		var upstreamTLS *tls.Config
 		if serverTLS != nil {
-			if upstreamTLS, err = clientTLS(o.Config.CAFile, false); err != nil {
+			if upstreamTLS, err = clientTLS(o.Config.Store.CAFile, false); err != nil {
 				e.Close()
 				return nil, err
 			}
@@ -319,13 +319,13 @@ func (e *Env) storedPerLogical() (float64, error) {
 		return 0, err
 	}
 	defer b.Release()
-	rows := int64(float64(cfg.FrameTargetBytes) / bytesPerRow)
+	rows := int64(float64(cfg.Write.FrameTargetBytes) / bytesPerRow)
 	var logical, stored int64
 	for i := range int64(4) {
 		parts := b.Batch(demo.Range{Lo: i * rows, Hi: (i + 1) * rows}, nil)
 		var buf bytes.Buffer
 		for _, p := range parts {
-			st, err := frame.Encode(&buf, demo.Schema(), []arrow.RecordBatch{p.Record}, cfg.Compression, memory.DefaultAllocator)
+			st, err := frame.Encode(&buf, demo.Schema(), []arrow.RecordBatch{p.Record}, cfg.Write.Compression, memory.DefaultAllocator)
 			p.Record.Release()
 			if err != nil {
 				return 0, err
@@ -346,9 +346,9 @@ func (e *Env) setup(d Data, cfg durashuffle.Config, st string, ratio float64) Se
 	return Setup{
 		Rounds: e.o.Rounds, Rows: d.Rows, Partitions: d.Partitions, WriteRows: d.WriteRows,
 		Producers: d.Producers, Workers: d.Workers, Input: d.Input,
-		ChunkSize: int64(cfg.ChunkSize), UploadConcurrency: cfg.UploadConcurrency,
-		MaxBufferedChunks: cfg.BufferedChunks(), CoalesceBudget: int64(cfg.CoalesceBudget),
-		FrameTargetBytes: int64(cfg.FrameTargetBytes), Compression: cfg.Compression,
+		ChunkSize: int64(cfg.Write.ChunkSize), UploadConcurrency: cfg.Write.UploadConcurrency,
+		MaxBufferedChunks: cfg.BufferedChunks(), CoalesceBudget: int64(cfg.Write.CoalesceBudget),
+		FrameTargetBytes: int64(cfg.Write.FrameTargetBytes), Compression: cfg.Write.Compression,
 		Store: st, CPUs: runtime.NumCPU(), StoredPerLogical: round3(ratio),
 	}
 }
@@ -384,7 +384,7 @@ func (e *Env) cleanup(ctx context.Context, query string) {
 	if e.direct == nil {
 		return
 	}
-	prefix := strings.Trim(e.o.Config.Prefix, "/")
+	prefix := strings.Trim(e.o.Config.Store.Prefix, "/")
 	if prefix != "" {
 		prefix += "/"
 	}

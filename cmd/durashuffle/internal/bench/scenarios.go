@@ -30,8 +30,8 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	d := e.data(e.o.Stored, spl)
-	rep := &Report{Scenario: ScenarioWrite, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
-	e.logf("write: %d rows (~%s stored) in %d partitions; %s chunks, concurrency %d", d.Rows, sizeString(e.o.Stored), d.Partitions, cfg.ChunkSize, cfg.UploadConcurrency)
+	rep := &Report{Scenario: ScenarioWrite, Link: e.Link.Info(cfg.Write.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	e.logf("write: %d rows (~%s stored) in %d partitions; %s chunks, concurrency %d", d.Rows, sizeString(e.o.Stored), d.Partitions, cfg.Write.ChunkSize, cfg.Write.UploadConcurrency)
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
@@ -66,16 +66,16 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		c := cfg
 		switch name {
 		case DurashuffleAuto:
-			c.Compression = "auto"
+			c.Write.Compression = "auto"
 		case DurashuffleSpillOff:
-			c.Spill = "off"
+			c.Write.Spill = "off"
 		}
 		j := e.job("write", name, q, c, d)
 		switch name {
 		case TransferManager, Manager:
 			j.Files = files
 			for i := range files {
-				j.Keys = append(j.Keys, fmt.Sprintf("%s/%s/data-%d.arrows", cfg.Prefix, q, i))
+				j.Keys = append(j.Keys, fmt.Sprintf("%s/%s/data-%d.arrows", cfg.Store.Prefix, q, i))
 			}
 		case DurashuffleEncodeOnly:
 			j.NullStore = true
@@ -147,7 +147,7 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	d := e.data(e.o.Stored, spl)
-	rep := &Report{Scenario: ScenarioRead, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioRead, Link: e.Link.Info(cfg.Write.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	rep.Setup.Readers = e.o.Readers
 	// The stage to read, written straight to the endpoint (not timed).
 	q := e.query("read")
@@ -168,7 +168,7 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 		if name == Durashuffle {
 			// One stream in storage order: as many GETs in flight as
 			// transfermanager's concurrency.
-			c.ReadAhead = cfg.UploadConcurrency
+			c.Read.Ahead = cfg.Write.UploadConcurrency
 		}
 		j := e.job("read", name, q, c, d)
 		j.Readers = e.o.Readers
@@ -223,7 +223,7 @@ func (e *Env) runSmallBatches(ctx context.Context) (*Report, error) {
 	link := LinkInfo{}
 	if e.o.SmallOverLink {
 		st = e.storeName()
-		link = e.Link.Info(cfg.UploadConcurrency)
+		link = e.Link.Info(cfg.Write.UploadConcurrency)
 	}
 	rep := &Report{Scenario: ScenarioSmallBatches, Link: link, Setup: e.setup(d, cfg, st, spl)}
 	e.logf("small-batches: %d rows as %d-row and %d-row Writes, %s", d.Rows, rows[0], rows[1], st)
@@ -272,7 +272,7 @@ func (e *Env) runEncode(ctx context.Context) (*Report, error) {
 	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
 		n := e.o.Writers[indexOf(names, name)]
 		c := cfg
-		c.EncodeConcurrency = n
+		c.Write.EncodeConcurrency = n
 		dd := d
 		dd.Producers = n
 		j := e.job("write", Durashuffle, e.query("encode", strconv.Itoa(n), strconv.Itoa(round)), c, dd)
@@ -328,12 +328,12 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 	d := e.o.Data
 	d.Input = InputFresh
 	d.WriteRows = 8192
-	rep := &Report{Scenario: ScenarioMemory, Link: e.Link.Info(cfg.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioMemory, Link: e.Link.Info(cfg.Write.UploadConcurrency), Setup: e.setup(d, cfg, e.storeName(), spl)}
 	load := durashuffle.MemoryLoad{Writers: max(1, d.Workers)}
 	bound := int64(cfg.MemoryBound(load))
 	limits := e.o.MemoryLimits
 	if len(limits) == 0 {
-		limits = []durashuffle.MemoryLimit{cfg.MemoryLimit}
+		limits = []durashuffle.MemoryLimit{cfg.Write.MemoryLimit}
 	}
 	type variant struct {
 		logical int64
@@ -343,7 +343,7 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 	var vs []variant
 	for _, lim := range limits {
 		c := cfg
-		c.MemoryLimit = lim
+		c.Write.MemoryLimit = lim
 		label := lim.String()
 		if lim == durashuffle.MemoryLimitAuto {
 			label += "(" + sizeString(int64(c.SoftMemoryLimit(load))) + ")"
@@ -360,7 +360,7 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 		dd := d
 		dd.Rows = int64(float64(vs[i].logical) / bytesPerRow)
 		c := cfg
-		c.MemoryLimit = vs[i].limit
+		c.Write.MemoryLimit = vs[i].limit
 		return e.job("write", Durashuffle, e.query("memory", strconv.Itoa(i), strconv.Itoa(round)), c, dd)
 	}, nil)
 	if err != nil {
@@ -380,7 +380,7 @@ func (e *Env) runMemory(ctx context.Context) (*Report, error) {
 		// The bound is the configuration's promise: it is a target for
 		// the configuration's own memory_limit; the others (off: Go's
 		// defaults) are shown for comparison in the table.
-		if vs[k].limit != cfg.MemoryLimit {
+		if vs[k].limit != cfg.Write.MemoryLimit {
 			continue
 		}
 		rep.Targets = append(rep.Targets,
@@ -399,7 +399,7 @@ func (e *Env) runSweep(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 	d := e.data(e.o.Stored, spl)
-	rep := &Report{Scenario: ScenarioSweep, Link: e.Link.Info(base.UploadConcurrency), Setup: e.setup(d, base, e.storeName(), spl)}
+	rep := &Report{Scenario: ScenarioSweep, Link: e.Link.Info(base.Write.UploadConcurrency), Setup: e.setup(d, base, e.storeName(), spl)}
 	// Each cell has its own connection count and limit (see the results).
 	rep.Link.Connections, rep.Link.LimitBytesPerS = 0, 0
 	type cell struct {
@@ -418,8 +418,8 @@ func (e *Env) runSweep(ctx context.Context) (*Report, error) {
 	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
 		c := cells[indexOf(names, name)]
 		cfg := base
-		cfg.ChunkSize, cfg.UploadConcurrency = c.chunk, c.conc
-		cfg.MaxBufferedChunks = 0
+		cfg.Write.ChunkSize, cfg.Write.UploadConcurrency = c.chunk, c.conc
+		cfg.Write.MaxBufferedChunks = 0
 		return e.job("write", Durashuffle, e.query("sweep", strconv.Itoa(indexOf(names, name)), strconv.Itoa(round)), cfg, d)
 	}, func(name string, r *Result) {
 		c := cells[indexOf(names, name)]
@@ -465,7 +465,7 @@ func (e *Env) probe(ctx context.Context, rep *Report, cfg durashuffle.Config) er
 		e.logf("  link probe: skipped under --faults")
 		return nil
 	}
-	put, get, err := e.probeLink(ctx, cfg.UploadConcurrency, int64(cfg.ChunkSize))
+	put, get, err := e.probeLink(ctx, cfg.Write.UploadConcurrency, int64(cfg.Write.ChunkSize))
 	if err != nil {
 		return err
 	}

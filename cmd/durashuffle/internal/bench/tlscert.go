@@ -19,7 +19,7 @@ import (
 // benchTLS makes a throwaway CA and a certificate it signed for
 // 127.0.0.1 and localhost, for the in-process endpoint to serve HTTPS
 // with, and writes the CA to dir/ca.pem for the contenders to trust
-// (Config.CAFile). Valid for a day; nothing is kept past the run.
+// (Config.Store.CAFile). Valid for a day; nothing is kept past the run.
 func benchTLS(dir string) (*tls.Config, string, error) {
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -34,8 +34,8 @@ func tmClient(ctx context.Context, j *Job) (*transfermanager.Client, *store.Coun
 		return nil, nil, nil, nil, err
 	}
 	tm := transfermanager.New(s3c, func(o *transfermanager.Options) {
-		o.PartSizeBytes = int64(j.Config.ChunkSize)
-		o.Concurrency = j.Config.UploadConcurrency
+		o.PartSizeBytes = int64(j.Config.Write.ChunkSize)
+		o.Concurrency = j.Config.Write.UploadConcurrency
 		o.GetObjectType = tmtypes.GetObjectRanges
 	})
 	return tm, counter, clock, tr, nil
@@ -50,7 +50,7 @@ func sdkClient(ctx context.Context, j *Job) (*s3.Client, *store.Counter, *dataCl
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
-	region := j.Config.Region
+	region := j.Config.Store.Region
 	if region == "" {
 		region = "us-east-1"
 	}
@@ -67,7 +67,7 @@ func sdkClient(ctx context.Context, j *Job) (*s3.Client, *store.Counter, *dataCl
 		if j.Endpoint != "" {
 			o.BaseEndpoint = aws.String(j.Endpoint)
 		}
-		o.UsePathStyle = j.Config.PathStyle
+		o.UsePathStyle = j.Config.Store.PathStyle
 		o.HTTPClient = hc
 		o.ContinueHeaderThresholdBytes = -1
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
@@ -208,7 +208,7 @@ func readTM(ctx context.Context, j *Job) (*Result, error) {
 		_, err := tm.DownloadObject(ctx, &transfermanager.DownloadObjectInput{
 			Bucket: aws.String(j.Bucket), Key: aws.String(key), WriterAt: w,
 		}, func(o *transfermanager.Options) {
-			o.PartSizeBytes = int64(j.Config.ReadRangeBytes)
+			o.PartSizeBytes = int64(j.Config.Read.RangeBytes)
 		})
 		return err
 	})

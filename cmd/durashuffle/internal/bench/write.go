@@ -36,8 +36,8 @@ func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.
 	opts := s3store.Options{
 		Bucket:     j.Bucket,
 		Endpoint:   j.Endpoint,
-		Region:     j.Config.Region,
-		PathStyle:  j.Config.PathStyle,
+		Region:     j.Config.Store.Region,
+		PathStyle:  j.Config.Store.PathStyle,
 		Counter:    counter,
 		HTTPClient: hc,
 	}
@@ -174,7 +174,7 @@ func encodeFiles(ctx context.Context, j *Job) (*Result, error) {
 		return nil, fmt.Errorf("encode-files wants one output directory, got %d", len(j.Files))
 	}
 	counter := &store.Counter{}
-	fs := &fileStore{nullStore: nullStore{counter: counter}, dir: j.Files[0], chunk: int64(j.Config.ChunkSize), files: map[string]*os.File{}}
+	fs := &fileStore{nullStore: nullStore{counter: counter}, dir: j.Files[0], chunk: int64(j.Config.Write.ChunkSize), files: map[string]*os.File{}}
 	defer fs.closeAll()
 	res, err := writeWith(ctx, j, fs, counter)
 	if err != nil {
@@ -279,7 +279,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 	if res.InputBytes, err = prepareInput(j); err != nil {
 		return nil, err
 	}
-	layout := manifest.Layout{Prefix: cfg.Prefix}
+	layout := manifest.Layout{Prefix: cfg.Store.Prefix}
 	workers := max(1, j.Data.Workers)
 	before := counter.Requests()
 	start := startClock()
@@ -290,15 +290,15 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 		g.Go(func() error {
 			// Each bench job writes a query of its own: one attempt per worker.
 			worker, attempt, write := strconv.Itoa(w), "bench", manifest.NewWriteID()
-			sink := &syncSink{ctx: gctx, st: st, chunk: int64(cfg.ChunkSize), checksum: cfg.Checksum == "crc32c",
+			sink := &syncSink{ctx: gctx, st: st, chunk: int64(cfg.Write.ChunkSize), checksum: cfg.Write.Checksum == "crc32c",
 				key: func(obj int) string {
 					return layout.ObjectKey(j.Query, 0, manifest.DataName(worker, attempt, write, obj))
 				}}
 			ch, err := chunker.New(gctx, chunker.Options{
 				Schema: demo.Schema(), Partitions: j.Data.Partitions,
-				FrameTargetBytes: int64(cfg.FrameTargetBytes), CoalesceBudget: int64(cfg.CoalesceBudget),
-				Encoders: cfg.Encoders(), Compression: cfg.Compression, ChunkSize: int64(cfg.ChunkSize),
-				MaxObjectSize: int64(cfg.MaxObjectSize),
+				FrameTargetBytes: int64(cfg.Write.FrameTargetBytes), CoalesceBudget: int64(cfg.Write.CoalesceBudget),
+				Encoders: cfg.Encoders(), Compression: cfg.Write.Compression, ChunkSize: int64(cfg.Write.ChunkSize),
+				MaxObjectSize: int64(cfg.Write.MaxObjectSize),
 			}, sink)
 			if err != nil {
 				return err
@@ -313,7 +313,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 			}
 			results[w] = r
 			m := &manifest.Worker{Query: j.Query, Stage: 0, Worker: worker, Attempt: attempt,
-				Compression: cfg.Compression, Partitions: j.Data.Partitions, ChunkSize: int64(cfg.ChunkSize),
+				Compression: cfg.Write.Compression, Partitions: j.Data.Partitions, ChunkSize: int64(cfg.Write.ChunkSize),
 				WriterVersion: "durashuffle bench (sequential uploads)", WrittenAt: time.Now().UTC()}
 			if m.Schema, err = frame.EncodeSchema(demo.Schema()); err != nil {
 				return err
