@@ -61,87 +61,94 @@ func (d Duration) MarshalText() ([]byte, error) { return []byte(d.String()), nil
 // says of the key, cost included; the command line makes a flag of each
 // key, the key with dashes (--chunk-size).
 type Config struct {
-	// Store: the object store. Where stages live, how to reach and
-	// trust the endpoint, what every object put carries, whether commits
-	// are guarded, and how each request is retried and timed out.
-	Store struct {
-		Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages."`
-		Prefix             string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
-		Endpoint           string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
-		Region             string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
-		PathStyle          bool     `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
-		InsecureSkipVerify bool     `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
-		CAFile             string   `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
-		SSE                string   `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
-		SSEKMSKeyID        string   `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
-		CommitGuard        string   `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
-		RetryMaxAttempts   int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
-		RetryBaseDelay     Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
-		RetryMaxDelay      Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
-		RequestTimeout     Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
-		ConnectTimeout     Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
-		FirstByteTimeout   Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
-	} `yaml:",inline"`
+	Store   StoreConfig   `yaml:",inline"`
+	Write   WriteConfig   `yaml:",inline"`
+	Read    ReadConfig    `yaml:",inline"`
+	Hedge   HedgeConfig   `yaml:",inline"`
+	GC      GCConfig      `yaml:",inline"`
+	Sidecar SidecarConfig `yaml:",inline"`
+}
 
-	// Write: the write path, from Writer.Write to the uploaded parts:
-	// chunks and their uploads, objects, frames, encoders, spilled runs, a
-	// failed writer's cleanup, and the memory limit of a process that writes.
-	Write struct {
-		ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
-		UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
-		MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
-		MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
-		KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
-		FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
-		CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
-		Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes one GET per writer object per group of partitions of up to 3/4 of its read window (read_ahead x read_range_bytes), however many runs the writer flushed. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
-		SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
-		SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
-		MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 52 MiB of resident memory the Go runtime does not govern, 236 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
-		EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
-		Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
-		Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c (sent with every part and put, verified by the store) or none (uploads created without a checksum algorithm, parts sent whole rather than streamed over HTTPS). Frames always carry a CRC32C in the manifest, which readers check."`
-		CleanupTimeout    Duration    `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
-	} `yaml:",inline"`
+// StoreConfig is Config.Store: the object store. Where stages live, how to reach and
+// trust the endpoint, what every object put carries, whether commits
+// are guarded, and how each request is retried and timed out.
+type StoreConfig struct {
+	Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages."`
+	Prefix             string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
+	Endpoint           string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
+	Region             string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
+	PathStyle          bool     `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
+	InsecureSkipVerify bool     `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
+	CAFile             string   `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
+	SSE                string   `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
+	SSEKMSKeyID        string   `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
+	CommitGuard        string   `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
+	RetryMaxAttempts   int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
+	RetryBaseDelay     Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
+	RetryMaxDelay      Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
+	RequestTimeout     Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+	ConnectTimeout     Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
+	FirstByteTimeout   Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
+}
 
-	// Read: the ranged GETs of stored frames.
-	Read struct {
-		RangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
-		Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
-		GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
-	} `yaml:",inline"`
+// WriteConfig is Config.Write: the write path, from Writer.Write to the uploaded parts:
+// chunks and their uploads, objects, frames, encoders, spilled runs, a
+// failed writer's cleanup, and the memory limit of a process that writes.
+type WriteConfig struct {
+	ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
+	UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
+	MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
+	MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
+	KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
+	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
+	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
+	Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes one GET per writer object per group of partitions of up to 3/4 of its read window (read_ahead x read_range_bytes), however many runs the writer flushed. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
+	SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
+	SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
+	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 52 MiB of resident memory the Go runtime does not govern, 236 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
+	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
+	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
+	Checksum          string      `yaml:"checksum" doc:"Per-part S3 checksum: crc32c (sent with every part and put, verified by the store) or none (uploads created without a checksum algorithm, parts sent whole rather than streamed over HTTPS). Frames always carry a CRC32C in the manifest, which readers check."`
+	CleanupTimeout    Duration    `yaml:"cleanup_timeout" doc:"How long a failed or aborted writer spends aborting its multipart uploads, and then deleting its objects (each step), on a context detached from the caller's. What is not done by then is left to gc, and the error says so. Longer waits out a store that hangs; shorter fails faster."`
+}
 
-	// Hedge: hedged part uploads and range reads.
-	Hedge struct {
-		Factor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
-		MinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
-	} `yaml:",inline"`
+// ReadConfig is Config.Read: the ranged GETs of stored frames.
+type ReadConfig struct {
+	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
+	Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
+	GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
+}
 
-	// GC: what gc removes.
-	GC struct {
-		ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
-	} `yaml:",inline"`
+// HedgeConfig is Config.Hedge: hedged part uploads and range reads.
+type HedgeConfig struct {
+	Factor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 is sent once more; first success wins. 0 disables."`
+	MinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
+}
 
-	// Sidecar: the Arrow Flight sidecar (serve): its ports and their
-	// TLS, its token, its streams, and the memory store whose frames it
-	// serves to its peers (a Client honours memory_store_bytes and
-	// advertise_addr as well).
-	Sidecar struct {
-		Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
-		MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
-		AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
-		MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
-		MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
-		ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, the longest the shutdown takes: streams in flight may finish in the grace less a cleanup reserve (a third of it, at most 2 x cleanup_timeout + 2s), then are cut off and their output aborted in the reserve."`
-		TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
-		TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
-		TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
-		// A stalled client must not hold a stream, or a slot, for ever.
-		StreamFirstMessageTimeout Duration `yaml:"stream_first_message_timeout" doc:"How long a sidecar stream may take from its start to its first message (DoPut: its descriptor and schema, before it takes one of max_streams slots; DoGet: its ticket). Then it fails with DeadlineExceeded naming this key and commits nothing. 0 disables it."`
-		StreamIdleTimeout         Duration `yaml:"stream_idle_timeout" doc:"How long a sidecar stream may wait on its client: a DoPut for its next message, a DoGet or DoAction for the client to read what was sent. Then it fails with DeadlineExceeded naming this key, a DoPut's output is aborted, and the slot is freed. Shorter frees slots held by stalled clients sooner; a client that is slower than this between batches must send metadata-only messages in between. 0 disables it."`
-		MemoryStoreBytes          Size     `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
-		AdvertiseAddr             string   `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
-	} `yaml:",inline"`
+// GCConfig is Config.GC: what gc removes.
+type GCConfig struct {
+	ResultsRetention Duration `yaml:"results_retention" doc:"How long gc keeps results stages."`
+}
+
+// SidecarConfig is Config.Sidecar: the Arrow Flight sidecar (serve): its ports and their
+// TLS, its token, its streams, and the memory store whose frames it
+// serves to its peers (a Client honours memory_store_bytes and
+// advertise_addr as well).
+type SidecarConfig struct {
+	Listen          string   `yaml:"listen" doc:"Sidecar Arrow Flight address: host:port (loopback by default) or unix:/path/to.sock."`
+	MetricsListen   string   `yaml:"metrics_listen" doc:"Sidecar HTTP address for /metrics, /healthz and /readyz; empty disables it."`
+	AuthToken       string   `yaml:"auth_token" doc:"Bearer token every Flight call must carry; empty allows any caller that can reach the socket." secret:"true"`
+	MaxStreams      int      `yaml:"max_streams" doc:"Concurrent Flight streams (DoPut and DoGet) the sidecar serves; more wait."`
+	MaxMessageBytes Size     `yaml:"max_message_bytes" doc:"Largest gRPC message the sidecar accepts or sends."`
+	ShutdownGrace   Duration `yaml:"shutdown_grace" doc:"On SIGTERM, the longest the shutdown takes: streams in flight may finish in the grace less a cleanup reserve (a third of it, at most 2 x cleanup_timeout + 2s), then are cut off and their output aborted in the reserve."`
+	TLSCertFile     string   `yaml:"tls_cert_file" doc:"PEM certificate (chain) of the sidecar; with tls_key_file it turns TLS on for both the Flight and the metrics port. Empty: plaintext, and a warning when either listens beyond loopback."`
+	TLSKeyFile      string   `yaml:"tls_key_file" doc:"PEM private key of tls_cert_file. Read once at start; its contents are never logged. Keep the file readable by the sidecar alone."`
+	TLSClientCAFile string   `yaml:"tls_client_ca_file" doc:"PEM CA certificates for mutual TLS: with it, both ports refuse a client without a certificate signed by one of them. Needs tls_cert_file."`
+	// A stalled client must not hold a stream, or a slot, for ever.
+	StreamFirstMessageTimeout Duration `yaml:"stream_first_message_timeout" doc:"How long a sidecar stream may take from its start to its first message (DoPut: its descriptor and schema, before it takes one of max_streams slots; DoGet: its ticket). Then it fails with DeadlineExceeded naming this key and commits nothing. 0 disables it."`
+	StreamIdleTimeout         Duration `yaml:"stream_idle_timeout" doc:"How long a sidecar stream may wait on its client: a DoPut for its next message, a DoGet or DoAction for the client to read what was sent. Then it fails with DeadlineExceeded naming this key, a DoPut's output is aborted, and the slot is freed. Shorter frees slots held by stalled clients sooner; a client that is slower than this between batches must send metadata-only messages in between. 0 disables it."`
+	MemoryStoreBytes          Size     `yaml:"memory_store_bytes" doc:"Memory that keeps committed workers' stored frames for fast reads (their uploaded chunk buffers, kept instead of released), by this process and, with advertise_addr, its peers. S3 stays the truth: anything may be evicted at any time and readers then fall back to S3. Part of the memory bound. 0 disables it; serve defaults to 1GiB, the library to 0."`
+	AdvertiseAddr             string   `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
 }
 
 // DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16

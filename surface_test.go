@@ -44,7 +44,11 @@ func TestSurfaceEveryExportedIdentifierIsUsed(t *testing.T) {
 	// the flags, which the command line reaches by reflection.
 	ct := reflect.TypeFor[durashuffle.Config]()
 	for i := range ct.NumField() {
-		used["Config."+ct.Field(i).Name] = true
+		g := ct.Field(i)
+		used["Config."+g.Name] = true
+		for j := range g.Type.NumField() {
+			used[g.Type.Name()+"."+g.Type.Field(j).Name] = true
+		}
 	}
 	var unused []string
 	for _, id := range exported {
@@ -254,7 +258,7 @@ func TestSurfaceGoDocFitsOneScreen(t *testing.T) {
 		t.Fatalf("go doc .: %v\n%s", err, out)
 	}
 	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
-	const maxLines = 42
+	const maxLines = 48
 	if len(lines) > maxLines {
 		t.Errorf("go doc . prints %d lines, want at most %d:\n%s", len(lines), maxLines, out)
 	}
