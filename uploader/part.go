@@ -141,15 +141,16 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 		}
 	}
 	b, size := pt.body, pt.body.size()
-	var (
+	// The requests made (a hedge is the second) and the winner's answer.
+	var ans struct {
 		calls    atomic.Int32
-		mu       sync.Mutex // the winner's answer
+		mu       sync.Mutex
 		etag     string
 		crc      uint32
 		streamed bool
-	)
+	}
 	err = o.pool.hedged(ctx, func(ctx context.Context) error {
-		buf, read, err := b.request(ctx, int(calls.Add(1))-1)
+		buf, read, err := b.request(ctx, int(ans.calls.Add(1))-1)
 		if err != nil {
 			return err
 		}
@@ -174,12 +175,13 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 			}
 		}
 		if err == nil {
-			mu.Lock()
-			etag, crc, streamed = e, c, read != nil
-			mu.Unlock()
+			ans.mu.Lock()
+			ans.etag, ans.crc, ans.streamed = e, c, read != nil
+			ans.mu.Unlock()
 		}
 		return err
 	})
+	etag, crc, streamed := ans.etag, ans.crc, ans.streamed
 	switch {
 	case err != nil && single:
 		return fmt.Errorf("put %s (%d bytes): %w", o.key, size, err)

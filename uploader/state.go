@@ -7,13 +7,11 @@ import (
 
 // state is where the upload of an object stands. It changes only through
 // Upload.toLocked, which refuses any change the transitions table does
-// not list.
-//
-//	open ──> multipart ──> sealed ──> completing ──> completed
-//	  │  └──────────────────^            │               │
-//	  └──> single ───────────────────────│──> completed  │
-//	any of open, multipart, single, sealed ──> failed    │
-//	every state but aborted ───────────────────> aborted <┘
+// not list. The path of an object of several parts is open, multipart
+// (its upload asked for), sealed (its last chunk handed over),
+// completing, completed; an object of one small chunk goes from open to
+// single to completed. Any state that takes or sends parts may fail, and
+// every state but aborted may be aborted.
 type state uint8
 
 const (
