@@ -329,22 +329,7 @@ func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, o.abortAfter(err)
 	}
-	slices.SortFunc(parts, func(a, b store.Part) int { return int(a.Number - b.Number) })
-	for i, pt := range parts {
-		if pt.Number != int32(i+1) {
-			err := fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
-			return Result{}, o.abortAfter(err)
-		}
-	}
-	// The Complete is bounded by the caller's ctx (Writer.Commit's) as
-	// well as by the object's own: a commit that is given up on must not
-	// go on completing uploads behind the caller's back.
-	cctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
-	defer stop()
-	if err := o.pool.st.CompleteMultipart(cctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
-		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
+	if err := o.complete(ctx, id, parts, size); err != nil {
 		return Result{}, o.abortAfter(err)
 	}
 	o.mu.Lock()
@@ -357,6 +342,29 @@ func (o *Upload) Finish(ctx context.Context) (Result, error) {
 		return Result{}, err
 	}
 	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// complete assembles parts, every one from 1 on, into the object with
+// CompleteMultipartUpload of upload id, bounded by ctx and the object's
+// own context.
+func (o *Upload) complete(ctx context.Context, id string, parts []store.Part, size int64) error {
+	slices.SortFunc(parts, func(a, b store.Part) int { return int(a.Number - b.Number) })
+	for i, pt := range parts {
+		if pt.Number != int32(i+1) {
+			return fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
+		}
+	}
+	// The Complete is bounded by the caller's ctx (Writer.Commit's) as
+	// well as by the object's own: a commit that is given up on must not
+	// go on completing uploads behind the caller's back.
+	cctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
+	defer stop()
+	if err := o.pool.st.CompleteMultipart(cctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
+		return fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
+	}
+	return nil
 }
 
 // abortAgain makes sure an aborted upload stays gone when parts of it

@@ -142,66 +142,78 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 	}
 	b, size := pt.body, pt.body.size()
 	// The requests made (a hedge is the second) and the winner's answer.
-	var ans struct {
-		calls    atomic.Int32
-		mu       sync.Mutex
-		etag     string
-		crc      uint32
-		streamed bool
+	var won struct {
+		calls atomic.Int32
+		mu    sync.Mutex
+		answer
 	}
 	err = o.pool.hedged(ctx, func(ctx context.Context) error {
-		buf, read, err := b.request(ctx, int(ans.calls.Add(1))-1)
-		if err != nil {
-			return err
-		}
-		var e string
-		var c uint32
-		if read != nil {
-			ps, ok := store.As[store.PartStreamer](o.pool.st)
-			if !ok || !ps.StreamsParts() {
-				return fmt.Errorf("the store does not stream parts")
-			}
-			e, c, err = ps.UploadPartStream(ctx, o.key, id, pt.n, size, read)
-		} else {
-			var sum *uint32
-			if o.pool.cfg.Checksum {
-				c = store.CRC32C(buf)
-				sum = &c
-			}
-			if single {
-				err = o.pool.st.Put(ctx, o.key, buf, store.PutOptions{CRC32C: sum})
-			} else {
-				e, err = o.pool.st.UploadPart(ctx, o.key, id, pt.n, buf, sum)
-			}
-		}
+		a, err := o.request(ctx, pt.n, id, single, b, int(won.calls.Add(1))-1)
 		if err == nil {
-			ans.mu.Lock()
-			ans.etag, ans.crc, ans.streamed = e, c, read != nil
-			ans.mu.Unlock()
+			won.mu.Lock()
+			won.answer = a
+			won.mu.Unlock()
 		}
 		return err
 	})
-	etag, crc, streamed := ans.etag, ans.crc, ans.streamed
 	switch {
 	case err != nil && single:
 		return fmt.Errorf("put %s (%d bytes): %w", o.key, size, err)
 	case err != nil:
 		return fmt.Errorf("upload part %d of %s (%s): %w", pt.n, o.key, b.describe(), err)
 	}
-	if streamed {
-		if want := b.sum(); crc != want {
-			return fmt.Errorf("upload part %d of %s (%s): acknowledged CRC32C %08x, its bytes have %08x", pt.n, o.key, b.describe(), crc, want)
+	a := won.answer
+	if a.streamed {
+		if want := b.sum(); a.crc != want {
+			return fmt.Errorf("upload part %d of %s (%s): acknowledged CRC32C %08x, its bytes have %08x", pt.n, o.key, b.describe(), a.crc, want)
 		}
 	}
 	var sum *uint32
 	if o.pool.cfg.Checksum {
-		sum = &crc
+		sum = &a.crc
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if !single {
-		o.parts = append(o.parts, store.Part{Number: pt.n, ETag: etag, CRC32C: sum, Size: size})
+		o.parts = append(o.parts, store.Part{Number: pt.n, ETag: a.etag, CRC32C: sum, Size: size})
 	}
 	o.size += size
 	return nil
+}
+
+// answer is what the store said to a request that stored a part.
+type answer struct {
+	etag     string
+	crc      uint32 // acknowledged (streamed), or sent with the bytes
+	streamed bool
+}
+
+// request makes request i of part n (0 the first, 1 a hedge) with body
+// b: a PutObject of the whole object (single), an UploadPart of upload
+// id when the request's bytes are in one buffer, else a streamed one.
+func (o *Upload) request(ctx context.Context, n int32, id string, single bool, b body, i int) (answer, error) {
+	buf, read, err := b.request(ctx, i)
+	if err != nil {
+		return answer{}, err
+	}
+	if read != nil {
+		ps, ok := store.As[store.PartStreamer](o.pool.st)
+		if !ok || !ps.StreamsParts() {
+			return answer{}, fmt.Errorf("the store does not stream parts")
+		}
+		etag, crc, err := ps.UploadPartStream(ctx, o.key, id, n, b.size(), read)
+		return answer{etag: etag, crc: crc, streamed: true}, err
+	}
+	var a answer
+	var sum *uint32
+	if o.pool.cfg.Checksum {
+		a.crc = store.CRC32C(buf)
+		sum = &a.crc
+	}
+	if single {
+		err = o.pool.st.Put(ctx, o.key, buf, store.PutOptions{CRC32C: sum})
+	} else {
+		a.etag, err = o.pool.st.UploadPart(ctx, o.key, id, n, buf, sum)
+	}
+	return a, err
 }
