@@ -183,7 +183,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if err != nil {
 		return nil, w.cleanup(err)
 	}
-	objs := w.takeObjects()
+	objs := w.up.Take()
 	m := &manifest.Worker{
 		Query:         w.opt.Query,
 		Stage:         w.opt.Stage,
@@ -283,12 +283,10 @@ func (w *Writer) finish() bool {
 	return true
 }
 
-func (w *Writer) takeObjects() []*uploader.Upload { return w.up.Take() }
-
 // cleanup aborts and deletes everything this attempt stored, then returns
 // cause joined with any cleanup failure.
 func (w *Writer) cleanup(cause error) error {
-	return w.cleanupObjects(w.takeObjects(), cause)
+	return w.cleanupObjects(w.up.Take(), cause)
 }
 
 func (w *Writer) cleanupObjects(objs []*uploader.Upload, cause error) error {
