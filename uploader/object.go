@@ -16,9 +16,10 @@ import (
 
 // Upload is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
-// when the first part needs it. Its chunks come from a Sink; its owner
-// (the writer) calls Finish, then Abort if anything failed. Safe for
-// concurrent use.
+// when the first part needs it. Its chunks come from a Sink (Sink.Take
+// hands it over). Its methods are safe for concurrent use; Finish and
+// Abort are its owner's (the writer's), one after the other: Finish
+// once, then Abort if anything failed, as often as need be.
 type Upload struct {
 	pool   *Pool
 	ctx    context.Context
@@ -30,7 +31,7 @@ type Upload struct {
 	wg sync.WaitGroup
 
 	mu    sync.Mutex
-	state state
+	state state // changed by toLocked alone
 	err   error // the first failure: the object is failed
 	// cut: a part's request was cut off by cancellation, so the abort
 	// is checked and repeated (see abortAgain).
@@ -49,7 +50,7 @@ type Upload struct {
 	chunks int32
 	ready  []*part
 	queued int
-	keep   keeping
+	keep   keeping // chunks kept for a Keeper
 }
 
 // multipart is an object's multipart upload: created once, by the first
