@@ -83,12 +83,13 @@ func (c *Client) UsePeers(p reader.Source) {
 	c.fast.peers.Store(&p)
 }
 
-// keep makes a new data object keep its uploaded chunks for the memory
-// store.
-func (c *Client) keep(o *uploader.Upload) {
-	if c.fast.mem != nil {
-		o.Keep(c.fast.mem)
+// keeper is where a writer's data objects keep their uploaded chunks: the
+// memory store, or nil.
+func (c *Client) keeper() uploader.Keeper {
+	if c.fast.mem == nil {
+		return nil
 	}
+	return c.fast.mem
 }
 
 // advertise names this sidecar in a worker manifest about to be

@@ -41,14 +41,17 @@ type Writer struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ch     *chunker.Writer
+	// up hands the chunker's chunks to the client's upload pool and
+	// holds the uploads of the attempt's data objects.
+	up *uploader.Sink
 
-	mu      sync.Mutex
-	objects []*uploader.Upload
-	done    bool
-	// filling is the chunk being filled while its part streams; only the
-	// chunker's appending goroutine (and Close or Abort after it) uses it.
-	filling *uploader.Filling
+	mu   sync.Mutex
+	done bool
 }
+
+// The upload pool's sink is the chunker's, parts streaming while their
+// chunks fill.
+var _ chunker.StreamSink = (*uploader.Sink)(nil)
 
 // newAttemptID returns a fresh attempt ID: a time stamp and random bits,
 // so attempts sort by start time.
@@ -80,6 +83,16 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	}
 	wctx, cancel := context.WithCancelCause(ctx)
 	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
+	w.up = c.pool.NewSink(wctx, uploader.SinkOptions{
+		Key: func(obj int) string {
+			return c.layout.ObjectKey(opt.Query, opt.Stage, c.layout.DataKey(opt.Query, opt.Stage, opt.Worker, opt.Attempt, w.write, obj))
+		},
+		OnFail: func(err error) {
+			w.ch.Fail(err)
+			w.cancel(err)
+		},
+		Keeper: c.keeper(),
+	})
 	ch, err := chunker.New(wctx, chunker.Options{
 		Schema:           opt.Schema,
 		Partitions:       opt.Partitions,
@@ -91,7 +104,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		MaxObjectSize:    int64(c.cfg.Write.MaxObjectSize),
 		Mem:              opt.Mem,
 		Spill:            sp,
-	}, (*sink)(w))
+	}, w.up)
 	if err != nil {
 		cancel(err)
 		return nil, err
@@ -170,7 +183,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 	if err != nil {
 		return nil, w.cleanup(err)
 	}
-	objs := w.takeObjects()
+	objs := w.up.Take()
 	m := &manifest.Worker{
 		Query:         w.opt.Query,
 		Stage:         w.opt.Stage,
@@ -270,18 +283,10 @@ func (w *Writer) finish() bool {
 	return true
 }
 
-func (w *Writer) takeObjects() []*uploader.Upload {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	objs := w.objects
-	w.objects = nil
-	return objs
-}
-
 // cleanup aborts and deletes everything this attempt stored, then returns
 // cause joined with any cleanup failure.
 func (w *Writer) cleanup(cause error) error {
-	return w.cleanupObjects(w.takeObjects(), cause)
+	return w.cleanupObjects(w.up.Take(), cause)
 }
 
 func (w *Writer) cleanupObjects(objs []*uploader.Upload, cause error) error {
@@ -309,69 +314,4 @@ func (w *Writer) cleanupObjects(objs []*uploader.Upload, cause error) error {
 		return cause
 	}
 	return &CleanupError{Err: cause, Cleanup: errors.Join(errs...), Attempt: w.opt.Attempt, Timeout: timeout}
-}
-
-// sink adapts the Writer to chunker.Sink: chunks go to the shared pool.
-type sink Writer
-
-func (s *sink) Acquire(ctx context.Context) ([]byte, error) { return s.c.pool.Acquire(ctx) }
-
-// Release returns a buffer that will not be emitted; a chunk already
-// begun is the pool's, and is abandoned instead.
-func (s *sink) Release(buf []byte) {
-	if f := s.filling; f != nil {
-		s.filling = nil
-		f.Abandon()
-		return
-	}
-	s.c.pool.Release(buf)
-}
-
-// Streaming implements chunker.StreamSink: parts stream while their
-// chunks fill when the pool's store can send them so (over HTTPS).
-func (s *sink) Streaming() bool { return s.c.pool.Streams() }
-
-// Begin implements chunker.StreamSink.
-func (s *sink) Begin(obj int, part int32, buf []byte) error {
-	f, err := s.object(obj).Begin(part, buf)
-	if err != nil {
-		return err
-	}
-	s.filling = f
-	return nil
-}
-
-// Grow implements chunker.StreamSink.
-func (s *sink) Grow(n int) { s.filling.Grow(n) }
-
-// Prepare implements chunker.StreamSink: the object's multipart upload
-// is created while its first chunk fills.
-func (s *sink) Prepare(obj int) { s.object(obj).Prepare() }
-
-func (s *sink) Emit(obj int, part int32, buf []byte, last bool) error {
-	if f := s.filling; f != nil {
-		s.filling = nil
-		f.Finish(last)
-		return nil
-	}
-	return s.object(obj).Submit(part, buf, last)
-}
-
-// object returns data object obj of the attempt, starting it (and any
-// before it) on first use.
-func (s *sink) object(obj int) *uploader.Upload {
-	w := (*Writer)(s)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for len(w.objects) <= obj {
-		n := len(w.objects)
-		key := w.c.layout.ObjectKey(w.opt.Query, w.opt.Stage, w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, w.write, n))
-		o := w.c.pool.NewUpload(w.ctx, key, func(err error) {
-			w.ch.Fail(err)
-			w.cancel(err)
-		})
-		w.c.keep(o)
-		w.objects = append(w.objects, o)
-	}
-	return w.objects[obj]
 }

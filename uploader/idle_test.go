@@ -5,33 +5,33 @@ import (
 	"testing"
 )
 
-// While any buffer is held, released ones are kept for the next Acquire;
+// While any buffer is held, released ones are kept for the next acquire;
 // once none is, the pool keeps no idle buffers alive.
 func TestPoolLetsGoOfIdleBuffers(t *testing.T) {
 	p := newTestPool(newScripted())
 	defer p.Close()
 	ctx := context.Background()
-	a, err := p.Acquire(ctx)
+	a, err := p.acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := p.Acquire(ctx)
+	b, err := p.acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Release(a)
+	p.release(a)
 	if n := len(p.free); n != 1 {
 		t.Fatalf("with a buffer still held, %d free buffers kept, want 1", n)
 	}
-	c, err := p.Acquire(ctx)
+	c, err := p.acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if &c[:1][0] != &a[:1][0] {
 		t.Fatal("a released buffer was not reused while another was held")
 	}
-	p.Release(c)
-	p.Release(b)
+	p.release(c)
+	p.release(b)
 	if n := len(p.free); n != 0 {
 		t.Fatalf("with no buffer held, %d free buffers kept (%d bytes), want none", n, int64(n)*p.cfg.ChunkSize)
 	}
@@ -46,12 +46,12 @@ func TestPoolKeepsBuffersWhileAnUploadIsOpen(t *testing.T) {
 	p := newTestPool(newScripted())
 	defer p.Close()
 	ctx := context.Background()
-	o := p.NewUpload(ctx, "k", nil)
-	a, err := p.Acquire(ctx)
+	o := p.newUpload(ctx, "k", nil)
+	a, err := p.acquire(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Release(a)
+	p.release(a)
 	if n := len(p.free); n != 1 {
 		t.Fatalf("with an upload open, %d free buffers kept, want 1", n)
 	}

@@ -42,8 +42,8 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 1 << 30}
-		o := p.NewUpload(context.Background(), "k", nil)
-		o.Keep(k)
+		o := p.newUpload(context.Background(), "k", nil)
+		o.keepIn(k)
 		write(t, p, o, 5) // the pool holds 4 buffers: keeping must return their budget
 		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatal(err)
@@ -78,8 +78,8 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 2 * testChunk}
-		o := p.NewUpload(context.Background(), "k", nil)
-		o.Keep(k)
+		o := p.newUpload(context.Background(), "k", nil)
+		o.keepIn(k)
 		write(t, p, o, 4)
 		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatalf("a keeper that is full failed the upload: %v", err)
@@ -96,8 +96,8 @@ func TestKeepChunks(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		k := &budget{max: 1 << 30}
-		o := p.NewUpload(context.Background(), "k", nil)
-		o.Keep(k)
+		o := p.newUpload(context.Background(), "k", nil)
+		o.keepIn(k)
 		write(t, p, o, 3)
 		if err := o.Abort(); err != nil {
 			t.Fatal(err)

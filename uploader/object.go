@@ -16,157 +16,54 @@ import (
 
 // Upload is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
-// when the first full chunk is handed over. Safe for concurrent use.
+// when the first part needs it. Its chunks come from a Sink (Sink.Take
+// hands it over). Its methods are safe for concurrent use; Finish and
+// Abort are its owner's (the writer's), one after the other: Finish
+// once, then Abort if anything failed, as often as need be.
 type Upload struct {
 	pool   *Pool
 	ctx    context.Context
 	key    string
 	onFail func(error)
-	ended  atomic.Bool // Finish or Abort ran (end)
 
-	// createMu serializes CreateMultipartUpload (ensureUpload) without
-	// holding mu over its round trip.
-	createMu sync.Mutex
-	mu       sync.Mutex
-	uploadID string
-	created  bool
-	// prepared: Prepare was called, so the upload is (being) created and
-	// part 1 streams from its first byte; the object never becomes a
-	// single PutObject.
-	prepared bool
-	strays   bool // CreateMultipartUpload was retried: an unseen upload may exist
+	mp multipart
+	// wg counts the parts ready or in flight (and Prepare's create).
+	wg sync.WaitGroup
+
+	mu    sync.Mutex
+	state state // changed by toLocked alone
+	err   error // the first failure: the object is failed
+	// cut: a part's request was cut off by cancellation, so the abort
+	// is checked and repeated (see abortAgain).
+	cut bool
 	// abortErr is the failure of an abort that Finish ran, kept for the
 	// next Abort: Finish returns why the object failed, and the caller's
 	// cleanup (which calls Abort) learns what it could not clean.
 	abortErr error
-	single   bool // written with one PutObject
-	parts    []store.Part
-	size     int64
-	err      error
-	cut      bool // a part's request was cut off by cancellation
-	// wg counts the parts ready or in flight (and Prepare's create).
-	wg       sync.WaitGroup
-	finished bool
-
+	parts    []store.Part // stored, in the order they were acknowledged
+	size     int64        // bytes stored
 	// chunks counts the chunks handed over. ready holds the parts no
 	// worker has taken yet, oldest first; queued is how many of the
 	// pool's queue entries name this object (each worker that takes one
 	// takes ready[0]). They match but for the moment after a re-cut into
 	// fewer parts whose entries a worker had already taken.
 	chunks int32
-	ready  []*job
+	ready  []*part
 	queued int
-
-	// Chunks kept after upload for a Keeper (see Keep).
-	keeper    Keeper
-	keepOff   bool // stopped keeping: a chunk did not fit
-	kept      map[int32][]byte
-	keptBytes int64 // reserved from the keeper for kept
+	keep   keeping // chunks kept for a Keeper
 }
 
-// chunk is one buffer of an object's byte stream, from Pool.Acquire.
-type chunk struct {
-	n     int32  // 1-based, in stream order
-	buf   []byte // its bytes (a Begin chunk's once it is complete)
-	parts int    // parts ready or in flight that carry bytes of it
-}
-
-// Keeper is a byte budget that takes an object's uploaded chunk buffers
-// instead of the pool reusing them (the sidecar's memory store). Safe for
-// concurrent use.
-type Keeper interface {
-	// Reserve takes n bytes of the budget, or returns false.
-	Reserve(n int64) bool
-	// Unreserve gives back n reserved bytes; declined says they did not
-	// fit.
-	Unreserve(n int64, declined bool)
-}
-
-// Keep makes the object keep each chunk after it is uploaded, counted
-// against k, instead of returning the buffer to the pool: no copy (a
-// last chunk shorter than half a buffer is copied to its size, so the
-// budget counts what it holds). When a chunk does not fit, the object
-// stops keeping and gives back everything it kept. Call before the
-// first Submit.
-func (o *Upload) Keep(k Keeper) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.keeper = k
-}
-
-// keep takes chunk c's buffer once every part carrying its bytes is
-// uploaded. It reports whether the object took the buffer itself (false:
-// the pool reuses it).
-func (o *Upload) keep(c *chunk) bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.keeper == nil || o.keepOff || o.err != nil {
-		return false
-	}
-	buf, took := c.buf, true
-	if len(buf) < cap(buf)/2 {
-		buf, took = append([]byte(nil), buf...), false
-	}
-	n := int64(cap(buf))
-	if !o.keeper.Reserve(n) {
-		o.keepOff = true
-		o.keeper.Unreserve(o.keptBytes, true)
-		o.kept, o.keptBytes = nil, 0
-		return false
-	}
-	if o.kept == nil {
-		o.kept = map[int32][]byte{}
-	}
-	o.kept[c.n] = buf
-	o.keptBytes += n
-	return took
-}
-
-// Keeping reports whether every chunk uploaded so far was kept (false
-// without a Keeper).
-func (o *Upload) Keeping() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.keeper != nil && !o.keepOff && o.err == nil
-}
-
-// TakeKept hands over the kept chunks in stream order after a successful
-// Finish (every chunk but the last one full, whatever parts carried
-// them), with the bytes reserved for them, which the caller now owns
-// (to admit or unreserve). ok is false, and nothing is reserved any
-// more, unless every chunk was kept.
-func (o *Upload) TakeKept() (chunks [][]byte, reserved int64, ok bool) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	kept, n := o.kept, o.keptBytes
-	o.kept, o.keptBytes = nil, 0
-	parts := int(o.chunks)
-	if o.keeper == nil || o.keepOff || o.err != nil || !o.finished || len(kept) != parts {
-		if o.keeper != nil {
-			o.keeper.Unreserve(n, false)
-		}
-		return nil, 0, false
-	}
-	chunks = make([][]byte, parts)
-	for i := range chunks {
-		c, has := kept[int32(i+1)]
-		if !has {
-			o.keeper.Unreserve(n, false)
-			return nil, 0, false
-		}
-		chunks[i] = c
-	}
-	return chunks, n, true
-}
-
-// dropKept gives back every kept chunk.
-func (o *Upload) dropKept() {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.keeper != nil && o.keptBytes > 0 {
-		o.keeper.Unreserve(o.keptBytes, false)
-	}
-	o.kept, o.keptBytes = nil, 0
+// multipart is an object's multipart upload: created once, by the first
+// of its parts (or Prepare) that needs it, while the others wait; then
+// its outcome is fixed. Read only once every part is done (Upload.wg),
+// or through ensureUpload.
+type multipart struct {
+	once sync.Once
+	id   string // "" unless created
+	err  error
+	// strays: the create was retried (or panicked), so an upload of the
+	// key under an ID never seen may exist.
+	strays bool
 }
 
 // Result describes an uploaded object.
@@ -176,52 +73,63 @@ type Result struct {
 	Parts int // 1 for a single put
 }
 
-// NewUpload starts the upload of an object at key. onFail, if set, is called once with
-// the first permanent failure of any of its parts (to cancel the writer at
-// once, not at close). ctx governs the uploads.
-func (p *Pool) NewUpload(ctx context.Context, key string, onFail func(error)) *Upload {
+// newUpload starts the upload of an object at key. onFail, if set, is
+// called once with the first permanent failure of any of its parts (to
+// cancel the writer at once, not at close). ctx governs the uploads.
+func (p *Pool) newUpload(ctx context.Context, key string, onFail func(error)) *Upload {
 	p.open.Add(1)
 	return &Upload{pool: p, ctx: ctx, key: key, onFail: onFail}
-}
-
-// end counts the upload closed, once (Finish and Abort both end it, and
-// Abort may follow Finish).
-func (o *Upload) end() {
-	if o.ended.CompareAndSwap(false, true) {
-		o.pool.open.Add(-1)
-		o.pool.idle()
-	}
 }
 
 // Key returns the object's key.
 func (o *Upload) Key() string { return o.key }
 
-// Submit hands chunk buf (from Pool.Acquire) to the pool as chunk number
+// takeLocked says whether o takes chunk n now: nil, the object's failure,
+// or an error naming the state that takes no chunks.
+func (o *Upload) takeLocked(n int32) error {
+	switch {
+	case o.err != nil:
+		return o.err
+	case !o.state.takesChunks():
+		return fmt.Errorf("chunk %d of %s: the upload takes no chunks when %s", n, o.key, o.state)
+	}
+	return nil
+}
+
+// submit hands chunk buf (from Pool.acquire) to the pool as chunk number
 // n (1-based, ascending), which is part n while input flows. last says
-// it is the object's final chunk; part 1 that is also last becomes a
-// single PutObject. Over a pool that streams parts, the last chunk and
-// the chunks no worker has taken yet are then re-cut into parts that end
-// together (see planTail). Ownership of buf passes to the pool, which
-// releases it once the parts carrying its bytes are uploaded. Does not
-// block.
-func (o *Upload) Submit(n int32, buf []byte, last bool) error {
+// it is the object's final chunk (see lastLocked). Ownership of buf
+// passes to the pool, which releases it once the parts carrying its
+// bytes are uploaded. Does not block.
+func (o *Upload) submit(n int32, buf []byte, last bool) error {
 	o.mu.Lock()
-	if o.err != nil {
-		err := o.err
+	if err := o.takeLocked(n); err != nil {
 		o.mu.Unlock()
-		o.pool.Release(buf)
+		o.pool.release(buf)
 		return err
 	}
-	if n == 1 && last && !o.prepared {
-		o.single = true
-	}
 	c := o.addChunkLocked(buf)
-	o.ready = append(o.ready, &job{obj: o, part: n, buf: buf, last: last, chunks: []*chunk{c}, queued: time.Now()})
+	o.ready = append(o.ready, &part{obj: o, n: n, body: body{segs: [][]byte{buf}}, chunks: []*chunk{c}, queued: time.Now()})
 	o.wg.Add(1)
 	if last {
-		o.recutLocked()
+		o.lastLocked(n == 1, true)
 	}
 	return o.queueUnlock()
+}
+
+// lastLocked records that the last chunk was handed over. Part 1 of an
+// object that asked for no multipart upload (whole) is one PutObject.
+// Any other object is sealed, and over a pool that streams parts the
+// parts no worker has taken yet (the last chunk among them: recut) are
+// re-cut into parts that end together (see planTail).
+func (o *Upload) lastLocked(whole, recut bool) {
+	if whole && o.state == stateOpen {
+		_ = o.toLocked(stateSingle)
+		return
+	}
+	if o.toLocked(stateSealed) == nil && recut {
+		o.recutLocked()
+	}
 }
 
 // addChunkLocked counts buf as the object's next chunk.
@@ -259,35 +167,35 @@ func (o *Upload) dropReadyUnlock(err error) error {
 	ready := o.ready
 	o.ready = nil
 	o.mu.Unlock()
-	for _, j := range ready {
-		o.partDone(o.settle(j, err))
+	for _, pt := range ready {
+		o.partDone(o.settle(pt, err))
 	}
 	return err
 }
 
 // claim takes the object's oldest ready part for a worker that took one
 // of its queue entries; nil when a re-cut left none.
-func (o *Upload) claim() *job {
+func (o *Upload) claim() *part {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.queued--
 	if len(o.ready) == 0 {
 		return nil
 	}
-	j := o.ready[0]
+	pt := o.ready[0]
 	o.ready[0] = nil
 	o.ready = o.ready[1:]
-	return j
+	return pt
 }
 
-// settle gives back the buffers no part needs any more once j is done
+// settle gives back the buffers no part needs any more once pt is done
 // (err: how it ended): to the object's Keeper when every part of them was
 // uploaded and it takes them, else to the pool. It returns err, or the
 // Keeper's panic.
-func (o *Upload) settle(j *job, err error) error {
+func (o *Upload) settle(pt *part, err error) error {
 	var done []*chunk
 	o.mu.Lock()
-	for _, c := range j.chunks {
+	for _, c := range pt.chunks {
 		c.parts--
 		if c.parts == 0 {
 			done = append(done, c)
@@ -297,96 +205,35 @@ func (o *Upload) settle(j *job, err error) error {
 	for _, c := range done {
 		took := false
 		if err == nil {
-			err = safe.Call(func() error { took = o.keep(c); return nil }, "keep of chunk %d of %s", c.n, o.key)
+			err = safe.Call(func() error { took = o.keepChunk(c); return nil }, "keep of chunk %d of %s", c.n, o.key)
 		}
 		if took {
 			o.pool.forget() // the buffer now belongs to the object's Keeper
 		} else {
-			o.pool.Release(c.buf)
+			o.pool.release(c.buf)
 		}
 	}
 	return err
 }
 
-// fixChunk sets j's bytes to buf[:n] of its chunk, a Begin chunk whose
-// length is now fixed.
-func (o *Upload) fixChunk(j *job, n int) {
-	j.buf = j.fill.buf[:n]
-	o.mu.Lock()
-	j.chunks[0].buf = j.buf
-	o.mu.Unlock()
-}
-
-func (o *Upload) upload(j *job) error {
-	if err := o.failed(); err != nil {
-		return err // a sibling failed; do not spend a request
-	}
-	if err := o.ctx.Err(); err != nil {
-		return context.Cause(o.ctx)
-	}
-	var sum *uint32
-	crc := uint32(0)
-	if o.pool.cfg.Checksum {
-		crc = store.CRC32C(j.buf)
-		sum = &crc
-	}
-	if o.single {
-		err := o.pool.hedged(o.ctx, func(ctx context.Context) error {
-			return o.pool.st.Put(ctx, o.key, j.buf, store.PutOptions{CRC32C: sum})
-		})
-		if err != nil {
-			return fmt.Errorf("put %s (%d bytes): %w", o.key, len(j.buf), err)
-		}
-		o.mu.Lock()
-		o.size += int64(len(j.buf))
-		o.mu.Unlock()
-		return nil
-	}
-	id, err := o.ensureUpload()
-	if err != nil {
-		return err
-	}
-	// Both hedged requests carry the same bytes, so either ETag is right.
-	var etag string
-	var etagMu sync.Mutex
-	err = o.pool.hedged(o.ctx, func(ctx context.Context) error {
-		e, err := o.pool.st.UploadPart(ctx, o.key, id, j.part, j.buf, sum)
-		if err == nil {
-			etagMu.Lock()
-			etag = e
-			etagMu.Unlock()
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("upload part %d of %s (%d bytes): %w", j.part, o.key, len(j.buf), err)
-	}
-	o.mu.Lock()
-	o.parts = append(o.parts, store.Part{Number: j.part, ETag: etag, CRC32C: sum, Size: int64(len(j.buf))})
-	o.size += int64(len(j.buf))
-	o.mu.Unlock()
-	return nil
-}
-
-// Prepare creates the object's multipart upload now, in the background,
+// prepare creates the object's multipart upload now, in the background,
 // when the pool streams parts. A writer calls it once it knows its output
 // will not be one small PutObject, so that part 1 starts streaming at its
-// first byte rather than after StreamAfter bytes and a
+// first byte rather than after Config.StreamAfter bytes and a
 // CreateMultipartUpload round trip. A prepared object that ends as one
 // chunk is completed as a one-part multipart upload (its upload exists
 // already). A failed create fails the object like a failed part. No-op
-// when the pool does not stream, or after the first part was handed over
-// whole.
-func (o *Upload) Prepare() {
+// when the pool does not stream, or once the object is not open (its
+// upload asked for already, or its only chunk handed over whole).
+func (o *Upload) prepare() {
 	if !o.pool.streams {
 		return
 	}
 	o.mu.Lock()
-	if o.prepared || o.single || o.created || o.err != nil {
+	if o.state != stateOpen || o.toLocked(stateMultipart) != nil {
 		o.mu.Unlock()
 		return
 	}
-	o.prepared = true
 	o.wg.Add(1)
 	o.mu.Unlock()
 	go func() {
@@ -395,53 +242,46 @@ func (o *Upload) Prepare() {
 	}()
 }
 
-// isPrepared reports whether Prepare was called.
-func (o *Upload) isPrepared() bool {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.prepared
-}
-
-// ensureUpload creates the multipart upload once; concurrent parts wait
-// (on createMu: mu is not held over the round trip).
+// ensureUpload creates the multipart upload once and returns its ID;
+// concurrent parts wait for it, and later ones get the same answer. An
+// object still open is no longer: it will not be one put.
 func (o *Upload) ensureUpload() (string, error) {
-	o.createMu.Lock()
-	defer o.createMu.Unlock()
-	o.mu.Lock()
-	created, id := o.created, o.uploadID
-	o.mu.Unlock()
-	if created {
-		return id, nil
-	}
-	var attempts atomic.Int32
-	err := safe.Call(func() (err error) {
-		id, err = o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
-		return err
-	}, "the store's CreateMultipart")
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	// A create that panicked may have created the upload all the same,
-	// under an ID never seen: Abort looks for it as for a retried create.
-	o.strays = o.strays || attempts.Load() > 1 || safe.IsPanic(err)
-	if err != nil {
-		return "", fmt.Errorf("create multipart upload %s: %w", o.key, err)
-	}
-	o.uploadID, o.created = id, true
-	return id, nil
+	o.mp.once.Do(func() {
+		o.mu.Lock()
+		if o.state == stateOpen {
+			_ = o.toLocked(stateMultipart)
+		}
+		o.mu.Unlock()
+		var attempts atomic.Int32
+		var id string
+		err := safe.Call(func() (err error) {
+			id, err = o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
+			return err
+		}, "the store's CreateMultipart")
+		// A create that panicked may have created the upload all the
+		// same, under an ID never seen: Abort looks for it as for a
+		// retried create.
+		o.mp.strays = attempts.Load() > 1 || safe.IsPanic(err)
+		if err != nil {
+			o.mp.err = fmt.Errorf("create multipart upload %s: %w", o.key, err)
+			return
+		}
+		o.mp.id = id
+	})
+	return o.mp.id, o.mp.err
 }
 
-func (o *Upload) failed() error {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.err
-}
-
+// partDone ends one of the object's parts (or Prepare's create); a
+// failure fails the object, and the first one is told to onFail.
 func (o *Upload) partDone(err error) {
 	if err != nil {
 		o.mu.Lock()
 		first := o.err == nil
 		if first {
 			o.err = err
+			if terr := o.toLocked(stateFailed); terr != nil {
+				o.err = errors.Join(err, terr)
+			}
 		}
 		if o.ctx.Err() != nil {
 			o.cut = true
@@ -454,33 +294,65 @@ func (o *Upload) partDone(err error) {
 	o.wg.Done()
 }
 
-// Finish waits for every submitted part and completes the upload; ctx
+// Finish waits for every part handed over and completes the upload; ctx
 // bounds the CompleteMultipartUpload (with the object's own context). On
 // any failure it aborts the upload and returns the first error; if that
-// abort fails, the next Abort returns its failure.
+// abort fails, the next Abort returns its failure. Call it once; a
+// second Finish, or one after Abort, is refused with an error naming the
+// upload's state.
 func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	o.wg.Wait()
-	defer o.end()
 	o.mu.Lock()
-	err, single, id, created := o.err, o.single, o.uploadID, o.created
-	parts := slices.Clone(o.parts)
-	size := o.size
-	o.finished = true
+	from, err := o.state, o.err
+	parts, size := slices.Clone(o.parts), o.size
+	switch from {
+	case stateFailed:
+	case stateOpen:
+		err = fmt.Errorf("object %s: finished with no chunks", o.key)
+	case stateSingle:
+		if err := o.toLocked(stateCompleted); err != nil {
+			o.mu.Unlock()
+			return Result{}, err
+		}
+		o.mu.Unlock()
+		return Result{Key: o.key, Size: size, Parts: 1}, nil
+	default:
+		if err := o.toLocked(stateCompleting); err != nil {
+			o.mu.Unlock()
+			return Result{}, err
+		}
+	}
 	o.mu.Unlock()
+	id := o.mp.id
+	if err == nil && id == "" {
+		err = fmt.Errorf("object %s: finished with no multipart upload (%d parts stored)", o.key, len(parts))
+	}
 	if err != nil {
 		return Result{}, o.abortAfter(err)
 	}
-	if single {
-		return Result{Key: o.key, Size: size, Parts: 1}, nil
+	if err := o.complete(ctx, id, parts, size); err != nil {
+		return Result{}, o.abortAfter(err)
 	}
-	if !created {
-		return Result{}, fmt.Errorf("object %s: finished with no chunks", o.key)
+	o.mu.Lock()
+	err = o.toLocked(stateCompleted)
+	o.mu.Unlock()
+	if err != nil {
+		return Result{}, err
 	}
+	if err := o.abortStrays(id); err != nil {
+		return Result{}, err
+	}
+	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+}
+
+// complete assembles parts, every one from 1 on, into the object with
+// CompleteMultipartUpload of upload id, bounded by ctx and the object's
+// own context.
+func (o *Upload) complete(ctx context.Context, id string, parts []store.Part, size int64) error {
 	slices.SortFunc(parts, func(a, b store.Part) int { return int(a.Number - b.Number) })
 	for i, pt := range parts {
 		if pt.Number != int32(i+1) {
-			err := fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
-			return Result{}, o.abortAfter(err)
+			return fmt.Errorf("object %s: part %d missing (have %d parts)", o.key, i+1, len(parts))
 		}
 	}
 	// The Complete is bounded by the caller's ctx (Writer.Commit's) as
@@ -491,13 +363,9 @@ func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	stop := context.AfterFunc(o.ctx, func() { cancel(context.Cause(o.ctx)) })
 	defer stop()
 	if err := o.pool.st.CompleteMultipart(cctx, o.key, id, parts); err != nil && !o.completedBefore(err, size) {
-		err = fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
-		return Result{}, o.abortAfter(err)
+		return fmt.Errorf("complete multipart upload %s (%d parts, %d bytes): %w", o.key, len(parts), size, err)
 	}
-	if err := o.abortStrays(id); err != nil {
-		return Result{}, err
-	}
-	return Result{Key: o.key, Size: size, Parts: len(parts)}, nil
+	return nil
 }
 
 // abortAgain makes sure an aborted upload stays gone when parts of it
@@ -535,13 +403,10 @@ func (o *Upload) abortAgain(ctx context.Context, id string) {
 }
 
 // abortStrays aborts uploads of this key other than keep, which exist only
-// when a CreateMultipartUpload succeeded but its answer was lost.
+// when a CreateMultipartUpload succeeded but its answer was lost. Called
+// once, as the upload ends (completed or aborted).
 func (o *Upload) abortStrays(keep string) error {
-	o.mu.Lock()
-	strays := o.strays
-	o.strays = false
-	o.mu.Unlock()
-	if !strays {
+	if !o.mp.strays {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), o.pool.cfg.CleanupTimeout)
@@ -574,9 +439,6 @@ func (o *Upload) completedBefore(err error, size int64) bool {
 	}
 	for _, obj := range objs {
 		if obj.Key == o.key && obj.Size == size {
-			o.mu.Lock()
-			o.created = false // nothing left to abort
-			o.mu.Unlock()
 			return true
 		}
 	}
@@ -599,20 +461,27 @@ func (o *Upload) abortAfter(err error) error {
 // parts behind, within the pool's CleanupTimeout: a store that hangs
 // the abort (MinIO without write quorum does) cannot hold the writer
 // longer. A failure to abort is returned, never swallowed; the upload is
-// then gc's to remove.
+// then gc's to remove. Idempotent: a second Abort makes no request and
+// returns nil, or the failure of an abort Finish ran (once). After a
+// successful Finish there is nothing to abort (the object is stored; the
+// caller deletes it).
 func (o *Upload) Abort() error {
 	o.wg.Wait()
-	defer o.end()
 	o.dropKept()
 	o.mu.Lock()
-	id, created, prev, cut := o.uploadID, o.created, o.abortErr, o.cut
-	o.created, o.abortErr = false, nil
-	o.mu.Unlock()
-	if prev != nil {
+	from, prev, cut := o.state, o.abortErr, o.cut
+	o.abortErr = nil
+	if from == stateAborted {
+		o.mu.Unlock()
 		return prev
 	}
-	var err error
-	if created {
+	err := o.toLocked(stateAborted)
+	o.mu.Unlock()
+	if err != nil || from == stateCompleted {
+		return err
+	}
+	id := o.mp.id
+	if id != "" {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.ctx), o.pool.cfg.CleanupTimeout)
 		defer cancel()
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {

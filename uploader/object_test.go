@@ -148,7 +148,7 @@ const testChunk = 1 << 10
 func write(t *testing.T, p *Pool, o *Upload, n int) {
 	t.Helper()
 	for i := 1; i <= n; i++ {
-		buf, err := p.Acquire(context.Background())
+		buf, err := p.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,7 +157,7 @@ func write(t *testing.T, p *Pool, o *Upload, n int) {
 			size = testChunk / 2
 		}
 		buf = append(buf, make([]byte, size)...)
-		if err := o.Submit(int32(i), buf, i == n); err != nil {
+		if err := o.submit(int32(i), buf, i == n); err != nil {
 			t.Fatalf("submit part %d: %v", i, err)
 		}
 	}
@@ -177,7 +177,7 @@ func TestObjectStates(t *testing.T) {
 		st := newScripted()
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		write(t, p, o, 1)
 		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 1 || res.Size != testChunk/2 {
@@ -192,7 +192,7 @@ func TestObjectStates(t *testing.T) {
 		st := newScripted()
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		if st.count("Create") != 0 {
 			t.Fatal("an upload was created before any chunk")
 		}
@@ -214,7 +214,7 @@ func TestObjectStates(t *testing.T) {
 	t.Run("a failed abort after a failed part is the next Abort's to report", func(t *testing.T) {
 		st := newScripted()
 		st.partErr = func(n int32) error {
-			if n == 4 { // the last: no Submit comes after it
+			if n == 4 { // the last: no submit comes after it
 				return permanent
 			}
 			return nil
@@ -223,7 +223,7 @@ func TestObjectStates(t *testing.T) {
 		st.abortErr = hang
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", func(error) {})
+		o := p.newUpload(context.Background(), "k", func(error) {})
 		write(t, p, o, 4)
 		_, err := o.Finish(context.Background())
 		// Why the object failed, alone: the caller decides on it (a
@@ -244,7 +244,7 @@ func TestObjectStates(t *testing.T) {
 	t.Run("a failed part fails the object once, and the upload is aborted", func(t *testing.T) {
 		st := newScripted()
 		st.partErr = func(n int32) error {
-			if n == 4 { // the last: no Submit comes after it
+			if n == 4 { // the last: no submit comes after it
 				return permanent
 			}
 			return nil
@@ -253,7 +253,7 @@ func TestObjectStates(t *testing.T) {
 		defer p.Close()
 		var fails []error
 		var mu sync.Mutex
-		o := p.NewUpload(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
+		o := p.newUpload(context.Background(), "k", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
 		write(t, p, o, 4)
 		_, err := o.Finish(context.Background())
 		if !errors.Is(err, permanent) || !strings.Contains(err.Error(), "upload part 4 of k") {
@@ -265,11 +265,11 @@ func TestObjectStates(t *testing.T) {
 		if st.count("Complete") != 0 || st.count("Abort u1") != 1 || len(st.uploads) != 0 {
 			t.Fatalf("calls %v, uploads left %v", st.calls, st.uploads)
 		}
-		// A later Submit returns the failure and spends no request.
-		buf, _ := p.Acquire(context.Background())
+		// A later submit returns the failure and spends no request.
+		buf, _ := p.acquire(context.Background())
 		before := st.count("UploadPart")
-		if err := o.Submit(9, append(buf, 1), false); !errors.Is(err, permanent) || st.count("UploadPart") != before {
-			t.Fatalf("Submit after the failure: %v", err)
+		if err := o.submit(9, append(buf, 1), false); !errors.Is(err, permanent) || st.count("UploadPart") != before {
+			t.Fatalf("submit after the failure: %v", err)
 		}
 	})
 
@@ -278,7 +278,7 @@ func TestObjectStates(t *testing.T) {
 		st.completeErr = &store.Error{Op: "CompleteMultipartUpload", Status: 404, Code: "NoSuchUpload", Err: store.ErrNotFound}
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		write(t, p, o, 3)
 		res, err := o.Finish(context.Background())
 		if err != nil || res.Parts != 3 {
@@ -296,7 +296,7 @@ func TestObjectStates(t *testing.T) {
 		st.objects["k"] = 7 // an object of another size: not this upload's
 		p := newTestPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		write(t, p, o, 3)
 		_, err := o.Finish(context.Background())
 		if !store.IsNotFound(err) || !strings.Contains(err.Error(), "complete multipart upload k (3 parts") {
@@ -313,7 +313,7 @@ func TestObjectStates(t *testing.T) {
 		rs := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
 		p := newTestPool(rs)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		write(t, p, o, 2)
 		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatal(err)
@@ -328,9 +328,9 @@ func TestObjectStates(t *testing.T) {
 		p := newTestPool(st)
 		defer p.Close()
 		ctx, cancel := context.WithCancel(context.Background())
-		o := p.NewUpload(ctx, "k", nil)
-		buf, _ := p.Acquire(ctx)
-		if err := o.Submit(1, append(buf, make([]byte, testChunk)...), false); err != nil {
+		o := p.newUpload(ctx, "k", nil)
+		buf, _ := p.acquire(ctx)
+		if err := o.submit(1, append(buf, make([]byte, testChunk)...), false); err != nil {
 			t.Fatal(err)
 		}
 		o.wg.Wait()

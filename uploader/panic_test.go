@@ -97,7 +97,7 @@ func TestPanicFailsTheObject(t *testing.T) {
 			p := New(st, cfg, nil)
 			if tc.warm {
 				for range 3 { // 9 parts: past the hedger's warmup
-					o := p.NewUpload(context.Background(), "warm", nil)
+					o := p.newUpload(context.Background(), "warm", nil)
 					write(t, p, o, 3)
 					if _, err := o.Finish(context.Background()); err != nil {
 						t.Fatal(err)
@@ -109,17 +109,17 @@ func TestPanicFailsTheObject(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var fails []error
-			o := p.NewUpload(context.Background(), "bad", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
+			o := p.newUpload(context.Background(), "bad", func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() })
 			if tc.prep {
-				o.Prepare()
+				o.prepare()
 			} else {
-				// A Submit after the panic returns the object's failure.
+				// A submit after the panic returns the object's failure.
 				for i := 1; i <= tc.chunks; i++ {
-					buf, err := p.Acquire(context.Background())
+					buf, err := p.acquire(context.Background())
 					if err != nil {
 						t.Fatal(err)
 					}
-					if err := o.Submit(int32(i), append(buf, make([]byte, testChunk)...), i == tc.chunks); err != nil && !safe.IsPanic(err) {
+					if err := o.submit(int32(i), append(buf, make([]byte, testChunk)...), i == tc.chunks); err != nil && !safe.IsPanic(err) {
 						t.Fatalf("submit part %d: %v", i, err)
 					}
 				}
@@ -146,7 +146,7 @@ func TestPanicFailsTheObject(t *testing.T) {
 				t.Errorf("%d buffers held after the failure, want all back in the pool", b)
 			}
 			// The workers serve on.
-			next := p.NewUpload(context.Background(), "next", nil)
+			next := p.newUpload(context.Background(), "next", nil)
 			write(t, p, next, 3)
 			if res, err := next.Finish(context.Background()); err != nil || res.Parts != 3 {
 				t.Fatalf("the next object: %+v, %v", res, err)

@@ -24,10 +24,10 @@ type Config struct {
 	// wins. 0 disables hedging.
 	HedgeFactor float64
 	HedgeMin    time.Duration
-	// StreamAfter is how many bytes part 1 holds before its streamed
-	// upload starts (Upload.Begin), so that an output smaller than that
-	// stays one PutObject; 0 means DefaultStreamAfter (at most
-	// ChunkSize).
+	// StreamAfter is how many bytes part 1 of an object holds before
+	// its streamed upload starts (Sink.Begin), so that an output smaller
+	// than that stays one PutObject; 0 means 1 MiB (a frame or two). At
+	// most ChunkSize.
 	StreamAfter int64
 	// CleanupTimeout bounds each abort of a failed or aborted object, on
 	// a context detached from the caller's (0: DefaultCleanupTimeout).
@@ -38,10 +38,8 @@ type Config struct {
 	MinPartSize int64
 }
 
-// DefaultStreamAfter is Config.StreamAfter when it is 0: an output under
-// 1 MiB is one PutObject, a larger one starts sending after its first
-// MiB (a frame or two).
-const DefaultStreamAfter = 1 << 20
+// defaultStreamAfter is Config.StreamAfter when it is 0.
+const defaultStreamAfter = 1 << 20
 
 // DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
 const DefaultCleanupTimeout = 20 * time.Second
@@ -80,7 +78,7 @@ type Pool struct {
 	now     func() time.Time
 
 	mu      sync.Mutex
-	running map[*job]running // parts being uploaded
+	running map[*part]running // parts being uploaded
 	// rate is the recent bytes per second of one connection, over parts
 	// sent whole (0: none yet), to tell how much of a part in flight is
 	// left when a tail is re-cut.
@@ -127,7 +125,7 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 		cfg.CleanupTimeout = DefaultCleanupTimeout
 	}
 	if cfg.StreamAfter <= 0 {
-		cfg.StreamAfter = DefaultStreamAfter
+		cfg.StreamAfter = defaultStreamAfter
 	}
 	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
 	p := &Pool{
@@ -139,7 +137,7 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 		q:       newQueue(),
 		lim:     newLimiter(cfg.Concurrency, throttleCooldown),
 		now:     time.Now,
-		running: map[*job]running{},
+		running: map[*part]running{},
 	}
 	if cfg.HedgeFactor > 0 {
 		p.hdg = hedge.New(cfg.HedgeFactor, cfg.HedgeMin)
@@ -160,7 +158,9 @@ const throttleCooldown = 500 * time.Millisecond
 
 // Throttled tells the pool the store asked it to slow down (SlowDown,
 // 503): the effective concurrency halves, then recovers additively with
-// successful parts, always within [1, Concurrency].
+// successful parts, always within [1, Concurrency]. Safe for concurrent
+// use, from any goroutine (a retry layer's hook); a burst of calls within
+// half a second halves it once.
 func (p *Pool) Throttled() { p.lim.throttled() }
 
 // Concurrency is the effective number of parts allowed in flight now.
@@ -183,15 +183,6 @@ func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error
 	return p.hdg.Do(ctx, fn)
 }
 
-// Streams reports whether parts upload while their chunks fill
-// (Upload.Begin): the store streams parts (an https endpoint). Otherwise
-// a chunk handed over by Begin is uploaded once it is complete.
-func (p *Pool) Streams() bool { return p.streams }
-
-// StreamAfter is how many bytes part 1 of an object holds before it
-// starts streaming.
-func (p *Pool) StreamAfter() int64 { return p.cfg.StreamAfter }
-
 // Config returns the pool's sizing.
 func (p *Pool) Config() Config { return p.cfg }
 
@@ -208,9 +199,9 @@ func (p *Pool) Stats() Stats {
 	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load(), Recut: p.recut.Load()}
 }
 
-// Acquire returns an empty buffer with capacity ChunkSize, blocking while
+// acquire returns an empty buffer with capacity ChunkSize, blocking while
 // MaxBuffered buffers are held. It fails only when ctx is done.
-func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
+func (p *Pool) acquire(ctx context.Context) ([]byte, error) {
 	if err := p.sem.Acquire(ctx, 1); err != nil {
 		return nil, context.Cause(ctx)
 	}
@@ -232,14 +223,14 @@ func (p *Pool) Acquire(ctx context.Context) ([]byte, error) {
 	}
 }
 
-// Release returns a buffer obtained from Acquire. Buffers are reused, so
+// release returns a buffer obtained from acquire. Buffers are reused, so
 // the caller must not touch b afterwards. Once no buffer is held and no
 // upload is open, the pool lets go of its free buffers too (idle): a
 // process between stages (a sidecar waiting for the next writer, a job
 // reading back what it wrote) does not keep max_buffered_chunks x
 // chunk_size of them alive, and the next writer allocates its chunks
 // again. A writer between two runs keeps them.
-func (p *Pool) Release(b []byte) {
+func (p *Pool) release(b []byte) {
 	if b == nil {
 		return
 	}
@@ -264,7 +255,7 @@ func (p *Pool) idle() {
 	}
 }
 
-// dropFree empties the free list. A buffer an Acquire takes meanwhile is
+// dropFree empties the free list. A buffer an acquire takes meanwhile is
 // simply not dropped.
 func (p *Pool) dropFree() {
 	for {
@@ -286,34 +277,6 @@ func (p *Pool) forget() {
 	p.sem.Release(1)
 }
 
-// job is one part of an object: a whole chunk while input flows, or a
-// piece of a re-cut tail (see planTail), which may span buffers.
-type job struct {
-	obj    *Upload
-	part   int32
-	buf    []byte   // the part's bytes when they lie in one buffer
-	segs   [][]byte // a re-cut part's bytes across buffers, in order (buf nil)
-	chunks []*chunk // the buffers it carries bytes of
-	last   bool
-	fill   *Filling // from Begin: the chunk may still be filling
-	// streamed: sent while its chunk filled (its time says nothing of
-	// the rate).
-	streamed bool
-	queued   time.Time
-}
-
-// size is the part's length (a Begin chunk's once its length is fixed).
-func (j *job) size() int64 {
-	if j.segs == nil {
-		return int64(len(j.buf))
-	}
-	var n int64
-	for _, s := range j.segs {
-		n += int64(len(s))
-	}
-	return n
-}
-
 func (p *Pool) worker() {
 	defer p.wg.Done()
 	for {
@@ -327,46 +290,42 @@ func (p *Pool) worker() {
 		p.lim.acquire()
 		// The part is the object's next one when a connection is free to
 		// send it: a tail re-cut while this entry waited is taken as cut.
-		j := o.claim()
-		if j == nil {
+		pt := o.claim()
+		if pt == nil {
 			p.lim.release(false) // the tail was re-cut into fewer parts
 			continue
 		}
-		start := p.begin(j)
-		err := p.run(j)
-		took := p.end(j, start, err)
+		start := p.begin(pt)
+		err := p.run(pt)
+		took := p.end(pt, start, err)
 		p.lim.release(err == nil)
 		if p.obs != nil && err == nil {
-			p.obs.PartDone(start.Sub(j.queued), took)
-			p.obs.Uploaded(j.size())
+			p.obs.PartDone(start.Sub(pt.queued), took)
+			p.obs.Uploaded(pt.body.size())
 		}
-		err = o.settle(j, err)
+		err = o.settle(pt, err)
 		o.partDone(err)
 	}
 }
 
-// begin records j as in flight.
-func (p *Pool) begin(j *job) time.Time {
-	size := j.size()
-	if j.fill != nil {
-		size = int64(cap(j.fill.buf)) // its length, unless it ends short
-	}
+// begin records pt as in flight.
+func (p *Pool) begin(pt *part) time.Time {
 	start := p.now()
 	p.mu.Lock()
-	p.running[j] = running{size: size, start: start}
+	p.running[pt] = running{size: pt.body.size(), start: start}
 	p.mu.Unlock()
 	p.inFlight.Add(1)
 	return start
 }
 
-// end records j as done, and its rate when it was sent whole, and
+// end records pt as done, and its rate when it was sent whole, and
 // returns how long it took.
-func (p *Pool) end(j *job, start time.Time, err error) time.Duration {
+func (p *Pool) end(pt *part, start time.Time, err error) time.Duration {
 	took := p.now().Sub(start)
 	p.mu.Lock()
-	delete(p.running, j)
-	if err == nil && !j.streamed && took > 0 {
-		bps := float64(j.size()) / took.Seconds()
+	delete(p.running, pt)
+	if err == nil && !pt.streamed && took > 0 {
+		bps := float64(pt.body.size()) / took.Seconds()
 		if p.rate == 0 {
 			p.rate = bps
 		} else {
@@ -378,19 +337,19 @@ func (p *Pool) end(j *job, start time.Time, err error) time.Duration {
 	return took
 }
 
-// run uploads j's part. A panic in it (the store's, a hedged request's)
-// fails the part like any error, so the object aborts its upload and the
-// worker serves the next part, of this object or another.
-func (p *Pool) run(j *job) error {
+// run sends pt (see Upload.send): a chunk still filling by way of
+// sendFilling, which streams it or waits for it. A panic in it (the
+// store's, a hedged request's) fails the part like any error, so the
+// object aborts its upload and the worker serves the next part, of this
+// object or another.
+func (p *Pool) run(pt *part) error {
+	o := pt.obj
 	return safe.Call(func() error {
-		switch {
-		case j.fill != nil:
-			return j.obj.uploadFilling(j)
-		case j.segs != nil:
-			return j.obj.uploadSpanning(j)
+		if pt.body.fill != nil {
+			return o.sendFilling(pt)
 		}
-		return j.obj.upload(j)
-	}, "upload of part %d of %s", j.part, j.obj.key)
+		return o.send(o.ctx, pt)
+	}, "upload of part %d of %s", pt.n, o.key)
 }
 
 // errClosed: a chunk handed to a closed pool.

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
-	"sync/atomic"
 	"time"
-
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // errShort cancels a streamed part whose chunk ended shorter than the
@@ -17,19 +14,20 @@ import (
 // uploaded whole, with its real length.
 var errShort = errors.New("chunk ended short of the streamed part's length")
 
-// ErrAbandoned ends the upload of a chunk that its writer gave up before
+// errAbandoned ends the upload of a chunk that its writer gave up before
 // it was full.
-var ErrAbandoned = errors.New("chunk abandoned while filling")
+var errAbandoned = errors.New("chunk abandoned while filling")
 
-// Filling is a chunk whose part upload may start while it fills: the
-// writer appends to its buffer and reports each new length with Grow;
+// filling is a chunk whose part upload may start while it fills: the
+// writer appends to its buffer and reports each new length with grow;
 // the upload's body reads the buffer up to that length and waits for
-// more. Finish fixes the chunk's length; a chunk that ends short of the
+// more. finish fixes the chunk's length; a chunk that ends short of the
 // chunk size (the object's last) is uploaded whole instead, with its
 // real length. The buffer stays the pool's until the part is
-// acknowledged, so a retry replays it from memory. Grow, Finish and
-// Abandon are for the one goroutine that fills the chunk.
-type Filling struct {
+// acknowledged, so a retry replays it from memory. grow, finish and
+// abandon are for the one goroutine that fills the chunk (a Sink's
+// appending goroutine), which owns it.
+type filling struct {
 	obj   *Upload
 	part  int32
 	buf   []byte // capacity ChunkSize; buf[:n] written
@@ -39,32 +37,30 @@ type Filling struct {
 	cond    sync.Cond
 	n       int
 	final   bool
-	last    bool
-	err     error // ErrAbandoned
+	err     error // errAbandoned
 	started bool  // a streamed request was sent
 	stop    context.CancelCauseFunc
 }
 
-// Begin hands chunk buf (from Pool.Acquire, empty) to the pool as part
+// begin hands chunk buf (from Pool.acquire, empty) to the pool as part
 // number n before it is filled. Over a store that streams parts
-// (Pool.Streams) the part's upload starts as soon as a worker is free,
-// part 1 once it holds Pool.StreamAfter bytes (so an output smaller than
-// that is still one PutObject), or at its first byte once the object is
-// prepared (Prepare). Ownership of buf passes to the pool; the
-// caller keeps appending to it (never past its capacity) and calls Grow,
-// then Finish or Abandon exactly once.
-func (o *Upload) Begin(n int32, buf []byte) (*Filling, error) {
-	f := &Filling{obj: o, part: n, buf: buf[:0]}
+// (Pool.streams) the part's upload starts as soon as a worker is free,
+// part 1 once it holds Config.StreamAfter bytes (so an output smaller
+// than that is still one PutObject), or at its first byte once the
+// object is prepared. Ownership of buf passes to the pool; the caller
+// keeps appending to it (never past its capacity) and calls grow, then
+// finish or abandon exactly once.
+func (o *Upload) begin(n int32, buf []byte) (*filling, error) {
+	f := &filling{obj: o, part: n, buf: buf[:0]}
 	f.cond.L = &f.mu
 	o.mu.Lock()
-	if o.err != nil {
-		err := o.err
+	if err := o.takeLocked(n); err != nil {
 		o.mu.Unlock()
-		o.pool.Release(buf)
+		o.pool.release(buf)
 		return nil, err
 	}
 	f.chunk = o.addChunkLocked(buf[:0])
-	o.ready = append(o.ready, &job{obj: o, part: n, buf: buf, fill: f, chunks: []*chunk{f.chunk}, queued: time.Now()})
+	o.ready = append(o.ready, &part{obj: o, n: n, body: body{fill: f}, chunks: []*chunk{f.chunk}, queued: time.Now()})
 	o.wg.Add(1)
 	if err := o.queueUnlock(); err != nil {
 		return nil, err
@@ -72,22 +68,22 @@ func (o *Upload) Begin(n int32, buf []byte) (*Filling, error) {
 	return f, nil
 }
 
-// Grow says buf[:n] of the chunk now holds its bytes.
-func (f *Filling) Grow(n int) {
+// grow says buf[:n] of the chunk now holds its bytes.
+func (f *filling) grow(n int) {
 	f.mu.Lock()
 	f.n = n
 	f.mu.Unlock()
 	f.cond.Broadcast()
 }
 
-// Finish fixes the chunk at its current length; last marks the object's
+// finish fixes the chunk at its current length; last marks the object's
 // final chunk. When no worker has taken the last chunk's part yet, the
-// object's tail is re-cut (see Submit).
-func (f *Filling) Finish(last bool) {
+// object's tail is re-cut (see Upload.lastLocked).
+func (f *filling) finish(last bool) {
 	f.mu.Lock()
-	f.final, f.last = true, last
+	f.final = true
 	f.obj.finishChunk(f, last)
-	short := f.n < len(f.buf[:cap(f.buf)])
+	short := f.n < cap(f.buf)
 	stop := f.stop
 	f.mu.Unlock()
 	if short && stop != nil {
@@ -99,45 +95,41 @@ func (f *Filling) Finish(last bool) {
 // finishChunk records the bytes of f's chunk, now complete (under f.mu,
 // before a worker can see it final). For the object's last chunk it
 // settles whether the object is one PutObject and re-cuts the tail.
-func (o *Upload) finishChunk(f *Filling, last bool) {
+func (o *Upload) finishChunk(f *filling, last bool) {
 	o.mu.Lock()
-	// A full chunk's part may have fixed its length already (fixChunk)
+	// A full chunk's part may have fixed its length already (fixBody)
 	// and be done, its buffer read by settle outside o.mu: write only
 	// what changes.
 	if len(f.chunk.buf) != f.n {
 		f.chunk.buf = f.buf[:f.n]
 	}
-	if !last {
+	if !last || !o.state.takesChunks() {
 		o.mu.Unlock()
 		return
 	}
-	if f.part == 1 && !f.started {
-		// Never sent: the whole object is this chunk, one PutObject,
-		// unless Prepare created its multipart upload already.
-		o.single = !o.prepared
-	}
-	if k := len(o.ready); k > 0 && o.ready[k-1].fill == f {
-		o.recutLocked()
-	}
+	// Part 1 never sent: the whole object is this chunk, one PutObject,
+	// unless its multipart upload was asked for already.
+	k := len(o.ready)
+	o.lastLocked(f.part == 1 && !f.started, k > 0 && o.ready[k-1].body.fill == f)
 	_ = o.queueUnlock() // a closed pool fails the object
 }
 
-// Abandon ends the chunk's upload without completing it; the part fails
-// with ErrAbandoned (the writer is going away anyway).
-func (f *Filling) Abandon() {
+// abandon ends the chunk's upload without completing it; the part fails
+// with errAbandoned (the writer is going away anyway).
+func (f *filling) abandon() {
 	f.mu.Lock()
-	f.err = ErrAbandoned
+	f.err = errAbandoned
 	stop := f.stop
 	f.mu.Unlock()
 	if stop != nil {
-		stop(ErrAbandoned)
+		stop(errAbandoned)
 	}
 	f.cond.Broadcast()
 }
 
 // waitFor blocks until the chunk holds at least n bytes, is final or is
 // abandoned, and says which: the length, final and abandoned.
-func (f *Filling) waitFor(ctx context.Context, n int) (int, bool, error) {
+func (f *filling) waitFor(ctx context.Context, n int) (int, bool, error) {
 	stop := context.AfterFunc(ctx, f.cond.Broadcast)
 	defer stop()
 	f.mu.Lock()
@@ -156,7 +148,7 @@ func (f *Filling) waitFor(ctx context.Context, n int) (int, bool, error) {
 
 // start marks the chunk as streamed unless it is already final (then it
 // is uploaded whole); stop cancels the streamed request.
-func (f *Filling) start(stop context.CancelCauseFunc) bool {
+func (f *filling) start(stop context.CancelCauseFunc) bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.final || f.err != nil {
@@ -169,12 +161,12 @@ func (f *Filling) start(stop context.CancelCauseFunc) bool {
 // reader reads the chunk from its first byte, waiting for bytes not yet
 // written; it ends (io.EOF) at the chunk size, and fails when the chunk
 // ends short, is abandoned or ctx is done.
-func (f *Filling) reader(ctx context.Context) io.Reader {
+func (f *filling) reader(ctx context.Context) io.Reader {
 	return &fillReader{f: f, ctx: ctx}
 }
 
 type fillReader struct {
-	f   *Filling
+	f   *filling
 	ctx context.Context
 	off int
 }
@@ -211,119 +203,60 @@ func (r *fillReader) Read(p []byte) (int, error) {
 	}
 }
 
-// uploadFilling uploads a chunk handed over by Begin: streamed while it
-// fills when the store streams parts, else (or when the chunk is already
-// complete, or turns out short) whole, the way Submit's chunks go.
-func (o *Upload) uploadFilling(j *job) error {
-	f := j.fill
-	ps, streams := store.As[store.PartStreamer](o.pool.st)
-	streams = streams && o.pool.streams
+// sendFilling sends a part whose chunk was handed over by begin: streamed
+// while it fills when the pool streams parts, else (or when the chunk is
+// complete already, or turns out short) whole, as any part is sent. Part
+// 1 of an object still open waits for Config.StreamAfter bytes, so that
+// a small output stays one PutObject.
+func (o *Upload) sendFilling(pt *part) error {
+	f := pt.body.fill
 	threshold := 1
-	if j.part == 1 && !o.isPrepared() {
-		threshold = int(o.pool.StreamAfter())
+	o.mu.Lock()
+	if pt.n == 1 && o.state == stateOpen {
+		threshold = int(o.pool.cfg.StreamAfter)
 	}
-	if !streams {
+	o.mu.Unlock()
+	if !o.pool.streams {
 		threshold = cap(f.buf) + 1 // wait for the final length
 	}
 	if _, _, err := f.waitFor(o.ctx, threshold); err != nil {
-		return fmt.Errorf("upload part %d of %s: %w", j.part, o.key, err)
+		return fmt.Errorf("upload part %d of %s: %w", pt.n, o.key, err)
 	}
-	if streams {
-		streamed, err := o.stream(ps, j)
-		if streamed || err != nil && !errors.Is(err, errShort) {
-			return err
-		}
-		if err != nil {
+	if o.pool.streams {
+		ctx, stop := context.WithCancelCause(o.ctx)
+		defer stop(nil)
+		if f.start(stop) {
+			err := o.send(ctx, pt)
+			cause := context.Cause(ctx)
+			switch {
+			case err == nil:
+				pt.streamed = true
+				o.fixBody(pt, cap(f.buf))
+				return nil
+			case errors.Is(cause, errAbandoned):
+				return fmt.Errorf("upload part %d of %s: %w", pt.n, o.key, cause)
+			case !errors.Is(cause, errShort) && !errors.Is(err, errShort):
+				return err
+			}
 			o.pool.resent.Add(1)
 		}
 	}
 	// Whole: the chunk is final (or ended short of a streamed request).
 	n, _, err := f.waitFor(o.ctx, cap(f.buf)+1)
 	if err != nil {
-		return fmt.Errorf("upload part %d of %s: %w", j.part, o.key, err)
+		return fmt.Errorf("upload part %d of %s: %w", pt.n, o.key, err)
 	}
-	f.mu.Lock()
-	j.last = f.last
-	f.mu.Unlock()
-	o.fixChunk(j, n)
-	return o.upload(j)
+	o.fixBody(pt, n)
+	return o.send(o.ctx, pt)
 }
 
-// stream sends the part while its chunk fills. It reports whether the
-// part was streamed to the end (err is then the outcome); errShort, or
-// false with a nil error, leaves the part to the whole-chunk path.
-func (o *Upload) stream(ps store.PartStreamer, j *job) (bool, error) {
-	f := j.fill
-	ctx, stop := context.WithCancelCause(o.ctx)
-	defer stop(nil)
-	if !f.start(stop) {
-		return false, nil // complete already: no reason to stream
-	}
-	id, err := o.ensureUpload()
-	if err != nil {
-		return true, err
-	}
-	size := int64(cap(f.buf))
-	// Hedged like a whole part: a streamed request still running when the
-	// hedge is due is raced by the same part sent whole once its chunk is
-	// complete. Both carry the same bytes, so either answer is right.
-	var (
-		mu    sync.Mutex
-		etag  string
-		crc   uint32
-		calls atomic.Int32
-	)
-	err = o.pool.hedged(ctx, func(ctx context.Context) error {
-		var e string
-		var c uint32
-		var err error
-		if calls.Add(1) == 1 {
-			e, c, err = ps.UploadPartStream(ctx, o.key, id, j.part, size, func() io.Reader { return f.reader(ctx) })
-		} else {
-			var n int
-			if n, _, err = f.waitFor(ctx, int(size)); err == nil && int64(n) < size {
-				err = errShort
-			}
-			if err != nil {
-				return err
-			}
-			c = store.CRC32C(f.buf[:size])
-			e, err = o.pool.st.UploadPart(ctx, o.key, id, j.part, f.buf[:size], &c)
-		}
-		if err == nil {
-			mu.Lock()
-			etag, crc = e, c
-			mu.Unlock()
-		}
-		return err
-	})
-	if err != nil {
-		if cause := context.Cause(ctx); errors.Is(cause, errShort) || errors.Is(cause, ErrAbandoned) {
-			if errors.Is(cause, errShort) {
-				return false, errShort
-			}
-			return true, fmt.Errorf("upload part %d of %s: %w", j.part, o.key, cause)
-		}
-		if errors.Is(err, errShort) {
-			return false, errShort
-		}
-		return true, fmt.Errorf("upload part %d of %s (streamed, %d bytes): %w", j.part, o.key, size, err)
-	}
-	if want := store.CRC32C(f.buf[:size]); want != crc {
-		return true, fmt.Errorf("upload part %d of %s (streamed, %d bytes): acknowledged CRC32C %08x, chunk has %08x", j.part, o.key, size, crc, want)
-	}
-	f.mu.Lock()
-	j.last = f.last
-	f.mu.Unlock()
-	o.fixChunk(j, int(size))
-	j.streamed = true
-	var sum *uint32
-	if o.pool.cfg.Checksum {
-		sum = &crc
-	}
+// fixBody makes the first n bytes of pt's chunk, a begun chunk now
+// complete, its body: from here on it is sent and settled like a chunk
+// handed over whole.
+func (o *Upload) fixBody(pt *part, n int) {
+	buf := pt.body.fill.buf[:n]
+	pt.body = body{segs: [][]byte{buf}}
 	o.mu.Lock()
-	o.parts = append(o.parts, store.Part{Number: j.part, ETag: etag, CRC32C: sum, Size: size})
-	o.size += size
+	pt.chunks[0].buf = buf
 	o.mu.Unlock()
-	return true, nil
 }

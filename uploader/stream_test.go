@@ -76,13 +76,13 @@ func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n i
 }
 
 // fill begins part n of o and appends data to it in steps of step bytes.
-func fill(t *testing.T, p *Pool, o *Upload, n int32, data []byte, step int) *Filling {
+func fill(t *testing.T, p *Pool, o *Upload, n int32, data []byte, step int) *filling {
 	t.Helper()
-	buf, err := p.Acquire(context.Background())
+	buf, err := p.acquire(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := o.Begin(n, buf)
+	f, err := o.begin(n, buf)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func fill(t *testing.T, p *Pool, o *Upload, n int32, data []byte, step int) *Fil
 		k := min(step, len(data))
 		buf = append(buf, data[:k]...)
 		data = data[k:]
-		f.Grow(len(buf))
+		f.grow(len(buf))
 	}
 	return f
 }
@@ -103,7 +103,7 @@ func pattern(n int, seed byte) []byte {
 	return b
 }
 
-// TestStreamedParts drives chunks handed over with Begin through a store
+// TestStreamedParts drives chunks handed over with begin through a store
 // that streams parts: a part starts sending before its chunk is full, a
 // last chunk that ends short is sent whole with its real length, output
 // under StreamAfter is one put, a failed attempt is replayed from the
@@ -129,10 +129,10 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		if !p.Streams() {
+		if !p.streams {
 			t.Fatal("pool on a streaming store does not stream")
 		}
-		o := p.NewUpload(context.Background(), "k", nil)
+		o := p.newUpload(context.Background(), "k", nil)
 		one, two := pattern(testChunk, 1), pattern(testChunk/2, 2)
 		f := fill(t, p, o, 1, one[:testChunk/2], 64)
 		select {
@@ -142,15 +142,15 @@ func TestStreamedParts(t *testing.T) {
 		}
 		buf := f.buf[:testChunk/2]
 		buf = append(buf, one[testChunk/2:]...)
-		f.Grow(len(buf))
-		f.Finish(false)
+		f.grow(len(buf))
+		f.finish(false)
 		f2 := fill(t, p, o, 2, two, 100)
 		select {
 		case <-st.startedCh(2):
 		case <-time.After(5 * time.Second):
 			t.Fatal("part 2 not sending")
 		}
-		f2.Finish(true)
+		f2.finish(true)
 		res, err := o.Finish(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -168,10 +168,10 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "small", nil)
+		o := p.newUpload(context.Background(), "small", nil)
 		data := pattern(testChunk/4-1, 3)
 		f := fill(t, p, o, 1, data, 50)
-		f.Finish(true)
+		f.finish(true)
 		res, err := o.Finish(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -187,8 +187,8 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "prep", nil)
-		o.Prepare()
+		o := p.newUpload(context.Background(), "prep", nil)
+		o.prepare()
 		deadline := time.Now().Add(5 * time.Second)
 		for ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 1; ups, _ = st.ListUploads(context.Background(), "") {
 			if time.Now().After(deadline) {
@@ -206,9 +206,9 @@ func TestStreamedParts(t *testing.T) {
 			t.Fatal("prepared part 1 not sending with 16 bytes in its chunk")
 		}
 		buf := append(f.buf[:16], one[16:]...)
-		f.Grow(len(buf))
-		f.Finish(false)
-		fill(t, p, o, 2, two, 100).Finish(true)
+		f.grow(len(buf))
+		f.finish(false)
+		fill(t, p, o, 2, two, 100).finish(true)
 		res, err := o.Finish(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -223,21 +223,21 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "prep1", nil)
-		o.Prepare()
-		o.Prepare() // once is enough; twice creates nothing more
+		o := p.newUpload(context.Background(), "prep1", nil)
+		o.prepare()
+		o.prepare() // once is enough; twice creates nothing more
 		data := pattern(testChunk/8, 10)
-		buf, err := p.Acquire(context.Background())
+		buf, err := p.acquire(context.Background())
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := o.Begin(1, buf)
+		f, err := o.begin(1, buf)
 		if err != nil {
 			t.Fatal(err)
 		}
 		buf = append(buf, data...)
-		f.Grow(len(buf))
-		f.Finish(true)
+		f.grow(len(buf))
+		f.finish(true)
 		res, err := o.Finish(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -253,8 +253,8 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "prepx", nil)
-		o.Prepare()
+		o := p.newUpload(context.Background(), "prepx", nil)
+		o.prepare()
 		if err := o.Abort(); err != nil {
 			t.Fatal(err)
 		}
@@ -269,14 +269,14 @@ func TestStreamedParts(t *testing.T) {
 		rs := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
 		p := newPool(rs)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "r", nil)
+		o := p.newUpload(context.Background(), "r", nil)
 		one, two := pattern(testChunk, 4), pattern(testChunk, 5)
 		f := fill(t, p, o, 1, one[:testChunk/2], 128)
 		<-st.startedCh(1)
 		buf := append(f.buf[:testChunk/2], one[testChunk/2:]...)
-		f.Grow(len(buf))
-		f.Finish(false)
-		fill(t, p, o, 2, two, 128).Finish(true)
+		f.grow(len(buf))
+		f.finish(false)
+		fill(t, p, o, 2, two, 128).finish(true)
 		if _, err := o.Finish(context.Background()); err != nil {
 			t.Fatal(err)
 		}
@@ -290,13 +290,13 @@ func TestStreamedParts(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
-		o := p.NewUpload(context.Background(), "a", nil)
-		fill(t, p, o, 1, pattern(testChunk, 6), 128).Finish(false)
+		o := p.newUpload(context.Background(), "a", nil)
+		fill(t, p, o, 1, pattern(testChunk, 6), 128).finish(false)
 		f := fill(t, p, o, 2, pattern(testChunk/2, 7), 128)
 		<-st.startedCh(2)
-		f.Abandon()
-		if _, err := o.Finish(context.Background()); !errors.Is(err, ErrAbandoned) {
-			t.Fatalf("finish after an abandoned chunk: %v, want ErrAbandoned", err)
+		f.abandon()
+		if _, err := o.Finish(context.Background()); !errors.Is(err, errAbandoned) {
+			t.Fatalf("finish after an abandoned chunk: %v, want errAbandoned", err)
 		}
 		if ups, _ := st.ListUploads(context.Background(), ""); len(ups) != 0 {
 			t.Fatalf("uploads left open: %v", ups)

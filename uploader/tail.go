@@ -1,12 +1,7 @@
 package uploader
 
 import (
-	"bytes"
-	"context"
-	"fmt"
-	"io"
 	"slices"
-	"sync"
 
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -175,35 +170,36 @@ func (p *Pool) freeAt(o *Upload) []int64 {
 // holds every part no worker has taken, each a whole chunk, the last
 // chunk's last. It replaces them with the parts planTail cuts, numbered
 // on from the first of them, and leaves them as they are when the plan
-// ends no sooner, the pool does not stream parts, or the object is one
-// put. The caller then matches the queue to o.ready.
+// ends no sooner or the pool does not stream parts (a part that spans
+// buffers is streamed from them). The caller then matches the queue to
+// o.ready.
 func (o *Upload) recutLocked() {
 	p := o.pool
-	if !p.streams || o.single || len(o.ready) == 0 {
+	if !p.streams || len(o.ready) == 0 {
 		return
 	}
 	sizes := make([]int64, len(o.ready))
-	for i, j := range o.ready {
-		if len(j.chunks) != 1 || j.segs != nil {
+	for i, pt := range o.ready {
+		if len(pt.chunks) != 1 {
 			return // cut already
 		}
-		sizes[i] = int64(len(j.chunks[0].buf))
+		sizes[i] = int64(len(pt.chunks[0].buf))
 	}
-	first := o.ready[0].part
+	first := o.ready[0].n
 	plan := planTail(sizes, p.freeAt(o), p.cfg.ChunkSize, p.minPart(), p.maxPart())
 	if plan == nil || int(first)-1+len(plan) > store.MaxParts {
 		return
 	}
 	old := o.ready
-	cuts := make([]*job, len(plan))
+	cuts := make([]*part, len(plan))
 	ci, off := 0, 0 // the next byte: chunk old[ci], offset off
 	for i, size := range plan {
-		j := &job{obj: o, part: first + int32(i), last: i == len(plan)-1, queued: old[ci].queued}
+		pt := &part{obj: o, n: first + int32(i), queued: old[ci].queued}
 		for left := int(size); left > 0; {
 			c := old[ci].chunks[0]
 			n := min(left, len(c.buf)-off)
-			j.segs = append(j.segs, c.buf[off:off+n])
-			j.chunks = append(j.chunks, c)
+			pt.body.segs = append(pt.body.segs, c.buf[off:off+n])
+			pt.chunks = append(pt.chunks, c)
 			c.parts++
 			off += n
 			left -= n
@@ -211,75 +207,12 @@ func (o *Upload) recutLocked() {
 				ci, off = ci+1, 0
 			}
 		}
-		if len(j.segs) == 1 {
-			j.buf, j.segs = j.segs[0], nil // one buffer: an UploadPart
-		}
-		cuts[i] = j
+		cuts[i] = pt
 	}
-	for _, j := range old {
-		j.chunks[0].parts--
+	for _, pt := range old {
+		pt.chunks[0].parts--
 	}
 	o.wg.Add(len(cuts) - len(old))
 	o.ready = cuts
 	p.recut.Add(1)
-}
-
-// uploadSpanning uploads a re-cut part whose bytes span chunk buffers:
-// streamed from them in sequence, so a retry or a hedge reads the same
-// buffers again from the first byte, with the CRC32C taken over them
-// checked against the one the store acknowledges.
-func (o *Upload) uploadSpanning(j *job) error {
-	if err := o.failed(); err != nil {
-		return err
-	}
-	if err := o.ctx.Err(); err != nil {
-		return context.Cause(o.ctx)
-	}
-	size := j.size()
-	ps, ok := store.As[store.PartStreamer](o.pool.st)
-	if !ok || !ps.StreamsParts() {
-		return fmt.Errorf("upload part %d of %s (%d bytes in %d chunks): the store does not stream parts", j.part, o.key, size, len(j.segs))
-	}
-	id, err := o.ensureUpload()
-	if err != nil {
-		return err
-	}
-	var crc uint32
-	for _, s := range j.segs {
-		crc = store.UpdateCRC32C(crc, s)
-	}
-	var (
-		mu    sync.Mutex
-		etag  string
-		acked uint32
-	)
-	err = o.pool.hedged(o.ctx, func(ctx context.Context) error {
-		e, c, err := ps.UploadPartStream(ctx, o.key, id, j.part, size, func() io.Reader { return segReader(j.segs) })
-		if err == nil {
-			mu.Lock()
-			etag, acked = e, c
-			mu.Unlock()
-		}
-		return err
-	})
-	if err != nil {
-		return fmt.Errorf("upload part %d of %s (%d bytes in %d chunks): %w", j.part, o.key, size, len(j.segs), err)
-	}
-	if acked != crc {
-		return fmt.Errorf("upload part %d of %s (%d bytes in %d chunks): acknowledged CRC32C %08x, the chunks have %08x", j.part, o.key, size, len(j.segs), acked, crc)
-	}
-	o.mu.Lock()
-	o.parts = append(o.parts, store.Part{Number: j.part, ETag: etag, CRC32C: &crc, Size: size})
-	o.size += size
-	o.mu.Unlock()
-	return nil
-}
-
-// segReader reads segs in sequence.
-func segReader(segs [][]byte) io.Reader {
-	rs := make([]io.Reader, len(segs))
-	for i, s := range segs {
-		rs[i] = bytes.NewReader(s)
-	}
-	return io.MultiReader(rs...)
 }

@@ -3,6 +3,7 @@ package uploader_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -68,50 +69,59 @@ func TestTailRecutOnServer(t *testing.T) {
 		t.Fatalf("MinIO endpoint %s is not https: parts would not stream", e.URL)
 	}
 	s3, _ := e.NewStore(t)
-	h := &holding{Store: s3, key: "busy"}
+	h := &holding{Store: s3, key: "busy-0"}
 	h.cond.L = &h.mu
 	p := uploader.New(h, uploader.Config{ChunkSize: 5 << 20, Concurrency: 2, MaxBuffered: 6, Checksum: true, CleanupTimeout: 10 * time.Second}, nil)
 	t.Cleanup(p.Close)
 	t.Cleanup(h.letGo)
-	if !p.Streams() {
+	ctx := context.Background()
+	sink := func(key string) *uploader.Sink {
+		return p.NewSink(ctx, uploader.SinkOptions{Key: func(obj int) string { return fmt.Sprintf("%s-%d", key, obj) }})
+	}
+	busy, tail := sink("busy"), sink("tail")
+	if !busy.Streaming() {
 		t.Fatal("the pool does not stream parts over https")
 	}
-	ctx := context.Background()
-	submit := func(o *uploader.Upload, n int32, b []byte, last bool) {
+	// Emit, not Begin: whole chunks, so that their parts are ready when
+	// the last one comes and the tail is re-cut.
+	emit := func(s *uploader.Sink, n int32, b []byte, last bool) {
 		t.Helper()
-		buf, err := p.Acquire(ctx)
+		buf, err := s.Acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.Submit(n, append(buf, b...), last); err != nil {
+		if err := s.Emit(0, n, append(buf, b...), last); err != nil {
 			t.Fatal(err)
 		}
 	}
-	busy := p.NewUpload(ctx, "busy", nil)
-	submit(busy, 1, make([]byte, 5<<20), false)
-	submit(busy, 2, make([]byte, 5<<20), false)
+	emit(busy, 1, make([]byte, 5<<20), false)
+	emit(busy, 2, make([]byte, 5<<20), false)
 	h.waitFor(2)
 
 	data := make([]byte, 11<<20)
 	for i := range data {
 		data[i] = byte(i*131 + i>>16)
 	}
-	o := p.NewUpload(ctx, "tail", nil)
-	submit(o, 1, data[:5<<20], false)
-	submit(o, 2, data[5<<20:10<<20], false)
-	submit(o, 3, data[10<<20:], true)
+	emit(tail, 1, data[:5<<20], false)
+	emit(tail, 2, data[5<<20:10<<20], false)
+	emit(tail, 3, data[10<<20:], true)
+	objs := tail.Take()
+	if len(objs) != 1 || objs[0].Key() != "tail-0" {
+		t.Fatalf("the sink started %d uploads, want one, of tail-0", len(objs))
+	}
+	o := objs[0]
 	h.letGo()
 	res, err := o.Finish(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := busy.Abort(); err != nil {
+	if err := busy.Take()[0].Abort(); err != nil {
 		t.Fatal(err)
 	}
 	if res.Parts != 2 || res.Size != int64(len(data)) || p.Stats().Recut != 1 {
 		t.Fatalf("result %+v, stats %+v: want 2 parts of %d bytes from one re-cut tail", res, p.Stats(), len(data))
 	}
-	rc, err := s3.GetRange(ctx, "tail", 0, -1)
+	rc, err := s3.GetRange(ctx, "tail-0", 0, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -158,8 +158,8 @@ func TestFreeAt(t *testing.T) {
 	now := time.Unix(1000, 0)
 	p := &Pool{cfg: Config{ChunkSize: mib, Concurrency: 4}, q: newQueue(), lim: newLimiter(4, time.Second),
 		now: func() time.Time { return now }}
-	o := p.NewUpload(context.Background(), "k", nil)
-	p.running = map[*job]running{
+	o := p.newUpload(context.Background(), "k", nil)
+	p.running = map[*part]running{
 		{}: {size: mib, start: now},
 		{}: {size: mib, start: now.Add(-time.Second / 2)},
 	}
@@ -170,7 +170,7 @@ func TestFreeAt(t *testing.T) {
 	if f := p.freeAt(o); !slices.Equal(f, []int64{0, 0, mib / 2, mib}) {
 		t.Fatalf("at 1 MiB/s: free at %v, want half a part left of the one started half a second ago", f)
 	}
-	other := p.NewUpload(context.Background(), "other", nil)
+	other := p.newUpload(context.Background(), "other", nil)
 	p.q.push(other, 3)
 	if f := p.freeAt(o); !slices.Equal(f, []int64{mib, mib, mib, 3 * mib / 2}) {
 		t.Fatalf("three chunks of another object queued: free at %v", f)
@@ -284,40 +284,40 @@ type tailRun struct {
 	kept   [][]byte
 }
 
-// runTail writes "tail" (data, in chunks of testChunk; by Begin and
-// Grow when begin is set) while the pool's workers each hold a part of
+// runTail writes "tail" (data, in chunks of testChunk; by begin and
+// grow when begin is set) while the pool's workers each hold a part of
 // "busy", then lets the tail's parts through in rounds: each round the
 // parts the free workers take at once.
 func runTail(t *testing.T, p *Pool, g *gated, data []byte, begin bool) tailRun {
 	t.Helper()
 	ctx := context.Background()
 	workers := p.Config().Concurrency
-	busy := p.NewUpload(ctx, "busy", nil)
+	busy := p.newUpload(ctx, "busy", nil)
 	for i := 1; i <= workers; i++ {
-		buf, err := p.Acquire(ctx)
+		buf, err := p.acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := busy.Submit(int32(i), append(buf, pattern(testChunk, byte(i))...), false); err != nil {
+		if err := busy.submit(int32(i), append(buf, pattern(testChunk, byte(i))...), false); err != nil {
 			t.Fatal(err)
 		}
 	}
 	g.waitFor("busy", workers)
 
-	o := p.NewUpload(ctx, "tail", nil)
-	o.Keep(&budget{max: 1 << 30})
+	o := p.newUpload(ctx, "tail", nil)
+	o.keepIn(&budget{max: 1 << 30})
 	chunks := (len(data) + testChunk - 1) / testChunk
 	for i := 1; i <= chunks; i++ {
 		b := data[(i-1)*testChunk : min(i*testChunk, len(data))]
 		if begin {
-			fill(t, p, o, int32(i), b, 100).Finish(i == chunks)
+			fill(t, p, o, int32(i), b, 100).finish(i == chunks)
 			continue
 		}
-		buf, err := p.Acquire(ctx)
+		buf, err := p.acquire(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.Submit(int32(i), append(buf, b...), i == chunks); err != nil {
+		if err := o.submit(int32(i), append(buf, b...), i == chunks); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -360,14 +360,14 @@ func runTail(t *testing.T, p *Pool, g *gated, data []byte, begin bool) tailRun {
 	defer cancel()
 	var bufs [][]byte
 	for range p.Config().MaxBuffered {
-		b, err := p.Acquire(actx)
+		b, err := p.acquire(actx)
 		if err != nil {
 			t.Fatalf("acquire buffer %d of %d after the upload: %v", len(bufs)+1, p.Config().MaxBuffered, err)
 		}
 		bufs = append(bufs, b)
 	}
 	for _, b := range bufs {
-		p.Release(b)
+		p.release(b)
 	}
 	return run
 }
