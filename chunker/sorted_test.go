@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/chunker/frame"
@@ -252,21 +253,22 @@ func TestSpillFlippedByte(t *testing.T) {
 	writeScattered(t, w, 300, 45_000)
 	// Everything written so far is kept or spilled once the writer is
 	// idle; flip a byte in the middle of what is on disk.
-	w.mu.Lock()
-	for w.inflight > 0 {
-		w.room.Wait()
+	waitIdle(w)
+	files := spillFiles(t, d)
+	if len(files) != 1 {
+		t.Fatalf("the spill holds %v, want one file", files)
 	}
-	w.mu.Unlock()
-	name := w.spillFile.Name()
-	if name == "" {
-		t.Fatal("nothing was spilled")
-	}
+	name := filepath.Join(d.Path(), files[0])
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := fi.Size() / 2
 	var b [1]byte
-	off := w.spillFile.Size() / 2
 	if _, err := f.ReadAt(b[:], off); err != nil {
 		t.Fatal(err)
 	}
@@ -349,28 +351,42 @@ func TestSortedDeterministic(t *testing.T) {
 // encoder's (for the pool). A buffer already near its frame's size is
 // kept as it is.
 func TestKeptFrameHoldsItsBytes(t *testing.T) {
-	w, _ := newSorted(t, opts(4), openSpill(t, 1<<30))
-	defer w.Abort(errors.New("test over"))
+	k := &keeper{b: newBudget(opts(4)), file: openSpill(t, 1<<30).Create()}
+	defer k.drop()
 	frameOf := func(n, capacity int) encoded {
 		b := bytes.NewBuffer(make([]byte, 0, capacity))
 		b.Write(bytes.Repeat([]byte{7}, n))
 		return encoded{partition: 1, buf: b, stats: frame.Stats{Rows: 1, Bytes: int64(capacity)}}
 	}
 	loose := frameOf(300_000, 1<<20)
-	mem, kept, err := w.keep(loose)
+	mem, kept, err := k.keep(loose)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := w.kept[len(w.kept)-1]
-	if kept || k.buf == loose.buf || mem != 300_000 || k.buf.Len() != 300_000 || k.buf.Cap() > 300_000+300_000/8 {
+	f := k.kept[len(k.kept)-1]
+	if kept || f.buf == loose.buf || mem != 300_000 || f.buf.Len() != 300_000 || f.buf.Cap() > 300_000+300_000/8 {
 		t.Fatalf("kept %v (the encode buffer: %v), %d bytes counted, buffer %d of %d capacity; want a copy of 300000 bytes, counted so",
-			kept, k.buf == loose.buf, mem, k.buf.Len(), k.buf.Cap())
+			kept, f.buf == loose.buf, mem, f.buf.Len(), f.buf.Cap())
 	}
-	if !bytes.Equal(k.buf.Bytes(), loose.buf.Bytes()) {
+	if !bytes.Equal(f.buf.Bytes(), loose.buf.Bytes()) {
 		t.Fatal("the kept copy differs from the frame")
 	}
 	tight := frameOf(300_000, 310_000)
-	if mem, kept, err = w.keep(tight); err != nil || !kept || mem != 300_000 || w.kept[len(w.kept)-1].buf != tight.buf {
+	if mem, kept, err = k.keep(tight); err != nil || !kept || mem != 300_000 || k.kept[len(k.kept)-1].buf != tight.buf {
 		t.Fatalf("a tight buffer: kept %v, %d bytes, %v; want it kept as it is", kept, mem, err)
+	}
+}
+
+// waitIdle returns once every frame flushed so far has been through the
+// appender (kept or spilled, for a sorted writer).
+func waitIdle(w *Writer) {
+	for {
+		w.q.mu.Lock()
+		idle := w.q.outNext == w.q.seq
+		w.q.mu.Unlock()
+		if idle {
+			return
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
