@@ -118,6 +118,8 @@ func (a *appender) appendGuarded(r encoded) (err error) {
 	return a.appendFrame(r)
 }
 
+// appendFrame puts r's bytes into the stream, in the next object if
+// they would take this one past maxObject, and indexes the frame.
 func (a *appender) appendFrame(r encoded) error {
 	b := r.buf.Bytes()
 	if a.objOff > 0 && a.objOff+int64(len(b)) > a.maxObject {
@@ -144,32 +146,42 @@ func (a *appender) appendFrame(r encoded) error {
 		a.codecs = map[string]int{}
 	}
 	a.codecs[frame.CodecName(b)]++
-	var waited time.Duration
 	a.objCRC = store.UpdateCRC32C(a.objCRC, b)
 	a.objOff += int64(len(b))
+	waited, err := a.write(b)
+	if err == nil && a.auto != nil {
+		a.auto.appended(int(r.buf.Len()), waited)
+	}
+	return err
+}
+
+// write appends b to the object's chunks: it emits each chunk once it is
+// full and more bytes follow, and takes the next from the sink. It
+// reports how long it waited for chunk buffers.
+func (a *appender) write(b []byte) (waited time.Duration, err error) {
 	for len(b) > 0 {
 		if a.cur != nil && int64(len(a.cur)) == a.chunk {
 			// More bytes follow, so the full chunk is not the last one.
 			a.part++
 			if a.part > store.MaxParts {
-				return fmt.Errorf("object %d: more than %d parts of %d bytes", a.obj, store.MaxParts, a.chunk)
+				return waited, fmt.Errorf("object %d: more than %d parts of %d bytes", a.obj, store.MaxParts, a.chunk)
 			}
-			if err := a.sink.Emit(a.obj, a.part, a.cur, false); err != nil {
-				a.cur = nil
-				return err
-			}
+			err := a.sink.Emit(a.obj, a.part, a.cur, false)
 			a.cur = nil
+			if err != nil {
+				return waited, err
+			}
 		}
 		if a.cur == nil {
 			start := time.Now()
 			buf, err := a.sink.Acquire(a.ctx)
 			waited += time.Since(start)
 			if err != nil {
-				return err
+				return waited, err
 			}
 			if a.stream != nil {
 				if err := a.stream.Begin(a.obj, a.part+1, buf); err != nil {
-					return err // the sink has the buffer
+					return waited, err // the sink has the buffer
 				}
 			}
 			a.cur = buf
@@ -181,10 +193,7 @@ func (a *appender) appendFrame(r encoded) error {
 			a.stream.Grow(len(a.cur))
 		}
 	}
-	if a.auto != nil {
-		a.auto.appended(int(r.buf.Len()), waited)
-	}
-	return nil
+	return waited, nil
 }
 
 // endObject emits the current object's last chunk and starts the next.

@@ -173,9 +173,12 @@ type Result struct {
 	// as the chunks emitted (the uploader may cut otherwise); Key is the
 	// caller's to fill in.
 	Objects []entry.Object
-	Rows    int64
-	Bytes   int64 // uncompressed Arrow bytes
-	Runs    int   // sorted runs flushed (the last at Close)
+	// Rows and Bytes (uncompressed Arrow bytes) are those of every
+	// frame.
+	Rows  int64
+	Bytes int64
+	// Runs is the sorted runs flushed, the last at Close.
+	Runs int
 	// Spilled is the bytes a sorted writer wrote to its spill (0: its
 	// runs fit in memory, or the writer is not sorted). A sorted
 	// writer's object holds one run however many it flushed.
@@ -266,10 +269,18 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		b.wake()
 		q.wake()
 	})
+	w.start(sink, codec, auto)
+	return w, nil
+}
+
+// start starts the encoders and the appender, each with state of its
+// own that the Writer does not hold: the appender's comes back on done.
+func (w *Writer) start(sink Sink, codec string, auto *autoCodec) {
+	opt := w.opt
 	results := make(chan encoded, opt.Encoders)
 	var encoders sync.WaitGroup
 	for range opt.Encoders {
-		e := &encoder{ctx: cctx, q: q, results: results, compression: opt.Compression, codec: codec, auto: auto,
+		e := &encoder{ctx: w.ctx, q: w.q, results: results, compression: opt.Compression, codec: codec, auto: auto,
 			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}}
 		encoders.Go(e.run)
 	}
@@ -277,13 +288,12 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		encoders.Wait()
 		close(results)
 	}()
-	a := &appender{ctx: cctx, cancel: cancel, b: b, q: q, sink: sink, stream: stream, auto: auto,
+	a := &appender{ctx: w.ctx, cancel: w.cancel, b: w.b, q: w.q, sink: sink, stream: w.stream, auto: auto,
 		chunk: opt.ChunkSize, maxObject: opt.maxObject(), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
 	if opt.Spill != nil {
-		a.keep = &keeper{b: b, file: opt.Spill.Create()}
+		a.keep = &keeper{b: w.b, file: opt.Spill.Create()}
 	}
 	go a.run(results, w.done)
-	return w, nil
 }
 
 // Fail cancels the writer with err: blocked and later Writes return it,
@@ -303,8 +313,7 @@ func (w *Writer) err() error {
 // rec (a copy, or a reference it releases itself); the caller keeps its
 // own reference and may release it when Write returns. Write blocks while
 // the flushed frames still being encoded and appended take the budget,
-// and returns the writer's first failure at once. Rows of one partition
-// are stored in the order their Writes returned.
+// and returns the writer's first failure at once.
 //
 // Every batch is validated first (ValidateBatch: at least one column,
 // Arrow's full validation of each); an invalid one is refused with an
