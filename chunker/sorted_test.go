@@ -390,3 +390,45 @@ func waitIdle(w *Writer) {
 		time.Sleep(time.Millisecond)
 	}
 }
+
+// TestSortedAbortDuringClose: Abort while a sorted writer's Close merges
+// its runs, at any point of it (before the appender queues the output,
+// while the encoders merge it, after): both return, Close with the
+// abort's cause unless it finished first (or ErrClosed, if Abort came
+// first), and every chunk buffer and the spill are given back.
+func TestSortedAbortDuringClose(t *testing.T) {
+	d := openSpill(t, 1<<30)
+	for i, delay := range []time.Duration{0, 100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond} {
+		w, sink := newSorted(t, opts(300), d)
+		writeScattered(t, w, 300, 20_000)
+		closed := make(chan error, 1)
+		go func() {
+			_, err := w.Close()
+			closed <- err
+		}()
+		time.Sleep(delay)
+		cause := fmt.Errorf("abort %d", i)
+		w.Abort(cause)
+		select {
+		case err := <-closed:
+			t.Logf("abort after %v: Close: %v", delay, err)
+			if err != nil && !errors.Is(err, cause) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("abort after %v: Close returned %v, want nil, ErrClosed or the abort's cause", delay, err)
+			}
+			if err != nil && sink.last[0] {
+				t.Fatalf("abort after %v: Close failed but the object was finished", delay)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("abort after %v: Close did not return", delay)
+		}
+		sink.mu.Lock()
+		held := sink.held
+		sink.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("abort after %v: %d chunk buffers still held", delay, held)
+		}
+		if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+			t.Fatalf("abort after %v: the spill holds %v (%d bytes counted)", delay, files, d.Used())
+		}
+	}
+}
