@@ -336,7 +336,7 @@ func (c *coalescer) run() {
 	c.b.pending += held
 	c.buffered = 0
 	c.runs++
-	c.q.push(jobs...)
+	c.q.pushAll(jobs)
 }
 
 // last ends the writing phase with the last run. Its frames stay in

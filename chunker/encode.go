@@ -143,25 +143,41 @@ func (q *jobQueue) setSchema(s *arrow.Schema) {
 	q.mu.Unlock()
 }
 
-// push queues jobs in order, numbering them; false when the queue is
-// closed, and the jobs are still the caller's.
-func (q *jobQueue) push(jobs ...encodeJob) bool {
+// push queues j, numbering it; false when the queue is closed.
+func (q *jobQueue) push(j encodeJob) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
 		return false
 	}
-	for _, j := range jobs {
-		j.seq = q.seq
+	j.seq = q.seq
+	q.seq++
+	q.outputting = q.outputting || j.out
+	q.jobs = append(q.jobs, j)
+	q.work.Signal()
+	return true
+}
+
+// pushAll queues jobs in order, numbering them, and takes the slice;
+// false when the queue is closed, and the jobs are still the caller's.
+func (q *jobQueue) pushAll(jobs []encodeJob) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	for i := range jobs {
+		jobs[i].seq = q.seq
 		q.seq++
-		q.outputting = q.outputting || j.out
-		q.jobs = append(q.jobs, j)
+		q.outputting = q.outputting || jobs[i].out
 	}
-	if len(jobs) == 1 {
-		q.work.Signal()
+	if len(q.jobs) == 0 {
+		// The encoders kept up: the run's slice is the queue.
+		q.jobs = jobs
 	} else {
-		q.work.Broadcast()
+		q.jobs = append(q.jobs, jobs...)
 	}
+	q.work.Broadcast()
 	return true
 }
 

@@ -151,7 +151,7 @@ func (a *appender) output() {
 	// The in-memory frames' bytes are the jobs' now, counted in pending
 	// until appended.
 	a.b.startOutput()
-	if !a.q.push(jobs...) {
+	if !a.q.pushAll(jobs) {
 		// Abort closed the queue.
 		for i := range jobs {
 			jobs[i].release()
