@@ -29,6 +29,8 @@ type Race[T any] struct {
 	Delay time.Duration
 	// OnSecond, if set, is called as Second starts.
 	OnSecond func()
+	// h, set by Hedged, counts the second attempt.
+	h *Hedger
 	// Release, if set, frees the value of an attempt that Run does not
 	// hand over: the loser's, whether it failed or also succeeded, and
 	// every attempt's when one panicked. It runs after that attempt has
@@ -126,7 +128,7 @@ func (r Race[T]) Run(ctx context.Context) Outcome[T] {
 	if r.Delay <= 0 || r.Second == nil {
 		o.First = r.try(ctx, r.First, r.FirstOp)
 		switch {
-		case safe.IsPanic(o.First.Err):
+		case o.First.Err != nil && safe.IsPanic(o.First.Err):
 			o.Panic = o.First.Err
 			r.release(&o.First)
 		case o.First.Err == nil:
@@ -158,6 +160,9 @@ func (r Race[T]) Run(ctx context.Context) Outcome[T] {
 			}
 			o.Second.Ran = true
 			running++
+			if r.h != nil {
+				r.h.hedgeFired()
+			}
 			if r.OnSecond != nil {
 				r.OnSecond()
 			}
@@ -170,7 +175,7 @@ func (r Race[T]) Run(ctx context.Context) Outcome[T] {
 				o.Second = res.try
 			}
 			switch err := res.try.Err; {
-			case safe.IsPanic(err):
+			case err != nil && safe.IsPanic(err):
 				if o.Panic == nil {
 					o.Panic, o.Won, o.Elapsed = err, None, 0
 					decided = true
@@ -195,13 +200,17 @@ func (r Race[T]) Run(ctx context.Context) Outcome[T] {
 	return o
 }
 
-// try runs one attempt, a panic in it being its error.
-func (r Race[T]) try(ctx context.Context, a Attempt[T], op string) Try[T] {
-	t := Try[T]{Ran: true}
-	t.Err = safe.Call(func() (err error) {
-		t.Value, err = a(ctx)
-		return err
-	}, "%s", op)
+// try runs one attempt, a panic in it being its error (op is formatted
+// only then).
+func (r Race[T]) try(ctx context.Context, a Attempt[T], op string) (t Try[T]) {
+	t.Ran = true
+	defer func() {
+		if v := recover(); v != nil {
+			var zero T
+			t.Value, t.Err = zero, safe.Recovered(v, "%s", op)
+		}
+	}()
+	t.Value, t.Err = a(ctx)
 	return t
 }
 
@@ -219,10 +228,9 @@ func (r Race[T]) release(t *Try[T]) {
 // Hedged runs r with h's adaptive delay (none until h has samples) and
 // keeps h's record: the winner's latency is a sample, a second attempt
 // counts as hedged (h.OnHedge is called), and a second attempt that wins
-// counts as won. r.Delay and r.OnSecond are h's to set.
+// counts as won. r.Delay is h's to set.
 func Hedged[T any](ctx context.Context, h *Hedger, r Race[T]) Outcome[T] {
-	r.Delay = h.Delay()
-	r.OnSecond = h.hedgeFired
+	r.Delay, r.h = h.Delay(), h
 	o := r.Run(ctx)
 	if o.Won != None {
 		h.observe(o.Elapsed)
