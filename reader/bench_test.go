@@ -74,3 +74,39 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodeGate admits and takes frames through a stream's decode
+// gate: alone (never waiting), and with two fetches sharing a budget of
+// two frames, so they wait for each other's frames to be taken.
+func BenchmarkDecodeGate(b *testing.B) {
+	b.Run("uncontended", func(b *testing.B) {
+		g := newDecodeGate(64 << 20)
+		head, f := &fetch{}, &fetch{}
+		g.deliverFrom(head)
+		for b.Loop() {
+			g.admit(head, 4096)
+			g.admit(f, 4096)
+			g.taken(head, 4096)
+			g.taken(f, 4096)
+		}
+	})
+	b.Run("two fetches", func(b *testing.B) {
+		g := newDecodeGate(2 * startShare * 4096) // room for two frames
+		head, f := &fetch{}, &fetch{}
+		g.deliverFrom(head)
+		frames := make(chan struct{}, 2) // never full: the budget holds two
+		done := make(chan struct{})
+		go func() { // a fetch behind the head, decoding as room allows
+			defer close(done)
+			for g.admit(f, 4096) {
+				frames <- struct{}{}
+			}
+		}()
+		for b.Loop() {
+			<-frames
+			g.taken(f, 4096)
+		}
+		g.close()
+		<-done
+	})
+}
