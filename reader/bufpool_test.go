@@ -340,7 +340,7 @@ func TestDecodeBudgetGrowsForFastCaller(t *testing.T) {
 func (g *decodeGate) state() (held, budget int64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.held, g.budget
+	return g.b.held, g.b.limit
 }
 
 func waitHeldBack(t *testing.T, g *decodeGate, f *fetch) {

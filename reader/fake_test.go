@@ -154,7 +154,7 @@ var testLayout = manifest.Layout{Prefix: "t"}
 // buildStage writes frames for each worker (IDs "0", "1", ... in this
 // order) into a memStore and returns it with the stage manifest and the
 // rows in documented delivery order.
-func buildStage(t *testing.T, partitions int, compression string, workers [][]fspec) (*memStore, *manifest.Stage, []row) {
+func buildStage(t testing.TB, partitions int, compression string, workers [][]fspec) (*memStore, *manifest.Stage, []row) {
 	t.Helper()
 	mem := memory.NewGoAllocator()
 	st := &memStore{objs: map[string][]byte{}}
@@ -218,7 +218,7 @@ func buildStage(t *testing.T, partitions int, compression string, workers [][]fs
 }
 
 // collect drains recs, checking every batch against the stream's schema.
-func collect(t *testing.T, recs *Records) ([]row, error) {
+func collect(t testing.TB, recs *Records) ([]row, error) {
 	t.Helper()
 	var out []row
 	for recs.Next() {

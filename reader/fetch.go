@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -201,10 +202,23 @@ type rawSpan struct {
 	// pooled: buf came from spanBufs (a GET of this reader's own, not a
 	// memory store's or a peer's bytes).
 	pooled *spanBuf
+	// from: the Source that served buf (SourceMemory, SourcePeer); ""
+	// for the store.
+	from string
 }
 
-// fetchRaw GETs one span's bytes, hedged if the stage hedges (the answer
-// with the most bytes is kept; a panic in either request fails the span).
+// release returns the buffer of a span nothing refers to (a GET that
+// lost a hedge, or whose answer was not kept) to spanBufs.
+func (r rawSpan) release() {
+	if r.pooled != nil {
+		spanBufs.put(r.pooled.b)
+	}
+}
+
+// fetchRaw GETs one span's bytes, hedged if the stage hedges: a
+// hedge.Race of the GET against itself, the first complete answer
+// winning; when both fail, the answer with the most bytes is kept. A
+// panic in either request fails the span.
 func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 	if r, ok := fetchFast(ctx, s, sp); ok {
 		return r
@@ -214,22 +228,25 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		s.served(SourceS3, r.got)
 		return r
 	}
-	var (
-		mu   sync.Mutex
-		best rawSpan
-		have bool
-	)
-	err := s.o.Hedge.h.Do(ctx, func(ctx context.Context) error {
+	get := func(ctx context.Context) (rawSpan, error) {
 		r := getRange(ctx, s, sp)
-		mu.Lock()
-		defer mu.Unlock()
-		if !have || best.err != nil && (r.err == nil || r.got > best.got) {
-			best, have = r, true
+		return r, r.err
+	}
+	o := hedge.Hedged(ctx, s.o.Hedge.h, hedge.Race[rawSpan]{First: get, Second: get,
+		FirstOp: "a request", SecondOp: "the hedge of a request", Release: rawSpan.release})
+	if o.Panic != nil {
+		return rawSpan{err: o.Panic}
+	}
+	best := o.Value()
+	if o.Won == hedge.None {
+		best = o.First.Value
+		if o.Second.Ran {
+			other := o.Second.Value
+			if other.got > best.got {
+				best, other = other, best
+			}
+			other.release()
 		}
-		return r.err
-	})
-	if safe.IsPanic(err) {
-		return rawSpan{err: err}
 	}
 	s.served(SourceS3, best.got)
 	return best

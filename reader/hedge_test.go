@@ -33,35 +33,54 @@ func (s *stallStore) GetRange(ctx context.Context, key string, off, length int64
 	return s.memStore.GetRange(ctx, key, off, length)
 }
 
+// TestHedgedRangeRead: a GET stuck on its connection is hedged once, the
+// hedge wins, and the read delivers every row. A first read teaches the
+// Hedger the store's latency (no hedging before it has samples); the
+// second read's 12th GET is the stuck one.
 func TestHedgedRangeRead(t *testing.T) {
 	const frames = 24
 	st, m, order := buildStage(t, 2, frame.LZ4, oneFramePerObject(frames))
 	st.delay = time.Millisecond
-	ss := &stallStore{memStore: st, stall: 12}
-	h := NewHedger(4, 20*time.Millisecond)
+	ss := &stallStore{memStore: st}
+	// A GET taking longer than 200 ms is late: only the stuck one is,
+	// even on a loaded machine.
+	h := NewHedger(4, 200*time.Millisecond)
 	mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
 	defer mem.AssertSize(t, 0)
 	s := FromManifest(ss, testLayout, m, Options{ReadAhead: 3, Hedge: h, Mem: mem})
+	read := func() {
+		t.Helper()
+		recs, err := s.ReadPartitions(context.Background(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := collect(t, recs)
+		recs.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		equalRows(t, got, order)
+	}
+	read()
+	if hedged, _ := h.Stats(); hedged != 0 {
+		t.Fatalf("%d GETs hedged while none was stuck", hedged)
+	}
+	gets0, _ := st.stats()
+	ss.mu.Lock()
+	n0 := ss.n
+	ss.stall = n0 + 12
+	ss.mu.Unlock()
 	start := time.Now()
-	recs, err := s.ReadPartitions(context.Background(), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := collect(t, recs)
-	recs.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
-	equalRows(t, got, order)
+	read()
 	if d := time.Since(start); d > 5*time.Second {
 		t.Fatalf("read took %v: the stuck GET was not hedged", d)
 	}
 	// One GET per frame, plus exactly one for the hedge.
-	if gets, _ := st.stats(); gets != frames {
-		t.Fatalf("%d GETs reached the store, want %d (the stuck one never did)", gets, frames)
+	if gets, _ := st.stats(); gets-gets0 != frames {
+		t.Fatalf("%d GETs reached the store, want %d (the stuck one never did)", gets-gets0, frames)
 	}
-	if ss.n != frames+1 {
-		t.Fatalf("%d GETs issued, want %d: one per frame and one hedge", ss.n, frames+1)
+	if ss.n-n0 != frames+1 {
+		t.Fatalf("%d GETs issued, want %d: one per frame and one hedge", ss.n-n0, frames+1)
 	}
 	if hedged, won := h.Stats(); hedged != 1 || won != 1 {
 		t.Fatalf("hedged %d, won %d; want 1 and 1", hedged, won)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -129,11 +130,12 @@ func (s *Stage) sourceDelay() time.Duration {
 }
 
 // fetchFast reads a span from the Source, hedged by a GET from the store
-// when the Source is late. ok is false when the Source has nothing to
-// offer or failed before the GET was sent: the caller reads the store as
-// usual. Otherwise the span's bytes are returned whole and checked:
-// every frame passed its CRC32C, or was read again from the store (its
-// own failure is then the span's error, as for a GET).
+// when the Source is late (a hedge.Race of the two). ok is false when the
+// Source has nothing to offer or failed before the GET was sent: the
+// caller reads the store as usual. Otherwise the span's bytes are
+// returned whole and checked: every frame passed its CRC32C, or was read
+// again from the store (its own failure is then the span's error, as for
+// a GET).
 func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 	if s.o.Source == nil || len(sp.Frames) == 0 {
 		return rawSpan{}, false
@@ -142,113 +144,56 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 	w := &s.m.Workers[f0.Worker]
 	rng := SourceRange{Query: s.m.Query, Stage: s.m.Stage, Worker: w.Worker, Attempt: w.Attempt, Peer: w.Peer,
 		Object: f0.Frame.Object, Key: sp.Key, Offset: sp.Offset, Length: sp.Length}
-
-	type result struct {
-		b    []byte
-		from string
-		got  int64
-		err  error
-		s3   bool
-	}
-	cctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	results := make(chan result, 2)
-	start := time.Now()
-	go func() {
-		var (
-			b    []byte
-			from string
-		)
-		err := safe.Call(func() (err error) {
-			b, from, err = s.o.Source.Fetch(cctx, rng)
-			return err
-		}, "the Source's Fetch")
-		if err == nil && int64(len(b)) != sp.Length {
-			err = &SourceError{Reason: FallbackError, Err: fmt.Errorf("%s answered %d bytes of %s [%d, %d), want %d", from, len(b), sp.Key, sp.Offset, sp.Offset+sp.Length, sp.Length)}
+	o := hedge.Race[rawSpan]{
+		First: func(ctx context.Context) (rawSpan, error) {
+			b, from, err := s.o.Source.Fetch(ctx, rng)
+			if err == nil && int64(len(b)) != sp.Length {
+				err = &SourceError{Reason: FallbackError, Err: fmt.Errorf("%s answered %d bytes of %s [%d, %d), want %d", from, len(b), sp.Key, sp.Offset, sp.Offset+sp.Length, sp.Length)}
+			}
+			return rawSpan{buf: b, got: int64(len(b)), from: from}, err
+		},
+		Second: func(ctx context.Context) (rawSpan, error) {
+			r := getRange(ctx, s, sp)
+			return r, r.err
+		},
+		FirstOp:  "the Source's Fetch",
+		SecondOp: "the store's ranged GET",
+		Delay:    s.sourceDelay(),
+		Release:  rawSpan.release,
+	}.Run(ctx)
+	fastErr, s3 := o.First.Err, o.Second
+	switch {
+	case o.Panic != nil:
+		// A bug, in the Source or the store: the span fails, as a GET
+		// that panicked does without a Source, rather than being read
+		// again by a fallback that hides it.
+		return rawSpan{err: o.Panic}, true
+	case o.Won == hedge.First:
+		if s.o.SourceHedge != nil {
+			s.o.SourceHedge.h.Observe(o.Elapsed)
 		}
-		results <- result{b: b, from: from, got: int64(len(b)), err: err}
-	}()
-	getS3 := func() {
-		r := getRange(cctx, s, sp)
-		results <- result{b: r.buf, from: SourceS3, got: r.got, err: r.err, s3: true}
-	}
-	var timer <-chan time.Time
-	if d := s.sourceDelay(); d > 0 {
-		t := time.NewTimer(d)
-		defer t.Stop()
-		timer = t.C
-	}
-	running, hedged := 1, false
-	var fastErr error
-	var s3res *result
-	for running > 0 {
-		select {
-		case <-timer:
-			timer = nil
-			if !hedged {
-				hedged = true
-				running++
-				go getS3()
-			}
-			continue
-		case r := <-results:
-			running--
-			if safe.IsPanic(r.err) {
-				// A bug, in the Source or the store: the span fails, as
-				// a GET that panicked does without a Source, rather than
-				// being read again by a fallback that hides it.
-				cancel()
-				for ; running > 0; running-- {
-					<-results
-				}
-				return rawSpan{err: r.err}, true
-			}
-			if r.err == nil {
-				cancel()
-				for ; running > 0; running-- {
-					if o := <-results; safe.IsPanic(o.err) {
-						return rawSpan{err: o.err}, true
-					}
-				}
-				if r.s3 {
-					s.fallback(FallbackTimeout)
-					s.served(SourceS3, r.got)
-					return rawSpan{buf: r.b, got: r.got}, true
-				}
-				if s.o.SourceHedge != nil {
-					s.o.SourceHedge.h.Observe(time.Since(start))
-				}
-				return verifyFast(ctx, s, sp, r.b, r.from), true
-			}
-			if r.s3 {
-				s3res = &r
-				continue
-			}
-			fastErr = r.err
-			if errors.Is(r.err, ErrNoSource) {
-				if !hedged {
-					return rawSpan{}, false
-				}
-				continue
-			}
-			if ctx.Err() != nil {
-				continue // the reader stopped, not the source
-			}
-			if !hedged {
-				s.fallback(fallbackReason(r.err))
-				return rawSpan{}, false
-			}
+		return verifyFast(ctx, s, sp, o.First.Value.buf, o.First.Value.from), true
+	case o.Won == hedge.Second:
+		s.fallback(FallbackTimeout)
+		s.served(SourceS3, s3.Value.got)
+		return s3.Value, true
+	case !s3.Ran:
+		// The Source failed before the GET was sent.
+		if errors.Is(fastErr, ErrNoSource) {
+			return rawSpan{}, false
 		}
+		if ctx.Err() != nil {
+			return rawSpan{err: context.Cause(ctx)}, true // the reader stopped, not the source
+		}
+		s.fallback(fallbackReason(fastErr))
+		return rawSpan{}, false
 	}
-	// Both failed, or the Source failed after the GET started.
-	if fastErr != nil && !errors.Is(fastErr, ErrNoSource) && ctx.Err() == nil {
+	// Both failed: the GET's bytes and error are the span's.
+	if !errors.Is(fastErr, ErrNoSource) && ctx.Err() == nil {
 		s.fallback(fallbackReason(fastErr))
 	}
-	if s3res != nil {
-		s.served(SourceS3, s3res.got)
-		return rawSpan{buf: s3res.b, got: s3res.got, err: s3res.err}, true
-	}
-	return rawSpan{err: context.Cause(ctx)}, true
+	s.served(SourceS3, s3.Value.got)
+	return s3.Value, true
 }
 
 // verifyFast checks each frame of a span served by a Source against its

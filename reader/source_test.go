@@ -2,7 +2,9 @@ package reader
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"sync"
 	"testing"
 	"time"
@@ -10,6 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // fakeSource serves ranges from the same bytes as the store, with a
@@ -162,4 +165,120 @@ func nonzero(m map[string]int) map[string]int {
 		}
 	}
 	return out
+}
+
+// lateSource answers (or fails with fail) only once the store has been
+// asked for a range: the hedged GET is in flight when it answers.
+type lateSource struct {
+	fakeSource
+	asked func() int
+	fail  error
+}
+
+func (l *lateSource) Fetch(ctx context.Context, r SourceRange) ([]byte, string, error) {
+	for l.asked() == 0 {
+		select {
+		case <-ctx.Done():
+			return nil, "", ctx.Err()
+		case <-time.After(time.Millisecond):
+		}
+	}
+	if l.fail != nil {
+		return nil, "", l.fail
+	}
+	return l.fakeSource.Fetch(ctx, r)
+}
+
+// failingStore answers every GET with err.
+type failingStore struct {
+	mu   sync.Mutex
+	gets int
+	err  error
+}
+
+func (f *failingStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	f.mu.Lock()
+	f.gets++
+	f.mu.Unlock()
+	return nil, f.err
+}
+
+func (f *failingStore) asked() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.gets
+}
+
+// TestSourceRaceAfterTheHedge: once the hedged GET is sent, a Source
+// that answers still wins and the GET is cancelled, every byte counted
+// from the Source and no fallback; when the Source then fails and the
+// GET fails too, the read fails with the store's error and the Source's
+// failure is counted under its reason.
+func TestSourceRaceAfterTheHedge(t *testing.T) {
+	for _, opts := range []Options{{}, {RangeBytes: 1, ReadAhead: 3}} {
+		t.Run(fmt.Sprintf("source wins/range %d", opts.RangeBytes), func(t *testing.T) {
+			st, m, order := buildStage(t, 4, frame.LZ4, interleaved)
+			for i := range m.Workers {
+				m.Workers[i].Peer = "peer:1"
+			}
+			st.block = true // a GET answers only by being cancelled
+			mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+			defer mem.AssertSize(t, 0)
+			src := &lateSource{fakeSource: fakeSource{st: st, mode: "ok"}, asked: func() int { g, _ := st.stats(); return g }}
+			obs := &counted{served: map[string]int64{}, fallbacks: map[string]int{}}
+			opts.Mem, opts.Source, opts.Observer, opts.SourceDelay = mem, src, obs, time.Millisecond
+			recs, err := FromManifest(st, testLayout, m, opts).ReadPartitions(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := collect(t, recs)
+			recs.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalRows(t, got, order)
+			var stored int64
+			for _, b := range st.objs {
+				stored += int64(len(b))
+			}
+			gets, _ := st.stats()
+			st.mu.Lock()
+			inFlight := st.inFlight
+			st.mu.Unlock()
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if gets == 0 || inFlight != 0 {
+				t.Fatalf("%d hedged GETs sent, %d still in flight; want some sent, all cancelled", gets, inFlight)
+			}
+			if obs.served[SourcePeer] != stored || obs.served[SourceS3] != 0 || len(nonzero(obs.fallbacks)) != 0 {
+				t.Fatalf("served %v, fallbacks %v; want all %d bytes from the peer and no fallback", obs.served, obs.fallbacks, stored)
+			}
+		})
+		t.Run(fmt.Sprintf("both fail/range %d", opts.RangeBytes), func(t *testing.T) {
+			st, m, _ := buildStage(t, 4, frame.LZ4, interleaved)
+			for i := range m.Workers {
+				m.Workers[i].Peer = "peer:1"
+			}
+			fs := &failingStore{err: &store.Error{Op: "GetObject", Key: "the key", Status: 503, Err: errors.New("store on fire")}}
+			src := &lateSource{fakeSource: fakeSource{st: st, mode: "ok"}, asked: fs.asked,
+				fail: &SourceError{Reason: FallbackUnavailable, Err: errors.New("peer went away")}}
+			obs := &counted{served: map[string]int64{}, fallbacks: map[string]int{}}
+			opts.Source, opts.Observer, opts.SourceDelay = src, obs, time.Millisecond
+			recs, err := FromManifest(fs, testLayout, m, opts).ReadPartitions(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := collect(t, recs)
+			recs.Release()
+			if len(got) != 0 {
+				t.Fatalf("%d rows read from nowhere", len(got))
+			}
+			mustContain(t, err, "got 0 of", "store on fire")
+			obs.mu.Lock()
+			defer obs.mu.Unlock()
+			if f := nonzero(obs.fallbacks); len(f) != 1 || f[FallbackUnavailable] == 0 || obs.served[SourcePeer] != 0 {
+				t.Fatalf("fallbacks %v, served %v; want the unavailable peer counted and nothing served by it", obs.fallbacks, obs.served)
+			}
+		})
+	}
 }

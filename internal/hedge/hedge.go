@@ -1,6 +1,13 @@
 // Package hedge re-issues a request that takes far longer than its peers:
 // once, with the first success winning, so a stuck connection costs a
 // second request instead of the whole stage's tail.
+//
+// Race is the one way the library makes a request twice: a first
+// attempt, a delay, a second attempt (the same request again, or another
+// way to the same bytes), the first success winning and the loser
+// cancelled and released. A Hedger supplies an adaptive delay from the
+// recent latencies of one kind of request and counts its hedges
+// (Hedged, Hedger.Do).
 package hedge
 
 import (
@@ -8,8 +15,6 @@ import (
 	"slices"
 	"sync"
 	"time"
-
-	"github.com/durashuffle/durashuffle/internal/safe"
 )
 
 // Hedger keeps recent latencies of one kind of request and decides when a
@@ -71,82 +76,33 @@ func (h *Hedger) Stats() (hedged, won int64) {
 	return h.hedged, h.won
 }
 
-// Do runs fn, and once more in parallel if the first run is late. The
-// first success wins and the other run is cancelled; Do returns only after
-// both runs have returned, so fn's inputs may be reused afterwards. If
-// both fail, the first run's error is returned.
+// Do runs fn, and once more in parallel if the first run is late: a
+// Race of fn against itself under h (Hedged). The first success wins and
+// the other run is cancelled; Do returns only after both runs have
+// returned, so fn's inputs may be reused afterwards. If both fail, the
+// first run's error is returned.
 //
 // A run that panics fails Do with a *safe.PanicError, as does a run whose
 // error wraps one (a panic fn recovered itself), whatever the other run
 // did: a panic is a bug, which the other run's answer must not hide.
 func (h *Hedger) Do(ctx context.Context, fn func(ctx context.Context) error) error {
-	delay := h.Delay()
-	start := time.Now()
-	if delay == 0 {
-		err := safe.Call(func() error { return fn(ctx) }, "a request")
-		if err == nil {
-			h.observe(time.Since(start))
-		}
-		return err
+	run := func(ctx context.Context) (struct{}, error) { return struct{}{}, fn(ctx) }
+	o := Hedged(ctx, h, Race[struct{}]{First: run, Second: run, FirstOp: "a request", SecondOp: "the hedge of a request"})
+	switch {
+	case o.Panic != nil:
+		return o.Panic
+	case o.Won != None:
+		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	type result struct {
-		err   error
-		hedge bool
-	}
-	results := make(chan result, 2)
-	run := func(hedge bool) {
-		op := "a request"
-		if hedge {
-			op = "the hedge of a request"
-		}
-		results <- result{safe.Call(func() error { return fn(ctx) }, "%s", op), hedge}
-	}
-	go run(false)
-	timer := time.NewTimer(delay)
-	defer timer.Stop()
-	running := 1
-	var firstErr error
-	for {
-		select {
-		case <-timer.C:
-			if running == 1 && firstErr == nil {
-				running++
-				h.mu.Lock()
-				h.hedged++
-				h.mu.Unlock()
-				if h.OnHedge != nil {
-					h.OnHedge()
-				}
-				go run(true)
-			}
-		case r := <-results:
-			running--
-			if r.err == nil || safe.IsPanic(r.err) {
-				if r.err == nil {
-					h.observe(time.Since(start))
-				}
-				cancel()
-				err := r.err
-				for ; running > 0; running-- {
-					if o := <-results; err == nil && safe.IsPanic(o.err) {
-						err = o.err
-					}
-				}
-				if err == nil && r.hedge {
-					h.mu.Lock()
-					h.won++
-					h.mu.Unlock()
-				}
-				return err
-			}
-			if firstErr == nil || !r.hedge {
-				firstErr = r.err
-			}
-			if running == 0 {
-				return firstErr
-			}
-		}
+	return o.First.Err
+}
+
+// hedgeFired counts a second attempt.
+func (h *Hedger) hedgeFired() {
+	h.mu.Lock()
+	h.hedged++
+	h.mu.Unlock()
+	if h.OnHedge != nil {
+		h.OnHedge()
 	}
 }

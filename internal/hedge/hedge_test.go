@@ -14,6 +14,10 @@ import (
 	"github.com/durashuffle/durashuffle/testkit/leaktest"
 )
 
+// warm gives h its warmup samples of d. Tests that tell the first run
+// from the hedge by the order fn is entered use a d of tens of
+// milliseconds: the hedge must not start before the first run's
+// goroutine has, however loaded the machine.
 func warm(h *Hedger, d time.Duration) {
 	for range h.Warmup {
 		h.observe(d)
@@ -35,8 +39,8 @@ func TestNoHedgeBeforeWarmup(t *testing.T) {
 
 func TestStuckRequestIsHedgedOnce(t *testing.T) {
 	h := New(3, time.Millisecond)
-	warm(h, 2*time.Millisecond)
-	if d := h.Delay(); d != 6*time.Millisecond {
+	warm(h, 20*time.Millisecond)
+	if d := h.Delay(); d != 60*time.Millisecond {
 		t.Fatalf("delay %v, want 3 x p90", d)
 	}
 	var calls atomic.Int32
@@ -63,12 +67,12 @@ func TestStuckRequestIsHedgedOnce(t *testing.T) {
 
 func TestBothFailReturnsFirstError(t *testing.T) {
 	h := New(1, time.Millisecond)
-	warm(h, time.Millisecond)
+	warm(h, 50*time.Millisecond)
 	first := errors.New("first")
 	var calls atomic.Int32
 	err := h.Do(context.Background(), func(ctx context.Context) error {
 		if calls.Add(1) == 1 {
-			time.Sleep(30 * time.Millisecond)
+			time.Sleep(100 * time.Millisecond)
 			return first
 		}
 		return errors.New("second")
@@ -111,7 +115,7 @@ func TestPanicFailsDo(t *testing.T) {
 	})
 	t.Run("the hedge panics while the first run hangs", func(t *testing.T) {
 		h := New(1, time.Millisecond)
-		warm(h, time.Millisecond)
+		warm(h, 50*time.Millisecond)
 		var calls atomic.Int32
 		var cancelled atomic.Bool
 		err := h.Do(context.Background(), func(ctx context.Context) error {
@@ -129,7 +133,7 @@ func TestPanicFailsDo(t *testing.T) {
 	})
 	t.Run("the loser panics after the winner succeeded", func(t *testing.T) {
 		h := New(1, time.Millisecond)
-		warm(h, time.Millisecond)
+		warm(h, 50*time.Millisecond)
 		var calls atomic.Int32
 		hedging := make(chan struct{})
 		err := h.Do(context.Background(), func(ctx context.Context) error {
@@ -148,7 +152,7 @@ func TestPanicFailsDo(t *testing.T) {
 	})
 	t.Run("an error wrapping a recovered panic", func(t *testing.T) {
 		h := New(1, time.Millisecond)
-		warm(h, time.Millisecond)
+		warm(h, 50*time.Millisecond)
 		var calls atomic.Int32
 		hedging := make(chan struct{})
 		err := h.Do(context.Background(), func(ctx context.Context) error {
