@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./... ./cmd/durashuffle/...
 # Packages whose concurrency is worth the race detector's time.
-RACE_PKGS := ./chunker ./uploader ./reader ./store/retry ./chunker/frame
+RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./store/retry ./chunker/frame
 
 .PHONY: run test test-endpoint vet build minio versitygw docs clean
 
