@@ -38,6 +38,8 @@ var importLayers = [][]string{
 	{"uploader"},
 	{"manifest"},
 	{"reader", "gc"},
+	// Combining a sealed stage's objects: over the reader's errors.
+	{"combine"},
 	{"peer"},
 	{""}, // the root package
 	{"sidecar"},
