@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"strconv"
 )
 
@@ -18,8 +19,11 @@ const (
 	// by partition), so this is its memory.
 	DefaultTaskCapBytes = 512 << 20
 	// DefaultPartBytes is the part size of a combined object's multipart
-	// upload (one PutObject when the object is no larger).
-	DefaultPartBytes = 16 << 20
+	// upload (one PutObject when the object is no larger). Parts are
+	// PUTs, which cost 12.5 times a GET: at 16 MiB the parts of 1 TiB
+	// would cost more than the GETs that combining saves at 1,000 x
+	// 1,000. A task holds one part's buffer besides its input.
+	DefaultPartBytes = 128 << 20
 	// DefaultFetches is the ranged GETs a task keeps in flight.
 	DefaultFetches = 8
 	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
@@ -59,7 +63,7 @@ type Options struct {
 	// and read_ahead, for the predictions (defaults 8 MiB and 4).
 	ReaderRangeBytes int64
 	ReaderReadAhead  int
-	// PartBytes is the part size of a combined object (default 16 MiB,
+	// PartBytes is the part size of a combined object (default 128 MiB,
 	// at least S3's 5 MiB).
 	PartBytes int64
 	// Fetches is the ranged GETs a task keeps in flight (default 8).
@@ -253,21 +257,31 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	if G == 0 {
 		G = clamp(ceilDiv(B, int64(R)*o.TargetGetBytes), 1, len(in.Workers))
 	}
-	for ceilDiv(B, int64(G)*int64(J)) > int(o.TaskCapBytes) {
+	// Raise J or G until the largest task is under the cap: by the
+	// ratio by which it is over (buckets and groups are whole partitions
+	// and workers, so the largest task is above the average), J first
+	// when a bucket costs fewer GETs than a group (W <= R).
+	var buckets, groups []Range
+	for {
+		buckets, groups = balance(in.PartitionBytes, J), balance(wb, G)
+		worst := share(maxSum(wb, groups), B, maxSum(in.PartitionBytes, buckets))
+		if worst <= o.TaskCapBytes {
+			break
+		}
 		canJ, canG := o.Buckets == 0 && J < P, o.Groups == 0 && G < len(in.Workers)
+		ratio := float64(worst) / float64(o.TaskCapBytes)
 		switch {
 		case canJ && (!canG || W <= R):
-			J++
+			J = clamp(max(J+1, int(math.Ceil(float64(J)*ratio))), 1, P)
+			continue
 		case canG:
-			G++
-		default:
-			goto sized
+			G = clamp(max(G+1, int(math.Ceil(float64(G)*ratio))), 1, len(in.Workers))
+			continue
 		}
+		break
 	}
-sized:
 	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
-	p.Buckets = balance(in.PartitionBytes, J)
-	p.Groups = balance(wb, G)
+	p.Buckets, p.Groups = buckets, groups
 	p.TaskBytes = make([]int64, p.Tasks())
 	for n := range p.TaskBytes {
 		g, j := p.Task(n)
@@ -295,13 +309,15 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 	readers := balanceCount(P, R)
 	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
 	// gets is a reader's GETs of one source (a writer object, or a
-	// task's object) holding e of its rb bytes: one per partition group
-	// the reader's range splits into, each cut in read_range_bytes.
-	gets := func(e, rb int64) int64 {
+	// task's object) holding e of the rb bytes of its range r: one per
+	// group of neighbouring partitions the reader reads together (of
+	// up to three quarters of read_ahead x read_range_bytes, a
+	// partition at least), each cut in read_range_bytes.
+	gets := func(e, rb int64, r Range) int64 {
 		if e <= 0 {
 			return 0
 		}
-		groups := max(1, ceilDiv64(rb, groupBudget))
+		groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
 		return groups * max(1, ceilDiv64(e, groups*o.ReaderRangeBytes))
 	}
 	var pr Prediction
@@ -311,7 +327,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		pr.Combined.GET += 2
 		for _, w := range in.Workers {
 			for _, s := range w.Objects {
-				pr.Direct.GET += gets(share(s, B, rb), rb)
+				pr.Direct.GET += gets(share(s, B, rb), rb, r)
 			}
 		}
 		for n := range p.Tasks() {
@@ -321,7 +337,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 			if lo >= hi {
 				continue
 			}
-			pr.Combined.GET += gets(share(sum(wb, p.Groups[g]), B, bytesOf(Range{lo, hi})), rb)
+			pr.Combined.GET += gets(share(sum(wb, p.Groups[g]), B, bytesOf(Range{lo, hi})), rb, r)
 		}
 	}
 	// Open: the combined level's manifest (absent), the stage manifest,
@@ -420,6 +436,15 @@ func planID(indexKey string, buckets, groups []Range) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
+// maxSum is the largest sum of s over the ranges.
+func maxSum(s []int64, rs []Range) int64 {
+	var m int64
+	for _, r := range rs {
+		m = max(m, sum(s, r))
+	}
+	return m
+}
+
 func sum(s []int64, r Range) int64 {
 	var t int64
 	for _, v := range s[r.Lo:r.Hi] {
@@ -446,3 +471,5 @@ func ceilDiv64(a, b int64) int64 {
 }
 
 func clamp(v, lo, hi int) int { return max(lo, min(v, hi)) }
+
+func clamp64(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }
