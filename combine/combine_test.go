@@ -541,3 +541,54 @@ func TestCombineFlippedByte(t *testing.T) {
 		}
 	})
 }
+
+// TestCombineMeasured: at 16 x 16 and 64 x 64 on the embedded server,
+// with the default plan and with 4 x 4 tasks, the readers' GETs and
+// combining's requests are within 10% of the plan's predictions, and
+// the rows are the same.
+func TestCombineMeasured(t *testing.T) {
+	for _, c := range []struct{ W, P, G, J int }{{16, 16, 0, 0}, {16, 16, 4, 4}, {64, 64, 0, 0}, {64, 64, 4, 4}} {
+		t.Run(fmt.Sprintf("%dx%d_G%d_J%d", c.W, c.P, c.G, c.J), func(t *testing.T) {
+			e := newEnv(t, testenv.Embedded(t))
+			ctx := context.Background()
+			writeStage(t, e, "q", c.W, c.P, 4, 1000)
+			direct, directGETs := readEach(t, e, "q", c.P)
+			before := e.counter.Requests()
+			cs, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: c.G, Buckets: c.J})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.RunAll(ctx, 4); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.Seal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			spent := store.Diff(e.counter.Requests(), before)
+			combined, combinedGETs := readEach(t, e, "q", c.P)
+			for p := range direct {
+				if direct[p] != combined[p] {
+					t.Errorf("partition %d differs", p)
+				}
+			}
+			p := cs.Plan()
+			G := int64(len(p.Groups))
+			if want := int64(c.P) * (2 + G); combinedGETs != want {
+				t.Errorf("combined readers made %d GETs, want %d (G = %d per partition)", combinedGETs, want, G)
+			}
+			pr := p.Predict
+			puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
+			t.Logf("%d x %d, G=%d J=%d: readers %d GETs direct (predicted %d), %d combined (predicted %d); combining %d GETs (predicted %d) and %d PUT-class (predicted %d); pays: %v",
+				c.W, c.P, G, len(p.Buckets), directGETs, pr.Direct.GET, combinedGETs, pr.Combined.GET, spent["GetObject"], pr.Combine.GET, puts, pr.Combine.PUT, pr.Pays)
+			for _, x := range []struct {
+				what      string
+				got, want int64
+			}{{"direct GETs", directGETs, pr.Direct.GET}, {"combined GETs", combinedGETs, pr.Combined.GET},
+				{"combining GETs", spent["GetObject"], pr.Combine.GET}, {"combining PUTs", puts, pr.Combine.PUT}} {
+				if !within(x.got, x.want) {
+					t.Errorf("%s: %d measured, %d predicted: more than 10%% apart", x.what, x.got, x.want)
+				}
+			}
+		})
+	}
+}
