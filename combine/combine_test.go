@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -590,5 +592,67 @@ func TestCombineMeasured(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCombineGC: gc of a combined stage keeps its combined objects and
+// index (keys it does not know are never its to delete) and the first
+// level's data (its worker manifests still name it), and deletes the
+// first level's index, which no stage manifest names any more, once it
+// is older than --older-than: the grace period of readers that opened
+// the stage before the combined seal.
+func TestCombineGC(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	writeStage(t, e, "q", 4, 4, 10, 1000)
+	direct, _ := readEach(t, e, "q", 4)
+	first, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "q", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	objs, _, err := e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := gc.NewPlan(ctx, e.st, e.c.Layout(), gc.Options{OlderThan: 0, ResultsRetention: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.Apply(ctx, e.st); err != nil {
+		t.Fatal(err)
+	}
+	left, _, err := e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	index := e.c.Layout().ObjectKey("q", 0, first.Index.Key)
+	var gone []string
+	kept := map[string]bool{}
+	for _, o := range left {
+		kept[o.Key] = true
+	}
+	for _, o := range objs {
+		if !kept[o.Key] {
+			gone = append(gone, o.Key)
+		}
+	}
+	if fmt.Sprint(gone) != fmt.Sprint([]string{index}) {
+		t.Errorf("gc deleted %v, want only the first level's index %s", gone, index)
+	}
+	combined, _ := readEach(t, e, "q", 4)
+	for i := range direct {
+		if direct[i] != combined[i] {
+			t.Errorf("partition %d differs after gc", i)
+		}
 	}
 }
