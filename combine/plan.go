@@ -218,8 +218,8 @@ func (p *Plan) TaskID(n int) string {
 // K: J = ceil(B / (W x K)) buckets make each writer object's bucket
 // about K bytes (one GET of K per object and bucket, W x J GETs), and
 // G = ceil(B / (R x K)) groups make each reader's range of a task about
-// K bytes (R x G GETs). Both are then raised, the cheaper in GETs first
-// (J adds W GETs, G adds R), until each task's bytes are under the cap.
+// K bytes (R x G GETs). Both are then raised until each task's bytes are
+// under the cap, in the proportion that keeps W x J + R x G least.
 // J is at most the partitions and G at most the workers.
 func MakePlan(in Input, o Options) (*Plan, error) {
 	P := in.Partitions
@@ -257,10 +257,11 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	if G == 0 {
 		G = clamp(ceilDiv(B, int64(R)*o.TargetGetBytes), 1, len(in.Workers))
 	}
-	// Raise J or G until the largest task is under the cap: by the
+	// Raise J and G until the largest task is under the cap, by the
 	// ratio by which it is over (buckets and groups are whole partitions
-	// and workers, so the largest task is above the average), J first
-	// when a bucket costs fewer GETs than a group (W <= R).
+	// and workers, so the largest task is above the average). For a
+	// product G x J of T tasks, W x J + R x G is least at J = sqrt(T x
+	// R / W): the increase goes where it costs fewer GETs.
 	var buckets, groups []Range
 	for {
 		buckets, groups = balance(in.PartitionBytes, J), balance(wb, G)
@@ -269,16 +270,30 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 			break
 		}
 		canJ, canG := o.Buckets == 0 && J < P, o.Groups == 0 && G < len(in.Workers)
-		ratio := float64(worst) / float64(o.TaskCapBytes)
+		target := float64(G) * float64(J) * float64(worst) / float64(o.TaskCapBytes)
+		nj, ng := J, G
 		switch {
-		case canJ && (!canG || W <= R):
-			J = clamp(max(J+1, int(math.Ceil(float64(J)*ratio))), 1, P)
-			continue
+		case canJ && canG:
+			nj = clamp(int(math.Ceil(math.Sqrt(target*float64(R)/float64(max(W, 1))))), J, P)
+			ng = clamp(int(math.Ceil(target/float64(nj))), G, len(in.Workers))
+		case canJ:
+			nj = clamp(int(math.Ceil(target/float64(G))), J+1, P)
 		case canG:
-			G = clamp(max(G+1, int(math.Ceil(float64(G)*ratio))), 1, len(in.Workers))
-			continue
+			ng = clamp(int(math.Ceil(target/float64(J))), G+1, len(in.Workers))
+		default:
 		}
-		break
+		if nj == J && ng == G {
+			switch {
+			case canJ && (!canG || W <= R):
+				nj++
+			case canG:
+				ng++
+			}
+		}
+		if nj == J && ng == G {
+			break // single partitions of single workers over the cap
+		}
+		J, G = nj, ng
 	}
 	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
 	p.Buckets, p.Groups = buckets, groups
