@@ -247,8 +247,8 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	}
 	R := o.Readers
 	if o.Buckets > P || o.Groups > len(in.Workers) || o.Buckets < 0 || o.Groups < 0 {
-		return nil, fmt.Errorf("combine plan of %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
-			in.Query, in.Stage, o.Buckets, o.Groups, P, len(in.Workers))
+		return nil, fmt.Errorf("%w: %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
+			ErrInvalidPlan, in.Query, in.Stage, o.Buckets, o.Groups, P, len(in.Workers))
 	}
 	J, G := o.Buckets, o.Groups
 	if J == 0 {
@@ -394,30 +394,30 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 	return pr
 }
 
-// balance cuts sizes into n contiguous ranges of about equal sums (by
-// the cumulative sum crossing multiples of total/n); every range holds
-// at least one element.
+// balance cuts sizes into n contiguous ranges of about equal sums:
+// cut k falls where the running sum is nearest k/n of the total (every
+// range holds at least one element).
 func balance(sizes []int64, n int) []Range {
 	n = clamp(n, 1, len(sizes))
-	var total int64
-	for _, s := range sizes {
-		total += s
+	prefix := make([]int64, len(sizes)+1)
+	for i, s := range sizes {
+		prefix[i+1] = prefix[i] + s
 	}
+	total := float64(prefix[len(sizes)])
 	out := make([]Range, 0, n)
 	lo := 0
-	var acc int64
-	for i, s := range sizes {
-		acc += s
-		left := n - len(out) - 1 // ranges still to cut after this one
-		if left == 0 {
-			break
+	for k := 1; k < n; k++ {
+		target := total * float64(k) / float64(n)
+		last := len(sizes) - (n - k) // leave one element per range after this one
+		c := lo + 1
+		for c < last && float64(prefix[c+1]) <= target {
+			c++
 		}
-		// Cut after i when the sum reached this range's share, or when
-		// exactly one element per remaining range is left.
-		if (total > 0 && acc*int64(n) >= total*int64(len(out)+1)) || len(sizes)-(i+1) == left {
-			out = append(out, Range{lo, i + 1})
-			lo = i + 1
+		if c < last && target-float64(prefix[c]) > float64(prefix[c+1])-target {
+			c++
 		}
+		out = append(out, Range{lo, c})
+		lo = c
 	}
 	return append(out, Range{lo, len(sizes)})
 }

@@ -18,6 +18,9 @@ var (
 	ErrMissingTasks = errors.New("combine tasks have not committed")
 	// ErrAlreadyCombined: the stage was combined by another plan.
 	ErrAlreadyCombined = errors.New("stage already combined by another plan")
+	// ErrInvalidPlan: the options ask for a plan the stage cannot have
+	// (more buckets than partitions, more groups than workers).
+	ErrInvalidPlan = errors.New("invalid combine plan")
 	// ErrNotSealed: combining needs a sealed stage (its index sizes the
 	// plan and lists each bucket's frames).
 	ErrNotSealed = errors.New("stage not sealed")
