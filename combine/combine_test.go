@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -655,4 +656,108 @@ func TestCombineGC(t *testing.T) {
 			t.Errorf("partition %d differs after gc", i)
 		}
 	}
+}
+
+// TestCombineRuns: writers with spill off store one run per flush, so a
+// bucket's frames lie in several runs of each object: a task makes one
+// GET per run (GapBytes -1: runs apart are never joined), and the
+// combined level still reads back the same rows in the same order, one
+// GET per task for a partition where the first level needs one per run.
+func TestCombineRuns(t *testing.T) {
+	ep := testenv.Embedded(t)
+	st, counter := ep.NewStore(t)
+	cfg := durashuffle.DefaultConfig()
+	cfg.Bucket = ep.Bucket
+	cfg.Spill = "off"
+	cfg.CoalesceBudget = 256 * durashuffle.KiB
+	cfg.FrameTargetBytes = 64 * durashuffle.KiB
+	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+	t.Cleanup(c.Close)
+	e := &env{c: c, st: st, counter: counter}
+	ctx := context.Background()
+	const W, P, rounds = 2, 4, 3
+	for w := range W {
+		wr, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Each round is about 320 KiB: more than the coalesce budget, so
+		// every round flushes a run of every partition.
+		for r := range rounds {
+			for p := range P {
+				rec := batch(int64(((r*W+w)*P+p)*80), 80, 1000)
+				err := wr.Write(p, rec)
+				rec.Release()
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if _, err := wr.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Seal(ctx, "q", 0, W); err != nil {
+		t.Fatal(err)
+	}
+	direct, directGETs := readEach(t, e, "q", P)
+	s, err := c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 2, GapBytes: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The runs of bucket 0 in each object: the first level's frames of
+	// its partitions, joined where adjacent.
+	m := s.Level1()
+	b0 := s.Plan().Buckets[0]
+	var parts []int
+	for p := b0.Lo; p < b0.Hi; p++ {
+		parts = append(parts, p)
+	}
+	fs, err := m.Frames(ctx, st, c.Layout(), parts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs := 0
+	for w := range W {
+		var end int64 = -1
+		var offs []manifest.Frame
+		for _, f := range fs {
+			if f.Worker == w {
+				offs = append(offs, f)
+			}
+		}
+		slices.SortFunc(offs, func(a, b manifest.Frame) int { return int(a.Offset - b.Offset) })
+		for _, f := range offs {
+			if f.Offset != end {
+				runs++
+			}
+			end = f.Offset + f.Length
+		}
+	}
+	if runs < W*rounds {
+		t.Fatalf("bucket 0 lies in %d runs of %d objects, want at least %d: the writers did not flush a run per round", runs, W, W*rounds)
+	}
+	before := counter.Requests()
+	if _, err := s.RunTask(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if d := store.Diff(counter.Requests(), before); d["GetObject"] != int64(2+runs) {
+		t.Errorf("task 0 made %d GETs, want 2 + one per run (%d)", d["GetObject"], runs)
+	}
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	combined, combinedGETs := readEach(t, e, "q", P)
+	for p := range P {
+		if direct[p] != combined[p] {
+			t.Errorf("partition %d differs", p)
+		}
+	}
+	if combinedGETs != P*3 || directGETs <= int64(P*(2+W)) {
+		t.Errorf("readers made %d GETs combined (want %d), %d as written (want more than %d: a GET per run)", combinedGETs, P*3, directGETs, P*(2+W))
+	}
+	t.Logf("%d runs of bucket 0; readers %d GETs as written, %d combined", runs, directGETs, combinedGETs)
 }
