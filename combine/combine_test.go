@@ -656,6 +656,42 @@ func TestCombineGC(t *testing.T) {
 			t.Errorf("partition %d differs after gc", i)
 		}
 	}
+
+	// With a grace period for the first level: kept while the combined
+	// seal is younger, removed (worker manifests and data) once older.
+	for _, c := range []struct {
+		after time.Duration
+		gone  int
+	}{{30 * time.Minute, 0}, {2 * time.Hour, 8}} {
+		now := time.Now().Add(c.after)
+		p, err := gc.NewPlan(ctx, e.st, e.c.Layout(), gc.Options{OlderThan: 0, ResultsRetention: time.Hour, CombinedGrace: time.Hour, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := p.Apply(ctx, e.st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if int(r.Totals.ObjectsDeleted) != c.gone {
+			t.Errorf("gc %v after the combined seal deleted %d objects, want %d: %+v", c.after, r.Totals.ObjectsDeleted, c.gone, r.Orphans)
+		}
+	}
+	left, _, err = e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range left {
+		rel := strings.TrimPrefix(o.Key, e.c.Layout().StagePrefix("q", 0))
+		if !strings.HasPrefix(rel, combine.PlanDir(cs.Plan().ID)) && rel != combine.CombinedName && rel != "manifest.json" {
+			t.Errorf("%s is left after the first level's grace", rel)
+		}
+	}
+	again, _ := readEach(t, e, "q", 4)
+	for i := range direct {
+		if direct[i] != again[i] {
+			t.Errorf("partition %d differs once the first level is gone", i)
+		}
+	}
 }
 
 // TestCombineRuns: writers with spill off store one run per flush, so a

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -61,15 +62,22 @@ type verdict struct {
 // objects no manifest references and are old enough to delete. A worker
 // whose manifest cannot be decoded keeps all its data: gc cannot tell
 // which attempt it committed.
-func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff time.Time) (verdict, error) {
+//
+// A combined stage (its stage manifest names a combined level) whose
+// combined seal is at or before combinedCutoff (not zero) loses its
+// first level: every data object and worker manifest of the stage, and
+// its unreferenced indexes, listed with the orphans, worker manifests
+// first.
+func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff time.Time) (verdict, error) {
 	var (
 		v          verdict
 		mu         sync.Mutex
 		referenced = map[string]bool{}
 		unknown    = map[string]bool{} // workers whose data must be kept
 		results    bool
-		committed  int  // manifests that decoded
-		keepIndex  bool // the stage manifest did not decode: its index may be in use
+		committed  int       // manifests that decoded
+		keepIndex  bool      // the stage manifest did not decode: its index may be in use
+		combinedAt time.Time // the combined seal, for a combined stage
 	)
 	add := func(w *manifest.Worker) {
 		for _, o := range w.Objects {
@@ -92,6 +100,9 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 				}
 				if m.Index != nil {
 					referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
+				}
+				if combine.IsCombined(m) {
+					combinedAt = m.SealedAt
 				}
 				results = results || m.Results
 				committed++
@@ -128,6 +139,10 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		return v, err
 	}
 	slices.Sort(v.skipped)
+	if !combinedAt.IsZero() && !combinedCutoff.IsZero() && !combinedAt.After(combinedCutoff) {
+		v.orphans = firstLevel(s, referenced)
+		return v, nil
+	}
 
 	var orphans []store.ObjectInfo
 	var data []dataKey
@@ -190,4 +205,27 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 	}
 	v.expire = x
 	return v, nil
+}
+
+// firstLevel lists the first level of a combined stage for deletion:
+// its worker manifests, then its data objects and the indexes no stage
+// manifest names (the combined level's objects are outside the layout's
+// grammar and never listed here).
+func firstLevel(s *stageKeys, referenced map[string]bool) []store.ObjectInfo {
+	var out []store.ObjectInfo
+	for _, o := range s.workers {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	var rest []store.ObjectInfo
+	for _, d := range s.data {
+		rest = append(rest, d.obj)
+	}
+	for _, o := range s.indexes {
+		if !referenced[o.Key] {
+			rest = append(rest, o)
+		}
+	}
+	slices.SortFunc(rest, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	return append(out, rest...)
 }

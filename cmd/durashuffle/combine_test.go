@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/durashuffle/durashuffle/gc"
 )
 
 // TestCombineCLI: on every backend, combine --plan predicts and changes
@@ -82,6 +84,17 @@ func TestCombineCLI(t *testing.T) {
 			tg.run(t, nil, "inspect", "-q", "q", "--json").must(t).decode(t, &info)
 			if len(info.Workers) != 6 || info.Workers[0].Worker != "c0" {
 				t.Errorf("inspect after combining: %+v", info.Workers)
+			}
+			// gc with a grace for the first level removes the writers'
+			// objects and manifests; the stage reads on, combined.
+			var rep gc.Report
+			tg.run(t, nil, "gc", "--older-than", "1h", "--combined-grace", "1ns", "--json").must(t).decode(t, &rep)
+			// 4 worker manifests, 4 data objects, the first level's index.
+			if rep.Totals.ObjectsDeleted != 9 {
+				t.Errorf("gc of the first level deleted %d objects, want 9: %+v", rep.Totals.ObjectsDeleted, rep.Orphans)
+			}
+			if got := tg.run(t, nil, "read", "-q", "q", "--partitions", "0-5", "--format", "jsonl").must(t).stdout; got != before {
+				t.Errorf("read after gc of the first level differs: %d bytes, %d before", len(got), len(before))
 			}
 			// Combining a combined stage changes nothing.
 			out := tg.run(t, nil, "combine", "-q", "q").must(t).stdout
