@@ -120,7 +120,11 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	var up *upload
 	if len(frames) > 0 {
 		rel := TaskDataName(p.ID, n, write)
-		up = &upload{ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
+		var size int64
+		for _, f := range frames {
+			size += f.Length
+		}
+		up = &upload{size: size, ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
 		defer up.cleanUnlessKept()
 		codecs := map[string]int{}
 		for i, f := range frames {

@@ -22,6 +22,7 @@ type upload struct {
 	st        store.Writer
 	key       string
 	partBytes int64
+	size      int64 // the object's size, known beforehand: no buffer larger than it
 	buf       []byte
 	uploadID  string
 	sent      []store.Part
@@ -37,9 +38,12 @@ func (u *upload) write(b []byte) error {
 	u.n += int64(len(b))
 	for len(b) > 0 {
 		if u.buf == nil {
-			u.buf = make([]byte, 0, u.partBytes)
+			u.buf = make([]byte, 0, min(u.partBytes, max(u.size, int64(len(b)))))
 		}
 		c := min(len(b), int(u.partBytes)-len(u.buf))
+		if len(u.buf)+c > cap(u.buf) {
+			u.buf = append(make([]byte, 0, min(u.partBytes, int64(len(u.buf)+c))), u.buf...)
+		}
 		u.buf = append(u.buf, b[:c]...)
 		b = b[c:]
 		if int64(len(u.buf)) == u.partBytes {
