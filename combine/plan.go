@@ -22,10 +22,12 @@ const (
 	// upload (one PutObject when the object is no larger). Parts are
 	// PUTs, which cost 12.5 times a GET: at 16 MiB the parts of 1 TiB
 	// would cost more than the GETs that combining saves at 1,000 x
-	// 1,000. A task holds one part's buffer besides its input.
+	// 1,000. A task holds Uploads parts' buffers besides its input.
 	DefaultPartBytes = 128 << 20
 	// DefaultFetches is the ranged GETs a task keeps in flight.
 	DefaultFetches = 8
+	// DefaultUploads is the parts of a task's object in flight.
+	DefaultUploads = 2
 	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
 	// a writer object share one GET (the gap is read and dropped), as the
 	// reader's read_gap_bytes.
@@ -68,6 +70,10 @@ type Options struct {
 	PartBytes int64
 	// Fetches is the ranged GETs a task keeps in flight (default 8).
 	Fetches int
+	// Uploads is the parts of a task's object in flight (default 2),
+	// each in a buffer of PartBytes: a task holds its input and up to
+	// Uploads parts.
+	Uploads int
 	// GapBytes: frames of a bucket at most this far apart in a writer
 	// object share one GET (default 256 KiB; negative: only adjacent
 	// frames).
@@ -96,6 +102,9 @@ func (o Options) withDefaults(partitions int) Options {
 	o.PartBytes = max(o.PartBytes, 5<<20)
 	if o.Fetches <= 0 {
 		o.Fetches = DefaultFetches
+	}
+	if o.Uploads <= 0 {
+		o.Uploads = DefaultUploads
 	}
 	if o.GapBytes == 0 {
 		o.GapBytes = DefaultGapBytes

@@ -124,7 +124,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		for _, f := range frames {
 			size += f.Length
 		}
-		up = &upload{size: size, ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
+		up = &upload{size: size, inflight: p.opts.Uploads, ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
 		defer up.cleanUnlessKept()
 		codecs := map[string]int{}
 		for i, f := range frames {
@@ -140,7 +140,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		if err := up.close(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		w.Objects = []manifest.Object{{Key: rel, Size: up.n, Parts: up.parts(), CRC32C: up.crc}}
+		w.Objects = []manifest.Object{{Key: rel, Size: up.n, Parts: up.partCount(), CRC32C: up.crc}}
 		w.Codecs = codecs
 	}
 	for _, r := range runs {

@@ -178,6 +178,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 			},
 		})
 	}
+	cmd.AddCommand(a.benchCombineCommand(o))
 	cmd.AddCommand(&cobra.Command{
 		Use:     "all",
 		Short:   "Run every scenario",
