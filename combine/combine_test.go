@@ -797,3 +797,60 @@ func TestCombineRuns(t *testing.T) {
 	}
 	t.Logf("%d runs of bucket 0; readers %d GETs as written, %d combined", runs, directGETs, combinedGETs)
 }
+
+// TestCombineRefusals: an unsealed stage is not combined; a plan that
+// lost to another plan's seal is refused naming both; a stage combined
+// before is opened combined, with no plan, and its tasks are no-ops.
+func TestCombineRefusals(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: "u", Stage: 0, Worker: "0", Partitions: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wr.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Combine(ctx, "u", 0, combine.Options{}); !errors.Is(err, combine.ErrNotSealed) || !strings.Contains(err.Error(), "seal the stage first") {
+		t.Fatalf("combine of an unsealed stage: %v", err)
+	}
+
+	writeStage(t, e, "q", 4, 4, 10, 1000)
+	a, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.RunAll(ctx, 1); err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Seal(ctx)
+	want := fmt.Sprintf("combined by plan %s, not %s", a.Plan().ID, b.Plan().ID)
+	if !errors.Is(err, combine.ErrAlreadyCombined) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("seal of a plan that lost: %v, want %q", err, want)
+	}
+	c, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1})
+	if err != nil || c.Combined() == nil || c.Plan() != nil {
+		t.Fatalf("reopen of a combined stage: %v", err)
+	}
+	before := e.counter.Requests()
+	tk, err := c.RunTask(ctx, 3)
+	if err != nil || tk.Wrote || tk.Manifest.Worker != "c3" {
+		t.Fatalf("task 3 of a combined stage: %v", err)
+	}
+	if _, err := c.RunTask(ctx, 4); err == nil || !strings.Contains(err.Error(), "task 4 outside the combined level's 4 tasks") {
+		t.Fatalf("task 4 of 4: %v", err)
+	}
+	if d := store.Diff(e.counter.Requests(), before); len(d) != 0 {
+		t.Errorf("tasks of a combined stage made %v", d)
+	}
+}
