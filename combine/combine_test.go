@@ -615,10 +615,29 @@ func TestCombineGC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A plan that will lose, opened before the seal: its task's object
+	// and manifest are left when the stage is combined by the other.
+	lost, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if _, err := cs.RunAll(ctx, 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cs.Seal(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lt, err := lost.RunTask(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An attempt of the winning plan killed after its upload completed.
+	stray := e.c.Layout().ObjectKey("q", 0, combine.TaskDataName(cs.Plan().ID, 1, "00000000000000ff"))
+	if err := e.st.Put(ctx, stray, []byte("killed attempt"), store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// An upload of the winning plan that was never finished.
+	if _, err := e.st.CreateMultipart(ctx, e.c.Layout().ObjectKey("q", 0, combine.TaskDataName(cs.Plan().ID, 2, "00000000000000ee"))); err != nil {
 		t.Fatal(err)
 	}
 	objs, _, err := e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")
@@ -647,8 +666,18 @@ func TestCombineGC(t *testing.T) {
 			gone = append(gone, o.Key)
 		}
 	}
-	if fmt.Sprint(gone) != fmt.Sprint([]string{index}) {
-		t.Errorf("gc deleted %v, want only the first level's index %s", gone, index)
+	wantGone := []string{
+		e.c.Layout().ObjectKey("q", 0, combine.TaskManifestName(lost.Plan().ID, 0)),
+		e.c.Layout().ObjectKey("q", 0, lt.Manifest.Objects[0].Key),
+		stray, index,
+	}
+	slices.Sort(wantGone)
+	slices.Sort(gone)
+	if fmt.Sprint(gone) != fmt.Sprint(wantGone) {
+		t.Errorf("gc deleted %v, want the first level's index, the losing plan's task and the killed attempt's object: %v", gone, wantGone)
+	}
+	if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+		t.Errorf("gc left uploads %v %v", ups, err)
 	}
 	combined, _ := readEach(t, e, "q", 4)
 	for i := range direct {

@@ -80,8 +80,10 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 		}
 		r.Scanned.Uploads++
 		if k := parseKey(l, u.Key).Kind; k != manifest.KeyData && k != manifest.KeyIndex {
-			r.Scanned.Foreign++
-			continue
+			if _, _, _, ok := parseCombineKey(l, u.Key); !ok {
+				r.Scanned.Foreign++
+				continue
+			}
 		}
 		if !u.Initiated.After(r.Cutoff) {
 			p.aborts = append(p.aborts, u)
@@ -126,6 +128,11 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 				p.orphans = append(p.orphans, obj)
 			}
 		default:
+			if ck, plan, rest, ok := parseCombineKey(l, obj.Key); ok {
+				s := get(ck)
+				s.combine = append(s.combine, combineKey{obj: obj, plan: plan, rest: rest})
+				continue
+			}
 			r.Scanned.Foreign++
 		}
 	}
