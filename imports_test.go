@@ -37,7 +37,11 @@ var importLayers = [][]string{
 	{"chunker"},
 	{"uploader"},
 	{"manifest"},
-	{"reader", "gc"},
+	{"reader"},
+	// Combining a sealed stage's objects: over the reader's errors.
+	{"combine"},
+	// gc knows a combined stage's first level.
+	{"gc"},
 	{"peer"},
 	{""}, // the root package
 	{"sidecar"},

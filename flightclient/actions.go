@@ -22,6 +22,18 @@ func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*S
 	return &res, nil
 }
 
+// Combine runs the combine action: by default it plans, runs every task
+// and seals, so that the stage's readers read G x J combined objects; see
+// CombineRequest for one task, only the seal or only the plan. A seal
+// with tasks missing is FailedPrecondition naming them.
+func (c *Client) Combine(ctx context.Context, req CombineRequest) (*CombineResult, error) {
+	var res CombineResult
+	if err := c.Action(ctx, ActionCombine, req, &res); err != nil {
+		return nil, err
+	}
+	return &res, nil
+}
+
 // DeleteQuery aborts a query's open multipart uploads and deletes every
 // object under its prefix. Idempotent.
 func (c *Client) DeleteQuery(ctx context.Context, query string) (*DeleteResult, error) {

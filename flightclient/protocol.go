@@ -27,6 +27,10 @@ const (
 	// not hold them answers NotFound; it never reads the object store on a
 	// peer's behalf.
 	ActionFetch = "fetch"
+	// ActionCombine plans, runs and seals the combining of a sealed
+	// stage's objects into fewer, larger ones (a CombineRequest): all of
+	// it, one task, only the seal, or only the plan.
+	ActionCombine = "combine"
 )
 
 // Limits of the peer protocol.
@@ -207,6 +211,51 @@ type SealResult struct {
 	BytesStored  int64  `json:"bytes_stored"`
 	Objects      int    `json:"objects"`
 	Key          string `json:"key"`
+}
+
+// CombineRequest is the body of the combine action. Query and stage are
+// required; groups and buckets fix G and J (0: sized from the stage's
+// bytes), and every caller of one stage's combining must send the same.
+// At most one of task, seal and plan: task runs that task only, seal
+// only seals, plan only plans; none runs every task (parallel at a
+// time, default 4) and seals.
+type CombineRequest struct {
+	Query    string `json:"query"`
+	Stage    int    `json:"stage"`
+	Groups   int    `json:"groups,omitempty"`
+	Buckets  int    `json:"buckets,omitempty"`
+	Task     *int   `json:"task,omitempty"`
+	Seal     bool   `json:"seal,omitempty"`
+	Plan     bool   `json:"plan,omitempty"`
+	Parallel int    `json:"parallel,omitempty"`
+}
+
+// CombineResult is the body of combine's one result.
+type CombineResult struct {
+	Query string `json:"query"`
+	Stage int    `json:"stage"`
+	// Plan is the plan's ID (empty when the stage was already combined).
+	Plan    string `json:"plan,omitempty"`
+	Groups  int    `json:"groups"`
+	Buckets int    `json:"buckets"`
+	Tasks   int    `json:"tasks"`
+	// Wrote counts the tasks this call committed; the others it ran were
+	// committed already.
+	Wrote     int                `json:"wrote"`
+	Sealed    bool               `json:"sealed"`
+	Combined  bool               `json:"combined"` // the stage reads the combined level
+	Rows      int64              `json:"rows"`     // of the tasks run, or of the combined level
+	Predicted *CombinePrediction `json:"predicted,omitempty"`
+}
+
+// CombinePrediction is a plan's predicted requests: the readers' GETs as
+// written and combined, and combining's own GETs and PUT-class requests.
+type CombinePrediction struct {
+	DirectGETs   int64 `json:"direct_gets"`
+	CombineGETs  int64 `json:"combine_gets"`
+	CombinePUTs  int64 `json:"combine_puts"`
+	CombinedGETs int64 `json:"combined_gets"`
+	Pays         bool  `json:"pays"`
 }
 
 // DeleteRequest is the body of the delete-query action.

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -27,6 +28,38 @@ type stageKeys struct {
 	workers  map[string]store.ObjectInfo // worker manifests by worker
 	data     []dataKey
 	indexes  []store.ObjectInfo // the stage manifest names at most one
+	combine  []combineKey       // keys of combine plans (package combine)
+}
+
+// combineKey is a key under a combine plan's folder of the stage,
+// {stage}/combine-{plan}/...
+type combineKey struct {
+	obj  store.ObjectInfo
+	plan string
+	rest string // below the plan's folder
+}
+
+// parseCombineKey reads a key of a combine plan:
+// {root}{query}/stage-{n}/combine-{plan}/{rest}, plan 16 lower-case hex
+// digits as package combine makes them.
+func parseCombineKey(l manifest.Layout, key string) (manifest.Key, string, string, bool) {
+	rest, ok := strings.CutPrefix(key, l.Root())
+	if !ok {
+		return manifest.Key{}, "", "", false
+	}
+	parts := strings.SplitN(rest, "/", 4)
+	if len(parts) != 4 {
+		return manifest.Key{}, "", "", false
+	}
+	k, ok := l.Parse(l.Root() + parts[0] + "/" + parts[1] + "/manifest.json")
+	if !ok || k.Kind != manifest.KeyStageManifest {
+		return manifest.Key{}, "", "", false
+	}
+	plan, ok := strings.CutPrefix(parts[2], "combine-")
+	if !ok || len(plan) != 16 || strings.Trim(plan, "0123456789abcdef") != "" || parts[3] == "" {
+		return manifest.Key{}, "", "", false
+	}
+	return k, plan, parts[3], true
 }
 
 type dataKey struct {
@@ -61,15 +94,22 @@ type verdict struct {
 // objects no manifest references and are old enough to delete. A worker
 // whose manifest cannot be decoded keeps all its data: gc cannot tell
 // which attempt it committed.
-func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff time.Time) (verdict, error) {
+//
+// A combined stage (its stage manifest names a combined level) whose
+// combined seal is at or before combinedCutoff (not zero) loses its
+// first level: every data object and worker manifest of the stage, and
+// its unreferenced indexes, listed with the orphans, worker manifests
+// first.
+func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff time.Time) (verdict, error) {
 	var (
 		v          verdict
 		mu         sync.Mutex
 		referenced = map[string]bool{}
 		unknown    = map[string]bool{} // workers whose data must be kept
 		results    bool
-		committed  int  // manifests that decoded
-		keepIndex  bool // the stage manifest did not decode: its index may be in use
+		committed  int       // manifests that decoded
+		keepIndex  bool      // the stage manifest did not decode: its index may be in use
+		combinedAt time.Time // the combined seal, for a combined stage
 	)
 	add := func(w *manifest.Worker) {
 		for _, o := range w.Objects {
@@ -92,6 +132,9 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 				}
 				if m.Index != nil {
 					referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
+				}
+				if combine.IsCombined(m) {
+					combinedAt = m.SealedAt
 				}
 				results = results || m.Results
 				committed++
@@ -128,6 +171,29 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		return v, err
 	}
 	slices.Sort(v.skipped)
+	// Of combine plans: once the stage is combined, the keys of every
+	// other plan (tasks of a plan that lost the seal) and, of the
+	// winner's, objects and indexes its manifest does not name (attempts
+	// that lost, or were killed), once old enough. The winner's task
+	// manifests stay: they are its record.
+	var combineOrphans []store.ObjectInfo
+	if !combinedAt.IsZero() {
+		winner := winningPlan(s, referenced)
+		for _, c := range s.combine {
+			stale := !c.obj.LastModified.After(cutoff)
+			switch {
+			case !stale || winner == "":
+			case c.plan != winner:
+				combineOrphans = append(combineOrphans, c.obj)
+			case !referenced[c.obj.Key] && (strings.HasSuffix(c.rest, ".arrows") || strings.HasPrefix(c.rest, "index-")):
+				combineOrphans = append(combineOrphans, c.obj)
+			}
+		}
+	}
+	if !combinedAt.IsZero() && !combinedCutoff.IsZero() && !combinedAt.After(combinedCutoff) {
+		v.orphans = append(firstLevel(s, referenced), combineOrphans...)
+		return v, nil
+	}
 
 	var orphans []store.ObjectInfo
 	var data []dataKey
@@ -153,7 +219,7 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		}
 	}
 	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	v.orphans = orphans
+	v.orphans = append(orphans, combineOrphans...)
 
 	committedAt := s.newest()
 	if !results || committed == 0 || committedAt.After(resultsCutoff) {
@@ -190,4 +256,38 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 	}
 	v.expire = x
 	return v, nil
+}
+
+// firstLevel lists the first level of a combined stage for deletion:
+// its worker manifests, then its data objects and the indexes no stage
+// manifest names (the combined level's objects are outside the layout's
+// grammar and never listed here).
+func firstLevel(s *stageKeys, referenced map[string]bool) []store.ObjectInfo {
+	var out []store.ObjectInfo
+	for _, o := range s.workers {
+		out = append(out, o)
+	}
+	slices.SortFunc(out, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	var rest []store.ObjectInfo
+	for _, d := range s.data {
+		rest = append(rest, d.obj)
+	}
+	for _, o := range s.indexes {
+		if !referenced[o.Key] {
+			rest = append(rest, o)
+		}
+	}
+	slices.SortFunc(rest, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	return append(out, rest...)
+}
+
+// winningPlan is the plan whose index the stage manifest names (one of
+// s.combine's keys is referenced), or "" when none is.
+func winningPlan(s *stageKeys, referenced map[string]bool) string {
+	for _, c := range s.combine {
+		if referenced[c.obj.Key] {
+			return c.plan
+		}
+	}
+	return ""
 }

@@ -41,6 +41,9 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	if o.OlderThan < 0 {
 		return nil, fmt.Errorf("gc: older-than %v is negative", o.OlderThan)
 	}
+	if o.CombinedGrace < 0 {
+		return nil, fmt.Errorf("gc: combined grace %v is negative", o.CombinedGrace)
+	}
 	if o.ResultsRetention < 0 {
 		return nil, fmt.Errorf("gc: results retention %v is negative", o.ResultsRetention)
 	}
@@ -55,6 +58,10 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	}}
 	r := &p.head
 	root := l.Root()
+	var combinedCutoff time.Time // zero: first levels stay
+	if o.CombinedGrace > 0 {
+		combinedCutoff = t.Add(-o.CombinedGrace)
+	}
 
 	// Uploads before objects: an upload completed in between shows up as
 	// an object of the listing below, or is left for the next run.
@@ -73,8 +80,10 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 		}
 		r.Scanned.Uploads++
 		if k := parseKey(l, u.Key).Kind; k != manifest.KeyData && k != manifest.KeyIndex {
-			r.Scanned.Foreign++
-			continue
+			if _, _, _, ok := parseCombineKey(l, u.Key); !ok {
+				r.Scanned.Foreign++
+				continue
+			}
 		}
 		if !u.Initiated.After(r.Cutoff) {
 			p.aborts = append(p.aborts, u)
@@ -119,6 +128,11 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 				p.orphans = append(p.orphans, obj)
 			}
 		default:
+			if ck, plan, rest, ok := parseCombineKey(l, obj.Key); ok {
+				s := get(ck)
+				s.combine = append(s.combine, combineKey{obj: obj, plan: plan, rest: rest})
+				continue
+			}
 			r.Scanned.Foreign++
 		}
 	}
@@ -136,7 +150,7 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	g.SetLimit(8)
 	for i, s := range ordered {
 		g.Go(func() (err error) {
-			verdicts[i], err = judge(gctx, st, l, s, r.Cutoff, r.ResultsCutoff)
+			verdicts[i], err = judge(gctx, st, l, s, r.Cutoff, r.ResultsCutoff, combinedCutoff)
 			return err
 		})
 	}

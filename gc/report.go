@@ -17,6 +17,13 @@ type Options struct {
 	// whole stage is deleted. 0 deletes results stages at once. Intermediate
 	// stages are never expired: they live until their query is deleted.
 	ResultsRetention time.Duration
+	// CombinedGrace, when positive, removes the first level of a
+	// combined stage (package combine) once its combined seal is this
+	// old: the writers' data objects, their worker manifests (first) and
+	// the first level's index. Readers that opened the stage before the
+	// combined seal read the first level; this is how long they have.
+	// 0 keeps the first level until the query is deleted.
+	CombinedGrace time.Duration
 	// Now is the clock (default time.Now). Ages compare Now with the
 	// store's LastModified and Initiated times.
 	Now func() time.Time

@@ -91,7 +91,7 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	ids := slices.Clone(workers)
 	slices.SortFunc(ids, compareWorkers)
 	ids = slices.Compact(ids)
-	ws, err := sealHeads(ctx, st, l, query, stage, ids)
+	ws, err := sealHeads(ctx, st, l, query, stage, ids, func(id string) string { return l.WorkerManifestKey(query, stage, id) })
 	if err != nil {
 		return nil, err
 	}
@@ -178,8 +178,9 @@ func (t *Totals) add(o Totals) {
 }
 
 // sealHeads is phase 1: each worker manifest's head, keeping the offset
-// table at every k-th partition only.
-func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, stage int, ids []string) ([]*sealWorker, error) {
+// table at every k-th partition only. keyOf is the key of a worker's
+// manifest.
+func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, stage int, ids []string, keyOf func(string) string) ([]*sealWorker, error) {
 	ws := make([]*sealWorker, len(ids))
 	var (
 		mu      sync.Mutex
@@ -202,7 +203,7 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 			break // a GET failed, or the caller gave up: start no more
 		}
 		g.Go(func() (err error) {
-			key := l.WorkerManifestKey(query, stage, id)
+			key := keyOf(id)
 			// A panic (the store's, or decoding a hostile head) fails the
 			// seal like a failed GET: nothing is written.
 			defer safe.Recover(&err, "read of the manifest head %s", key)

@@ -19,6 +19,7 @@ var actionTypes = []*flight.ActionType{
 	{Type: flightclient.ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
 	{Type: flightclient.ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
 	{Type: flightclient.ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
+	{Type: flightclient.ActionCombine, Description: `Combine a sealed stage's objects into G x J larger ones that its readers fetch in fewer GETs: plan, run every task and seal. Body {"query","stage","groups","buckets"} and at most one of "task" (run one), "seal" (only seal), "plan" (only plan); result {"plan","tasks","wrote","sealed","combined","predicted",...}. FailedPrecondition names the tasks missing at a seal.`},
 	{Type: flightclient.ActionFetch, Description: `Peer protocol: raw stored bytes of a committed worker held in memory. Body {"query","stage","worker","attempt","object","offset","length"}; results: the bytes, in order, at most 1 MiB each. NotFound when not held; never reads S3.`},
 }
 
@@ -51,11 +52,13 @@ func (s *Server) DoAction(a *flight.Action, stream flight.FlightService_DoAction
 		res, err = s.release(a.GetBody())
 	case flightclient.ActionHeld:
 		res, err = s.held(a.GetBody())
+	case flightclient.ActionCombine:
+		res, err = s.combineStage(ctx, a.GetBody())
 	case flightclient.ActionFetch:
 		return s.fetch(ctx, a.GetBody(), stream)
 	default:
-		return invalidf("unknown action %q; ListActions lists %s, %s, %s, %s, %s and %s", a.GetType(),
-			flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionFetch)
+		return invalidf("unknown action %q; ListActions lists %s, %s, %s, %s, %s, %s and %s", a.GetType(),
+			flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionCombine, flightclient.ActionFetch)
 	}
 	if err != nil {
 		return err

@@ -503,7 +503,7 @@ func TestPutOutcomes(t *testing.T) {
 		}
 		names = append(names, a.Type)
 	}
-	if !slices.Equal(names, []string{flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionFetch}) {
+	if !slices.Equal(names, []string{flightclient.ActionSealStage, flightclient.ActionDeleteQuery, flightclient.ActionGC, flightclient.ActionRelease, flightclient.ActionHeld, flightclient.ActionCombine, flightclient.ActionFetch}) {
 		t.Fatalf("ListActions: %v", names)
 	}
 

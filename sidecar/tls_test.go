@@ -96,7 +96,7 @@ func TestTLS(t *testing.T) {
 	}
 
 	trusted := e.dialWith(credentials.NewTLS(&tls.Config{RootCAs: p.Roots}))
-	if n, err := listActions(trusted); err != nil || n != 6 {
+	if n, err := listActions(trusted); err != nil || n != 7 {
 		t.Fatalf("client with the CA: %d actions, %v", n, err)
 	}
 	rec, want := genBatch("t", 0, 1000, 16)
@@ -156,8 +156,8 @@ func TestMutualTLS(t *testing.T) {
 			calls := gauge(t, e.m, metrics.SidecarCallsTotal, nil) - before
 			code, body, herr := httpsGet(e.httpURL+"/readyz", tc)
 			if c.ok {
-				if err != nil || n != 6 || calls != 1 {
-					t.Errorf("Flight: %d actions, %v calls, %v; want 6, 1 call", n, calls, err)
+				if err != nil || n != 7 || calls != 1 {
+					t.Errorf("Flight: %d actions, %v calls, %v; want 7, 1 call", n, calls, err)
 				}
 				if herr != nil || !strings.Contains(body, "commit guard:") {
 					t.Errorf("/readyz: %d %q %v", code, body, herr)

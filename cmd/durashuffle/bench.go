@@ -178,6 +178,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 			},
 		})
 	}
+	cmd.AddCommand(a.benchCombineCommand(o))
 	cmd.AddCommand(&cobra.Command{
 		Use:     "all",
 		Short:   "Run every scenario",
@@ -402,8 +403,6 @@ func intList(flag, s string) ([]int, error) {
 }
 
 // sizeFlag is a flag of a size with units (8MiB, 1.5GiB, 1048576).
-func sizeFlag(p *durashuffle.Size) textFlag { return textFlag{p, "size"} }
-
 func sizeList(flag, s string) ([]durashuffle.Size, error) {
 	var out []durashuffle.Size
 	for _, f := range strings.Split(s, ",") {

@@ -82,3 +82,6 @@ type textValue interface {
 func (f textFlag) Set(s string) error { return f.v.UnmarshalText([]byte(s)) }
 func (f textFlag) String() string     { return f.v.String() }
 func (f textFlag) Type() string       { return f.typ }
+
+// sizeFlag is a flag of a size such as 8MiB.
+func sizeFlag(p *durashuffle.Size) textFlag { return textFlag{p, "size"} }

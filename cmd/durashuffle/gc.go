@@ -14,6 +14,7 @@ import (
 func (a *app) gcCommand() *cobra.Command {
 	var (
 		olderThan time.Duration
+		grace     time.Duration
 		dryRun    bool
 		asJSON    bool
 	)
@@ -48,6 +49,9 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 			if olderThan < 0 {
 				return usagef("--older-than must not be negative, got %v", olderThan)
 			}
+			if grace < 0 {
+				return usagef("--combined-grace must not be negative, got %v", grace)
+			}
 			ctx := cmd.Context()
 			c, err := a.open(ctx)
 			if err != nil {
@@ -56,7 +60,7 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 			defer c.Close()
 			cfg := c.Config()
 			p, err := gc.NewPlan(ctx, c.Store(), c.Layout(), gc.Options{
-				OlderThan: olderThan, ResultsRetention: cfg.GC.ResultsRetention.D(),
+				OlderThan: olderThan, ResultsRetention: cfg.GC.ResultsRetention.D(), CombinedGrace: grace,
 			})
 			if err != nil {
 				return err
@@ -78,6 +82,7 @@ Run it with --dry-run first to see what it would remove; it is idempotent.`,
 	}
 	fs := cmd.Flags()
 	fs.DurationVar(&olderThan, "older-than", 0, "only abort uploads and delete uncommitted data older than this (required; e.g. 24h)")
+	fs.DurationVar(&grace, "combined-grace", 0, "delete the first level of stages combined longer ago than this (0: keep it)")
 	fs.BoolVar(&dryRun, "dry-run", false, "report what would be removed, remove nothing")
 	fs.BoolVar(&asJSON, "json", false, "print the report as JSON")
 	return cmd

@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/manifest"
+)
+
+// combineSummary is what combine prints with --json.
+type combineSummary struct {
+	Query    string           `json:"query"`
+	Stage    int              `json:"stage"`
+	Plan     *combine.Plan    `json:"plan,omitempty"`
+	Tasks    []combineTask    `json:"tasks,omitempty"`
+	Sealed   bool             `json:"sealed"`
+	Combined bool             `json:"combined"` // the stage manifest names the combined level
+	Key      string           `json:"key,omitempty"`
+	Seconds  float64          `json:"seconds"`
+	Requests map[string]int64 `json:"requests"`
+}
+
+type combineTask struct {
+	Task   int    `json:"task"`
+	Worker string `json:"worker"`
+	Wrote  bool   `json:"wrote"`
+	Rows   int64  `json:"rows"`
+	Bytes  int64  `json:"bytes"`
+	Key    string `json:"key,omitempty"`
+}
+
+func (a *app) combineCommand() *cobra.Command {
+	var (
+		sf       stageFlags
+		o        combine.Options
+		task     int
+		parallel int
+		seal     bool
+		plan     bool
+		asJSON   bool
+		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
+		taskCap  = durashuffle.Size(combine.DefaultTaskCapBytes)
+	)
+	cmd := &cobra.Command{
+		Use:   "combine",
+		Short: "Rewrite a sealed stage into G x J combined objects that readers fetch in fewer GETs",
+		Long: `combine plans J partition buckets by G writer groups for a sealed stage,
+runs the G x J tasks (each reads its group's writer objects' frames of its
+bucket, one ranged GET per object, checks every frame's CRC32C and copies
+the frames into one object, committed by a task manifest), and seals the
+combined level: from then on every reader of the stage (read, the
+sidecar, the library's OpenStage) reads the combined objects, G GETs per
+partition range instead of one per writer object.
+
+Without --task, --seal or --plan it does all three in this process,
+--parallel tasks at a time. --task N runs task N only (anywhere, any
+number of times: the first commit wins), --seal seals once every task
+has committed (it names the tasks missing), and --plan prints the plan
+and the requests it predicts with and without combining. Every process
+must be given the same --groups, --buckets and sizes to make the same plan.`,
+		Example: `  durashuffle combine --bucket shuffle -q q42 -s 1 --plan
+  durashuffle combine --bucket shuffle -q q42 -s 1 --parallel 8
+  durashuffle combine --bucket shuffle -q q42 -s 1 --groups 4 --buckets 16 --task 5`,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := sf.validate(); err != nil {
+				return err
+			}
+			fs := cmd.Flags()
+			modes := 0
+			for _, f := range []string{"task", "seal", "plan"} {
+				if fs.Changed(f) {
+					modes++
+				}
+			}
+			switch {
+			case modes > 1:
+				return usagef("--task, --seal and --plan are mutually exclusive")
+			case o.Groups < 0 || o.Buckets < 0:
+				return usagef("--groups and --buckets must be at least 1, got %d and %d", o.Groups, o.Buckets)
+			case parallel < 1:
+				return usagef("--parallel must be at least 1, got %d", parallel)
+			case fs.Changed("task") && task < 0:
+				return usagef("--task must be at least 0, got %d", task)
+			}
+			o.TargetGetBytes, o.TaskCapBytes = int64(target), int64(taskCap)
+			c, err := a.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			start := time.Now()
+			ctx := cmd.Context()
+			s, err := c.Combine(ctx, sf.query, sf.stage, o)
+			if err != nil {
+				return err
+			}
+			out := combineSummary{Query: sf.query, Stage: sf.stage, Plan: s.Plan()}
+			var tasks []*combine.Task
+			switch {
+			case plan:
+			case fs.Changed("task"):
+				t, err := s.RunTask(ctx, task)
+				if err != nil {
+					return err
+				}
+				tasks = []*combine.Task{t}
+			case seal:
+				if _, err := s.Seal(ctx); err != nil {
+					return err
+				}
+				out.Sealed = true
+			default:
+				if tasks, err = s.RunAll(ctx, parallel); err != nil {
+					return err
+				}
+				if _, err := s.Seal(ctx); err != nil {
+					return err
+				}
+				out.Sealed = true
+			}
+			for _, t := range tasks {
+				ct := combineTask{Task: t.N, Worker: t.Manifest.Worker, Wrote: t.Wrote, Rows: t.Manifest.Totals.Rows, Bytes: t.Manifest.Totals.BytesStored}
+				if len(t.Manifest.Objects) > 0 {
+					ct.Key = c.Layout().ObjectKey(sf.query, sf.stage, t.Manifest.Objects[0].Key)
+				}
+				out.Tasks = append(out.Tasks, ct)
+			}
+			out.Combined = s.Combined() != nil
+			if out.Combined {
+				out.Key = c.Layout().StageManifestKey(sf.query, sf.stage)
+			}
+			out.Seconds = round(time.Since(start).Seconds())
+			out.Requests = c.Counter().Requests()
+			if asJSON {
+				return printJSON(a.stdout, out)
+			}
+			printCombine(a.stdout, out, s.Combined())
+			return nil
+		},
+	}
+	sf.bind(cmd.Flags())
+	fs := cmd.Flags()
+	fs.IntVar(&o.Groups, "groups", 0, "writer groups G (default: sized from the stage's bytes)")
+	fs.IntVar(&o.Buckets, "buckets", 0, "partition buckets J (default: sized from the stage's bytes)")
+	fs.IntVar(&task, "task", 0, "run task N only, 0 <= N < G x J")
+	fs.IntVar(&parallel, "parallel", 4, "tasks run at once without --task")
+	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
+	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
+	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task (a task holds its input in memory), e.g. 1GiB")
+	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
+	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func printCombine(w io.Writer, out combineSummary, m *manifest.Stage) {
+	if p := out.Plan; p != nil {
+		pr := p.Predict
+		fmt.Fprintf(w, "plan %s of %s stage %d: %d tasks = %d groups x %d buckets over %d writer objects, %d partitions, %s; %d readers\n",
+			p.ID, out.Query, out.Stage, p.Tasks(), len(p.Groups), len(p.Buckets), p.Objects, p.Partitions, mib(p.Bytes), p.Readers)
+		fmt.Fprintf(w, "  direct:   readers %d GETs ($%.6f)\n", pr.Direct.GET, pr.Direct.Dollars())
+		fmt.Fprintf(w, "  combined: combining %d GETs and %d PUTs, readers %d GETs ($%.6f)\n",
+			pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, pr.Combine.Dollars()+pr.Combined.Dollars())
+		if pr.Pays {
+			fmt.Fprintln(w, "  combining pays")
+		} else {
+			fmt.Fprintln(w, "  combining does not pay")
+		}
+		if len(p.OverCap) > 0 {
+			fmt.Fprintf(w, "  %d tasks are over --task-cap-bytes (single partitions too large for it)\n", len(p.OverCap))
+		}
+	}
+	for _, t := range out.Tasks {
+		verb := "committed"
+		if !t.Wrote {
+			verb = "already committed"
+		}
+		fmt.Fprintf(w, "task %d (%s) %s: %d rows, %s\n", t.Task, t.Worker, verb, t.Rows, mib(t.Bytes))
+	}
+	if m != nil {
+		fmt.Fprintf(w, "combined %s stage %d: %d tasks, %d rows, %s stored (%s)\n",
+			out.Query, out.Stage, len(m.Workers), m.Totals.Rows, mib(m.Totals.BytesStored), out.Key)
+	}
+}

@@ -1,0 +1,499 @@
+package combine
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+)
+
+// Defaults of Options.
+const (
+	// DefaultTargetGetBytes is K, the GET size the plan sizes buckets and
+	// groups for: large enough that a GET's time is spent moving bytes,
+	// small enough that a task's inputs arrive in many GETs at once.
+	DefaultTargetGetBytes = 32 << 20
+	// DefaultTaskCapBytes bounds a task's bytes: a task holds all of its
+	// input in memory (frames arrive writer by writer and leave partition
+	// by partition), so this is its memory.
+	DefaultTaskCapBytes = 512 << 20
+	// DefaultPartBytes is the part size of a combined object's multipart
+	// upload (one PutObject when the object is no larger). Parts are
+	// PUTs, which cost 12.5 times a GET: at 16 MiB the parts of 1 TiB
+	// would cost more than the GETs that combining saves at 1,000 x
+	// 1,000. A task holds Uploads parts' buffers besides its input.
+	DefaultPartBytes = 128 << 20
+	// DefaultFetches is the ranged GETs a task keeps in flight.
+	DefaultFetches = 8
+	// DefaultUploads is the parts of a task's object in flight.
+	DefaultUploads = 2
+	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
+	// a writer object share one GET (the gap is read and dropped), as the
+	// reader's read_gap_bytes.
+	DefaultGapBytes = 256 << 10
+	// readerRangeBytes and readerReadAhead are the reader's defaults
+	// (read_range_bytes, read_ahead), for the predictions.
+	readerRangeBytes = 8 << 20
+	readerReadAhead  = 4
+)
+
+// Request prices of S3 Standard (us-east-1), in dollars per request: a
+// GET, and a PUT, POST, COPY or LIST. The plan's dollars are these times
+// its predicted requests; transfer inside a region is free.
+const (
+	PriceGET = 0.0004 / 1000
+	PricePUT = 0.005 / 1000
+)
+
+// Options tune a plan. The zero value means the defaults.
+type Options struct {
+	// TargetGetBytes is K, the GET size to aim for (default 32 MiB).
+	TargetGetBytes int64
+	// TaskCapBytes bounds the bytes of one task, and so its memory
+	// (default 512 MiB). Buckets and groups are raised until each task's
+	// share of the stage is under it; a single partition of one writer
+	// larger than the cap still makes a task of its own.
+	TaskCapBytes int64
+	// Readers is R, the readers expected to read the stage, each a
+	// contiguous range of partitions of equal count (default: one per
+	// partition).
+	Readers int
+	// Groups and Buckets force G and J (0: sized from the bytes).
+	Groups, Buckets int
+	// ReaderRangeBytes and ReaderReadAhead are the readers' read_range_bytes
+	// and read_ahead, for the predictions (defaults 8 MiB and 4).
+	ReaderRangeBytes int64
+	ReaderReadAhead  int
+	// PartBytes is the part size of a combined object (default 128 MiB,
+	// at least S3's 5 MiB).
+	PartBytes int64
+	// Fetches is the ranged GETs a task keeps in flight (default 8).
+	Fetches int
+	// Uploads is the parts of a task's object in flight (default 2),
+	// each in a buffer of PartBytes: a task holds its input and up to
+	// Uploads parts.
+	Uploads int
+	// GapBytes: frames of a bucket at most this far apart in a writer
+	// object share one GET (default 256 KiB; negative: only adjacent
+	// frames).
+	GapBytes int64
+}
+
+func (o Options) withDefaults(partitions int) Options {
+	if o.TargetGetBytes <= 0 {
+		o.TargetGetBytes = DefaultTargetGetBytes
+	}
+	if o.TaskCapBytes <= 0 {
+		o.TaskCapBytes = DefaultTaskCapBytes
+	}
+	if o.Readers <= 0 {
+		o.Readers = partitions
+	}
+	if o.ReaderRangeBytes <= 0 {
+		o.ReaderRangeBytes = readerRangeBytes
+	}
+	if o.ReaderReadAhead <= 0 {
+		o.ReaderReadAhead = readerReadAhead
+	}
+	if o.PartBytes <= 0 {
+		o.PartBytes = DefaultPartBytes
+	}
+	o.PartBytes = max(o.PartBytes, 5<<20)
+	if o.Fetches <= 0 {
+		o.Fetches = DefaultFetches
+	}
+	if o.Uploads <= 0 {
+		o.Uploads = DefaultUploads
+	}
+	if o.GapBytes == 0 {
+		o.GapBytes = DefaultGapBytes
+	}
+	return o
+}
+
+// Input is what a plan is made from: a sealed stage's partitions, the
+// stored bytes of each (its index's summary) and its workers' data
+// objects, in the stage manifest's order.
+type Input struct {
+	Query      string
+	Stage      int
+	Partitions int
+	// PartitionBytes[p] is partition p's stored bytes.
+	PartitionBytes []int64
+	// Workers in the stage manifest's order, with their data objects'
+	// sizes.
+	Workers []WorkerInput
+	// IndexKey is the level's index, which names the sealed level the
+	// plan combines: plans of the same stage and sizes have the same ID.
+	IndexKey string
+}
+
+// WorkerInput is one worker of the input level.
+type WorkerInput struct {
+	ID      string
+	Objects []int64 // sizes of its data objects
+}
+
+// Range is [Lo, Hi): partitions of a bucket, or workers (indexes into
+// the stage manifest's workers) of a group.
+type Range struct{ Lo, Hi int }
+
+// Len is Hi - Lo.
+func (r Range) Len() int { return r.Hi - r.Lo }
+
+// Requests are predicted requests: GETs, and PUT-class requests (PUT,
+// POST, LIST: CreateMultipartUpload, UploadPart, CompleteMultipartUpload
+// and ListObjects cost a PUT each).
+type Requests struct {
+	GET int64 `json:"get"`
+	PUT int64 `json:"put"`
+}
+
+// Dollars prices the requests at S3 Standard's rates.
+func (r Requests) Dollars() float64 { return float64(r.GET)*PriceGET + float64(r.PUT)*PricePUT }
+
+func (r Requests) add(o Requests) Requests { return Requests{r.GET + o.GET, r.PUT + o.PUT} }
+
+// Prediction compares reading the stage as it is with combining it
+// first and reading the combined level.
+type Prediction struct {
+	// Direct is what the readers make reading the stage as it is: per
+	// reader a GET of the stage manifest and of its index entries, and
+	// per writer object holding its partitions about one GET per
+	// read_range_bytes of them.
+	Direct Requests `json:"direct"`
+	// Combine is what combining costs: the plan's GETs, the tasks' GETs
+	// of their inputs (one per writer object and bucket) and PUTs of
+	// their objects and manifests, and the seal's.
+	Combine Requests `json:"combine"`
+	// Combined is what the readers make reading the combined level: per
+	// reader about one GET per task holding its partitions, G instead of
+	// W.
+	Combined Requests `json:"combined"`
+	// Pays says whether Combine + Combined costs fewer dollars than
+	// Direct.
+	Pays bool `json:"pays"`
+}
+
+// Plan is J partition buckets by G writer groups, C = G x J tasks: task
+// n combines group n % G's writer objects' frames of bucket n / G into
+// one object. Tasks are numbered bucket by bucket so that the combined
+// level's workers, in their order, hold the partitions in order.
+type Plan struct {
+	// ID names the plan: a hash of the input level's index key and the
+	// buckets and groups. Task keys are under it, so attempts of one
+	// task meet at one commit point and tasks of different plans never
+	// mix.
+	ID         string  `json:"id"`
+	Query      string  `json:"query"`
+	Stage      int     `json:"stage"`
+	Partitions int     `json:"partitions"`
+	Bytes      int64   `json:"bytes"`   // stored bytes of the stage
+	Objects    int     `json:"objects"` // W: writer objects
+	Readers    int     `json:"readers"` // R
+	Buckets    []Range `json:"buckets"` // J contiguous partition ranges, balanced by bytes
+	Groups     []Range `json:"groups"`  // G contiguous worker ranges, balanced by bytes
+	// TaskBytes[n] is task n's expected input: its group's share of its
+	// bucket's bytes (writers' bytes spread over partitions as the
+	// stage's are).
+	TaskBytes []int64 `json:"task_bytes"`
+	// OverCap lists the tasks expected above TaskCapBytes even at the
+	// largest G and J (single partitions too large for it).
+	OverCap []int      `json:"over_cap,omitempty"`
+	Predict Prediction `json:"predicted"`
+	opts    Options
+}
+
+// Tasks is C = G x J.
+func (p *Plan) Tasks() int { return len(p.Groups) * len(p.Buckets) }
+
+// Task returns task n's group and bucket.
+func (p *Plan) Task(n int) (g, j int) { return n % len(p.Groups), n / len(p.Groups) }
+
+// TaskID is task n's worker ID in the combined level: "c" and n, zero
+// padded to the width of the last task's number, so that IDs compare in
+// task order as strings.
+func (p *Plan) TaskID(n int) string {
+	w := len(strconv.Itoa(p.Tasks() - 1))
+	return fmt.Sprintf("c%0*d", w, n)
+}
+
+// MakePlan chooses buckets and groups for a stage and predicts the
+// requests with and without combining. It is a pure function of its
+// input and options.
+//
+// Sizing, for B stored bytes, W writer objects, R readers and GET size
+// K: J = ceil(B / (W x K)) buckets make each writer object's bucket
+// about K bytes (one GET of K per object and bucket, W x J GETs), and
+// G = ceil(B / (R x K)) groups make each reader's range of a task about
+// K bytes (R x G GETs). Both are then raised until each task's bytes are
+// under the cap, in the proportion that keeps W x J + R x G least.
+// J is at most the partitions and G at most the workers.
+func MakePlan(in Input, o Options) (*Plan, error) {
+	P := in.Partitions
+	if P < 1 || len(in.PartitionBytes) != P {
+		return nil, fmt.Errorf("combine plan of %s stage %d: %d partitions with %d partition sizes", in.Query, in.Stage, P, len(in.PartitionBytes))
+	}
+	if len(in.Workers) == 0 {
+		return nil, fmt.Errorf("combine plan of %s stage %d: no workers", in.Query, in.Stage)
+	}
+	o = o.withDefaults(P)
+	var B int64
+	for p, b := range in.PartitionBytes {
+		if b < 0 {
+			return nil, fmt.Errorf("combine plan of %s stage %d: partition %d has %d bytes", in.Query, in.Stage, p, b)
+		}
+		B += b
+	}
+	wb := make([]int64, len(in.Workers))
+	W := 0
+	for i, w := range in.Workers {
+		for _, s := range w.Objects {
+			wb[i] += s
+			W++
+		}
+	}
+	R := o.Readers
+	if o.Buckets > P || o.Groups > len(in.Workers) || o.Buckets < 0 || o.Groups < 0 {
+		return nil, fmt.Errorf("%w: %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
+			ErrInvalidPlan, in.Query, in.Stage, o.Buckets, o.Groups, P, len(in.Workers))
+	}
+	J, G := o.Buckets, o.Groups
+	if J == 0 {
+		J = clamp(ceilDiv(B, int64(max(W, 1))*o.TargetGetBytes), 1, P)
+	}
+	if G == 0 {
+		G = clamp(ceilDiv(B, int64(R)*o.TargetGetBytes), 1, len(in.Workers))
+	}
+	// Raise J and G until the largest task is under the cap, by the
+	// ratio by which it is over (buckets and groups are whole partitions
+	// and workers, so the largest task is above the average). For a
+	// product G x J of T tasks, W x J + R x G is least at J = sqrt(T x
+	// R / W): the increase goes where it costs fewer GETs.
+	var buckets, groups []Range
+	for {
+		buckets, groups = balance(in.PartitionBytes, J), balance(wb, G)
+		worst := share(maxSum(wb, groups), B, maxSum(in.PartitionBytes, buckets))
+		if worst <= o.TaskCapBytes {
+			break
+		}
+		canJ, canG := o.Buckets == 0 && J < P, o.Groups == 0 && G < len(in.Workers)
+		target := float64(G) * float64(J) * float64(worst) / float64(o.TaskCapBytes)
+		nj, ng := J, G
+		switch {
+		case canJ && canG:
+			nj = clamp(int(math.Ceil(math.Sqrt(target*float64(R)/float64(max(W, 1))))), J, P)
+			ng = clamp(int(math.Ceil(target/float64(nj))), G, len(in.Workers))
+		case canJ:
+			nj = clamp(int(math.Ceil(target/float64(G))), J+1, P)
+		case canG:
+			ng = clamp(int(math.Ceil(target/float64(J))), G+1, len(in.Workers))
+		default:
+		}
+		if nj == J && ng == G {
+			switch {
+			case canJ && (!canG || W <= R):
+				nj++
+			case canG:
+				ng++
+			}
+		}
+		if nj == J && ng == G {
+			break // single partitions of single workers over the cap
+		}
+		J, G = nj, ng
+	}
+	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
+	p.Buckets, p.Groups = buckets, groups
+	p.TaskBytes = make([]int64, p.Tasks())
+	for n := range p.TaskBytes {
+		g, j := p.Task(n)
+		p.TaskBytes[n] = share(sum(wb, p.Groups[g]), B, sum(in.PartitionBytes, p.Buckets[j]))
+		if p.TaskBytes[n] > o.TaskCapBytes {
+			p.OverCap = append(p.OverCap, n)
+		}
+	}
+	p.ID = planID(in.IndexKey, p.Buckets, p.Groups)
+	p.Predict = predict(in, p, wb)
+	return p, nil
+}
+
+// predict estimates requests, spreading each writer object's bytes over
+// partitions as the stage's bytes are spread (a shuffle's writers hash
+// rows over every partition).
+func predict(in Input, p *Plan, wb []int64) Prediction {
+	o := p.opts
+	P, B, R := p.Partitions, p.Bytes, p.Readers
+	prefix := make([]int64, P+1)
+	for i, b := range in.PartitionBytes {
+		prefix[i+1] = prefix[i] + b
+	}
+	bytesOf := func(r Range) int64 { return prefix[r.Hi] - prefix[r.Lo] }
+	readers := balanceCount(P, R)
+	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
+	// gets is a reader's GETs of one source (a writer object, or a
+	// task's object) holding e of the rb bytes of its range r: one per
+	// group of neighbouring partitions the reader reads together (of
+	// up to three quarters of read_ahead x read_range_bytes, a
+	// partition at least), each cut in read_range_bytes.
+	gets := func(e, rb int64, r Range) int64 {
+		if e <= 0 {
+			return 0
+		}
+		groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
+		return groups * max(1, ceilDiv64(e, groups*o.ReaderRangeBytes))
+	}
+	var pr Prediction
+	for _, r := range readers {
+		rb := bytesOf(r)
+		pr.Direct.GET += 2 // stage manifest, index entries
+		pr.Combined.GET += 2
+		for _, w := range in.Workers {
+			for _, s := range w.Objects {
+				pr.Direct.GET += gets(share(s, B, rb), rb, r)
+			}
+		}
+		for n := range p.Tasks() {
+			g, j := p.Task(n)
+			b := p.Buckets[j]
+			lo, hi := max(b.Lo, r.Lo), min(b.Hi, r.Hi)
+			if lo >= hi {
+				continue
+			}
+			pr.Combined.GET += gets(share(sum(wb, p.Groups[g]), B, bytesOf(Range{lo, hi})), rb, r)
+		}
+	}
+	// Open: the combined level's manifest (absent), the stage manifest,
+	// the index summary.
+	pr.Combine.GET += 3
+	for n := range p.Tasks() {
+		g, j := p.Task(n)
+		pr.Combine.GET += 2 // the task manifest (absent), the bucket's index entries
+		bb := bytesOf(p.Buckets[j])
+		for _, w := range in.Workers[p.Groups[g].Lo:p.Groups[g].Hi] {
+			for _, s := range w.Objects {
+				if share(s, B, bb) > 0 {
+					pr.Combine.GET++ // one run per object (spill on)
+				}
+			}
+		}
+		size := p.TaskBytes[n]
+		switch {
+		case size == 0:
+		case size <= o.PartBytes:
+			pr.Combine.PUT++
+		default:
+			pr.Combine.PUT += 2 + ceilDiv64(size, o.PartBytes)
+		}
+		pr.Combine.PUT++ // the task manifest
+	}
+	// Seal: the combined manifest (absent), a LIST of the task manifests,
+	// a head and the entries of each, then the index, the combined
+	// manifest and the stage manifest.
+	nonEmpty := int64(0)
+	for _, b := range p.TaskBytes {
+		if b > 0 {
+			nonEmpty++
+		}
+	}
+	pr.Combine.GET += 1 + int64(p.Tasks()) + nonEmpty
+	pr.Combine.PUT += 1 + 3
+	pr.Pays = pr.Combine.add(pr.Combined).Dollars() < pr.Direct.Dollars()
+	return pr
+}
+
+// balance cuts sizes into n contiguous ranges of about equal sums:
+// cut k falls where the running sum is nearest k/n of the total (every
+// range holds at least one element).
+func balance(sizes []int64, n int) []Range {
+	n = clamp(n, 1, len(sizes))
+	prefix := make([]int64, len(sizes)+1)
+	for i, s := range sizes {
+		prefix[i+1] = prefix[i] + s
+	}
+	total := float64(prefix[len(sizes)])
+	out := make([]Range, 0, n)
+	lo := 0
+	for k := 1; k < n; k++ {
+		target := total * float64(k) / float64(n)
+		last := len(sizes) - (n - k) // leave one element per range after this one
+		c := lo + 1
+		for c < last && float64(prefix[c+1]) <= target {
+			c++
+		}
+		if c < last && target-float64(prefix[c]) > float64(prefix[c+1])-target {
+			c++
+		}
+		out = append(out, Range{lo, c})
+		lo = c
+	}
+	return append(out, Range{lo, len(sizes)})
+}
+
+// balanceCount cuts n items into k contiguous ranges of equal count
+// (the first n % k one longer).
+func balanceCount(n, k int) []Range {
+	k = clamp(k, 1, n)
+	out := make([]Range, k)
+	lo := 0
+	for i := range out {
+		hi := lo + n/k
+		if i < n%k {
+			hi++
+		}
+		out[i] = Range{lo, hi}
+		lo = hi
+	}
+	return out
+}
+
+func planID(indexKey string, buckets, groups []Range) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n", indexKey)
+	for _, rs := range [][]Range{buckets, groups} {
+		for _, r := range rs {
+			fmt.Fprintf(h, "%d,%d;", r.Lo, r.Hi)
+		}
+		h.Write([]byte{'\n'})
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// maxSum is the largest sum of s over the ranges.
+func maxSum(s []int64, rs []Range) int64 {
+	var m int64
+	for _, r := range rs {
+		m = max(m, sum(s, r))
+	}
+	return m
+}
+
+func sum(s []int64, r Range) int64 {
+	var t int64
+	for _, v := range s[r.Lo:r.Hi] {
+		t += v
+	}
+	return t
+}
+
+// share is a x b / total without overflow for stage-sized numbers.
+func share(a, total, b int64) int64 {
+	if total <= 0 {
+		return 0
+	}
+	return int64(float64(a) * float64(b) / float64(total))
+}
+
+func ceilDiv(a, b int64) int { return int(ceilDiv64(a, b)) }
+
+func ceilDiv64(a, b int64) int64 {
+	if b <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+func clamp(v, lo, hi int) int { return max(lo, min(v, hi)) }
+
+func clamp64(v, lo, hi int64) int64 { return max(lo, min(v, hi)) }

@@ -1,0 +1,158 @@
+package combine_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/durashuffle/durashuffle/combine"
+)
+
+const MiB = 1 << 20
+
+// uniform is a stage of W workers of one object each and P partitions
+// of equal bytes, b bytes in all.
+func uniform(W, P int, b int64) combine.Input {
+	in := combine.Input{Query: "q", Partitions: P, IndexKey: "index-x.bin", PartitionBytes: make([]int64, P)}
+	for p := range P {
+		in.PartitionBytes[p] = b / int64(P)
+	}
+	for w := range W {
+		in.Workers = append(in.Workers, combine.WorkerInput{ID: fmt.Sprint(w), Objects: []int64{b / int64(W)}})
+	}
+	return in
+}
+
+func TestPlanSizes(t *testing.T) {
+	const GiB = 1 << 30
+	for _, c := range []struct {
+		name   string
+		in     combine.Input
+		o      combine.Options
+		g, j   int
+		pays   bool
+		over   int
+		direct int64 // readers' GETs as written
+	}{
+		// Small: one task; 16 readers x (2 + 16 objects) GETs against
+		// 24 GETs and 6 PUTs to combine and 16 x 3 to read: it pays.
+		{"16x16 of 16 MiB", uniform(16, 16, 16*MiB), combine.Options{}, 1, 1, true, 0, 16 * 18},
+		// Fewer readers than that: 6 PUTs cost more than the GETs saved.
+		{"4x6 of 1 MiB", uniform(4, 6, MiB), combine.Options{}, 1, 1, false, 0, 6 * 6},
+		// J = B / (W x K) = 1 TiB / (1000 x 32 MiB) = 33 (rounded up);
+		// G = B / (R x K) = 33 as well; tasks of 1 GiB under a 2 GiB cap.
+		{"1000x1000 of 1 TiB", uniform(1000, 1000, 1<<40), combine.Options{TaskCapBytes: 2 * GiB}, 33, 33, true, 0, 1000 * (2 + 1000)},
+		// Under the default cap of 512 MiB, both rise alike (W = R):
+		// buckets of at most 21 partitions by groups of at most 22
+		// workers, 508 MiB.
+		{"1000x1000 of 1 TiB, default cap", uniform(1000, 1000, 1<<40), combine.Options{}, 46, 47, true, 0, 1000 * (2 + 1000)},
+		// J = 21 and G = 3 by size; under a cap of 256 MiB J, which
+		// costs W = 100 GETs a bucket, rises more than G, which costs R
+		// = 1000: at most 20 partitions by 17 workers, 222 MiB.
+		{"cap raises J", uniform(100, 1000, 64*GiB), combine.Options{TaskCapBytes: 256 * MiB}, 6, 52, true, 0, 1000 * (2 + 100)},
+		// W > R: groups rise instead, from 205 (up to 5 workers, 111 MiB
+		// of a bucket of 34 partitions) to groups of 3 workers: readers
+		// make 40,340 GETs instead of 100,020, for 9,380 GETs and 2,692
+		// PUTs: it pays, barely.
+		{"cap raises G", uniform(1000, 100, 64*GiB), combine.Options{Readers: 10, TaskCapBytes: 64 * MiB}, 336, 4, true, 0, 0},
+		// Forced sizes are kept, even over the cap; 1 GiB tasks of 64
+		// parts cost more PUTs than the GETs they save.
+		{"forced", uniform(10, 10, 10*GiB), combine.Options{Groups: 2, Buckets: 5, TaskCapBytes: 512 * MiB}, 2, 5, false, 10, 10 * (2 + 10*13)},
+		// G and J stop at workers and partitions.
+		{"capped by shape", uniform(4, 3, 64*GiB), combine.Options{TaskCapBytes: 1 * GiB}, 4, 3, false, 12, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := combine.MakePlan(c.in, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(p.Groups) != c.g || len(p.Buckets) != c.j || p.Tasks() != c.g*c.j {
+				t.Fatalf("G=%d J=%d, want %d and %d", len(p.Groups), len(p.Buckets), c.g, c.j)
+			}
+			if len(p.OverCap) == 0 {
+				for n, b := range p.TaskBytes {
+					if b > p.Bytes/int64(p.Tasks())*2 || (c.o.TaskCapBytes > 0 && b > c.o.TaskCapBytes) {
+						t.Errorf("task %d of %d bytes, %d on average", n, b, p.Bytes/int64(p.Tasks()))
+					}
+				}
+			}
+			if p.Predict.Pays != c.pays || len(p.OverCap) != c.over {
+				t.Errorf("pays %v (want %v), %d tasks over the cap (want %d): %+v", p.Predict.Pays, c.pays, len(p.OverCap), c.over, p.Predict)
+			}
+			if c.direct != 0 && p.Predict.Direct.GET != c.direct {
+				t.Errorf("direct GETs %d, want %d", p.Predict.Direct.GET, c.direct)
+			}
+			// Buckets and groups cover partitions and workers, contiguous.
+			for _, x := range []struct {
+				rs []combine.Range
+				n  int
+			}{{p.Buckets, c.in.Partitions}, {p.Groups, len(c.in.Workers)}} {
+				at := 0
+				for _, r := range x.rs {
+					if r.Lo != at || r.Hi <= r.Lo {
+						t.Fatalf("ranges %v do not tile [0, %d)", x.rs, x.n)
+					}
+					at = r.Hi
+				}
+				if at != x.n {
+					t.Fatalf("ranges %v do not tile [0, %d)", x.rs, x.n)
+				}
+			}
+			var sum int64
+			for _, b := range p.TaskBytes {
+				sum += b
+			}
+			if sum < p.Bytes*99/100 || sum > p.Bytes*101/100 {
+				t.Errorf("tasks hold %d of %d bytes", sum, p.Bytes)
+			}
+		})
+	}
+}
+
+// TestPlanPrediction: at 1,000 x 1,000 and 1 TiB, direct reading is one
+// GET per reader and writer object (about W x R, 1M), combined W x J +
+// R x G plus metadata; the dollars follow.
+func TestPlanPrediction(t *testing.T) {
+	p, err := combine.MakePlan(uniform(1000, 1000, 1<<40), combine.Options{TaskCapBytes: 2 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := p.Predict
+	t.Logf("1000 x 1000, 1 TiB: G=%d J=%d: direct %+v $%.3f; combine %+v + combined %+v = $%.3f",
+		len(p.Groups), len(p.Buckets), pr.Direct, pr.Direct.Dollars(), pr.Combine, pr.Combined, pr.Combine.Dollars()+pr.Combined.Dollars())
+	W, R, G, J := int64(1000), int64(1000), int64(len(p.Groups)), int64(len(p.Buckets))
+	if pr.Direct.GET != R*(2+W) {
+		t.Errorf("direct %d GETs, want %d", pr.Direct.GET, R*(2+W))
+	}
+	// Each reader's partition of a task is 1 TiB / 1000 / 33 groups of
+	// 30 or 31 workers, 31 or 32.5 MiB: 4 or 5 GETs of 8 MiB
+	// (read_range_bytes) each.
+	if lo, hi := R*2+R*G*4, R*2+R*G*5; pr.Combined.GET < lo || pr.Combined.GET > hi {
+		t.Errorf("combined readers %d GETs, want %d to %d", pr.Combined.GET, lo, hi)
+	}
+	// Tasks: W x J data GETs, 2 metadata GETs each; the seal 2 per task.
+	if want := 3 + W*J + 2*G*J + 1 + 2*G*J; pr.Combine.GET != want {
+		t.Errorf("combining %d GETs, want %d", pr.Combine.GET, want)
+	}
+	if d, c := pr.Direct.Dollars(), pr.Combine.Dollars()+pr.Combined.Dollars(); !(c < d/2) || !pr.Pays {
+		t.Errorf("direct $%.2f, combined $%.2f", d, c)
+	}
+}
+
+func TestPlanRefuses(t *testing.T) {
+	for _, c := range []struct {
+		in   combine.Input
+		o    combine.Options
+		want string
+	}{
+		{uniform(4, 4, MiB), combine.Options{Buckets: 5}, "5 buckets and 0 groups asked for; at most 4 buckets (partitions) and 4 groups (workers)"},
+		{uniform(4, 4, MiB), combine.Options{Groups: 9}, "at most 4 buckets (partitions) and 4 groups (workers)"},
+		{combine.Input{Query: "q", Partitions: 3, PartitionBytes: []int64{1}}, combine.Options{}, "3 partitions with 1 partition sizes"},
+		{combine.Input{Query: "q", Partitions: 1, PartitionBytes: []int64{1}}, combine.Options{}, "no workers"},
+	} {
+		_, err := combine.MakePlan(c.in, c.o)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("plan %+v: %v, want %q", c.o, err, c.want)
+		}
+	}
+}

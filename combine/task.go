@@ -1,0 +1,359 @@
+package combine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// errCommitUnknown: a task manifest's put may have stored it, and it
+// could not be read back: the attempt's object must stay.
+var errCommitUnknown = errors.New("commit outcome unknown")
+
+// WriterVersion is the writer_version of a task manifest.
+const WriterVersion = "durashuffle-combine"
+
+// Task is a committed task: its manifest (a worker of the combined
+// level) and whether this call wrote it.
+type Task struct {
+	N        int
+	Group    int
+	Bucket   int
+	Manifest *manifest.Worker
+	// Wrote is true when this call committed the task; false when it
+	// found it committed (a rerun, or a concurrent attempt that won).
+	Wrote bool
+}
+
+// run is one fetch of a writer object: bytes [Offset, Offset+Length) of
+// Key, holding frames.
+type run struct {
+	worker int // index into the level's workers
+	key    string
+	off    int64
+	n      int64
+	frames []int // indexes into the task's frame list
+	buf    []byte
+}
+
+// RunTask runs task n of the plan: for each writer object of its group,
+// one ranged GET per run of its bucket's frames (one when the object is
+// a single sorted run), every frame checked against its CRC32C, then the
+// frames copied as they are, in (partition, writer) order, into one
+// combined object, and the task manifest committed with If-None-Match.
+//
+// A task that is already committed (a rerun, or another attempt that
+// won the race) costs one GET and returns the committed task; an attempt
+// that loses the race deletes its own object. A frame whose bytes do not
+// match its checksum fails the task with a *reader.FrameError naming the
+// writer object and the frame, before anything is written. A failure or
+// a cancelled ctx after the upload began aborts the upload or deletes
+// the object (on a context detached from ctx), so that nothing of the
+// attempt stays visible.
+func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
+	if s.combined != nil {
+		return s.committedTask(n)
+	}
+	p := s.plan
+	if n < 0 || n >= p.Tasks() {
+		return nil, fmt.Errorf("combine %s stage %d: task %d outside the plan's %d tasks [0, %d)", s.query, s.stage, n, p.Tasks(), p.Tasks())
+	}
+	g, j := p.Task(n)
+	t := &Task{N: n, Group: g, Bucket: j}
+	what := fmt.Sprintf("combine task %d (group %d, bucket %d) of %s stage %d", n, g, j, s.query, s.stage)
+	mkey := s.l.ObjectKey(s.query, s.stage, TaskManifestName(p.ID, n))
+	if w, err := s.loadTask(ctx, mkey); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	} else if w != nil {
+		t.Manifest = w
+		return t, nil
+	}
+
+	// The bucket's frames, in delivery order (partition, worker, write
+	// order), of the group's workers.
+	b, grp := p.Buckets[j], p.Groups[g]
+	parts := make([]int, 0, b.Len())
+	for q := b.Lo; q < b.Hi; q++ {
+		parts = append(parts, q)
+	}
+	all, err := s.level1.Frames(ctx, s.st, s.l, parts)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	frames := all[:0:0]
+	for _, f := range all {
+		if f.Worker >= grp.Lo && f.Worker < grp.Hi {
+			frames = append(frames, f)
+		}
+	}
+	runs := planRuns(frames, func(f manifest.Frame) string {
+		return s.l.ObjectKey(s.query, s.stage, s.level1.Workers[f.Worker].Objects[f.Object].Key)
+	}, p.opts.GapBytes)
+	if err := s.fetch(ctx, what, runs, frames); err != nil {
+		return nil, err
+	}
+	// where[i] is frame i's bytes inside its run's buffer.
+	where := make([][]byte, len(frames))
+	for _, r := range runs {
+		for _, i := range r.frames {
+			at := frames[i].Offset - r.off
+			where[i] = r.buf[at : at+frames[i].Length]
+		}
+	}
+
+	write := manifest.NewWriteID()
+	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
+		Query: s.query, Stage: s.stage, Worker: p.TaskID(n), Attempt: write,
+		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
+		Compression: compressionOf(s.level1), ChunkSize: p.opts.PartBytes,
+		WriterVersion: WriterVersion, WrittenAt: time.Now().UTC()}
+	var up *upload
+	if len(frames) > 0 {
+		rel := TaskDataName(p.ID, n, write)
+		var size int64
+		for _, f := range frames {
+			size += f.Length
+		}
+		up = &upload{size: size, inflight: p.opts.Uploads, ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
+		defer up.cleanUnlessKept()
+		codecs := map[string]int{}
+		for i, f := range frames {
+			fb := where[i]
+			codecs[codecName(fb[0])]++
+			nf := f
+			nf.Worker, nf.Object, nf.Offset = 0, 0, up.n
+			w.Frames = append(w.Frames, nf)
+			if err := up.write(fb); err != nil {
+				return nil, fmt.Errorf("%s: %w", what, err)
+			}
+		}
+		if err := up.close(); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		w.Objects = []manifest.Object{{Key: rel, Size: up.n, Parts: up.partCount(), CRC32C: up.crc}}
+		w.Codecs = codecs
+	}
+	for _, r := range runs {
+		r.buf = nil
+	}
+	w.Totals = w.Sum()
+	if err := w.Check(mkey); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	enc, err := w.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	won, err := s.commitTask(ctx, mkey, enc, w)
+	if errors.Is(err, errCommitUnknown) && up != nil {
+		up.keep() // the manifest may name the object; gc cannot tell
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if won == w {
+		t.Wrote = true
+		if up != nil {
+			up.keep()
+		}
+	}
+	t.Manifest = won
+	return t, nil
+}
+
+// committedTask answers a task of a stage already combined.
+func (s *Stage) committedTask(n int) (*Task, error) {
+	ws := s.combined.Workers
+	if n < 0 || n >= len(ws) {
+		return nil, fmt.Errorf("combine %s stage %d: task %d outside the combined level's %d tasks (plan %s)", s.query, s.stage, n, len(ws), CombinedPlan(s.combined))
+	}
+	w := ws[n]
+	return &Task{N: n, Manifest: &w}, nil
+}
+
+// loadTask GETs a task manifest; nil when absent.
+func (s *Stage) loadTask(ctx context.Context, key string) (*manifest.Worker, error) {
+	b, err := readAll(ctx, s.st, key, manifest.MaxManifestBytes)
+	if store.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return manifest.DecodeWorker(key, b)
+}
+
+// commitTask puts the task manifest with If-None-Match: * and returns
+// the manifest that stands: w, or the one another attempt committed
+// first. When the put's outcome is unknown (it failed in a way that may
+// have stored it), the manifest is read back to learn it.
+func (s *Stage) commitTask(ctx context.Context, key string, enc []byte, w *manifest.Worker) (*manifest.Worker, error) {
+	perr := s.st.Put(ctx, key, enc, store.PutOptions{IfNoneMatch: true, ContentType: "application/octet-stream"})
+	if perr == nil {
+		return w, nil
+	}
+	taken := errors.Is(perr, store.ErrPreconditionFailed)
+	if !taken && !store.IsTransient(perr) && ctx.Err() == nil {
+		return nil, fmt.Errorf("commit %s: %w", key, perr)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	got, err := s.loadTask(rctx, key)
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: commit %s: the put failed (%v), and reading it back failed: %w", errCommitUnknown, key, perr, err)
+	case got == nil:
+		return nil, fmt.Errorf("commit %s: %w", key, perr)
+	case got.Attempt == w.Attempt:
+		return w, nil
+	}
+	return got, nil
+}
+
+// planRuns groups frames by writer object and cuts each object's frames
+// into runs: neighbours at most gap bytes apart (gap < 0: adjacent only)
+// share one GET. Runs are in (worker, object, offset) order.
+func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap int64) []*run {
+	idx := make([]int, len(frames))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		fa, fb := frames[a], frames[b]
+		if fa.Worker != fb.Worker {
+			return fa.Worker - fb.Worker
+		}
+		if fa.Object != fb.Object {
+			return fa.Object - fb.Object
+		}
+		switch {
+		case fa.Offset < fb.Offset:
+			return -1
+		case fa.Offset > fb.Offset:
+			return 1
+		}
+		return a - b
+	})
+	var runs []*run
+	for _, i := range idx {
+		f := frames[i]
+		if len(runs) > 0 {
+			r := runs[len(runs)-1]
+			last := frames[r.frames[len(r.frames)-1]]
+			end := r.off + r.n
+			if last.Worker == f.Worker && last.Object == f.Object && f.Offset >= last.Offset &&
+				(f.Offset <= end || (gap >= 0 && f.Offset-end <= gap)) {
+				r.n = max(end, f.Offset+f.Length) - r.off
+				r.frames = append(r.frames, i)
+				continue
+			}
+		}
+		runs = append(runs, &run{worker: f.Worker, key: keyOf(f), off: f.Offset, n: f.Length, frames: []int{i}})
+	}
+	return runs
+}
+
+// fetch GETs every run, Fetches at a time, and checks each frame's
+// CRC32C as its run arrives.
+func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame) error {
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.SetLimit(s.plan.opts.Fetches)
+	for _, r := range runs {
+		if gctx.Err() != nil {
+			break
+		}
+		eg.Go(func() (err error) {
+			defer safe.Recover(&err, "fetch of %s bytes [%d, %d)", r.key, r.off, r.off+r.n)
+			r.buf = make([]byte, r.n)
+			body, err := s.st.GetRange(gctx, r.key, r.off, r.n)
+			if err != nil {
+				return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
+			}
+			defer body.Close()
+			got, rerr := io.ReadFull(body, r.buf)
+			worker := s.level1.Workers[r.worker].Worker
+			for _, i := range r.frames {
+				f := frames[i]
+				at := f.Offset - r.off
+				fe := &reader.FrameError{Key: r.key, Offset: f.Offset, Length: f.Length, Partition: f.Partition, Worker: worker}
+				if at+f.Length > int64(got) {
+					if rerr != nil && !errors.Is(rerr, io.ErrUnexpectedEOF) && !errors.Is(rerr, io.EOF) {
+						return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, rerr)
+					}
+					fe.Err = reader.ErrTruncated
+					return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
+				}
+				if c := store.CRC32C(r.buf[at : at+f.Length]); c != f.CRC32C {
+					fe.Err = fmt.Errorf("%w: CRC32C %08x, the index says %08x", reader.ErrChecksum, c, f.CRC32C)
+					return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
+				}
+			}
+			return nil
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s: %w", what, context.Cause(ctx))
+	}
+	return nil
+}
+
+// compressionOf is the combined level's compression: the workers' own
+// when they agree, else auto (each frame names its codec).
+func compressionOf(m *manifest.Stage) string {
+	c := ""
+	for _, w := range m.Workers {
+		switch {
+		case c == "":
+			c = w.Compression
+		case c != w.Compression:
+			return "auto"
+		}
+	}
+	if c == "" {
+		return "lz4"
+	}
+	return c
+}
+
+// codecName names a frame's codec byte as a manifest's codecs count it.
+func codecName(b byte) string {
+	switch b {
+	case 0:
+		return "none"
+	case 1:
+		return "lz4"
+	case 2:
+		return "zstd"
+	}
+	return "codec-" + fmt.Sprint(b)
+}
+
+// readAll GETs a whole object of at most limit bytes.
+func readAll(ctx context.Context, st store.Reader, key string, limit int64) ([]byte, error) {
+	body, err := st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", key, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, fmt.Errorf("%w: %s is larger than %d bytes", manifest.ErrCorrupt, key, limit)
+	}
+	return b, nil
+}
