@@ -60,6 +60,10 @@ func TestInstallFromProxy(t *testing.T) {
 	defer cancel()
 	proxy := t.TempDir()
 	modcache := goEnv(t, "GOMODCACHE")
+	if err := os.MkdirAll(filepath.Join(modcache, "cache"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	lockModuleCache(t, filepath.Join(modcache, "cache", "durashuffle-install-test.lock"))
 	forget := func() { forgetModule(t, modcache) }
 	forget() // a copy of v0.0.0-test from an earlier run is of an older tree
 	t.Cleanup(forget)
@@ -67,7 +71,10 @@ func TestInstallFromProxy(t *testing.T) {
 	env := append(os.Environ(),
 		"GOPROXY=file://"+filepath.ToSlash(proxy)+","+upstream,
 		"GONOSUMDB="+libraryModule, "GOPRIVATE=", "GONOPROXY=",
-		"GOWORK=off", "GOFLAGS=-modcacherw")
+		"GOWORK=off", "GOFLAGS=-modcacherw",
+		// The go command indexes a module cache directory once, as if its
+		// contents could never change; v0.0.0-test changes with the tree.
+		"GODEBUG=goindex=0")
 	gocmd := func(dir string, args ...string) ([]byte, error) {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Dir, cmd.Env = dir, env
