@@ -369,11 +369,16 @@ func TestAbortLeavesNothing(t *testing.T) {
 		if err := writeRows(w, 15_000, 2); err != nil {
 			t.Fatal(err)
 		}
+		// The pool uploads full chunks while input still arrives (spill
+		// off): abort once one of them is stored, so that there is a
+		// multipart upload to abort.
+		for deadline := time.Now().Add(10 * time.Second); counter.Requests()["UploadPart"] == 0; time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("no part uploaded 10s after 15 MiB were written with spill off")
+			}
+		}
 		if err := w.Abort(); err != nil {
 			t.Fatal(err)
-		}
-		if counter.Requests()["UploadPart"] == 0 {
-			t.Fatal("nothing was uploaded before the abort: the test proves nothing")
 		}
 		ups, _ := st.ListUploads(ctx, "")
 		objs, _, _ := st.List(ctx, "", "")
