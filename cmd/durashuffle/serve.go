@@ -108,49 +108,92 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 	if err != nil {
 		return err
 	}
-	if o.dataDir != "" && !o.embedded {
-		return usagef("--data-dir is for --embedded-s3")
-	}
-	if o.s3Listen != "" && !o.embedded {
-		return usagef("--embedded-s3-listen is for --embedded-s3")
-	}
-	if o.embedded && cfg.Store.Endpoint != "" {
-		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Store.Endpoint)
+	if err := o.check(cfg); err != nil {
+		return err
 	}
 	// Every Flight stream is a writer or a reader; all share one pool.
 	a.applyMemoryLimit(cfg, durashuffle.MemoryLoad{Streams: cfg.Sidecar.MaxStreams}, o.embedded)
 	m := metrics.New()
 
-	var client *durashuffle.Client
 	// closeBy is when the process must be gone: the end of the shutdown
 	// grace, once a shutdown started (zero: closeWait).
 	var closeBy time.Time
+	client, closeClient, err := a.serveClient(ctx, &cfg, o, m)
+	if err != nil {
+		return err
+	}
+	defer func() { a.closeWithin(closeWait, closeBy, closeClient) }()
+
+	srv, ln, hln, err := a.listenSidecar(cfg, client, m)
+	if err != nil {
+		return err
+	}
+	a.logServing(cfg, o, srv, ln, hln)
+
+	served := make(chan error, 2)
+	go func() { served <- srv.Serve(ln) }()
+	serving := 1
+	if hln != nil {
+		serving++
+		go func() { served <- srv.ServeMetrics(hln) }()
+	}
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		a.log.Info("signal received: draining", "grace", cfg.Sidecar.ShutdownGrace)
+	case serveErr = <-served:
+		serving--
+		if serveErr == nil {
+			serveErr = errors.New("server stopped unexpectedly")
+		}
+		a.log.Error("serving failed: shutting down", "err", serveErr)
+	}
+	closeBy = time.Now().Add(cfg.Sidecar.ShutdownGrace.D())
+	return a.drain(cfg, srv, served, serving, serveErr, closeBy)
+}
+
+// check refuses flags that do not go together.
+func (o *serveOptions) check(cfg durashuffle.Config) error {
+	switch {
+	case o.dataDir != "" && !o.embedded:
+		return usagef("--data-dir is for --embedded-s3")
+	case o.s3Listen != "" && !o.embedded:
+		return usagef("--embedded-s3-listen is for --embedded-s3")
+	case o.embedded && cfg.Store.Endpoint != "":
+		return usagef("--embedded-s3 runs its own endpoint; do not set endpoint (%s) with it", cfg.Store.Endpoint)
+	}
+	return nil
+}
+
+// serveClient opens the sidecar's client, on the embedded S3 server with
+// --embedded-s3 (which sets cfg's endpoint and bucket), with m as its
+// observer; close closes it (and the embedded server).
+func (a *app) serveClient(ctx context.Context, cfg *durashuffle.Config, o *serveOptions, m *metrics.Metrics) (_ *durashuffle.Client, close func(), _ error) {
 	if o.embedded {
 		if cfg.Store.Bucket == "" {
 			cfg.Store.Bucket = defaultDemoBucket
 		}
-		c, closeClient, err := a.connect(ctx, &cfg, &embeddedS3{dataDir: o.dataDir, listen: o.s3Listen}, m)
-		if err != nil {
-			return err
-		}
-		defer func() { a.closeWithin(closeWait, closeBy, closeClient) }()
-		client = c
-	} else {
-		if client, err = durashuffle.Open(ctx, cfg, durashuffle.WithObserver(m)); err != nil {
-			return err
-		}
-		defer func() { a.closeWithin(closeWait, closeBy, client.Close) }()
+		return a.connect(ctx, cfg, &embeddedS3{dataDir: o.dataDir, listen: o.s3Listen}, m)
 	}
+	c, err := durashuffle.Open(ctx, *cfg, durashuffle.WithObserver(m))
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Close, nil
+}
 
+// listenSidecar binds the Flight port and, with metrics_listen, the
+// metrics port, and makes the server; on failure nothing stays bound.
+func (a *app) listenSidecar(cfg durashuffle.Config, client *durashuffle.Client, m *metrics.Metrics) (*sidecar.Server, net.Listener, net.Listener, error) {
 	ln, err := sidecar.Listen(cfg.Sidecar.Listen)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
 	var hln net.Listener
 	if cfg.Sidecar.MetricsListen != "" {
 		if hln, err = net.Listen("tcp", cfg.Sidecar.MetricsListen); err != nil {
 			ln.Close()
-			return fmt.Errorf("metrics_listen %s: %w", cfg.Sidecar.MetricsListen, err)
+			return nil, nil, nil, fmt.Errorf("metrics_listen %s: %w", cfg.Sidecar.MetricsListen, err)
 		}
 	}
 	srv, err := sidecar.New(client, sidecar.Options{Logger: a.log, Metrics: m})
@@ -159,11 +202,16 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		if hln != nil {
 			hln.Close()
 		}
-		return err
+		return nil, nil, nil, err
 	}
 	for _, w := range sidecar.ExposureWarnings(cfg) {
 		a.log.Warn(w)
 	}
+	return srv, ln, hln, nil
+}
+
+// logServing says where the sidecar serves and with what settings.
+func (a *app) logServing(cfg durashuffle.Config, o *serveOptions, srv *sidecar.Server, ln, hln net.Listener) {
 	tlsOn, mutual := srv.TLS()
 	flightAddr := ln.Addr().String()
 	if ln.Addr().Network() == "unix" {
@@ -187,28 +235,15 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		"max_streams", cfg.Sidecar.MaxStreams, "upload_concurrency", cfg.Write.UploadConcurrency,
 		"memory_budget", durashuffle.Size(int64(cfg.BufferedChunks())*int64(cfg.Write.ChunkSize)),
 		"memory_store", cfg.Sidecar.MemoryStoreBytes, "advertise", cfg.Sidecar.AdvertiseAddr)
+}
 
-	served := make(chan error, 2)
-	go func() { served <- srv.Serve(ln) }()
-	serving := 1
-	if hln != nil {
-		serving++
-		go func() { served <- srv.ServeMetrics(hln) }()
-	}
-	var serveErr error
-	select {
-	case <-ctx.Done():
-		a.log.Info("signal received: draining", "grace", cfg.Sidecar.ShutdownGrace)
-	case serveErr = <-served:
-		serving--
-		if serveErr == nil {
-			serveErr = errors.New("server stopped unexpectedly")
-		}
-		a.log.Error("serving failed: shutting down", "err", serveErr)
-	}
-
+// drain shuts the server down within the grace (closeBy), waits for the
+// serving goroutines still running (serving of them, reporting on
+// served), and returns the first serving error, or the shutdown's own
+// when it could not clean up.
+func (a *app) drain(cfg durashuffle.Config, srv *sidecar.Server, served chan error, serving int, serveErr error, closeBy time.Time) error {
 	// Another signal while draining ends the grace at once.
-	sctx, cancel := context.WithTimeout(context.Background(), cfg.Sidecar.ShutdownGrace.D())
+	sctx, cancel := context.WithDeadline(context.Background(), closeBy)
 	defer cancel()
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
@@ -222,8 +257,7 @@ func (a *app) runServe(ctx context.Context, o *serveOptions) error {
 		}
 	}()
 	start := time.Now()
-	closeBy = start.Add(cfg.Sidecar.ShutdownGrace.D())
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	// gRPC's Serve returns once its stop has waited for every handler:
 	// one that Shutdown gave up on (stuck on a store that does not
 	// answer) would hold the exit past the grace. Wait no longer than it.
