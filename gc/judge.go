@@ -101,22 +101,74 @@ type verdict struct {
 // its unreferenced indexes, listed with the orphans, worker manifests
 // first.
 func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff time.Time) (verdict, error) {
-	var (
-		v          verdict
-		mu         sync.Mutex
-		referenced = map[string]bool{}
-		unknown    = map[string]bool{} // workers whose data must be kept
-		results    bool
-		committed  int       // manifests that decoded
-		keepIndex  bool      // the stage manifest did not decode: its index may be in use
-		combinedAt time.Time // the combined seal, for a combined stage
-	)
+	var v verdict
+	r, err := loadRefs(ctx, st, l, s)
+	if err != nil {
+		return v, err
+	}
+	v.skipped = r.skipped
+	combineOrphans := r.combineOrphans(s, cutoff)
+	if !r.combinedAt.IsZero() && !combinedCutoff.IsZero() && !r.combinedAt.After(combinedCutoff) {
+		v.orphans = append(firstLevel(s, r.referenced), combineOrphans...)
+		return v, nil
+	}
+
+	var orphans []store.ObjectInfo
+	var data []dataKey
+	for _, d := range s.data {
+		if r.referenced[d.obj.Key] {
+			data = append(data, d)
+			continue
+		}
+		if r.unknown[d.worker] || d.obj.LastModified.After(cutoff) {
+			continue
+		}
+		orphans = append(orphans, d.obj)
+	}
+	// An index no stage manifest names is a lost or interrupted seal's
+	// (a seal writes its index before the manifest that names it).
+	var indexes []store.ObjectInfo
+	for _, o := range s.indexes {
+		switch {
+		case r.referenced[o.Key]:
+			indexes = append(indexes, o)
+		case !r.keepIndex && !o.LastModified.After(cutoff):
+			orphans = append(orphans, o)
+		}
+	}
+	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	v.orphans = append(orphans, combineOrphans...)
+
+	if committedAt := s.newest(); r.results && r.committed > 0 && !committedAt.After(resultsCutoff) {
+		expire(&v, s, data, indexes, committedAt)
+	}
+	return v, nil
+}
+
+// refs is what a stage's manifests say: the objects they reference, the
+// workers whose manifests did not decode (their data is kept), and what
+// kind of stage it is.
+type refs struct {
+	referenced map[string]bool
+	unknown    map[string]bool
+	skipped    []string
+	results    bool
+	committed  int       // manifests that decoded
+	keepIndex  bool      // the stage manifest did not decode: its index may be in use
+	combinedAt time.Time // the combined seal, for a combined stage
+}
+
+// loadRefs reads the stage manifest and every worker manifest of s,
+// eight at a time.
+func loadRefs(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys) (*refs, error) {
+	r := &refs{referenced: map[string]bool{}, unknown: map[string]bool{}}
+	var mu sync.Mutex
 	add := func(w *manifest.Worker) {
 		for _, o := range w.Objects {
-			referenced[l.ObjectKey(s.id.query, s.id.stage, o.Key)] = true
+			r.referenced[l.ObjectKey(s.id.query, s.id.stage, o.Key)] = true
 		}
-		results = results || w.Results
-		committed++
+		r.results = r.results || w.Results
+		r.committed++
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
@@ -131,18 +183,18 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 					add(&m.Workers[i])
 				}
 				if m.Index != nil {
-					referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
+					r.referenced[l.ObjectKey(s.id.query, s.id.stage, m.Index.Key)] = true
 				}
 				if combine.IsCombined(m) {
-					combinedAt = m.SealedAt
+					r.combinedAt = m.SealedAt
 				}
-				results = results || m.Results
-				committed++
+				r.results = r.results || m.Results
+				r.committed++
 			case store.IsNotFound(err):
 			case errors.Is(err, manifest.ErrCorrupt), errors.Is(err, manifest.ErrVersion):
 				// Its workers' own manifests still say what they committed.
-				keepIndex = true
-				v.skipped = append(v.skipped, fmt.Sprintf("%s: %v", s.manifest.Key, err))
+				r.keepIndex = true
+				r.skipped = append(r.skipped, fmt.Sprintf("%s: %v", s.manifest.Key, err))
 			default:
 				return fmt.Errorf("gc: %w", err)
 			}
@@ -159,8 +211,8 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 				add(w)
 			case store.IsNotFound(err):
 			case errors.Is(err, manifest.ErrCorrupt), errors.Is(err, manifest.ErrVersion):
-				unknown[worker] = true
-				v.skipped = append(v.skipped, fmt.Sprintf("%s: %v; data of worker %s left alone", obj.Key, err, worker))
+				r.unknown[worker] = true
+				r.skipped = append(r.skipped, fmt.Sprintf("%s: %v; data of worker %s left alone", obj.Key, err, worker))
 			default:
 				return fmt.Errorf("gc: %w", err)
 			}
@@ -168,65 +220,39 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return v, err
+		return nil, err
 	}
-	slices.Sort(v.skipped)
-	// Of combine plans: once the stage is combined, the keys of every
-	// other plan (tasks of a plan that lost the seal) and, of the
-	// winner's, objects and indexes its manifest does not name (attempts
-	// that lost, or were killed), once old enough. The winner's task
-	// manifests stay: they are its record.
-	var combineOrphans []store.ObjectInfo
-	if !combinedAt.IsZero() {
-		winner := winningPlan(s, referenced)
-		for _, c := range s.combine {
-			stale := !c.obj.LastModified.After(cutoff)
-			switch {
-			case !stale || winner == "":
-			case c.plan != winner:
-				combineOrphans = append(combineOrphans, c.obj)
-			case !referenced[c.obj.Key] && (strings.HasSuffix(c.rest, ".arrows") || strings.HasPrefix(c.rest, "index-")):
-				combineOrphans = append(combineOrphans, c.obj)
-			}
-		}
-	}
-	if !combinedAt.IsZero() && !combinedCutoff.IsZero() && !combinedAt.After(combinedCutoff) {
-		v.orphans = append(firstLevel(s, referenced), combineOrphans...)
-		return v, nil
-	}
+	slices.Sort(r.skipped)
+	return r, nil
+}
 
-	var orphans []store.ObjectInfo
-	var data []dataKey
-	for _, d := range s.data {
-		if referenced[d.obj.Key] {
-			data = append(data, d)
-			continue
-		}
-		if unknown[d.worker] || d.obj.LastModified.After(cutoff) {
-			continue
-		}
-		orphans = append(orphans, d.obj)
+// combineOrphans are, once the stage is combined, the keys of every
+// other combine plan (tasks of a plan that lost the seal) and, of the
+// winner's, objects and indexes its manifest does not name (attempts
+// that lost, or were killed), once old enough. The winner's task
+// manifests stay: they are its record.
+func (r *refs) combineOrphans(s *stageKeys, cutoff time.Time) []store.ObjectInfo {
+	if r.combinedAt.IsZero() {
+		return nil
 	}
-	// An index no stage manifest names is a lost or interrupted seal's
-	// (a seal writes its index before the manifest that names it).
-	var indexes []store.ObjectInfo
-	for _, o := range s.indexes {
+	var out []store.ObjectInfo
+	winner := winningPlan(s, r.referenced)
+	for _, c := range s.combine {
+		stale := !c.obj.LastModified.After(cutoff)
 		switch {
-		case referenced[o.Key]:
-			indexes = append(indexes, o)
-		case !keepIndex && !o.LastModified.After(cutoff):
-			orphans = append(orphans, o)
+		case !stale || winner == "":
+		case c.plan != winner:
+			out = append(out, c.obj)
+		case !r.referenced[c.obj.Key] && (strings.HasSuffix(c.rest, ".arrows") || strings.HasPrefix(c.rest, "index-")):
+			out = append(out, c.obj)
 		}
 	}
-	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	v.orphans = append(orphans, combineOrphans...)
+	return out
+}
 
-	committedAt := s.newest()
-	if !results || committed == 0 || committedAt.After(resultsCutoff) {
-		return v, nil
-	}
-	// An expired results stage goes whole: its referenced data, and its
-	// old-enough orphans with it.
+// expire deletes an expired results stage whole: its manifests, its
+// referenced data and indexes (its old-enough orphans are in v already).
+func expire(v *verdict, s *stageKeys, data []dataKey, indexes []store.ObjectInfo, committedAt time.Time) {
 	x := &Stage{Query: s.id.query, Stage: s.id.stage, Results: true, Sealed: s.manifest != nil, CommittedAt: committedAt}
 	if s.manifest != nil {
 		v.delete[0] = []string{s.manifest.Key}
@@ -255,7 +281,6 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		x.Bytes += o.Size
 	}
 	v.expire = x
-	return v, nil
 }
 
 // firstLevel lists the first level of a combined stage for deletion:
