@@ -883,3 +883,107 @@ func TestCombineRefusals(t *testing.T) {
 		t.Errorf("tasks of a combined stage made %v", d)
 	}
 }
+
+// TestCombineSealAgain: the first level's seal run again after the stage
+// was combined (an engine retrying its seal task) returns the combined
+// level and writes nothing, also once gc has deleted the first level's
+// worker manifests; a seal naming other workers is still ErrSealConflict,
+// and readers keep reading the combined level.
+func TestCombineSealAgain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P = 4, 4
+		writeStage(t, e, "q", W, P, 10, 1000)
+		direct, _ := readEach(t, e, "q", P)
+		cs, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := cs.Seal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mkey := e.c.Layout().StageManifestKey("q", 0)
+		want := getBytes(t, e, mkey)
+
+		sealAgain := func(what string) {
+			t.Helper()
+			before := e.counter.Requests()
+			m, err := e.c.Seal(ctx, "q", 0, W)
+			if err != nil {
+				t.Fatalf("%s: seal again after combining: %v", what, err)
+			}
+			if !combine.IsCombined(m) || m.Index.Key != sealed.Index.Key || len(m.Workers) != 4 || m.Totals.Rows != W*P*10 {
+				t.Errorf("%s: seal again returned index %s, %d workers, %d rows; want the combined level (index %s, 4 tasks, %d rows)",
+					what, m.Index.Key, len(m.Workers), m.Totals.Rows, sealed.Index.Key, W*P*10)
+			}
+			for op, n := range store.Diff(e.counter.Requests(), before) {
+				if op != "GetObject" {
+					t.Errorf("%s: seal again made %d %s, want GETs only", what, n, op)
+				}
+			}
+			if got := getBytes(t, e, mkey); string(got) != string(want) {
+				t.Errorf("%s: the stage manifest changed (%d bytes, was %d)", what, len(got), len(want))
+			}
+		}
+		sealAgain("first level present")
+
+		// Fewer workers, or a worker that committed after the seal, are
+		// not the workers the stage was combined from.
+		if _, err := e.c.Seal(ctx, "q", 0, W-1); !errors.Is(err, manifest.ErrSealConflict) || !strings.Contains(err.Error(), "combined from 4 workers") {
+			t.Errorf("seal of %d workers: %v, want ErrSealConflict naming the 4 workers combined", W-1, err)
+		}
+		late, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Stage: 0, Worker: fmt.Sprint(W), Partitions: P})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := batch(1<<40, 3, 10)
+		err = late.Write(0, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := late.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W+1); !errors.Is(err, manifest.ErrSealConflict) {
+			t.Errorf("seal of %d workers: %v, want ErrSealConflict", W+1, err)
+		}
+
+		// The first level's worker manifests gone (as gc --combined-grace
+		// deletes them): the workers' IDs still match the record.
+		for w := range W {
+			if err := e.st.Delete(ctx, e.c.Layout().WorkerManifestKey("q", 0, fmt.Sprint(w))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sealAgain("worker manifests deleted")
+		if _, err := e.c.Seal(ctx, "q", 0, W-1); !errors.Is(err, manifest.ErrMissingWorkers) {
+			t.Errorf("seal of %d workers without manifests: %v, want ErrMissingWorkers", W-1, err)
+		}
+
+		combined, _ := readEach(t, e, "q", P)
+		for i := range direct {
+			if direct[i] != combined[i] {
+				t.Errorf("partition %d: %d rows %x as written, %d rows %x after sealing again", i, direct[i].Rows, direct[i].Hash[:4], combined[i].Rows, combined[i].Hash[:4])
+			}
+		}
+	})
+}
+
+func getBytes(t *testing.T, e *env, key string) []byte {
+	t.Helper()
+	body, err := e.st.GetRange(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}

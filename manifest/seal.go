@@ -61,7 +61,11 @@ type sealWorker struct {
 // Seal merges the manifests of the given workers into the stage's index
 // and manifest. It fails naming the workers that have not committed.
 // Sealing again with the same committed attempts is a no-op that returns
-// the stage; a stage sealed differently is ErrSealConflict.
+// the stage; a stage sealed differently is ErrSealConflict. So is sealing
+// a stage whose manifest is a second level's (a combined level, package
+// combine) made from these workers and attempts: it returns that level
+// and writes nothing, and it does so by the workers' IDs alone once their
+// manifests are gone (gc deletes a combined stage's first level).
 //
 // At most MaxSealWorkers workers (ErrTooManyWorkers, before any request).
 // It makes one GET per worker for the manifest heads, so a seal of W
@@ -92,6 +96,13 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	slices.SortFunc(ids, compareWorkers)
 	ids = slices.Compact(ids)
 	ws, err := sealHeads(ctx, st, l, query, stage, ids, func(id string) string { return l.WorkerManifestKey(query, stage, id) })
+	if errors.Is(err, ErrMissingWorkers) {
+		// A combined stage's first level may be gone: the combined
+		// level's record of it answers.
+		if old, lerr := LoadStageManifest(ctx, st, l, query, stage); lerr == nil && old.Combines != nil && old.Combines.sameIDs(ids) {
+			return old, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -156,6 +167,12 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 }
 
 func sealedAgain(old, s *Stage) (*Stage, error) {
+	if o := old.Combines; o != nil {
+		if o.sameAttempts(s.Workers) {
+			return old, nil
+		}
+		return nil, fmt.Errorf("%w: seal %s stage %d: the stage is combined from %v, and this seal names %d workers or other attempts", ErrSealConflict, s.Query, s.Stage, o, len(s.Workers))
+	}
 	if sameAttempts(old, s) {
 		return old, nil
 	}
