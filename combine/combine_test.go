@@ -24,6 +24,8 @@ import (
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
@@ -986,4 +988,110 @@ func getBytes(t *testing.T, e *env, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// TestCombineThrottled: combine tasks and the combined seal against a
+// store that answers 503 SlowDown to half of the requests: the client's
+// retries carry every task and the seal to their commit, the combined
+// level reads back the same rows and content, GETs and PUT-class
+// requests both met SlowDowns, and nothing is left over: no unfinished upload,
+// and under the plan's folder only the task manifests, the objects they
+// name and the index the combined manifest names.
+func TestCombineThrottled(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ep := b.Start(t)
+			p, err := faultproxy.StartTLS(ep.URL, faultproxy.Spec{}, ep.ServerTLS(t), ep.Transport(t).TLSClientConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := p.Close(); err != nil {
+					t.Errorf("close fault proxy: %v", err)
+				}
+			})
+			counter := new(store.Counter)
+			o := ep.Options(counter)
+			o.Endpoint = p.URL()
+			raw, err := s3store.New(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := durashuffle.DefaultConfig()
+			cfg.Store.Bucket = ep.Bucket
+			cfg.Write.ChunkSize = 5 * durashuffle.MiB
+			cfg.Write.UploadConcurrency = 4
+			cfg.Store.RetryMaxAttempts = 30 // at 1/2, 30 SlowDowns in a row: about 1e-9
+			cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
+			cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
+			c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
+			t.Cleanup(c.Close)
+			direct, _ := ep.NewStore(t)
+			e := &env{c: c, st: direct, counter: counter}
+			ctx := context.Background()
+
+			// 4 workers x 4 partitions of 1 MiB each: two tasks of 8 MiB,
+			// each a multipart upload of 5 MiB parts.
+			const W, P = 4, 4
+			writeStage(t, e, "q", W, P, 256, 4096)
+			want, _ := readEach(t, e, "q", P)
+
+			if err := p.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 7}); err != nil {
+				t.Fatal(err)
+			}
+			before := p.Stats()
+			cs, err := c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 2, PartBytes: 5 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks, err := cs.RunAll(ctx, 2)
+			if err != nil {
+				t.Fatalf("combine tasks under SlowDown: %v", err)
+			}
+			for _, tk := range tasks {
+				if !tk.Wrote || len(tk.Manifest.Objects) != 1 || tk.Manifest.Objects[0].Parts != 2 {
+					t.Errorf("task %d: wrote %v, objects %+v; want one object of 2 parts written by this run", tk.N, tk.Wrote, tk.Manifest.Objects)
+				}
+			}
+			m, err := cs.Seal(ctx)
+			if err != nil {
+				t.Fatalf("combined seal under SlowDown: %v", err)
+			}
+			after := p.Stats()
+			injected := map[string]int64{}
+			for k, n := range after.Injected {
+				if k.Fault == faultproxy.FaultSlowDown {
+					injected[k.Op] += n - before.Injected[k]
+				}
+			}
+			t.Logf("SlowDown answers by operation: %v", injected)
+			puts := injected["PutObject"] + injected["CreateMultipartUpload"] + injected["UploadPart"] + injected["CompleteMultipartUpload"]
+			if injected["GetObject"] == 0 || puts == 0 {
+				t.Errorf("SlowDown answers %v: none to GETs or none to PUT-class requests, the test proves nothing about them", injected)
+			}
+
+			if err := p.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readEach(t, e, "q", P)
+			for i := range want {
+				if want[i] != got[i] {
+					t.Errorf("partition %d: %d rows %x as written, %d rows %x combined under SlowDown", i, want[i].Rows, want[i].Hash[:4], got[i].Rows, got[i].Hash[:4])
+				}
+			}
+			if ups, err := direct.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+				t.Errorf("unfinished uploads left: %v %v", ups, err)
+			}
+			wantKeys := []string{m.Index.Key}
+			for n, w := range m.Workers {
+				wantKeys = append(wantKeys, combine.TaskManifestName(cs.Plan().ID, n), w.Objects[0].Key)
+			}
+			slices.Sort(wantKeys)
+			gotKeys := planKeys(t, e, cs.Plan().ID)
+			slices.Sort(gotKeys)
+			if fmt.Sprint(gotKeys) != fmt.Sprint(wantKeys) {
+				t.Errorf("the plan's folder holds %v, want %v", gotKeys, wantKeys)
+			}
+		})
+	}
 }
