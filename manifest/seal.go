@@ -64,8 +64,9 @@ type sealWorker struct {
 // the stage; a stage sealed differently is ErrSealConflict. So is sealing
 // a stage whose manifest is a second level's (a combined level, package
 // combine) made from these workers and attempts: it returns that level
-// and writes nothing, and it does so by the workers' IDs alone once their
-// manifests are gone (gc deletes a combined stage's first level).
+// and writes nothing, and it does so by the workers' IDs alone once all
+// their manifests are gone (gc deletes a combined stage's first level),
+// for one GET more.
 //
 // At most MaxSealWorkers workers (ErrTooManyWorkers, before any request).
 // It makes one GET per worker for the manifest heads, so a seal of W
@@ -96,9 +97,11 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	slices.SortFunc(ids, compareWorkers)
 	ids = slices.Compact(ids)
 	ws, err := sealHeads(ctx, st, l, query, stage, ids, func(id string) string { return l.WorkerManifestKey(query, stage, id) })
-	if errors.Is(err, ErrMissingWorkers) {
-		// A combined stage's first level may be gone: the combined
-		// level's record of it answers.
+	if me := (*missingError)(nil); errors.As(err, &me) && me.missing == me.of {
+		// None committed: the stage may be combined and its first level
+		// gone (gc deletes every worker manifest of it), and the combined
+		// level's record of it answers. A seal with some workers
+		// committed costs no GET more than it did.
 		if old, lerr := LoadStageManifest(ctx, st, l, query, stage); lerr == nil && old.Combines != nil && old.Combines.sameIDs(ids) {
 			return old, nil
 		}
@@ -165,6 +168,15 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	s.encoded = len(b)
 	return s, nil
 }
+
+// missingError is ErrMissingWorkers with how many of how many workers
+// have no manifest.
+type missingError struct {
+	error
+	missing, of int
+}
+
+func (e *missingError) Unwrap() error { return e.error }
 
 func sealedAgain(old, s *Stage) (*Stage, error) {
 	if o := old.Combines; o != nil {
@@ -263,7 +275,8 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 		if n := len(missing) - sealListed; n > 0 {
 			named += fmt.Sprintf(" and %d more", n)
 		}
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), named)
+		return nil, &missingError{error: fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), named),
+			missing: len(missing), of: len(ids)}
 	}
 	for _, w := range ws {
 		if w.w.Partitions != ws[0].w.Partitions {
