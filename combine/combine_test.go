@@ -24,6 +24,8 @@ import (
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/s3store"
+	"github.com/durashuffle/durashuffle/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
@@ -881,5 +883,215 @@ func TestCombineRefusals(t *testing.T) {
 	}
 	if d := store.Diff(e.counter.Requests(), before); len(d) != 0 {
 		t.Errorf("tasks of a combined stage made %v", d)
+	}
+}
+
+// TestCombineSealAgain: the first level's seal run again after the stage
+// was combined (an engine retrying its seal task) returns the combined
+// level and writes nothing, also once gc has deleted the first level's
+// worker manifests; a seal naming other workers is still ErrSealConflict,
+// and readers keep reading the combined level.
+func TestCombineSealAgain(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P = 4, 4
+		writeStage(t, e, "q", W, P, 10, 1000)
+		direct, _ := readEach(t, e, "q", P)
+		cs, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := cs.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		sealed, err := cs.Seal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mkey := e.c.Layout().StageManifestKey("q", 0)
+		want := getBytes(t, e, mkey)
+
+		sealAgain := func(what string) {
+			t.Helper()
+			before := e.counter.Requests()
+			m, err := e.c.Seal(ctx, "q", 0, W)
+			if err != nil {
+				t.Fatalf("%s: seal again after combining: %v", what, err)
+			}
+			if !combine.IsCombined(m) || m.Index.Key != sealed.Index.Key || len(m.Workers) != 4 || m.Totals.Rows != W*P*10 {
+				t.Errorf("%s: seal again returned index %s, %d workers, %d rows; want the combined level (index %s, 4 tasks, %d rows)",
+					what, m.Index.Key, len(m.Workers), m.Totals.Rows, sealed.Index.Key, W*P*10)
+			}
+			for op, n := range store.Diff(e.counter.Requests(), before) {
+				if op != "GetObject" {
+					t.Errorf("%s: seal again made %d %s, want GETs only", what, n, op)
+				}
+			}
+			if got := getBytes(t, e, mkey); string(got) != string(want) {
+				t.Errorf("%s: the stage manifest changed (%d bytes, was %d)", what, len(got), len(want))
+			}
+		}
+		sealAgain("first level present")
+
+		// Fewer workers, or a worker that committed after the seal, are
+		// not the workers the stage was combined from.
+		if _, err := e.c.Seal(ctx, "q", 0, W-1); !errors.Is(err, manifest.ErrSealConflict) || !strings.Contains(err.Error(), "combined from 4 workers") {
+			t.Errorf("seal of %d workers: %v, want ErrSealConflict naming the 4 workers combined", W-1, err)
+		}
+		late, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Stage: 0, Worker: fmt.Sprint(W), Partitions: P})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := batch(1<<40, 3, 10)
+		err = late.Write(0, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := late.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W+1); !errors.Is(err, manifest.ErrSealConflict) {
+			t.Errorf("seal of %d workers: %v, want ErrSealConflict", W+1, err)
+		}
+
+		// The first level's worker manifests gone (as gc --combined-grace
+		// deletes them): the workers' IDs still match the record.
+		for w := range W {
+			if err := e.st.Delete(ctx, e.c.Layout().WorkerManifestKey("q", 0, fmt.Sprint(w))); err != nil {
+				t.Fatal(err)
+			}
+		}
+		sealAgain("worker manifests deleted")
+		if _, err := e.c.Seal(ctx, "q", 0, W-1); !errors.Is(err, manifest.ErrMissingWorkers) {
+			t.Errorf("seal of %d workers without manifests: %v, want ErrMissingWorkers", W-1, err)
+		}
+
+		combined, _ := readEach(t, e, "q", P)
+		for i := range direct {
+			if direct[i] != combined[i] {
+				t.Errorf("partition %d: %d rows %x as written, %d rows %x after sealing again", i, direct[i].Rows, direct[i].Hash[:4], combined[i].Rows, combined[i].Hash[:4])
+			}
+		}
+	})
+}
+
+func getBytes(t *testing.T, e *env, key string) []byte {
+	t.Helper()
+	body, err := e.st.GetRange(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestCombineThrottled: combine tasks and the combined seal against a
+// store that answers 503 SlowDown to half of the requests: the client's
+// retries carry every task and the seal to their commit, the combined
+// level reads back the same rows and content, GETs and PUT-class
+// requests both met SlowDowns, and nothing is left over: no unfinished upload,
+// and under the plan's folder only the task manifests, the objects they
+// name and the index the combined manifest names.
+func TestCombineThrottled(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ep := b.Start(t)
+			p, err := faultproxy.StartTLS(ep.URL, faultproxy.Spec{}, ep.ServerTLS(t), ep.Transport(t).TLSClientConfig)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := p.Close(); err != nil {
+					t.Errorf("close fault proxy: %v", err)
+				}
+			})
+			counter := new(store.Counter)
+			o := ep.Options(counter)
+			o.Endpoint = p.URL()
+			raw, err := s3store.New(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := durashuffle.DefaultConfig()
+			cfg.Store.Bucket = ep.Bucket
+			cfg.Write.ChunkSize = 5 * durashuffle.MiB
+			cfg.Write.UploadConcurrency = 4
+			cfg.Store.RetryMaxAttempts = 30 // at 1/2, 30 SlowDowns in a row: about 1e-9
+			cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
+			cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
+			c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
+			t.Cleanup(c.Close)
+			direct, _ := ep.NewStore(t)
+			e := &env{c: c, st: direct, counter: counter}
+			ctx := context.Background()
+
+			// 4 workers x 4 partitions of 1 MiB each: two tasks of 8 MiB,
+			// each a multipart upload of 5 MiB parts.
+			const W, P = 4, 4
+			writeStage(t, e, "q", W, P, 256, 4096)
+			want, _ := readEach(t, e, "q", P)
+
+			if err := p.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 7}); err != nil {
+				t.Fatal(err)
+			}
+			before := p.Stats()
+			cs, err := c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 2, PartBytes: 5 << 20})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tasks, err := cs.RunAll(ctx, 2)
+			if err != nil {
+				t.Fatalf("combine tasks under SlowDown: %v", err)
+			}
+			for _, tk := range tasks {
+				if !tk.Wrote || len(tk.Manifest.Objects) != 1 || tk.Manifest.Objects[0].Parts != 2 {
+					t.Errorf("task %d: wrote %v, objects %+v; want one object of 2 parts written by this run", tk.N, tk.Wrote, tk.Manifest.Objects)
+				}
+			}
+			m, err := cs.Seal(ctx)
+			if err != nil {
+				t.Fatalf("combined seal under SlowDown: %v", err)
+			}
+			after := p.Stats()
+			injected := map[string]int64{}
+			for k, n := range after.Injected {
+				if k.Fault == faultproxy.FaultSlowDown {
+					injected[k.Op] += n - before.Injected[k]
+				}
+			}
+			t.Logf("SlowDown answers by operation: %v", injected)
+			puts := injected["PutObject"] + injected["CreateMultipartUpload"] + injected["UploadPart"] + injected["CompleteMultipartUpload"]
+			if injected["GetObject"] == 0 || puts == 0 {
+				t.Errorf("SlowDown answers %v: none to GETs or none to PUT-class requests, the test proves nothing about them", injected)
+			}
+
+			if err := p.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readEach(t, e, "q", P)
+			for i := range want {
+				if want[i] != got[i] {
+					t.Errorf("partition %d: %d rows %x as written, %d rows %x combined under SlowDown", i, want[i].Rows, want[i].Hash[:4], got[i].Rows, got[i].Hash[:4])
+				}
+			}
+			if ups, err := direct.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+				t.Errorf("unfinished uploads left: %v %v", ups, err)
+			}
+			wantKeys := []string{m.Index.Key}
+			for n, w := range m.Workers {
+				wantKeys = append(wantKeys, combine.TaskManifestName(cs.Plan().ID, n), w.Objects[0].Key)
+			}
+			slices.Sort(wantKeys)
+			gotKeys := planKeys(t, e, cs.Plan().ID)
+			slices.Sort(gotKeys)
+			if fmt.Sprint(gotKeys) != fmt.Sprint(wantKeys) {
+				t.Errorf("the plan's folder holds %v, want %v", gotKeys, wantKeys)
+			}
+		})
 	}
 }

@@ -93,6 +93,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 			manifest.ErrCorrupt, what, c.Totals.Rows, c.Totals.Frames, c.Totals.BytesStored, s.level1.Totals.Rows, s.level1.Totals.Frames, s.level1.Totals.BytesStored)
 	}
 	c.SealedAt = time.Now().UTC()
+	c.Combines = manifest.OriginOf(s.level1)
 	b, err := c.Encode()
 	if err != nil {
 		s.deleteIndex(ctx, indexKey)

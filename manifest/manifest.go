@@ -126,6 +126,10 @@ type Stage struct {
 	Totals        Totals    `json:"totals"`
 	SealedAt      time.Time `json:"sealed_at"`
 	Index         *Index    `json:"index,omitempty"`
+	// Combines, in the manifest of a second level of the stage (a
+	// combined level, package combine), names the level it was made
+	// from; absent in a first level. Readers ignore it.
+	Combines *Origin `json:"combines,omitempty"`
 	// Sealed is false for a stage assembled from worker manifests because
 	// no stage manifest exists yet. Not stored.
 	Sealed bool `json:"-"`

@@ -61,7 +61,12 @@ type sealWorker struct {
 // Seal merges the manifests of the given workers into the stage's index
 // and manifest. It fails naming the workers that have not committed.
 // Sealing again with the same committed attempts is a no-op that returns
-// the stage; a stage sealed differently is ErrSealConflict.
+// the stage; a stage sealed differently is ErrSealConflict. So is sealing
+// a stage whose manifest is a second level's (a combined level, package
+// combine) made from these workers and attempts: it returns that level
+// and writes nothing, and it does so by the workers' IDs alone once all
+// their manifests are gone (gc deletes a combined stage's first level),
+// for one GET more.
 //
 // At most MaxSealWorkers workers (ErrTooManyWorkers, before any request).
 // It makes one GET per worker for the manifest heads, so a seal of W
@@ -92,6 +97,15 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	slices.SortFunc(ids, compareWorkers)
 	ids = slices.Compact(ids)
 	ws, err := sealHeads(ctx, st, l, query, stage, ids, func(id string) string { return l.WorkerManifestKey(query, stage, id) })
+	if me := (*missingError)(nil); errors.As(err, &me) && me.missing == me.of {
+		// None committed: the stage may be combined and its first level
+		// gone (gc deletes every worker manifest of it), and the combined
+		// level's record of it answers. A seal with some workers
+		// committed costs no GET more than it did.
+		if old, lerr := LoadStageManifest(ctx, st, l, query, stage); lerr == nil && old.Combines != nil && old.Combines.sameIDs(ids) {
+			return old, nil
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +169,22 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	return s, nil
 }
 
+// missingError is ErrMissingWorkers with how many of how many workers
+// have no manifest.
+type missingError struct {
+	error
+	missing, of int
+}
+
+func (e *missingError) Unwrap() error { return e.error }
+
 func sealedAgain(old, s *Stage) (*Stage, error) {
+	if o := old.Combines; o != nil {
+		if o.sameAttempts(s.Workers) {
+			return old, nil
+		}
+		return nil, fmt.Errorf("%w: seal %s stage %d: the stage is combined from %v, and this seal names %d workers or other attempts", ErrSealConflict, s.Query, s.Stage, o, len(s.Workers))
+	}
 	if sameAttempts(old, s) {
 		return old, nil
 	}
@@ -246,7 +275,8 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 		if n := len(missing) - sealListed; n > 0 {
 			named += fmt.Sprintf(" and %d more", n)
 		}
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), named)
+		return nil, &missingError{error: fmt.Errorf("%w: seal %s stage %d: %d of %d workers have no manifest: %s", ErrMissingWorkers, query, stage, len(missing), len(ids), named),
+			missing: len(missing), of: len(ids)}
 	}
 	for _, w := range ws {
 		if w.w.Partitions != ws[0].w.Partitions {

@@ -96,6 +96,17 @@ func TestCombineAction(t *testing.T) {
 			if err != nil || !slices.Equal(got, want) {
 				t.Fatalf("read after combining: %d rows (want %d, the same in order): %v", len(got), len(want), err)
 			}
+			// The seal action run again (an engine retrying its seal
+			// task) answers with the combined stage: its 6 tasks, the
+			// same rows, and the stage still reads the same.
+			again, err := e.sc.Seal(ctx, "cq", 0, 3)
+			if err != nil || !again.Sealed || again.Workers != 6 || again.Rows != 600 {
+				t.Fatalf("seal again after combining: %+v %v", again, err)
+			}
+			_, got, err = doGet(ctx, e.fc, flightclient.Ticket{Query: "cq", Stage: 0})
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("read after sealing again: %d rows (want %d, the same in order): %v", len(got), len(want), err)
+			}
 		})
 	}
 }

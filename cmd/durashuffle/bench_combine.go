@@ -4,11 +4,15 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
+	"io"
 	"math/rand/v2"
+	"net/http"
 	"strconv"
 	"strings"
-	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -34,16 +38,26 @@ type combineBench struct {
 	StoredBytes int64              `json:"stored_bytes"`
 	Groups      int                `json:"groups"`
 	Buckets     int                `json:"buckets"`
+	Write       combineBenchStep   `json:"write"` // the writers and the seal
 	Direct      combineBenchStep   `json:"direct"`
 	Combine     combineBenchStep   `json:"combine"`
 	Combined    combineBenchStep   `json:"combined"`
 	Predicted   combine.Prediction `json:"predicted"`
+	// Rows is what the readers read, and Identical says whether every
+	// partition read back the same rows with the same content hash
+	// (SHA-256 of every value, in order) from both levels.
+	Rows      int64 `json:"rows"`
+	Identical bool  `json:"identical"`
 }
 
 type combineBenchStep struct {
 	Seconds float64 `json:"seconds"`
 	GETs    int64   `json:"gets"`
 	PUTs    int64   `json:"puts"` // PUT-class: PutObject, multipart calls, LIST
+	// BytesIn and BytesOut are the bytes the HTTP client received and
+	// sent (bodies), over the link.
+	BytesIn  int64 `json:"bytes_in"`
+	BytesOut int64 `json:"bytes_out"`
 }
 
 var combineBenchSchema = arrow.NewSchema([]arrow.Field{
@@ -67,7 +81,11 @@ random rows) to the embedded S3 server behind the shaped link (--latency,
 --conn-bandwidth), reads it with P readers of one partition each
 (--combine-readers at once), combines it (durashuffle combine, --groups and
 --buckets or the plan's sizes) and reads it again. It reports the GETs,
-PUTs and seconds of each step beside the plan's predictions.`,
+PUTs, bytes and seconds of each step beside the plan's predictions, and
+checks that every partition reads back the same rows and content hash
+from both levels. With --endpoint (and --bucket, --path-style,
+--region; credentials from the environment) it runs against that store
+instead, behind the same link, under a fresh query ID.`,
 		Example: `  durashuffle bench combine --combine-shapes 16x16,64x64 --stored 64MiB --latency 20ms`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -83,7 +101,11 @@ PUTs and seconds of each step beside the plan's predictions.`,
 				if stored <= 0 {
 					stored = 64 << 20
 				}
-				r, err := runCombineBench(cmd.Context(), o, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets})
+				cfg, err := a.config()
+				if err != nil {
+					return err
+				}
+				r, err := runCombineBench(cmd.Context(), o, cfg, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets})
 				if err != nil {
 					return err
 				}
@@ -107,37 +129,62 @@ PUTs and seconds of each step beside the plan's predictions.`,
 	return cmd
 }
 
-func runCombineBench(ctx context.Context, o *benchOptions, W, P int, stored int64, readers, parallel int, co combine.Options) (combineBench, error) {
+func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Config, W, P int, stored int64, readers, parallel int, co combine.Options) (combineBench, error) {
 	res := combineBench{Shape: fmt.Sprintf("%dx%d", W, P), Writers: W, Partitions: P}
-	srv, err := embedded.Start("", "bench")
-	if err != nil {
-		return res, err
+	cfg := durashuffle.DefaultConfig()
+	var opts []durashuffle.Option
+	query := "bench"
+	if base.Store.Endpoint != "" {
+		cfg.Store = base.Store
+		query = fmt.Sprintf("bench-combine-%016x", rand.Uint64())
+	} else {
+		srv, err := embedded.Start("", "bench")
+		if err != nil {
+			return res, err
+		}
+		defer srv.Close()
+		cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "bench", srv.Endpoint(), true
+		opts = append(opts, durashuffle.WithCredentials(srv.Credentials()))
 	}
-	defer srv.Close()
-	link, err := bench.StartLink(srv.Endpoint(), o.latency, int64(o.connBandwidth))
+	link, err := bench.StartLink(cfg.Store.Endpoint, o.latency, int64(o.connBandwidth))
 	if err != nil {
 		return res, err
 	}
 	defer link.Close()
 	hc, tr := bench.HTTPClient(link.Addr, 64, nil)
 	defer tr.CloseIdleConnections()
-	cfg := durashuffle.DefaultConfig()
-	cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "bench", srv.Endpoint(), true
+	bytes := &byteCounter{next: hc.Transport}
+	hc.Transport = bytes
 	counter := new(store.Counter)
-	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithCredentials(srv.Credentials()), durashuffle.WithHTTPClient(hc), durashuffle.WithCounter(counter))
+	opts = append(opts, durashuffle.WithHTTPClient(hc), durashuffle.WithCounter(counter))
+	c, err := durashuffle.Open(ctx, cfg, opts...)
 	if err != nil {
 		return res, err
 	}
 	defer c.Close()
+	if base.Store.Endpoint != "" {
+		if err := c.CreateBucket(ctx); err != nil {
+			return res, err
+		}
+	}
+	step := func(before map[string]int64, in, out int64, start time.Time) combineBenchStep {
+		s := combineBenchCount(store.Diff(counter.Requests(), before), time.Since(start))
+		s.BytesIn, s.BytesOut = bytes.in.Load()-in, bytes.out.Load()-out
+		return s
+	}
+	mark := func() (map[string]int64, int64, int64, time.Time) {
+		return counter.Requests(), bytes.in.Load(), bytes.out.Load(), time.Now()
+	}
 
 	// The stage: every writer writes rows of 1 KiB of random bytes into
 	// every partition, stored/(W x P) bytes each.
 	rows := max(1, int(stored/int64(W*P)/1024))
+	b0, i0, o0, t0 := mark()
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for w := range W {
 		g.Go(func() error {
-			wr, err := c.NewWriter(gctx, durashuffle.WriterOptions{Query: "bench", Stage: 0, Worker: strconv.Itoa(w), Partitions: P})
+			wr, err := c.NewWriter(gctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: strconv.Itoa(w), Partitions: P})
 			if err != nil {
 				return err
 			}
@@ -156,17 +203,21 @@ func runCombineBench(ctx context.Context, o *benchOptions, W, P int, stored int6
 	if err := g.Wait(); err != nil {
 		return res, err
 	}
-	m, err := c.Seal(ctx, "bench", 0, W)
+	m, err := c.Seal(ctx, query, 0, W)
 	if err != nil {
 		return res, err
 	}
+	res.Write = step(b0, i0, o0, t0)
 	res.StoredBytes = m.Totals.BytesStored
 
-	if res.Direct, err = combineBenchRead(ctx, c, counter, P, readers); err != nil {
+	b0, i0, o0, t0 = mark()
+	direct, err := combineBenchRead(ctx, c, query, P, readers)
+	if err != nil {
 		return res, err
 	}
-	before, start := counter.Requests(), time.Now()
-	cs, err := c.Combine(ctx, "bench", 0, co)
+	res.Direct = step(b0, i0, o0, t0)
+	b0, i0, o0, t0 = mark()
+	cs, err := c.Combine(ctx, query, 0, co)
 	if err != nil {
 		return res, err
 	}
@@ -176,26 +227,72 @@ func runCombineBench(ctx context.Context, o *benchOptions, W, P int, stored int6
 	if _, err := cs.Seal(ctx); err != nil {
 		return res, err
 	}
-	res.Combine = combineBenchCount(store.Diff(counter.Requests(), before), time.Since(start))
+	res.Combine = step(b0, i0, o0, t0)
 	p := cs.Plan()
 	res.Groups, res.Buckets, res.Predicted = len(p.Groups), len(p.Buckets), p.Predict
-	if res.Combined, err = combineBenchRead(ctx, c, counter, P, readers); err != nil {
+	b0, i0, o0, t0 = mark()
+	combined, err := combineBenchRead(ctx, c, query, P, readers)
+	if err != nil {
 		return res, err
+	}
+	res.Combined = step(b0, i0, o0, t0)
+	res.Identical = true
+	for q := range P {
+		res.Rows += direct[q].rows
+		if direct[q] != combined[q] {
+			res.Identical = false
+		}
+	}
+	if res.Rows != int64(W*P*rows) {
+		res.Identical = false
 	}
 	return res, nil
 }
 
+// partitionRead is what a reader of one partition read: its rows and a
+// SHA-256 of every value, in order.
+type partitionRead struct {
+	rows int64
+	hash [32]byte
+}
+
+// byteCounter counts the bytes of request and response bodies.
+type byteCounter struct {
+	next    http.RoundTripper
+	in, out atomic.Int64
+}
+
+func (b *byteCounter) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.ContentLength > 0 {
+		b.out.Add(r.ContentLength)
+	}
+	resp, err := b.next.RoundTrip(r)
+	if err == nil && resp.Body != nil {
+		resp.Body = &countedBody{ReadCloser: resp.Body, n: &b.in}
+	}
+	return resp, err
+}
+
+type countedBody struct {
+	io.ReadCloser
+	n *atomic.Int64
+}
+
+func (c *countedBody) Read(p []byte) (int, error) {
+	n, err := c.ReadCloser.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
 // combineBenchRead runs P readers, readers at a time, each opening the
-// stage and reading one partition whole.
-func combineBenchRead(ctx context.Context, c *durashuffle.Client, counter *store.Counter, P, readers int) (combineBenchStep, error) {
-	before, start := counter.Requests(), time.Now()
+// stage and reading one partition whole; it returns what each read.
+func combineBenchRead(ctx context.Context, c *durashuffle.Client, query string, P, readers int) ([]partitionRead, error) {
+	out := make([]partitionRead, P)
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(max(1, readers))
-	var mu sync.Mutex
-	var rows int64
 	for p := range P {
 		g.Go(func() error {
-			s, err := c.OpenStage(gctx, "bench", 0)
+			s, err := c.OpenStage(gctx, query, 0)
 			if err != nil {
 				return err
 			}
@@ -204,20 +301,27 @@ func combineBenchRead(ctx context.Context, c *durashuffle.Client, counter *store
 				return err
 			}
 			defer recs.Close()
+			h := sha256.New()
 			var n int64
 			for recs.Next() {
-				n += recs.RecordBatch().NumRows()
+				rec := recs.RecordBatch()
+				ids := rec.Column(0).(*array.Int64)
+				blobs := rec.Column(1).(*array.Binary)
+				for i := range int(rec.NumRows()) {
+					h.Write(binary.LittleEndian.AppendUint64(nil, uint64(ids.Value(i))))
+					h.Write(blobs.Value(i))
+				}
+				n += rec.NumRows()
 			}
-			mu.Lock()
-			rows += n
-			mu.Unlock()
+			out[p].rows = n
+			copy(out[p].hash[:], h.Sum(nil))
 			return recs.Err()
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return combineBenchStep{}, err
+		return nil, err
 	}
-	return combineBenchCount(store.Diff(counter.Requests(), before), time.Since(start)), nil
+	return out, nil
 }
 
 func combineBenchCount(d map[string]int64, took time.Duration) combineBenchStep {
@@ -242,8 +346,9 @@ func combineBenchBatch(lo int64, n int) arrow.RecordBatch {
 
 func printCombineBench(a *app, r combineBench) {
 	pr := r.Predicted
-	fmt.Fprintf(a.stdout, "%s (%s stored), %d groups x %d buckets:\n", r.Shape, mib(r.StoredBytes), r.Groups, r.Buckets)
-	fmt.Fprintf(a.stdout, "  read as written  %7d GETs (predicted %7d)            %7.2f s\n", r.Direct.GETs, pr.Direct.GET, r.Direct.Seconds)
-	fmt.Fprintf(a.stdout, "  combine          %7d GETs (predicted %7d), %5d PUTs (predicted %5d)  %7.2f s\n", r.Combine.GETs, pr.Combine.GET, r.Combine.PUTs, pr.Combine.PUT, r.Combine.Seconds)
-	fmt.Fprintf(a.stdout, "  read combined    %7d GETs (predicted %7d)            %7.2f s\n", r.Combined.GETs, pr.Combined.GET, r.Combined.Seconds)
+	fmt.Fprintf(a.stdout, "%s (%s stored), %d groups x %d buckets, %d rows, identical %v:\n", r.Shape, mib(r.StoredBytes), r.Groups, r.Buckets, r.Rows, r.Identical)
+	fmt.Fprintf(a.stdout, "  write + seal     %7d GETs                      %5d PUTs                    %7.2f s  in %s out %s\n", r.Write.GETs, r.Write.PUTs, r.Write.Seconds, mib(r.Write.BytesIn), mib(r.Write.BytesOut))
+	fmt.Fprintf(a.stdout, "  read as written  %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Direct.GETs, pr.Direct.GET, r.Direct.Seconds, mib(r.Direct.BytesIn), mib(r.Direct.BytesOut))
+	fmt.Fprintf(a.stdout, "  combine          %7d GETs (predicted %7d), %5d PUTs (predicted %5d)  %7.2f s  in %s out %s\n", r.Combine.GETs, pr.Combine.GET, r.Combine.PUTs, pr.Combine.PUT, r.Combine.Seconds, mib(r.Combine.BytesIn), mib(r.Combine.BytesOut))
+	fmt.Fprintf(a.stdout, "  read combined    %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Combined.GETs, pr.Combined.GET, r.Combined.Seconds, mib(r.Combined.BytesIn), mib(r.Combined.BytesOut))
 }

@@ -85,6 +85,16 @@ func TestCombineCLI(t *testing.T) {
 			if len(info.Workers) != 6 || info.Workers[0].Worker != "c0" {
 				t.Errorf("inspect after combining: %+v", info.Workers)
 			}
+			// The first level's seal run again (an engine retrying it)
+			// answers with the combined stage and writes nothing; other
+			// workers are refused.
+			resealed := tg.run(t, nil, "seal", "-q", "q", "--workers", "4").must(t).stdout
+			if !strings.Contains(resealed, "sealed q stage 0, combined from 4 workers: 6 tasks, 6 partitions, 4000 rows") {
+				t.Errorf("seal again after combining:\n%s", resealed)
+			}
+			if r := tg.run(t, nil, "seal", "-q", "q", "--workers", "3"); r.code == 0 || !strings.Contains(r.stderr, "combined from 4 workers") {
+				t.Errorf("seal of 3 workers after combining: exit %d\n%s", r.code, r.stderr)
+			}
 			// gc with a grace for the first level removes the writers'
 			// objects and manifests; the stage reads on, combined.
 			var rep gc.Report
@@ -95,6 +105,13 @@ func TestCombineCLI(t *testing.T) {
 			}
 			if got := tg.run(t, nil, "read", "-q", "q", "--partitions", "0-5", "--format", "jsonl").must(t).stdout; got != before {
 				t.Errorf("read after gc of the first level differs: %d bytes, %d before", len(got), len(before))
+			}
+			// With the worker manifests gone, the workers' IDs still match.
+			if got := tg.run(t, nil, "seal", "-q", "q", "--workers", "4").must(t).stdout; got != resealed {
+				t.Errorf("seal again after gc of the first level:\n%s\nwas:\n%s", got, resealed)
+			}
+			if got := tg.run(t, nil, "read", "-q", "q", "--partitions", "0-5", "--format", "jsonl").must(t).stdout; got != before {
+				t.Errorf("read after sealing again differs: %d bytes, %d before", len(got), len(before))
 			}
 			// Combining a combined stage changes nothing.
 			out := tg.run(t, nil, "combine", "-q", "q").must(t).stdout

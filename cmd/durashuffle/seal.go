@@ -21,6 +21,9 @@ type sealSummary struct {
 	Key          string           `json:"key"`
 	Seconds      float64          `json:"seconds"`
 	Requests     map[string]int64 `json:"requests"`
+	// CombinedFrom is the first level's worker count when the stage was
+	// already combined (Workers then counts the combine tasks).
+	CombinedFrom int `json:"combined_from,omitempty"`
 }
 
 func (a *app) sealCommand() *cobra.Command {
@@ -62,8 +65,16 @@ again with the same committed attempts succeeds and changes nothing.`,
 				Seconds:  round(time.Since(start).Seconds()),
 				Requests: c.Counter().Requests(),
 			}
+			if s.Combines != nil {
+				out.CombinedFrom = s.Combines.Workers
+			}
 			if asJSON {
 				return printJSON(a.stdout, out)
+			}
+			if s.Combines != nil {
+				fmt.Fprintf(a.stdout, "sealed %s stage %d, combined from %d workers: %d tasks, %d partitions, %d rows, %s stored in %d objects (%s)\n",
+					out.Query, out.Stage, out.CombinedFrom, out.Workers, out.Partitions, out.Rows, mib(out.BytesStored), out.Objects, out.Key)
+				return nil
 			}
 			fmt.Fprintf(a.stdout, "sealed %s stage %d: %d workers, %d partitions, %d rows, %s stored in %d objects (%s)\n",
 				out.Query, out.Stage, out.Workers, out.Partitions, out.Rows, mib(out.BytesStored), out.Objects, out.Key)
