@@ -16,68 +16,104 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// Sentinel errors.
+// The errors a Writer returns wrap one of these; test with errors.Is.
 var (
+	// ErrPartition: Write was given a partition outside [0,
+	// Options.Partitions). Nothing of the batch was taken.
 	ErrPartition = errors.New("partition out of range")
-	ErrSchema    = errors.New("schema differs from the writer's schema")
+	// ErrSchema: Write was given a batch whose schema differs from the
+	// writer's (Options.Schema, or the first batch's). Nothing of it was
+	// taken; the writer keeps what it had.
+	ErrSchema = errors.New("schema differs from the writer's schema")
 	// ErrBatch: a batch failed validation (ValidateBatch); none of it
 	// was taken.
-	ErrBatch  = errors.New("invalid record batch")
+	ErrBatch = errors.New("invalid record batch")
+	// ErrClosed: Write or Close after Close or Abort.
 	ErrClosed = errors.New("writer is closed")
-	// ErrBudget: the options cannot fit the coalesce budget.
+	// ErrBudget: the options cannot fit the coalesce budget (New), or
+	// the writer's frame index left too little of it for rows (the
+	// writer fails with it).
 	ErrBudget = errors.New("coalesce budget too small")
 )
 
-// Sink receives the object byte stream as chunks. Implementations must be
-// safe for use from the chunker's single appending goroutine.
+// Sink receives the object byte stream as chunks. A Writer calls its
+// methods from one goroutine at a time, never concurrently: its
+// appending goroutine while it runs, then the goroutine in Close or
+// Abort.
 type Sink interface {
 	// Acquire returns an empty buffer with capacity of the chunk size,
-	// blocking while the memory budget is spent.
+	// blocking while the memory budget is spent; it returns ctx's error
+	// once ctx ends.
 	Acquire(ctx context.Context) ([]byte, error)
-	// Release returns a buffer that will not be emitted.
+	// Release returns a buffer from Acquire that will not be emitted.
 	Release(buf []byte)
-	// Emit hands over chunk number part (1-based) of object obj (0-based);
-	// last marks the object's final chunk. Ownership of buf passes.
+	// Emit hands over chunk number part (1-based) of object obj
+	// (0-based); last marks the object's final chunk. Chunks come in
+	// order: an object's parts 1, 2, ..., the next object only after
+	// its predecessor's last chunk. Every chunk but an object's last
+	// holds exactly the chunk size. Ownership of buf passes, whether or
+	// not Emit returns an error; an error fails the writer.
 	Emit(obj int, part int32, buf []byte, last bool) error
 }
 
 // StreamSink is a Sink whose chunks may start uploading while they fill.
 // When Streaming reports true, every chunk is announced with Begin when
 // its buffer comes from Acquire, each append to it with Grow, and it ends
-// with Emit as usual (or Release, if the writer gives up).
+// with Emit as usual (or Release, if the writer gives up). Begin, Grow
+// and Emit come from the Sink's one goroutine at a time; Prepare comes
+// from a goroutine in Write, and may run concurrently with them.
 type StreamSink interface {
 	Sink
-	// Streaming reports whether the sink wants Begin and Grow.
+	// Streaming reports whether the sink wants Begin and Grow. New asks
+	// once.
 	Streaming() bool
 	// Begin says buf (from Acquire, empty) starts filling as chunk part
-	// (1-based) of object obj.
+	// (1-based) of object obj. On error the sink keeps buf.
 	Begin(obj int, part int32, buf []byte) error
 	// Grow says the chunk begun last now holds n bytes.
 	Grow(n int)
 	// Prepare says object obj will take more than one small put: the
-	// writer has taken in PrepareAfter chunks' worth of input. The sink
-	// may create its multipart upload now, so that its first chunk can
-	// start uploading at its first byte.
+	// writer has taken in two chunk sizes of input (logical bytes; with
+	// LZ4 on typical rows about one chunk of output, so an output that
+	// stays one PutObject is rarely prepared). The sink may create its
+	// multipart upload now, so that its first chunk can start uploading
+	// at its first byte. Called at most once per writer.
 	Prepare(obj int)
 }
 
-// PrepareAfter is how many chunk sizes of input (logical bytes) a
-// streaming writer takes in before it calls StreamSink.Prepare: with LZ4
-// on typical rows that is about one chunk of output, so an output that
-// stays one PutObject is rarely prepared.
-const PrepareAfter = 2
+// prepareAfter is how many chunk sizes of input (logical bytes) a
+// streaming writer takes in before it calls StreamSink.Prepare.
+const prepareAfter = 2
 
-// Options configure a Writer.
+// Options configure a Writer. New settles the zero values of the fields
+// that have a default.
 type Options struct {
-	Schema           *arrow.Schema // nil: the first record's schema
-	Partitions       int
+	// Schema of every batch; nil: the first batch's.
+	Schema *arrow.Schema
+	// Partitions is the number of output partitions, at least 1.
+	Partitions int
+	// FrameTargetBytes is a frame's target size in logical (uncompressed
+	// Arrow) bytes; 0: 1 MiB.
 	FrameTargetBytes int64
-	CoalesceBudget   int64
-	Encoders         int
-	Compression      string
-	ChunkSize        int64
-	MaxObjectSize    int64 // 0: only the part limit
-	Mem              memory.Allocator
+	// CoalesceBudget bounds the bytes the writer holds: rows buffered,
+	// frames flushed and not yet appended, its frame index and
+	// per-partition state (a sorted writer's kept frames, until they
+	// spill). Write blocks while it is spent. At least FrameTargetBytes.
+	CoalesceBudget int64
+	// Encoders is the number of goroutines encoding frames; 0: 1.
+	Encoders int
+	// Compression is each frame's codec (frame.LZ4, frame.Zstd,
+	// frame.None, or frame.Auto: chosen per frame by the upload rate);
+	// "": none.
+	Compression string
+	// ChunkSize is the size of every chunk but an object's last, at
+	// least 1.
+	ChunkSize int64
+	// MaxObjectSize bounds an object's bytes: a frame that would pass it
+	// starts the next object. 0: only store.MaxParts chunks.
+	MaxObjectSize int64
+	// Mem allocates the buffers of encoding; nil: memory.DefaultAllocator.
+	Mem memory.Allocator
 	// Spill, when set, makes the writer sorted: one partition-sorted run
 	// per object, its runs kept in memory or spilled here until Close
 	// (sorted.go). Nil: each run goes to the object as it flushes, and
@@ -114,16 +150,35 @@ func (o Options) settle() (Options, error) {
 	return o, nil
 }
 
+// maxObject is the most bytes an object of o may take.
+func (o Options) maxObject() int64 {
+	limit := o.ChunkSize * store.MaxParts
+	if o.MaxObjectSize > 0 && o.MaxObjectSize < limit {
+		limit = o.MaxObjectSize
+	}
+	return limit
+}
+
 // Result is what a closed Writer produced, in the manifest's own terms:
 // its frames and objects are those of the worker manifest, less what the
-// chunker cannot know (an object's key, a frame's worker index).
+// chunker cannot know (an object's key, a frame's worker index). It is
+// the caller's: the writer keeps no reference to it.
 type Result struct {
-	Schema  *arrow.Schema
-	Frames  []entry.Frame  // in stream order
-	Objects []entry.Object // Size, CRC32C, Parts: chunks emitted (the uploader may cut otherwise); Key is the writer's
-	Rows    int64
-	Bytes   int64 // uncompressed Arrow bytes
-	Runs    int   // sorted runs flushed (the last at Close)
+	// Schema is the writer's schema: Options.Schema, or the first
+	// batch's; nil if neither was ever given.
+	Schema *arrow.Schema
+	// Frames index every frame in stream order: by object, then offset.
+	Frames []entry.Frame
+	// Objects are the objects emitted, in order: Size, CRC32C, and Parts
+	// as the chunks emitted (the uploader may cut otherwise); Key is the
+	// caller's to fill in.
+	Objects []entry.Object
+	// Rows and Bytes (uncompressed Arrow bytes) are those of every
+	// frame.
+	Rows  int64
+	Bytes int64
+	// Runs is the sorted runs flushed, the last at Close.
+	Runs int
 	// Spilled is the bytes a sorted writer wrote to its spill (0: its
 	// runs fit in memory, or the writer is not sorted). A sorted
 	// writer's object holds one run however many it flushed.
@@ -134,7 +189,9 @@ type Result struct {
 }
 
 // Writer is the chunker for one worker attempt. Write is safe for many
-// goroutines at once; Close and Abort are called once, after the last Write.
+// goroutines at once; Close or Abort is called after the last Write
+// returned, and either ends the writer (a second call returns ErrClosed
+// or does nothing). Fail and OnFail are safe at any time.
 //
 // Rows are buffered per partition until the buffers fill coalesce_budget;
 // then every partition's rows are flushed at once, in partition order, as
@@ -147,133 +204,105 @@ type Result struct {
 // dense batch for every partition, so that many partitions of a few rows
 // each cost their rows, not a retained batch per write; batches of a
 // quarter frame or more are retained as they are.
+//
+// A Writer is four parts, each owning its state: the coalescer (the rows
+// Write buffers, coalesce.go), guarded with the budget (budget.go) by the
+// budget's lock; the job queue the coalescer flushes frames to
+// (encode.go), with a lock of its own; the encoders, one goroutine and one
+// encoder value each; and the appender (append.go), one goroutine that
+// alone holds the object's byte stream, its index and a sorted writer's
+// kept frames (sorted.go), and hands them to Close or Abort when it ends.
 type Writer struct {
-	opt    Options
-	sink   Sink
-	stream StreamSink // the sink, when it streams chunks as they fill
-	auto   *autoCodec // compression auto: picks each frame's codec
-	codec  string     // otherwise every frame's codec, but a raw one's
+	opt    Options // settled; read-only
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	stream StreamSink // the sink when it streams chunks, for Prepare
 
-	mu       sync.Mutex
-	room     *sync.Cond // pending fell or the writer failed
-	work     *sync.Cond // a job was queued or the queue closed
-	schema   *arrow.Schema
-	parts    []pbuf
-	arena    *frame.Arena // the run's arena; nil when the schema's types are not copied
-	buffered int64        // bytes held by the partitions' buffers and the arena
-	pending  int64        // bytes held by flushed frames not yet appended
-	fixed    int64        // per-partition state and index entries
-	seq      int64        // frames flushed to the encoders so far
-	// unflushed is the frames buffered in the partitions, not yet
-	// flushed.
-	unflushed int64
-	// indexCap is the frame index's capacity, counted in fixed: Write
-	// reserves it before it flushes the frames it is for, and the
-	// appender grows frames (a sorted writer's kept frames) to it.
-	indexCap int64
-	runs     int
-	closed   bool
-	taken    int64 // logical bytes written so far
-	prepared bool  // StreamSink.Prepare was called
-	queue    []encodeJob
-	qclosed  bool
+	b  *budget    // the bytes counted against coalesce_budget; its lock guards co too
+	co *coalescer // Write's, under b.mu
+	q  *jobQueue  // the flushed frames, to the encoders
 
-	results chan encoded
-	encWG   sync.WaitGroup
-	appDone chan struct{}
-
-	// appender state, owned by the appender goroutine
-	cur     []byte
-	obj     int
-	part    int32
-	objOff  int64
-	objCRC  uint32
-	objects []entry.Object
-	frames  []entry.Frame
-
-	// A sorted writer's (sorted.go). kept and spilled are the
-	// appender's until Close queues the output; the rest are under mu.
-	sorted     bool
-	spillFile  *spill.File
-	kept       []keptFrame
-	spilled    int64
-	spilling   bool  // a run flushed before Close: kept frames go to disk
-	keptMem    int64 // bytes of kept frames in memory, in the budget
-	keptInMem  int   // kept frames in memory (the appender's own count)
-	outputting bool  // the output frames are queued
-	inflight   int   // jobs queued and not yet through the appender
-	outNext    int64 // the next seq the appender takes
-	rows       int64
-	bytes      int64
-	codecs     map[string]int // frames per codec (from their headers)
+	// done carries the appender's state once its goroutine has ended:
+	// received once, by Close or Abort, which then own it.
+	done chan *appender
 }
 
 // New starts a Writer emitting chunks to sink. ctx cancels it. It fails
 // when the partitions' fixed state alone would take more than half of
-// the coalesce budget.
+// the coalesce budget. The writer's goroutines run until Close or Abort.
 func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 	opt, err := opt.settle()
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	w := &Writer{
-		opt:     opt,
-		sink:    sink,
-		ctx:     cctx,
-		cancel:  cancel,
-		parts:   make([]pbuf, opt.Partitions),
-		fixed:   int64(opt.Partitions) * pbufSize,
-		results: make(chan encoded, opt.Encoders),
-		appDone: make(chan struct{}),
-	}
+	var stream StreamSink
 	// An object that cannot have a second part (max_object_size at most
 	// a chunk) is never streamed: it stays one PutObject.
-	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && w.maxObject() > opt.ChunkSize {
-		w.stream = ss
+	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && opt.maxObject() > opt.ChunkSize {
+		stream = ss
 	}
+	var auto *autoCodec
+	codec := opt.Compression // every frame's codec, but a raw one's; "" with auto
 	switch opt.Compression {
 	case frame.Auto:
-		w.auto = newAutoCodec(opt.Encoders)
+		auto, codec = newAutoCodec(opt.Encoders), ""
 	case "":
-		w.codec = frame.None
-	default:
-		w.codec = opt.Compression
+		codec = frame.None
 	}
-	if opt.Spill != nil {
-		w.sorted = true
-		w.spillFile = opt.Spill.Create()
+	b := newBudget(opt)
+	q := newJobQueue(cctx, int64(2*opt.Encoders+2))
+	co := &coalescer{
+		ctx: cctx, cancel: cancel, b: b, q: q,
+		partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes, limit: opt.CoalesceBudget,
+		sorted: opt.Spill != nil, compresses: codec != frame.None,
+		parts: make([]pbuf, opt.Partitions),
 	}
-	w.room = sync.NewCond(&w.mu)
-	w.work = sync.NewCond(&w.mu)
+	if stream != nil {
+		co.prepareAt = prepareAfter * opt.ChunkSize
+	}
 	if opt.Schema != nil {
-		w.setSchemaLocked(opt.Schema)
+		co.setSchema(opt.Schema)
 	}
+	w := &Writer{opt: opt, ctx: cctx, cancel: cancel, stream: stream, b: b, co: co, q: q, done: make(chan *appender, 1)}
 	context.AfterFunc(cctx, func() {
-		w.mu.Lock()
-		w.room.Broadcast()
-		w.work.Broadcast()
-		w.mu.Unlock()
+		b.wake()
+		q.wake()
 	})
-	for range opt.Encoders {
-		w.encWG.Add(1)
-		go w.encoder()
-	}
-	go func() {
-		w.encWG.Wait()
-		close(w.results)
-	}()
-	go w.appender()
+	w.start(sink, codec, auto)
 	return w, nil
 }
 
-// Fail cancels the writer with err: blocked and later Writes return it.
+// start starts the encoders and the appender, each with state of its
+// own that the Writer does not hold: the appender's comes back on done.
+func (w *Writer) start(sink Sink, codec string, auto *autoCodec) {
+	opt := w.opt
+	results := make(chan encoded, opt.Encoders)
+	var encoders sync.WaitGroup
+	for range opt.Encoders {
+		e := &encoder{ctx: w.ctx, q: w.q, results: results, compression: opt.Compression, codec: codec, auto: auto,
+			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}}
+		encoders.Go(e.run)
+	}
+	go func() {
+		encoders.Wait()
+		close(results)
+	}()
+	a := &appender{ctx: w.ctx, cancel: w.cancel, b: w.b, q: w.q, sink: sink, stream: w.stream, auto: auto,
+		chunk: opt.ChunkSize, maxObject: opt.maxObject(), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
+	if opt.Spill != nil {
+		a.keep = &keeper{b: w.b, file: opt.Spill.Create()}
+	}
+	go a.run(results, w.done)
+}
+
+// Fail cancels the writer with err: blocked and later Writes return it,
+// and Close fails with it. Safe at any time, from any goroutine; the
+// first failure wins.
 func (w *Writer) Fail(err error) { w.cancel(err) }
 
-// Err returns the error that cancelled the writer, if any.
-func (w *Writer) Err() error {
+// err returns the error that cancelled the writer, if any.
+func (w *Writer) err() error {
 	if w.ctx.Err() != nil {
 		return context.Cause(w.ctx)
 	}
@@ -281,10 +310,10 @@ func (w *Writer) Err() error {
 }
 
 // Write adds rec's rows to partition. The writer keeps what it needs of
-// rec (a copy, or a reference); the caller may release it when Write
-// returns. Write blocks while the flushed frames still being encoded and
-// appended take the budget, and returns the writer's first failure at
-// once.
+// rec (a copy, or a reference it releases itself); the caller keeps its
+// own reference and may release it when Write returns. Write blocks while
+// the flushed frames still being encoded and appended take the budget,
+// and returns the writer's first failure at once.
 //
 // Every batch is validated first (ValidateBatch: at least one column,
 // Arrow's full validation of each); an invalid one is refused with an
@@ -293,7 +322,7 @@ func (w *Writer) Err() error {
 // (ErrSchema). A panic inside Write fails the writer with a *safe.PanicError
 // and never leaves its lock held, so Abort and Close still run.
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
-	if err := w.Err(); err != nil {
+	if err := w.err(); err != nil {
 		return err
 	}
 	if partition < 0 || partition >= w.opt.Partitions {
@@ -319,33 +348,31 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return err
 }
 
-// writeGuarded runs writeLocked under the lock, and reports whether the
-// stream sink is to be prepared. A panic is recovered: the lock is
-// released and the writer fails with it.
+// writeGuarded runs the coalescer's write under the lock, and reports
+// whether the stream sink is to be prepared. A panic is recovered: the
+// lock is released and the writer fails with it.
 func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) (prepare bool, err error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
 			perr := safe.Recovered(r, "write of %d rows to partition %d", rec.NumRows(), partition)
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
-			w.arena = nil
+			w.co.arena, w.b.reuse = nil, nil
 			w.cancel(perr)
-			w.room.Broadcast()
+			w.b.room.Broadcast()
 			prepare, err = false, perr
 		}
 	}()
-	err = w.writeLocked(partition, rec, size)
-	prepare = err == nil && w.stream != nil && !w.prepared && w.taken >= PrepareAfter*w.opt.ChunkSize
-	if prepare {
-		w.prepared = true
+	if err := w.co.write(partition, rec, size); err != nil {
+		return false, err
 	}
-	return prepare, err
+	return w.co.prepareDue(), nil
 }
 
 // OnFail calls f with the cause once the writer fails or is aborted (not
-// when it closes normally).
+// when it closes normally). f runs on a goroutine of its own.
 func (w *Writer) OnFail(f func(error)) {
 	context.AfterFunc(w.ctx, func() {
 		if err := context.Cause(w.ctx); !errors.Is(err, ErrClosed) {
@@ -354,76 +381,70 @@ func (w *Writer) OnFail(f func(error)) {
 	})
 }
 
-func (w *Writer) maxObject() int64 {
-	limit := w.opt.ChunkSize * store.MaxParts
-	if w.opt.MaxObjectSize > 0 && w.opt.MaxObjectSize < limit {
-		limit = w.opt.MaxObjectSize
-	}
-	return limit
-}
-
 // Close flushes the remaining buffers as the last run, waits for the
-// encoders and emits the last chunk. The Result indexes every frame.
+// encoders and emits the last chunk. The Result indexes every frame. On
+// error nothing more is emitted, the chunk being filled is released to
+// the sink and a sorted writer's spill is removed; the caller aborts
+// what was emitted.
 func (w *Writer) Close() (Result, error) {
-	w.mu.Lock()
-	if w.closed {
-		w.mu.Unlock()
+	w.b.mu.Lock()
+	if w.co.closed {
+		w.b.mu.Unlock()
 		return Result{}, ErrClosed
 	}
-	w.closed = true
-	if w.ctx.Err() == nil {
-		// The last run's frames stay in memory, with no more input to
-		// share the budget with.
-		w.spilling = false
-		w.runLocked()
-		if w.sorted {
-			// Every frame of the writing phase kept, then the object in
-			// partition order.
-			for w.inflight > 0 && w.ctx.Err() == nil {
-				w.room.Wait()
-			}
-			if w.ctx.Err() == nil {
-				w.queueOutputLocked()
-			}
-		}
+	failed := w.ctx.Err() != nil
+	if failed {
+		w.co.drop()
 	} else {
-		w.dropBuffersLocked()
+		w.co.last()
 	}
-	w.qclosed = true
-	w.work.Broadcast()
-	w.mu.Unlock()
-	<-w.appDone
-	err := w.Err()
+	w.b.mu.Unlock()
+	if w.opt.Spill != nil && !failed {
+		// The appender takes the end of the writing phase in seq order,
+		// every frame before it kept: it queues the object's frames in
+		// partition order, then closes the queue.
+		w.q.push(encodeJob{end: true})
+	} else {
+		w.q.close()
+	}
+	a := <-w.done
+	err := w.err()
 	if err == nil {
-		err = w.endObject()
+		err = a.endObject()
 	}
-	if w.sorted {
-		w.dropKept()
+	if a.keep != nil {
+		a.keep.drop()
 	}
 	if err != nil {
 		w.cancel(err)
-		w.dropCurrent()
+		a.dropCurrent()
 		return Result{}, err
 	}
 	w.cancel(ErrClosed)
-	return Result{Schema: w.schema, Frames: w.frames, Objects: w.objects, Rows: w.rows, Bytes: w.bytes, Runs: w.runs, Spilled: w.spilled, Codecs: w.codecs}, nil
+	res := Result{Schema: w.co.schema, Frames: a.frames, Objects: a.objects, Rows: a.rows, Bytes: a.bytes, Runs: w.co.runs, Codecs: a.codecs}
+	if a.keep != nil {
+		res.Spilled = a.keep.spilled
+	}
+	return res, nil
 }
 
-// Abort cancels the writer with cause and drops every buffer.
+// Abort cancels the writer with cause and drops every buffer: rows
+// buffered, frames in flight, the chunk being filled (released to the
+// sink) and a sorted writer's spill. Unless Close or Abort came first,
+// it returns once the writer's goroutines have ended. Chunks already
+// emitted are the caller's to abort.
 func (w *Writer) Abort(cause error) {
 	w.cancel(cause)
-	w.mu.Lock()
-	already := w.closed
-	w.closed = true
-	w.dropBuffersLocked()
-	w.qclosed = true
-	w.work.Broadcast()
-	w.mu.Unlock()
+	w.b.mu.Lock()
+	already := w.co.closed
+	w.co.drop()
+	w.b.mu.Unlock()
+	w.q.close()
 	if !already {
-		<-w.appDone
-		w.dropCurrent()
-		if w.sorted {
-			w.dropKept()
+		a := <-w.done
+		a.dropCurrent()
+		if a.keep != nil {
+			a.keep.drop()
 		}
 	}
 }

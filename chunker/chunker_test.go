@@ -406,10 +406,10 @@ func TestSortedRuns(t *testing.T) {
 		for i := lo; i < lo+4; i++ {
 			want[p] = append(want[p], int64(i))
 		}
-		w.mu.Lock()
-		used := w.buffered + w.pending + w.fixed
-		flushed, counted := w.seq, w.indexCap
-		w.mu.Unlock()
+		w.b.mu.Lock()
+		used := w.co.buffered + w.b.pending + w.b.fixed
+		flushed, counted := w.co.flushed, w.b.indexCap
+		w.b.mu.Unlock()
 		if used > o.CoalesceBudget+4<<10 {
 			t.Fatalf("after %d writes the writer holds %d bytes, budget %d", writes, used, o.CoalesceBudget)
 		}
@@ -421,9 +421,9 @@ func TestSortedRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	w.mu.Lock()
-	fixed := w.fixed
-	w.mu.Unlock()
+	w.b.mu.Lock()
+	fixed := w.b.fixed
+	w.b.mu.Unlock()
 	if want := int64(partitions)*pbufSize + int64(cap(res.Frames))*entrySize; fixed != want {
 		t.Fatalf("the writer counts %d bytes of fixed state, its %d partitions and index of capacity %d take %d", fixed, partitions, cap(res.Frames), want)
 	}
@@ -493,9 +493,9 @@ func TestIndexFillsBudget(t *testing.T) {
 			t.Fatalf("error %q does not say %q", werr, want)
 		}
 	}
-	w.mu.Lock()
-	runs := w.runs
-	w.mu.Unlock()
+	w.b.mu.Lock()
+	runs := w.co.runs
+	w.b.mu.Unlock()
 	// Each run took at least an eighth of the budget of rows: no run
 	// per write.
 	if runs > writes/40 {
@@ -521,16 +521,16 @@ func (s *streamSink) Streaming() bool                           { return true }
 func (s *streamSink) Begin(obj int, part int32, b []byte) error { return nil }
 func (s *streamSink) Grow(int)                                  {}
 func (s *streamSink) Prepare(obj int) {
-	s.w.mu.Lock()
-	s.prepares = append(s.prepares, s.w.taken)
-	s.w.mu.Unlock()
+	s.w.b.mu.Lock()
+	s.prepares = append(s.prepares, s.w.co.taken)
+	s.w.b.mu.Unlock()
 	if obj != 0 {
 		s.t.Errorf("Prepare(%d), want object 0", obj)
 	}
 }
 
 // TestPrepareOnce: a streaming writer asks its sink to prepare the first
-// object once, when its input first reaches PrepareAfter chunk sizes, and
+// object once, when its input first reaches prepareAfter chunk sizes, and
 // a writer whose input stays under that never does (its output may be
 // one small put).
 func TestPrepareOnce(t *testing.T) {
@@ -561,8 +561,8 @@ func TestPrepareOnce(t *testing.T) {
 			if len(s.prepares) != tc.want {
 				t.Fatalf("%d Prepare calls for %d logical bytes, want %d", len(s.prepares), res.Bytes, tc.want)
 			}
-			if tc.want > 0 && (s.prepares[0] < PrepareAfter*o.ChunkSize || s.prepares[0] > PrepareAfter*o.ChunkSize+8<<10) {
-				t.Fatalf("Prepare with %d bytes taken in, want just past %d", s.prepares[0], PrepareAfter*o.ChunkSize)
+			if tc.want > 0 && (s.prepares[0] < prepareAfter*o.ChunkSize || s.prepares[0] > prepareAfter*o.ChunkSize+8<<10) {
+				t.Fatalf("Prepare with %d bytes taken in, want just past %d", s.prepares[0], prepareAfter*o.ChunkSize)
 			}
 			if got := decodeAll(t, s.memSink, res); len(got) != 8 {
 				t.Fatalf("%d partitions back", len(got))

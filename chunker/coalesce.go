@@ -1,6 +1,7 @@
 package chunker
 
 import (
+	"context"
 	"fmt"
 	"sync/atomic"
 	"unsafe"
@@ -8,6 +9,40 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/durashuffle/durashuffle/chunker/frame"
 )
+
+// coalescer buffers the rows Write takes, per partition, and flushes
+// them to the job queue: a frame of retained batches as soon as it is
+// full, and every partition's frames at once, in partition order, as a
+// run when the buffers fill coalesce_budget. It is guarded by its
+// budget's lock (b.mu), which Write, Close and Abort hold around every
+// call; no goroutine of the writer's own touches it.
+type coalescer struct {
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	b      *budget   // the bytes counted besides the rows; its lock guards the coalescer
+	q      *jobQueue // where flushed frames go
+
+	partitions  int
+	frameTarget int64 // frame_target_bytes
+	limit       int64 // coalesce_budget
+	sorted      bool  // Options.Spill set
+	compresses  bool  // frames are compressed: a sorted writer spills small ones raw
+	prepareAt   int64 // input after which a streaming sink is prepared; 0: never
+
+	schema *arrow.Schema
+	parts  []pbuf
+	arena  *frame.Arena // the run's arena; nil when the schema's types are not copied
+	// buffered is the bytes held by the partitions' buffers and the
+	// arena.
+	buffered int64
+	// unflushed is the frames buffered in the partitions, not yet
+	// flushed; flushed, the frames flushed to the job queue so far.
+	unflushed, flushed int64
+	taken              int64 // logical bytes written so far
+	runs               int
+	prepared           bool // StreamSink.Prepare is due or was called
+	closed             bool // Close or Abort began: no more rows
+}
 
 // item is a piece of a partition's frame, in write order: a batch the
 // writer retains, or rows [lo, hi) of segment seg of the run's arena.
@@ -23,7 +58,7 @@ type item struct {
 // whole: a frame's share cannot be given back while the other frames of
 // the run still need the segments.
 type runArena struct {
-	w    *Writer
+	b    *budget
 	segs []arrow.RecordBatch
 	run  *frame.ArenaRun // the segments, for the writer's arena to reuse
 	held int64
@@ -32,13 +67,13 @@ type runArena struct {
 
 func (a *runArena) release() {
 	if a.refs.Add(-1) == 0 {
-		a.w.mu.Lock()
+		a.b.mu.Lock()
 		a.freeLocked()
-		a.w.mu.Unlock()
+		a.b.mu.Unlock()
 	}
 }
 
-// releaseLocked is release with the writer's lock held.
+// releaseLocked is release with the budget's lock held.
 func (a *runArena) releaseLocked() {
 	if a.refs.Add(-1) == 0 {
 		a.freeLocked()
@@ -54,11 +89,11 @@ func (a *runArena) freeLocked() {
 	// Every frame of the run is encoded: nothing reads the segments, and
 	// the writer's next runs fill them again; after the last run, none
 	// will.
-	if !a.w.closed {
-		a.w.arena.Recycle(a.run)
+	if a.b.reuse != nil {
+		a.b.reuse.Recycle(a.run)
 	}
-	a.w.pending -= a.held
-	a.w.room.Broadcast()
+	a.b.pending -= a.held
+	a.b.room.Broadcast()
 }
 
 // pframe is a frame being filled or waiting for its run.
@@ -83,31 +118,42 @@ const pbufSize = int64(unsafe.Sizeof(pbuf{}))
 // itemSize is what each item costs in its frame's list.
 const itemSize = int64(unsafe.Sizeof(item{}))
 
-func (w *Writer) setSchemaLocked(s *arrow.Schema) {
-	w.schema = s
-	w.arena, _ = frame.NewArena(s)
+func (c *coalescer) setSchema(s *arrow.Schema) {
+	c.schema = s
+	c.arena, _ = frame.NewArena(s)
+	c.b.reuse = c.arena
+	c.q.setSchema(s)
 }
 
-// writeLocked is Write with the lock held.
-func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) error {
-	if w.closed {
+// prepareDue reports, once, that the input taken has reached prepareAt.
+func (c *coalescer) prepareDue() bool {
+	if c.prepareAt == 0 || c.prepared || c.taken < c.prepareAt {
+		return false
+	}
+	c.prepared = true
+	return true
+}
+
+// write buffers rec (size logical bytes) in partition.
+func (c *coalescer) write(partition int, rec arrow.RecordBatch, size int64) error {
+	if c.closed {
 		return ErrClosed
 	}
-	if w.schema == nil {
-		w.setSchemaLocked(rec.Schema())
-	} else if w.schema != rec.Schema() && !w.schema.Equal(rec.Schema()) {
-		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), w.schema)
+	if c.schema == nil {
+		c.setSchema(rec.Schema())
+	} else if c.schema != rec.Schema() && !c.schema.Equal(rec.Schema()) {
+		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), c.schema)
 	}
-	w.taken += size
+	c.taken += size
 	// A batch larger than a frame is cut into frame-sized slices, so a
 	// reader never needs more than a frame's bytes to decode one.
-	if size > w.opt.FrameTargetBytes && rec.NumRows() > 1 {
+	if size > c.frameTarget && rec.NumRows() > 1 {
 		perByte := heldPerLogical(rec)
 		n := rec.NumRows()
-		step := max(1, (n*w.opt.FrameTargetBytes+size-1)/size)
+		step := max(1, (n*c.frameTarget+size-1)/size)
 		for lo := int64(0); lo < n; lo += step {
 			s := rec.NewSlice(lo, min(lo+step, n))
-			err := w.addLocked(partition, s, frame.LogicalSize(s), perByte)
+			err := c.add(partition, s, frame.LogicalSize(s), perByte)
 			s.Release()
 			if err != nil {
 				return err
@@ -115,67 +161,31 @@ func (w *Writer) writeLocked(partition int, rec arrow.RecordBatch, size int64) e
 		}
 		return nil
 	}
-	return w.addLocked(partition, rec, size, 0)
+	return c.add(partition, rec, size, 0)
 }
 
-// addLocked buffers rec (size logical bytes) in partition, once the
-// budget has room. perByte is the held bytes per logical byte of rec if
-// the caller knows it (0: measure).
+// add buffers rec (size logical bytes) in partition, once the budget has
+// room. perByte is the held bytes per logical byte of rec if the caller
+// knows it (0: measure).
 //
 // Room means room for what taking rec may add besides its rows: the
 // arena's next growth, and the index entries of the frames buffered so
-// far and of the one rec may open (indexGrowthLocked), which are counted
-// in fixed when their run is flushed. So a run's flush never takes the
+// far and of the one rec may open (indexGrowth), which are counted in
+// fixed when their run is flushed. So a run's flush never takes the
 // writer past coalesce_budget, and neither does the appender, which
 // counts nothing of its own: from one Write to the next, what the writer
 // counts only falls (but for a sorted writer's frames kept in memory,
 // which go to disk once they would pass it).
-func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
-	// The arena's recycled segments count too, and are the first thing
-	// given up for room: they only spare the allocator work.
-	for {
-		over := w.buffered + w.pending + w.keptMem + w.fixed + w.arena.Spare() + w.arena.Growth() + w.indexGrowthLocked(w.unflushed+1) - w.opt.CoalesceBudget
-		if over <= 0 {
-			break
-		}
-		if w.arena.Spare() > 0 {
-			w.arena.DropSpare(over)
-			continue
-		}
-		if w.pending == 0 {
-			break
-		}
-		if err := w.Err(); err != nil {
-			return err
-		}
-		w.room.Wait()
-	}
-	if err := w.Err(); err != nil {
+func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByte float64) error {
+	if err := c.waitRoom(); err != nil {
 		return err
 	}
-	p := &w.parts[partition]
+	p := &c.parts[partition]
 	f := &p.open
 	if len(f.items) == 0 {
-		w.unflushed++ // both ways below give f an item
+		c.unflushed++ // both ways below give f an item
 	}
-	n := rec.NumRows()
-	copied := false
-	if w.arena != nil && size < w.opt.FrameTargetBytes/4 {
-		si, lo, grew, err := w.arena.Append(rec)
-		w.buffered += grew
-		if err == nil {
-			copied = true
-			f.arena += size
-			if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
-				f.items[k-1].hi = lo + n // the partition's last write is contiguous
-			} else {
-				f.items = append(f.items, item{seg: si, lo: lo, hi: lo + n})
-				f.held += itemSize
-				w.buffered += itemSize
-			}
-		}
-	}
-	if !copied {
+	if !(size < c.frameTarget/4 && c.copyRows(f, rec, size)) {
 		if perByte == 0 {
 			perByte = heldPerLogical(rec)
 		}
@@ -183,23 +193,21 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 		h := int64(float64(size)*perByte) + objectsHeld(rec) + itemSize
 		f.items = append(f.items, item{rec: rec})
 		f.held += h
-		w.buffered += h
+		c.buffered += h
 	}
 	f.bytes += size
-	if f.bytes >= w.opt.FrameTargetBytes {
+	if f.bytes >= c.frameTarget {
 		if f.arena == 0 {
 			// A full frame of retained batches needs nothing from the
 			// run: it is encoded and uploaded now, while input still
 			// arrives (a frame of a full frame_target_bytes costs a GET
 			// of its own well spent).
-			w.queue = append(w.queue, encodeJob{seq: w.seq, partition: partition, items: f.items, held: f.held})
-			w.seq++
-			w.inflight++
-			w.unflushed--
-			w.reserveIndexLocked()
-			w.buffered -= f.held
-			w.pending += f.held
-			w.work.Signal()
+			c.flushed++
+			c.unflushed--
+			c.reserveIndex()
+			c.buffered -= f.held
+			c.b.pending += f.held
+			c.q.push(encodeJob{partition: partition, items: f.items, held: f.held})
 		} else {
 			p.done = append(p.done, *f)
 		}
@@ -211,85 +219,149 @@ func (w *Writer) addLocked(partition int, rec arrow.RecordBatch, size int64, per
 	// and the appender got: a sorted writer's same input makes the same
 	// object. Its frames kept in memory count too, but when they would
 	// pass the budget they go to disk, which moves no run boundary.
-	if w.buffered+w.fixed+w.arena.Growth()+w.indexGrowthLocked(w.unflushed+1) >= w.opt.CoalesceBudget {
-		w.runLocked()
-	} else if w.sorted && !w.spilling && w.buffered+w.keptMem+w.fixed+w.arena.Growth() >= w.opt.CoalesceBudget {
-		w.spilling = true
+	if c.buffered+c.b.fixed+c.arena.Growth()+c.indexGrowth(c.unflushed+1) >= c.limit {
+		c.run()
+	} else if c.sorted && !c.b.spilling && c.buffered+c.b.keptMem+c.b.fixed+c.arena.Growth() >= c.limit {
+		c.b.spilling = true
 	}
 	return nil
 }
 
-// finishArenaLocked ends the run's arena: its segments as batches, and a
-// fresh first segment shaped like the last one.
-func (w *Writer) finishArenaLocked() (*runArena, int64) {
-	// The segments, index for index with those items name (nil: no rows).
-	segs, held, run := w.arena.Finish()
-	if segs == nil {
-		return nil, 0
+// waitRoom waits until the budget has room for another write, or the
+// writer fails.
+func (c *coalescer) waitRoom() error {
+	b := c.b
+	// The arena's recycled segments count too, and are the first thing
+	// given up for room: they only spare the allocator work.
+	for {
+		over := c.buffered + b.pending + b.keptMem + b.fixed + c.arena.Spare() + c.arena.Growth() + c.indexGrowth(c.unflushed+1) - c.limit
+		if over <= 0 {
+			break
+		}
+		if c.arena.Spare() > 0 {
+			c.arena.DropSpare(over)
+			continue
+		}
+		if b.pending == 0 {
+			break
+		}
+		if c.ctx.Err() != nil {
+			break
+		}
+		b.room.Wait()
 	}
-	ra := &runArena{w: w, segs: segs, run: run, held: held}
-	ra.refs.Store(1) // the run's own, dropped once every job took one
-	w.pending += ra.held
-	return ra, ra.held
+	if c.ctx.Err() != nil {
+		return context.Cause(c.ctx)
+	}
+	return nil
 }
 
-// runLocked flushes every partition's frames, in partition order, to the
+// copyRows copies rec's rows into the run's arena as an item of f, and
+// reports whether it did (false: no arena, or the arena refused them).
+func (c *coalescer) copyRows(f *pframe, rec arrow.RecordBatch, size int64) bool {
+	if c.arena == nil {
+		return false
+	}
+	n := rec.NumRows()
+	si, lo, grew, err := c.arena.Append(rec)
+	c.buffered += grew
+	if err != nil {
+		return false
+	}
+	f.arena += size
+	if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
+		f.items[k-1].hi = lo + n // the partition's last write is contiguous
+	} else {
+		f.items = append(f.items, item{seg: si, lo: lo, hi: lo + n})
+		f.held += itemSize
+		c.buffered += itemSize
+	}
+	return true
+}
+
+// finishArena ends the run's arena: its segments as batches, counted in
+// pending, and a fresh first segment shaped like the last one.
+func (c *coalescer) finishArena() *runArena {
+	// The segments, index for index with those items name (nil: no rows).
+	segs, held, run := c.arena.Finish()
+	if segs == nil {
+		return nil
+	}
+	ra := &runArena{b: c.b, segs: segs, run: run, held: held}
+	ra.refs.Store(1) // the run's own, dropped once every job took one
+	c.b.pending += ra.held
+	return ra
+}
+
+// run flushes every partition's frames, in partition order, to the
 // encoders: one sorted run. A sorted writer's run before Close starts
 // its spill: from then on its frames are kept on disk, and those under
 // half of frame_target_bytes, which Close merges with the partition's
 // other pieces, are spilled uncompressed (raw).
-func (w *Writer) runLocked() {
-	if w.sorted && !w.closed {
-		w.spilling = true
+func (c *coalescer) run() {
+	if c.sorted && !c.closed {
+		c.b.spilling = true
 	}
-	if w.closed {
+	if c.closed {
 		// The last run: no other will take the spare segments, and a
 		// sorted writer's Close needs the memory for its output.
-		w.arena.DropSpare(w.arena.Spare())
+		c.arena.DropSpare(c.arena.Spare())
 	}
-	arena, _ := w.finishArenaLocked()
+	arena := c.finishArena()
 	if arena != nil {
 		defer arena.releaseLocked()
 	}
+	raw := c.b.spilling && c.compresses
+	jobs := make([]encodeJob, 0, c.unflushed)
 	var held int64
-	for i := range w.parts {
-		p := &w.parts[i]
+	for i := range c.parts {
+		p := &c.parts[i]
 		if len(p.open.items) > 0 {
 			p.done = append(p.done, p.open)
 		}
 		for _, f := range p.done {
-			j := encodeJob{seq: w.seq, partition: i, held: f.held, items: f.items, raw: w.spilling && w.codec != frame.None && f.bytes < w.opt.FrameTargetBytes/2}
+			j := encodeJob{partition: i, held: f.held, items: f.items, raw: raw && f.bytes < c.frameTarget/2}
 			if f.arena > 0 {
 				arena.refs.Add(1)
 				j.arena = arena
 			}
-			w.seq++
-			w.inflight++
 			held += j.held
-			w.queue = append(w.queue, j)
+			jobs = append(jobs, j)
 		}
 		*p = pbuf{}
 	}
-	w.unflushed = 0
-	w.reserveIndexLocked()
-	w.pending += held
-	w.buffered = 0
-	w.runs++
-	w.work.Broadcast()
+	c.flushed += int64(len(jobs))
+	c.unflushed = 0
+	c.reserveIndex()
+	c.b.pending += held
+	c.buffered = 0
+	c.runs++
+	c.q.pushAll(jobs)
 }
 
-// dropBuffersLocked releases every buffered row.
-func (w *Writer) dropBuffersLocked() {
-	for i := range w.parts {
-		p := &w.parts[i]
+// last ends the writing phase with the last run. Its frames stay in
+// memory, with no more input to share the budget with.
+func (c *coalescer) last() {
+	c.closed = true
+	c.b.reuse = nil
+	c.b.spilling = false
+	c.run()
+}
+
+// drop ends the writing phase and releases every buffered row.
+func (c *coalescer) drop() {
+	c.closed = true
+	c.b.reuse = nil
+	for i := range c.parts {
+		p := &c.parts[i]
 		for _, f := range append(p.done, p.open) {
 			(&encodeJob{items: f.items}).release()
 		}
 		*p = pbuf{}
 	}
-	w.unflushed = 0
-	if arena, _ := w.finishArenaLocked(); arena != nil {
+	c.unflushed = 0
+	if arena := c.finishArena(); arena != nil {
 		arena.releaseLocked()
 	}
-	w.buffered = 0
+	c.buffered = 0
 }

@@ -2,29 +2,40 @@ package chunker
 
 import (
 	"bytes"
+	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/internal/spill"
 )
 
+// encodeJob is one frame to encode, or the end of a sorted writer's
+// writing phase (end). Whoever holds it holds its references: release
+// drops them.
 type encodeJob struct {
-	seq       int64
+	seq       int64 // its place in the stream, from the queue
 	partition int
 	items     []item    // the frame's rows in write order
 	arena     *runArena // the arena its ranges are of, or nil
 	held      int64     // counted in pending until the frame is appended
 	// out: an output frame of a sorted writer, made of pieces (kept
-	// frames of one partition) rather than items.
+	// frames of one partition, in memory or in file) rather than items.
 	out    bool
 	pieces []keptFrame
+	file   *spill.File
 	// raw: a small frame of a run a sorted writer spills, encoded without
 	// compression: Close merges it with the partition's other pieces and
 	// compresses the merged frame, so its bytes are compressed once, not
 	// compressed, decompressed and compressed again.
 	raw bool
+	// end: no frame; every writing-phase frame is before it. The
+	// appender takes it in seq order and queues a sorted writer's output.
+	end bool
 }
 
 // release drops the job's references.
@@ -44,6 +55,7 @@ func (j *encodeJob) release() {
 	}
 }
 
+// encoded is an encoder's result for one job, for the appender.
 type encoded struct {
 	seq       int64
 	partition int
@@ -55,6 +67,7 @@ type encoded struct {
 	raw       bool   // encoded without compression (encodeJob.raw)
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
+	end       bool // encodeJob.end
 }
 
 // bufPool keeps the buffers of encoded frames for the next frames. Not a
@@ -97,99 +110,176 @@ func (p *framePool) Put(b *bytes.Buffer) {
 	}
 }
 
-// next takes the next job off the queue, waiting for one; false once the
-// queue is closed and empty.
-func (w *Writer) next() (encodeJob, bool) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for {
-		if len(w.queue) == 0 {
-			if w.qclosed {
-				return encodeJob{}, false
-			}
-		} else if !w.queue[0].out || w.queue[0].seq < w.outNext+w.outWindow() || w.ctx.Err() != nil {
-			break
-		}
-		w.work.Wait()
-	}
-	j := w.queue[0]
-	w.queue[0] = encodeJob{}
-	w.queue = w.queue[1:]
-	if len(w.queue) == 0 {
-		w.queue = nil
-	}
-	return j, true
+// jobQueue hands the flushed frames to the encoders, in seq order: the
+// coalescer pushes a run's frames (under its own lock, which it takes
+// first), a sorted writer's appender pushes the output frames, and Close
+// or Abort closes it. It has a lock of its own, so that encoders taking
+// jobs do not wait on Write.
+type jobQueue struct {
+	ctx    context.Context
+	window int64 // output frames the encoders may prepare ahead of the appender
+
+	mu     sync.Mutex
+	work   *sync.Cond // a job was pushed, the appender moved on, or the queue closed
+	jobs   []encodeJob
+	schema *arrow.Schema // the writer's, for the encoders
+	seq    int64         // the next job's
+	closed bool
+	// outputting: output frames are queued; the encoders take them only
+	// within window of outNext, the next seq the appender takes.
+	outputting bool
+	outNext    int64
 }
 
-func (w *Writer) encoder() {
-	defer w.encWG.Done()
-	mem := &reuseAllocator{parent: w.opt.Mem}
-	defer mem.release()
-	var (
-		enc    *frame.Encoder
-		gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
-		dec    *frame.Decoder     // a sorted writer's, for kept frames merged at Close
-	)
+func newJobQueue(ctx context.Context, window int64) *jobQueue {
+	q := &jobQueue{ctx: ctx, window: window}
+	q.work = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *jobQueue) setSchema(s *arrow.Schema) {
+	q.mu.Lock()
+	q.schema = s
+	q.mu.Unlock()
+}
+
+// push queues j, numbering it; false when the queue is closed.
+func (q *jobQueue) push(j encodeJob) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	j.seq = q.seq
+	q.seq++
+	q.outputting = q.outputting || j.out
+	q.jobs = append(q.jobs, j)
+	q.work.Signal()
+	return true
+}
+
+// pushAll queues jobs in order, numbering them, and takes the slice;
+// false when the queue is closed, and the jobs are still the caller's.
+func (q *jobQueue) pushAll(jobs []encodeJob) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return false
+	}
+	for i := range jobs {
+		jobs[i].seq = q.seq
+		q.seq++
+		q.outputting = q.outputting || jobs[i].out
+	}
+	if len(q.jobs) == 0 {
+		// The encoders kept up: the run's slice is the queue.
+		q.jobs = jobs
+	} else {
+		q.jobs = append(q.jobs, jobs...)
+	}
+	q.work.Broadcast()
+	return true
+}
+
+// close ends the queue: the encoders take what it holds, then end.
+// Idempotent.
+func (q *jobQueue) close() {
+	q.mu.Lock()
+	q.closed = true
+	q.work.Broadcast()
+	q.mu.Unlock()
+}
+
+// wake wakes the encoders waiting for the output window: the writer
+// failed, and they drain the queue.
+func (q *jobQueue) wake() {
+	q.mu.Lock()
+	q.work.Broadcast()
+	q.mu.Unlock()
+}
+
+// appended records that the appender took every job before seq next.
+func (q *jobQueue) appended(next int64) {
+	q.mu.Lock()
+	q.outNext = next
+	if q.outputting {
+		q.work.Broadcast()
+	}
+	q.mu.Unlock()
+}
+
+// next takes the next job off the queue, waiting for one, with the
+// writer's schema; false once the queue is closed and empty.
+func (q *jobQueue) next() (encodeJob, *arrow.Schema, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for {
+		if len(q.jobs) == 0 {
+			if q.closed {
+				return encodeJob{}, nil, false
+			}
+		} else if !q.jobs[0].out || q.jobs[0].seq < q.outNext+q.window || q.ctx.Err() != nil {
+			break
+		}
+		q.work.Wait()
+	}
+	j := q.jobs[0]
+	q.jobs[0] = encodeJob{}
+	q.jobs = q.jobs[1:]
+	if len(q.jobs) == 0 {
+		q.jobs = nil
+	}
+	return j, q.schema, true
+}
+
+// encoder is one encoding goroutine's state: only that goroutine holds
+// it. It takes jobs off the queue and sends each one's result to the
+// appender, in the order it took them.
+type encoder struct {
+	ctx         context.Context
+	q           *jobQueue
+	results     chan<- encoded
+	compression string     // Options.Compression, for frame.NewEncoder
+	codec       string     // every frame's codec, but a raw one's; "" with auto
+	auto        *autoCodec // compression auto: picks each frame's codec
+	parent      memory.Allocator
+
+	mem    *reuseAllocator
+	schema *arrow.Schema
+	enc    *frame.Encoder
+	gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
+	dec    *frame.Decoder     // a sorted writer's, for kept frames merged at Close
 	// broken is the panic this encoder recovered from: its encoder and
 	// gatherer may be half-way through a frame, so it encodes no more
 	// (the writer has failed anyway once the appender sees it) and the
 	// encoder is left to the garbage collector rather than closed.
-	var broken error
+	broken error
+}
+
+// run encodes jobs until the queue is closed and empty. Every job is
+// answered, and its references released, even once the writer failed.
+func (e *encoder) run() {
+	defer e.mem.release()
 	defer func() {
-		if enc != nil && broken == nil {
-			enc.Close()
+		if e.enc != nil && e.broken == nil {
+			e.enc.Close()
 		}
 	}()
-	encode := func(j *encodeJob, res *encoded) {
-		defer func() {
-			if r := recover(); r != nil {
-				broken = safe.Recovered(r, "encode of a frame of partition %d", j.partition)
-				res.err = broken
-			}
-		}()
-		if enc == nil {
-			w.mu.Lock()
-			schema := w.schema
-			w.mu.Unlock()
-			enc, res.err = frame.NewEncoder(schema, w.opt.Compression, mem)
-			gather, _ = frame.NewAccumulator(schema)
-		}
-		var codec string
-		switch {
-		case res.err != nil:
-		case j.raw:
-			res.err = enc.SetCodec(frame.None)
-		case w.auto != nil:
-			codec = w.auto.codec()
-			res.err = enc.SetCodec(codec)
-		default:
-			res.err = enc.SetCodec(w.codec)
-		}
-		if res.err == nil && j.out {
-			res.err = w.encodeOutput(enc, &dec, j, res)
-		} else if res.err == nil {
-			res.buf = bufPool.Get()
-			start := time.Now()
-			res.stats, res.err = encodeItems(enc, gather, res.buf, *j)
-			if w.auto != nil && !j.raw && res.err == nil {
-				w.auto.encoded(codec, res.buf.Len(), time.Since(start))
-			}
-		}
-		if res.err != nil {
-			res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
-		}
-	}
 	for {
-		j, ok := w.next()
+		j, schema, ok := e.q.next()
 		if !ok {
 			return
 		}
+		if j.end {
+			e.results <- encoded{seq: j.seq, end: true}
+			continue
+		}
 		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out, raw: j.raw}
 		switch {
-		case broken != nil:
-			res.err = broken
-		case w.ctx.Err() == nil:
-			encode(&j, &res)
+		case e.broken != nil:
+			res.err = e.broken
+		case e.ctx.Err() == nil:
+			e.encode(&j, schema, &res)
 		}
 		// The caller's batches are released here too: a panic in one
 		// fails the writer like an encoder's (the rest of the job's
@@ -197,7 +287,47 @@ func (w *Writer) encoder() {
 		if err := safe.Call(func() error { j.release(); return nil }, "release of the batches of a frame of partition %d", j.partition); err != nil && res.err == nil {
 			res.err = err
 		}
-		w.results <- res
+		e.results <- res
+	}
+}
+
+// encode makes j's frame into res. A panic is recovered into res.err,
+// and breaks the encoder.
+func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
+	defer func() {
+		if r := recover(); r != nil {
+			e.broken = safe.Recovered(r, "encode of a frame of partition %d", j.partition)
+			res.err = e.broken
+		}
+	}()
+	if e.enc == nil {
+		e.schema = schema
+		e.enc, res.err = frame.NewEncoder(schema, e.compression, e.mem)
+		e.gather, _ = frame.NewAccumulator(schema)
+	}
+	var codec string
+	switch {
+	case res.err != nil:
+	case j.raw:
+		res.err = e.enc.SetCodec(frame.None)
+	case e.auto != nil:
+		codec = e.auto.codec()
+		res.err = e.enc.SetCodec(codec)
+	default:
+		res.err = e.enc.SetCodec(e.codec)
+	}
+	if res.err == nil && j.out {
+		res.err = e.encodeOutput(j, res)
+	} else if res.err == nil {
+		res.buf = bufPool.Get()
+		start := time.Now()
+		res.stats, res.err = encodeItems(e.enc, e.gather, res.buf, *j)
+		if e.auto != nil && !j.raw && res.err == nil {
+			e.auto.encoded(codec, res.buf.Len(), time.Since(start))
+		}
+	}
+	if res.err != nil {
+		res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
 	}
 }
 

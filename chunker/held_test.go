@@ -98,15 +98,15 @@ func TestHeldPerLogical(t *testing.T) {
 // heldCounts is the writer's budget count, the sum of its parts' and
 // the buffers detached so far.
 func (w *Writer) heldCounts() (buffered, sum int64, runs int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	for _, p := range w.parts {
+	w.b.mu.Lock()
+	defer w.b.mu.Unlock()
+	for _, p := range w.co.parts {
 		for _, f := range append(p.done, p.open) {
 			sum += f.held
 		}
 	}
-	sum += w.arena.Held()
-	return w.buffered, sum, w.runs
+	sum += w.co.arena.Held()
+	return w.co.buffered, sum, w.co.runs
 }
 
 func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {

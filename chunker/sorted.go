@@ -7,6 +7,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -26,8 +27,8 @@ import (
 // again, at the cost of spilling about the logical bytes.
 //
 // Memory: kept frames in memory count against coalesce_budget until
-// they are spilled; at Close, at most outWindow output frames are read
-// back and merged ahead of the one being appended.
+// they are spilled; at Close, at most the job queue's window of output
+// frames are read back and merged ahead of the one being appended.
 
 // keptFrame is one encoded frame of the writing phase.
 type keptFrame struct {
@@ -43,172 +44,186 @@ type keptFrame struct {
 // keptSize is what each kept frame's entry costs until Close.
 const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 
+// keeper is a sorted writer's frames of the writing phase, part of the
+// appender's state: only the appending goroutine touches it while the
+// writer runs, then Close or Abort. Its spill file is read by the
+// encoders merging the output frames, which the appender queues only
+// once it has appended the last frame to it.
+type keeper struct {
+	b       *budget // whether to spill, and the index capacity reserved
+	file    *spill.File
+	kept    []keptFrame
+	spilled int64 // bytes written to file
+	inMem   int   // kept frames in memory
+}
+
 // keep takes a writing-phase frame: into memory, or to the spill once
 // the writer spills. It reports the change in bytes held in memory.
 // Ownership of r.buf passes when it is kept in memory as it is (kept
 // true), not copied to a buffer of its size.
-func (w *Writer) keep(r encoded) (mem int64, kept bool, err error) {
+func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
-	k := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
-	w.mu.Lock()
-	spilling := w.spilling
-	w.mu.Unlock()
-	if spilling {
-		if mem, err = w.spillKept(); err != nil {
+	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
+	if k.b.isSpilling() {
+		if mem, err = k.spillKept(); err != nil {
 			return mem, false, err
 		}
-		if k.off, err = w.spillFile.Append(b); err != nil {
+		if f.off, err = k.file.Append(b); err != nil {
 			return mem, false, err
 		}
-		w.spilled += k.length
+		k.spilled += f.length
 	} else {
-		mem = k.length
+		mem = f.length
 		if r.buf.Cap() > len(b)+len(b)/8 {
 			// An encode buffer has room for its frame uncompressed; a
 			// frame kept until Close holds only its own bytes, as the
 			// budget counts it, and the buffer serves the next frame.
-			k.buf = bytes.NewBuffer(append([]byte(nil), b...))
+			f.buf = bytes.NewBuffer(append([]byte(nil), b...))
 		} else {
-			k.buf, kept = r.buf, true
+			f.buf, kept = r.buf, true
 		}
-		w.keptInMem++
+		k.inMem++
 	}
-	if len(w.kept) == cap(w.kept) {
+	if len(k.kept) == cap(k.kept) {
 		// Write reserved the capacity (as index entries, no smaller)
 		// before it flushed this frame.
-		w.kept = growTo(w.kept, w.reservedCap())
+		k.kept = growTo(k.kept, k.b.reserved())
 	}
-	w.kept = append(w.kept, k)
+	k.kept = append(k.kept, f)
 	return mem, kept, nil
 }
 
 // spillKept writes the frames kept in memory to the spill, oldest first,
 // and reports the (negative) change in bytes held in memory.
-func (w *Writer) spillKept() (int64, error) {
+func (k *keeper) spillKept() (int64, error) {
 	var freed int64
-	if w.keptInMem == 0 {
+	if k.inMem == 0 {
 		// Called for every frame kept while spilling: the frames before
 		// went to disk already.
 		return 0, nil
 	}
-	for i := range w.kept {
-		k := &w.kept[i]
-		if k.buf == nil {
+	for i := range k.kept {
+		f := &k.kept[i]
+		if f.buf == nil {
 			continue
 		}
-		off, err := w.spillFile.Append(k.buf.Bytes())
+		off, err := k.file.Append(f.buf.Bytes())
 		if err != nil {
 			return -freed, err
 		}
-		w.spilled += k.length
-		k.off = off
-		bufPool.Put(k.buf)
-		k.buf = nil
-		freed += k.length
-		w.keptInMem--
+		k.spilled += f.length
+		f.off = off
+		bufPool.Put(f.buf)
+		f.buf = nil
+		freed += f.length
+		k.inMem--
 	}
 	return -freed, nil
 }
 
 // dropKept returns the kept frames' memory and removes the spill.
-func (w *Writer) dropKept() {
-	for i := range w.kept {
-		if b := w.kept[i].buf; b != nil {
+func (k *keeper) drop() {
+	for i := range k.kept {
+		if b := k.kept[i].buf; b != nil {
 			bufPool.Put(b)
 		}
 	}
-	w.kept = nil
-	if w.spillFile != nil {
-		w.spillFile.Remove()
-	}
+	k.kept = nil
+	k.inMem = 0
+	k.file.Remove()
 }
 
-// queueOutputLocked queues the object's frames in partition order, once
-// every writing-phase frame is kept: per partition, its kept frames in
-// write order, grouped into frames near frame_target_bytes. The kept
-// frames pass to the jobs.
-func (w *Writer) queueOutputLocked() {
-	starts := make([]int, w.opt.Partitions+1)
-	for _, k := range w.kept {
-		starts[k.partition+1]++
+// output ends a sorted writer's writing phase, every frame of it kept:
+// it queues the object's frames in partition order, then closes the
+// queue. A failed writer queues nothing.
+func (a *appender) output() {
+	if a.keep == nil || a.ctx.Err() != nil {
+		a.q.close()
+		return
 	}
-	for p := range w.opt.Partitions {
-		starts[p+1] += starts[p]
-	}
-	order := make([]int32, len(w.kept))
-	next := append([]int(nil), starts[:w.opt.Partitions]...)
-	for i, k := range w.kept {
-		order[next[k.partition]] = int32(i)
-		next[k.partition]++
-	}
+	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
 	// An object that will stay under one chunk is not streamed: a part
 	// streamed while its chunk fills is sent again whole when the chunk
 	// ends short, and the kept frames' bytes say now that it will.
-	var total int64
-	for _, k := range w.kept {
-		total += k.length
+	if a.stream != nil && total < a.chunk*3/4 {
+		a.stream = nil
 	}
-	if w.stream != nil && total < w.opt.ChunkSize*3/4 {
-		w.stream = nil
+	// The in-memory frames' bytes are the jobs' now, counted in pending
+	// until appended.
+	a.b.startOutput()
+	if !a.q.pushAll(jobs) {
+		// Abort closed the queue.
+		for i := range jobs {
+			jobs[i].release()
+		}
 	}
-	target := w.opt.FrameTargetBytes
+	a.q.close()
+}
+
+// outputJobs makes the object's frames: per partition, its kept frames
+// in write order, grouped into frames near target; and reports their
+// stored bytes. The kept frames pass to the jobs.
+func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, total int64) {
+	starts := make([]int, partitions+1)
+	for _, f := range k.kept {
+		starts[f.partition+1]++
+		total += f.length
+	}
+	for p := range partitions {
+		starts[p+1] += starts[p]
+	}
+	order := make([]int32, len(k.kept))
+	next := append([]int(nil), starts[:partitions]...)
+	for i, f := range k.kept {
+		order[next[f.partition]] = int32(i)
+		next[f.partition]++
+	}
 	var group []keptFrame
 	var gbytes, gmem int64
 	emit := func(p int) {
 		if len(group) == 0 {
 			return
 		}
-		w.queue = append(w.queue, encodeJob{seq: w.seq, partition: p, out: true, pieces: group, held: gmem})
-		w.seq++
-		w.inflight++
+		jobs = append(jobs, encodeJob{partition: p, out: true, pieces: group, file: k.file, held: gmem})
 		group, gbytes, gmem = nil, 0, 0
 	}
-	for p := range w.opt.Partitions {
+	for p := range partitions {
 		for _, i := range order[starts[p]:starts[p+1]] {
-			k := w.kept[i]
-			if len(group) > 0 && gbytes+k.bytes > target+target/4 {
+			f := k.kept[i]
+			if len(group) > 0 && gbytes+f.bytes > target+target/4 {
 				emit(p)
 			}
-			group = append(group, k)
-			gbytes += k.bytes
-			if k.buf != nil {
-				gmem += k.length
+			group = append(group, f)
+			gbytes += f.bytes
+			if f.buf != nil {
+				gmem += f.length
 			}
 		}
 		emit(p)
 	}
-	// The in-memory frames' bytes are the jobs' now, counted in pending
-	// until appended.
-	w.pending += w.keptMem
-	w.keptMem = 0
-	w.kept = nil
-	w.outputting = true
-	w.work.Broadcast()
+	k.kept, k.inMem = nil, 0
+	return jobs, total
 }
-
-// outWindow is how many output frames the encoders may prepare ahead of
-// the one being appended.
-func (w *Writer) outWindow() int64 { return int64(2*w.opt.Encoders + 2) }
 
 // pieceBytes returns the stored bytes of a kept frame: its buffer, or a
 // pooled buffer read back from the spill and checked against the CRC32C
 // taken when it was kept, so a byte changed on disk never reaches the
 // object.
-func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
+func pieceBytes(file *spill.File, k keptFrame) (*bytes.Buffer, error) {
 	if k.buf != nil {
 		return k.buf, nil
 	}
 	buf := bufPool.Get()
 	frame.GrowTo(buf, int(k.length))
 	b := buf.AvailableBuffer()[:k.length]
-	if err := w.spillFile.ReadAt(b, k.off); err != nil {
+	if err := file.ReadAt(b, k.off); err != nil {
 		bufPool.Put(buf)
 		return nil, err
 	}
 	if got := store.CRC32C(b); got != k.crc {
 		bufPool.Put(buf)
 		return nil, fmt.Errorf("spill %s: frame of partition %d at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
-			w.spillFile.Name(), k.partition, k.off, k.length, got, k.crc)
+			file.Name(), k.partition, k.off, k.length, got, k.crc)
 	}
 	// The bytes are in buf's spare room already: take them in, no copy.
 	*buf = *bytes.NewBuffer(b)
@@ -219,10 +234,10 @@ func (w *Writer) pieceBytes(k keptFrame) (*bytes.Buffer, error) {
 // when there is one, encoded with the writer's codec, else the pieces
 // decoded and encoded again as one frame (a raw piece alone is encoded
 // again too, to be compressed).
-func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encodeJob, res *encoded) error {
+func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 	if len(j.pieces) == 1 && !j.pieces[0].raw {
 		k := j.pieces[0]
-		buf, err := w.pieceBytes(k)
+		buf, err := pieceBytes(j.file, k)
 		if err != nil {
 			return err
 		}
@@ -230,12 +245,12 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 		res.buf, res.stats, res.crc, res.crcSet = buf, frame.Stats{Rows: k.rows, Bytes: k.bytes}, k.crc, true
 		return nil
 	}
-	if *dec == nil {
-		d, err := frame.NewDecoder(w.schema)
+	if e.dec == nil {
+		d, err := frame.NewDecoder(e.schema)
 		if err != nil {
 			return err
 		}
-		*dec = d
+		e.dec = d
 	}
 	var recs []arrow.RecordBatch
 	var bufs []*bytes.Buffer
@@ -250,7 +265,7 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 	}()
 	frames := make([][]byte, len(j.pieces))
 	for i, k := range j.pieces {
-		buf, err := w.pieceBytes(k)
+		buf, err := pieceBytes(j.file, k)
 		if err != nil {
 			return err
 		}
@@ -258,11 +273,11 @@ func (w *Writer) encodeOutput(enc *frame.Encoder, dec **frame.Decoder, j *encode
 		bufs = append(bufs, buf)
 		frames[i] = buf.Bytes()
 	}
-	recs, err := (*dec).DecodeAll(frames, w.opt.Mem)
+	recs, err := e.dec.DecodeAll(frames, e.parent)
 	if err != nil {
 		return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
 	}
 	res.buf = bufPool.Get()
-	res.stats, err = enc.Encode(res.buf, recs)
+	res.stats, err = e.enc.Encode(res.buf, recs)
 	return err
 }

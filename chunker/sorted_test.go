@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/chunker/frame"
@@ -252,21 +253,22 @@ func TestSpillFlippedByte(t *testing.T) {
 	writeScattered(t, w, 300, 45_000)
 	// Everything written so far is kept or spilled once the writer is
 	// idle; flip a byte in the middle of what is on disk.
-	w.mu.Lock()
-	for w.inflight > 0 {
-		w.room.Wait()
+	waitIdle(w)
+	files := spillFiles(t, d)
+	if len(files) != 1 {
+		t.Fatalf("the spill holds %v, want one file", files)
 	}
-	w.mu.Unlock()
-	name := w.spillFile.Name()
-	if name == "" {
-		t.Fatal("nothing was spilled")
-	}
+	name := filepath.Join(d.Path(), files[0])
 	f, err := os.OpenFile(name, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := fi.Size() / 2
 	var b [1]byte
-	off := w.spillFile.Size() / 2
 	if _, err := f.ReadAt(b[:], off); err != nil {
 		t.Fatal(err)
 	}
@@ -349,28 +351,84 @@ func TestSortedDeterministic(t *testing.T) {
 // encoder's (for the pool). A buffer already near its frame's size is
 // kept as it is.
 func TestKeptFrameHoldsItsBytes(t *testing.T) {
-	w, _ := newSorted(t, opts(4), openSpill(t, 1<<30))
-	defer w.Abort(errors.New("test over"))
+	k := &keeper{b: newBudget(opts(4)), file: openSpill(t, 1<<30).Create()}
+	defer k.drop()
 	frameOf := func(n, capacity int) encoded {
 		b := bytes.NewBuffer(make([]byte, 0, capacity))
 		b.Write(bytes.Repeat([]byte{7}, n))
 		return encoded{partition: 1, buf: b, stats: frame.Stats{Rows: 1, Bytes: int64(capacity)}}
 	}
 	loose := frameOf(300_000, 1<<20)
-	mem, kept, err := w.keep(loose)
+	mem, kept, err := k.keep(loose)
 	if err != nil {
 		t.Fatal(err)
 	}
-	k := w.kept[len(w.kept)-1]
-	if kept || k.buf == loose.buf || mem != 300_000 || k.buf.Len() != 300_000 || k.buf.Cap() > 300_000+300_000/8 {
+	f := k.kept[len(k.kept)-1]
+	if kept || f.buf == loose.buf || mem != 300_000 || f.buf.Len() != 300_000 || f.buf.Cap() > 300_000+300_000/8 {
 		t.Fatalf("kept %v (the encode buffer: %v), %d bytes counted, buffer %d of %d capacity; want a copy of 300000 bytes, counted so",
-			kept, k.buf == loose.buf, mem, k.buf.Len(), k.buf.Cap())
+			kept, f.buf == loose.buf, mem, f.buf.Len(), f.buf.Cap())
 	}
-	if !bytes.Equal(k.buf.Bytes(), loose.buf.Bytes()) {
+	if !bytes.Equal(f.buf.Bytes(), loose.buf.Bytes()) {
 		t.Fatal("the kept copy differs from the frame")
 	}
 	tight := frameOf(300_000, 310_000)
-	if mem, kept, err = w.keep(tight); err != nil || !kept || mem != 300_000 || w.kept[len(w.kept)-1].buf != tight.buf {
+	if mem, kept, err = k.keep(tight); err != nil || !kept || mem != 300_000 || k.kept[len(k.kept)-1].buf != tight.buf {
 		t.Fatalf("a tight buffer: kept %v, %d bytes, %v; want it kept as it is", kept, mem, err)
+	}
+}
+
+// waitIdle returns once every frame flushed so far has been through the
+// appender (kept or spilled, for a sorted writer).
+func waitIdle(w *Writer) {
+	for {
+		w.q.mu.Lock()
+		idle := w.q.outNext == w.q.seq
+		w.q.mu.Unlock()
+		if idle {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestSortedAbortDuringClose: Abort while a sorted writer's Close merges
+// its runs, at any point of it (before the appender queues the output,
+// while the encoders merge it, after): both return, Close with the
+// abort's cause unless it finished first (or ErrClosed, if Abort came
+// first), and every chunk buffer and the spill are given back.
+func TestSortedAbortDuringClose(t *testing.T) {
+	d := openSpill(t, 1<<30)
+	for i, delay := range []time.Duration{0, 100 * time.Microsecond, time.Millisecond, 3 * time.Millisecond, 10 * time.Millisecond, 50 * time.Millisecond} {
+		w, sink := newSorted(t, opts(300), d)
+		writeScattered(t, w, 300, 20_000)
+		closed := make(chan error, 1)
+		go func() {
+			_, err := w.Close()
+			closed <- err
+		}()
+		time.Sleep(delay)
+		cause := fmt.Errorf("abort %d", i)
+		w.Abort(cause)
+		select {
+		case err := <-closed:
+			t.Logf("abort after %v: Close: %v", delay, err)
+			if err != nil && !errors.Is(err, cause) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("abort after %v: Close returned %v, want nil, ErrClosed or the abort's cause", delay, err)
+			}
+			if err != nil && sink.last[0] {
+				t.Fatalf("abort after %v: Close failed but the object was finished", delay)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("abort after %v: Close did not return", delay)
+		}
+		sink.mu.Lock()
+		held := sink.held
+		sink.mu.Unlock()
+		if held != 0 {
+			t.Fatalf("abort after %v: %d chunk buffers still held", delay, held)
+		}
+		if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+			t.Fatalf("abort after %v: the spill holds %v (%d bytes counted)", delay, files, d.Used())
+		}
 	}
 }
