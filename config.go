@@ -98,6 +98,7 @@ type WriteConfig struct {
 	ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
 	UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
 	MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
+	MaxPartSize       Size        `yaml:"max_part_size" doc:"Largest part of a spilled writer's object (spill on, output past coalesce_budget). Such an object is written to a file in spill_dir at Commit and uploaded from it in about upload_concurrency parts of equal size (at least 5MiB), each read from disk by every request, so a part costs no memory: far fewer requests than one per chunk_size. At most 5GiB; an object of more than this x 10,000 bytes is refused, naming the object, its size and the limit."`
 	MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
 	KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
 	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
@@ -171,6 +172,7 @@ func DefaultConfig() Config {
 
 	c.Write.ChunkSize = 8 * MiB
 	c.Write.UploadConcurrency = 8
+	c.Write.MaxPartSize = 512 * MiB
 	c.Write.FrameTargetBytes = 1 * MiB
 	c.Write.CoalesceBudget = 64 * MiB
 	c.Write.Spill = "on"
@@ -250,6 +252,7 @@ func (c Config) Validate() error {
 	}
 	sizeIn("chunk_size", c.Write.ChunkSize, minPartSize, maxPartSize)
 	intIn("upload_concurrency", c.Write.UploadConcurrency, 1, 1024)
+	sizeIn("max_part_size", c.Write.MaxPartSize, minPartSize, maxPartSize)
 	if c.Write.MaxBufferedChunks != 0 {
 		intIn("max_buffered_chunks", c.Write.MaxBufferedChunks, 1, 65536)
 	}
