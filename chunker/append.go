@@ -36,16 +36,18 @@ type appender struct {
 	keep             *keeper // a sorted writer's kept frames; nil if not sorted
 
 	// A sorted writer's spilled object goes to files (image.go) when
-	// files is set: then fileMode, fileLeft is about the bytes still to
-	// come, and img the object being written.
+	// files is set: then fileMode, and img is the object being written.
 	files    FileSink
 	spillDir *spill.Dir
 	fileMode bool
+	img      *image
 	// maxFileObject is max_object_size for an object in a file (its
 	// parts are not chunks: not bounded by chunk_size x 10,000).
 	maxFileObject int64
-	fileLeft      int64
-	img           *image
+	// fileEst is the stored bytes the kept frames were estimated to make,
+	// fileIn their bytes; fileInDone of those are in frames appended, and
+	// fileOutDone is the bytes those frames took in the files.
+	fileEst, fileIn, fileInDone, fileOutDone int64
 
 	cur     []byte // the chunk being filled, from sink.Acquire
 	obj     int
@@ -99,6 +101,9 @@ func (a *appender) take(r encoded) {
 				mem, kept, err = a.keepGuarded(r)
 			} else {
 				err = a.appendGuarded(r)
+				if a.fileMode {
+					a.fileInDone += r.kept
+				}
 			}
 			if err != nil {
 				a.cancel(err)

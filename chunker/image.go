@@ -3,7 +3,6 @@ package chunker
 import (
 	"fmt"
 	"io"
-	"math"
 
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
@@ -11,20 +10,21 @@ import (
 
 // FileSink is a Sink that can take a sorted writer's object as sections
 // of a file rather than as chunks: the parts are sized by the object
-// (PartSize) and read from disk by every request, so their size costs no
-// memory. A sorted writer whose runs spilled writes its object at Close
-// to a file in its spill directory (counted against the spill limit),
-// and hands each part over as soon as its bytes are on disk, so that
-// the uploads overlap the merge. Its methods come from the Sink's one
-// goroutine, like Emit.
+// (PlanParts) and read from disk by every request, so their size costs
+// no memory. A sorted writer whose runs spilled writes its object at
+// Close to a file in its spill directory (counted against the spill
+// limit), and hands each part over as soon as its bytes are on disk, so
+// that the uploads overlap the merge. Its methods come from the Sink's
+// one goroutine, like Emit.
 type FileSink interface {
 	Sink
 	// FileParts reports whether the sink takes file sections now.
 	FileParts() bool
-	// PartSize returns the size of every part but the last of object obj,
-	// whose bytes are about size, and the most a part may hold; it fails
-	// when the object cannot be stored in parts (too large).
-	PartSize(obj int, size int64) (part, most int64, err error)
+	// PlanParts says how object obj, of about size bytes, is to be cut:
+	// in about parts parts of equal size, none but the last under least
+	// bytes, none over most. It fails when the object cannot be stored
+	// in parts (too large); then nothing of it is handed over.
+	PlanParts(obj int, size int64) (parts int, least, most int64, err error)
 	// OwnFile hands object obj's file to the sink: release removes it, and
 	// the sink calls it once no part of the object will read it. Called
 	// before the object's first section.
@@ -37,11 +37,11 @@ type FileSink interface {
 
 // image is the object being written to a file, part by part.
 type image struct {
-	file       *spill.File
-	part, most int64 // part size, and the most a part may take
-	planned    int32 // parts of part size that hold the estimate
-	start      int64 // the current part's first byte
-	crc        uint32
+	file        *spill.File
+	planned     int   // parts planned
+	least, most int64 // the smallest part but the last, the largest
+	start       int64 // the current part's first byte
+	crc         uint32
 }
 
 // toFile says whether a sorted writer's object goes to a file: its runs
@@ -74,29 +74,44 @@ func (k *keeper) estimateStored() int64 {
 	return comp + int64(float64(rawLogical)*float64(comp)/float64(compLogical))
 }
 
-// writeFile appends b to the object's file, starting it (and sizing its
+// outputLeft is about the stored bytes still to come: the kept bytes
+// not yet merged, at the ratio of stored to kept bytes of the frames
+// appended so far (a frame kept raw is compressed only now), or the
+// first estimate's rest before any.
+func (a *appender) outputLeft() int64 {
+	if a.fileInDone == 0 || a.fileOutDone == 0 {
+		return max(a.fileEst-a.fileOutDone, 0)
+	}
+	return int64(float64(a.fileIn-a.fileInDone) * float64(a.fileOutDone) / float64(a.fileInDone))
+}
+
+// writeFile appends b to the object's file, starting it (and planning its
 // parts) on the object's first bytes, and hands over each part once it
-// is full and more bytes follow.
+// is full and more bytes follow. Part k of the n planned ends near k/n of
+// the object's size as estimated when it fills (outputLeft), so the
+// parts come out about equal however far the first estimate was off;
+// the last planned part takes the rest, up to the most a part may hold.
 func (a *appender) writeFile(b []byte) error {
 	if a.img == nil {
-		est := min(max(a.fileLeft, int64(len(b))), a.maxObject)
-		part, most, err := a.files.PartSize(a.obj, est)
+		est := min(max(a.outputLeft(), int64(len(b))), a.maxObject)
+		parts, least, most, err := a.files.PlanParts(a.obj, est)
 		if err != nil {
 			return err
 		}
 		f := a.spillDir.Create()
 		a.files.OwnFile(a.obj, f.Remove)
-		a.img = &image{file: f, part: part, most: most, planned: int32(min((est+part-1)/part, math.MaxInt32))}
+		a.img = &image{file: f, planned: max(parts, 1), least: least, most: most}
 	}
 	img := a.img
 	for len(b) > 0 {
-		// The last planned part takes what the estimate missed, up to
-		// twice a part, rather than leave a small part for the end.
-		limit := img.part
-		if a.part+1 >= img.planned {
-			limit = min(img.most, 2*img.part)
+		written := img.file.Size()
+		cur := written - img.start
+		limit := img.most
+		if k := int(a.part) + 1; k < img.planned {
+			total := written + min(a.outputLeft(), a.maxObject-written)
+			end := int64(float64(total) * float64(k) / float64(img.planned))
+			limit = min(max(end-img.start, img.least), img.most)
 		}
-		cur := img.file.Size() - img.start
 		if cur >= limit {
 			if err := a.emitSection(false); err != nil {
 				return err
@@ -108,7 +123,7 @@ func (a *appender) writeFile(b []byte) error {
 			return err
 		}
 		img.crc = store.UpdateCRC32C(img.crc, b[:n])
-		a.fileLeft -= n
+		a.fileOutDone += n
 		b = b[n:]
 	}
 	return nil
@@ -120,7 +135,7 @@ func (a *appender) emitSection(last bool) error {
 	end := img.file.Size()
 	a.part++
 	if a.part > store.MaxParts {
-		return fmt.Errorf("object %d: more than %d parts of %d bytes", a.obj, store.MaxParts, img.part)
+		return fmt.Errorf("object %d: more than %d parts of at most %d bytes", a.obj, store.MaxParts, img.most)
 	}
 	sec, err := img.file.Section(img.start, end-img.start)
 	if err != nil {

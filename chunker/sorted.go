@@ -146,10 +146,11 @@ func (a *appender) output() {
 		// The object goes to a file in parts sized by it (image.go),
 		// not to chunks: bounded by the spill limit, not by chunk_size x
 		// its 10,000 parts.
-		a.fileMode, a.fileLeft, a.stream = true, est, nil
+		a.fileMode, a.fileEst, a.stream = true, est, nil
 		a.maxObject = a.maxFileObject
 	}
 	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
+	a.fileIn = total
 	// An object that will stay under one chunk is not streamed: a part
 	// streamed while its chunk fills is sent again whole when the chunk
 	// ends short, and the kept frames' bytes say now that it will.

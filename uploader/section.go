@@ -29,38 +29,37 @@ func (s *Sink) FileParts() bool {
 	return s.opt.Keeper == nil && store.UploadsSections(s.pool.st)
 }
 
-// PartSize returns the size of every part but the last of object obj,
-// whose bytes will be about size, uploaded from a file: size split in
-// Config.Concurrency parts, at least Config.MinPartSize (S3's 5 MiB),
-// at most Config.MaxPartSize, and enough for size in store.MaxParts
-// parts; and the most any part may hold (MaxPartSize). An object of more
-// than MaxPartSize x store.MaxParts bytes is refused with an error naming
-// it, its size and the limit; nothing of it is stored, or asked for,
-// then.
-func (s *Sink) PartSize(obj int, size int64) (part, most int64, err error) {
+// PlanParts says how object obj, whose bytes will be about size,
+// uploaded from a file, is cut: in parts parts of about equal size, size
+// split in Config.Concurrency parts, none but the last under least
+// (Config.MinPartSize, S3's 5 MiB), none over most (Config.MaxPartSize),
+// and no more than store.MaxParts. An object of more than MaxPartSize x
+// store.MaxParts bytes is refused with an error naming it, its size and
+// the limit; nothing of it is stored, or asked for, then.
+func (s *Sink) PlanParts(obj int, size int64) (parts int, least, most int64, err error) {
 	o := s.object(obj)
-	return s.pool.partSize(o.key, size)
+	return s.pool.planParts(o.key, size)
 }
 
-// partSize is Sink.PartSize for the object at key.
-func (p *Pool) partSize(key string, size int64) (part, most int64, err error) {
-	minPart := p.cfg.MinPartSize
-	if minPart <= 0 {
-		minPart = store.MinPartSize
+// planParts is Sink.PlanParts for the object at key.
+func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, err error) {
+	least = p.cfg.MinPartSize
+	if least <= 0 {
+		least = store.MinPartSize
 	}
-	maxPart := p.cfg.MaxPartSize
-	if maxPart <= 0 {
-		maxPart = DefaultMaxPartSize
+	most = p.cfg.MaxPartSize
+	if most <= 0 {
+		most = DefaultMaxPartSize
 	}
-	maxPart = max(maxPart, minPart)
-	if limit := maxPart * store.MaxParts; size > limit {
-		return 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
-			key, size, maxPart, store.MaxParts, limit, int64(store.MaxPartSize))
+	most = max(most, least)
+	if limit := most * store.MaxParts; size > limit {
+		return 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
+			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
 	conc := int64(max(p.cfg.Concurrency, 1))
-	part = (size + conc - 1) / conc
-	part = max(part, (size+store.MaxParts-1)/store.MaxParts, minPart)
-	return min(part, maxPart), maxPart, nil
+	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least)
+	part = min(part, most)
+	return int(max((size+part-1)/part, 1)), least, most, nil
 }
 
 // OwnFile gives object obj the file its sections are read from: release

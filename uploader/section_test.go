@@ -51,15 +51,20 @@ func (d *diskFile) ReadAt(b []byte, off int64) (int, error) {
 	return n, err
 }
 
-// emitSections hands the sink object 0 of d's bytes cut in parts of the
-// size PartSize gives, as a chunker's sorted writer does, and returns the
-// parts handed over; released counts the file's release.
+// emitSections hands the sink object 0 of d's bytes cut in the parts
+// PlanParts gives, as equal as they come, as a chunker's sorted writer
+// does, and returns the parts handed over; released counts the file's
+// release.
 func emitSections(t *testing.T, s *Sink, d *diskFile, released *atomic.Int32) int {
 	t.Helper()
 	size := int64(len(d.data))
-	part, _, err := s.PartSize(0, size)
+	parts, least, most, err := s.PlanParts(0, size)
 	if err != nil {
 		t.Fatal(err)
+	}
+	part := (size + int64(parts) - 1) / int64(parts)
+	if part > most || (parts > 1 && part < least) {
+		t.Fatalf("%d bytes in %d parts: %d bytes each, outside [%d, %d]", size, parts, part, least, most)
 	}
 	s.OwnFile(0, func() { released.Add(1) })
 	n := int32(0)
@@ -256,10 +261,10 @@ func TestSectionObjectOverLimit(t *testing.T) {
 	defer p.Close()
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "big" }})
 	const size = 1<<10*store.MaxParts + 1
-	_, _, err := s.PartSize(0, size)
+	_, _, _, err := s.PlanParts(0, size)
 	for _, want := range []string{"object big", "10240001 bytes", "max_part_size (1024 bytes)", "10000 parts = 10240000 bytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("PartSize of %d bytes: %v, want an error containing %q", size, err, want)
+			t.Fatalf("PlanParts of %d bytes: %v, want an error containing %q", size, err, want)
 		}
 	}
 	for _, o := range s.Take() {
