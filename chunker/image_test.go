@@ -19,11 +19,11 @@ import (
 // the last at least minPart.
 type fileSink struct {
 	*memSink
-	refuse  error // PartSize's answer, if set
+	refuse  error // PlanParts' answer, if set
 	minPart int64
 
 	fmu      sync.Mutex
-	sizes    map[int]int64 // PartSize's estimate per object
+	sizes    map[int]int64 // PlanParts' estimate per object
 	parts    map[int]int64 // the least part per object
 	sections map[int][]int64
 	release  map[int]func()

@@ -23,7 +23,7 @@ import (
 const DefaultMaxPartSize = 512 << 20
 
 // FileParts reports whether the sink takes an object's parts as sections
-// of a file (PartSize, OwnFile, EmitSection): the store uploads file
+// of a file (PlanParts, OwnFile, EmitSection): the store uploads file
 // sections, and no Keeper wants the object's chunks kept in memory.
 func (s *Sink) FileParts() bool {
 	return s.opt.Keeper == nil && store.UploadsSections(s.pool.st)
@@ -31,7 +31,9 @@ func (s *Sink) FileParts() bool {
 
 // PlanParts says how object obj, whose bytes will be about size,
 // uploaded from a file, is cut: in parts parts of about equal size, size
-// split in Config.Concurrency parts, none but the last under least
+// split in Config.Concurrency parts but none smaller than
+// Config.ChunkSize (so never more parts than chunks), none but the last
+// under least
 // (Config.MinPartSize, S3's 5 MiB), none over most (Config.MaxPartSize),
 // and no more than store.MaxParts. An object of more than MaxPartSize x
 // store.MaxParts bytes is refused with an error naming it, its size and
@@ -57,7 +59,10 @@ func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, 
 			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
 	conc := int64(max(p.cfg.Concurrency, 1))
-	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least)
+	// Never smaller than a chunk: an object takes no more requests than
+	// it would in chunks (with several writers sharing the connections,
+	// a split in Concurrency parts each would take more).
+	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, p.cfg.ChunkSize)
 	part = min(part, most)
 	return int(max((size+part-1)/part, 1)), least, most, nil
 }

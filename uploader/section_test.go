@@ -2,6 +2,7 @@ package uploader
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"io"
@@ -100,20 +101,22 @@ func stored(t *testing.T, st store.Store, key string) []byte {
 // is taken, and the file is released once the upload completes.
 func TestSectionPartsSizedByObject(t *testing.T) {
 	tests := []struct {
-		name                        string
-		size                        int
-		concurrency                 int
-		minPart, maxPart, wantParts int64
+		name                               string
+		size                               int
+		concurrency                        int
+		chunk, minPart, maxPart, wantParts int64
 	}{
 		{name: "one part per connection", size: 100 << 10, concurrency: 4, minPart: 1 << 10, wantParts: 4},
 		{name: "never under the minimum part", size: 3 << 10, concurrency: 8, minPart: 1 << 10, wantParts: 3},
 		{name: "never over the most a part takes", size: 100 << 10, concurrency: 2, minPart: 1 << 10, maxPart: 30 << 10, wantParts: 4},
 		{name: "one part", size: 5 << 10, concurrency: 1, minPart: 1 << 10, wantParts: 1},
+		{name: "never smaller than a chunk", size: 100 << 10, concurrency: 8, chunk: 20 << 10, minPart: 1 << 10, wantParts: 5},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			st := &store.Mem{}
-			p := New(st, Config{ChunkSize: testChunk, Concurrency: tc.concurrency, Checksum: true, MinPartSize: tc.minPart, MaxPartSize: tc.maxPart}, nil)
+			chunk := cmp.Or(tc.chunk, testChunk)
+			p := New(st, Config{ChunkSize: chunk, Concurrency: tc.concurrency, Checksum: true, MinPartSize: tc.minPart, MaxPartSize: tc.maxPart}, nil)
 			defer p.Close()
 			s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
 			if !s.FileParts() {
