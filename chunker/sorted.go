@@ -26,6 +26,11 @@ import (
 // compressed once, at Close, not compressed, decompressed and compressed
 // again, at the cost of spilling about the logical bytes.
 //
+// A spilled writer's object, over a sink that takes file sections
+// (FileSink), is written to a file in the spill directory rather than to
+// chunk buffers, and handed over in parts sized by the object, each as
+// soon as its bytes are on disk (image.go).
+//
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most the job queue's window of output
 // frames are read back and merged ahead of the one being appended.
