@@ -243,6 +243,7 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 		Checksum:    cfg.Write.Checksum == "crc32c",
 		HedgeFactor: cfg.Hedge.Factor,
 		HedgeMin:    cfg.Hedge.MinDelay.D(),
+		MaxPartSize: int64(cfg.Write.MaxPartSize),
 
 		CleanupTimeout: cfg.Write.CleanupTimeout.D(),
 	}, obs)

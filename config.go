@@ -98,13 +98,14 @@ type WriteConfig struct {
 	ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
 	UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
 	MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
+	MaxPartSize       Size        `yaml:"max_part_size" doc:"Largest part of a spilled writer's object (spill on, output past coalesce_budget). Such an object is written to a file in spill_dir at Commit and uploaded from it in about upload_concurrency parts of equal size (at least 5MiB), each read from disk by every request, so a part costs no memory: far fewer requests than one per chunk_size. At most 5GiB; an object of more than this x 10,000 bytes is refused, naming the object, its size and the limit."`
 	MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
 	KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
 	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The largest frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes. Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
 	CoalesceBudget    Size        `yaml:"coalesce_budget" doc:"Memory per writer for rows not yet encoded, per-partition state and index entries included; when it fills, every partition is flushed in partition order as one sorted run. Larger means fewer runs (fewer GETs per partition range, larger frames at many partitions) and a later first upload. The index entries also cap a writer's input at many partitions: about coalesce_budget squared / (130 x partitions), 4 GiB at 8,192 partitions and the default (operations.md)."`
 	Spill             string      `yaml:"spill" doc:"on: a writer's object holds ONE partition-sorted run, whatever its output size: runs flushed when coalesce_budget fills wait in a file under spill_dir, and at Commit the object is written in partition order, each partition's pieces merged into frames near frame_target_bytes; a reader of a partition range then makes one GET per writer object per group of partitions of up to 3/4 of its read window (read_ahead x read_range_bytes), however many runs the writer flushed. A writer whose output fits coalesce_budget touches no disk. Its upload starts at Commit. off: each run goes to the object as it flushes, and every run costs each reader one more GET per writer (operations.md)."`
 	SpillDir          string      `yaml:"spill_dir" doc:"Directory for spilled runs (spill on). Each process works in a locked directory of its own under it, removed at exit; the next process to use spill_dir removes one left by a killed process. Empty: the system's temporary directory ($TMPDIR, else /tmp)."`
-	SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit."`
+	SpillBytes        Size        `yaml:"spill_bytes" doc:"Most bytes this process's writers hold in spill_dir at once. A writer that would pass it fails naming the directory, the bytes and the limit, and commits nothing. Each spilled byte is written once and read once at Commit; at Commit the object is written to spill_dir too, and uploaded from there (max_part_size), while its runs are still there: a writer then holds about twice its spilled bytes. When spill_bytes has no room for the object, it is uploaded in chunks from memory instead."`
 	MemoryLimit       MemoryLimit `yaml:"memory_limit" doc:"Soft memory limit (Go's GOMEMLIMIT) that write, demo, serve and bench set for their process. auto: the memory bound (max_buffered_chunks x chunk_size + coalesce_budget per writer + 96 MiB; serve: per max_streams stream, see operations.md) less 52 MiB of resident memory the Go runtime does not govern, 236 MiB with the defaults and one writer; off: Go's default, the heap grows to twice what is live; or a size. A GOMEMLIMIT in the environment wins. Too low costs CPU: the collector runs whenever live memory nears it. The library never sets it."`
 	EncodeConcurrency int         `yaml:"encode_concurrency" doc:"Goroutines encoding frames per writer. 0 means GOMAXPROCS."`
 	Compression       string      `yaml:"compression" doc:"Compression of each frame's IPC messages, as one block: lz4, zstd, none, or auto: per frame, the cheapest of lz4 and zstd (fastest, then default level) at which the uploads rather than the encoders are the bottleneck, from the encoders' measured rate and the rate the upload pool takes bytes. Each frame's header names its codec; the worker manifest counts frames per codec."`
@@ -171,6 +172,7 @@ func DefaultConfig() Config {
 
 	c.Write.ChunkSize = 8 * MiB
 	c.Write.UploadConcurrency = 8
+	c.Write.MaxPartSize = 512 * MiB
 	c.Write.FrameTargetBytes = 1 * MiB
 	c.Write.CoalesceBudget = 64 * MiB
 	c.Write.Spill = "on"
@@ -250,6 +252,7 @@ func (c Config) Validate() error {
 	}
 	sizeIn("chunk_size", c.Write.ChunkSize, minPartSize, maxPartSize)
 	intIn("upload_concurrency", c.Write.UploadConcurrency, 1, 1024)
+	sizeIn("max_part_size", c.Write.MaxPartSize, minPartSize, maxPartSize)
 	if c.Write.MaxBufferedChunks != 0 {
 		intIn("max_buffered_chunks", c.Write.MaxBufferedChunks, 1, 65536)
 	}

@@ -173,6 +173,7 @@ var everyKey = []struct {
 	{"upload_concurrency", "3", "5", func(c *Config) any { return c.Write.UploadConcurrency }, 3, 5},
 	{"max_buffered_chunks", "7", "9", func(c *Config) any { return c.Write.MaxBufferedChunks }, 7, 9},
 	{"max_object_size", "1GiB", "2GiB", func(c *Config) any { return c.Write.MaxObjectSize }, GiB, 2 * GiB},
+	{"max_part_size", "256MiB", "1GiB", func(c *Config) any { return c.Write.MaxPartSize }, 256 * MiB, GiB},
 	{"key_spread", "16", "32", func(c *Config) any { return c.Write.KeySpread }, 16, 32},
 	{"frame_target_bytes", "512KiB", "2MiB", func(c *Config) any { return c.Write.FrameTargetBytes }, 512 * KiB, 2 * MiB},
 	{"coalesce_budget", "128MiB", "256MiB", func(c *Config) any { return c.Write.CoalesceBudget }, 128 * MiB, 256 * MiB},

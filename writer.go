@@ -118,6 +118,9 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	return w, nil
 }
 
+// A spilling writer's object goes to the pool as file sections.
+var _ chunker.FileSink = (*uploader.Sink)(nil)
+
 // MaxPartitions bounds the partition count of a stage (manifests refuse
 // more).
 const MaxPartitions = manifest.MaxPartitions

@@ -7,6 +7,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/manifest/entry"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -33,6 +34,20 @@ type appender struct {
 	partitions       int
 	frameTarget      int64
 	keep             *keeper // a sorted writer's kept frames; nil if not sorted
+
+	// A sorted writer's spilled object goes to files (image.go) when
+	// files is set: then fileMode, and img is the object being written.
+	files    FileSink
+	spillDir *spill.Dir
+	fileMode bool
+	img      *image
+	// maxFileObject is max_object_size for an object in a file (its
+	// parts are not chunks: not bounded by chunk_size x 10,000).
+	maxFileObject int64
+	// fileEst is the stored bytes the kept frames were estimated to make,
+	// fileIn their bytes; fileInDone of those are in frames appended, and
+	// fileOutDone is the bytes those frames took in the files.
+	fileEst, fileIn, fileInDone, fileOutDone int64
 
 	cur     []byte // the chunk being filled, from sink.Acquire
 	obj     int
@@ -86,6 +101,9 @@ func (a *appender) take(r encoded) {
 				mem, kept, err = a.keepGuarded(r)
 			} else {
 				err = a.appendGuarded(r)
+				if a.fileMode {
+					a.fileInDone += r.kept
+				}
 			}
 			if err != nil {
 				a.cancel(err)
@@ -159,6 +177,9 @@ func (a *appender) appendFrame(r encoded) error {
 // full and more bytes follow, and takes the next from the sink. It
 // reports how long it waited for chunk buffers.
 func (a *appender) write(b []byte) (waited time.Duration, err error) {
+	if a.fileMode {
+		return 0, a.writeFile(b)
+	}
 	for len(b) > 0 {
 		if a.cur != nil && int64(len(a.cur)) == a.chunk {
 			// More bytes follow, so the full chunk is not the last one.
@@ -198,12 +219,18 @@ func (a *appender) write(b []byte) (waited time.Duration, err error) {
 
 // endObject emits the current object's last chunk and starts the next.
 func (a *appender) endObject() error {
-	if a.cur == nil {
+	var err error
+	switch {
+	case a.img != nil:
+		err = a.emitSection(true)
+		a.img = nil
+	case a.cur == nil:
 		return nil
+	default:
+		a.part++
+		err = a.sink.Emit(a.obj, a.part, a.cur, true)
+		a.cur = nil
 	}
-	a.part++
-	err := a.sink.Emit(a.obj, a.part, a.cur, true)
-	a.cur = nil
 	a.objects = append(a.objects, entry.Object{Size: a.objOff, Parts: int(a.part), CRC32C: a.objCRC})
 	a.obj++
 	a.part, a.objOff, a.objCRC = 0, 0, 0

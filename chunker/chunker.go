@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -292,6 +293,13 @@ func (w *Writer) start(sink Sink, codec string, auto *autoCodec) {
 		chunk: opt.ChunkSize, maxObject: opt.maxObject(), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
 	if opt.Spill != nil {
 		a.keep = &keeper{b: w.b, file: opt.Spill.Create()}
+		if fs, ok := sink.(FileSink); ok {
+			a.files, a.spillDir = fs, opt.Spill
+			a.maxFileObject = opt.MaxObjectSize
+			if a.maxFileObject <= 0 {
+				a.maxFileObject = math.MaxInt64
+			}
+		}
 	}
 	go a.run(results, w.done)
 }

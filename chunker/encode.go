@@ -64,6 +64,7 @@ type encoded struct {
 	stats     frame.Stats
 	err       error
 	out       bool   // an output frame of a sorted writer
+	kept      int64  // an output frame's: the stored bytes of the kept frames it was made of
 	raw       bool   // encoded without compression (encodeJob.raw)
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
@@ -317,6 +318,9 @@ func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
 		res.err = e.enc.SetCodec(e.codec)
 	}
 	if res.err == nil && j.out {
+		for _, k := range j.pieces {
+			res.kept += k.length
+		}
 		res.err = e.encodeOutput(j, res)
 	} else if res.err == nil {
 		res.buf = bufPool.Get()

@@ -26,6 +26,11 @@ import (
 // compressed once, at Close, not compressed, decompressed and compressed
 // again, at the cost of spilling about the logical bytes.
 //
+// A spilled writer's object, over a sink that takes file sections
+// (FileSink), is written to a file in the spill directory rather than to
+// chunk buffers, and handed over in parts sized by the object, each as
+// soon as its bytes are on disk (image.go).
+//
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most the job queue's window of output
 // frames are read back and merged ahead of the one being appended.
@@ -141,7 +146,16 @@ func (a *appender) output() {
 		a.q.close()
 		return
 	}
+	est := a.keep.estimateStored()
+	if a.toFile(est) {
+		// The object goes to a file in parts sized by it (image.go),
+		// not to chunks: bounded by the spill limit, not by chunk_size x
+		// its 10,000 parts.
+		a.fileMode, a.fileEst, a.stream = true, est, nil
+		a.maxObject = a.maxFileObject
+	}
 	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
+	a.fileIn = total
 	// An object that will stay under one chunk is not streamed: a part
 	// streamed while its chunk fills is sent again whole when the chunk
 	// ends short, and the kept frames' bytes say now that it will.

@@ -2,6 +2,7 @@ package store
 
 import (
 	"maps"
+	"math"
 	"sync"
 )
 
@@ -107,4 +108,28 @@ func Diff(after, before map[string]int64) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// putClassOps are the operations of a write path that S3 bills as
+// PUT-class requests (its tier of PUT, COPY, POST and LIST): an object
+// put, a multipart upload's create, each part and the complete. An abort
+// is free.
+var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"}
+
+// PutRequests is the PUT-class requests among ops (counts per operation,
+// as Requests returns them): what storing the bytes costs in requests.
+func PutRequests(ops map[string]int64) int64 {
+	var n int64
+	for _, op := range putClassOps {
+		n += ops[op]
+	}
+	return n
+}
+
+// PerGiB is n per GiB of bytes (0 when bytes is 0), to two decimals.
+func PerGiB(n, bytes int64) float64 {
+	if bytes <= 0 {
+		return 0
+	}
+	return math.Round(float64(n)/(float64(bytes)/(1<<30))*100) / 100
 }

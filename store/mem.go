@@ -112,6 +112,19 @@ func (m *Mem) CreateMultipart(ctx context.Context, key string) (string, error) {
 	return id, nil
 }
 
+// UploadsSections implements SectionUploader.
+func (m *Mem) UploadsSections() bool { return true }
+
+// UploadPartSection implements SectionUploader: the section is read
+// into memory (the store keeps its parts there anyway).
+func (m *Mem) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
+	b := make([]byte, body.Size())
+	if _, err := io.ReadFull(io.NewSectionReader(body, 0, body.Size()), b); err != nil {
+		return "", &Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("part %d: read its %d bytes: %w", n, len(b), err)}
+	}
+	return m.UploadPart(ctx, key, uploadID, n, b, crc32c)
+}
+
 // UploadPart implements Writer.
 func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
 	if crc32c != nil {

@@ -191,6 +191,29 @@ type PartStreamer interface {
 	UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc32c uint32, err error)
 }
 
+// SectionUploader is a Writer that uploads a part from a section of a
+// file rather than a byte slice, so that a part's bytes need not be in
+// memory however large it is. Safe for concurrent use.
+type SectionUploader interface {
+	// UploadsSections reports whether UploadPartSection works on this
+	// store; when false, callers use UploadPart.
+	UploadsSections() bool
+	// UploadPartSection uploads part number n of upload uploadID: the
+	// bytes of body, every attempt (a retry layer may make several)
+	// reading them again from body's first byte (body is not moved:
+	// each attempt reads through a section reader of its own). crc32c,
+	// when non-nil, is sent as the part's checksum, as with UploadPart.
+	// Idempotent like UploadPart.
+	UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (etag string, err error)
+}
+
+// UploadsSections reports whether st, or a store it wraps, uploads parts
+// from file sections (SectionUploader).
+func UploadsSections(st any) bool {
+	su, ok := As[SectionUploader](st)
+	return ok && su.UploadsSections()
+}
+
 // Lister lists keys and incomplete uploads. Safe for concurrent use.
 type Lister interface {
 	// List returns the objects under prefix in key order. With a non-empty

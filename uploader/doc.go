@@ -11,5 +11,8 @@
 // part it stores, whether its bytes are a whole chunk, a chunk still
 // filling or a piece of a re-cut tail spanning chunks, goes through one
 // send path: hedged, retried by the store from its first byte, its
-// checksum checked and its ETag recorded for the Complete.
+// checksum checked and its ETag recorded for the Complete. A spilled
+// writer's object comes as sections of a file instead (section.go): parts
+// sized by the object, read from disk by every request, holding no
+// buffer of the pool.
 package uploader

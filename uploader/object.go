@@ -51,6 +51,9 @@ type Upload struct {
 	ready  []*part
 	queued int
 	keep   keeping // chunks kept for a Keeper
+	// file is the file an object of sections is read from (see
+	// Sink.OwnFile): released once the upload is over.
+	file *fileOwner
 }
 
 // multipart is an object's multipart upload: created once, by the first
@@ -339,6 +342,7 @@ func (o *Upload) Finish(ctx context.Context) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
+	o.releaseFile()
 	if err := o.abortStrays(id); err != nil {
 		return Result{}, err
 	}
@@ -468,6 +472,8 @@ func (o *Upload) abortAfter(err error) error {
 func (o *Upload) Abort() error {
 	o.wg.Wait()
 	o.dropKept()
+	// No part reads the file any more.
+	defer o.releaseFile()
 	o.mu.Lock()
 	from, prev, cut := o.state, o.abortErr, o.cut
 	o.abortErr = nil

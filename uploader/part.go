@@ -46,11 +46,19 @@ type body struct {
 	// first request streams it as it fills, up to its capacity; a hedge
 	// waits for it to be full and sends it from its buffer.
 	fill *filling
+	// file, when set, is a section of a file on disk (segs and fill are
+	// then empty), crc its CRC32C: every request reads it from disk (see
+	// section.go).
+	file *io.SectionReader
+	crc  uint32
 }
 
 // size is the body's length: a filling chunk's capacity (its length
 // unless it ends short, see errShort).
 func (b body) size() int64 {
+	if b.file != nil {
+		return b.file.Size()
+	}
 	if b.fill != nil {
 		return int64(cap(b.fill.buf))
 	}
@@ -63,6 +71,9 @@ func (b body) size() int64 {
 
 // sum is the body's CRC32C; a filling chunk's only once it is full.
 func (b body) sum() uint32 {
+	if b.file != nil {
+		return b.crc
+	}
 	if b.fill != nil {
 		return store.CRC32C(b.fill.buf[:cap(b.fill.buf)])
 	}
@@ -105,6 +116,8 @@ func (b body) request(ctx context.Context, i int) ([]byte, func() io.Reader, err
 // describe says how long the body is and how it is sent, for errors.
 func (b body) describe() string {
 	switch {
+	case b.file != nil:
+		return fmt.Sprintf("%d bytes from a file section", b.size())
 	case b.fill != nil:
 		return fmt.Sprintf("streamed, %d bytes", b.size())
 	case len(b.segs) > 1:
@@ -181,6 +194,24 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 	return nil
 }
 
+// requestSection makes a request of part n, a file section, to upload
+// id: every request reads the section from disk through a reader of its
+// own.
+func (o *Upload) requestSection(ctx context.Context, n int32, id string, b body) (answer, error) {
+	su, ok := store.As[store.SectionUploader](o.pool.st)
+	if !ok || !su.UploadsSections() {
+		return answer{}, fmt.Errorf("the store does not upload file sections")
+	}
+	a := answer{crc: b.crc}
+	var sum *uint32
+	if o.pool.cfg.Checksum {
+		sum = &a.crc
+	}
+	var err error
+	a.etag, err = su.UploadPartSection(ctx, o.key, id, n, io.NewSectionReader(b.file, 0, b.file.Size()), sum)
+	return a, err
+}
+
 // answer is what the store said to a request that stored a part.
 type answer struct {
 	etag     string
@@ -192,6 +223,9 @@ type answer struct {
 // b: a PutObject of the whole object (single), an UploadPart of upload
 // id when the request's bytes are in one buffer, else a streamed one.
 func (o *Upload) request(ctx context.Context, n int32, id string, single bool, b body, i int) (answer, error) {
+	if b.file != nil {
+		return o.requestSection(ctx, n, id, b)
+	}
 	buf, read, err := b.request(ctx, i)
 	if err != nil {
 		return answer{}, err

@@ -36,6 +36,10 @@ type Config struct {
 	// MinPartSize is the smallest part but an object's last that a
 	// re-cut tail may have (0: store.MinPartSize, S3's 5 MiB).
 	MinPartSize int64
+	// MaxPartSize is the largest part of an object uploaded from a file
+	// (see section.go; 0: DefaultMaxPartSize), at most store.MaxPartSize:
+	// such an object may have at most MaxPartSize x store.MaxParts bytes.
+	MaxPartSize int64
 }
 
 // defaultStreamAfter is Config.StreamAfter when it is 0.

@@ -68,6 +68,10 @@ type demoSummary struct {
 	WriteMiBps    float64          `json:"write_mib_per_s"`
 	WriteStored   float64          `json:"write_stored_mib_per_s"`
 	Requests      map[string]int64 `json:"requests"`
+	// PutRequests is the write's PUT-class requests (store.PutRequests),
+	// PutPerGiB their number per GiB stored.
+	PutRequests   int64            `json:"put_requests"`
+	PutPerGiB     float64          `json:"put_requests_per_gib"`
 	Retries       map[string]int64 `json:"retries"`
 	PartsResent   int64            `json:"parts_resent"`
 	PartsHedged   int64            `json:"parts_hedged"`
@@ -215,6 +219,8 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 		sum.BytesStored += t.BytesStored
 	}
 	sum.CompressRatio = ratio(float64(sum.BytesLogical), float64(sum.BytesStored))
+	sum.PutRequests = store.PutRequests(sum.Requests)
+	sum.PutPerGiB = store.PerGiB(sum.PutRequests, sum.BytesStored)
 	sum.WriteMiBps = perSecond(sum.BytesLogical, sum.WriteSeconds)
 	sum.WriteStored = perSecond(sum.BytesStored, sum.WriteSeconds)
 	sum.PeakBuffered = client.Stats().PeakBuffered
@@ -427,6 +433,7 @@ func printDemo(w io.Writer, s *demoSummary) {
 		s.Objects, s.Parts, mib(s.ChunkSize), s.PeakBuffered, s.MaxBuffered)
 	fmt.Fprintf(w, "           %.1f MiB/s logical, %.1f MiB/s stored\n", s.WriteMiBps, s.WriteStored)
 	fmt.Fprintf(w, "           requests: %s\n", formatOps(s.Requests))
+	fmt.Fprintf(w, "           %d PUT-class requests, %.2f per GiB stored\n", s.PutRequests, s.PutPerGiB)
 	fmt.Fprintf(w, "  seal     requests: %s\n", formatOps(s.SealRequests))
 	fmt.Fprintf(w, "  read     %d rows of %d partitions in %.2f s: %.1f MiB/s logical, %.1f MiB/s stored\n",
 		s.RowsRead, s.Partitions, s.ReadSeconds, s.ReadMiBps, s.ReadStored)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -36,6 +37,13 @@ func TestDemo(t *testing.T) {
 			}
 			if s.PeakBuffered < 1 || s.PeakBuffered > int64(s.MaxBuffered) {
 				t.Fatalf("peak buffered chunks %d outside [1, %d]", s.PeakBuffered, s.MaxBuffered)
+			}
+
+			// PUT-class requests: puts, creates, parts and completes, per
+			// GiB stored.
+			puts := s.Requests["PutObject"] + s.Requests["CreateMultipartUpload"] + s.Requests["UploadPart"] + s.Requests["CompleteMultipartUpload"]
+			if perGiB := math.Round(float64(puts)/(float64(s.BytesStored)/(1<<30))*100) / 100; s.PutRequests != puts || s.PutPerGiB != perGiB || puts == 0 {
+				t.Fatalf("put_requests %d, put_requests_per_gib %v; the requests %v of %d bytes stored make %d, %v", s.PutRequests, s.PutPerGiB, s.Requests, s.BytesStored, puts, perGiB)
 			}
 
 			// Parts: what the store holds, ceil(size / chunk) per object.

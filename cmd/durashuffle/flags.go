@@ -62,7 +62,7 @@ var keyUses = map[string]keyUse{
 	"sse": usePut, "sse_kms_key_id": usePut, "commit_guard": usePut,
 
 	"chunk_size": useWrite, "upload_concurrency": useWrite, "max_buffered_chunks": useWrite,
-	"max_object_size": useWrite, "key_spread": useWrite, "frame_target_bytes": useWrite,
+	"max_object_size": useWrite, "max_part_size": useWrite, "key_spread": useWrite, "frame_target_bytes": useWrite,
 	"coalesce_budget": useWrite, "memory_limit": useWrite, "encode_concurrency": useWrite,
 	"compression": useWrite, "checksum": useWrite, "cleanup_timeout": useWrite,
 	"spill": useWrite, "spill_dir": useWrite, "spill_bytes": useWrite,

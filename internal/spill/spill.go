@@ -214,6 +214,25 @@ func (f *File) ReadAt(b []byte, off int64) error {
 	return nil
 }
 
+// Section returns a reader of the n bytes at off, which Append wrote
+// already. Its reads, from any goroutine, may run while Append writes
+// past off+n, and each reads the disk again: a section holds no bytes of
+// its own. It fails once the file is removed.
+func (f *File) Section(off, n int64) (*io.SectionReader, error) {
+	if f.f == nil || off < 0 || n < 0 || off+n > f.size {
+		return nil, fmt.Errorf("section of %d bytes at %d of spill %s: it holds %d bytes", n, off, f.Name(), f.size)
+	}
+	return io.NewSectionReader(f.f, off, n), nil
+}
+
+// Room is the bytes the process's files may still take (spill_bytes less
+// what they hold).
+func (d *Dir) Room() int64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.limit - d.used
+}
+
 // Remove deletes the file and gives its bytes back to the limit.
 // Idempotent.
 func (f *File) Remove() {

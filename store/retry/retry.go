@@ -239,6 +239,25 @@ func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n in
 	return etag, crc, err
 }
 
+// UploadsSections implements store.SectionUploader: true when the store
+// below uploads sections. The retry layer is a SectionUploader itself so
+// that store.As finds it, and section parts are retried.
+func (s *Store) UploadsSections() bool { return store.UploadsSections(s.inner) }
+
+// UploadPartSection implements store.SectionUploader. Every attempt reads
+// the section again from its first byte, from disk.
+func (s *Store) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc *uint32) (etag string, err error) {
+	su, ok := store.As[store.SectionUploader](s.inner)
+	if !ok || !su.UploadsSections() {
+		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
+	}
+	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
+		etag, err = su.UploadPartSection(ctx, key, uploadID, n, io.NewSectionReader(body, 0, body.Size()), crc)
+		return err
+	})
+	return etag, err
+}
+
 // CompleteMultipart implements store.Writer.
 func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) error {
 	return s.do(ctx, "CompleteMultipartUpload", func(ctx context.Context) error {

@@ -398,6 +398,33 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 	return aws.ToString(out.ETag), nil
 }
 
+// UploadsSections implements store.SectionUploader.
+func (s *Store) UploadsSections() bool { return true }
+
+// UploadPartSection implements store.SectionUploader: the body is a
+// section reader of its own, which the SDK may read more than once (to
+// sign it over http) and rewinds itself, from disk each time.
+func (s *Store) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
+	size := body.Size()
+	in := &s3.UploadPartInput{
+		Bucket:        &s.bucket,
+		Key:           &key,
+		UploadId:      &uploadID,
+		PartNumber:    aws.Int32(n),
+		Body:          io.NewSectionReader(body, 0, size),
+		ContentLength: aws.Int64(size),
+	}
+	if crc32c != nil {
+		// As UploadPart: a precomputed checksum, the body sent as is.
+		in.ChecksumCRC32C = aws.String(encodeCRC32C(*crc32c))
+	}
+	out, err := s.client.UploadPart(ctx, in)
+	if err != nil {
+		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes from a file section): %w", n, size, err))
+	}
+	return aws.ToString(out.ETag), nil
+}
+
 // StreamsParts implements store.PartStreamer: the SDK sends trailing
 // checksums only over TLS, so only an https endpoint streams parts.
 func (s *Store) StreamsParts() bool { return s.tls && !s.noChecksums }

@@ -334,85 +334,103 @@ func TestSpillLimitOnStore(t *testing.T) {
 
 // TestSpillFlippedByteOnStore: a byte changed in a writer's spill file
 // between Write and Commit fails the Commit with an error naming the
-// file and its CRC32C once the frame is read back, after the object's
-// first part is stored, and leaves nothing: no worker manifest, no
-// object, no open upload (the part is aborted), no spill file.
+// file and its CRC32C once the frame is read back, and leaves nothing:
+// no worker manifest, no object, no open upload, no spill file. Uploaded
+// in chunks, the object's first part is stored (then aborted) before
+// the frame is read; uploaded from its file, the object's file is
+// removed too.
 func TestSpillFlippedByteOnStore(t *testing.T) {
 	const partitions = 16
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
-		ctx := context.Background()
-		spillRoot := t.TempDir()
-		cfg := testConfig()
-		cfg.Write.SpillDir, cfg.Write.CoalesceBudget = spillRoot, durashuffle.MiB
-		// One chunk in memory and one encoder: at Commit the appender
-		// waits for part 1 to be stored before it fills part 2, and the
-		// encoders read back no more than a few frames ahead of it, so
-		// the last partition's frames, 12 MiB into the object, are read
-		// only once the multipart upload holds a part.
-		cfg.Write.MaxBufferedChunks, cfg.Write.EncodeConcurrency = 1, 1
-		c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
-		defer c.Close()
-		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "flipped", Worker: "0", Partitions: partitions})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// 12 MiB over partitions 0 to 14, then 4 MiB to partition 15:
-		// the spill file ends with partition 15's frames.
-		for lo := 0; lo < 16384; lo += 16 {
-			p := partitions - 1
-			if lo < 12288 {
-				p = (lo / 16) % (partitions - 1)
-			}
-			rec := batch(lo, 16)
-			err := w.Write(p, rec)
-			rec.Release()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		// Once Write returns, at most coalesce_budget of the 16 MiB is
-		// not on disk yet, and only the file's last frame may be still
-		// being written: 1 MiB before the end is inside a frame of
-		// partition 15 written whole.
-		name, size := spilledFile(t, spillRoot)
-		if size < int64(14*durashuffle.MiB) {
-			t.Fatalf("after 16 MiB of output with a 1 MiB coalesce_budget the spill %s holds %d bytes, want at least 14 MiB", name, size)
-		}
-		f, err := os.OpenFile(name, os.O_RDWR, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var b [1]byte
-		off := size - int64(durashuffle.MiB)
-		if _, err := f.ReadAt(b[:], off); err != nil {
-			t.Fatal(err)
-		}
-		b[0] ^= 0x40
-		if _, err := f.WriteAt(b[:], off); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
-		before := counter.Requests()
-		m, err := w.Commit(ctx)
-		if err == nil {
-			t.Fatalf("Commit after a byte flipped at %d of %s committed %d rows", off, name, m.Totals.Rows)
-		}
-		for _, s := range []string{"spill " + name + ": frame of partition 15 ", "CRC32C", "the spill file changed on disk"} {
-			if !strings.Contains(err.Error(), s) {
-				t.Fatalf("Commit after a flipped spill byte: %q does not say %q", err, s)
-			}
-		}
-		nothingCommitted(t, c, st, "flipped")
-		// What the upload's absence means: there was one, with a part.
-		req := store.Diff(counter.Requests(), before)
-		t.Logf("Commit: %v; requests %v", err, req)
-		if req["UploadPart"] < 1 || req["AbortMultipartUpload"] < 1 {
-			t.Fatalf("requests %v: want the object's first part stored, then its upload aborted", req)
-		}
-		if files := spillFiles(t, spillRoot); len(files) != 0 {
-			t.Fatalf("after the failure spill_dir holds %v", files)
+		for _, tc := range []struct {
+			name string
+			file bool
+		}{{"chunks", false}, {"file", true}} {
+			t.Run(tc.name, func(t *testing.T) {
+				query := "flipped-" + tc.name
+				ctx := context.Background()
+				spillRoot := t.TempDir()
+				cfg := testConfig()
+				cfg.Write.SpillDir, cfg.Write.CoalesceBudget = spillRoot, durashuffle.MiB
+				// One chunk in memory and one encoder: at Commit the appender
+				// waits for part 1 to be stored before it fills part 2, and the
+				// encoders read back no more than a few frames ahead of it, so
+				// the last partition's frames, 12 MiB into the object, are read
+				// only once the multipart upload holds a part.
+				cfg.Write.MaxBufferedChunks, cfg.Write.EncodeConcurrency = 1, 1
+				// Chunks: spill_bytes has room for the runs (about 16 MiB) and
+				// not for the object beside them, so the object goes out in
+				// chunks, held back by the one chunk buffer. File: the object is
+				// written to a file beside the runs, which the merge fills ahead
+				// of the uploads; a part may or may not be stored first.
+				if !tc.file {
+					cfg.Write.SpillBytes = 20 * durashuffle.MiB
+				}
+				c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+				defer c.Close()
+				w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Worker: "0", Partitions: partitions})
+				if err != nil {
+					t.Fatal(err)
+				}
+				// 12 MiB over partitions 0 to 14, then 4 MiB to partition 15:
+				// the spill file ends with partition 15's frames.
+				for lo := 0; lo < 16384; lo += 16 {
+					p := partitions - 1
+					if lo < 12288 {
+						p = (lo / 16) % (partitions - 1)
+					}
+					rec := batch(lo, 16)
+					err := w.Write(p, rec)
+					rec.Release()
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Once Write returns, at most coalesce_budget of the 16 MiB is
+				// not on disk yet, and only the file's last frame may be still
+				// being written: 1 MiB before the end is inside a frame of
+				// partition 15 written whole.
+				name, size := spilledFile(t, spillRoot)
+				if size < int64(14*durashuffle.MiB) {
+					t.Fatalf("after 16 MiB of output with a 1 MiB coalesce_budget the spill %s holds %d bytes, want at least 14 MiB", name, size)
+				}
+				f, err := os.OpenFile(name, os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var b [1]byte
+				off := size - int64(durashuffle.MiB)
+				if _, err := f.ReadAt(b[:], off); err != nil {
+					t.Fatal(err)
+				}
+				b[0] ^= 0x40
+				if _, err := f.WriteAt(b[:], off); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				before := counter.Requests()
+				m, err := w.Commit(ctx)
+				if err == nil {
+					t.Fatalf("Commit after a byte flipped at %d of %s committed %d rows", off, name, m.Totals.Rows)
+				}
+				for _, s := range []string{"spill " + name + ": frame of partition 15 ", "CRC32C", "the spill file changed on disk"} {
+					if !strings.Contains(err.Error(), s) {
+						t.Fatalf("Commit after a flipped spill byte: %q does not say %q", err, s)
+					}
+				}
+				nothingCommitted(t, c, st, query)
+				// What the upload's absence means: there was one, with a part.
+				req := store.Diff(counter.Requests(), before)
+				t.Logf("Commit: %v; requests %v", err, req)
+				if !tc.file && (req["UploadPart"] < 1 || req["AbortMultipartUpload"] < 1) {
+					t.Fatalf("requests %v: want the object's first part stored, then its upload aborted", req)
+				}
+				if files := spillFiles(t, spillRoot); len(files) != 0 {
+					t.Fatalf("after the failure spill_dir holds %v", files)
+				}
+			})
 		}
 	})
 }

@@ -96,6 +96,14 @@ func TestSmokeWrite(t *testing.T) {
 	if auto := find(rep.Results, DurashuffleAuto); auto.Rows != ds.Rows || len(auto.Codecs) == 0 {
 		t.Fatalf("durashuffle-auto wrote %d rows (codecs %v), durashuffle %d", auto.Rows, auto.Codecs, ds.Rows)
 	}
+	// PUT-class requests per GiB stored: puts, creates, parts and
+	// completes over the bytes stored.
+	for _, r := range []*Result{ds, mgr} {
+		puts := r.Requests["PutObject"] + r.Requests["CreateMultipartUpload"] + r.Requests["UploadPart"] + r.Requests["CompleteMultipartUpload"]
+		if want := math.Round(float64(puts)/(float64(r.StoredBytes)/(1<<30))*100) / 100; puts == 0 || r.PutPerGiB != want {
+			t.Fatalf("%s: put_requests_per_gib %v, its requests %v over %d bytes stored make %v", r.Name, r.PutPerGiB, r.Requests, r.StoredBytes, want)
+		}
+	}
 	// Spill off uploads the same rows over the link; encode-only encodes
 	// them for the null store, which nothing sends over the link.
 	if off := find(rep.Results, DurashuffleSpillOff); off.Rows != ds.Rows || off.Requests["UploadPart"]+off.Requests["PutObject"] == 0 || off.LinkFraction <= 0 {

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Contender names, as they appear in results.
@@ -121,6 +122,9 @@ type Result struct {
 	// mapped files (the binary), which no Go memory limit governs.
 	FileRSSBytes int64            `json:"file_rss_bytes,omitempty"`
 	Requests     map[string]int64 `json:"requests"`
+	// PutPerGiB is the PUT-class requests (store.PutRequests) per GiB
+	// stored: what a write costs in requests.
+	PutPerGiB float64 `json:"put_requests_per_gib,omitempty"`
 
 	StoredBytes  int64 `json:"stored_bytes"`
 	LogicalBytes int64 `json:"logical_bytes"`
@@ -195,6 +199,7 @@ func (r *Result) finish(d time.Duration) {
 		r.CPUSeconds = round3(clockCPU)
 	}
 	r.Seconds = d.Seconds()
+	r.PutPerGiB = store.PerGiB(store.PutRequests(r.Requests), r.StoredBytes)
 	if r.Seconds > 0 {
 		r.StoredBytesPerS = float64(r.StoredBytes) / r.Seconds
 		r.LogicalBytesPerS = float64(r.LogicalBytes) / r.Seconds

@@ -118,12 +118,12 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 				float64(r.PeakRSSBytes)/(1<<20), formatOps(r.Requests))
 		}
 	default:
-		b.WriteString("| contender | seconds (rounds) | stored MiB/s | logical MiB/s | of link | first data s | MiB/s sending | peak RSS MiB | stored MiB | CPU s | CPU s/GiB stored | CPU s/GiB logical | requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
+		b.WriteString("| contender | seconds (rounds) | stored MiB/s | logical MiB/s | of link | first data s | MiB/s sending | peak RSS MiB | stored MiB | CPU s | CPU s/GiB stored | CPU s/GiB logical | PUTs/GiB stored | requests |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n")
 		for _, r := range rep.Results {
-			fmt.Fprintf(&b, "| %s | %.2f (%s) | %s | %s | %s | %s | %s | %.0f | %.1f | %.2f | %s | %s | %s |\n", r.Name, r.Seconds, joinFloats(r.Rounds), mibps(r.StoredBytesPerS),
+			fmt.Fprintf(&b, "| %s | %.2f (%s) | %s | %s | %s | %s | %s | %.0f | %.1f | %.2f | %s | %s | %s | %s |\n", r.Name, r.Seconds, joinFloats(r.Rounds), mibps(r.StoredBytesPerS),
 				mibps(r.LogicalBytesPerS), optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS),
 				float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), r.CPUSeconds,
-				optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
+				optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), optFloat(r.PutPerGiB), formatOps(r.Requests))
 		}
 		stagesMarkdown(&b, rep)
 		for _, r := range rep.Results {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -297,4 +298,23 @@ func (s meteredStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s meteredStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
 	return streamPart(ctx, s.Store, key, id, n, size, body, s.m.begin, func(err error) { s.m.end(size, err) })
+}
+
+// UploadsSections and UploadPartSection meter parts sent from file
+// sections like UploadPart: the meter is a store.SectionUploader itself,
+// so that store.As finds it.
+func (s meteredStore) UploadsSections() bool { return store.UploadsSections(s.Store) }
+
+func (s meteredStore) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+	su, ok := store.As[store.SectionUploader](s.Store)
+	if !ok || !su.UploadsSections() {
+		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
+	}
+	if !isData(key) {
+		return su.UploadPartSection(ctx, key, id, n, body, crc)
+	}
+	s.m.begin()
+	etag, err := su.UploadPartSection(ctx, key, id, n, body, crc)
+	s.m.end(body.Size(), err)
+	return etag, err
 }

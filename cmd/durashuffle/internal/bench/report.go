@@ -53,11 +53,11 @@ func PrintText(w io.Writer, rep *Report) {
 		fmt.Fprintln(w, "  (chunk size and concurrency per cell as named; \"of link\" is against each cell's own limit)")
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\tCPU s/GiB stored\tCPU s/GiB logical\trequests\t")
+	fmt.Fprintln(tw, "contender\tseconds\tstored MiB/s\tlogical MiB/s\tof link\tfirst data s\tMiB/s sending\tpeak RSS MiB\tstored MiB\tCPU s/GiB stored\tCPU s/GiB logical\tPUTs/GiB stored\trequests\t")
 	for _, r := range rep.Results {
-		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
+		fmt.Fprintf(tw, "%s\t%.2f\t%s\t%s\t%s\t%s\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), mibps(r.LogicalBytesPerS),
 			optFloat(r.LinkFraction), optFloat(r.FirstDataSeconds), optMiB(r.DataBytesPerS), float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20),
-			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), formatOps(r.Requests))
+			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), optFloat(r.PutPerGiB), formatOps(r.Requests))
 	}
 	tw.Flush()
 	printStages(w, rep)

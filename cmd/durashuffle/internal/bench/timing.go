@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"sync"
 	"time"
@@ -80,4 +81,19 @@ func (s clockedStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
 
 func (s clockedStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
 	return streamPart(ctx, s.Store, key, id, n, size, body, s.c.begin, func(error) { s.c.end() })
+}
+
+// UploadsSections and UploadPartSection time parts sent from file
+// sections (a spilled writer's object) like UploadPart: the clock is a
+// store.SectionUploader itself, so that store.As finds it.
+func (s clockedStore) UploadsSections() bool { return store.UploadsSections(s.Store) }
+
+func (s clockedStore) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+	su, ok := store.As[store.SectionUploader](s.Store)
+	if !ok || !su.UploadsSections() {
+		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
+	}
+	s.c.begin()
+	defer s.c.end()
+	return su.UploadPartSection(ctx, key, id, n, body, crc)
 }

@@ -1,0 +1,147 @@
+package chunker
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/durashuffle/durashuffle/internal/spill"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// FileSink is a Sink that can take a sorted writer's object as sections
+// of a file rather than as chunks: the parts are sized by the object
+// (PlanParts) and read from disk by every request, so their size costs
+// no memory. A sorted writer whose runs spilled writes its object at
+// Close to a file in its spill directory (counted against the spill
+// limit), and hands each part over as soon as its bytes are on disk, so
+// that the uploads overlap the merge. Its methods come from the Sink's
+// one goroutine, like Emit.
+type FileSink interface {
+	Sink
+	// FileParts reports whether the sink takes file sections now.
+	FileParts() bool
+	// PlanParts says how object obj, of about size bytes, is to be cut:
+	// in about parts parts of equal size, none but the last under least
+	// bytes, none over most. It fails when the object cannot be stored
+	// in parts (too large); then nothing of it is handed over.
+	PlanParts(obj int, size int64) (parts int, least, most int64, err error)
+	// OwnFile hands object obj's file to the sink: release removes it, and
+	// the sink calls it once no part of the object will read it. Called
+	// before the object's first section.
+	OwnFile(obj int, release func())
+	// EmitSection hands over part (1-based, ascending) of object obj: a
+	// section of its file whose bytes are on disk, with CRC32C crc; last
+	// marks the object's final part. An error fails the writer.
+	EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error
+}
+
+// image is the object being written to a file, part by part.
+type image struct {
+	file        *spill.File
+	planned     int   // parts planned
+	least, most int64 // the smallest part but the last, the largest
+	start       int64 // the current part's first byte
+	crc         uint32
+}
+
+// toFile says whether a sorted writer's object goes to a file: its runs
+// spilled (its output is more than coalesce_budget and its bytes are on
+// disk already), the sink takes file sections, and the spill directory
+// has room for the object as well as the runs. Otherwise it goes to
+// chunks as any object.
+func (a *appender) toFile(est int64) bool {
+	return a.files != nil && a.keep.spilled > 0 && a.files.FileParts() && a.spillDir.Room() >= est
+}
+
+// estimateStored is about the stored bytes of the object the kept frames
+// make: a frame kept compressed keeps its length; a raw one (compressed
+// only at Close) counts its logical bytes at the compression ratio of the
+// compressed ones, or its length when there are none.
+func (k *keeper) estimateStored() int64 {
+	var comp, compLogical, raw, rawLogical int64
+	for _, f := range k.kept {
+		if f.raw {
+			raw += f.length
+			rawLogical += f.bytes
+		} else {
+			comp += f.length
+			compLogical += f.bytes
+		}
+	}
+	if raw == 0 || comp == 0 || compLogical == 0 {
+		return comp + raw
+	}
+	return comp + int64(float64(rawLogical)*float64(comp)/float64(compLogical))
+}
+
+// outputLeft is about the stored bytes still to come: the kept bytes
+// not yet merged, at the ratio of stored to kept bytes of the frames
+// appended so far (a frame kept raw is compressed only now), or the
+// first estimate's rest before any.
+func (a *appender) outputLeft() int64 {
+	if a.fileInDone == 0 || a.fileOutDone == 0 {
+		return max(a.fileEst-a.fileOutDone, 0)
+	}
+	return int64(float64(a.fileIn-a.fileInDone) * float64(a.fileOutDone) / float64(a.fileInDone))
+}
+
+// writeFile appends b to the object's file, starting it (and planning its
+// parts) on the object's first bytes, and hands over each part once it
+// is full and more bytes follow. Part k of the n planned ends near k/n of
+// the object's size as estimated when it fills (outputLeft), so the
+// parts come out about equal however far the first estimate was off;
+// the last planned part takes the rest, up to the most a part may hold.
+func (a *appender) writeFile(b []byte) error {
+	if a.img == nil {
+		est := min(max(a.outputLeft(), int64(len(b))), a.maxObject)
+		parts, least, most, err := a.files.PlanParts(a.obj, est)
+		if err != nil {
+			return err
+		}
+		f := a.spillDir.Create()
+		a.files.OwnFile(a.obj, f.Remove)
+		a.img = &image{file: f, planned: max(parts, 1), least: least, most: most}
+	}
+	img := a.img
+	for len(b) > 0 {
+		written := img.file.Size()
+		cur := written - img.start
+		limit := img.most
+		if k := int(a.part) + 1; k < img.planned {
+			total := written + min(a.outputLeft(), a.maxObject-written)
+			end := int64(float64(total) * float64(k) / float64(img.planned))
+			limit = min(max(end-img.start, img.least), img.most)
+		}
+		if cur >= limit {
+			if err := a.emitSection(false); err != nil {
+				return err
+			}
+			continue
+		}
+		n := min(int64(len(b)), limit-cur)
+		if _, err := img.file.Append(b[:n]); err != nil {
+			return err
+		}
+		img.crc = store.UpdateCRC32C(img.crc, b[:n])
+		a.fileOutDone += n
+		b = b[n:]
+	}
+	return nil
+}
+
+// emitSection hands over the current part of the file's object.
+func (a *appender) emitSection(last bool) error {
+	img := a.img
+	end := img.file.Size()
+	a.part++
+	if a.part > store.MaxParts {
+		return fmt.Errorf("object %d: more than %d parts of at most %d bytes", a.obj, store.MaxParts, img.most)
+	}
+	sec, err := img.file.Section(img.start, end-img.start)
+	if err != nil {
+		return err
+	}
+	crc := img.crc
+	img.start, img.crc = end, 0
+	return a.files.EmitSection(a.obj, a.part, sec, crc, last)
+}

@@ -1,0 +1,129 @@
+package uploader
+
+import (
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// An object whose bytes are written to a local file before they are
+// uploaded (a spilling writer's merged object: its bytes are on disk and
+// its size is known, about, before its first byte) is uploaded in parts
+// sized by the object, not by chunk_size: about Config.Concurrency
+// balanced parts, so that every connection stays busy to the end with
+// the fewest requests, each part's body a section of the file. A section
+// is replayable: every request, a retry's or a hedge's, reads it again
+// from disk, so no part's bytes are held in the pool's memory whatever
+// its size, and the file parts take no chunk buffers.
+
+// DefaultMaxPartSize is Config.MaxPartSize when it is 0.
+const DefaultMaxPartSize = 512 << 20
+
+// FileParts reports whether the sink takes an object's parts as sections
+// of a file (PlanParts, OwnFile, EmitSection): the store uploads file
+// sections, and no Keeper wants the object's chunks kept in memory.
+func (s *Sink) FileParts() bool {
+	return s.opt.Keeper == nil && store.UploadsSections(s.pool.st)
+}
+
+// PlanParts says how object obj, whose bytes will be about size,
+// uploaded from a file, is cut: in parts parts of about equal size, size
+// split in Config.Concurrency parts but none smaller than
+// Config.ChunkSize (so never more parts than chunks), none but the last
+// under least
+// (Config.MinPartSize, S3's 5 MiB), none over most (Config.MaxPartSize),
+// and no more than store.MaxParts. An object of more than MaxPartSize x
+// store.MaxParts bytes is refused with an error naming it, its size and
+// the limit; nothing of it is stored, or asked for, then.
+func (s *Sink) PlanParts(obj int, size int64) (parts int, least, most int64, err error) {
+	o := s.object(obj)
+	return s.pool.planParts(o.key, size)
+}
+
+// planParts is Sink.PlanParts for the object at key.
+func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, err error) {
+	least = p.cfg.MinPartSize
+	if least <= 0 {
+		least = store.MinPartSize
+	}
+	most = p.cfg.MaxPartSize
+	if most <= 0 {
+		most = DefaultMaxPartSize
+	}
+	most = max(most, least)
+	if limit := most * store.MaxParts; size > limit {
+		return 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
+			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
+	}
+	conc := int64(max(p.cfg.Concurrency, 1))
+	// Never smaller than a chunk: an object takes no more requests than
+	// it would in chunks (with several writers sharing the connections,
+	// a split in Concurrency parts each would take more).
+	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, p.cfg.ChunkSize)
+	part = min(part, most)
+	return int(max((size+part-1)/part, 1)), least, most, nil
+}
+
+// OwnFile gives object obj the file its sections are read from: release
+// is called once, when the upload is over (completed, or aborted after
+// its parts in flight ended), and not before, so that the caller removes
+// the file only then. The caller hands the file over before its first
+// section, and never uses release itself once it has.
+func (s *Sink) OwnFile(obj int, release func()) { s.object(obj).ownFile(release) }
+
+// EmitSection hands over part (1-based, ascending) of object obj: body,
+// a section of the object's file complete on disk, whose CRC32C is crc.
+// last marks the object's final part. It does not block; it fails with
+// the object's failure, or when the object takes no more parts.
+func (s *Sink) EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error {
+	return s.object(obj).submitSection(part, body, crc, last)
+}
+
+// fileOwner is an upload's file, released once when the upload ends.
+type fileOwner struct {
+	once    sync.Once
+	release func()
+}
+
+func (f *fileOwner) done() {
+	if f != nil {
+		f.once.Do(f.release)
+	}
+}
+
+// ownFile records the file o's sections are read from (see Sink.OwnFile).
+func (o *Upload) ownFile(release func()) {
+	o.mu.Lock()
+	o.file = &fileOwner{release: release}
+	o.mu.Unlock()
+}
+
+// releaseFile releases o's file, if it has one, once no part reads it.
+func (o *Upload) releaseFile() {
+	o.mu.Lock()
+	f := o.file
+	o.mu.Unlock()
+	f.done()
+}
+
+// submitSection hands over part n, a section of the object's file. An
+// object of sections is a multipart upload however many parts it has.
+func (o *Upload) submitSection(n int32, sec *io.SectionReader, crc uint32, last bool) error {
+	o.mu.Lock()
+	if err := o.takeLocked(n); err != nil {
+		o.mu.Unlock()
+		return err
+	}
+	o.chunks++
+	o.ready = append(o.ready, &part{obj: o, n: n, body: body{file: sec, crc: crc}, queued: time.Now()})
+	o.wg.Add(1)
+	if last {
+		// Sealed, never one put and never re-cut: its parts are sized
+		// already.
+		o.lastLocked(false, false)
+	}
+	return o.queueUnlock()
+}

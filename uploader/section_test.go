@@ -1,0 +1,286 @@
+package uploader
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/retry"
+)
+
+// diskFile is an object's bytes in a file on disk, counting the bytes
+// read from it: a section's every request reads them there.
+type diskFile struct {
+	f    *os.File
+	data []byte
+	read atomic.Int64
+}
+
+func newDiskFile(t *testing.T, size int) *diskFile {
+	t.Helper()
+	data := make([]byte, size)
+	r := rand.New(rand.NewPCG(uint64(size), 1))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	name := filepath.Join(t.TempDir(), "object")
+	if err := os.WriteFile(name, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return &diskFile{f: f, data: data}
+}
+
+func (d *diskFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := d.f.ReadAt(b, off)
+	d.read.Add(int64(n))
+	return n, err
+}
+
+// emitSections hands the sink object 0 of d's bytes cut in the parts
+// PlanParts gives, as equal as they come, as a chunker's sorted writer
+// does, and returns the parts handed over; released counts the file's
+// release.
+func emitSections(t *testing.T, s *Sink, d *diskFile, released *atomic.Int32) int {
+	t.Helper()
+	size := int64(len(d.data))
+	parts, least, most, err := s.PlanParts(0, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	part := (size + int64(parts) - 1) / int64(parts)
+	if part > most || (parts > 1 && part < least) {
+		t.Fatalf("%d bytes in %d parts: %d bytes each, outside [%d, %d]", size, parts, part, least, most)
+	}
+	s.OwnFile(0, func() { released.Add(1) })
+	n := int32(0)
+	for off := int64(0); off < size; off += part {
+		end := min(off+part, size)
+		n++
+		sec := io.NewSectionReader(d, off, end-off)
+		if err := s.EmitSection(0, n, sec, store.CRC32C(d.data[off:end]), end == size); err != nil {
+			t.Fatalf("emit part %d: %v", n, err)
+		}
+	}
+	return int(n)
+}
+
+// stored returns the bytes of key in st, failing t when it is missing.
+func stored(t *testing.T, st store.Store, key string) []byte {
+	t.Helper()
+	rc, err := st.GetRange(context.Background(), key, 0, -1)
+	if err != nil {
+		t.Fatalf("get %s: %v", key, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestSectionPartsSizedByObject: an object uploaded from a file is cut in
+// about Config.Concurrency equal parts, within the part sizes allowed,
+// every part a file section; its bytes are stored whole, no chunk buffer
+// is taken, and the file is released once the upload completes.
+func TestSectionPartsSizedByObject(t *testing.T) {
+	tests := []struct {
+		name                               string
+		size                               int
+		concurrency                        int
+		chunk, minPart, maxPart, wantParts int64
+	}{
+		{name: "one part per connection", size: 100 << 10, concurrency: 4, minPart: 1 << 10, wantParts: 4},
+		{name: "never under the minimum part", size: 3 << 10, concurrency: 8, minPart: 1 << 10, wantParts: 3},
+		{name: "never over the most a part takes", size: 100 << 10, concurrency: 2, minPart: 1 << 10, maxPart: 30 << 10, wantParts: 4},
+		{name: "one part", size: 5 << 10, concurrency: 1, minPart: 1 << 10, wantParts: 1},
+		{name: "never smaller than a chunk", size: 100 << 10, concurrency: 8, chunk: 20 << 10, minPart: 1 << 10, wantParts: 5},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &store.Mem{}
+			chunk := cmp.Or(tc.chunk, testChunk)
+			p := New(st, Config{ChunkSize: chunk, Concurrency: tc.concurrency, Checksum: true, MinPartSize: tc.minPart, MaxPartSize: tc.maxPart}, nil)
+			defer p.Close()
+			s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+			if !s.FileParts() {
+				t.Fatal("a sink over a store that uploads sections takes no file parts")
+			}
+			d := newDiskFile(t, tc.size)
+			var released atomic.Int32
+			emitted := emitSections(t, s, d, &released)
+			objs := s.Take()
+			res, err := objs[0].Finish(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if int64(emitted) != tc.wantParts || int64(res.Parts) != tc.wantParts || res.Size != int64(tc.size) {
+				t.Fatalf("%d bytes at concurrency %d: %d parts emitted, stored %d parts of %d bytes, want %d parts", tc.size, tc.concurrency, emitted, res.Parts, res.Size, tc.wantParts)
+			}
+			if got := stored(t, st, "obj"); !bytes.Equal(got, d.data) {
+				t.Fatalf("stored %d bytes, not the file's %d", len(got), len(d.data))
+			}
+			if got := d.read.Load(); got != int64(tc.size) {
+				t.Fatalf("read %d bytes from disk for a %d-byte object sent once", got, tc.size)
+			}
+			if peak := p.Stats().PeakBuffered; peak != 0 {
+				t.Fatalf("the pool held %d chunk buffers for an object of file sections, want none", peak)
+			}
+			if n := released.Load(); n != 1 {
+				t.Fatalf("the file was released %d times, want once", n)
+			}
+		})
+	}
+}
+
+// flakySections is a store whose first request of each part (by number)
+// reads half of its section, then fails as a connection reset does.
+type flakySections struct {
+	*store.Mem
+	mu     sync.Mutex
+	failed map[int32]bool
+}
+
+func (s *flakySections) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+	s.mu.Lock()
+	first := !s.failed[n]
+	s.failed[n] = true
+	s.mu.Unlock()
+	if first {
+		half := make([]byte, body.Size()/2)
+		if _, err := io.ReadFull(body, half); err != nil {
+			return "", err
+		}
+		return "", &store.Error{Op: "UploadPart", Key: key, Retryable: true, Err: errors.New("connection reset by peer")}
+	}
+	return s.Mem.UploadPartSection(ctx, key, id, n, body, crc)
+}
+
+// TestSectionPartRetriedFromDisk: a part that fails halfway is sent again
+// by the retry layer from its first byte, read again from disk, not from
+// memory (the pool holds no buffer of it): the object is stored intact.
+func TestSectionPartRetriedFromDisk(t *testing.T) {
+	const size = 64 << 10
+	flaky := &flakySections{Mem: &store.Mem{}, failed: map[int32]bool{}}
+	st := retry.Wrap(flaky, retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}, nil)
+	p := New(st, Config{ChunkSize: testChunk, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	var released atomic.Int32
+	parts := emitSections(t, s, d, &released)
+	res, err := s.Take()[0].Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, flaky.Mem, "obj"); res.Parts != parts || !bytes.Equal(got, d.data) {
+		t.Fatalf("stored %d parts, %d bytes; want %d parts, the file's %d bytes", res.Parts, len(got), parts, size)
+	}
+	// Every part read half of itself, failed, then read all of itself
+	// again from disk.
+	if got, want := d.read.Load(), int64(size+size/2); got < want-int64(parts) || got > want {
+		t.Fatalf("read %d bytes from disk, want %d: each part's retry reads it again from disk", got, want)
+	}
+	if peak := p.Stats().PeakBuffered; peak != 0 {
+		t.Fatalf("the pool held %d chunk buffers, want none: a retried section is not held in memory", peak)
+	}
+}
+
+// stallingSections holds the first request of one part until it is cut
+// off (a straggler); every other request is answered at once.
+type stallingSections struct {
+	*store.Mem
+	stall   int32
+	stalled atomic.Bool
+}
+
+func (s *stallingSections) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+	if n == s.stall && s.stalled.CompareAndSwap(false, true) {
+		<-ctx.Done()
+		return "", ctx.Err()
+	}
+	return s.Mem.UploadPartSection(ctx, key, id, n, body, crc)
+}
+
+// TestSectionPartHedged: a part of file sections that straggles is sent
+// once more, read again from disk, and the hedge's answer stores it.
+func TestSectionPartHedged(t *testing.T) {
+	const size = 64 << 10
+	st := &stallingSections{Mem: &store.Mem{}}
+	p := New(st, Config{ChunkSize: testChunk, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10, HedgeFactor: 2, HedgeMin: 20 * time.Millisecond}, nil)
+	defer p.Close()
+	for range 3 { // 9 parts: past the hedger's warmup
+		o := p.newUpload(context.Background(), "warm", nil)
+		write(t, p, o, 3)
+		if _, err := o.Finish(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.stall = 2
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	var released atomic.Int32
+	parts := emitSections(t, s, d, &released)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	res, err := s.Take()[0].Finish(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hedged, won := p.Hedged()
+	if !st.stalled.Load() || hedged != 1 || won != 1 {
+		t.Fatalf("part 2 stalled %v; hedged %d, won %d: want the straggler hedged once and the hedge to win", st.stalled.Load(), hedged, won)
+	}
+	if got := stored(t, st.Mem, "obj"); res.Parts != parts || !bytes.Equal(got, d.data) {
+		t.Fatalf("stored %d parts, %d bytes; want %d parts, the file's %d bytes", res.Parts, len(got), parts, size)
+	}
+	if got := d.read.Load(); got != size {
+		t.Fatalf("read %d bytes from disk, want %d: the hedge reads its part from disk, the straggler read none", got, size)
+	}
+}
+
+// TestSectionObjectOverLimit: an object of more than MaxPartSize x 10,000
+// bytes is refused before any request, naming it, its size and the
+// limit; aborted, it leaves no upload and no object.
+func TestSectionObjectOverLimit(t *testing.T) {
+	st := &store.Mem{}
+	p := New(st, Config{ChunkSize: testChunk, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10, MaxPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "big" }})
+	const size = 1<<10*store.MaxParts + 1
+	_, _, _, err := s.PlanParts(0, size)
+	for _, want := range []string{"object big", "10240001 bytes", "max_part_size (1024 bytes)", "10000 parts = 10240000 bytes"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("PlanParts of %d bytes: %v, want an error containing %q", size, err, want)
+		}
+	}
+	for _, o := range s.Take() {
+		if err := o.Abort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ups, err := st.ListUploads(context.Background(), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, _, err := st.List(context.Background(), "", "")
+	if err != nil || len(ups) != 0 || len(objs) != 0 {
+		t.Fatalf("after the refusal the store holds uploads %v and objects %v (%v), want none", ups, objs, err)
+	}
+}
