@@ -47,10 +47,12 @@ type image struct {
 // toFile says whether a sorted writer's object goes to a file: its runs
 // spilled (its output is more than coalesce_budget and its bytes are on
 // disk already), the sink takes file sections, and the spill directory
-// has room for the object as well as the runs. Otherwise it goes to
-// chunks as any object.
+// has room for the object as well as the runs, and the object is more
+// than one chunk (one that fits a chunk is one put, or the upload already
+// prepared for it, fewer requests than a multipart upload of one part).
+// Otherwise it goes to chunks as any object.
 func (a *appender) toFile(est int64) bool {
-	return a.files != nil && a.keep.spilled > 0 && a.files.FileParts() && a.spillDir.Room() >= est
+	return a.files != nil && a.keep.spilled > 0 && est > a.chunk && a.files.FileParts() && a.spillDir.Room() >= est
 }
 
 // estimateStored is about the stored bytes of the object the kept frames
