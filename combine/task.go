@@ -117,30 +117,37 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
 		Compression: compressionOf(s.level1), ChunkSize: p.opts.PartBytes,
 		WriterVersion: WriterVersion, WrittenAt: time.Now().UTC()}
-	var up *upload
+	var up *store.ObjectWriter
+	kept := false
 	if len(frames) > 0 {
 		rel := TaskDataName(p.ID, n, write)
 		var size int64
 		for _, f := range frames {
 			size += f.Length
 		}
-		up = &upload{size: size, inflight: p.opts.Uploads, ctx: ctx, st: s.st, key: s.l.ObjectKey(s.query, s.stage, rel), partBytes: p.opts.PartBytes, deleter: s.st}
-		defer up.cleanUnlessKept()
+		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
+			store.ObjectWriterOptions{PartBytes: p.opts.PartBytes, Inflight: p.opts.Uploads, SizeHint: size})
+		// Unless kept, what the task wrote goes (a cancelled task too).
+		defer func() {
+			if !kept {
+				up.Discard(s.st)
+			}
+		}()
 		codecs := map[string]int{}
 		for i, f := range frames {
 			fb := where[i]
 			codecs[codecName(fb[0])]++
 			nf := f
-			nf.Worker, nf.Object, nf.Offset = 0, 0, up.n
+			nf.Worker, nf.Object, nf.Offset = 0, 0, up.Size()
 			w.Frames = append(w.Frames, nf)
-			if err := up.write(fb); err != nil {
+			if _, err := up.Write(fb); err != nil {
 				return nil, fmt.Errorf("%s: %w", what, err)
 			}
 		}
-		if err := up.close(); err != nil {
+		if err := up.Close(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		w.Objects = []manifest.Object{{Key: rel, Size: up.n, Parts: up.partCount(), CRC32C: up.crc}}
+		w.Objects = []manifest.Object{{Key: rel, Size: up.Size(), Parts: up.Parts(), CRC32C: up.CRC32C()}}
 		w.Codecs = codecs
 	}
 	for _, r := range runs {
@@ -155,17 +162,15 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	won, err := s.commitTask(ctx, mkey, enc, w)
-	if errors.Is(err, errCommitUnknown) && up != nil {
-		up.keep() // the manifest may name the object; gc cannot tell
+	if errors.Is(err, errCommitUnknown) {
+		kept = true // the manifest may name the object; gc cannot tell
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if won == w {
 		t.Wrote = true
-		if up != nil {
-			up.keep()
-		}
+		kept = true
 	}
 	t.Manifest = won
 	return t, nil

@@ -357,12 +357,15 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		}
 		return n
 	}
-	up := &indexUpload{ctx: ctx, st: st, key: key}
-	defer up.abortUnlessDone()
+	// The index streams out in parts of SealPartBytes, one in flight
+	// while the next fills.
+	up := store.NewObjectWriter(ctx, st, key, store.ObjectWriterOptions{PartBytes: SealPartBytes})
+	defer up.Discard(nil) // aborts an unfinished upload; after Close, nothing
+
 	var pre [indexPreamble]byte
 	copy(pre[:], indexMagic)
 	binary.LittleEndian.PutUint32(pre[4:], uint32(P))
-	if err := up.write(pre[:]); err != nil {
+	if _, err := up.Write(pre[:]); err != nil {
 		return nil, err
 	}
 	// Checksums of the entries, block by block as they stream out; block
@@ -442,7 +445,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 						return nil, fmt.Errorf("%w: %s: frame of partition %d %v", ErrCorrupt, w.key, p, err)
 					}
 					binary.LittleEndian.PutUint32(e[4:], uint32(i))
-					if err := up.write(e); err != nil {
+					if _, err := up.Write(e); err != nil {
 						return nil, err
 					}
 					bcrc = crc32.Update(bcrc, castagnoli, e)
@@ -475,95 +478,15 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	for p := range summary {
 		putSummary(rec[:], &summary[p])
 		sumCRC = crc32.Update(sumCRC, castagnoli, rec[:])
-		if err := up.write(rec[:]); err != nil {
+		if _, err := up.Write(rec[:]); err != nil {
 			return nil, err
 		}
 	}
-	size := up.n
-	if err := up.close(); err != nil {
+	size := up.Size()
+	if err := up.Close(); err != nil {
 		return nil, err
 	}
 	return &Index{Size: size, Entries: written, EntriesOffset: indexPreamble,
 		SummaryOffset: indexPreamble + EntrySize*written, First: first,
 		EntryBlock: IndexEntryBlock, EntryCRCs: crcs, SummaryCRC32C: sumCRC}, nil
-}
-
-// indexUpload streams an object out in parts of SealPartBytes: a single
-// Put if it never fills one, a multipart upload otherwise, aborted on a
-// context detached from the caller's if it does not complete.
-type indexUpload struct {
-	ctx      context.Context
-	st       store.Writer
-	key      string
-	buf      []byte
-	uploadID string
-	parts    []store.Part
-	n        int64
-	done     bool
-}
-
-func (u *indexUpload) write(b []byte) error {
-	for len(b) > 0 {
-		if u.buf == nil {
-			u.buf = make([]byte, 0, SealPartBytes)
-		}
-		c := min(len(b), SealPartBytes-len(u.buf))
-		u.buf = append(u.buf, b[:c]...)
-		b = b[c:]
-		u.n += int64(c)
-		if len(u.buf) == SealPartBytes {
-			if err := u.flush(); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
-}
-
-func (u *indexUpload) flush() error {
-	if u.uploadID == "" {
-		id, err := u.st.CreateMultipart(u.ctx, u.key)
-		if err != nil {
-			return fmt.Errorf("start index upload %s: %w", u.key, err)
-		}
-		u.uploadID = id
-	}
-	n := int32(len(u.parts) + 1)
-	sum := store.CRC32C(u.buf)
-	etag, err := u.st.UploadPart(u.ctx, u.key, u.uploadID, n, u.buf, &sum)
-	if err != nil {
-		return fmt.Errorf("upload part %d of index %s (%d bytes): %w", n, u.key, len(u.buf), err)
-	}
-	u.parts = append(u.parts, store.Part{Number: n, ETag: etag, CRC32C: &sum, Size: int64(len(u.buf))})
-	u.buf = u.buf[:0]
-	return nil
-}
-
-func (u *indexUpload) close() error {
-	if u.uploadID == "" {
-		if err := u.st.Put(u.ctx, u.key, u.buf, store.PutOptions{}); err != nil {
-			return fmt.Errorf("write index %s (%d bytes): %w", u.key, len(u.buf), err)
-		}
-		u.done = true
-		return nil
-	}
-	if len(u.buf) > 0 {
-		if err := u.flush(); err != nil {
-			return err
-		}
-	}
-	if err := u.st.CompleteMultipart(u.ctx, u.key, u.uploadID, u.parts); err != nil {
-		return fmt.Errorf("complete index upload %s (%d parts, %d bytes): %w", u.key, len(u.parts), u.n, err)
-	}
-	u.done = true
-	return nil
-}
-
-func (u *indexUpload) abortUnlessDone() {
-	if u.done || u.uploadID == "" {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), time.Minute)
-	defer cancel()
-	_ = u.st.AbortMultipart(ctx, u.key, u.uploadID)
 }

@@ -1,0 +1,207 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// ObjectWriterOptions size an ObjectWriter.
+type ObjectWriterOptions struct {
+	// PartBytes is the size of every part but the last (at least
+	// MinPartSize for a store that enforces it).
+	PartBytes int64
+	// Inflight is how many parts may upload at once, each in a buffer
+	// of its own (default 1): the writer holds at most Inflight part
+	// buffers.
+	Inflight int
+	// SizeHint, when known, is the object's size: no buffer is made
+	// larger than it.
+	SizeHint int64
+}
+
+// ObjectWriter writes one object from bytes appended in order: a single
+// Put when they never fill a part, else a multipart upload in parts of
+// PartBytes, each sent with its CRC32C, up to Inflight at once. It is for
+// objects built once, start to end, outside the upload pool (a seal's
+// index, a combined object). Not safe for concurrent use.
+//
+// Whatever happens, the caller ends it with Close, then Discard unless
+// the object is to stay: Discard aborts an unfinished upload and, given a
+// Deleter, deletes an object that was (or may have been) written, on a
+// context detached from the caller's, so a cancelled caller cleans up
+// too.
+type ObjectWriter struct {
+	ctx  context.Context
+	st   Writer
+	key  string
+	opts ObjectWriterOptions
+
+	buf      []byte
+	uploadID string
+	parts    int // parts handed to uploads
+	n        int64
+	crc      uint32
+	written  bool // the object exists, or may
+
+	eg    *errgroup.Group
+	egctx context.Context
+	free  chan []byte // buffers of finished parts
+	made  int         // buffers allocated, at most Inflight
+	mu    sync.Mutex
+	sent  []Part
+}
+
+// NewObjectWriter returns a writer of the object at key; ctx bounds
+// every request it makes.
+func NewObjectWriter(ctx context.Context, st Writer, key string, o ObjectWriterOptions) *ObjectWriter {
+	o.Inflight = max(o.Inflight, 1)
+	return &ObjectWriter{ctx: ctx, st: st, key: key, opts: o}
+}
+
+// Size is the bytes written so far.
+func (u *ObjectWriter) Size() int64 { return u.n }
+
+// CRC32C is the CRC32C of the bytes written so far.
+func (u *ObjectWriter) CRC32C() uint32 { return u.crc }
+
+// Parts is the object's part count (1 for a single put).
+func (u *ObjectWriter) Parts() int { return max(1, u.parts) }
+
+// Write appends b. A part's upload that failed fails a later Write or
+// Close with its error.
+func (u *ObjectWriter) Write(b []byte) (int, error) {
+	n := len(b)
+	u.crc = UpdateCRC32C(u.crc, b)
+	u.n += int64(n)
+	for len(b) > 0 {
+		if u.buf == nil {
+			buf, err := u.buffer()
+			if err != nil {
+				return n - len(b), err
+			}
+			u.buf = buf
+		}
+		c := min(len(b), int(u.opts.PartBytes)-len(u.buf))
+		u.buf = append(u.buf, b[:c]...)
+		b = b[c:]
+		if int64(len(u.buf)) == u.opts.PartBytes {
+			if err := u.flush(); err != nil {
+				return n - len(b), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// buffer returns an empty part buffer: a new one while fewer than
+// Inflight exist, else the next one a finished part gives back.
+func (u *ObjectWriter) buffer() ([]byte, error) {
+	if u.made < u.opts.Inflight {
+		u.made++
+		size := u.opts.PartBytes
+		if u.opts.SizeHint > 0 {
+			size = min(size, u.opts.SizeHint)
+		}
+		return make([]byte, 0, size), nil
+	}
+	select {
+	case b := <-u.free:
+		return b[:0], nil
+	case <-u.ctx.Done():
+		return nil, fmt.Errorf("upload %s: %w", u.key, context.Cause(u.ctx))
+	}
+}
+
+// flush hands the full buffer to an upload of the next part.
+func (u *ObjectWriter) flush() error {
+	if u.uploadID == "" {
+		if err := u.ctx.Err(); err != nil {
+			return fmt.Errorf("upload %s: %w", u.key, context.Cause(u.ctx))
+		}
+		id, err := u.st.CreateMultipart(u.ctx, u.key)
+		if err != nil {
+			return fmt.Errorf("start upload %s: %w", u.key, err)
+		}
+		u.uploadID = id
+		u.eg, u.egctx = errgroup.WithContext(u.ctx)
+		u.free = make(chan []byte, u.opts.Inflight)
+	}
+	if err := u.egctx.Err(); err != nil {
+		return u.eg.Wait() // a part failed: its error
+	}
+	u.parts++
+	n := int32(u.parts)
+	if n > MaxParts {
+		return fmt.Errorf("upload %s: part %d of %d bytes, S3 allows %d parts", u.key, n, u.opts.PartBytes, MaxParts)
+	}
+	body := u.buf
+	u.buf = nil
+	u.eg.Go(func() error {
+		defer func() { u.free <- body }()
+		sum := CRC32C(body)
+		etag, err := u.st.UploadPart(u.egctx, u.key, u.uploadID, n, body, &sum)
+		if err != nil {
+			return fmt.Errorf("upload part %d of %s (%d bytes): %w", n, u.key, len(body), err)
+		}
+		u.mu.Lock()
+		u.sent = append(u.sent, Part{Number: n, ETag: etag, CRC32C: &sum, Size: int64(len(body))})
+		u.mu.Unlock()
+		return nil
+	})
+	return nil
+}
+
+// Close writes what is left and completes the object: a single Put if no
+// part was started, else the last part and the Complete.
+func (u *ObjectWriter) Close() error {
+	if err := u.ctx.Err(); err != nil {
+		return fmt.Errorf("upload %s: %w", u.key, context.Cause(u.ctx))
+	}
+	if u.uploadID == "" {
+		sum := CRC32C(u.buf)
+		u.written = true // even if it fails: the put may have landed
+		if err := u.st.Put(u.ctx, u.key, u.buf, PutOptions{CRC32C: &sum}); err != nil {
+			return fmt.Errorf("write %s (%d bytes): %w", u.key, len(u.buf), err)
+		}
+		u.buf = nil
+		return nil
+	}
+	if len(u.buf) > 0 {
+		if err := u.flush(); err != nil {
+			return err
+		}
+	}
+	if err := u.eg.Wait(); err != nil {
+		return err
+	}
+	slices.SortFunc(u.sent, func(a, b Part) int { return int(a.Number - b.Number) })
+	u.written = true
+	if err := u.st.CompleteMultipart(u.ctx, u.key, u.uploadID, u.sent); err != nil {
+		return fmt.Errorf("complete upload %s (%d parts, %d bytes): %w", u.key, len(u.sent), u.n, err)
+	}
+	u.uploadID = "" // completed: nothing to abort
+	return nil
+}
+
+// Discard undoes the writer once no part is in flight: it aborts an
+// unfinished multipart upload and, with del, deletes the object if it
+// was (or may have been) written. It waits at most a minute for the
+// store, on a context detached from the caller's.
+func (u *ObjectWriter) Discard(del Deleter) {
+	if u.eg != nil {
+		_ = u.eg.Wait()
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), time.Minute)
+	defer cancel()
+	if u.uploadID != "" {
+		_ = u.st.AbortMultipart(ctx, u.key, u.uploadID)
+	}
+	if u.written && del != nil {
+		_ = del.Delete(ctx, u.key)
+	}
+}

@@ -1,0 +1,100 @@
+package store_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// failingParts fails every UploadPart after the first n.
+type failingParts struct {
+	*store.Mem
+	n int
+}
+
+func (f *failingParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
+	if int(n) > f.n {
+		return "", errors.New("injected part failure")
+	}
+	return f.Mem.UploadPart(ctx, key, uploadID, n, body, crc32c)
+}
+
+// TestObjectWriter: an object under one part is one Put; a larger one is
+// parts of PartBytes, whatever the sizes of the writes, with its bytes,
+// size and CRC32C as written; Discard after a failed part leaves no
+// upload, and Discard with a Deleter removes a written object.
+func TestObjectWriter(t *testing.T) {
+	ctx := context.Background()
+	data := make([]byte, 5*1000+123)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	for _, tc := range []struct {
+		name  string
+		size  int
+		parts int
+	}{
+		{"one put", 999, 1},
+		{"exactly one part", 1000, 1},
+		{"parts and a tail", len(data), 6},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &store.Mem{}
+			w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 2})
+			for b := data[:tc.size]; len(b) > 0; {
+				n := min(len(b), 333)
+				if _, err := w.Write(b[:n]); err != nil {
+					t.Fatal(err)
+				}
+				b = b[n:]
+			}
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			w.Discard(nil) // after Close: nothing
+			got, ok := m.Bytes("k")
+			if !ok || !bytes.Equal(got, data[:tc.size]) {
+				t.Fatalf("stored %d bytes (present %v), want the %d written", len(got), ok, tc.size)
+			}
+			if w.Size() != int64(tc.size) || w.CRC32C() != store.CRC32C(data[:tc.size]) || w.Parts() != tc.parts {
+				t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, %d", w.Size(), w.CRC32C(), w.Parts(), tc.size, store.CRC32C(data[:tc.size]), tc.parts)
+			}
+			if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
+				t.Fatalf("uploads left: %v", ups)
+			}
+		})
+	}
+	t.Run("failed part", func(t *testing.T) {
+		m := &failingParts{Mem: &store.Mem{}, n: 2}
+		w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000})
+		_, werr := w.Write(data)
+		cerr := w.Close()
+		if werr == nil && cerr == nil {
+			t.Fatal("no error from a part that failed")
+		}
+		w.Discard(m)
+		if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
+			t.Fatalf("uploads left after Discard: %v", ups)
+		}
+		if _, ok := m.Bytes("k"); ok {
+			t.Fatal("an object exists after a failed part")
+		}
+	})
+	t.Run("discard a written object", func(t *testing.T) {
+		m := &store.Mem{}
+		w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000})
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		w.Discard(m)
+		if _, ok := m.Bytes("k"); ok {
+			t.Fatal("the object is still there after Discard with a Deleter")
+		}
+	})
+}
