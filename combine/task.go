@@ -66,7 +66,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	}
 	p := s.plan
 	if n < 0 || n >= p.Tasks() {
-		return nil, fmt.Errorf("combine %s stage %d: task %d outside the plan's %d tasks [0, %d)", s.query, s.stage, n, p.Tasks(), p.Tasks())
+		return nil, fmt.Errorf("%w: combine %s stage %d: task %d outside the plan's %d tasks [0, %d)", ErrInvalidPlan, s.query, s.stage, n, p.Tasks(), p.Tasks())
 	}
 	g, j := p.Task(n)
 	t := &Task{N: n, Group: g, Bucket: j}
@@ -180,7 +180,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 func (s *Stage) committedTask(n int) (*Task, error) {
 	ws := s.combined.Workers
 	if n < 0 || n >= len(ws) {
-		return nil, fmt.Errorf("combine %s stage %d: task %d outside the combined level's %d tasks (plan %s)", s.query, s.stage, n, len(ws), CombinedPlan(s.combined))
+		return nil, fmt.Errorf("%w: combine %s stage %d: task %d outside the combined level's %d tasks (plan %s)", ErrInvalidPlan, s.query, s.stage, n, len(ws), CombinedPlan(s.combined))
 	}
 	w := ws[n]
 	return &Task{N: n, Manifest: &w}, nil
