@@ -27,7 +27,9 @@ func TestLostAnswers(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
 				env := newEnv(t, e, baseConfig(), faultproxy.Spec{Truncate: 0.5, Seed: 1, Ops: []string{op}})
-				s := stage{query: "lost-" + op, workers: 4, partitions: 8, rows: 400_000, seed: 9, attempt: "a"}
+				// Eight multipart objects: with half the answers cut, the chance
+				// that none of their Completes is cut is 1 in 256.
+				s := stage{query: "lost-" + op, workers: 8, partitions: 8, rows: 800_000, seed: 9, attempt: "a"}
 				digests, errs := s.writeWorkers(ctx, env.client)
 				l := env.client.Layout()
 				var committed []string
