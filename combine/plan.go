@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Defaults of Options.
@@ -18,16 +20,19 @@ const (
 	// input in memory (frames arrive writer by writer and leave partition
 	// by partition), so this is its memory.
 	DefaultTaskCapBytes = 512 << 20
-	// DefaultPartBytes is the part size of a combined object's multipart
-	// upload (one PutObject when the object is no larger). Parts are
-	// PUTs, which cost 12.5 times a GET: at 16 MiB the parts of 1 TiB
-	// would cost more than the GETs that combining saves at 1,000 x
-	// 1,000. A task holds Uploads parts' buffers besides its input.
+	// DefaultPartBytes is the largest part of a combined object's
+	// multipart upload (one PutObject when the object is no larger than
+	// its part size). Parts are PUTs, which cost 12.5 times a GET: at 16
+	// MiB the parts of 1 TiB would cost more than the GETs that combining
+	// saves at 1,000 x 1,000.
 	DefaultPartBytes = 128 << 20
 	// DefaultFetches is the ranged GETs a task keeps in flight.
 	DefaultFetches = 8
-	// DefaultUploads is the parts of a task's object in flight.
-	DefaultUploads = 2
+	// DefaultUploads is the parts of a task's object in flight: as many
+	// connections as its GETs use. A plan of fewer tasks than this cuts
+	// its objects in this many parts (see Plan.partBytes). Parts are
+	// slices of the task's bytes, so they cost no memory.
+	DefaultUploads = 8
 	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
 	// a writer object share one GET (the gap is read and dropped), as the
 	// reader's read_gap_bytes.
@@ -66,13 +71,15 @@ type Options struct {
 	ReaderRangeBytes int64
 	ReaderReadAhead  int
 	// PartBytes is the part size of a combined object (default 128 MiB,
-	// at least S3's 5 MiB).
+	// at least S3's 5 MiB). A plan of fewer tasks than Uploads cuts its
+	// objects in about Uploads parts of at most this, none under 5 MiB
+	// but the last.
 	PartBytes int64
 	// Fetches is the ranged GETs a task keeps in flight (default 8).
 	Fetches int
-	// Uploads is the parts of a task's object in flight (default 2),
-	// each in a buffer of PartBytes: a task holds its input and up to
-	// Uploads parts.
+	// Uploads is the parts of a task's object in flight (default 8).
+	// They are slices of the task's input, which is the combined object
+	// already in its order: a task holds its bytes once.
 	Uploads int
 	// GapBytes: frames of a bucket at most this far apart in a writer
 	// object share one GET (default 256 KiB; negative: only adjacent
@@ -99,7 +106,7 @@ func (o Options) withDefaults(partitions int) Options {
 	if o.PartBytes <= 0 {
 		o.PartBytes = DefaultPartBytes
 	}
-	o.PartBytes = max(o.PartBytes, 5<<20)
+	o.PartBytes = max(o.PartBytes, store.MinPartSize)
 	if o.Fetches <= 0 {
 		o.Fetches = DefaultFetches
 	}
@@ -110,6 +117,21 @@ func (o Options) withDefaults(partitions int) Options {
 		o.GapBytes = DefaultGapBytes
 	}
 	return o
+}
+
+// partBytes is the part size of a combined object of size bytes. A plan
+// of at least Uploads tasks cuts its objects in parts of PartBytes: its
+// tasks, run side by side, keep the connections busy, and every part is
+// a PUT. A plan of fewer tasks (a small stage, often one task) cuts each
+// object in about Uploads parts of equal size, none under S3's 5 MiB, so
+// that its upload takes the time its GETs took rather than Uploads times
+// longer; that costs at most Uploads x Uploads PUTs more per stage.
+func (p *Plan) partBytes(size int64) int64 {
+	o := p.opts
+	if p.Tasks() >= o.Uploads {
+		return o.PartBytes
+	}
+	return clamp64(ceilDiv64(size, int64(o.Uploads)), store.MinPartSize, o.PartBytes)
 }
 
 // Input is what a plan is made from: a sealed stage's partitions, the
@@ -379,12 +401,12 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 			}
 		}
 		size := p.TaskBytes[n]
-		switch {
+		switch pb := p.partBytes(size); {
 		case size == 0:
-		case size <= o.PartBytes:
+		case size <= pb:
 			pr.Combine.PUT++
 		default:
-			pr.Combine.PUT += 2 + ceilDiv64(size, o.PartBytes)
+			pr.Combine.PUT += 2 + ceilDiv64(size, pb)
 		}
 		pr.Combine.PUT++ // the task manifest
 	}

@@ -156,3 +156,38 @@ func TestPlanRefuses(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanParts: a plan of fewer tasks than Uploads cuts each object in
+// about Uploads parts (none under 5 MiB), one of more tasks in parts of
+// PartBytes; the predicted PUT-class requests count them: per task its
+// parts, the create and the complete (or one put), its manifest; then
+// the seal's four.
+func TestPlanParts(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		in   combine.Input
+		o    combine.Options
+		put  int64
+	}{
+		// One task of 260 MiB: 8 parts of 32.5 MiB, not 3 of 128.
+		{"one task, 8 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 8 + 1 + 4},
+		// One task of 20 MiB: parts of 5 MiB at least, so 4.
+		{"one small task, 4 parts", uniform(64, 64, 20*MiB), combine.Options{}, 2 + 4 + 1 + 4},
+		// One task of 4 MiB: one put.
+		{"one put", uniform(64, 64, 4*MiB), combine.Options{}, 1 + 1 + 4},
+		// Four uploads: 260 MiB in 4 parts of 65 MiB.
+		{"four uploads", uniform(64, 64, 260*MiB), combine.Options{Uploads: 4}, 2 + 4 + 1 + 4},
+		// Eight tasks of 32.5 MiB, at least Uploads: one put each.
+		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(1+1) + 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := combine.MakePlan(c.in, c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Predict.Combine.PUT; got != c.put {
+				t.Fatalf("%d tasks of %v bytes: %d PUT-class requests predicted, want %d", p.Tasks(), p.TaskBytes, got, c.put)
+			}
+		})
+	}
+}

@@ -42,8 +42,7 @@ type run struct {
 	key    string
 	off    int64
 	n      int64
-	frames []int // indexes into the task's frame list
-	buf    []byte
+	frames []int // indexes into the task's frame list, by offset
 }
 
 // RunTask runs task n of the plan: for each writer object of its group,
@@ -99,34 +98,34 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	runs := planRuns(frames, func(f manifest.Frame) string {
 		return s.l.ObjectKey(s.query, s.stage, s.level1.Workers[f.Worker].Objects[f.Object].Key)
 	}, p.opts.GapBytes)
-	if err := s.fetch(ctx, what, runs, frames); err != nil {
-		return nil, err
+	// The combined object is the frames in delivery order: each frame's
+	// place in it is known before any arrives, so the GETs read straight
+	// into it and its parts are slices of it. The task holds its bytes
+	// once.
+	at := make([]int64, len(frames))
+	var size int64
+	for i, f := range frames {
+		at[i] = size
+		size += f.Length
 	}
-	// where[i] is frame i's bytes inside its run's buffer.
-	where := make([][]byte, len(frames))
-	for _, r := range runs {
-		for _, i := range r.frames {
-			at := frames[i].Offset - r.off
-			where[i] = r.buf[at : at+frames[i].Length]
-		}
+	out := make([]byte, size)
+	if err := s.fetch(ctx, what, runs, frames, at, out); err != nil {
+		return nil, err
 	}
 
 	write := manifest.NewWriteID()
+	partBytes := p.partBytes(size)
 	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
 		Query: s.query, Stage: s.stage, Worker: p.TaskID(n), Attempt: write,
 		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
-		Compression: compressionOf(s.level1), ChunkSize: p.opts.PartBytes,
+		Compression: compressionOf(s.level1), ChunkSize: partBytes,
 		WriterVersion: WriterVersion, WrittenAt: time.Now().UTC()}
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
 		rel := TaskDataName(p.ID, n, write)
-		var size int64
-		for _, f := range frames {
-			size += f.Length
-		}
 		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
-			store.ObjectWriterOptions{PartBytes: p.opts.PartBytes, Inflight: p.opts.Uploads, SizeHint: size})
+			store.ObjectWriterOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).
 		defer func() {
 			if !kept {
@@ -135,23 +134,19 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		}()
 		codecs := map[string]int{}
 		for i, f := range frames {
-			fb := where[i]
-			codecs[codecName(fb[0])]++
+			codecs[codecName(out[at[i]])]++
 			nf := f
-			nf.Worker, nf.Object, nf.Offset = 0, 0, up.Size()
+			nf.Worker, nf.Object, nf.Offset = 0, 0, at[i]
 			w.Frames = append(w.Frames, nf)
-			if _, err := up.Write(fb); err != nil {
-				return nil, fmt.Errorf("%s: %w", what, err)
-			}
+		}
+		if err := up.WriteFrom(out); err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if err := up.Close(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		w.Objects = []manifest.Object{{Key: rel, Size: up.Size(), Parts: up.Parts(), CRC32C: up.CRC32C()}}
 		w.Codecs = codecs
-	}
-	for _, r := range runs {
-		r.buf = nil
 	}
 	w.Totals = w.Sum()
 	if err := w.Check(mkey); err != nil {
@@ -268,9 +263,10 @@ func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap in
 	return runs
 }
 
-// fetch GETs every run, Fetches at a time, and checks each frame's
-// CRC32C as its run arrives.
-func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame) error {
+// fetch GETs every run, Fetches at a time, reading each frame straight
+// into its place in out (frame i at at[i]) and checking its CRC32C there;
+// the bytes between a run's frames are read and dropped.
+func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame, at []int64, out []byte) error {
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(s.plan.opts.Fetches)
 	for _, r := range runs {
@@ -279,31 +275,12 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 		}
 		eg.Go(func() (err error) {
 			defer safe.Recover(&err, "fetch of %s bytes [%d, %d)", r.key, r.off, r.off+r.n)
-			r.buf = make([]byte, r.n)
 			body, err := s.st.GetRange(gctx, r.key, r.off, r.n)
 			if err != nil {
 				return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
 			}
 			defer body.Close()
-			got, rerr := io.ReadFull(body, r.buf)
-			worker := s.level1.Workers[r.worker].Worker
-			for _, i := range r.frames {
-				f := frames[i]
-				at := f.Offset - r.off
-				fe := &reader.FrameError{Key: r.key, Offset: f.Offset, Length: f.Length, Partition: f.Partition, Worker: worker}
-				if at+f.Length > int64(got) {
-					if rerr != nil && !errors.Is(rerr, io.ErrUnexpectedEOF) && !errors.Is(rerr, io.EOF) {
-						return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, rerr)
-					}
-					fe.Err = reader.ErrTruncated
-					return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
-				}
-				if c := store.CRC32C(r.buf[at : at+f.Length]); c != f.CRC32C {
-					fe.Err = fmt.Errorf("%w: CRC32C %08x, the index says %08x", reader.ErrChecksum, c, f.CRC32C)
-					return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
-				}
-			}
-			return nil
+			return s.readRun(what, r, body, frames, at, out)
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -311,6 +288,39 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("%s: %w", what, context.Cause(ctx))
+	}
+	return nil
+}
+
+// readRun reads run r's frames from body, which starts at the run's
+// first byte, into out.
+func (s *Stage) readRun(what string, r *run, body io.Reader, frames []manifest.Frame, at []int64, out []byte) error {
+	worker := s.level1.Workers[r.worker].Worker
+	pos := r.off
+	for _, i := range r.frames {
+		f := frames[i]
+		fe := &reader.FrameError{Key: r.key, Offset: f.Offset, Length: f.Length, Partition: f.Partition, Worker: worker}
+		if f.Offset < pos {
+			fe.Err = fmt.Errorf("%w: the frame overlaps the one before it, which ends at %d", manifest.ErrCorrupt, pos)
+			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
+		}
+		dst := out[at[i] : at[i]+f.Length]
+		_, err := io.CopyN(io.Discard, body, f.Offset-pos)
+		if err == nil {
+			_, err = io.ReadFull(body, dst)
+		}
+		switch {
+		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+			fe.Err = reader.ErrTruncated
+			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
+		case err != nil:
+			return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
+		}
+		if c := store.CRC32C(dst); c != f.CRC32C {
+			fe.Err = fmt.Errorf("%w: CRC32C %08x, the index says %08x", reader.ErrChecksum, c, f.CRC32C)
+			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
+		}
+		pos = f.Offset + f.Length
 	}
 	return nil
 }

@@ -15,9 +15,10 @@ type ObjectWriterOptions struct {
 	// PartBytes is the size of every part but the last (at least
 	// MinPartSize for a store that enforces it).
 	PartBytes int64
-	// Inflight is how many parts may upload at once, each in a buffer
-	// of its own (default 1): the writer holds at most Inflight part
-	// buffers.
+	// Inflight is how many parts may upload at once (default 1). Parts
+	// of Write's bytes each take a buffer of their own, so the writer
+	// holds at most Inflight part buffers; parts of WriteFrom's bytes
+	// are slices of them and take none.
 	Inflight int
 	// SizeHint, when known, is the object's size: no buffer is made
 	// larger than it.
@@ -42,6 +43,7 @@ type ObjectWriter struct {
 	opts ObjectWriterOptions
 
 	buf      []byte
+	borrowed bool // buf is the caller's (WriteFrom), not a part buffer
 	uploadID string
 	parts    int // parts handed to uploads
 	n        int64
@@ -98,6 +100,30 @@ func (u *ObjectWriter) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+// WriteFrom writes b, the whole object, without copying it: every part
+// is a slice of b, so b must stay unchanged until Close returns (and
+// Discard, after a failure). An object of at most PartBytes is one Put
+// at Close. Only a writer that nothing was written to takes it.
+func (u *ObjectWriter) WriteFrom(b []byte) error {
+	if u.n > 0 || u.buf != nil {
+		return fmt.Errorf("upload %s: WriteFrom after %d bytes were written", u.key, u.n)
+	}
+	u.crc = CRC32C(b)
+	u.n = int64(len(b))
+	u.borrowed = true
+	for len(b) > 0 {
+		c := min(int64(len(b)), u.opts.PartBytes)
+		u.buf, b = b[:c:c], b[c:]
+		if len(b) == 0 && u.uploadID == "" {
+			return nil // one part: Close puts it
+		}
+		if err := u.flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // buffer returns an empty part buffer: a new one while fewer than
 // Inflight exist, else the next one a finished part gives back.
 func (u *ObjectWriter) buffer() ([]byte, error) {
@@ -129,6 +155,7 @@ func (u *ObjectWriter) flush() error {
 		}
 		u.uploadID = id
 		u.eg, u.egctx = errgroup.WithContext(u.ctx)
+		u.eg.SetLimit(u.opts.Inflight) // WriteFrom's parts take no buffer to wait for
 		u.free = make(chan []byte, u.opts.Inflight)
 	}
 	if err := u.egctx.Err(); err != nil {
@@ -139,10 +166,12 @@ func (u *ObjectWriter) flush() error {
 	if n > MaxParts {
 		return fmt.Errorf("upload %s: part %d of %d bytes, S3 allows %d parts", u.key, n, u.opts.PartBytes, MaxParts)
 	}
-	body := u.buf
+	body, borrowed := u.buf, u.borrowed
 	u.buf = nil
 	u.eg.Go(func() error {
-		defer func() { u.free <- body }()
+		if !borrowed {
+			defer func() { u.free <- body }()
+		}
 		sum := CRC32C(body)
 		etag, err := u.st.UploadPart(u.egctx, u.key, u.uploadID, n, body, &sum)
 		if err != nil {
