@@ -26,13 +26,17 @@ const (
 	// MiB the parts of 1 TiB would cost more than the GETs that combining
 	// saves at 1,000 x 1,000.
 	DefaultPartBytes = 128 << 20
-	// DefaultFetches is the ranged GETs a task keeps in flight.
-	DefaultFetches = 8
+	// DefaultFetches is the ranged GETs a task keeps in flight. A task
+	// moves its bytes twice, in and out, where a reader moves them once,
+	// so it takes more connections than a reader's read_ahead: four
+	// tasks at once fill the store client's 64. Each GET reads into the
+	// task's one buffer, so they cost no memory.
+	DefaultFetches = 16
 	// DefaultUploads is the parts of a task's object in flight: as many
 	// connections as its GETs use. A plan of fewer tasks than this cuts
 	// its objects in this many parts (see Plan.partBytes). Parts are
 	// slices of the task's bytes, so they cost no memory.
-	DefaultUploads = 8
+	DefaultUploads = 16
 	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
 	// a writer object share one GET (the gap is read and dropped), as the
 	// reader's read_gap_bytes.
@@ -75,9 +79,9 @@ type Options struct {
 	// objects in about Uploads parts of at most this, none under 5 MiB
 	// but the last.
 	PartBytes int64
-	// Fetches is the ranged GETs a task keeps in flight (default 8).
+	// Fetches is the ranged GETs a task keeps in flight (default 16).
 	Fetches int
-	// Uploads is the parts of a task's object in flight (default 8).
+	// Uploads is the parts of a task's object in flight (default 16).
 	// They are slices of the task's input, which is the combined object
 	// already in its order: a task holds its bytes once.
 	Uploads int

@@ -169,16 +169,19 @@ func TestPlanParts(t *testing.T) {
 		o    combine.Options
 		put  int64
 	}{
-		// One task of 260 MiB: 8 parts of 32.5 MiB, not 3 of 128.
-		{"one task, 8 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 8 + 1 + 4},
+		// One task of 260 MiB: 16 parts of 16.25 MiB, not 3 of 128.
+		{"one task, 16 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 16 + 1 + 4},
 		// One task of 20 MiB: parts of 5 MiB at least, so 4.
 		{"one small task, 4 parts", uniform(64, 64, 20*MiB), combine.Options{}, 2 + 4 + 1 + 4},
 		// One task of 4 MiB: one put.
 		{"one put", uniform(64, 64, 4*MiB), combine.Options{}, 1 + 1 + 4},
 		// Four uploads: 260 MiB in 4 parts of 65 MiB.
 		{"four uploads", uniform(64, 64, 260*MiB), combine.Options{Uploads: 4}, 2 + 4 + 1 + 4},
-		// Eight tasks of 32.5 MiB, at least Uploads: one put each.
-		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(1+1) + 4},
+		// Eight tasks of 32.5 MiB, fewer than Uploads: 7 parts of 5 MiB
+		// at least each.
+		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(2+7+1) + 4},
+		// Sixteen tasks of 16.25 MiB, as many as Uploads: one put each.
+		{"sixteen tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 16}, 16*(1+1) + 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := combine.MakePlan(c.in, c.o)
