@@ -152,7 +152,7 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
-	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task (a task holds its input in memory), e.g. 1GiB")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task (a task holds its bytes in memory, once), e.g. 1GiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
