@@ -10,6 +10,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // combineSummary is what combine prints with --json.
@@ -45,6 +46,7 @@ func (a *app) combineCommand() *cobra.Command {
 		asJSON   bool
 		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
 		taskCap  = durashuffle.Size(combine.DefaultTaskCapBytes)
+		partSize = durashuffle.Size(combine.DefaultPartBytes)
 	)
 	cmd := &cobra.Command{
 		Use:   "combine",
@@ -86,8 +88,10 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 				return usagef("--parallel must be at least 1, got %d", parallel)
 			case fs.Changed("task") && task < 0:
 				return usagef("--task must be at least 0, got %d", task)
+			case partSize < store.MinPartSize || partSize > store.MaxPartSize:
+				return usagef("--part-bytes must be from %d bytes (5MiB) to %d bytes (5GiB), got %d", store.MinPartSize, int64(store.MaxPartSize), int64(partSize))
 			}
-			o.TargetGetBytes, o.TaskCapBytes = int64(target), int64(taskCap)
+			o.TargetGetBytes, o.TaskCapBytes, o.PartBytes = int64(target), int64(taskCap), int64(partSize)
 			c, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -153,6 +157,7 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
 	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task (a task holds its bytes in memory, once), e.g. 1GiB")
+	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 16 tasks cuts each in 16 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd

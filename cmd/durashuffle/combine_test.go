@@ -60,6 +60,9 @@ func TestCombineCLI(t *testing.T) {
 			if r := tg.run(t, nil, "combine", "-q", "q", "--groups", "2", "--buckets", "3", "--task", "6"); r.code == 0 || !strings.Contains(r.stderr, "task 6 outside the plan's 6 tasks [0, 6)") {
 				t.Fatalf("task 6 of 6: exit %d\n%s", r.code, r.stderr)
 			}
+			if r := tg.run(t, nil, "combine", "-q", "q", "--part-bytes", "4MiB", "--plan"); r.code != 2 || !strings.Contains(r.stderr, "--part-bytes must be from 5242880 bytes (5MiB) to 5368709120 bytes (5GiB), got 4194304") {
+				t.Fatalf("--part-bytes 4MiB: exit %d\n%s", r.code, r.stderr)
+			}
 
 			var all combineSummary
 			tg.run(t, nil, "combine", "-q", "q", "--groups", "2", "--buckets", "3", "--parallel", "2", "--json").must(t).decode(t, &all)
