@@ -1,0 +1,103 @@
+package docstest
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/durashuffle/durashuffle/combine"
+)
+
+// costConfig is one column of operations.md's table of what combining
+// costs per TiB: the writers' parts per object and the plan's options.
+type costConfig struct {
+	writerParts int64 // UploadParts of a writer's 1 GiB object
+	o           combine.Options
+}
+
+// TestCombineCostTable: the table "What combining costs per TiB" in
+// docs/operations.md is what combine.MakePlan predicts (the predictions
+// bench combine finds exact) for its shapes, priced at combine's prices:
+// every cell is computed here and must be in the document as printed.
+func TestCombineCostTable(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the 10,000 x 10,000 plans take seconds; make test runs them without -short")
+	}
+	const TiB = int64(1) << 40
+	defaults := costConfig{writerParts: 8}
+	cheap := costConfig{writerParts: 2, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
+	rows := []struct {
+		name     string
+		c        costConfig
+		combined bool
+	}{
+		{"as written, defaults", defaults, false},
+		{"combined, default plan", defaults, true},
+		{"as written, the cheaper settings", cheap, false},
+		{"combined, the cheaper settings", cheap, true},
+		{"Druid's layout", costConfig{}, false},
+	}
+	doc, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows {
+		line := "| " + r.name + " |"
+		for _, n := range []int{1000, 10000} {
+			tib := int64(n / 1000) // the stage's TiB: 1 GiB per writer
+			p, err := combine.MakePlan(uniformStage(n, n, tib*TiB), r.c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := p.Predict
+			if r.c.writerParts == 0 { // Druid's: an object per writer and partition, a GET per writer per reader
+				put, get := int64(n)*int64(n), int64(n)*int64(n)
+				dollars := (float64(get)*combine.PriceGET + float64(put)*combine.PricePUT) / float64(tib)
+				line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
+				continue
+			}
+			// Each writer: its parts, the create and the complete, and its
+			// manifest's conditional put.
+			put := int64(n) * (r.c.writerParts + 3)
+			get := pr.Direct.GET
+			if r.combined {
+				put += pr.Combine.PUT
+				get = pr.Combine.GET + pr.Combined.GET
+			}
+			dollars := (float64(get)*combine.PriceGET + float64(put)*combine.PricePUT) / float64(tib)
+			line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
+			if r.combined {
+				line = strings.TrimSuffix(line, " |") + fmt.Sprintf(" (%d x %d) |", len(p.Groups), len(p.Buckets))
+			}
+		}
+		if !strings.Contains(string(doc), line+"\n") {
+			t.Errorf("docs/operations.md lacks the row\n%s", line)
+		}
+	}
+}
+
+// uniformStage is a stage of W workers of one object each and P
+// partitions of equal bytes, b bytes in all.
+func uniformStage(W, P int, b int64) combine.Input {
+	in := combine.Input{Query: "q", Partitions: P, IndexKey: "index-x.bin", PartitionBytes: make([]int64, P)}
+	for p := range P {
+		in.PartitionBytes[p] = b / int64(P)
+	}
+	for w := range W {
+		in.Workers = append(in.Workers, combine.WorkerInput{ID: fmt.Sprint(w), Objects: []int64{b / int64(W)}})
+	}
+	return in
+}
+
+// count prints n as the tables do: 11,000; 1.00 M from a million.
+func count(n int64) string {
+	if n >= 1_000_000 {
+		return fmt.Sprintf("%.2f M", float64(n)/1e6)
+	}
+	s := fmt.Sprint(n)
+	for i := len(s) - 3; i > 0; i -= 3 {
+		s = s[:i] + "," + s[i:]
+	}
+	return s
+}
