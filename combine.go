@@ -17,6 +17,10 @@ import (
 // for its predictions unless o sets them. A stage already combined is
 // returned with Combined set; its tasks and seal are no-ops.
 //
+// With spill on, a task of more than o.MemoryBytes (512 MiB) lays its
+// object out in a file in spill_dir, counted against spill_bytes, rather
+// than in memory.
+//
 // Tasks and the seal commit with If-None-Match, so the commit guard is
 // checked first, as for Seal.
 func (c *Client) Combine(ctx context.Context, query string, stage int, o combine.Options) (*combine.Stage, error) {
@@ -30,5 +34,21 @@ func (c *Client) Combine(ctx context.Context, query string, stage int, o combine
 	if o.ReaderReadAhead == 0 {
 		o.ReaderReadAhead = ro.ReadAhead
 	}
+	if o.Scratch == nil && c.spill != nil {
+		o.Scratch = combineScratch{c.spill}
+	}
 	return combine.Open(ctx, c.st, c.layout, query, stage, o)
+}
+
+// combineScratch lays out combine tasks larger than
+// combine.Options.MemoryBytes in the client's spill directory, counted
+// against spill_bytes with its writers' spill.
+type combineScratch struct{ s *spillDir }
+
+func (c combineScratch) Create(size int64, what string) (combine.ScratchFile, error) {
+	d, err := c.s.get()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	return d.CreateSized(size, what)
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -1094,4 +1096,84 @@ func TestCombineThrottled(t *testing.T) {
 			}
 		})
 	}
+}
+
+// countingScratch is a Scratch on a spill directory that records the
+// sizes of the files made.
+type countingScratch struct {
+	d     *spill.Dir
+	mu    sync.Mutex
+	sizes []int64
+}
+
+func (c *countingScratch) Create(size int64, what string) (combine.ScratchFile, error) {
+	c.mu.Lock()
+	c.sizes = append(c.sizes, size)
+	c.mu.Unlock()
+	return c.d.CreateSized(size, what)
+}
+
+// TestCombineOnDisk: a task over MemoryBytes, given Scratch, lays its
+// object out in a file of its size and uploads it from there in
+// sections: the stage reads back the same rows and content, the object
+// has the parts the plan sized, and the file is gone afterwards. A
+// scratch without room fails the task naming the limit, and leaves no
+// object, no upload and no file.
+func TestCombineOnDisk(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		// One task of about 12 MiB: over a MemoryBytes of 1 MiB.
+		writeStage(t, e, "q", 3, 2, 20, 100_000)
+		before, _ := readEach(t, e, "q", 2)
+
+		small, err := spill.Open(t.TempDir(), 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer small.Close()
+		s, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1, MemoryBytes: 1 << 20, Scratch: &countingScratch{d: small}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.RunTask(ctx, 0)
+		if !errors.Is(err, spill.ErrLimit) || !strings.Contains(err.Error(), "combine task 0") || !strings.Contains(err.Error(), "spill_bytes") {
+			t.Fatalf("a task with no room on disk: %v, want ErrLimit naming the task and spill_bytes", err)
+		}
+		if keys := planKeys(t, e, s.Plan().ID); len(keys) != 0 {
+			t.Errorf("a task with no room on disk left %v", keys)
+		}
+
+		d, err := spill.Open(t.TempDir(), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		sc := &countingScratch{d: d}
+		s, err = e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1, MemoryBytes: 1 << 20, Scratch: sc})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := s.RunTask(ctx, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		obj := tk.Manifest.Objects[0]
+		// 16 uploads would cut it in parts under 5 MiB: parts of 5 MiB.
+		if want := int((obj.Size + 5<<20 - 1) / (5 << 20)); len(sc.sizes) != 1 || sc.sizes[0] != obj.Size || obj.Parts != want {
+			t.Fatalf("files made %v for an object of %d bytes in %d parts; want one of its size, %d parts", sc.sizes, obj.Size, obj.Parts, want)
+		}
+		if files, _ := filepath.Glob(filepath.Join(d.Path(), "*")); d.Used() != 0 || len(files) > 1 {
+			t.Errorf("after the task: %d bytes counted, files %v; want none but the lock", d.Used(), files)
+		}
+		if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+			t.Errorf("uploads left: %v %v", ups, err)
+		}
+		if _, err := s.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		after, _ := readEach(t, e, "q", 2)
+		if !slices.Equal(after, before) {
+			t.Errorf("combined on disk: %+v, as written: %+v", after, before)
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"math"
 	"strconv"
 
@@ -37,6 +38,9 @@ const (
 	// its objects in this many parts (see Plan.partBytes). Parts are
 	// slices of the task's bytes, so they cost no memory.
 	DefaultUploads = 16
+	// DefaultMemoryBytes is the largest task held in memory when the
+	// plan has Scratch for larger ones.
+	DefaultMemoryBytes = 512 << 20
 	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
 	// a writer object share one GET (the gap is read and dropped), as the
 	// reader's read_gap_bytes.
@@ -85,6 +89,17 @@ type Options struct {
 	// They are slices of the task's input, which is the combined object
 	// already in its order: a task holds its bytes once.
 	Uploads int
+	// MemoryBytes: a task of at most this many bytes holds them in
+	// memory (default 512 MiB). A larger one, given Scratch, lays its
+	// object out in a file there instead and uploads it from the file in
+	// at least two parts: its memory is then a few buffers, and
+	// TaskCapBytes bounds its disk.
+	MemoryBytes int64
+	// Scratch is local disk for tasks of more than MemoryBytes
+	// (Client.Combine gives the client's spill_dir, with spill on).
+	// Without it every task holds its bytes in memory, and TaskCapBytes
+	// is its memory.
+	Scratch Scratch
 	// GapBytes: frames of a bucket at most this far apart in a writer
 	// object share one GET (default 256 KiB; negative: only adjacent
 	// frames).
@@ -117,6 +132,9 @@ func (o Options) withDefaults(partitions int) Options {
 	if o.Uploads <= 0 {
 		o.Uploads = DefaultUploads
 	}
+	if o.MemoryBytes <= 0 {
+		o.MemoryBytes = DefaultMemoryBytes
+	}
 	if o.GapBytes == 0 {
 		o.GapBytes = DefaultGapBytes
 	}
@@ -130,12 +148,42 @@ func (o Options) withDefaults(partitions int) Options {
 // object in about Uploads parts of equal size, none under S3's 5 MiB, so
 // that its upload takes the time its GETs took rather than Uploads times
 // longer; that costs at most Uploads x Uploads PUTs more per stage.
+//
+// An object laid out on disk (onDisk) is never one put, which would need
+// it in memory: it takes at least two parts.
 func (p *Plan) partBytes(size int64) int64 {
 	o := p.opts
-	if p.Tasks() >= o.Uploads {
-		return o.PartBytes
+	pb := o.PartBytes
+	if p.Tasks() < o.Uploads {
+		pb = clamp64(ceilDiv64(size, int64(o.Uploads)), store.MinPartSize, o.PartBytes)
 	}
-	return clamp64(ceilDiv64(size, int64(o.Uploads)), store.MinPartSize, o.PartBytes)
+	if p.onDisk(size) {
+		pb = min(pb, ceilDiv64(size, 2))
+	}
+	return pb
+}
+
+// onDisk says whether a task of size bytes lays its object out in a
+// Scratch file rather than in memory: it is over MemoryBytes, and large
+// enough for two parts of S3's least size.
+func (p *Plan) onDisk(size int64) bool {
+	return p.opts.Scratch != nil && size > max(p.opts.MemoryBytes, 2*store.MinPartSize)
+}
+
+// Scratch makes files for tasks laid out on disk.
+type Scratch interface {
+	// Create makes a file of size bytes, counted against the disk's
+	// limit, to be written in place; what names the task in errors.
+	Create(size int64, what string) (ScratchFile, error)
+}
+
+// ScratchFile is one task's object on disk: written at any offset from
+// many goroutines at once, read back in sections, and removed when the
+// task ends.
+type ScratchFile interface {
+	io.WriterAt
+	Section(off, n int64) (*io.SectionReader, error)
+	Remove()
 }
 
 // Input is what a plan is made from: a sealed stage's partitions, the

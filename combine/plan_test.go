@@ -182,6 +182,11 @@ func TestPlanParts(t *testing.T) {
 		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(2+7+1) + 4},
 		// Sixteen tasks of 16.25 MiB, as many as Uploads: one put each.
 		{"sixteen tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 16}, 16*(1+1) + 4},
+		// Sixteen tasks of 600 MiB under parts of 1 GiB: one put each in
+		// memory; laid out on disk (over MemoryBytes, with Scratch), two
+		// parts of 300 MiB each, as a file object is never one put.
+		{"in memory", uniform(64, 64, 16*600*MiB), combine.Options{Groups: 1, Buckets: 16, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 16*(1+1) + 4},
+		{"on disk", uniform(64, 64, 16*600*MiB), combine.Options{Groups: 1, Buckets: 16, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 16*(2+2+1) + 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := combine.MakePlan(c.in, c.o)
@@ -194,3 +199,8 @@ func TestPlanParts(t *testing.T) {
 		})
 	}
 }
+
+// noScratch is a Scratch for plans that are never run.
+type noScratch struct{}
+
+func (noScratch) Create(int64, string) (combine.ScratchFile, error) { return nil, nil }

@@ -100,16 +100,28 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	}, p.opts.GapBytes)
 	// The combined object is the frames in delivery order: each frame's
 	// place in it is known before any arrives, so the GETs read straight
-	// into it and its parts are slices of it. The task holds its bytes
-	// once.
+	// into it, in memory or in a file of its size (a task over
+	// MemoryBytes, given Scratch), and its parts are slices or sections
+	// of it. The task holds its bytes once.
 	at := make([]int64, len(frames))
 	var size int64
 	for i, f := range frames {
 		at[i] = size
 		size += f.Length
 	}
-	out := make([]byte, size)
-	if err := s.fetch(ctx, what, runs, frames, at, out); err != nil {
+	dst := &taskBytes{}
+	if p.onDisk(size) {
+		file, err := p.opts.Scratch.Create(size, what)
+		if err != nil {
+			return nil, err
+		}
+		defer file.Remove() // after the upload's Discard, deferred below
+		dst.file = file
+	} else {
+		dst.mem = make([]byte, size)
+	}
+	codecs := make([]byte, len(frames))
+	if err := s.fetch(ctx, what, runs, frames, at, dst, codecs); err != nil {
 		return nil, err
 	}
 
@@ -132,21 +144,21 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 				up.Discard(s.st)
 			}
 		}()
-		codecs := map[string]int{}
+		count := map[string]int{}
 		for i, f := range frames {
-			codecs[codecName(out[at[i]])]++
+			count[codecName(codecs[i])]++
 			nf := f
 			nf.Worker, nf.Object, nf.Offset = 0, 0, at[i]
 			w.Frames = append(w.Frames, nf)
 		}
-		if err := up.WriteFrom(out); err != nil {
+		if err := dst.upload(up, size); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		if err := up.Close(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		w.Objects = []manifest.Object{{Key: rel, Size: up.Size(), Parts: up.Parts(), CRC32C: up.CRC32C()}}
-		w.Codecs = codecs
+		w.Codecs = count
 	}
 	w.Totals = w.Sum()
 	if err := w.Check(mkey); err != nil {
@@ -264,9 +276,10 @@ func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap in
 }
 
 // fetch GETs every run, Fetches at a time, reading each frame straight
-// into its place in out (frame i at at[i]) and checking its CRC32C there;
-// the bytes between a run's frames are read and dropped.
-func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame, at []int64, out []byte) error {
+// into its place in dst (frame i at at[i]), checking its CRC32C on the
+// way and noting its codec byte in codecs[i]; the bytes between a run's
+// frames are read and dropped.
+func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(s.plan.opts.Fetches)
 	for _, r := range runs {
@@ -280,7 +293,7 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 				return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
 			}
 			defer body.Close()
-			return s.readRun(what, r, body, frames, at, out)
+			return s.readRun(what, r, body, frames, at, dst, codecs)
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -293,10 +306,14 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 }
 
 // readRun reads run r's frames from body, which starts at the run's
-// first byte, into out.
-func (s *Stage) readRun(what string, r *run, body io.Reader, frames []manifest.Frame, at []int64, out []byte) error {
+// first byte, into dst.
+func (s *Stage) readRun(what string, r *run, body io.Reader, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
 	worker := s.level1.Workers[r.worker].Worker
 	pos := r.off
+	var buf []byte
+	if dst.file != nil {
+		buf = make([]byte, 256<<10)
+	}
 	for _, i := range r.frames {
 		f := frames[i]
 		fe := &reader.FrameError{Key: r.key, Offset: f.Offset, Length: f.Length, Partition: f.Partition, Worker: worker}
@@ -304,25 +321,83 @@ func (s *Stage) readRun(what string, r *run, body io.Reader, frames []manifest.F
 			fe.Err = fmt.Errorf("%w: the frame overlaps the one before it, which ends at %d", manifest.ErrCorrupt, pos)
 			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
 		}
-		dst := out[at[i] : at[i]+f.Length]
 		_, err := io.CopyN(io.Discard, body, f.Offset-pos)
+		var crc uint32
 		if err == nil {
-			_, err = io.ReadFull(body, dst)
+			crc, codecs[i], err = dst.read(body, at[i], f.Length, buf)
 		}
+		var de diskError
 		switch {
+		case errors.As(err, &de):
+			return fmt.Errorf("%s: %w", what, de.error)
 		case errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 			fe.Err = reader.ErrTruncated
 			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
 		case err != nil:
 			return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
 		}
-		if c := store.CRC32C(dst); c != f.CRC32C {
-			fe.Err = fmt.Errorf("%w: CRC32C %08x, the index says %08x", reader.ErrChecksum, c, f.CRC32C)
+		if crc != f.CRC32C {
+			fe.Err = fmt.Errorf("%w: CRC32C %08x, the index says %08x", reader.ErrChecksum, crc, f.CRC32C)
 			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
 		}
 		pos = f.Offset + f.Length
 	}
 	return nil
+}
+
+// taskBytes is a task's combined object as it arrives: in memory, or in
+// a Scratch file of its size.
+type taskBytes struct {
+	mem  []byte
+	file ScratchFile
+}
+
+// diskError is a write to a task's file that failed: the disk's fault,
+// not the GET's.
+type diskError struct{ error }
+
+// read reads the n bytes of a frame from r into the object at off, and
+// returns their CRC32C and first byte (the frame's codec); buf is the
+// caller's copy buffer for a file.
+func (t *taskBytes) read(r io.Reader, off, n int64, buf []byte) (crc uint32, codec byte, err error) {
+	if n <= 0 {
+		return 0, 0, nil
+	}
+	if t.file == nil {
+		b := t.mem[off : off+n]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return 0, 0, err
+		}
+		return store.CRC32C(b), b[0], nil
+	}
+	for done := int64(0); done < n; {
+		b := buf[:min(int64(len(buf)), n-done)]
+		if _, err := io.ReadFull(r, b); err != nil {
+			return 0, 0, err
+		}
+		if done == 0 {
+			codec = b[0]
+		}
+		crc = store.UpdateCRC32C(crc, b)
+		if _, err := t.file.WriteAt(b, off+done); err != nil {
+			return 0, 0, diskError{err}
+		}
+		done += int64(len(b))
+	}
+	return crc, codec, nil
+}
+
+// upload writes the object through up: from memory without a copy, or
+// from the file in sections.
+func (t *taskBytes) upload(up *store.ObjectWriter, size int64) error {
+	if t.file == nil {
+		return up.WriteFrom(t.mem)
+	}
+	sec, err := t.file.Section(0, size)
+	if err != nil {
+		return err
+	}
+	return up.WriteFromFile(sec, size)
 }
 
 // compressionOf is the combined level's compression: the workers' own

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -145,26 +146,9 @@ func (u *ObjectWriter) buffer() ([]byte, error) {
 
 // flush hands the full buffer to an upload of the next part.
 func (u *ObjectWriter) flush() error {
-	if u.uploadID == "" {
-		if err := u.ctx.Err(); err != nil {
-			return fmt.Errorf("upload %s: %w", u.key, context.Cause(u.ctx))
-		}
-		id, err := u.st.CreateMultipart(u.ctx, u.key)
-		if err != nil {
-			return fmt.Errorf("start upload %s: %w", u.key, err)
-		}
-		u.uploadID = id
-		u.eg, u.egctx = errgroup.WithContext(u.ctx)
-		u.eg.SetLimit(u.opts.Inflight) // WriteFrom's parts take no buffer to wait for
-		u.free = make(chan []byte, u.opts.Inflight)
-	}
-	if err := u.egctx.Err(); err != nil {
-		return u.eg.Wait() // a part failed: its error
-	}
-	u.parts++
-	n := int32(u.parts)
-	if n > MaxParts {
-		return fmt.Errorf("upload %s: part %d of %d bytes, S3 allows %d parts", u.key, n, u.opts.PartBytes, MaxParts)
+	n, err := u.nextPart()
+	if err != nil {
+		return err
 	}
 	body, borrowed := u.buf, u.borrowed
 	u.buf = nil
@@ -182,6 +166,87 @@ func (u *ObjectWriter) flush() error {
 		u.mu.Unlock()
 		return nil
 	})
+	return nil
+}
+
+// nextPart starts the multipart upload if it is not yet, and numbers
+// the next part; it fails with a part's failure.
+func (u *ObjectWriter) nextPart() (int32, error) {
+	if u.uploadID == "" {
+		if err := u.ctx.Err(); err != nil {
+			return 0, fmt.Errorf("upload %s: %w", u.key, context.Cause(u.ctx))
+		}
+		id, err := u.st.CreateMultipart(u.ctx, u.key)
+		if err != nil {
+			return 0, fmt.Errorf("start upload %s: %w", u.key, err)
+		}
+		u.uploadID = id
+		u.eg, u.egctx = errgroup.WithContext(u.ctx)
+		u.eg.SetLimit(u.opts.Inflight) // parts that take no buffer wait here
+		u.free = make(chan []byte, u.opts.Inflight)
+	}
+	if err := u.egctx.Err(); err != nil {
+		return 0, u.eg.Wait() // a part failed: its error
+	}
+	u.parts++
+	if u.parts > MaxParts {
+		return 0, fmt.Errorf("upload %s: part %d of %d bytes, S3 allows %d parts", u.key, u.parts, u.opts.PartBytes, MaxParts)
+	}
+	return int32(u.parts), nil
+}
+
+// WriteFromFile writes the object from r, its size bytes, without
+// holding them: parts of PartBytes (the last shorter), each a section
+// of r that the store reads itself, again on a retry, up to Inflight at
+// once. r is read once first, for the parts' and the object's CRC32C,
+// and must stay unchanged until Close returns. The store must upload
+// sections (UploadsSections) and the object must take at least two
+// parts; only a writer that nothing was written to takes it.
+func (u *ObjectWriter) WriteFromFile(r io.ReaderAt, size int64) error {
+	su, ok := As[SectionUploader](u.st)
+	switch {
+	case u.n > 0 || u.buf != nil:
+		return fmt.Errorf("upload %s: WriteFromFile after %d bytes were written", u.key, u.n)
+	case !ok || !su.UploadsSections():
+		return fmt.Errorf("upload %s: the store does not upload file sections", u.key)
+	case size <= u.opts.PartBytes:
+		return fmt.Errorf("upload %s: %d bytes from a file is one part of %d; a file object takes at least two", u.key, size, u.opts.PartBytes)
+	}
+	var sums []uint32
+	buf := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += u.opts.PartBytes {
+		n := min(u.opts.PartBytes, size-off)
+		sum := uint32(0)
+		for at := off; at < off+n; {
+			b := buf[:min(int64(len(buf)), off+n-at)]
+			if _, err := r.ReadAt(b, at); err != nil {
+				return fmt.Errorf("upload %s: read %d bytes at %d of its file: %w", u.key, len(b), at, err)
+			}
+			sum = UpdateCRC32C(sum, b)
+			u.crc = UpdateCRC32C(u.crc, b)
+			at += int64(len(b))
+		}
+		sums = append(sums, sum)
+	}
+	u.n = size
+	for i, sum := range sums {
+		off := int64(i) * u.opts.PartBytes
+		body := io.NewSectionReader(r, off, min(u.opts.PartBytes, size-off))
+		n, err := u.nextPart()
+		if err != nil {
+			return err
+		}
+		u.eg.Go(func() error {
+			etag, err := su.UploadPartSection(u.egctx, u.key, u.uploadID, n, body, &sum)
+			if err != nil {
+				return fmt.Errorf("upload part %d of %s (%d bytes from its file): %w", n, u.key, body.Size(), err)
+			}
+			u.mu.Lock()
+			u.sent = append(u.sent, Part{Number: n, ETag: etag, CRC32C: &sum, Size: body.Size()})
+			u.mu.Unlock()
+			return nil
+		})
+	}
 	return nil
 }
 

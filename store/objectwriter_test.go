@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -201,4 +203,62 @@ func within(data, b []byte) bool {
 		}
 	}
 	return false
+}
+
+// TestObjectWriterFromFile: WriteFromFile stores a file's bytes in parts
+// of PartBytes sent as sections, with the parts' and the object's
+// CRC32C; an object of one part, or a second write, is refused; a part
+// that fails leaves nothing after Discard.
+func TestObjectWriterFromFile(t *testing.T) {
+	ctx := context.Background()
+	data := make([]byte, 10*1000+7)
+	for i := range data {
+		data[i] = byte(i * 31)
+	}
+	m := &store.Mem{}
+	w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 3})
+	if err := w.WriteFromFile(bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	got, ok := m.Bytes("k")
+	if !ok || !bytes.Equal(got, data) {
+		t.Fatalf("stored %d bytes (present %v), want the %d of the file", len(got), ok, len(data))
+	}
+	if w.Size() != int64(len(data)) || w.CRC32C() != store.CRC32C(data) || w.Parts() != 11 {
+		t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, 11", w.Size(), w.CRC32C(), w.Parts(), len(data), store.CRC32C(data))
+	}
+	one := store.NewObjectWriter(ctx, m, "one", store.ObjectWriterOptions{PartBytes: 1000})
+	if err := one.WriteFromFile(bytes.NewReader(data), 1000); err == nil || !strings.Contains(err.Error(), "at least two") {
+		t.Fatalf("a file object of one part: %v, want a refusal", err)
+	}
+	f := &failingSections{Mem: &store.Mem{}, n: 4}
+	w = store.NewObjectWriter(ctx, f, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 2})
+	werr := w.WriteFromFile(bytes.NewReader(data), int64(len(data)))
+	cerr := w.Close()
+	if werr == nil && cerr == nil {
+		t.Fatal("no error from a section that failed")
+	}
+	w.Discard(f)
+	if ups, _ := f.ListUploads(ctx, ""); len(ups) != 0 {
+		t.Fatalf("uploads left after Discard: %v", ups)
+	}
+	if _, ok := f.Bytes("k"); ok {
+		t.Fatal("an object exists after a failed section")
+	}
+}
+
+// failingSections fails every UploadPartSection after the first n.
+type failingSections struct {
+	*store.Mem
+	n int
+}
+
+func (f *failingSections) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
+	if int(n) > f.n {
+		return "", errors.New("injected section failure")
+	}
+	return f.Mem.UploadPartSection(ctx, key, uploadID, n, body, crc32c)
 }

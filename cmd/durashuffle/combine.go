@@ -47,6 +47,7 @@ func (a *app) combineCommand() *cobra.Command {
 		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
 		taskCap  = durashuffle.Size(combine.DefaultTaskCapBytes)
 		partSize = durashuffle.Size(combine.DefaultPartBytes)
+		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
 	)
 	cmd := &cobra.Command{
 		Use:   "combine",
@@ -91,7 +92,7 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 			case partSize < store.MinPartSize || partSize > store.MaxPartSize:
 				return usagef("--part-bytes must be from %d bytes (5MiB) to %d bytes (5GiB), got %d", store.MinPartSize, int64(store.MaxPartSize), int64(partSize))
 			}
-			o.TargetGetBytes, o.TaskCapBytes, o.PartBytes = int64(target), int64(taskCap), int64(partSize)
+			o.TargetGetBytes, o.TaskCapBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(taskCap), int64(partSize), int64(memBytes)
 			c, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -156,7 +157,8 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
-	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task (a task holds its bytes in memory, once), e.g. 1GiB")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory, or with spill on its disk in spill_dir when over --memory-bytes")
+	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
 	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 16 tasks cuts each in 16 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")

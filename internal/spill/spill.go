@@ -152,15 +152,58 @@ func (d *Dir) unreserve(n int64) {
 // any offset. Append is for one goroutine; ReadAt is safe for concurrent
 // use with itself (not with Append).
 type File struct {
-	d    *Dir
-	f    *os.File
-	wr   io.WriterAt // f; tests put a full disk here
-	size int64
+	d     *Dir
+	f     *os.File
+	wr    io.WriterAt // f; tests put a full disk here
+	size  int64
+	sized bool // made by CreateSized: written in place, not appended
 }
 
 // Create opens a new, empty file in the directory. Nothing touches the
 // disk until the first Append.
 func (d *Dir) Create() *File { return &File{d: d} }
+
+// CreateSized opens a new file of size bytes, counted against the limit
+// at once, to be written at any offset (WriteAt) rather than appended:
+// an object laid out before its bytes arrive (a combine task's). It
+// fails with ErrLimit, naming the bytes and the limit, when the limit
+// has no room for it, and naming the file when the disk refuses.
+func (d *Dir) CreateSized(size int64, what string) (*File, error) {
+	if err := d.reserve(size); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	d.mu.Lock()
+	d.files++
+	name := filepath.Join(d.path, fmt.Sprintf("object-%d.spill", d.files))
+	d.mu.Unlock()
+	fh, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err == nil {
+		if err = fh.Truncate(size); err != nil {
+			fh.Close()
+			os.Remove(name)
+		}
+	}
+	if err != nil {
+		d.unreserve(size)
+		return nil, fmt.Errorf("%s: %d bytes in %s (spill_dir %s): %w", what, size, name, d.root, err)
+	}
+	return &File{d: d, f: fh, wr: fh, size: size, sized: true}, nil
+}
+
+// WriteAt writes b at off of a file made by CreateSized, within its
+// size; safe for concurrent use at disjoint offsets. A write the disk
+// refuses (full: the file's blocks are taken as they are written) fails
+// naming the file, the bytes and spill_dir.
+func (f *File) WriteAt(b []byte, off int64) (int, error) {
+	if !f.sized || f.f == nil || off < 0 || off+int64(len(b)) > f.size {
+		return 0, fmt.Errorf("write %d bytes at %d of spill %s: it is a file of %d bytes made to be written in place", len(b), off, f.Name(), f.size)
+	}
+	n, err := f.wr.WriteAt(b, off)
+	if err != nil {
+		return n, fmt.Errorf("spill %d bytes to %s at offset %d (spill_dir %s): %w", len(b), f.f.Name(), off, f.d.root, err)
+	}
+	return n, nil
+}
 
 // Name is the file's path ("" before the first Append).
 func (f *File) Name() string {
@@ -177,6 +220,9 @@ func (f *File) Size() int64 { return f.size }
 // fails, naming the file, the bytes and the limit, when the process's
 // limit would be passed or the disk refuses (full, removed).
 func (f *File) Append(b []byte) (int64, error) {
+	if f.sized {
+		return 0, fmt.Errorf("append to spill %s: a file of %d bytes made to be written in place", f.Name(), f.size)
+	}
 	if err := f.d.reserve(int64(len(b))); err != nil {
 		return 0, err
 	}

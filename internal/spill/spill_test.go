@@ -3,6 +3,7 @@ package spill
 import (
 	"bufio"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,4 +177,58 @@ type fullDisk struct{}
 
 func (fullDisk) WriteAt([]byte, int64) (int, error) {
 	return 0, &os.PathError{Op: "write", Path: "spill", Err: syscall.ENOSPC}
+}
+
+// TestCreateSized: a sized file counts its bytes against the limit when
+// made, is written in place at any offset and read back in sections,
+// refuses appends and writes outside it, and gives its bytes back when
+// removed; one over the limit fails naming it and makes no file.
+func TestCreateSized(t *testing.T) {
+	d, err := Open(t.TempDir(), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	f, err := d.CreateSized(60, "task 3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Used() != 60 {
+		t.Fatalf("used %d bytes, want 60", d.Used())
+	}
+	if _, err := f.WriteAt([]byte("tail"), 56); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("head"), 0); err != nil {
+		t.Fatal(err)
+	}
+	sec, err := f.Section(0, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := io.ReadAll(sec)
+	if err != nil || len(got) != 60 || string(got[:4]) != "head" || string(got[56:]) != "tail" {
+		t.Fatalf("read back %q, %v", got, err)
+	}
+	if _, err := f.WriteAt([]byte("xx"), 59); err == nil {
+		t.Fatal("a write past the file's end succeeded")
+	}
+	if _, err := f.Append([]byte("x")); err == nil {
+		t.Fatal("an append to a sized file succeeded")
+	}
+	_, err = d.CreateSized(41, "task 4")
+	if !errors.Is(err, ErrLimit) || !strings.Contains(err.Error(), "task 4") || !strings.Contains(err.Error(), "41 more bytes") {
+		t.Fatalf("a sized file past the limit: %v, want ErrLimit naming task 4 and 41 bytes", err)
+	}
+	if objs, _ := filepath.Glob(filepath.Join(d.Path(), "object-*")); len(objs) != 1 {
+		t.Fatalf("sized files %v in the directory, want the one made", objs)
+	}
+	f.wr = fullDisk{}
+	if _, err := f.WriteAt([]byte("x"), 10); !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "spill_dir") {
+		t.Fatalf("a write to a full disk: %v, want ENOSPC naming spill_dir", err)
+	}
+	f.Remove()
+	if d.Used() != 0 {
+		t.Fatalf("used %d bytes after the removal, want 0", d.Used())
+	}
 }
