@@ -27,6 +27,8 @@ func TestCombineCostTable(t *testing.T) {
 	const TiB = int64(1) << 40
 	defaults := costConfig{writerParts: 8}
 	cheap := costConfig{writerParts: 2, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
+	disk := cheap
+	disk.o.TaskCapBytes, disk.o.Scratch = 64<<30, noScratch{}
 	rows := []struct {
 		name     string
 		c        costConfig
@@ -36,6 +38,7 @@ func TestCombineCostTable(t *testing.T) {
 		{"combined, default plan", defaults, true},
 		{"as written, the cheaper settings", cheap, false},
 		{"combined, the cheaper settings", cheap, true},
+		{"combined, the cheaper settings, tasks on disk", disk, true},
 		{"Druid's layout", costConfig{}, false},
 	}
 	doc, err := os.ReadFile("../../docs/operations.md")
@@ -101,3 +104,8 @@ func count(n int64) string {
 	}
 	return s
 }
+
+// noScratch stands for a spill directory in plans that are never run.
+type noScratch struct{}
+
+func (noScratch) Create(int64, string) (combine.ScratchFile, error) { return nil, nil }
