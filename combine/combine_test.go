@@ -1149,6 +1149,7 @@ func TestCombineOnDisk(t *testing.T) {
 		}
 		defer d.Close()
 		sc := &countingScratch{d: d}
+		start := e.counter.Requests()
 		s, err = e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 1, MemoryBytes: 1 << 20, Scratch: sc})
 		if err != nil {
 			t.Fatal(err)
@@ -1170,6 +1171,11 @@ func TestCombineOnDisk(t *testing.T) {
 		}
 		if _, err := s.Seal(ctx); err != nil {
 			t.Fatal(err)
+		}
+		spent := store.Diff(e.counter.Requests(), start)
+		puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
+		if pr := s.Plan().Predict; puts != pr.Combine.PUT || spent["GetObject"] != pr.Combine.GET {
+			t.Errorf("combining on disk made %d PUT-class requests and %d GETs, the plan predicted %d and %d", puts, spent["GetObject"], pr.Combine.PUT, pr.Combine.GET)
 		}
 		after, _ := readEach(t, e, "q", 2)
 		if !slices.Equal(after, before) {
