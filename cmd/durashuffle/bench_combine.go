@@ -72,6 +72,7 @@ func (a *app) benchCombineCommand(o *benchOptions) *cobra.Command {
 		parallel int
 		groups   int
 		buckets  int
+		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
 	)
 	cmd := &cobra.Command{
 		Use:   "combine",
@@ -105,7 +106,7 @@ instead, behind the same link, under a fresh query ID.`,
 				if err != nil {
 					return err
 				}
-				r, err := runCombineBench(cmd.Context(), o, cfg, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets})
+				r, err := runCombineBench(cmd.Context(), o, cfg, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets, MemoryBytes: int64(memBytes)})
 				if err != nil {
 					return err
 				}
@@ -126,6 +127,7 @@ instead, behind the same link, under a fresh query ID.`,
 	fs.IntVar(&parallel, "combine-parallel", 4, "combine tasks at once")
 	fs.IntVar(&groups, "groups", 0, "writer groups G (default: the plan's)")
 	fs.IntVar(&buckets, "buckets", 0, "partition buckets J (default: the plan's)")
+	fs.Var(sizeFlag(&memBytes), "combine-memory-bytes", "largest task held in memory; larger ones are laid out in spill_dir (default 512MiB)")
 	return cmd
 }
 
