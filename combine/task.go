@@ -120,7 +120,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
-		rel := TaskDataName(p.ID, n, write)
+		rel := TaskDataKey(s.l, s.query, s.stage, p.ID, n, write)
 		var size int64
 		for _, f := range frames {
 			size += f.Length
