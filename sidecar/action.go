@@ -146,6 +146,14 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport
 		s.stages.evict(st.Query, st.Stage)
 		s.c.MemoryRelease(st.Query, st.Stage)
 	}
+	// A worker manifest gc deleted is a combined stage's first level
+	// (past combined_grace): a stage cached from it reads the combined
+	// level from now on.
+	for _, o := range r.Orphans {
+		if k, _ := s.c.Layout().Parse(o.Key); k.Kind == manifest.KeyWorkerManifest {
+			s.stages.evict(k.Query, k.Stage)
+		}
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}

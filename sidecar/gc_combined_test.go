@@ -13,6 +13,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
@@ -22,7 +23,8 @@ import (
 // data objects and the first level's index) once older, reporting the
 // cutoff; the stage then reads the same rows in the same order from the
 // combined level, and what is left under it is the combined level and
-// the stage manifest. A malformed or negative combined_grace is
+// the stage manifest; the sidecar, which had the first level cached,
+// serves it from the combined level. A malformed or negative combined_grace is
 // InvalidArgument naming it, and deletes nothing.
 func TestGCActionCombinedGrace(t *testing.T) {
 	for _, b := range testenv.Backends() {
@@ -54,9 +56,17 @@ func TestGCActionCombinedGrace(t *testing.T) {
 			if err != nil || len(want) != 600 {
 				t.Fatalf("read before combining: %d rows, %v", len(want), err)
 			}
-			res, err := e.sc.Combine(ctx, flightclient.CombineRequest{Query: "gq", Stage: 0, Groups: 3, Buckets: 2, Parallel: 2})
-			if err != nil || !res.Combined {
-				t.Fatalf("combine: %+v %v", res, err)
+			// Combined by another process: the sidecar's cached stage is
+			// still the first level.
+			cs, err := e.client.Combine(ctx, "gq", 0, combine.Options{Groups: 3, Buckets: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.RunAll(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.Seal(ctx); err != nil {
+				t.Fatal(err)
 			}
 			keys := func() []string {
 				t.Helper()
@@ -131,9 +141,15 @@ func TestGCActionCombinedGrace(t *testing.T) {
 					t.Errorf("%s is left after the first level's grace", k)
 				}
 			}
+			missing := e.counter.Statuses()[store.OpStatus{Op: "GetObject", Status: 404}]
 			_, got, err := doGet(ctx, e.fc, flightclient.Ticket{Query: "gq", Stage: 0})
 			if err != nil || !slices.Equal(got, want) {
 				t.Fatalf("read after the first level went: %d rows (want %d, the same in order): %v", len(got), len(want), err)
+			}
+			// The gc action dropped the cached first level: no GET of a
+			// deleted object.
+			if n := e.counter.Statuses()[store.OpStatus{Op: "GetObject", Status: 404}] - missing; n != 0 {
+				t.Errorf("the read after gc made %d GETs of missing objects", n)
 			}
 		})
 	}
