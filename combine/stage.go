@@ -33,6 +33,9 @@ var (
 //	combine-{plan}/task-{n}/data-{write}.arrows      task n's combined object
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
 //
+// With key_spread, combined objects live under a shard prefix instead
+// (TaskDataKey), and their task manifests name them there.
+//
 // The combined seal then writes combined.json's bytes over the stage's
 // manifest.json, so readers open the combined level with the one GET
 // they always make.
@@ -55,6 +58,18 @@ func TaskManifestName(planID string, n int) string {
 // of task n (write: the attempt's own random ID).
 func TaskDataName(planID string, n int, write string) string {
 	return PlanDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
+}
+
+// TaskDataKey is the key a task manifest stores for an attempt's combined
+// object of task n: TaskDataName, or with the layout's Spread (config
+// key_spread) its root-relative key under the shard prefix the task
+// hashes to, as writers' data objects are spread
+// (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
+// so that the combined level's PUTs and GETs spread over the prefixes
+// too. Every attempt of a task goes to the same shard. Readers and gc
+// follow the manifests' keys and need no setting.
+func TaskDataKey(l manifest.Layout, query string, stage int, planID string, n int, write string) string {
+	return l.SpreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), TaskDataName(planID, n, write))
 }
 
 // IsCombined says whether a stage manifest is a combined level's: its

@@ -135,7 +135,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
-		rel := TaskDataName(p.ID, n, write)
+		rel := TaskDataKey(s.l, s.query, s.stage, p.ID, n, write)
 		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
 			store.ObjectWriterOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).
@@ -210,6 +210,10 @@ func (s *Stage) loadTask(ctx context.Context, key string) (*manifest.Worker, err
 // first. When the put's outcome is unknown (it failed in a way that may
 // have stored it), the manifest is read back to learn it.
 func (s *Stage) commitTask(ctx context.Context, key string, enc []byte, w *manifest.Worker) (*manifest.Worker, error) {
+	if err := ctx.Err(); err != nil {
+		// Never sent: the attempt's object can go.
+		return nil, fmt.Errorf("commit %s: %w", key, context.Cause(ctx))
+	}
 	perr := s.st.Put(ctx, key, enc, store.PutOptions{IfNoneMatch: true, ContentType: "application/octet-stream"})
 	if perr == nil {
 		return w, nil
@@ -224,6 +228,11 @@ func (s *Stage) commitTask(ctx context.Context, key string, enc []byte, w *manif
 	switch {
 	case err != nil:
 		return nil, fmt.Errorf("%w: commit %s: the put failed (%v), and reading it back failed: %w", errCommitUnknown, key, perr, err)
+	case got == nil && !taken:
+		// A put cut off (cancelled, or a transient failure) may still
+		// land after the read-back: the object stays for it, and gc
+		// removes both if it never does.
+		return nil, fmt.Errorf("%w: commit %s: the put failed (%v), and its manifest is not there yet: it may still land", errCommitUnknown, key, perr)
 	case got == nil:
 		return nil, fmt.Errorf("commit %s: %w", key, perr)
 	case got.Attempt == w.Attempt:

@@ -49,8 +49,22 @@ func (c *Client) DeleteQuery(ctx context.Context, query string) (*DeleteResult, 
 // the sidecar's results_retention. The report is the one `durashuffle gc
 // --json` prints. A negative olderThan is InvalidArgument. Idempotent.
 func (c *Client) GC(ctx context.Context, olderThan time.Duration) (*GCReport, error) {
+	return c.GCWithGrace(ctx, olderThan, 0)
+}
+
+// GCWithGrace is GC that also deletes the first level of every stage
+// combined more than combinedGrace ago (`durashuffle gc
+// --combined-grace`): its worker manifests, data objects and index.
+// Readers that opened such a stage before its combined seal read the
+// first level; combinedGrace is how long they have. 0 keeps first
+// levels; a negative combinedGrace is InvalidArgument.
+func (c *Client) GCWithGrace(ctx context.Context, olderThan, combinedGrace time.Duration) (*GCReport, error) {
+	req := GCRequest{OlderThan: olderThan.String()}
+	if combinedGrace != 0 {
+		req.CombinedGrace = combinedGrace.String()
+	}
 	var res GCReport
-	if err := c.Action(ctx, ActionGC, GCRequest{OlderThan: olderThan.String()}, &res); err != nil {
+	if err := c.Action(ctx, ActionGC, req, &res); err != nil {
 		return nil, err
 	}
 	return &res, nil

@@ -273,6 +273,10 @@ type DeleteResult struct {
 // GCRequest is the body of the gc action.
 type GCRequest struct {
 	OlderThan string `json:"older_than"`
+	// CombinedGrace, when set and positive, deletes the first level of
+	// stages combined longer ago than this (gc --combined-grace); absent
+	// or "0s" keeps first levels.
+	CombinedGrace string `json:"combined_grace,omitempty"`
 }
 
 // GCReport is the gc action's one result: what gc scanned, and the
@@ -289,11 +293,14 @@ type GCReport struct {
 	Cutoff time.Time `json:"cutoff,omitzero"`
 	// ResultsCutoff: results stages committed at or before it are
 	// deleted.
-	ResultsCutoff time.Time  `json:"results_cutoff,omitzero"`
-	Scanned       GCScanned  `json:"scanned"`
-	Uploads       []GCUpload `json:"aborted_uploads"`
-	Orphans       []GCObject `json:"orphan_objects"`
-	Stages        []GCStage  `json:"deleted_stages"`
+	ResultsCutoff time.Time `json:"results_cutoff,omitzero"`
+	// CombinedCutoff: first levels of stages whose combined seal is at or
+	// before it are deleted (with a combined_grace only).
+	CombinedCutoff time.Time  `json:"combined_cutoff,omitzero"`
+	Scanned        GCScanned  `json:"scanned"`
+	Uploads        []GCUpload `json:"aborted_uploads"`
+	Orphans        []GCObject `json:"orphan_objects"`
+	Stages         []GCStage  `json:"deleted_stages"`
 	// Skipped says what gc left alone because it could not tell whether
 	// it is in use (e.g. a manifest that does not decode), and why.
 	Skipped []string `json:"skipped,omitempty"`
@@ -332,8 +339,8 @@ type GCStage struct {
 	Stage     int    `json:"stage"`
 	Results   bool   `json:"results"`
 	Sealed    bool   `json:"sealed"`
-	Manifests int    `json:"manifests"` // stage and worker manifests, and stage indexes
-	Objects   int    `json:"objects"`   // data objects
+	Manifests int    `json:"manifests"` // stage, combined level's, worker and task manifests, and indexes
+	Objects   int    `json:"objects"`   // data objects, combined objects included
 	Bytes     int64  `json:"bytes"`     // of manifests and data objects
 	// CommittedAt is the newest manifest's LastModified.
 	CommittedAt time.Time `json:"committed_at,omitzero"`

@@ -20,9 +20,11 @@ func Run(ctx context.Context, st store.Store, l manifest.Layout, o Options) (Rep
 }
 
 // Apply carries the plan out, in this order: it aborts the uploads;
-// deletes the expired results stages (stage manifest first, then worker
-// manifests, then data, so no manifest ever names a deleted object); then
-// deletes the orphans. On an error the report says what was removed
+// deletes the expired results stages (a combined level's manifest and
+// the stage manifest first, then worker and task manifests, then data,
+// so no manifest ever names a deleted object); then deletes the worker
+// and task manifests that go (a combined stage's first level, leftovers
+// of combining), and then the orphan objects. On an error the report says what was removed
 // before it.
 func (p *Plan) Apply(ctx context.Context, st store.Store) (Report, error) {
 	r := p.start()
@@ -35,19 +37,24 @@ func (p *Plan) Apply(ctx context.Context, st store.Store) (Report, error) {
 	for _, x := range p.expire {
 		for i, keys := range x.keys {
 			if err := deleteKeys(ctx, st, keys); err != nil {
-				return r, fmt.Errorf("gc: delete expired results %s stage %d (%s): %w", x.stage.Query, x.stage.Stage, [...]string{"stage manifest", "worker manifests", "data"}[i], err)
+				return r, fmt.Errorf("gc: delete expired results %s stage %d (%s): %w", x.stage.Query, x.stage.Stage, expiryGroups[i], err)
 			}
 		}
 		r.expired(x.stage)
 	}
-	keys := make([]string, len(p.orphans))
-	for i, obj := range p.orphans {
-		keys[i] = obj.Key
+	for _, objs := range []struct {
+		what string
+		objs []store.ObjectInfo
+	}{{"worker and task manifests", p.manifests}, {"orphan objects", p.orphans}} {
+		keys := make([]string, len(objs.objs))
+		for i, obj := range objs.objs {
+			keys[i] = obj.Key
+		}
+		if err := deleteKeys(ctx, st, keys); err != nil {
+			return r, fmt.Errorf("gc: delete %d %s: %w", len(keys), objs.what, err)
+		}
+		r.orphaned(objs.objs)
 	}
-	if err := deleteKeys(ctx, st, keys); err != nil {
-		return r, fmt.Errorf("gc: delete %d orphan objects: %w", len(keys), err)
-	}
-	r.orphaned(p.orphans)
 	return r, nil
 }
 

@@ -4,6 +4,33 @@
 // NewPlan lists and judges, and its Plan is a value that says what would be
 // removed (a dry run is the plan alone); Apply carries it out. It only
 // touches keys under the configured prefix that manifest.Layout.Parse
-// reads ({query}/stage-{n}/...), and deletes manifests before the data they
-// point to, so no manifest is ever left naming an object gc removed.
+// reads ({query}/stage-{n}/...), and the keys of combined stages (package
+// combine: {query}/stage-{n}/combined.json, {query}/stage-{n}/combine-{plan}/...
+// and combined objects spread under a shard prefix), and deletes
+// manifests before the data they point to, so no manifest is ever left
+// naming an object gc removed.
+//
+// Combined stages. A results stage that expires goes with its combined
+// level: the combined level's manifest first, then the stage manifest,
+// the worker and task manifests, and then the first level's and the
+// combined level's objects and indexes. With Options.CombinedGrace the
+// first level of a stage combined that long ago goes (worker manifests
+// first). Once a stage is combined, the keys of plans that lost its seal
+// and the winning plan's objects and indexes its manifest does not name
+// go once older than OlderThan.
+//
+// Leftovers of combining a stage that is not combined (tasks killed, or
+// a plan whose seal never came) go by the plan, not by the key: every
+// key of a plan goes once the plan's newest key (task manifest, combined
+// object, index) and newest open upload under it are at or before the
+// cutoff (OlderThan), and only while the stage has no combined level's
+// manifest (combined.json) and its stage manifest, if any, is the first
+// level's and decodes. A plan that is still being combined writes a task
+// manifest or starts an upload at least every OlderThan, and its seal
+// comes within OlderThan of its last task commit; its older tasks are
+// then kept, being what its seal will name. A combined seal that comes
+// later than that may find tasks gone (its seal then fails naming them,
+// and the tasks run again) or, if it runs while gc deletes them, commit
+// a level naming deleted objects: OlderThan must exceed those pauses as
+// it exceeds a writer's run.
 package gc

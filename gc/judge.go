@@ -25,14 +25,16 @@ type stageID struct {
 type stageKeys struct {
 	id       stageID
 	manifest *store.ObjectInfo           // stage manifest, if sealed
+	combined *store.ObjectInfo           // the combined level's manifest (combine.CombinedName), if committed
 	workers  map[string]store.ObjectInfo // worker manifests by worker
 	data     []dataKey
-	indexes  []store.ObjectInfo // the stage manifest names at most one
-	combine  []combineKey       // keys of combine plans (package combine)
+	indexes  []store.ObjectInfo   // the stage manifest names at most one
+	combine  []combineKey         // keys of combine plans (package combine)
+	uploads  map[string]time.Time // plan: the newest open upload under it
 }
 
 // combineKey is a key under a combine plan's folder of the stage,
-// {stage}/combine-{plan}/...
+// {stage}/combine-{plan}/..., or a combined object spread under a shard.
 type combineKey struct {
 	obj  store.ObjectInfo
 	plan string
@@ -41,12 +43,15 @@ type combineKey struct {
 
 // parseCombineKey reads a key of a combine plan:
 // {root}{query}/stage-{n}/combine-{plan}/{rest}, plan 16 lower-case hex
-// digits as package combine makes them.
+// digits as package combine makes them, or a combined object spread
+// over key_spread prefixes (combine.TaskDataKey),
+// {root}~{shard}/{query}/stage-{n}/combine-{plan}/task-{i}/data-{write}.arrows.
 func parseCombineKey(l manifest.Layout, key string) (manifest.Key, string, string, bool) {
 	rest, ok := strings.CutPrefix(key, l.Root())
 	if !ok {
 		return manifest.Key{}, "", "", false
 	}
+	_, rest, spread := manifest.ParseSpread(rest)
 	parts := strings.SplitN(rest, "/", 4)
 	if len(parts) != 4 {
 		return manifest.Key{}, "", "", false
@@ -59,7 +64,34 @@ func parseCombineKey(l manifest.Layout, key string) (manifest.Key, string, strin
 	if !ok || len(plan) != 16 || strings.Trim(plan, "0123456789abcdef") != "" || parts[3] == "" {
 		return manifest.Key{}, "", "", false
 	}
+	if spread && !isTaskData(parts[3]) {
+		return manifest.Key{}, "", "", false
+	}
 	return k, plan, parts[3], true
+}
+
+// isTaskData says whether rest, below a plan's folder, is a combined
+// object's name: task-{n}/data-{write}.arrows.
+func isTaskData(rest string) bool {
+	task, name, ok := strings.Cut(rest, "/")
+	return ok && strings.HasPrefix(task, "task-") && strings.HasPrefix(name, "data-") && strings.HasSuffix(name, ".arrows") && !strings.Contains(name, "/")
+}
+
+// isTaskManifest says whether rest, below a plan's folder, is a task
+// manifest's name: task-{n}.bin.
+func isTaskManifest(rest string) bool {
+	return strings.HasPrefix(rest, "task-") && strings.HasSuffix(rest, ".bin") && !strings.Contains(rest, "/")
+}
+
+// parseCombinedManifest reads the key of a combined level's manifest,
+// {root}{query}/stage-{n}/combined.json.
+func parseCombinedManifest(l manifest.Layout, key string) (manifest.Key, bool) {
+	dir, ok := strings.CutSuffix(key, "/"+combine.CombinedName)
+	if !ok {
+		return manifest.Key{}, false
+	}
+	k, ok := l.Parse(dir + "/manifest.json")
+	return k, ok && k.Kind == manifest.KeyStageManifest
 }
 
 type dataKey struct {
@@ -73,6 +105,9 @@ func (s *stageKeys) newest() time.Time {
 	if s.manifest != nil {
 		t = s.manifest.LastModified
 	}
+	if s.combined != nil && s.combined.LastModified.After(t) {
+		t = s.combined.LastModified
+	}
 	for _, o := range s.workers {
 		if o.LastModified.After(t) {
 			t = o.LastModified
@@ -83,11 +118,36 @@ func (s *stageKeys) newest() time.Time {
 
 // verdict is what judge decided for one stage.
 type verdict struct {
-	expire  *Stage
-	delete  [3][]string // expired stage: stage manifest, worker manifests, data
-	orphans []store.ObjectInfo
-	skipped []string
+	expire    *Stage
+	delete    [4][]string        // expired stage: in the order of expiryGroups
+	manifests []store.ObjectInfo // orphan worker and task manifests: deleted before the orphans
+	orphans   []store.ObjectInfo
+	skipped   []string
 }
+
+// splitManifests takes the worker and task manifests out of objs, so
+// that they are deleted before the objects they name: a delete that
+// stops midway leaves objects no manifest names, not a manifest naming
+// deleted objects (a task manifest left so would be taken as committed
+// by a rerun of its plan).
+func splitManifests(l manifest.Layout, objs []store.ObjectInfo) (manifests, rest []store.ObjectInfo) {
+	for _, o := range objs {
+		if parseKey(l, o.Key).Kind == manifest.KeyWorkerManifest {
+			manifests = append(manifests, o)
+		} else if _, _, r, ok := parseCombineKey(l, o.Key); ok && isTaskManifest(r) {
+			manifests = append(manifests, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	return manifests, rest
+}
+
+// expiryGroups name an expired stage's keys in deletion order: what
+// names other keys goes before what it names. The combined level's
+// manifest goes first, so that no combined seal finishing meanwhile
+// writes the stage manifest again from it.
+var expiryGroups = [4]string{"combined level's manifest", "stage manifest", "worker and task manifests", "data and indexes"}
 
 // judge reads a stage's manifests and decides: expire it whole (a results
 // stage committed at or before resultsCutoff), and which of its data
@@ -95,11 +155,20 @@ type verdict struct {
 // whose manifest cannot be decoded keeps all its data: gc cannot tell
 // which attempt it committed.
 //
+// An expired results stage that is combined goes with both levels: the
+// combined level's manifest, task manifests, objects and index too.
+//
 // A combined stage (its stage manifest names a combined level) whose
 // combined seal is at or before combinedCutoff (not zero) loses its
 // first level: every data object and worker manifest of the stage, and
 // its unreferenced indexes, listed with the orphans, worker manifests
 // first.
+//
+// A stage that is not combined (no combined level's manifest, and a
+// stage manifest that is absent or the first level's) loses the keys of
+// every combine plan whose newest key and open upload are at or before
+// cutoff: tasks killed, or a plan whose seal never came (see
+// combineLeftovers).
 func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff time.Time) (verdict, error) {
 	var v verdict
 	r, err := loadRefs(ctx, st, l, s)
@@ -107,9 +176,11 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		return v, err
 	}
 	v.skipped = r.skipped
-	combineOrphans := r.combineOrphans(s, cutoff)
-	if !r.combinedAt.IsZero() && !combinedCutoff.IsZero() && !r.combinedAt.After(combinedCutoff) {
-		v.orphans = append(firstLevel(s, r.referenced), combineOrphans...)
+	combineOrphans := append(r.combineOrphans(s, cutoff), r.combineLeftovers(s, cutoff)...)
+	committedAt := s.newest()
+	expired := r.results && r.committed > 0 && !committedAt.After(resultsCutoff)
+	if !expired && !r.combinedAt.IsZero() && !combinedCutoff.IsZero() && !r.combinedAt.After(combinedCutoff) {
+		v.manifests, v.orphans = splitManifests(l, append(firstLevel(s, r.referenced), combineOrphans...))
 		return v, nil
 	}
 
@@ -137,10 +208,10 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		}
 	}
 	slices.SortFunc(orphans, func(a, b store.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	v.orphans = append(orphans, combineOrphans...)
+	v.manifests, v.orphans = splitManifests(l, append(orphans, combineOrphans...))
 
-	if committedAt := s.newest(); r.results && r.committed > 0 && !committedAt.After(resultsCutoff) {
-		expire(&v, s, data, indexes, committedAt)
+	if expired {
+		expire(&v, s, data, indexes, r, committedAt)
 	}
 	return v, nil
 }
@@ -251,13 +322,28 @@ func (r *refs) combineOrphans(s *stageKeys, cutoff time.Time) []store.ObjectInfo
 }
 
 // expire deletes an expired results stage whole: its manifests, its
-// referenced data and indexes (its old-enough orphans are in v already).
-func expire(v *verdict, s *stageKeys, data []dataKey, indexes []store.ObjectInfo, committedAt time.Time) {
+// referenced data and indexes (its old-enough orphans are in v already)
+// and, when it is combined, the combined level: its manifest, the
+// winning plan's task manifests, and the objects and index the stage
+// manifest names. Keys of the stage's plans that no manifest names and
+// that are not old enough yet are left; once the stage manifest is gone
+// they are leftovers of a stage that is not combined (combineLeftovers).
+func expire(v *verdict, s *stageKeys, data []dataKey, indexes []store.ObjectInfo, r *refs, committedAt time.Time) {
 	x := &Stage{Query: s.id.query, Stage: s.id.stage, Results: true, Sealed: s.manifest != nil, CommittedAt: committedAt}
+	add := func(group int, obj store.ObjectInfo, object bool) {
+		v.delete[group] = append(v.delete[group], obj.Key)
+		if object {
+			x.Objects++
+		} else {
+			x.Manifests++
+		}
+		x.Bytes += obj.Size
+	}
+	if s.combined != nil {
+		add(0, *s.combined, false)
+	}
 	if s.manifest != nil {
-		v.delete[0] = []string{s.manifest.Key}
-		x.Manifests++
-		x.Bytes += s.manifest.Size
+		add(1, *s.manifest, false)
 	}
 	workers := make([]string, 0, len(s.workers))
 	for w := range s.workers {
@@ -265,22 +351,59 @@ func expire(v *verdict, s *stageKeys, data []dataKey, indexes []store.ObjectInfo
 	}
 	slices.Sort(workers)
 	for _, w := range workers {
-		obj := s.workers[w]
-		v.delete[1] = append(v.delete[1], obj.Key)
-		x.Manifests++
-		x.Bytes += obj.Size
+		add(2, s.workers[w], false)
 	}
 	for _, d := range data {
-		v.delete[2] = append(v.delete[2], d.obj.Key)
-		x.Objects++
-		x.Bytes += d.obj.Size
+		add(3, d.obj, true)
 	}
 	for _, o := range indexes {
-		v.delete[2] = append(v.delete[2], o.Key)
-		x.Manifests++
-		x.Bytes += o.Size
+		add(3, o, false)
+	}
+	if !r.combinedAt.IsZero() {
+		winner := winningPlan(s, r.referenced)
+		for _, c := range s.combine {
+			switch {
+			case c.plan != winner:
+			case isTaskManifest(c.rest):
+				add(2, c.obj, false)
+			case r.referenced[c.obj.Key]:
+				add(3, c.obj, isTaskData(c.rest))
+			}
+		}
 	}
 	v.expire = x
+}
+
+// combineLeftovers are the keys of combining a stage that is not
+// combined: of every plan whose newest key (task manifests, task
+// objects, indexes of a seal that did not commit) and newest open
+// upload are at or before cutoff, all of its keys. The age is the
+// plan's, not each key's: a plan with a task that committed or an upload
+// that began after cutoff is still being combined, and its older task
+// manifests and objects are what its seal will name. A stage whose
+// combined level's manifest exists (a combined seal that has not yet
+// written the stage manifest) or whose stage manifest does not decode
+// has no leftovers: gc cannot tell what its level names.
+func (r *refs) combineLeftovers(s *stageKeys, cutoff time.Time) []store.ObjectInfo {
+	if !r.combinedAt.IsZero() || s.combined != nil || r.keepIndex || len(s.combine) == 0 {
+		return nil
+	}
+	newest := map[string]time.Time{}
+	for plan, t := range s.uploads {
+		newest[plan] = t
+	}
+	for _, c := range s.combine {
+		if c.obj.LastModified.After(newest[c.plan]) {
+			newest[c.plan] = c.obj.LastModified
+		}
+	}
+	var out []store.ObjectInfo
+	for _, c := range s.combine {
+		if !newest[c.plan].After(cutoff) {
+			out = append(out, c.obj)
+		}
+	}
+	return out
 }
 
 // firstLevel lists the first level of a combined stage for deletion:

@@ -18,17 +18,21 @@ import (
 // root and the manifests it found, before anything is removed: its
 // Report is a dry run, and Apply carries it out.
 type Plan struct {
-	head    Report             // the report's header: clock, cutoffs, scanned, skipped
-	aborts  []store.UploadInfo // incomplete uploads old enough to abort
-	expire  []expiry           // expired results stages, by query and stage
-	orphans []store.ObjectInfo // unreferenced data, indexes and guard probes old enough to delete
+	head   Report             // the report's header: clock, cutoffs, scanned, skipped
+	aborts []store.UploadInfo // incomplete uploads old enough to abort
+	expire []expiry           // expired results stages, by query and stage
+	// manifests are worker and task manifests to delete (a combined
+	// stage's first level, leftovers of combining), before orphans.
+	manifests []store.ObjectInfo
+	orphans   []store.ObjectInfo // unreferenced data, indexes and guard probes old enough to delete
 }
 
-// expiry is an expired results stage and its keys in deletion order:
-// stage manifest, worker manifests, then data (and indexes).
+// expiry is an expired results stage and its keys in deletion order
+// (expiryGroups): the combined level's manifest, the stage manifest,
+// worker and task manifests, then data (and indexes).
 type expiry struct {
 	stage Stage
-	keys  [3][]string
+	keys  [4][]string
 }
 
 // NewPlan decides what Run removes under the layout's root: incomplete
@@ -61,6 +65,7 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	var combinedCutoff time.Time // zero: first levels stay
 	if o.CombinedGrace > 0 {
 		combinedCutoff = t.Add(-o.CombinedGrace)
+		r.CombinedCutoff = combinedCutoff
 	}
 
 	// Uploads before objects: an upload completed in between shows up as
@@ -74,31 +79,40 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 		return nil, fmt.Errorf("gc: list objects under %q: %w", root, err)
 	}
 
+	stages := map[stageID]*stageKeys{}
+	get := func(k manifest.Key) *stageKeys {
+		id := stageID{k.Query, k.Stage}
+		s := stages[id]
+		if s == nil {
+			s = &stageKeys{id: id, workers: map[string]store.ObjectInfo{}, uploads: map[string]time.Time{}}
+			stages[id] = s
+		}
+		return s
+	}
+	// A combine plan's open uploads say its tasks are running.
+	planUploads := map[stageID]map[string]time.Time{}
 	for _, u := range ups {
 		if !strings.HasPrefix(u.Key, root) {
 			continue // the store filtered loosely; not ours to judge
 		}
 		r.Scanned.Uploads++
 		if k := parseKey(l, u.Key).Kind; k != manifest.KeyData && k != manifest.KeyIndex {
-			if _, _, _, ok := parseCombineKey(l, u.Key); !ok {
+			ck, plan, _, ok := parseCombineKey(l, u.Key)
+			if !ok {
 				r.Scanned.Foreign++
 				continue
+			}
+			id := stageID{ck.Query, ck.Stage}
+			if planUploads[id] == nil {
+				planUploads[id] = map[string]time.Time{}
+			}
+			if u.Initiated.After(planUploads[id][plan]) {
+				planUploads[id][plan] = u.Initiated
 			}
 		}
 		if !u.Initiated.After(r.Cutoff) {
 			p.aborts = append(p.aborts, u)
 		}
-	}
-
-	stages := map[stageID]*stageKeys{}
-	get := func(k manifest.Key) *stageKeys {
-		id := stageID{k.Query, k.Stage}
-		s := stages[id]
-		if s == nil {
-			s = &stageKeys{id: id, workers: map[string]store.ObjectInfo{}}
-			stages[id] = s
-		}
-		return s
 	}
 	for _, obj := range objs {
 		if !strings.HasPrefix(obj.Key, root) {
@@ -133,7 +147,16 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 				s.combine = append(s.combine, combineKey{obj: obj, plan: plan, rest: rest})
 				continue
 			}
+			if ck, ok := parseCombinedManifest(l, obj.Key); ok {
+				get(ck).combined = &obj
+				continue
+			}
 			r.Scanned.Foreign++
+		}
+	}
+	for id, plans := range planUploads {
+		if s := stages[id]; s != nil {
+			s.uploads = plans
 		}
 	}
 	r.Scanned.Stages = len(stages)
@@ -159,6 +182,7 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	}
 	for _, v := range verdicts {
 		r.Skipped = append(r.Skipped, v.skipped...)
+		p.manifests = append(p.manifests, v.manifests...)
 		p.orphans = append(p.orphans, v.orphans...)
 		if v.expire != nil {
 			p.expire = append(p.expire, expiry{stage: *v.expire, keys: v.delete})
@@ -177,6 +201,7 @@ func (p *Plan) Report() Report {
 	for _, x := range p.expire {
 		r.expired(x.stage)
 	}
+	r.orphaned(p.manifests)
 	r.orphaned(p.orphans)
 	return r
 }

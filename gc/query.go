@@ -13,8 +13,8 @@ import (
 )
 
 // queryObjects lists a query's objects: under its prefix, and under
-// every shard prefix ({root}~{shard}/) its spread data objects, whatever
-// key_spread the writers had.
+// every shard prefix ({root}~{shard}/) its spread data and combined
+// objects, whatever key_spread the writers and combine tasks had.
 func queryObjects(ctx context.Context, st store.Lister, l manifest.Layout, query string) ([]store.ObjectInfo, error) {
 	prefix := l.QueryPrefix(query)
 	objs, _, err := st.List(ctx, prefix, "")
@@ -42,7 +42,9 @@ func queryObjects(ctx context.Context, st store.Lister, l manifest.Layout, query
 // DeleteQuery deletes every object of a query and aborts its uploads: the
 // stage manifests first, then the worker manifests (so readers stop
 // finding the stages before any data goes), then everything else under
-// the query's prefix (and its spread data objects), then the open multipart uploads there. Idempotent.
+// the query's prefix (and its spread data and combined objects), then the
+// open multipart uploads there. A combined level's manifest goes before
+// the stage manifest. Idempotent.
 // Writers of the query still running fail or leave objects that a later
 // DeleteQuery or Run removes.
 func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query string) (Report, error) {
@@ -55,15 +57,24 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	if err != nil {
 		return r, fmt.Errorf("delete-query %s: %w", query, err)
 	}
-	var order [3][]string // stage manifests, worker manifests, the rest
+	// Combined levels' manifests, stage manifests, worker manifests, the
+	// rest: a combined level's manifest goes before the stage manifest,
+	// so that no combined seal finishing meanwhile writes it again.
+	var order [4][]string
 	stages := map[int]*Stage{}
 	for _, obj := range objs {
-		if k := parseKey(l, obj.Key); !strings.HasPrefix(obj.Key, prefix) && (k.Kind != manifest.KeyData || k.Query != query) {
+		if !ofQuery(l, query, obj.Key) {
 			continue
 		}
 		r.Scanned.Objects++
 		r.Scanned.Bytes += obj.Size
 		k := parseKey(l, obj.Key)
+		combined, plan := false, ""
+		if ck, ok := parseCombinedManifest(l, obj.Key); ok {
+			k, combined = ck, true
+		} else if ck, p, _, ok := parseCombineKey(l, obj.Key); ok {
+			k, plan = ck, p
+		}
 		var s *Stage
 		if k.Kind != manifest.KeyForeign {
 			if s = stages[k.Stage]; s == nil {
@@ -74,32 +85,45 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 		} else {
 			r.Scanned.Foreign++
 		}
-		switch k.Kind {
-		case manifest.KeyStageManifest:
+		switch {
+		case combined:
 			order[0] = append(order[0], obj.Key)
+			s.Manifests++
+		case plan != "":
+			// A combine plan's keys: its objects are data; its task
+			// manifests and index go after the stage manifest that names
+			// them, with the data.
+			order[3] = append(order[3], obj.Key)
+			if strings.HasSuffix(obj.Key, ".arrows") {
+				s.Objects++
+			} else {
+				s.Manifests++
+			}
+		case k.Kind == manifest.KeyStageManifest:
+			order[1] = append(order[1], obj.Key)
 			s.Sealed = true
 			s.Manifests++
-		case manifest.KeyWorkerManifest:
-			order[1] = append(order[1], obj.Key)
+		case k.Kind == manifest.KeyWorkerManifest:
+			order[2] = append(order[2], obj.Key)
 			s.Manifests++
-		case manifest.KeyData:
-			order[2] = append(order[2], obj.Key)
+		case k.Kind == manifest.KeyData:
+			order[3] = append(order[3], obj.Key)
 			s.Objects++
-		case manifest.KeyIndex:
+		case k.Kind == manifest.KeyIndex:
 			// After the stage manifest that names it.
-			order[2] = append(order[2], obj.Key)
+			order[3] = append(order[3], obj.Key)
 			s.Manifests++
 		default:
 			// Under the query's own prefix everything is the query's.
-			order[2] = append(order[2], obj.Key)
+			order[3] = append(order[3], obj.Key)
 		}
-		if s != nil && obj.LastModified.After(s.CommittedAt) && k.Kind != manifest.KeyData {
+		if s != nil && obj.LastModified.After(s.CommittedAt) && k.Kind != manifest.KeyData && !strings.HasSuffix(obj.Key, ".arrows") {
 			s.CommittedAt = obj.LastModified
 		}
 	}
 	for i, keys := range order {
 		if err := deleteKeys(ctx, st, keys); err != nil {
-			return r, fmt.Errorf("delete-query %s: delete %d %s: %w", query, len(keys), [...]string{"stage manifests", "worker manifests", "data objects"}[i], err)
+			return r, fmt.Errorf("delete-query %s: delete %d %s: %w", query, len(keys), [...]string{"combined levels' manifests", "stage manifests", "worker manifests", "data objects"}[i], err)
 		}
 		r.Totals.ObjectsDeleted += len(keys)
 	}
@@ -121,7 +145,7 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	ups = append(ups, spread...)
 	for _, u := range ups {
-		if k := parseKey(l, u.Key); !strings.HasPrefix(u.Key, prefix) && (k.Kind != manifest.KeyData || k.Query != query) {
+		if !ofQuery(l, query, u.Key) {
 			continue
 		}
 		r.Scanned.Uploads++
@@ -132,4 +156,17 @@ func DeleteQuery(ctx context.Context, st store.Store, l manifest.Layout, query s
 		r.Totals.UploadsAborted++
 	}
 	return r, nil
+}
+
+// ofQuery says whether key is the query's: under its prefix, or a data
+// or combined object of it spread under a shard prefix.
+func ofQuery(l manifest.Layout, query, key string) bool {
+	if strings.HasPrefix(key, l.QueryPrefix(query)) {
+		return true
+	}
+	if k := parseKey(l, key); k.Kind == manifest.KeyData {
+		return k.Query == query
+	}
+	k, _, _, ok := parseCombineKey(l, key)
+	return ok && k.Query == query
 }

@@ -11,6 +11,12 @@ type Options struct {
 	// or gc deletes the data of a writer that is about to commit (whose
 	// manifest would then name missing objects). 0 takes everything that
 	// is not committed, which is only safe when no writer is running.
+	//
+	// It is also the grace of combining (package combine): the keys of a
+	// combine plan of a stage that is not combined go once the plan's
+	// newest key and open upload are this old, so it must exceed the
+	// longest a combining pauses between two task commits and from its
+	// last task commit to its seal.
 	OlderThan time.Duration
 	// ResultsRetention is how long a results stage (manifests with
 	// Results set) is kept after its last manifest was written; then the
@@ -49,8 +55,8 @@ type Stage struct {
 	Stage     int    `json:"stage"`
 	Results   bool   `json:"results"`
 	Sealed    bool   `json:"sealed"`
-	Manifests int    `json:"manifests"` // stage and worker manifests, and stage indexes
-	Objects   int    `json:"objects"`   // data objects
+	Manifests int    `json:"manifests"` // stage, combined level's, worker and task manifests, and indexes
+	Objects   int    `json:"objects"`   // data objects, combined objects included
 	Bytes     int64  `json:"bytes"`     // of manifests and data objects
 	// CommittedAt is the newest manifest's LastModified.
 	CommittedAt time.Time `json:"committed_at,omitzero"`
@@ -89,10 +95,13 @@ type Report struct {
 	// ResultsCutoff: results stages committed at or before it are
 	// deleted (Run only).
 	ResultsCutoff time.Time `json:"results_cutoff,omitzero"`
-	Scanned       Scanned   `json:"scanned"`
-	Uploads       []Upload  `json:"aborted_uploads"`
-	Orphans       []Object  `json:"orphan_objects"`
-	Stages        []Stage   `json:"deleted_stages"`
+	// CombinedCutoff: first levels of stages whose combined seal is at or
+	// before it are deleted (Run with CombinedGrace only).
+	CombinedCutoff time.Time `json:"combined_cutoff,omitzero"`
+	Scanned        Scanned   `json:"scanned"`
+	Uploads        []Upload  `json:"aborted_uploads"`
+	Orphans        []Object  `json:"orphan_objects"`
+	Stages         []Stage   `json:"deleted_stages"`
 	// Skipped says what gc left alone because it could not tell whether
 	// it is in use (e.g. a manifest that does not decode), and why.
 	Skipped []string `json:"skipped,omitempty"`

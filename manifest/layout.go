@@ -56,6 +56,11 @@ func ValidateStage(stage int) error {
 //
 //	{prefix}/~{shard}/{query}/stage-{stage}/worker-{worker}/attempt-{attempt}/data-{write}-{n}.arrows
 //
+// and so do a combined level's objects (package combine), by a hash of
+// the task:
+//
+//	{prefix}/~{shard}/{query}/stage-{stage}/combine-{plan}/task-{n}/data-{write}.arrows
+//
 // Manifests stay where readers look for them. A manifest stores such an
 // object's key relative to the root ("~{shard}/{query}/stage-..."); a
 // reader and gc need no setting to find it.
@@ -154,14 +159,23 @@ func ParseDataName(name string) (write string, n int, ok bool) {
 // an attempt: DataName, or with Spread its root-relative key under the
 // attempt's shard prefix.
 func (l Layout) DataKey(query string, stage int, worker, attempt, write string, n int) string {
+	return l.SpreadName(query, stage, worker+"/"+attempt, DataName(worker, attempt, write, n))
+}
+
+// SpreadName is the key a manifest stores for the stage-relative name of
+// a data object: name itself, or with Spread its root-relative key under
+// the shard prefix that a hash of the stage and seed picks,
+// ~{shard}/{query}/stage-{stage}/{name}. Objects of one seed (a writer's
+// attempt, a combine task) share a shard.
+func (l Layout) SpreadName(query string, stage int, seed, name string) string {
 	if l.Spread <= 1 {
-		return DataName(worker, attempt, write, n)
+		return name
 	}
 	h := fnv.New32a()
-	h.Write([]byte(query + "/" + strconv.Itoa(stage) + "/" + worker + "/" + attempt))
+	h.Write([]byte(query + "/" + strconv.Itoa(stage) + "/" + seed))
 	width := len(strconv.FormatUint(uint64(l.Spread-1), 16))
 	shard := strconv.FormatUint(uint64(h.Sum32()%uint32(l.Spread)), 16)
-	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + DataName(worker, attempt, write, n)
+	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + name
 }
 
 // SpreadMark begins the root-relative key of a spread data object (and
@@ -246,8 +260,8 @@ func (l Layout) ObjectKey(query string, stage int, rel string) string {
 
 // CheckObjectKey says whether a manifest's object key is one the layout
 // makes for that query and stage: stage-relative, or under a shard
-// prefix and then the stage's own folder (so a manifest cannot name
-// another stage's objects).
+// prefix and then the stage's own folder, in a worker's or a combine
+// plan's folder (so a manifest cannot name another stage's objects).
 func CheckObjectKey(query string, stage int, rel string) bool {
 	if rel == "" || strings.Contains(rel, "..") {
 		return false
@@ -260,8 +274,8 @@ func CheckObjectKey(query string, stage int, rel string) bool {
 	if !ok || shard == "" || strings.Trim(shard, "0123456789abcdef") != "" {
 		return false
 	}
-	tail, ok = strings.CutPrefix(tail, query+"/stage-"+strconv.Itoa(stage)+"/worker-")
-	return ok && !strings.Contains(tail, SpreadMark)
+	tail, ok = strings.CutPrefix(tail, query+"/stage-"+strconv.Itoa(stage)+"/")
+	return ok && (strings.HasPrefix(tail, "worker-") || strings.HasPrefix(tail, "combine-")) && !strings.Contains(tail, SpreadMark)
 }
 
 // ParseSpread splits a key below the root into its shard folder

@@ -1,6 +1,9 @@
 package manifest
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestSpreadKeys: DataKey spreads attempts over the shard prefixes, and
 // CheckObjectKey takes only keys a layout makes for the manifest's own
@@ -28,7 +31,11 @@ func TestSpreadKeys(t *testing.T) {
 	if k := (Layout{Prefix: "p"}).DataKey("q", 2, "w", "a", "00000000000000ab", 1); k != DataName("w", "a", "00000000000000ab", 1) {
 		t.Fatalf("without Spread: %q", k)
 	}
-	for _, bad := range []string{"", "~/q/stage-2/worker-w/attempt-a/data-0.arrows", "~zz/q/stage-2/worker-w/x",
+	// A combined level's objects spread too (package combine).
+	if k := l.SpreadName("q", 2, "combine-0123456789abcdef/task-3", "combine-0123456789abcdef/task-3/data-00000000000000ab.arrows"); !CheckObjectKey("q", 2, k) || !strings.HasPrefix(k, "~") {
+		t.Errorf("spread combined object %q: CheckObjectKey refuses it", k)
+	}
+	for _, bad := range []string{"", "~1/q/stage-2/combined.json", "~1/q/stage-3/combine-0123456789abcdef/task-0/data-00000000000000ab.arrows", "~/q/stage-2/worker-w/attempt-a/data-0.arrows", "~zz/q/stage-2/worker-w/x",
 		"~1/other/stage-2/worker-w/attempt-a/data-0.arrows", "~1/q/stage-3/worker-w/attempt-a/data-0.arrows",
 		"~1/q/stage-2/manifest.json", "~1/q/stage-2/worker-w/~2/x", "worker-w/../../x"} {
 		if CheckObjectKey("q", 2, bad) {

@@ -16,7 +16,7 @@ import (
 var actionTypes = []*flight.ActionType{
 	{Type: flightclient.ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
 	{Type: flightclient.ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
-	{Type: flightclient.ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}; result: the gc report (totals, aborted uploads, deleted objects and stages).`},
+	{Type: flightclient.ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}, optionally "combined_grace": "24h" (delete the first level of stages combined longer ago, gc --combined-grace); result: the gc report (totals, aborted uploads, deleted objects and stages).`},
 	{Type: flightclient.ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
 	{Type: flightclient.ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
 	{Type: flightclient.ActionCombine, Description: `Combine a sealed stage's objects into G x J larger ones that its readers fetch in fewer GETs: plan, run every task and seal. Body {"query","stage","groups","buckets"} and at most one of "task" (run one), "seal" (only seal), "plan" (only plan); result {"plan","tasks","wrote","sealed","combined","predicted",...}. FailedPrecondition names the tasks missing at a seal.`},
@@ -123,7 +123,8 @@ func (s *Server) deleteQuery(ctx context.Context, body []byte) (*flightclient.De
 }
 
 // runGC collects garbage under the prefix: uploads and uncommitted attempt
-// data older than older_than, results stages past results_retention.
+// data older than older_than, results stages past results_retention, and
+// with combined_grace the first levels of stages combined that long ago.
 func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport, error) {
 	var req flightclient.GCRequest
 	if err := decodeStrict("gc body", body, &req); err != nil {
@@ -133,15 +134,30 @@ func (s *Server) runGC(ctx context.Context, body []byte) (*flightclient.GCReport
 	if err != nil || d < 0 {
 		return nil, invalidf("gc: older_than %q: want a non-negative duration such as 6h", req.OlderThan)
 	}
-	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.GC.ResultsRetention.D()})
+	var grace time.Duration
+	if req.CombinedGrace != "" {
+		grace, err = time.ParseDuration(strings.TrimSpace(req.CombinedGrace))
+		if err != nil || grace < 0 {
+			return nil, invalidf("gc: combined_grace %q: want a non-negative duration such as 24h (0s keeps first levels)", req.CombinedGrace)
+		}
+	}
+	r, err := gc.Run(ctx, s.c.Store(), s.c.Layout(), gc.Options{OlderThan: d, ResultsRetention: s.cfg.GC.ResultsRetention.D(), CombinedGrace: grace})
 	for _, st := range r.Stages {
 		s.stages.evict(st.Query, st.Stage)
 		s.c.MemoryRelease(st.Query, st.Stage)
 	}
+	// A worker manifest gc deleted is a combined stage's first level
+	// (past combined_grace): a stage cached from it reads the combined
+	// level from now on.
+	for _, o := range r.Orphans {
+		if k, _ := s.c.Layout().Parse(o.Key); k.Kind == manifest.KeyWorkerManifest {
+			s.stages.evict(k.Query, k.Stage)
+		}
+	}
 	if err != nil {
 		return nil, toStatus(err)
 	}
-	s.log.Info("gc done", "older_than", d, "uploads_aborted", r.Totals.UploadsAborted,
+	s.log.Info("gc done", "older_than", d, "combined_grace", grace, "uploads_aborted", r.Totals.UploadsAborted,
 		"objects_deleted", r.Totals.ObjectsDeleted, "bytes_deleted", r.Totals.BytesDeleted, "stages_deleted", r.Totals.StagesDeleted)
 	res := gcReport(r)
 	return &res, nil

@@ -12,7 +12,7 @@ import (
 func gcReport(r gc.Report) flightclient.GCReport {
 	return flightclient.GCReport{
 		DryRun: r.DryRun, Prefix: r.Prefix, Query: r.Query, Now: r.Now,
-		Cutoff: r.Cutoff, ResultsCutoff: r.ResultsCutoff,
+		Cutoff: r.Cutoff, ResultsCutoff: r.ResultsCutoff, CombinedCutoff: r.CombinedCutoff,
 		Scanned: flightclient.GCScanned(r.Scanned),
 		Uploads: convertAll(r.Uploads, func(u gc.Upload) flightclient.GCUpload { return flightclient.GCUpload(u) }),
 		Orphans: convertAll(r.Orphans, func(o gc.Object) flightclient.GCObject { return flightclient.GCObject(o) }),

@@ -31,11 +31,20 @@ durashuffle's layout ({query}/stage-{n}/...):
     last modified more than --older-than ago, are deleted;
   - results stages (written with --results) whose last manifest is older
     than results_retention are deleted whole: stage manifest first, then
-    worker manifests, then data, so no manifest names a deleted object.
+    worker manifests, then data, so no manifest names a deleted object;
+    a combined stage (durashuffle combine) goes with its combined level;
+  - of combined stages: keys of plans that lost the seal, and objects of
+    tasks killed or that lost, older than --older-than; with
+    --combined-grace, the first level (worker manifests, data objects,
+    index) of stages combined longer ago than that;
+  - leftovers of combining a stage that is not combined (tasks killed,
+    a seal that never came): every key of a plan whose newest key and
+    open upload are older than --older-than.
 
 Intermediate stages are kept until their query is deleted (delete-query).
 --older-than must exceed the longest a writer runs from its first part to
-its commit: gc cannot tell a crashed writer from one still uploading.
+its commit, and the longest a combining pauses between task commits or
+before its seal: gc cannot tell a crashed writer from one still uploading.
 Run it with --dry-run first to see what it would remove; it is idempotent.`,
 		Example: `  # What would a daily gc remove?
   durashuffle gc --bucket shuffle --older-than 24h --dry-run
@@ -101,11 +110,14 @@ func printGC(w io.Writer, bucket string, olderThan, retention time.Duration, r g
 	}
 	fmt.Fprintf(w, "gc of s3://%s/%s: uploads and uncommitted data older than %v (before %s); results older than %v (before %s)\n",
 		bucket, r.Prefix, olderThan, r.Cutoff.UTC().Format(time.RFC3339), retention, r.ResultsCutoff.UTC().Format(time.RFC3339))
+	if !r.CombinedCutoff.IsZero() {
+		fmt.Fprintf(w, "  first levels of stages combined before %s\n", r.CombinedCutoff.UTC().Format(time.RFC3339))
+	}
 	fmt.Fprintf(w, "  %s %d incomplete multipart uploads\n", would("aborted", "would abort"), t.UploadsAborted)
 	for _, u := range r.Uploads {
 		fmt.Fprintf(w, "    %s (initiated %s)\n", u.Key, u.Initiated.UTC().Format(time.RFC3339))
 	}
-	fmt.Fprintf(w, "  %s %d uncommitted data objects (%s)\n", would("deleted", "would delete"), t.OrphanObjects, mib(t.OrphanBytes))
+	fmt.Fprintf(w, "  %s %d uncommitted, superseded or leftover objects (%s)\n", would("deleted", "would delete"), t.OrphanObjects, mib(t.OrphanBytes))
 	for _, o := range r.Orphans {
 		fmt.Fprintf(w, "    %s (%s)\n", o.Key, mib(o.Size))
 	}
