@@ -58,7 +58,8 @@ type run struct {
 // writer object and the frame, before anything is written. A failure or
 // a cancelled ctx after the upload began aborts the upload or deletes
 // the object (on a context detached from ctx), so that nothing of the
-// attempt stays visible.
+// attempt stays visible; only when the manifest's put was sent and its
+// outcome is unknown does the object stay, for the put may name it.
 func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	if s.combined != nil {
 		return s.committedTask(n)
