@@ -5,11 +5,13 @@ package main
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/binary"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -18,6 +20,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 
@@ -78,7 +81,9 @@ func (a *app) benchCombineCommand(o *benchOptions) *cobra.Command {
 		Use:   "combine",
 		Short: "Read a stage as written and combined: requests and time, over the shaped link",
 		Long: `bench combine writes a stage of W writers x P partitions (--stored bytes of
-random rows) to the embedded S3 server behind the shaped link (--latency,
+random rows) to the in-process endpoint (--server: the memory endpoint over
+HTTPS, as S3 is, by default; --tls=false for HTTP, --server embedded for
+gofakes3 over HTTP) behind the shaped link (--latency,
 --conn-bandwidth), reads it with P readers of one partition each
 (--combine-readers at once), combines it (durashuffle combine, --groups and
 --buckets or the plan's sizes) and reads it again. It reports the GETs,
@@ -135,25 +140,27 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 	res := combineBench{Shape: fmt.Sprintf("%dx%d", W, P), Writers: W, Partitions: P}
 	cfg := durashuffle.DefaultConfig()
 	var opts []durashuffle.Option
+	var clientTLS *tls.Config
 	query := "bench"
 	if base.Store.Endpoint != "" {
 		cfg.Store = base.Store
 		query = fmt.Sprintf("bench-combine-%016x", rand.Uint64())
 	} else {
-		srv, err := embedded.Start("", "bench")
+		srv, tlsCfg, err := startCombineServer(o)
 		if err != nil {
 			return res, err
 		}
 		defer srv.Close()
+		clientTLS = tlsCfg
 		cfg.Store.Bucket, cfg.Store.Endpoint, cfg.Store.PathStyle = "bench", srv.Endpoint(), true
-		opts = append(opts, durashuffle.WithCredentials(srv.Credentials()))
+		opts = append(opts, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider("durashuffle", "durashuffle", "")))
 	}
 	link, err := bench.StartLink(cfg.Store.Endpoint, o.latency, int64(o.connBandwidth))
 	if err != nil {
 		return res, err
 	}
 	defer link.Close()
-	hc, tr := bench.HTTPClient(link.Addr, 64, nil)
+	hc, tr := bench.HTTPClient(link.Addr, 64, clientTLS)
 	defer tr.CloseIdleConnections()
 	bytes := &byteCounter{next: hc.Transport}
 	hc.Transport = bytes
@@ -353,4 +360,44 @@ func printCombineBench(a *app, r combineBench) {
 	fmt.Fprintf(a.stdout, "  read as written  %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Direct.GETs, pr.Direct.GET, r.Direct.Seconds, mib(r.Direct.BytesIn), mib(r.Direct.BytesOut))
 	fmt.Fprintf(a.stdout, "  combine          %7d GETs (predicted %7d), %5d PUTs (predicted %5d)  %7.2f s  in %s out %s\n", r.Combine.GETs, pr.Combine.GET, r.Combine.PUTs, pr.Combine.PUT, r.Combine.Seconds, mib(r.Combine.BytesIn), mib(r.Combine.BytesOut))
 	fmt.Fprintf(a.stdout, "  read combined    %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Combined.GETs, pr.Combined.GET, r.Combined.Seconds, mib(r.Combined.BytesIn), mib(r.Combined.BytesOut))
+}
+
+// combineServer is the in-process endpoint of bench combine.
+type combineServer interface {
+	Endpoint() string
+	Close() error
+}
+
+// startCombineServer starts the in-process endpoint --server names: the
+// memory endpoint, over HTTPS unless --tls=false (with the TLS
+// configuration that trusts it), or the embedded server (gofakes3, plain
+// HTTP).
+func startCombineServer(o *benchOptions) (combineServer, *tls.Config, error) {
+	switch o.server {
+	case bench.ServerEmbedded:
+		if o.tls {
+			return nil, nil, usagef("--tls needs --server memory: the embedded server speaks plain HTTP (use --tls=false)")
+		}
+		srv, err := embedded.StartWith(embedded.Options{Buckets: []string{"bench"}, AccessKeyID: "durashuffle", SecretAccessKey: "durashuffle"})
+		if err != nil {
+			return nil, nil, err
+		}
+		return srv, nil, nil
+	case bench.ServerMemory, "":
+		if !o.tls {
+			srv, err := bench.StartMemServer("bench")
+			return srv, nil, err
+		}
+		dir, err := os.MkdirTemp("", "durashuffle-bench-combine-")
+		if err != nil {
+			return nil, nil, err
+		}
+		defer os.RemoveAll(dir) // the server holds its certificate in memory
+		srv, tlsCfg, err := bench.StartMemServerHTTPS(dir, "bench")
+		if err != nil {
+			return nil, nil, err
+		}
+		return srv, tlsCfg, nil
+	}
+	return nil, nil, usagef("--server %q: want memory or embedded", o.server)
 }
