@@ -87,8 +87,8 @@ var keyUses = map[string]keyUse{
 var commandUses = map[string]keyUse{
 	"demo":         useStore | usePut | useWrite | useRead | useHedge,
 	"write":        useStore | usePut | useWrite | useHedge,
-	"seal":         useStore | usePut,           // puts the stage manifest and index
-	"combine":      useStore | usePut | useRead, // read_range_bytes and read_ahead size its predictions
+	"seal":         useStore | usePut,                      // puts the stage manifest and index
+	"combine":      useStore | usePut | useWrite | useRead, // spill_dir and spill_bytes hold tasks laid out on disk, key_spread names its objects; read_range_bytes and read_ahead size its predictions
 	"read":         useStore | useRead | useHedge,
 	"inspect":      useStore | useAuth, // manifests and the index, no frames
 	"ls":           useStore,
