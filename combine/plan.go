@@ -49,6 +49,9 @@ const (
 	// (read_range_bytes, read_ahead), for the predictions.
 	readerRangeBytes = 8 << 20
 	readerReadAhead  = 4
+	// readerMinSpan is the reader's smallest GET when it spreads a
+	// partition over read_ahead connections.
+	readerMinSpan = 1 << 20
 )
 
 // Request prices of S3 Standard (us-east-1), in dollars per request: a
@@ -396,6 +399,45 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 // predict estimates requests, spreading each writer object's bytes over
 // partitions as the stage's bytes are spread (a shuffle's writers hash
 // rows over every partition).
+// readerGets is the GETs of a reader of range r (rb bytes) from sources
+// (writer objects, or combined objects) holding es of its bytes, as the
+// reader plans them: one per source per group of neighbouring partitions
+// it reads together (of up to three quarters of read_ahead x
+// read_range_bytes, a partition at least), each cut in read_range_bytes.
+// A partition alone in its group whose GETs are fewer than read_ahead is
+// cut into up to read_ahead GETs of at least 1 MiB, at even offsets and
+// at its sources' ends.
+func readerGets(o Options, es []int64, rb int64, r Range) int64 {
+	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
+	groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
+	var spans int64
+	for _, e := range es {
+		if e > 0 {
+			spans += groups * max(1, ceilDiv64(e, groups*o.ReaderRangeBytes))
+		}
+	}
+	if groups < int64(r.Len()) || spans >= groups*int64(o.ReaderReadAhead) {
+		return spans
+	}
+	// Each partition alone, of per bytes: n GETs at multiples of per / n,
+	// and a new one at each source's end that falls between them.
+	per := rb / groups
+	n := min(int64(o.ReaderReadAhead), per/min(readerMinSpan, o.ReaderRangeBytes))
+	if n*groups <= spans {
+		return spans
+	}
+	var at, between int64
+	for _, e := range es {
+		if e > 0 {
+			at += e / groups
+			if at < per && at*n%per != 0 {
+				between++
+			}
+		}
+	}
+	return groups * (n + between)
+}
+
 func predict(in Input, p *Plan, wb []int64) Prediction {
 	o := p.opts
 	P, B, R := p.Partitions, p.Bytes, p.Readers
@@ -405,27 +447,14 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 	}
 	bytesOf := func(r Range) int64 { return prefix[r.Hi] - prefix[r.Lo] }
 	readers := balanceCount(P, R)
-	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
-	// gets is a reader's GETs of one source (a writer object, or a
-	// task's object) holding e of the rb bytes of its range r: one per
-	// group of neighbouring partitions the reader reads together (of
-	// up to three quarters of read_ahead x read_range_bytes, a
-	// partition at least), each cut in read_range_bytes.
-	gets := func(e, rb int64, r Range) int64 {
-		if e <= 0 {
-			return 0
-		}
-		groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
-		return groups * max(1, ceilDiv64(e, groups*o.ReaderRangeBytes))
-	}
 	var pr Prediction
+	var direct, combined []int64
 	for _, r := range readers {
 		rb := bytesOf(r)
-		pr.Direct.GET += 2 // stage manifest, index entries
-		pr.Combined.GET += 2
+		direct, combined = direct[:0], combined[:0]
 		for _, w := range in.Workers {
 			for _, s := range w.Objects {
-				pr.Direct.GET += gets(share(s, B, rb), rb, r)
+				direct = append(direct, share(s, B, rb))
 			}
 		}
 		for n := range p.Tasks() {
@@ -435,8 +464,10 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 			if lo >= hi {
 				continue
 			}
-			pr.Combined.GET += gets(share(sum(wb, p.Groups[g]), B, bytesOf(Range{lo, hi})), rb, r)
+			combined = append(combined, share(sum(wb, p.Groups[g]), B, bytesOf(Range{lo, hi})))
 		}
+		pr.Direct.GET += 2 + readerGets(o, direct, rb, r) // 2: stage manifest, index entries
+		pr.Combined.GET += 2 + readerGets(o, combined, rb, r)
 	}
 	// Open: the combined level's manifest (absent), the stage manifest,
 	// the index summary.

@@ -204,3 +204,34 @@ func TestPlanParts(t *testing.T) {
 type noScratch struct{}
 
 func (noScratch) Create(int64, string) (combine.ScratchFile, error) { return nil, nil }
+
+// TestPlanSpreadReads: a reader of one partition held by fewer sources
+// than read_ahead spreads it over read_ahead GETs of at least 1 MiB, and
+// the plan counts them: 64 partitions of 4 MiB combined into one object
+// are 64 x (2 + 4) GETs, read as written from 64 writers 64 x (2 + 64);
+// partitions of 64 KiB are one GET per source.
+func TestPlanSpreadReads(t *testing.T) {
+	for _, c := range []struct {
+		name             string
+		in               combine.Input
+		direct, combined int64
+	}{
+		{"4 MiB partitions", uniform(64, 64, 256*MiB), 64 * (2 + 64), 64 * (2 + 4)},
+		{"64 KiB partitions", uniform(64, 64, 4*MiB), 64 * (2 + 64), 64 * (2 + 1)},
+		{"2.5 MiB partitions, 2 groups", uniform(64, 64, 160*MiB), 64 * (2 + 64), 64 * (2 + 2)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			o := combine.Options{}
+			if c.name == "2.5 MiB partitions, 2 groups" {
+				o.Groups = 2
+			}
+			p, err := combine.MakePlan(c.in, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if pr := p.Predict; pr.Direct.GET != c.direct || pr.Combined.GET != c.combined {
+				t.Fatalf("G=%d: predicted %d GETs as written and %d combined, want %d and %d", len(p.Groups), pr.Direct.GET, pr.Combined.GET, c.direct, c.combined)
+			}
+		})
+	}
+}

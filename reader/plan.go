@@ -217,6 +217,26 @@ func planSpansEvery(ws []want, rangeBytes, gapBytes, every int64) []span {
 	return out
 }
 
+// spreadSpans plans one partition's frames ws like planSpans and, when
+// that makes fewer GETs than window, cuts them into up to window GETs of
+// at least minEvenSpan (at frame boundaries, so a partition of few large
+// frames stays as it is).
+func spreadSpans(ws []want, rangeBytes, gapBytes int64, window int) []span {
+	spans := planSpans(ws, rangeBytes, gapBytes)
+	if len(spans) >= window {
+		return spans
+	}
+	var total int64
+	for _, w := range ws {
+		total += w.Frame.Length
+	}
+	n := min(int64(window), total/min(minEvenSpan, rangeBytes))
+	if n <= int64(len(spans)) {
+		return spans
+	}
+	return planSpansEvery(ws, rangeBytes, gapBytes, (total+n-1)/n)
+}
+
 // group is what one fetch delivers: one span, or the spans of a group of
 // neighbouring partitions, fetched together and delivered sorted back
 // into partition order. length is their stored bytes.
@@ -240,7 +260,14 @@ func (g group) String() string {
 // neighbouring frames across the partitions into GETs of up to
 // rangeBytes); a partition alone in its group is already in storage
 // order, and streams span by span.
-func partitionGroups(ws []want, rangeBytes, gapBytes, groupBytes int64) []group {
+//
+// A partition alone that would take fewer GETs than window (one large
+// source, as a combined stage's reader of a partition has) is cut into
+// up to window GETs of at least minEvenSpan at frame boundaries, so that
+// it moves on window connections rather than one: at most window - 1
+// GETs more per partition, and none for a partition read from window
+// sources or more.
+func partitionGroups(ws []want, rangeBytes, gapBytes, groupBytes int64, window int) []group {
 	var (
 		out   []group
 		cur   []want
@@ -252,7 +279,7 @@ func partitionGroups(ws []want, rangeBytes, gapBytes, groupBytes int64) []group 
 			return
 		}
 		if parts == 1 {
-			for _, sp := range planSpans(cur, rangeBytes, gapBytes) {
+			for _, sp := range spreadSpans(cur, rangeBytes, gapBytes, window) {
 				out = append(out, group{spans: []span{sp}, length: sp.Length})
 			}
 		} else {

@@ -287,3 +287,53 @@ func TestEvenSpans(t *testing.T) {
 		})
 	}
 }
+
+// TestPartitionAloneSpread: a partition alone in its group that one or
+// two sources hold in fewer GETs than the window is cut into up to
+// window GETs of at least 1 MiB; one read from window sources or more,
+// one of few large frames, one under 2 MiB, and a group of several
+// partitions are planned as before.
+func TestPartitionAloneSpread(t *testing.T) {
+	const mib = 1 << 20
+	frames := func(obj, part, n int, size int64) []want {
+		var ws []want
+		for i := range n {
+			w := fr(obj, int64(part*n+i)*size, size, 10)
+			w.Frame.Partition = part
+			ws = append(ws, w)
+		}
+		return ws
+	}
+	count := func(gs []group) (n int) {
+		for _, g := range gs {
+			n += len(g.spans)
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		name   string
+		ws     []want
+		groups int
+		gets   int
+	}{
+		{"4 MiB of one source: 4 GETs of 1 MiB", frames(0, 0, 64, 64<<10), 4, 4},
+		{"4 MiB of two sources: 4 GETs", append(frames(0, 0, 32, 64<<10), frames(1, 0, 32, 64<<10)...), 4, 4},
+		{"3 MiB of three sources: 3 GETs, one each", append(append(frames(0, 0, 16, 64<<10), frames(1, 0, 16, 64<<10)...), frames(2, 0, 16, 64<<10)...), 3, 3},
+		{"four sources: as before", append(append(append(frames(0, 0, 16, 64<<10), frames(1, 0, 16, 64<<10)...), frames(2, 0, 16, 64<<10)...), frames(3, 0, 16, 64<<10)...), 4, 4},
+		{"one frame of 4 MiB: one GET", frames(0, 0, 1, 4*mib), 1, 1},
+		{"1.5 MiB: one GET", frames(0, 0, 24, 64<<10), 1, 1},
+		{"two partitions in one group: one GET", append(frames(0, 0, 16, 64<<10), frames(0, 1, 16, 64<<10)...), 1, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gs := partitionGroups(tc.ws, 8*mib, -1, 24*mib, 4)
+			var all []span
+			for _, g := range gs {
+				all = append(all, g.spans...)
+			}
+			checkSpans(t, all, tc.ws, Options{RangeBytes: 8 * mib, GapBytes: -1})
+			if count(gs) != tc.gets {
+				t.Fatalf("%d GETs, want %d\n%q", count(gs), tc.gets, shape(all))
+			}
+		})
+	}
+}

@@ -114,7 +114,7 @@ func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records,
 		return nil, err
 	}
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
-	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget*3/4)), nil
+	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget*3/4, s.o.ReadAhead)), nil
 }
 
 // partitionFrames lists the frames of the given partitions (nil or empty:

@@ -282,6 +282,36 @@ func (u *ObjectWriter) Close() error {
 	return nil
 }
 
+// abortAgain makes sure the aborted upload stays gone when parts of it
+// were cut off in flight: a server may still be writing such a part when
+// the abort arrives and bring the upload back once it is done (S3 says
+// an abort may have to be repeated; versitygw does it). Over a store
+// that lists uploads, it looks a few times, briefly apart, and aborts
+// again while the upload is listed. Best effort, as the abort succeeded:
+// what it misses is gc's and the bucket's lifecycle rule's.
+func (u *ObjectWriter) abortAgain(ctx context.Context) {
+	l, ok := As[Lister](u.st)
+	if !ok {
+		return
+	}
+	for i := range 4 {
+		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		ups, err := l.ListUploads(ctx, u.key)
+		if err != nil || !slices.ContainsFunc(ups, func(x UploadInfo) bool { return x.Key == u.key && x.UploadID == u.uploadID }) {
+			return
+		}
+		if err := u.st.AbortMultipart(ctx, u.key, u.uploadID); err != nil && !IsNotFound(err) {
+			return
+		}
+	}
+}
+
 // Discard undoes the writer once no part is in flight: it aborts an
 // unfinished multipart upload and, with del, deletes the object if it
 // was (or may have been) written. It waits at most a minute for the
@@ -293,7 +323,9 @@ func (u *ObjectWriter) Discard(del Deleter) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(u.ctx), time.Minute)
 	defer cancel()
 	if u.uploadID != "" {
-		_ = u.st.AbortMultipart(ctx, u.key, u.uploadID)
+		if err := u.st.AbortMultipart(ctx, u.key, u.uploadID); err == nil || IsNotFound(err) {
+			u.abortAgain(ctx)
+		}
 	}
 	if u.written && del != nil {
 		_ = del.Delete(ctx, u.key)
