@@ -282,15 +282,16 @@ func (u *ObjectWriter) Close() error {
 	return nil
 }
 
-// abortAgain makes sure the aborted upload stays gone when parts of it
+// AbortAgain makes sure an aborted upload stays gone when parts of it
 // were cut off in flight: a server may still be writing such a part when
 // the abort arrives and bring the upload back once it is done (S3 says
 // an abort may have to be repeated; versitygw does it). Over a store
 // that lists uploads, it looks a few times, briefly apart, and aborts
 // again while the upload is listed. Best effort, as the abort succeeded:
-// what it misses is gc's and the bucket's lifecycle rule's.
-func (u *ObjectWriter) abortAgain(ctx context.Context) {
-	l, ok := As[Lister](u.st)
+// a listing or a repeated abort that fails is left to gc and the
+// bucket's lifecycle rule.
+func AbortAgain(ctx context.Context, st Writer, key, uploadID string) {
+	l, ok := As[Lister](st)
 	if !ok {
 		return
 	}
@@ -302,11 +303,11 @@ func (u *ObjectWriter) abortAgain(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		ups, err := l.ListUploads(ctx, u.key)
-		if err != nil || !slices.ContainsFunc(ups, func(x UploadInfo) bool { return x.Key == u.key && x.UploadID == u.uploadID }) {
+		ups, err := l.ListUploads(ctx, key)
+		if err != nil || !slices.ContainsFunc(ups, func(x UploadInfo) bool { return x.Key == key && x.UploadID == uploadID }) {
 			return
 		}
-		if err := u.st.AbortMultipart(ctx, u.key, u.uploadID); err != nil && !IsNotFound(err) {
+		if err := st.AbortMultipart(ctx, key, uploadID); err != nil && !IsNotFound(err) {
 			return
 		}
 	}
@@ -324,7 +325,7 @@ func (u *ObjectWriter) Discard(del Deleter) {
 	defer cancel()
 	if u.uploadID != "" {
 		if err := u.st.AbortMultipart(ctx, u.key, u.uploadID); err == nil || IsNotFound(err) {
-			u.abortAgain(ctx)
+			AbortAgain(ctx, u.st, u.key, u.uploadID)
 		}
 	}
 	if u.written && del != nil {

@@ -34,7 +34,7 @@ type Upload struct {
 	state state // changed by toLocked alone
 	err   error // the first failure: the object is failed
 	// cut: a part's request was cut off by cancellation, so the abort
-	// is checked and repeated (see abortAgain).
+	// is checked and repeated (see store.AbortAgain).
 	cut bool
 	// abortErr is the failure of an abort that Finish ran, kept for the
 	// next Abort: Finish returns why the object failed, and the caller's
@@ -372,40 +372,6 @@ func (o *Upload) complete(ctx context.Context, id string, parts []store.Part, si
 	return nil
 }
 
-// abortAgain makes sure an aborted upload stays gone when parts of it
-// were cut off in flight: a server may still be writing such a part when
-// the abort arrives and bring the upload back once it is done (S3's
-// documentation says an abort may have to be repeated; versitygw does
-// it). It checks a few times, briefly apart, and aborts again while the
-// upload is listed. Best effort: the abort itself succeeded, so a listing
-// or a repeated abort that fails (a store without quorum) is no error of
-// the object's; what it misses is gc's and the lifecycle rule's.
-func (o *Upload) abortAgain(ctx context.Context, id string) {
-	for i := range 4 {
-		t := time.NewTimer(time.Duration(50<<i) * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-		ups, err := o.pool.st.ListUploads(ctx, o.key)
-		if err != nil {
-			return
-		}
-		back := false
-		for _, u := range ups {
-			back = back || u.Key == o.key && u.UploadID == id
-		}
-		if !back {
-			return
-		}
-		if err := o.pool.st.AbortMultipart(ctx, o.key, id); err != nil && !store.IsNotFound(err) {
-			return
-		}
-	}
-}
-
 // abortStrays aborts uploads of this key other than keep, which exist only
 // when a CreateMultipartUpload succeeded but its answer was lost. Called
 // once, as the upload ends (completed or aborted).
@@ -493,7 +459,7 @@ func (o *Upload) Abort() error {
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
 		} else if cut {
-			o.abortAgain(ctx, id)
+			store.AbortAgain(ctx, o.pool.st, o.key, id)
 		}
 	}
 	return errors.Join(err, o.abortStrays(id))
