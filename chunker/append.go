@@ -93,6 +93,20 @@ func (a *appender) take(r encoded) {
 		a.cancel(r.err)
 	}
 	var mem int64 // change in a sorted writer's kept bytes in memory
+	if r.rows != nil {
+		// A last-run frame's rows: kept, their memory counted with the
+		// kept frames' until their output frame is appended.
+		if a.ctx.Err() == nil && a.keep != nil {
+			if err := a.keepRowsGuarded(r); err != nil {
+				a.cancel(err)
+				r.rows.release()
+			} else {
+				mem = r.held
+			}
+		} else {
+			r.rows.release()
+		}
+	}
 	if r.buf != nil {
 		kept := false
 		if a.ctx.Err() == nil {
@@ -124,6 +138,17 @@ func (a *appender) keepGuarded(r encoded) (mem int64, kept bool, err error) {
 		}
 	}()
 	return a.keep.keep(r)
+}
+
+// keepRowsGuarded is keepRows with a panic turned into its error.
+func (a *appender) keepRowsGuarded(r encoded) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = safe.Recovered(v, "keep of the rows of a frame of partition %d", r.partition)
+		}
+	}()
+	a.keep.keepRows(r)
+	return nil
 }
 
 // appendGuarded is appendFrame with a panic turned into its error.

@@ -33,6 +33,12 @@ type encodeJob struct {
 	// compresses the merged frame, so its bytes are compressed once, not
 	// compressed, decompressed and compressed again.
 	raw bool
+	// keepRows: a small frame of a sorted writer's last run after spilled
+	// ones, not encoded: its rows (items, arena, held) pass to the
+	// appender as they are, to be merged into an output frame at Close.
+	// bytes is its logical bytes.
+	keepRows bool
+	bytes    int64
 	// end: no frame; every writing-phase frame is before it. The
 	// appender takes it in seq order and queues a sorted writer's output.
 	end bool
@@ -52,6 +58,9 @@ func (j *encodeJob) release() {
 		if k.buf != nil {
 			bufPool.Put(k.buf)
 		}
+		if k.unencoded != nil {
+			k.unencoded.release()
+		}
 	}
 }
 
@@ -69,6 +78,9 @@ type encoded struct {
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
 	end       bool // encodeJob.end
+	// rows: an encodeJob.keepRows frame's rows, not encoded; the
+	// appender keeps them (or releases them).
+	rows *keptRows
 }
 
 // bufPool keeps the buffers of encoded frames for the next frames. Not a
@@ -273,6 +285,12 @@ func (e *encoder) run() {
 		}
 		if j.end {
 			e.results <- encoded{seq: j.seq, end: true}
+			continue
+		}
+		if j.keepRows {
+			// The job's references pass to the result, and on to the
+			// output frame that encodes its rows.
+			e.results <- encoded{seq: j.seq, partition: j.partition, held: j.held, rows: &keptRows{items: j.items, arena: j.arena, bytes: j.bytes}}
 			continue
 		}
 		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out, raw: j.raw}

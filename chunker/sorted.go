@@ -44,6 +44,57 @@ type keptFrame struct {
 	off         int64         // in the spill file, once spilled
 	buf         *bytes.Buffer // in memory until spilled; nil after
 	raw         bool          // encoded without compression, to be merged
+	// unencoded: not a frame but a last-run frame's rows, kept as they
+	// are (raw, its length its logical bytes); nil for an encoded frame.
+	unencoded *keptRows
+}
+
+// keptRows is the rows of a sorted writer's last-run frame that Close
+// merges with its partition's spilled pieces: encoded once, into the
+// output frame, rather than encoded, kept, decoded and encoded again.
+// It holds the frame's references (its retained batches, its run's
+// arena) and its memory (held) stays counted until the output frame is
+// appended.
+type keptRows struct {
+	items []item
+	arena *runArena
+	bytes int64 // logical
+	held  int64
+}
+
+// release drops the rows' references.
+func (r *keptRows) release() {
+	(&encodeJob{items: r.items, arena: r.arena}).release()
+	r.items, r.arena = nil, nil
+}
+
+// numRows is the rows' count.
+func (r *keptRows) numRows() int64 {
+	var n int64
+	for _, it := range r.items {
+		if it.rec != nil {
+			n += it.rec.NumRows()
+		} else {
+			n += it.hi - it.lo
+		}
+	}
+	return n
+}
+
+// records returns the rows as record batches in order: the retained
+// batches, and slices of the arena's segments (no copy); the caller
+// releases them.
+func (r *keptRows) records() []arrow.RecordBatch {
+	recs := make([]arrow.RecordBatch, 0, len(r.items))
+	for _, it := range r.items {
+		if it.rec != nil {
+			it.rec.Retain()
+			recs = append(recs, it.rec)
+		} else {
+			recs = append(recs, r.arena.segs[it.seg].NewSlice(it.lo, it.hi))
+		}
+	}
+	return recs
 }
 
 // keptSize is what each kept frame's entry costs until Close.
@@ -98,6 +149,19 @@ func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	return mem, kept, nil
 }
 
+// keepRows takes a last-run frame's rows (r.rows), kept in memory until
+// Close; their memory (r.held) stays counted, as kept frames' in memory.
+func (k *keeper) keepRows(r encoded) {
+	rows := r.rows
+	rows.held = r.held
+	f := keptFrame{partition: r.partition, rows: rows.numRows(), bytes: rows.bytes, length: rows.bytes, raw: true}
+	if len(k.kept) == cap(k.kept) {
+		k.kept = growTo(k.kept, k.b.reserved())
+	}
+	f.unencoded = rows
+	k.kept = append(k.kept, f)
+}
+
 // spillKept writes the frames kept in memory to the spill, oldest first,
 // and reports the (negative) change in bytes held in memory.
 func (k *keeper) spillKept() (int64, error) {
@@ -131,6 +195,9 @@ func (k *keeper) drop() {
 	for i := range k.kept {
 		if b := k.kept[i].buf; b != nil {
 			bufPool.Put(b)
+		}
+		if r := k.kept[i].unencoded; r != nil {
+			r.release()
 		}
 	}
 	k.kept = nil
@@ -212,6 +279,9 @@ func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, tot
 			if f.buf != nil {
 				gmem += f.length
 			}
+			if f.unencoded != nil {
+				gmem += f.unencoded.held
+			}
 		}
 		emit(p)
 	}
@@ -277,21 +347,42 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 			bufPool.Put(b)
 		}
 	}()
-	frames := make([][]byte, len(j.pieces))
+	// The encoded pieces are decoded together, each run of them in
+	// order between kept rows.
+	frames := make([][]byte, 0, len(j.pieces))
+	decode := func() error {
+		if len(frames) == 0 {
+			return nil
+		}
+		d, err := e.dec.DecodeAll(frames, e.parent)
+		if err != nil {
+			return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
+		}
+		recs = append(recs, d...)
+		frames = frames[:0]
+		return nil
+	}
 	for i, k := range j.pieces {
+		if k.unencoded != nil {
+			if err := decode(); err != nil {
+				return err
+			}
+			recs = append(recs, k.unencoded.records()...)
+			continue
+		}
 		buf, err := pieceBytes(j.file, k)
 		if err != nil {
 			return err
 		}
 		j.pieces[i].buf = nil // bufs returns it
 		bufs = append(bufs, buf)
-		frames[i] = buf.Bytes()
+		frames = append(frames, buf.Bytes())
 	}
-	recs, err := e.dec.DecodeAll(frames, e.parent)
-	if err != nil {
-		return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
+	if err := decode(); err != nil {
+		return err
 	}
 	res.buf = bufPool.Get()
+	var err error
 	res.stats, err = e.enc.Encode(res.buf, recs)
 	return err
 }

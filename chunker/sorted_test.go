@@ -432,3 +432,108 @@ func TestSortedAbortDuringClose(t *testing.T) {
 		}
 	}
 }
+
+// writeMixed writes n rows to partitions in a scattered order, as
+// batches of 4 rows (copied into the run's arena) and, every fifth, of
+// 700 rows (retained as they are, yet under half a frame), allocated
+// from mem; it returns the ids each partition should read back.
+func writeMixed(t *testing.T, w *Writer, mem memory.Allocator, partitions, n int) map[int][]int64 {
+	t.Helper()
+	want := map[int][]int64{}
+	for lo, k := 0, 0; lo < n; k++ {
+		size := 4
+		if k%5 == 4 {
+			size = 700
+		}
+		p := (k * 7919) % partitions
+		rec := rows(mem, lo, size)
+		err := w.Write(p, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatalf("write of rows %d: %v", lo, err)
+		}
+		for i := lo; i < lo+size; i++ {
+			want[p] = append(want[p], int64(i))
+		}
+		lo += size
+	}
+	return want
+}
+
+// TestSortedLastRunRowsMerged: a sorted writer that spilled keeps its
+// last run's small frames as rows until Close and encodes them once,
+// merged with the partition's spilled pieces: every partition reads back
+// its rows in write order from one frame, the object is the same with 1
+// and 4 encoders, every input batch is released (a batch released twice
+// or never fails the checked allocator), and nothing stays counted.
+// Aborted at any point of Close, the writer releases them too.
+func TestSortedLastRunRowsMerged(t *testing.T) {
+	const partitions = 40
+	d := openSpill(t, 1<<30)
+	var first []byte
+	for _, enc := range []int{1, 4} {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		o := opts(partitions)
+		o.Encoders = enc
+		w, sink := newSorted(t, o, d)
+		want := writeMixed(t, w, mem, partitions, 60_000)
+		res, err := w.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Runs < 2 || res.Spilled == 0 {
+			t.Fatalf("%d runs, %d bytes spilled: the test needs a last run after spilled ones", res.Runs, res.Spilled)
+		}
+		got := decodeAll(t, sink, res)
+		for p := range partitions {
+			if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+				t.Fatalf("%d encoders: partition %d: %d rows back, want %d in write order", enc, p, len(got[p]), len(want[p]))
+			}
+		}
+		frames, logical := map[int]int64{}, map[int]int64{}
+		for _, f := range res.Frames {
+			frames[f.Partition]++
+			logical[f.Partition] += f.Bytes
+		}
+		for p, n := range frames {
+			// Pieces under half a frame are grouped up to 1.25 frames:
+			// every frame but the last holds more than 3/4 of one.
+			if most := logical[p]/(o.FrameTargetBytes*3/4) + 1; n > most {
+				t.Fatalf("partition %d: %d frames of %d bytes, want its pieces of %d runs merged into at most %d", p, n, logical[p], res.Runs, most)
+			}
+		}
+		mem.AssertSize(t, 0)
+		w.b.mu.Lock()
+		pending, kept := w.b.pending, w.b.keptMem
+		w.b.mu.Unlock()
+		if pending != 0 || kept != 0 {
+			t.Fatalf("after Close %d bytes pending and %d kept in memory are still counted", pending, kept)
+		}
+		if first == nil {
+			first = sink.object(0)
+		} else if !bytes.Equal(sink.object(0), first) {
+			t.Fatalf("with %d encoders the object differs", enc)
+		}
+	}
+	for i, delay := range []time.Duration{0, 200 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		mem := memory.NewCheckedAllocator(memory.NewGoAllocator())
+		w, _ := newSorted(t, opts(partitions), d)
+		writeMixed(t, w, mem, partitions, 60_000)
+		closed := make(chan error, 1)
+		go func() {
+			_, err := w.Close()
+			closed <- err
+		}()
+		time.Sleep(delay)
+		w.Abort(fmt.Errorf("abort %d", i))
+		select {
+		case <-closed:
+		case <-time.After(time.Minute):
+			t.Fatalf("abort after %v: Close did not return", delay)
+		}
+		mem.AssertSize(t, 0)
+		if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+			t.Fatalf("abort after %v: the spill holds %v (%d bytes counted)", delay, files, d.Used())
+		}
+	}
+}
