@@ -370,18 +370,27 @@ func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffe
 		return enc.Encode(buf, recs)
 	}
 	gather.Reset()
-	for _, it := range j.items {
-		var err error
-		if it.rec != nil {
-			err = gather.Append(it.rec)
-		} else {
-			err = gather.AppendRange(j.arena.segs[it.seg], it.lo, it.hi-it.lo)
-		}
-		if err != nil {
-			return frame.Stats{}, err
-		}
+	if err := gatherItems(gather, j.items, j.arena); err != nil {
+		return frame.Stats{}, err
 	}
 	rec := gather.View()
 	defer rec.Release()
 	return enc.Encode(buf, []arrow.RecordBatch{rec})
+}
+
+// gatherItems copies items' rows (of arena's segments, or retained
+// batches) into gather, in order.
+func gatherItems(gather *frame.Accumulator, items []item, arena *runArena) error {
+	for _, it := range items {
+		var err error
+		if it.rec != nil {
+			err = gather.Append(it.rec)
+		} else {
+			err = gather.AppendRange(arena.segs[it.seg], it.lo, it.hi-it.lo)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

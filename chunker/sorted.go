@@ -336,6 +336,14 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		}
 		e.dec = d
 	}
+	// The pieces' rows in order: the encoded ones decoded (together,
+	// each stretch of them between kept rows), the kept rows as they
+	// are; copied once, into the gatherer, or concatenated by Encode
+	// where the schema has no gatherer.
+	gather := e.gather
+	if gather != nil {
+		gather.Reset()
+	}
 	var recs []arrow.RecordBatch
 	var bufs []*bytes.Buffer
 	defer func() {
@@ -347,8 +355,6 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 			bufPool.Put(b)
 		}
 	}()
-	// The encoded pieces are decoded together, each run of them in
-	// order between kept rows.
 	frames := make([][]byte, 0, len(j.pieces))
 	decode := func() error {
 		if len(frames) == 0 {
@@ -360,6 +366,13 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		}
 		recs = append(recs, d...)
 		frames = frames[:0]
+		if gather != nil {
+			for _, r := range d {
+				if err := gather.Append(r); err != nil {
+					return err
+				}
+			}
+		}
 		return nil
 	}
 	for i, k := range j.pieces {
@@ -367,7 +380,13 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 			if err := decode(); err != nil {
 				return err
 			}
-			recs = append(recs, k.unencoded.records()...)
+			if gather != nil {
+				if err := gatherItems(gather, k.unencoded.items, k.unencoded.arena); err != nil {
+					return err
+				}
+			} else {
+				recs = append(recs, k.unencoded.records()...)
+			}
 			continue
 		}
 		buf, err := pieceBytes(j.file, k)
@@ -381,8 +400,16 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 	if err := decode(); err != nil {
 		return err
 	}
+	out := recs
+	if gather != nil {
+		v := gather.View()
+		if v != nil {
+			defer v.Release()
+		}
+		out = []arrow.RecordBatch{v}
+	}
 	res.buf = bufPool.Get()
 	var err error
-	res.stats, err = e.enc.Encode(res.buf, recs)
+	res.stats, err = e.enc.Encode(res.buf, out)
 	return err
 }
