@@ -297,7 +297,7 @@ func (c *coalescer) finishArena() *runArena {
 // encoders: one sorted run. A sorted writer's run before Close starts
 // its spill: from then on its frames are kept on disk, and those under
 // half of frame_target_bytes, which Close merges with the partition's
-// other pieces, are spilled uncompressed (raw).
+// other pieces, are spilled raw (as pieces, not frames).
 func (c *coalescer) run() {
 	if c.sorted && !c.closed {
 		c.b.spilling = true

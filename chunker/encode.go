@@ -28,15 +28,16 @@ type encodeJob struct {
 	out    bool
 	pieces []keptFrame
 	file   *spill.File
-	// raw: a small frame of a run a sorted writer spills, encoded without
-	// compression: Close merges it with the partition's other pieces and
-	// compresses the merged frame, so its bytes are compressed once, not
-	// compressed, decompressed and compressed again.
+	// raw: a small frame of a run a sorted writer spills, not encoded
+	// but written as a piece (its rows' buffers; an uncompressed frame
+	// where the schema has no gatherer): Close merges it with the
+	// partition's other pieces and compresses the merged frame, so its
+	// bytes are compressed once, not compressed, decompressed and
+	// compressed again. bytes is its logical bytes.
 	raw bool
 	// keepRows: a small frame of a sorted writer's last run after spilled
 	// ones, not encoded: its rows (items, arena, held) pass to the
 	// appender as they are, to be merged into an output frame at Close.
-	// bytes is its logical bytes.
 	keepRows bool
 	bytes    int64
 	// end: no frame; every writing-phase frame is before it. The
@@ -77,6 +78,7 @@ type encoded struct {
 	raw       bool   // encoded without compression (encodeJob.raw)
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
+	piece     bool // buf holds a piece (frame.Accumulator.Piece), not a frame
 	end       bool // encodeJob.end
 	// rows: an encodeJob.keepRows frame's rows, not encoded; the
 	// appender keeps them (or releases them).
@@ -340,6 +342,10 @@ func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
 			res.kept += k.length
 		}
 		res.err = e.encodeOutput(j, res)
+	} else if res.err == nil && j.raw && e.gather != nil {
+		res.buf = bufPool.Get()
+		res.stats, res.err = pieceItems(e.gather, res.buf, *j)
+		res.piece = true
 	} else if res.err == nil {
 		res.buf = bufPool.Get()
 		start := time.Now()
@@ -376,6 +382,20 @@ func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffe
 	rec := gather.View()
 	defer rec.Release()
 	return enc.Encode(buf, []arrow.RecordBatch{rec})
+}
+
+// pieceItems writes j's rows into buf as a piece (frame.Accumulator.Piece):
+// what a spilled run keeps of a small frame, to be merged at Close, is
+// its rows' buffers, not an IPC frame to build now and parse then. Its
+// Stats are its rows and the logical bytes the coalescer counted.
+func pieceItems(gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (frame.Stats, error) {
+	gather.Reset()
+	if err := gatherItems(gather, j.items, j.arena); err != nil {
+		return frame.Stats{}, err
+	}
+	frame.GrowTo(buf, gather.PieceSize())
+	*buf = *bytes.NewBuffer(gather.Piece(buf.AvailableBuffer()))
+	return frame.Stats{Rows: gather.Rows(), Bytes: j.bytes}, nil
 }
 
 // gatherItems copies items' rows (of arena's segments, or retained

@@ -22,9 +22,13 @@ import (
 // decoded and encoded again as one), so the stored bytes and a reader's
 // GETs do not depend on how many runs the writer flushed. A spilled
 // run's frames under half of frame_target_bytes, nearly all of them at
-// many partitions, are spilled uncompressed (raw): their bytes are then
-// compressed once, at Close, not compressed, decompressed and compressed
-// again, at the cost of spilling about the logical bytes.
+// many partitions, are not encoded at all (raw): the spill takes their
+// rows' column buffers as a piece (frame.Accumulator.Piece), which Close
+// copies into the merged frame as they are, so their bytes are
+// compressed once, at Close, and no IPC frame is built for them nor
+// parsed back, at the cost of spilling about the logical bytes. The last
+// run's small frames, after spilled ones, are not encoded either: their
+// rows stay in the run's arena (keptRows) until Close merges them.
 //
 // A spilled writer's object, over a sink that takes file sections
 // (FileSink), is written to a file in the spill directory rather than to
@@ -35,7 +39,8 @@ import (
 // they are spilled; at Close, at most the job queue's window of output
 // frames are read back and merged ahead of the one being appended.
 
-// keptFrame is one encoded frame of the writing phase.
+// keptFrame is one frame of the writing phase: encoded, a piece, or
+// rows kept unencoded.
 type keptFrame struct {
 	partition   int
 	rows, bytes int64 // the frame's Stats
@@ -44,6 +49,7 @@ type keptFrame struct {
 	off         int64         // in the spill file, once spilled
 	buf         *bytes.Buffer // in memory until spilled; nil after
 	raw         bool          // encoded without compression, to be merged
+	piece       bool          // a raw one kept as a piece (frame.Accumulator.Piece), not a frame
 	// unencoded: not a frame but a last-run frame's rows, kept as they
 	// are (raw, its length its logical bytes); nil for an encoded frame.
 	unencoded *keptRows
@@ -119,7 +125,7 @@ type keeper struct {
 // true), not copied to a buffer of its size.
 func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
-	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
+	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw, piece: r.piece}
 	if k.b.isSpilling() {
 		if mem, err = k.spillKept(); err != nil {
 			return mem, false, err
@@ -395,7 +401,19 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		}
 		j.pieces[i].buf = nil // bufs returns it
 		bufs = append(bufs, buf)
-		frames = append(frames, buf.Bytes())
+		if !k.piece {
+			frames = append(frames, buf.Bytes())
+			continue
+		}
+		if err := decode(); err != nil {
+			return err
+		}
+		if gather == nil {
+			return fmt.Errorf("merge the %d pieces kept for partition %d: a piece of %d rows, and no gatherer for the schema", len(j.pieces), j.partition, k.rows)
+		}
+		if err := gather.AppendPiece(buf.Bytes()); err != nil {
+			return fmt.Errorf("merge the %d pieces kept for partition %d: piece of %d rows at offset %d of spill %s: %w", len(j.pieces), j.partition, k.rows, k.off, j.file.Name(), err)
+		}
 	}
 	if err := decode(); err != nil {
 		return err
