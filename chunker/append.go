@@ -174,6 +174,7 @@ func (a *appender) appendFrame(r encoded) error {
 		// Write reserved the capacity before it flushed this frame.
 		a.frames = growTo(a.frames, a.b.reserved())
 	}
+	crc := frameCRC(r, b)
 	a.frames = append(a.frames, entry.Frame{
 		Partition: r.partition,
 		Object:    a.obj,
@@ -181,7 +182,7 @@ func (a *appender) appendFrame(r encoded) error {
 		Length:    int64(len(b)),
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
-		CRC32C:    frameCRC(r, b),
+		CRC32C:    crc,
 	})
 	a.rows += r.stats.Rows
 	a.bytes += r.stats.Bytes
@@ -189,7 +190,9 @@ func (a *appender) appendFrame(r encoded) error {
 		a.codecs = map[string]int{}
 	}
 	a.codecs[frame.CodecName(b)]++
-	a.objCRC = store.UpdateCRC32C(a.objCRC, b)
+	// The object's checksum from the frame's: one pass over its bytes,
+	// not two.
+	a.objCRC = crc32cCombine(a.objCRC, crc, int64(len(b)))
 	a.objOff += int64(len(b))
 	waited, err := a.write(b)
 	if err == nil && a.auto != nil {
