@@ -93,6 +93,20 @@ func (a *appender) take(r encoded) {
 		a.cancel(r.err)
 	}
 	var mem int64 // change in a sorted writer's kept bytes in memory
+	if r.rows != nil {
+		// A last-run frame's rows: kept, their memory counted with the
+		// kept frames' until their output frame is appended.
+		if a.ctx.Err() == nil && a.keep != nil {
+			if err := a.keepRowsGuarded(r); err != nil {
+				a.cancel(err)
+				r.rows.release()
+			} else {
+				mem = r.held
+			}
+		} else {
+			r.rows.release()
+		}
+	}
 	if r.buf != nil {
 		kept := false
 		if a.ctx.Err() == nil {
@@ -126,6 +140,17 @@ func (a *appender) keepGuarded(r encoded) (mem int64, kept bool, err error) {
 	return a.keep.keep(r)
 }
 
+// keepRowsGuarded is keepRows with a panic turned into its error.
+func (a *appender) keepRowsGuarded(r encoded) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = safe.Recovered(v, "keep of the rows of a frame of partition %d", r.partition)
+		}
+	}()
+	a.keep.keepRows(r)
+	return nil
+}
+
 // appendGuarded is appendFrame with a panic turned into its error.
 func (a *appender) appendGuarded(r encoded) (err error) {
 	defer func() {
@@ -149,6 +174,7 @@ func (a *appender) appendFrame(r encoded) error {
 		// Write reserved the capacity before it flushed this frame.
 		a.frames = growTo(a.frames, a.b.reserved())
 	}
+	crc := frameCRC(r, b)
 	a.frames = append(a.frames, entry.Frame{
 		Partition: r.partition,
 		Object:    a.obj,
@@ -156,7 +182,7 @@ func (a *appender) appendFrame(r encoded) error {
 		Length:    int64(len(b)),
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
-		CRC32C:    frameCRC(r, b),
+		CRC32C:    crc,
 	})
 	a.rows += r.stats.Rows
 	a.bytes += r.stats.Bytes
@@ -164,7 +190,9 @@ func (a *appender) appendFrame(r encoded) error {
 		a.codecs = map[string]int{}
 	}
 	a.codecs[frame.CodecName(b)]++
-	a.objCRC = store.UpdateCRC32C(a.objCRC, b)
+	// The object's checksum from the frame's: one pass over its bytes,
+	// not two.
+	a.objCRC = crc32cCombine(a.objCRC, crc, int64(len(b)))
 	a.objOff += int64(len(b))
 	waited, err := a.write(b)
 	if err == nil && a.auto != nil {

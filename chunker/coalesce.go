@@ -297,7 +297,7 @@ func (c *coalescer) finishArena() *runArena {
 // encoders: one sorted run. A sorted writer's run before Close starts
 // its spill: from then on its frames are kept on disk, and those under
 // half of frame_target_bytes, which Close merges with the partition's
-// other pieces, are spilled uncompressed (raw).
+// other pieces, are spilled raw (as pieces, not frames).
 func (c *coalescer) run() {
 	if c.sorted && !c.closed {
 		c.b.spilling = true
@@ -312,6 +312,11 @@ func (c *coalescer) run() {
 		defer arena.releaseLocked()
 	}
 	raw := c.b.spilling && c.compresses
+	// A sorted writer's last run after spilled ones: its small frames
+	// are not encoded now but kept as rows (the run's arena or retained
+	// batches) until Close merges them with their partition's spilled
+	// pieces, so their rows are encoded once, into the output frame.
+	keepRows := c.sorted && c.closed && c.runs > 0
 	jobs := make([]encodeJob, 0, c.unflushed)
 	var held int64
 	for i := range c.parts {
@@ -320,7 +325,8 @@ func (c *coalescer) run() {
 			p.done = append(p.done, p.open)
 		}
 		for _, f := range p.done {
-			j := encodeJob{partition: i, held: f.held, items: f.items, raw: raw && f.bytes < c.frameTarget/2}
+			small := f.bytes < c.frameTarget/2
+			j := encodeJob{partition: i, held: f.held, items: f.items, raw: raw && small, keepRows: keepRows && small, bytes: f.bytes}
 			if f.arena > 0 {
 				arena.refs.Add(1)
 				j.arena = arena

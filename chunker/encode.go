@@ -28,11 +28,18 @@ type encodeJob struct {
 	out    bool
 	pieces []keptFrame
 	file   *spill.File
-	// raw: a small frame of a run a sorted writer spills, encoded without
-	// compression: Close merges it with the partition's other pieces and
-	// compresses the merged frame, so its bytes are compressed once, not
-	// compressed, decompressed and compressed again.
+	// raw: a small frame of a run a sorted writer spills, not encoded
+	// but written as a piece (its rows' buffers; an uncompressed frame
+	// where the schema has no gatherer): Close merges it with the
+	// partition's other pieces and compresses the merged frame, so its
+	// bytes are compressed once, not compressed, decompressed and
+	// compressed again. bytes is its logical bytes.
 	raw bool
+	// keepRows: a small frame of a sorted writer's last run after spilled
+	// ones, not encoded: its rows (items, arena, held) pass to the
+	// appender as they are, to be merged into an output frame at Close.
+	keepRows bool
+	bytes    int64
 	// end: no frame; every writing-phase frame is before it. The
 	// appender takes it in seq order and queues a sorted writer's output.
 	end bool
@@ -52,6 +59,9 @@ func (j *encodeJob) release() {
 		if k.buf != nil {
 			bufPool.Put(k.buf)
 		}
+		if k.unencoded != nil {
+			k.unencoded.release()
+		}
 	}
 }
 
@@ -68,7 +78,11 @@ type encoded struct {
 	raw       bool   // encoded without compression (encodeJob.raw)
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
+	piece     bool // buf holds a piece (frame.Accumulator.Piece), not a frame
 	end       bool // encodeJob.end
+	// rows: an encodeJob.keepRows frame's rows, not encoded; the
+	// appender keeps them (or releases them).
+	rows *keptRows
 }
 
 // bufPool keeps the buffers of encoded frames for the next frames. Not a
@@ -275,6 +289,12 @@ func (e *encoder) run() {
 			e.results <- encoded{seq: j.seq, end: true}
 			continue
 		}
+		if j.keepRows {
+			// The job's references pass to the result, and on to the
+			// output frame that encodes its rows.
+			e.results <- encoded{seq: j.seq, partition: j.partition, held: j.held, rows: &keptRows{items: j.items, arena: j.arena, bytes: j.bytes}}
+			continue
+		}
 		res := encoded{seq: j.seq, partition: j.partition, held: j.held, out: j.out, raw: j.raw}
 		switch {
 		case e.broken != nil:
@@ -322,6 +342,10 @@ func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
 			res.kept += k.length
 		}
 		res.err = e.encodeOutput(j, res)
+	} else if res.err == nil && j.raw && e.gather != nil {
+		res.buf = bufPool.Get()
+		res.stats, res.err = pieceItems(e.gather, res.buf, *j)
+		res.piece = true
 	} else if res.err == nil {
 		res.buf = bufPool.Get()
 		start := time.Now()
@@ -352,18 +376,41 @@ func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffe
 		return enc.Encode(buf, recs)
 	}
 	gather.Reset()
-	for _, it := range j.items {
-		var err error
-		if it.rec != nil {
-			err = gather.Append(it.rec)
-		} else {
-			err = gather.AppendRange(j.arena.segs[it.seg], it.lo, it.hi-it.lo)
-		}
-		if err != nil {
-			return frame.Stats{}, err
-		}
+	if err := gatherItems(gather, j.items, j.arena); err != nil {
+		return frame.Stats{}, err
 	}
 	rec := gather.View()
 	defer rec.Release()
 	return enc.Encode(buf, []arrow.RecordBatch{rec})
+}
+
+// pieceItems writes j's rows into buf as a piece (frame.Accumulator.Piece):
+// what a spilled run keeps of a small frame, to be merged at Close, is
+// its rows' buffers, not an IPC frame to build now and parse then. Its
+// Stats are its rows and the logical bytes the coalescer counted.
+func pieceItems(gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (frame.Stats, error) {
+	gather.Reset()
+	if err := gatherItems(gather, j.items, j.arena); err != nil {
+		return frame.Stats{}, err
+	}
+	frame.GrowTo(buf, gather.PieceSize())
+	*buf = *bytes.NewBuffer(gather.Piece(buf.AvailableBuffer()))
+	return frame.Stats{Rows: gather.Rows(), Bytes: j.bytes}, nil
+}
+
+// gatherItems copies items' rows (of arena's segments, or retained
+// batches) into gather, in order.
+func gatherItems(gather *frame.Accumulator, items []item, arena *runArena) error {
+	for _, it := range items {
+		var err error
+		if it.rec != nil {
+			err = gather.Append(it.rec)
+		} else {
+			err = gather.AppendRange(arena.segs[it.seg], it.lo, it.hi-it.lo)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -22,9 +22,13 @@ import (
 // decoded and encoded again as one), so the stored bytes and a reader's
 // GETs do not depend on how many runs the writer flushed. A spilled
 // run's frames under half of frame_target_bytes, nearly all of them at
-// many partitions, are spilled uncompressed (raw): their bytes are then
-// compressed once, at Close, not compressed, decompressed and compressed
-// again, at the cost of spilling about the logical bytes.
+// many partitions, are not encoded at all (raw): the spill takes their
+// rows' column buffers as a piece (frame.Accumulator.Piece), which Close
+// copies into the merged frame as they are, so their bytes are
+// compressed once, at Close, and no IPC frame is built for them nor
+// parsed back, at the cost of spilling about the logical bytes. The last
+// run's small frames, after spilled ones, are not encoded either: their
+// rows stay in the run's arena (keptRows) until Close merges them.
 //
 // A spilled writer's object, over a sink that takes file sections
 // (FileSink), is written to a file in the spill directory rather than to
@@ -35,7 +39,8 @@ import (
 // they are spilled; at Close, at most the job queue's window of output
 // frames are read back and merged ahead of the one being appended.
 
-// keptFrame is one encoded frame of the writing phase.
+// keptFrame is one frame of the writing phase: encoded, a piece, or
+// rows kept unencoded.
 type keptFrame struct {
 	partition   int
 	rows, bytes int64 // the frame's Stats
@@ -44,6 +49,58 @@ type keptFrame struct {
 	off         int64         // in the spill file, once spilled
 	buf         *bytes.Buffer // in memory until spilled; nil after
 	raw         bool          // encoded without compression, to be merged
+	piece       bool          // a raw one kept as a piece (frame.Accumulator.Piece), not a frame
+	// unencoded: not a frame but a last-run frame's rows, kept as they
+	// are (raw, its length its logical bytes); nil for an encoded frame.
+	unencoded *keptRows
+}
+
+// keptRows is the rows of a sorted writer's last-run frame that Close
+// merges with its partition's spilled pieces: encoded once, into the
+// output frame, rather than encoded, kept, decoded and encoded again.
+// It holds the frame's references (its retained batches, its run's
+// arena) and its memory (held) stays counted until the output frame is
+// appended.
+type keptRows struct {
+	items []item
+	arena *runArena
+	bytes int64 // logical
+	held  int64
+}
+
+// release drops the rows' references.
+func (r *keptRows) release() {
+	(&encodeJob{items: r.items, arena: r.arena}).release()
+	r.items, r.arena = nil, nil
+}
+
+// numRows is the rows' count.
+func (r *keptRows) numRows() int64 {
+	var n int64
+	for _, it := range r.items {
+		if it.rec != nil {
+			n += it.rec.NumRows()
+		} else {
+			n += it.hi - it.lo
+		}
+	}
+	return n
+}
+
+// records returns the rows as record batches in order: the retained
+// batches, and slices of the arena's segments (no copy); the caller
+// releases them.
+func (r *keptRows) records() []arrow.RecordBatch {
+	recs := make([]arrow.RecordBatch, 0, len(r.items))
+	for _, it := range r.items {
+		if it.rec != nil {
+			it.rec.Retain()
+			recs = append(recs, it.rec)
+		} else {
+			recs = append(recs, r.arena.segs[it.seg].NewSlice(it.lo, it.hi))
+		}
+	}
+	return recs
 }
 
 // keptSize is what each kept frame's entry costs until Close.
@@ -68,7 +125,7 @@ type keeper struct {
 // true), not copied to a buffer of its size.
 func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
-	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw}
+	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw, piece: r.piece}
 	if k.b.isSpilling() {
 		if mem, err = k.spillKept(); err != nil {
 			return mem, false, err
@@ -96,6 +153,19 @@ func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	}
 	k.kept = append(k.kept, f)
 	return mem, kept, nil
+}
+
+// keepRows takes a last-run frame's rows (r.rows), kept in memory until
+// Close; their memory (r.held) stays counted, as kept frames' in memory.
+func (k *keeper) keepRows(r encoded) {
+	rows := r.rows
+	rows.held = r.held
+	f := keptFrame{partition: r.partition, rows: rows.numRows(), bytes: rows.bytes, length: rows.bytes, raw: true}
+	if len(k.kept) == cap(k.kept) {
+		k.kept = growTo(k.kept, k.b.reserved())
+	}
+	f.unencoded = rows
+	k.kept = append(k.kept, f)
 }
 
 // spillKept writes the frames kept in memory to the spill, oldest first,
@@ -131,6 +201,9 @@ func (k *keeper) drop() {
 	for i := range k.kept {
 		if b := k.kept[i].buf; b != nil {
 			bufPool.Put(b)
+		}
+		if r := k.kept[i].unencoded; r != nil {
+			r.release()
 		}
 	}
 	k.kept = nil
@@ -212,6 +285,9 @@ func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, tot
 			if f.buf != nil {
 				gmem += f.length
 			}
+			if f.unencoded != nil {
+				gmem += f.unencoded.held
+			}
 		}
 		emit(p)
 	}
@@ -266,6 +342,14 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		}
 		e.dec = d
 	}
+	// The pieces' rows in order: the encoded ones decoded (together,
+	// each stretch of them between kept rows), the kept rows as they
+	// are; copied once, into the gatherer, or concatenated by Encode
+	// where the schema has no gatherer.
+	gather := e.gather
+	if gather != nil {
+		gather.Reset()
+	}
 	var recs []arrow.RecordBatch
 	var bufs []*bytes.Buffer
 	defer func() {
@@ -277,21 +361,73 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 			bufPool.Put(b)
 		}
 	}()
-	frames := make([][]byte, len(j.pieces))
+	frames := make([][]byte, 0, len(j.pieces))
+	decode := func() error {
+		if len(frames) == 0 {
+			return nil
+		}
+		d, err := e.dec.DecodeAll(frames, e.parent)
+		if err != nil {
+			return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
+		}
+		recs = append(recs, d...)
+		frames = frames[:0]
+		if gather != nil {
+			for _, r := range d {
+				if err := gather.Append(r); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	}
 	for i, k := range j.pieces {
+		if k.unencoded != nil {
+			if err := decode(); err != nil {
+				return err
+			}
+			if gather != nil {
+				if err := gatherItems(gather, k.unencoded.items, k.unencoded.arena); err != nil {
+					return err
+				}
+			} else {
+				recs = append(recs, k.unencoded.records()...)
+			}
+			continue
+		}
 		buf, err := pieceBytes(j.file, k)
 		if err != nil {
 			return err
 		}
 		j.pieces[i].buf = nil // bufs returns it
 		bufs = append(bufs, buf)
-		frames[i] = buf.Bytes()
+		if !k.piece {
+			frames = append(frames, buf.Bytes())
+			continue
+		}
+		if err := decode(); err != nil {
+			return err
+		}
+		if gather == nil {
+			return fmt.Errorf("merge the %d pieces kept for partition %d: a piece of %d rows, and no gatherer for the schema", len(j.pieces), j.partition, k.rows)
+		}
+		if err := gather.AppendPiece(buf.Bytes()); err != nil {
+			return fmt.Errorf("merge the %d pieces kept for partition %d: piece of %d rows at offset %d of spill %s: %w", len(j.pieces), j.partition, k.rows, k.off, j.file.Name(), err)
+		}
 	}
-	recs, err := e.dec.DecodeAll(frames, e.parent)
-	if err != nil {
-		return fmt.Errorf("merge the %d frames kept for partition %d: %w", len(j.pieces), j.partition, err)
+	if err := decode(); err != nil {
+		return err
+	}
+	out := recs
+	if gather != nil {
+		v := gather.View()
+		if v != nil {
+			defer v.Release()
+		}
+		out = []arrow.RecordBatch{v}
 	}
 	res.buf = bufPool.Get()
-	res.stats, err = e.enc.Encode(res.buf, recs)
+	var err error
+	res.stats, err = e.enc.Encode(res.buf, out)
 	return err
 }

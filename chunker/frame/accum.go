@@ -22,6 +22,9 @@ type Accumulator struct {
 	rows   int64
 	held   int64 // capacity of every column's buffers
 	used   int64 // their length
+	// view: columns over a piece's bytes, for AppendPiece; nil until
+	// then.
+	view *Accumulator
 }
 
 // growCol is one column's buffers as they grow. Which buffers a type uses
