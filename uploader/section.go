@@ -13,8 +13,10 @@ import (
 // uploaded (a spilling writer's merged object: its bytes are on disk and
 // its size is known, about, before its first byte) is uploaded in parts
 // sized by the object, not by chunk_size: about Config.Concurrency
-// balanced parts, so that every connection stays busy to the end with
-// the fewest requests, each part's body a section of the file. A section
+// parts, behind a first part of the least size, cut by the chunker for
+// every connection to end together (chunker's partSize), so that every
+// connection stays busy to the end with few requests, each part's body a
+// section of the file. A section
 // is replayable: every request, a retry's or a hedge's, reads it again
 // from disk, so no part's bytes are held in the pool's memory whatever
 // its size, and the file parts take no chunk buffers.
