@@ -48,8 +48,6 @@ type appender struct {
 	// fileIn their bytes; fileInDone of those are in frames appended, and
 	// fileOutDone is the bytes those frames took in the files.
 	fileEst, fileIn, fileInDone, fileOutDone int64
-	// fileStart is when the object's output began (its merge).
-	fileStart time.Time
 
 	cur     []byte // the chunk being filled, from sink.Acquire
 	obj     int

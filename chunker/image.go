@@ -49,9 +49,9 @@ type image struct {
 	least, most int64 // the smallest part but the last, the largest
 	start       int64 // the current part's first byte
 	crc         uint32
-	// cut is when the last part was handed over (the output's start
-	// before any), and mergeRate the bytes per second its bytes were
-	// written at (0 before any).
+	// cut is when the last part was handed over (the object's first
+	// bytes before any), and mergeRate the bytes per second its bytes
+	// were written at (0 before any).
 	cut       time.Time
 	mergeRate float64
 }
@@ -120,7 +120,7 @@ func (a *appender) writeFile(b []byte) error {
 		}
 		f := a.spillDir.Create()
 		a.files.OwnFile(a.obj, f.Remove)
-		a.img = &image{file: f, planned: max(parts, 1), first: first, least: least, most: most, cut: a.fileStart}
+		a.img = &image{file: f, planned: max(parts, 1), first: first, least: least, most: most, cut: time.Now()}
 	}
 	img := a.img
 	for len(b) > 0 {

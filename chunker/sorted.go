@@ -3,7 +3,6 @@ package chunker
 import (
 	"bytes"
 	"fmt"
-	"time"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -152,7 +151,7 @@ func (a *appender) output() {
 		// The object goes to a file in parts sized by it (image.go),
 		// not to chunks: bounded by the spill limit, not by chunk_size x
 		// its 10,000 parts.
-		a.fileMode, a.fileEst, a.stream, a.fileStart = true, est, nil, time.Now()
+		a.fileMode, a.fileEst, a.stream = true, est, nil
 		a.maxObject = a.maxFileObject
 	}
 	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
