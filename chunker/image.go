@@ -3,6 +3,8 @@ package chunker
 import (
 	"fmt"
 	"io"
+	"math"
+	"time"
 
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
@@ -21,10 +23,11 @@ type FileSink interface {
 	// FileParts reports whether the sink takes file sections now.
 	FileParts() bool
 	// PlanParts says how object obj, of about size bytes, is to be cut:
-	// in about parts parts of equal size, none but the last under least
-	// bytes, none over most. It fails when the object cannot be stored
-	// in parts (too large); then nothing of it is handed over.
-	PlanParts(obj int, size int64) (parts int, least, most int64, err error)
+	// in about parts parts, the first of first bytes when first is not
+	// 0, none but the last under least bytes, none over most. It fails
+	// when the object cannot be stored in parts (too large); then nothing
+	// of it is handed over.
+	PlanParts(obj int, size int64) (parts int, first, least, most int64, err error)
 	// OwnFile hands object obj's file to the sink: release removes it, and
 	// the sink calls it once no part of the object will read it. Called
 	// before the object's first section.
@@ -33,15 +36,24 @@ type FileSink interface {
 	// section of its file whose bytes are on disk, with CRC32C crc; last
 	// marks the object's final part. An error fails the writer.
 	EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error
+	// SendRate is the bytes per second one connection sends a part at,
+	// as measured so far; 0 while unknown.
+	SendRate() float64
 }
 
 // image is the object being written to a file, part by part.
 type image struct {
 	file        *spill.File
 	planned     int   // parts planned
+	first       int64 // the first part's size when it is planned apart; 0 if not
 	least, most int64 // the smallest part but the last, the largest
 	start       int64 // the current part's first byte
 	crc         uint32
+	// cut is when the last part was handed over (the object's first
+	// bytes before any), and mergeRate the bytes per second its bytes
+	// were written at (0 before any).
+	cut       time.Time
+	mergeRate float64
 }
 
 // toFile says whether a sorted writer's object goes to a file: its runs
@@ -89,30 +101,39 @@ func (a *appender) outputLeft() int64 {
 
 // writeFile appends b to the object's file, starting it (and planning its
 // parts) on the object's first bytes, and hands over each part once it
-// is full and more bytes follow. Part k of the n planned ends near k/n of
-// the object's size as estimated when it fills (outputLeft), so the
-// parts come out about equal however far the first estimate was off;
-// the last planned part takes the rest, up to the most a part may hold.
+// is full and more bytes follow. A first part planned apart is cut at
+// its size. Each other part is cut as it fills, from what is known then
+// (partSize): the object's bytes from the part's start on (the bytes on
+// disk and outputLeft's estimate of those to come), the parts planned
+// for them, and the ratio of a connection's send rate to the merge's
+// rate, so that the parts come out the right size however far the first
+// estimate was off. The first part's connection takes the last part, so
+// the two count as one share: the last part is the first's size smaller
+// than the others. The last planned part takes the rest, up to the most
+// a part may hold.
 func (a *appender) writeFile(b []byte) error {
 	if a.img == nil {
 		est := min(max(a.outputLeft(), int64(len(b))), a.maxObject)
-		parts, least, most, err := a.files.PlanParts(a.obj, est)
+		parts, first, least, most, err := a.files.PlanParts(a.obj, est)
 		if err != nil {
 			return err
 		}
 		f := a.spillDir.Create()
 		a.files.OwnFile(a.obj, f.Remove)
-		a.img = &image{file: f, planned: max(parts, 1), least: least, most: most}
+		a.img = &image{file: f, planned: max(parts, 1), first: first, least: least, most: most, cut: time.Now()}
 	}
 	img := a.img
 	for len(b) > 0 {
 		written := img.file.Size()
 		cur := written - img.start
 		limit := img.most
-		if k := int(a.part) + 1; k < img.planned {
+		switch k := int(a.part) + 1; {
+		case k == 1 && img.first > 0 && img.planned > 1:
+			limit = img.first
+		case k < img.planned:
 			total := written + min(a.outputLeft(), a.maxObject-written)
-			end := int64(float64(total) * float64(k) / float64(img.planned))
-			limit = min(max(end-img.start, img.least), img.most)
+			size := partSize(total-img.start+img.first, img.planned-k+1, a.sendRatio())
+			limit = min(max(size, img.least), img.most)
 		}
 		if cur >= limit {
 			if err := a.emitSection(false); err != nil {
@@ -131,6 +152,41 @@ func (a *appender) writeFile(b []byte) error {
 	return nil
 }
 
+// sendRatio is a connection's send rate over the merge's, or 0 while
+// either is unknown. The merge's is the rate the last part was written
+// at: it falls as the parts handed over take their share of the CPUs,
+// and the next part is merged at about the last one's rate, not the
+// average since the output began.
+func (a *appender) sendRatio() float64 {
+	send := a.files.SendRate()
+	if send <= 0 || a.img.mergeRate <= 0 {
+		return 0
+	}
+	return send / a.img.mergeRate
+}
+
+// partSize is the size of the next of parts parts that carry left bytes,
+// each part handed over once its bytes are merged and sent on a
+// connection of its own, when a connection sends r times as fast as the
+// merge writes (r is 0 when unknown). A part handed over later starts
+// later, so for all of them to end together each is 1 + r times the
+// next: the next part, merged in s / merge rate, leaves the one after it
+// that much less time, r x s fewer bytes. The first of parts is then
+// left x r / ((1 + r) - (1 + r)^(1 - parts)); with r near 0 (a merge far
+// faster than a connection), left / parts, equal parts; with r near 1 or
+// more (a merge no faster than a connection) the parts halve and the
+// last is small, so that little is left to send once the merge ends.
+func partSize(left int64, parts int, r float64) int64 {
+	if parts <= 1 || left <= 0 {
+		return max(left, 0)
+	}
+	if r < 1e-6 {
+		return (left + int64(parts) - 1) / int64(parts)
+	}
+	den := (1 + r) - math.Pow(1+r, float64(1-parts))
+	return int64(math.Ceil(float64(left) * r / den))
+}
+
 // emitSection hands over the current part of the file's object.
 func (a *appender) emitSection(last bool) error {
 	img := a.img
@@ -144,6 +200,10 @@ func (a *appender) emitSection(last bool) error {
 		return err
 	}
 	crc := img.crc
-	img.start, img.crc = end, 0
+	now := time.Now()
+	if took := now.Sub(img.cut).Seconds(); took > 0 {
+		img.mergeRate = float64(end-img.start) / took
+	}
+	img.start, img.crc, img.cut = end, 0, now
 	return a.files.EmitSection(a.obj, a.part, sec, crc, last)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +23,11 @@ type fileSink struct {
 	*memSink
 	refuse  error // PlanParts' answer, if set
 	minPart int64
+	first   bool    // plan a first part of minPart apart
+	rate    float64 // SendRate's answer
+	// fileAtFirst is the object's file size when its first part was
+	// handed over.
+	fileAtFirst int64
 
 	fmu      sync.Mutex
 	sizes    map[int]int64 // PlanParts' estimate per object
@@ -36,15 +43,21 @@ func newFileSink(t *testing.T) *fileSink {
 
 func (s *fileSink) FileParts() bool { return true }
 
-func (s *fileSink) PlanParts(obj int, size int64) (int, int64, int64, error) {
+func (s *fileSink) SendRate() float64 { return s.rate }
+
+func (s *fileSink) PlanParts(obj int, size int64) (int, int64, int64, int64, error) {
 	if s.refuse != nil {
-		return 0, 0, 0, s.refuse
+		return 0, 0, 0, 0, s.refuse
 	}
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
 	part := max((size+3)/4, s.minPart)
 	s.sizes[obj], s.parts[obj] = size, s.minPart
-	return int((size + part - 1) / part), s.minPart, 1 << 30, nil
+	parts := int((size + part - 1) / part)
+	if s.first && parts > 1 {
+		return parts + 1, s.minPart, s.minPart, 1 << 30, nil
+	}
+	return parts, 0, s.minPart, 1 << 30, nil
 }
 
 func (s *fileSink) OwnFile(obj int, release func()) {
@@ -66,6 +79,13 @@ func (s *fileSink) EmitSection(obj int, part int32, body *io.SectionReader, crc 
 		s.t.Errorf("object %d part %d: %d bytes, under the least a part takes, %d", obj, part, body.Size(), s.parts[obj])
 	}
 	s.sections[obj] = append(s.sections[obj], body.Size())
+	if part == 1 {
+		if f, _, _ := body.Outer(); f != nil {
+			if fi, err := f.(*os.File).Stat(); err == nil {
+				s.fileAtFirst = fi.Size()
+			}
+		}
+	}
 	s.fmu.Unlock()
 	if got := store.CRC32C(b); got != crc {
 		s.t.Errorf("object %d part %d: CRC32C %08x, handed over with %08x", obj, part, got, crc)
@@ -178,5 +198,125 @@ func TestSortedFileNoRoom(t *testing.T) {
 		if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
 			t.Fatalf("partition %d: rows differ", p)
 		}
+	}
+}
+
+// TestPartSize: the parts partSize cuts one after another carry the bytes
+// given, in the parts given, each 1 + r times the next, so that parts
+// handed over as they are merged, each on a connection of its own
+// sending r times as fast as the merge, all end together; with r 0 they
+// are equal.
+func TestPartSize(t *testing.T) {
+	const left = 1 << 30
+	for _, tc := range []struct {
+		parts int
+		r     float64
+	}{{8, 0}, {8, 0.02}, {8, 0.25}, {8, 1}, {8, 4}, {1, 0.5}, {2, 0.1}, {64, 0.05}} {
+		t.Run(fmt.Sprintf("%d parts, r %g", tc.parts, tc.r), func(t *testing.T) {
+			var sizes []int64
+			rest := int64(left)
+			for k := tc.parts; k >= 1; k-- {
+				s := partSize(rest, k, tc.r)
+				if s <= 0 || s > rest {
+					t.Fatalf("part %d of %d: %d bytes with %d left", len(sizes)+1, tc.parts, s, rest)
+				}
+				sizes = append(sizes, s)
+				rest -= s
+			}
+			if rest != 0 {
+				t.Fatalf("parts %v leave %d bytes", sizes, rest)
+			}
+			// In time units of the merge: part k is ready when its bytes
+			// are merged and takes size / r to send.
+			var merged int64
+			var ends []float64
+			for i, s := range sizes {
+				merged += s
+				if tc.r == 0 {
+					if d := s - sizes[0]; d < -1 || d > 1 {
+						t.Fatalf("with r 0, part %d is %d bytes, the first %d: want equal parts", i+1, s, sizes[0])
+					}
+					continue
+				}
+				ends = append(ends, float64(merged)+float64(s)/tc.r)
+			}
+			for i, e := range ends {
+				if math.Abs(e-ends[0]) > 2/tc.r+2 {
+					t.Fatalf("parts %v end at %v (merge time units): part %d does not end with the first", sizes, ends, i+1)
+				}
+			}
+		})
+	}
+}
+
+// TestSortedFilePartSchedule: a spilled writer's object planned with a
+// first part apart is handed over in ascending parts, the first of the
+// least size, none but the last under it, and the first before the merge
+// is over (the file holds less than the object then). With the send rate
+// unknown, the parts after the first are equal, the last the first's size
+// smaller (its connection sent the first). With a connection known to
+// send far faster than the merge writes (SendRate), the second part
+// carries nearly all the rest: sent that fast, a part merged later gains
+// nothing, and fewer parts cost fewer requests. Every row reads back in
+// write order either way.
+func TestSortedFilePartSchedule(t *testing.T) {
+	const partitions = 200
+	for _, tc := range []struct {
+		name string
+		rate float64
+	}{{"send rate unknown", 0}, {"connection far faster than the merge", 1 << 50}} {
+		t.Run(tc.name, func(t *testing.T) {
+			d := openSpill(t, 1<<30)
+			sink := newFileSink(t)
+			sink.first, sink.rate = true, tc.rate
+			o := opts(partitions)
+			o.Spill = d
+			w, err := New(t.Context(), o, sink)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := writeScattered(t, w, partitions, 60_000)
+			res, err := w.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			secs := sink.sections[0]
+			size := res.Objects[0].Size
+			t.Logf("object of %d bytes (estimated %d) in parts of %v", size, sink.sizes[0], secs)
+			if res.Spilled == 0 || len(res.Objects) != 1 || len(secs) < 2 || len(secs) > 5 || res.Objects[0].Parts != len(secs) {
+				t.Fatalf("%d bytes spilled, %d objects, sections %v: want one spilled object in 2 to 5 parts", res.Spilled, len(res.Objects), secs)
+			}
+			if secs[0] != sink.minPart {
+				t.Fatalf("first part of %d bytes, want the least, %d", secs[0], sink.minPart)
+			}
+			if sink.fileAtFirst <= 0 || sink.fileAtFirst >= size {
+				t.Fatalf("the file held %d bytes when the first part was handed over, of an object of %d: want it handed over before the merge ended", sink.fileAtFirst, size)
+			}
+			if tc.rate > 0 {
+				if secs[1] < size*9/10 {
+					t.Fatalf("parts %v: want the second to carry nearly all the object", secs)
+				}
+			} else {
+				if len(secs) != 5 {
+					t.Fatalf("parts %v: want 5", secs)
+				}
+				mid, last := secs[1:4], secs[4]
+				for _, s := range mid {
+					if d := s - mid[0]; d < -mid[0]/10 || d > mid[0]/10 {
+						t.Fatalf("parts %v: want the middle ones equal within a tenth", secs)
+					}
+				}
+				if last >= mid[0] {
+					t.Fatalf("parts %v: want the last smaller than the others", secs)
+				}
+			}
+			got := decodeAll(t, sink.memSink, res)
+			for p := range partitions {
+				if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+					t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
+				}
+			}
+			sink.release[0]()
+		})
 	}
 }

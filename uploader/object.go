@@ -232,6 +232,12 @@ func (o *Upload) prepare() {
 	if !o.pool.streams {
 		return
 	}
+	o.createEarly()
+}
+
+// createEarly creates o's multipart upload in the background, before its
+// first part, unless it has one or is no longer open.
+func (o *Upload) createEarly() {
 	o.mu.Lock()
 	if o.state != stateOpen || o.toLocked(stateMultipart) != nil {
 		o.mu.Unlock()

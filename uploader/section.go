@@ -13,8 +13,10 @@ import (
 // uploaded (a spilling writer's merged object: its bytes are on disk and
 // its size is known, about, before its first byte) is uploaded in parts
 // sized by the object, not by chunk_size: about Config.Concurrency
-// balanced parts, so that every connection stays busy to the end with
-// the fewest requests, each part's body a section of the file. A section
+// parts, behind a first part of the least size, cut by the chunker for
+// every connection to end together (chunker's partSize), so that every
+// connection stays busy to the end with few requests, each part's body a
+// section of the file. A section
 // is replayable: every request, a retry's or a hedge's, reads it again
 // from disk, so no part's bytes are held in the pool's memory whatever
 // its size, and the file parts take no chunk buffers.
@@ -30,21 +32,39 @@ func (s *Sink) FileParts() bool {
 }
 
 // PlanParts says how object obj, whose bytes will be about size,
-// uploaded from a file, is cut: in parts parts of about equal size, size
-// split in Config.Concurrency parts but none smaller than
-// Config.ChunkSize (so never more parts than chunks), none but the last
-// under least
-// (Config.MinPartSize, S3's 5 MiB), none over most (Config.MaxPartSize),
-// and no more than store.MaxParts. An object of more than MaxPartSize x
-// store.MaxParts bytes is refused with an error naming it, its size and
-// the limit; nothing of it is stored, or asked for, then.
-func (s *Sink) PlanParts(obj int, size int64) (parts int, least, most int64, err error) {
+// uploaded from a file, is cut: size split in Config.Concurrency parts
+// but none smaller than Config.ChunkSize (so never more parts than
+// chunks), none but the last under least (Config.MinPartSize, S3's
+// 5 MiB), none over most (Config.MaxPartSize), and no more than
+// store.MaxParts; and, when that makes two parts or more each of at
+// least twice least, one more in front of them, the first, of least
+// bytes (first; 0 when there is none). The first part leaves as soon as
+// least bytes are merged rather than a whole part's worth, and its
+// answer tells the rate a connection sends at (SendRate), from which the
+// parts cut after it are sized; the connection that sent it takes the
+// last part, which is that much smaller. An object of more than
+// MaxPartSize x store.MaxParts bytes is refused with an error naming it,
+// its size and the limit; nothing of it is stored, or asked for, then.
+func (s *Sink) PlanParts(obj int, size int64) (parts int, first, least, most int64, err error) {
 	o := s.object(obj)
-	return s.pool.planParts(o.key, size)
+	if parts, first, least, most, err = s.pool.planParts(o.key, size); err == nil {
+		// Its sections will be a multipart upload however many they are:
+		// created now, while the first part's bytes are merged, so that
+		// the part leaves as soon as they are on disk.
+		o.createEarly()
+	}
+	return parts, first, least, most, err
 }
 
+// SendRate is the bytes per second one connection sends a part at, over
+// the parts the pool sent whole lately (a file part's answer among
+// them); 0 before the first. The rate of a part in flight is not taken:
+// the bytes read from its body fill the socket buffers on the way at
+// once, and on a slow link those hold a second's worth or more.
+func (s *Sink) SendRate() float64 { return s.pool.sendRate() }
+
 // planParts is Sink.PlanParts for the object at key.
-func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, err error) {
+func (p *Pool) planParts(key string, size int64) (parts int, first, least, most int64, err error) {
 	least = p.cfg.MinPartSize
 	if least <= 0 {
 		least = store.MinPartSize
@@ -55,7 +75,7 @@ func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, 
 	}
 	most = max(most, least)
 	if limit := most * store.MaxParts; size > limit {
-		return 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
+		return 0, 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
 			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
 	conc := int64(max(p.cfg.Concurrency, 1))
@@ -64,7 +84,11 @@ func (p *Pool) planParts(key string, size int64) (parts int, least, most int64, 
 	// a split in Concurrency parts each would take more).
 	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, p.cfg.ChunkSize)
 	part = min(part, most)
-	return int(max((size+part-1)/part, 1)), least, most, nil
+	parts = int(max((size+part-1)/part, 1))
+	if parts >= 2 && parts < store.MaxParts && part >= 2*least {
+		parts, first = parts+1, least
+	}
+	return parts, first, least, most, nil
 }
 
 // OwnFile gives object obj the file its sections are read from: release
@@ -126,4 +150,11 @@ func (o *Upload) submitSection(n int32, sec *io.SectionReader, crc uint32, last 
 		o.lastLocked(false, false)
 	}
 	return o.queueUnlock()
+}
+
+// sendRate is Sink.SendRate.
+func (p *Pool) sendRate() float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.rate
 }

@@ -59,23 +59,32 @@ func (d *diskFile) ReadAt(b []byte, off int64) (int, error) {
 func emitSections(t *testing.T, s *Sink, d *diskFile, released *atomic.Int32) int {
 	t.Helper()
 	size := int64(len(d.data))
-	parts, least, most, err := s.PlanParts(0, size)
+	parts, first, least, most, err := s.PlanParts(0, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	part := (size + int64(parts) - 1) / int64(parts)
-	if part > most || (parts > 1 && part < least) {
-		t.Fatalf("%d bytes in %d parts: %d bytes each, outside [%d, %d]", size, parts, part, least, most)
+	if first > 0 {
+		// A first part apart, and the first's connection takes the last:
+		// the rest in parts-1 shares, the last one first smaller.
+		parts--
+	}
+	part := (size + first + int64(parts) - 1) / int64(parts)
+	if part > most || (parts > 1 && part < least) || (first > 0 && first != least) {
+		t.Fatalf("%d bytes in %d parts: %d bytes each (the first %d), outside [%d, %d]", size, parts, part, first, least, most)
 	}
 	s.OwnFile(0, func() { released.Add(1) })
 	n := int32(0)
-	for off := int64(0); off < size; off += part {
+	for off := int64(0); off < size; {
 		end := min(off+part, size)
+		if n == 0 && first > 0 {
+			end = first
+		}
 		n++
 		sec := io.NewSectionReader(d, off, end-off)
 		if err := s.EmitSection(0, n, sec, store.CRC32C(d.data[off:end]), end == size); err != nil {
 			t.Fatalf("emit part %d: %v", n, err)
 		}
+		off = end
 	}
 	return int(n)
 }
@@ -96,7 +105,8 @@ func stored(t *testing.T, st store.Store, key string) []byte {
 }
 
 // TestSectionPartsSizedByObject: an object uploaded from a file is cut in
-// about Config.Concurrency equal parts, within the part sizes allowed,
+// about Config.Concurrency equal parts, behind a first part of the least
+// size when they are at least twice that, within the part sizes allowed,
 // every part a file section; its bytes are stored whole, no chunk buffer
 // is taken, and the file is released once the upload completes.
 func TestSectionPartsSizedByObject(t *testing.T) {
@@ -106,11 +116,14 @@ func TestSectionPartsSizedByObject(t *testing.T) {
 		concurrency                        int
 		chunk, minPart, maxPart, wantParts int64
 	}{
-		{name: "one part per connection", size: 100 << 10, concurrency: 4, minPart: 1 << 10, wantParts: 4},
+		// One part per connection, and a first part of the least size in
+		// front of them.
+		{name: "one part per connection", size: 100 << 10, concurrency: 4, minPart: 1 << 10, wantParts: 5},
 		{name: "never under the minimum part", size: 3 << 10, concurrency: 8, minPart: 1 << 10, wantParts: 3},
-		{name: "never over the most a part takes", size: 100 << 10, concurrency: 2, minPart: 1 << 10, maxPart: 30 << 10, wantParts: 4},
+		{name: "never over the most a part takes", size: 100 << 10, concurrency: 2, minPart: 1 << 10, maxPart: 30 << 10, wantParts: 5},
 		{name: "one part", size: 5 << 10, concurrency: 1, minPart: 1 << 10, wantParts: 1},
-		{name: "never smaller than a chunk", size: 100 << 10, concurrency: 8, chunk: 20 << 10, minPart: 1 << 10, wantParts: 5},
+		{name: "never smaller than a chunk", size: 100 << 10, concurrency: 8, chunk: 20 << 10, minPart: 1 << 10, wantParts: 6},
+		{name: "no first part apart under twice the least", size: 6 << 10, concurrency: 4, minPart: 2 << 10, wantParts: 3},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -264,7 +277,7 @@ func TestSectionObjectOverLimit(t *testing.T) {
 	defer p.Close()
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "big" }})
 	const size = 1<<10*store.MaxParts + 1
-	_, _, _, err := s.PlanParts(0, size)
+	_, _, _, _, err := s.PlanParts(0, size)
 	for _, want := range []string{"object big", "10240001 bytes", "max_part_size (1024 bytes)", "10000 parts = 10240000 bytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Fatalf("PlanParts of %d bytes: %v, want an error containing %q", size, err, want)
@@ -282,5 +295,56 @@ func TestSectionObjectOverLimit(t *testing.T) {
 	objs, _, err := st.List(context.Background(), "", "")
 	if err != nil || len(ups) != 0 || len(objs) != 0 {
 		t.Fatalf("after the refusal the store holds uploads %v and objects %v (%v), want none", ups, objs, err)
+	}
+}
+
+// TestSectionPlanCreatesEarly: planning an object's file parts creates
+// its multipart upload at once, before its first section, so the first
+// part leaves as soon as its bytes are on disk; SendRate is unknown (0)
+// until a part's answer, then the rate it was sent at.
+func TestSectionPlanCreatesEarly(t *testing.T) {
+	st := &store.Mem{}
+	p := New(st, Config{ChunkSize: testChunk, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, 64<<10)
+	parts, first, _, _, err := s.PlanParts(0, int64(len(d.data)))
+	if err != nil || parts != 5 || first != 1<<10 {
+		t.Fatalf("PlanParts: %d parts, the first %d bytes, %v; want 5, the first of the least, 1 KiB", parts, first, err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ups, err := st.ListUploads(context.Background(), "obj")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ups) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no multipart upload of obj 10 s after its parts were planned (%d uploads)", len(ups))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if r := s.SendRate(); r != 0 {
+		t.Fatalf("SendRate %g before any part was sent, want 0 (unknown)", r)
+	}
+	var released atomic.Int32
+	s.OwnFile(0, func() { released.Add(1) })
+	if err := s.EmitSection(0, 1, io.NewSectionReader(d, 0, 1<<10), store.CRC32C(d.data[:1<<10]), false); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.EmitSection(0, 2, io.NewSectionReader(d, 1<<10, int64(len(d.data))-1<<10), store.CRC32C(d.data[1<<10:]), true); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Take()[0].Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parts != 2 || !bytes.Equal(stored(t, st, "obj"), d.data) || released.Load() != 1 {
+		t.Fatalf("stored %d parts, bytes equal %v, file released %d times", res.Parts, bytes.Equal(stored(t, st, "obj"), d.data), released.Load())
+	}
+	if r := s.SendRate(); r <= 0 {
+		t.Fatalf("SendRate %g once two parts were sent, want their rate", r)
 	}
 }

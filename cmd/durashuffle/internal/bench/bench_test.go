@@ -104,6 +104,28 @@ func TestSmokeWrite(t *testing.T) {
 			t.Fatalf("%s: put_requests_per_gib %v, its requests %v over %d bytes stored make %v", r.Name, r.PutPerGiB, r.Requests, r.StoredBytes, want)
 		}
 	}
+	// The timeline of the writers over the link: their input ends, then
+	// their data requests start and end, in that order (a spilling
+	// writer's first part waits for its input to end); transfermanager
+	// has no input phase.
+	for _, r := range []*Result{ds, find(rep.Results, DurashuffleSpillOff), find(rep.Results, Sequential)} {
+		if r.InputSeconds <= 0 || r.FirstDataSeconds <= 0 || r.LastDataStartSeconds < r.FirstDataSeconds || r.LastDataSeconds < r.LastDataStartSeconds ||
+			r.LastDataSeconds > r.Seconds || r.DataInFlight <= 0 || r.UploadLinkFraction <= 0 || r.AfterInputLinkFraction <= 0 {
+			t.Fatalf("%s timeline: input end %.3f s, data from %.3f s (the last from %.3f s) to %.3f s of %.3f s, %.2f in flight, upload phase %.3f and after input %.3f of the link",
+				r.Name, r.InputSeconds, r.FirstDataSeconds, r.LastDataStartSeconds, r.LastDataSeconds, r.Seconds, r.DataInFlight, r.UploadLinkFraction, r.AfterInputLinkFraction)
+		}
+	}
+	if ds.FirstDataSeconds < ds.InputSeconds {
+		t.Fatalf("durashuffle (spill on) sent data at %.3f s, before its input ended at %.3f s", ds.FirstDataSeconds, ds.InputSeconds)
+	}
+	if tm.InputSeconds != 0 || tm.AfterInputLinkFraction != 0 {
+		t.Fatalf("transfermanager has an input phase: %.3f s", tm.InputSeconds)
+	}
+	var tl strings.Builder
+	timelineMarkdown(&tl, rep)
+	if !strings.Contains(tl.String(), "| durashuffle |") || strings.Contains(tl.String(), "| transfermanager |") {
+		t.Fatalf("timeline table:\n%s", tl.String())
+	}
 	// Spill off uploads the same rows over the link; encode-only encodes
 	// them for the null store, which nothing sends over the link.
 	if off := find(rep.Results, DurashuffleSpillOff); off.Rows != ds.Rows || off.Requests["UploadPart"]+off.Requests["PutObject"] == 0 || off.LinkFraction <= 0 {
@@ -132,6 +154,7 @@ func TestSmokeWrite(t *testing.T) {
 		targets = append(targets, tg.Name)
 	}
 	for _, want := range []string{"durashuffle CRC32C / writer CPU", "durashuffle upload CPU per GiB stored / manager's",
+		"durashuffle stored / (time after input) / link limit", "durashuffle upload phase / link limit",
 		"durashuffle-spill-off / link limit", "durashuffle-spill-off / transfermanager", "durashuffle-spill-off / manager"} {
 		if !slices.Contains(targets, want) {
 			t.Errorf("no target %q in %q", want, targets)

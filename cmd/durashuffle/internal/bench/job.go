@@ -144,6 +144,26 @@ type Result struct {
 	FirstDataSeconds float64 `json:"first_data_seconds,omitempty"`
 	DataSeconds      float64 `json:"data_seconds,omitempty"`
 	DataBytesPerS    float64 `json:"data_bytes_per_s,omitempty"`
+	// InputSeconds is when the input ended (the last writer called
+	// Commit), from the start of the run; LastDataStartSeconds when the
+	// last data request started and LastDataSeconds when the last one
+	// ended. A spilling writer uploads after its input: the time from
+	// InputSeconds to FirstDataSeconds is its wait for the first part,
+	// and from LastDataStartSeconds on its last part's straggle.
+	// DataInFlight is the data requests' mean count in flight from the
+	// first to the last (their durations summed over the span): a link
+	// of upload_concurrency connections kept busy carries that many.
+	InputSeconds         float64 `json:"input_seconds,omitempty"`
+	LastDataStartSeconds float64 `json:"last_data_start_seconds,omitempty"`
+	LastDataSeconds      float64 `json:"last_data_seconds,omitempty"`
+	DataInFlight         float64 `json:"data_in_flight,omitempty"`
+	// UploadLinkFraction is DataBytesPerS over the link limit (the upload
+	// phase, first data byte to last); AfterInputLinkFraction is the
+	// stored bytes over the time from the input's end to the write's, over
+	// the link limit: 0.95 means the write took its input phase plus the
+	// stored bytes at 0.95 of the link.
+	UploadLinkFraction     float64 `json:"upload_link_fraction,omitempty"`
+	AfterInputLinkFraction float64 `json:"after_input_link_fraction,omitempty"`
 	// MeanGetBytes is the stored bytes per ranged GET; GetCeiling what a
 	// connection can carry with GETs of that size: size / (size + round
 	// trip x bandwidth), the read's physical ceiling as a fraction of the

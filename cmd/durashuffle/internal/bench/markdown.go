@@ -125,6 +125,7 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 				float64(r.PeakRSSBytes)/(1<<20), float64(r.StoredBytes)/(1<<20), r.CPUSeconds,
 				optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), optFloat(r.PutPerGiB), formatOps(r.Requests))
 		}
+		timelineMarkdown(&b, rep)
 		stagesMarkdown(&b, rep)
 		for _, r := range rep.Results {
 			if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {

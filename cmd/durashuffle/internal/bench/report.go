@@ -60,6 +60,7 @@ func PrintText(w io.Writer, rep *Report) {
 			optFloat(cpuPerGiB(r.CPUSeconds, r.StoredBytes)), optFloat(cpuPerGiB(r.CPUSeconds, r.LogicalBytes)), optFloat(r.PutPerGiB), formatOps(r.Requests))
 	}
 	tw.Flush()
+	printTimeline(w, rep)
 	printStages(w, rep)
 	for _, r := range rep.Results {
 		if r.Name == DurashuffleAuto && len(r.Codecs) > 0 {

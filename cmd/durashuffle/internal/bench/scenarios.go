@@ -97,8 +97,12 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	limit := float64(rep.Link.LimitBytesPerS)
 	ds, auto := find(rep.Results, Durashuffle), find(rep.Results, DurashuffleAuto)
 	for i := range rep.Results {
-		if rep.Results[i].Name != DurashuffleEncodeOnly { // not over the link
-			rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
+		if r := &rep.Results[i]; r.Name != DurashuffleEncodeOnly { // not over the link
+			r.LinkFraction = round3(ratio(r.StoredBytesPerS, limit))
+			r.UploadLinkFraction = round3(ratio(r.DataBytesPerS, limit))
+			if after := r.Seconds - r.InputSeconds; r.InputSeconds > 0 && after > 0 {
+				r.AfterInputLinkFraction = round3(ratio(float64(r.StoredBytes)/after, limit))
+			}
 		}
 	}
 	// The checksums' share of the writer's CPU.
@@ -115,7 +119,12 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		rep.Targets = append(rep.Targets,
 			atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95),
 			atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0),
-			atLeast("durashuffle-spill-off / link limit", ratio(off.StoredBytesPerS, limit), 0.95))
+			atLeast("durashuffle-spill-off / link limit", ratio(off.StoredBytesPerS, limit), 0.95),
+			// A spilling writer uploads from Commit on: its stored bytes
+			// over the time after its input, and over its upload phase
+			// (first part byte to last), against the link.
+			atLeast("durashuffle stored / (time after input) / link limit", ds.AfterInputLinkFraction, 0.95),
+			atLeast("durashuffle upload phase / link limit", ds.UploadLinkFraction, 0.95))
 	}
 	rep.Targets = append(rep.Targets,
 		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
@@ -93,15 +94,16 @@ func (m countMiddleware) HandleDeserialize(ctx context.Context, in middleware.De
 ) {
 	op := middleware.GetOperationName(ctx)
 	data := op == "UploadPart" || op == "PutObject" || op == "GetObject"
+	var started time.Time
 	if data {
-		m.clock.begin()
+		started = m.clock.begin()
 		if m.live != nil {
 			m.live.begin()
 		}
 	}
 	out, md, err := next.HandleDeserialize(ctx, in)
 	if data {
-		m.clock.end()
+		m.clock.end(started)
 		if m.live != nil {
 			m.live.end(uploadLength(op, in.Request), err)
 		}

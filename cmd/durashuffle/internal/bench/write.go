@@ -117,6 +117,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 			if _, err := feed(gctx, j.Data, w, wr.Write); err != nil {
 				return errorsJoin(err, wr.Abort())
 			}
+			clock.inputDone()
 			m, err := wr.Commit(gctx)
 			if err != nil {
 				return fmt.Errorf("worker %d: %w", w, err)
@@ -307,6 +308,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 				ch.Abort(err)
 				return err
 			}
+			clock.inputDone()
 			r, err := ch.Close()
 			if err != nil {
 				return err
