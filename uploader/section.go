@@ -65,11 +65,19 @@ func (s *Sink) SendRate() float64 { return s.pool.sendRate() }
 
 // planParts is Sink.PlanParts for the object at key.
 func (p *Pool) planParts(key string, size int64) (parts int, first, least, most int64, err error) {
-	least = p.cfg.MinPartSize
+	return PlanFileParts(p.cfg, key, size)
+}
+
+// PlanFileParts is how a pool of cfg cuts a spilled writer's object of
+// about size bytes, uploaded from its file (Sink.PlanParts): parts in
+// all, the first part's size (0: none of its own), the least and most
+// part sizes. key names the object in the error of one too large.
+func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least, most int64, err error) {
+	least = cfg.MinPartSize
 	if least <= 0 {
 		least = store.MinPartSize
 	}
-	most = p.cfg.MaxPartSize
+	most = cfg.MaxPartSize
 	if most <= 0 {
 		most = DefaultMaxPartSize
 	}
@@ -78,11 +86,11 @@ func (p *Pool) planParts(key string, size int64) (parts int, first, least, most 
 		return 0, 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
 			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
-	conc := int64(max(p.cfg.Concurrency, 1))
+	conc := int64(max(cfg.Concurrency, 1))
 	// Never smaller than a chunk: an object takes no more requests than
 	// it would in chunks (with several writers sharing the connections,
 	// a split in Concurrency parts each would take more).
-	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, p.cfg.ChunkSize)
+	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, cfg.ChunkSize)
 	part = min(part, most)
 	parts = int(max((size+part-1)/part, 1))
 	if parts >= 2 && parts < store.MaxParts && part >= 2*least {

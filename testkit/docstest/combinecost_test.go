@@ -7,13 +7,25 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
-// costConfig is one column of operations.md's table of what combining
-// costs per TiB: the writers' parts per object and the plan's options.
+// costConfig is one row of operations.md's table of what combining
+// costs per TiB: the writers' upload pool and the plan's options.
 type costConfig struct {
-	writerParts int64 // UploadParts of a writer's 1 GiB object
-	o           combine.Options
+	writers uploader.Config // nil-valued: Druid's layout
+	o       combine.Options
+}
+
+// writerParts is the UploadParts of a spilled writer's object of size
+// bytes, as its upload pool cuts it.
+func writerParts(t *testing.T, c uploader.Config, size int64) int64 {
+	t.Helper()
+	parts, _, _, _, err := uploader.PlanFileParts(c, "writer object", size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return int64(parts)
 }
 
 // TestCombineCostTable: the table "What combining costs per TiB" in
@@ -25,8 +37,8 @@ func TestCombineCostTable(t *testing.T) {
 		t.Skip("the 10,000 x 10,000 plans take seconds; make test runs them without -short")
 	}
 	const TiB = int64(1) << 40
-	defaults := costConfig{writerParts: 8}
-	cheap := costConfig{writerParts: 2, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
+	defaults := costConfig{writers: uploader.Config{Concurrency: 8, ChunkSize: 8 << 20, MaxPartSize: 512 << 20}}
+	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
 	disk := cheap
 	disk.o.TaskCapBytes, disk.o.Scratch = 64<<30, noScratch{}
 	rows := []struct {
@@ -54,7 +66,7 @@ func TestCombineCostTable(t *testing.T) {
 				t.Fatal(err)
 			}
 			pr := p.Predict
-			if r.c.writerParts == 0 { // Druid's: an object per writer and partition, a GET per writer per reader
+			if r.c.writers.Concurrency == 0 { // Druid's: an object per writer and partition, a GET per writer per reader
 				put, get := int64(n)*int64(n), int64(n)*int64(n)
 				dollars := (float64(get)*combine.PriceGET + float64(put)*combine.PricePUT) / float64(tib)
 				line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
@@ -62,7 +74,7 @@ func TestCombineCostTable(t *testing.T) {
 			}
 			// Each writer: its parts, the create and the complete, and its
 			// manifest's conditional put.
-			put := int64(n) * (r.c.writerParts + 3)
+			put := int64(n) * (writerParts(t, r.c.writers, tib*TiB/int64(n)) + 3)
 			get := pr.Direct.GET
 			if r.combined {
 				put += pr.Combine.PUT
