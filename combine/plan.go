@@ -29,15 +29,17 @@ const (
 	DefaultPartBytes = 128 << 20
 	// DefaultFetches is the ranged GETs a task keeps in flight. A task
 	// moves its bytes twice, in and out, where a reader moves them once,
-	// so it takes more connections than a reader's read_ahead: four
-	// tasks at once fill the store client's 64. Each GET reads into the
-	// task's one buffer, so they cost no memory.
-	DefaultFetches = 16
+	// so it takes more connections than a reader's read_ahead: the
+	// connections of eight readers. Tasks run side by side share the
+	// store client's connections (requests past them wait for one, and
+	// the first-byte timeout starts once a request is sent). Each GET
+	// reads into the task's one buffer, so they cost no memory.
+	DefaultFetches = 32
 	// DefaultUploads is the parts of a task's object in flight: as many
 	// connections as its GETs use. A plan of fewer tasks than this cuts
 	// its objects in this many parts (see Plan.partBytes). Parts are
 	// slices of the task's bytes, so they cost no memory.
-	DefaultUploads = 16
+	DefaultUploads = 32
 	// DefaultMemoryBytes is the largest task held in memory when the
 	// plan has Scratch for larger ones.
 	DefaultMemoryBytes = 512 << 20
@@ -86,9 +88,9 @@ type Options struct {
 	// objects in about Uploads parts of at most this, none under 5 MiB
 	// but the last.
 	PartBytes int64
-	// Fetches is the ranged GETs a task keeps in flight (default 16).
+	// Fetches is the ranged GETs a task keeps in flight (default 32).
 	Fetches int
-	// Uploads is the parts of a task's object in flight (default 16).
+	// Uploads is the parts of a task's object in flight (default 32).
 	// They are slices of the task's input, which is the combined object
 	// already in its order: a task holds its bytes once.
 	Uploads int

@@ -169,8 +169,8 @@ func TestPlanParts(t *testing.T) {
 		o    combine.Options
 		put  int64
 	}{
-		// One task of 260 MiB: 16 parts of 16.25 MiB, not 3 of 128.
-		{"one task, 16 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 16 + 1 + 4},
+		// One task of 260 MiB: 32 parts of 8.1 MiB, not 3 of 128.
+		{"one task, 32 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 32 + 1 + 4},
 		// One task of 20 MiB: parts of 5 MiB at least, so 4.
 		{"one small task, 4 parts", uniform(64, 64, 20*MiB), combine.Options{}, 2 + 4 + 1 + 4},
 		// One task of 4 MiB: one put.
@@ -180,13 +180,13 @@ func TestPlanParts(t *testing.T) {
 		// Eight tasks of 32.5 MiB, fewer than Uploads: 7 parts of 5 MiB
 		// at least each.
 		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(2+7+1) + 4},
-		// Sixteen tasks of 16.25 MiB, as many as Uploads: one put each.
-		{"sixteen tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 16}, 16*(1+1) + 4},
-		// Sixteen tasks of 600 MiB under parts of 1 GiB: one put each in
-		// memory; laid out on disk (over MemoryBytes, with Scratch), two
-		// parts of 300 MiB each, as a file object is never one put.
-		{"in memory", uniform(64, 64, 16*600*MiB), combine.Options{Groups: 1, Buckets: 16, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 16*(1+1) + 4},
-		{"on disk", uniform(64, 64, 16*600*MiB), combine.Options{Groups: 1, Buckets: 16, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 16*(2+2+1) + 4},
+		// Thirty-two tasks of 8.1 MiB, as many as Uploads: one put each.
+		{"thirty-two tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 32}, 32*(1+1) + 4},
+		// Thirty-two tasks of 600 MiB under parts of 1 GiB: one put each
+		// in memory; laid out on disk (over MemoryBytes, with Scratch),
+		// two parts of 300 MiB each, as a file object is never one put.
+		{"in memory", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 32*(1+1) + 4},
+		{"on disk", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 32*(2+2+1) + 4},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := combine.MakePlan(c.in, c.o)

@@ -159,7 +159,7 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
 	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory, or with spill on its disk in spill_dir when over --memory-bytes")
 	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
-	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 16 tasks cuts each in 16 parts of at most this), e.g. 512MiB")
+	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
