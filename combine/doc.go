@@ -21,6 +21,14 @@
 // new API and the same one GET to open the stage. The key layout and
 // the commit protocol are in docs/format.md ("Combined stages").
 //
+// A task holds its bytes once: its GETs read each frame straight into
+// its place in the combined object, whose parts are then slices of that
+// buffer (Options.Fetches and Uploads in flight). A task over
+// Options.MemoryBytes, given Options.Scratch (Client.Combine gives the
+// client's spill_dir), lays the object out in a file of its size there
+// and uploads it in sections, so that TaskCapBytes bounds disk, not
+// memory.
+//
 // The combined level's rows are the first level's, partition by
 // partition in the same order: groups are contiguous runs of workers in
 // the stage manifest's order, and tasks are numbered so that the
