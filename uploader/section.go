@@ -47,7 +47,7 @@ func (s *Sink) FileParts() bool {
 // its size and the limit; nothing of it is stored, or asked for, then.
 func (s *Sink) PlanParts(obj int, size int64) (parts int, first, least, most int64, err error) {
 	o := s.object(obj)
-	if parts, first, least, most, err = s.pool.planParts(o.key, size); err == nil {
+	if parts, first, least, most, err = PlanFileParts(s.pool.cfg, o.key, size); err == nil {
 		// Its sections will be a multipart upload however many they are:
 		// created now, while the first part's bytes are merged, so that
 		// the part leaves as soon as they are on disk.
@@ -62,11 +62,6 @@ func (s *Sink) PlanParts(obj int, size int64) (parts int, first, least, most int
 // the bytes read from its body fill the socket buffers on the way at
 // once, and on a slow link those hold a second's worth or more.
 func (s *Sink) SendRate() float64 { return s.pool.sendRate() }
-
-// planParts is Sink.PlanParts for the object at key.
-func (p *Pool) planParts(key string, size int64) (parts int, first, least, most int64, err error) {
-	return PlanFileParts(p.cfg, key, size)
-}
 
 // PlanFileParts is how a pool of cfg cuts a spilled writer's object of
 // about size bytes, uploaded from its file (Sink.PlanParts): parts in
