@@ -107,6 +107,12 @@ func (a *appender) take(r encoded) {
 			r.rows.release()
 		}
 	}
+	if r.inPlace != nil && a.ctx.Err() == nil {
+		if err := a.appendGuarded(r); err != nil {
+			a.cancel(err)
+		}
+		a.fileInDone += r.kept
+	}
 	if r.buf != nil {
 		kept := false
 		if a.ctx.Err() == nil {
@@ -164,8 +170,15 @@ func (a *appender) appendGuarded(r encoded) (err error) {
 // appendFrame puts r's bytes into the stream, in the next object if
 // they would take this one past maxObject, and indexes the frame.
 func (a *appender) appendFrame(r encoded) error {
-	b := r.buf.Bytes()
-	if a.objOff > 0 && a.objOff+int64(len(b)) > a.maxObject {
+	var b []byte
+	length, codec := int64(0), ""
+	if r.inPlace != nil {
+		length, codec = r.inPlace.length, r.inPlace.codec
+	} else {
+		b = r.buf.Bytes()
+		length, codec = int64(len(b)), frame.CodecName(b)
+	}
+	if a.objOff > 0 && a.objOff+length > a.maxObject {
 		if err := a.endObject(); err != nil {
 			return err
 		}
@@ -179,7 +192,7 @@ func (a *appender) appendFrame(r encoded) error {
 		Partition: r.partition,
 		Object:    a.obj,
 		Offset:    a.objOff,
-		Length:    int64(len(b)),
+		Length:    length,
 		Rows:      r.stats.Rows,
 		Bytes:     r.stats.Bytes,
 		CRC32C:    crc,
@@ -189,11 +202,14 @@ func (a *appender) appendFrame(r encoded) error {
 	if a.codecs == nil {
 		a.codecs = map[string]int{}
 	}
-	a.codecs[frame.CodecName(b)]++
+	a.codecs[codec]++
 	// The object's checksum from the frame's: one pass over its bytes,
 	// not two.
-	a.objCRC = crc32cCombine(a.objCRC, crc, int64(len(b)))
-	a.objOff += int64(len(b))
+	a.objCRC = crc32cCombine(a.objCRC, crc, length)
+	a.objOff += length
+	if r.inPlace != nil {
+		return a.writeInPlace(*r.inPlace)
+	}
 	waited, err := a.write(b)
 	if err == nil && a.auto != nil {
 		a.auto.appended(int(r.buf.Len()), waited)

@@ -321,7 +321,17 @@ func (c *coalescer) run() {
 	var held int64
 	for i := range c.parts {
 		p := &c.parts[i]
-		if len(p.open.items) > 0 {
+		if n := len(p.done); n > 0 && len(p.open.items) > 0 && p.open.bytes < c.frameTarget/4 {
+			// A short end of a partition's rows joins its last frame
+			// (at most 1.25 frames) rather than make a small frame of
+			// its own, which Close would merge by decoding its
+			// neighbour or leave small.
+			d := &p.done[n-1]
+			d.items = append(d.items, p.open.items...)
+			d.bytes += p.open.bytes
+			d.arena += p.open.arena
+			d.held += p.open.held
+		} else if len(p.open.items) > 0 {
 			p.done = append(p.done, p.open)
 		}
 		for _, f := range p.done {

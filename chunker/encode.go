@@ -28,6 +28,10 @@ type encodeJob struct {
 	out    bool
 	pieces []keptFrame
 	file   *spill.File
+	// inPlace: an output frame that is one kept frame, complete, in the
+	// spill file, of an object written to files: it goes into the object
+	// as a section of the spill file, its bytes neither read nor written.
+	inPlace bool
 	// raw: a small frame of a run a sorted writer spills, not encoded
 	// but written as a piece (its rows' buffers; an uncompressed frame
 	// where the schema has no gatherer): Close merges it with the
@@ -83,6 +87,8 @@ type encoded struct {
 	// rows: an encodeJob.keepRows frame's rows, not encoded; the
 	// appender keeps them (or releases them).
 	rows *keptRows
+	// inPlace: an encodeJob.inPlace frame, in the spill file; buf is nil.
+	inPlace *keptFrame
 }
 
 // bufPool keeps the buffers of encoded frames for the next frames. Not a

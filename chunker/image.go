@@ -41,19 +41,35 @@ type FileSink interface {
 	SendRate() float64
 }
 
-// image is the object being written to a file, part by part.
+// image is the object being written to files, part by part: its bytes
+// are extents of spill files, the frames merged at Close appended to
+// the object's own file, and the kept frames copied as they are left
+// where they are, in the writer's spill file.
 type image struct {
-	file        *spill.File
-	planned     int   // parts planned
-	first       int64 // the first part's size when it is planned apart; 0 if not
-	least, most int64 // the smallest part but the last, the largest
-	start       int64 // the current part's first byte
+	file        *spill.File // the object's own bytes
+	run         *sharedFile // the writer's spill file, held by the object's parts
+	planned     int         // parts planned
+	first       int64       // the first part's size when it is planned apart; 0 if not
+	least, most int64       // the smallest part but the last, the largest
+	size        int64       // the object's bytes so far
+	start       int64       // the current part's first byte
 	crc         uint32
+	exts        []extent // the current part's bytes
 	// cut is when the last part was handed over (the object's first
 	// bytes before any), and mergeRate the bytes per second its bytes
 	// were written at (0 before any).
 	cut       time.Time
 	mergeRate float64
+}
+
+// extent is bytes of a part in a spill file. A kept frame copied in
+// place is one extent of its own, checked against the CRC32C taken when
+// it was kept (check) as a request reads it.
+type extent struct {
+	file   *spill.File
+	off, n int64
+	check  bool
+	crc    uint32
 }
 
 // toFile says whether a sorted writer's object goes to a file: its runs
@@ -112,29 +128,12 @@ func (a *appender) outputLeft() int64 {
 // than the others. The last planned part takes the rest, up to the most
 // a part may hold.
 func (a *appender) writeFile(b []byte) error {
-	if a.img == nil {
-		est := min(max(a.outputLeft(), int64(len(b))), a.maxObject)
-		parts, first, least, most, err := a.files.PlanParts(a.obj, est)
-		if err != nil {
-			return err
-		}
-		f := a.spillDir.Create()
-		a.files.OwnFile(a.obj, f.Remove)
-		a.img = &image{file: f, planned: max(parts, 1), first: first, least: least, most: most, cut: time.Now()}
+	img, err := a.startImage(int64(len(b)))
+	if err != nil {
+		return err
 	}
-	img := a.img
 	for len(b) > 0 {
-		written := img.file.Size()
-		cur := written - img.start
-		limit := img.most
-		switch k := int(a.part) + 1; {
-		case k == 1 && img.first > 0 && img.planned > 1:
-			limit = img.first
-		case k < img.planned:
-			total := written + min(a.outputLeft(), a.maxObject-written)
-			size := partSize(total-img.start+img.first, img.planned-k+1, a.sendRatio())
-			limit = min(max(size, img.least), img.most)
-		}
+		cur, limit := img.size-img.start, a.partLimit()
 		if cur >= limit {
 			if err := a.emitSection(false); err != nil {
 				return err
@@ -142,14 +141,95 @@ func (a *appender) writeFile(b []byte) error {
 			continue
 		}
 		n := min(int64(len(b)), limit-cur)
-		if _, err := img.file.Append(b[:n]); err != nil {
+		off, err := img.file.Append(b[:n])
+		if err != nil {
 			return err
 		}
+		if k := len(img.exts) - 1; k >= 0 && img.exts[k].file == img.file && !img.exts[k].check && img.exts[k].off+img.exts[k].n == off {
+			img.exts[k].n += n
+		} else {
+			img.exts = append(img.exts, extent{file: img.file, off: off, n: n})
+		}
 		img.crc = store.UpdateCRC32C(img.crc, b[:n])
+		img.size += n
 		a.fileOutDone += n
 		b = b[n:]
 	}
 	return nil
+}
+
+// writeInPlace appends kept frame k, complete in the writer's spill file,
+// to the object as an extent of that file: its bytes are neither read
+// nor written again, and each request of its part reads them from the
+// spill, checked against k's CRC32C. Parts are cut between frames: a
+// part holds the frame whole unless that takes it past the most a part
+// may hold, and then the frame is read back (checked) and cut as bytes
+// merged at Close are.
+func (a *appender) writeInPlace(k keptFrame) error {
+	img, err := a.startImage(k.length)
+	if err != nil {
+		return err
+	}
+	if img.size-img.start >= a.partLimit() {
+		if err := a.emitSection(false); err != nil {
+			return err
+		}
+	}
+	if img.size-img.start+k.length > img.most {
+		buf, err := pieceBytes(a.keep.file, k)
+		if err != nil {
+			return err
+		}
+		defer bufPool.Put(buf)
+		return a.writeFile(buf.Bytes())
+	}
+	img.exts = append(img.exts, extent{file: a.keep.file, off: k.off, n: k.length, check: true, crc: k.crc})
+	img.crc = crc32cCombine(img.crc, k.crc, k.length)
+	img.size += k.length
+	a.fileOutDone += k.length
+	return nil
+}
+
+// startImage starts the object's image on its first n bytes, planning
+// its parts, and returns it. The image holds the writer's spill file, for
+// the frames copied in place, until the sink lets go of the object.
+func (a *appender) startImage(n int64) (*image, error) {
+	if a.img != nil {
+		return a.img, nil
+	}
+	est := min(max(a.outputLeft(), n), a.maxObject)
+	parts, first, least, most, err := a.files.PlanParts(a.obj, est)
+	if err != nil {
+		return nil, err
+	}
+	img := &image{file: a.spillDir.Create(), run: a.keep.share(), planned: max(parts, 1), first: first, least: least, most: most, cut: time.Now()}
+	img.run.hold()
+	a.files.OwnFile(a.obj, func() {
+		img.file.Remove()
+		img.run.drop()
+	})
+	a.img = img
+	return img, nil
+}
+
+// partLimit is where the current part is cut. A first part planned apart
+// is cut at its size. Each other part is cut as it fills, from what is
+// known then (partSize): the object's bytes from the part's start on
+// (those written and outputLeft's estimate of those to come), the parts
+// planned for them, and the ratio of a connection's send rate to the
+// merge's rate. The last planned part takes the rest, up to the most a
+// part may hold.
+func (a *appender) partLimit() int64 {
+	img := a.img
+	switch k := int(a.part) + 1; {
+	case k == 1 && img.first > 0 && img.planned > 1:
+		return img.first
+	case k < img.planned:
+		total := img.size + min(a.outputLeft(), a.maxObject-img.size)
+		size := partSize(total-img.start+img.first, img.planned-k+1, a.sendRatio())
+		return min(max(size, img.least), img.most)
+	}
+	return img.most
 }
 
 // sendRatio is a connection's send rate over the merge's, or 0 while
@@ -187,15 +267,16 @@ func partSize(left int64, parts int, r float64) int64 {
 	return int64(math.Ceil(float64(left) * r / den))
 }
 
-// emitSection hands over the current part of the file's object.
+// emitSection hands over the current part of the file's object: a
+// reader of its extents.
 func (a *appender) emitSection(last bool) error {
 	img := a.img
-	end := img.file.Size()
+	end := img.size
 	a.part++
 	if a.part > store.MaxParts {
 		return fmt.Errorf("object %d: more than %d parts of at most %d bytes", a.obj, store.MaxParts, img.most)
 	}
-	sec, err := img.file.Section(img.start, end-img.start)
+	body, err := newPartReader(img.exts)
 	if err != nil {
 		return err
 	}
@@ -204,6 +285,6 @@ func (a *appender) emitSection(last bool) error {
 	if took := now.Sub(img.cut).Seconds(); took > 0 {
 		img.mergeRate = float64(end-img.start) / took
 	}
-	img.start, img.crc, img.cut = end, 0, now
-	return a.files.EmitSection(a.obj, a.part, sec, crc, last)
+	img.start, img.crc, img.cut, img.exts = end, 0, now, nil
+	return a.files.EmitSection(a.obj, a.part, io.NewSectionReader(body, 0, body.size), crc, last)
 }

@@ -1,6 +1,7 @@
 package chunker
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -21,10 +22,12 @@ import (
 // the last at least minPart.
 type fileSink struct {
 	*memSink
-	refuse  error // PlanParts' answer, if set
-	minPart int64
-	first   bool    // plan a first part of minPart apart
-	rate    float64 // SendRate's answer
+	refuse error // PlanParts' answer, if set
+	// beforeRead, if set, runs before each section is read.
+	beforeRead func(obj int, part int32, body *io.SectionReader)
+	minPart    int64
+	first      bool    // plan a first part of minPart apart
+	rate       float64 // SendRate's answer
 	// fileAtFirst is the object's file size when its first part was
 	// handed over.
 	fileAtFirst int64
@@ -34,11 +37,12 @@ type fileSink struct {
 	parts    map[int]int64 // the least part per object
 	sections map[int][]int64
 	release  map[int]func()
+	inPlace  map[int]int64 // bytes of kept frames copied in place, per object
 }
 
 func newFileSink(t *testing.T) *fileSink {
 	return &fileSink{memSink: newSink(t, 100_000, 4), minPart: 10_000,
-		sizes: map[int]int64{}, parts: map[int]int64{}, sections: map[int][]int64{}, release: map[int]func(){}}
+		sizes: map[int]int64{}, parts: map[int]int64{}, sections: map[int][]int64{}, release: map[int]func(){}, inPlace: map[int]int64{}}
 }
 
 func (s *fileSink) FileParts() bool { return true }
@@ -67,6 +71,9 @@ func (s *fileSink) OwnFile(obj int, release func()) {
 }
 
 func (s *fileSink) EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error {
+	if s.beforeRead != nil {
+		s.beforeRead(obj, part, body)
+	}
 	b := make([]byte, body.Size())
 	if _, err := io.ReadFull(io.NewSectionReader(body, 0, body.Size()), b); err != nil {
 		return err
@@ -79,10 +86,13 @@ func (s *fileSink) EmitSection(obj int, part int32, body *io.SectionReader, crc 
 		s.t.Errorf("object %d part %d: %d bytes, under the least a part takes, %d", obj, part, body.Size(), s.parts[obj])
 	}
 	s.sections[obj] = append(s.sections[obj], body.Size())
-	if part == 1 {
-		if f, _, _ := body.Outer(); f != nil {
-			if fi, err := f.(*os.File).Stat(); err == nil {
-				s.fileAtFirst = fi.Size()
+	if r, _, _ := body.Outer(); r != nil {
+		for _, e := range r.(*partReader).exts {
+			if e.check {
+				s.inPlace[obj] += e.n
+			} else if part == 1 {
+				// The object's own file (written by this goroutine).
+				s.fileAtFirst = max(s.fileAtFirst, e.file.Size())
 			}
 		}
 	}
@@ -142,8 +152,11 @@ func TestSortedFileParts(t *testing.T) {
 			t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
 		}
 	}
-	if files := spillFiles(t, d); len(files) != 1 || d.Used() != size {
-		t.Fatalf("before the sink released it the spill holds %v, %d bytes counted; want the object's file of %d bytes", files, d.Used(), size)
+	// The runs' file stays too: the object's parts read the frames they
+	// copy in place from it.
+	if files := spillFiles(t, d); len(files) != 2 || d.Used() != res.Spilled+size-sink.inPlace[0] {
+		t.Fatalf("before the sink released it the spill holds %v, %d bytes counted; want the runs' file of %d bytes and the object's of %d (%d of its %d bytes in place)",
+			files, d.Used(), res.Spilled, size-sink.inPlace[0], sink.inPlace[0], size)
 	}
 	sink.release[0]()
 	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
@@ -318,5 +331,162 @@ func TestSortedFilePartSchedule(t *testing.T) {
 			}
 			sink.release[0]()
 		})
+	}
+}
+
+// TestSortedFileInPlace: the spilled frames an object takes as they are
+// are not read back nor written again: each is a section of the runs'
+// file in its part, which stays until the sink releases the object, and
+// the object's own file holds only the frames merged at Close. Every row
+// reads back in write order. A byte of such a frame changed on disk
+// fails the read of its part, naming the spill file and the checksums,
+// and Close with it; nothing is left in the spill once released.
+func TestSortedFileInPlace(t *testing.T) {
+	const partitions = 4
+	o := opts(partitions)
+	d := openSpill(t, 1<<30)
+	w, sink := newFileSorted(t, o, d)
+	want := writeScattered(t, w, partitions, 200_000)
+	res, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := res.Objects[0].Size
+	t.Logf("object of %d bytes in parts of %v, %d bytes in place, %d spilled in %d runs", size, sink.sections[0], sink.inPlace[0], res.Spilled, res.Runs)
+	if res.Runs < 3 || sink.inPlace[0] < size/2 {
+		t.Fatalf("%d runs, %d of the object's %d bytes in place: want most of a many-run object's frames copied in place", res.Runs, sink.inPlace[0], size)
+	}
+	got := decodeAll(t, sink.memSink, res)
+	for p := range partitions {
+		if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+			t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
+		}
+	}
+	if files := spillFiles(t, d); len(files) != 2 || d.Used() != res.Spilled+size-sink.inPlace[0] {
+		t.Fatalf("before the release the spill holds %v, %d bytes counted; want the runs' %d and the object's own %d", files, d.Used(), res.Spilled, size-sink.inPlace[0])
+	}
+	sink.release[0]()
+	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+		t.Fatalf("after the release the spill holds %v (%d bytes counted)", files, d.Used())
+	}
+
+	w, sink = newFileSorted(t, o, d)
+	flipped := false
+	sink.beforeRead = func(obj int, part int32, body *io.SectionReader) {
+		r, _, _ := body.Outer()
+		for _, e := range r.(*partReader).exts {
+			if e.check && !flipped {
+				flipByte(t, e.file.Name(), e.off+e.n/2)
+				flipped = true
+			}
+		}
+	}
+	writeScattered(t, w, partitions, 200_000)
+	_, err = w.Close()
+	if !flipped || err == nil || !strings.Contains(err.Error(), "the spill file changed on disk") {
+		t.Fatalf("Close with a byte changed in the spill (changed: %v): %v", flipped, err)
+	}
+	for _, release := range sink.release {
+		release()
+	}
+	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+		t.Fatalf("after the failure the spill holds %v (%d bytes counted)", files, d.Used())
+	}
+}
+
+// flipByte inverts the byte at off of the file name.
+func flipByte(t *testing.T, name string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	b := []byte{0}
+	if _, err := f.ReadAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, off); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPartReader: a part read from its extents gives their bytes, in
+// order, to any number of readers reading side by side in pieces of any
+// size, at any offset, and again; a changed byte of a checked extent
+// fails every read of that extent's end, however the reads are cut, and
+// never a read of other extents.
+func TestPartReader(t *testing.T) {
+	d := openSpill(t, 1<<30)
+	f := d.Create()
+	defer f.Remove()
+	var whole []byte
+	var exts []extent
+	for i, n := range []int{3000, 70_000, 1, 250_000, 40} {
+		b := make([]byte, n)
+		for j := range b {
+			b[j] = byte(i*31 + j*7)
+		}
+		off, err := f.Append(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		whole = append(whole, b...)
+		exts = append(exts, extent{file: f, off: off, n: int64(n), check: i%2 == 1, crc: store.CRC32C(b)})
+	}
+	read := func(r *partReader, step int, from int64) ([]byte, error) {
+		var out []byte
+		for off := from; off < r.size; off += int64(step) {
+			b := make([]byte, min(int64(step), r.size-off))
+			if _, err := r.ReadAt(b, off); err != nil {
+				return out, err
+			}
+			out = append(out, b...)
+		}
+		return out, nil
+	}
+	r, err := newPartReader(exts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for _, step := range []int{1 << 20, 4096, 333, 65_536} {
+		wg.Go(func() {
+			got, err := read(r, step, 0)
+			if err != nil || !bytes.Equal(got, whole) {
+				t.Errorf("reads of %d bytes: %d bytes back (%v), want the part's %d", step, len(got), err, len(whole))
+			}
+		})
+	}
+	wg.Wait()
+	if got, err := read(r, 1000, 200_000); err != nil || !bytes.Equal(got, whole[200_000:]) {
+		t.Fatalf("a read from offset 200000: %v", err)
+	}
+
+	// A byte changed in the fourth extent (checked): a reader that starts
+	// past it, or reads in any pieces, fails at that extent's end.
+	flipByte(t, f.Name(), exts[3].off+1000)
+	for _, tc := range []struct {
+		step int
+		from int64
+	}{{1 << 20, 0}, {777, 0}, {4096, exts[3].off + 5000}} {
+		r, err := newPartReader(exts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := read(r, tc.step, tc.from)
+		if err == nil || !strings.Contains(err.Error(), "the spill file changed on disk") || !strings.Contains(err.Error(), f.Name()) {
+			t.Fatalf("reads of %d from %d over a changed byte: %v", tc.step, tc.from, err)
+		}
+		if end := exts[3].off + exts[3].n; tc.from+int64(len(got)) > end {
+			t.Fatalf("reads of %d from %d: %d bytes read past the changed extent's end, %d", tc.step, tc.from, len(got), end)
+		}
+		if _, err := r.ReadAt(make([]byte, 10), exts[4].off); err != nil {
+			t.Fatalf("a read of the next extent: %v", err)
+		}
+		if _, err := r.ReadAt(make([]byte, 10), exts[3].off+exts[3].n-10); err == nil {
+			t.Fatalf("a read of the changed extent's end after it failed: no error")
+		}
 	}
 }

@@ -3,6 +3,7 @@ package chunker
 import (
 	"bytes"
 	"fmt"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -17,10 +18,11 @@ import (
 // output fits coalesce_budget, and in the writer's spill file from the
 // first run that flushes before Close (the budget filled). At Close the
 // object is written in partition order: each partition's kept frames,
-// from every run, are merged into frames near frame_target_bytes (a
-// frame that is near it already is copied as it is; smaller ones are
-// decoded and encoded again as one), so the stored bytes and a reader's
-// GETs do not depend on how many runs the writer flushed. A spilled
+// from every run, are merged into frames near frame_target_bytes (an
+// encoded frame of at least half of it is copied as it is; runs of
+// smaller ones are decoded and encoded again as one), so the stored
+// bytes and a reader's GETs do not depend on how many runs the writer
+// flushed. A spilled
 // run's frames under half of frame_target_bytes, nearly all of them at
 // many partitions, are not encoded at all (raw): the spill takes their
 // rows' column buffers as a piece (frame.Accumulator.Piece), which Close
@@ -50,6 +52,7 @@ type keptFrame struct {
 	buf         *bytes.Buffer // in memory until spilled; nil after
 	raw         bool          // encoded without compression, to be merged
 	piece       bool          // a raw one kept as a piece (frame.Accumulator.Piece), not a frame
+	codec       string        // a frame's codec (frame.CodecName)
 	// unencoded: not a frame but a last-run frame's rows, kept as they
 	// are (raw, its length its logical bytes); nil for an encoded frame.
 	unencoded *keptRows
@@ -112,8 +115,12 @@ const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 // encoders merging the output frames, which the appender queues only
 // once it has appended the last frame to it.
 type keeper struct {
-	b       *budget // whether to spill, and the index capacity reserved
-	file    *spill.File
+	b    *budget // whether to spill, and the index capacity reserved
+	file *spill.File
+	// shared: the file's owners once an object's parts read it in place
+	// (its uploads and the keeper); nil until then, the keeper its only
+	// owner.
+	shared  *sharedFile
 	kept    []keptFrame
 	spilled int64 // bytes written to file
 	inMem   int   // kept frames in memory
@@ -126,6 +133,9 @@ type keeper struct {
 func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
 	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw, piece: r.piece}
+	if !r.piece {
+		f.codec = frame.CodecName(b)
+	}
 	if k.b.isSpilling() {
 		if mem, err = k.spillKept(); err != nil {
 			return mem, false, err
@@ -208,7 +218,37 @@ func (k *keeper) drop() {
 	}
 	k.kept = nil
 	k.inMem = 0
-	k.file.Remove()
+	if k.shared != nil {
+		k.shared.drop()
+		k.shared = nil
+	} else {
+		k.file.Remove()
+	}
+}
+
+// share returns the spill file as a file of more than one owner, the
+// keeper one of them.
+func (k *keeper) share() *sharedFile {
+	if k.shared == nil {
+		k.shared = &sharedFile{f: k.file}
+		k.shared.refs.Store(1)
+	}
+	return k.shared
+}
+
+// sharedFile is a spill file with more than one owner: removed when the
+// last one lets go of it.
+type sharedFile struct {
+	f    *spill.File
+	refs atomic.Int32
+}
+
+func (s *sharedFile) hold() { s.refs.Add(1) }
+
+func (s *sharedFile) drop() {
+	if s.refs.Add(-1) == 0 {
+		s.f.Remove()
+	}
 }
 
 // output ends a sorted writer's writing phase, every frame of it kept:
@@ -229,6 +269,11 @@ func (a *appender) output() {
 	}
 	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
 	a.fileIn = total
+	if a.fileMode {
+		for i := range jobs {
+			jobs[i].inPlace = jobs[i].pieces[0].inPlace(len(jobs[i].pieces))
+		}
+	}
 	// An object that will stay under one chunk is not streamed: a part
 	// streamed while its chunk fills is sent again whole when the chunk
 	// ends short, and the kept frames' bytes say now that it will.
@@ -277,14 +322,21 @@ func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, tot
 	for p := range partitions {
 		for _, i := range order[starts[p]:starts[p+1]] {
 			f := k.kept[i]
+			if f.complete(target) {
+				// An output frame as it is: merging it would decode it
+				// and encode it again (and, where the object goes to
+				// files, read and write bytes that can stay in place).
+				emit(p)
+				group, gbytes, gmem = []keptFrame{f}, f.bytes, f.memLength()
+				emit(p)
+				continue
+			}
 			if len(group) > 0 && gbytes+f.bytes > target+target/4 {
 				emit(p)
 			}
 			group = append(group, f)
 			gbytes += f.bytes
-			if f.buf != nil {
-				gmem += f.length
-			}
+			gmem += f.memLength()
 			if f.unencoded != nil {
 				gmem += f.unencoded.held
 			}
@@ -293,6 +345,28 @@ func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, tot
 	}
 	k.kept, k.inMem = nil, 0
 	return jobs, total
+}
+
+// inPlace reports whether a kept frame, alone in an output frame of n
+// kept frames, is that output frame as it is, in the spill file: encoded
+// with the writer's codec, not a piece, on disk.
+func (f keptFrame) inPlace(n int) bool {
+	return n == 1 && !f.raw && !f.piece && f.unencoded == nil && f.buf == nil
+}
+
+// complete reports whether a kept frame is an output frame as it is:
+// encoded with the writer's codec and at least half of target logical
+// bytes.
+func (f keptFrame) complete(target int64) bool {
+	return !f.raw && !f.piece && f.unencoded == nil && f.bytes >= target/2
+}
+
+// memLength is the bytes of the frame held in memory: its buffer's.
+func (f keptFrame) memLength() int64 {
+	if f.buf != nil {
+		return f.length
+	}
+	return 0
 }
 
 // pieceBytes returns the stored bytes of a kept frame: its buffer, or a
@@ -325,6 +399,11 @@ func pieceBytes(file *spill.File, k keptFrame) (*bytes.Buffer, error) {
 // decoded and encoded again as one frame (a raw piece alone is encoded
 // again too, to be compressed).
 func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
+	if j.inPlace {
+		k := j.pieces[0]
+		res.inPlace, res.stats, res.crc, res.crcSet = &k, frame.Stats{Rows: k.rows, Bytes: k.bytes}, k.crc, true
+		return nil
+	}
 	if len(j.pieces) == 1 && !j.pieces[0].raw {
 		k := j.pieces[0]
 		buf, err := pieceBytes(j.file, k)

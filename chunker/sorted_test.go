@@ -493,15 +493,22 @@ func TestSortedLastRunRowsMerged(t *testing.T) {
 				t.Fatalf("%d encoders: partition %d: %d rows back, want %d in write order", enc, p, len(got[p]), len(want[p]))
 			}
 		}
-		frames, logical := map[int]int64{}, map[int]int64{}
-		for _, f := range res.Frames {
+		// Pieces under half a frame are grouped up to 1.25 frames, and
+		// a frame of at least half one is kept as it is: a group ends
+		// under half a frame only where such a frame or the partition
+		// ends, so no two frames in a row are under half a frame.
+		half := o.FrameTargetBytes / 2
+		frames, logical, short := map[int]int64{}, map[int]int64{}, map[int]bool{}
+		for i, f := range res.Frames {
+			if short[f.Partition] && f.Bytes < half {
+				t.Fatalf("partition %d: frames %d and %d both under half of %d bytes: pieces of %d runs not merged", f.Partition, i-1, i, o.FrameTargetBytes, res.Runs)
+			}
+			short[f.Partition] = f.Bytes < half
 			frames[f.Partition]++
 			logical[f.Partition] += f.Bytes
 		}
 		for p, n := range frames {
-			// Pieces under half a frame are grouped up to 1.25 frames:
-			// every frame but the last holds more than 3/4 of one.
-			if most := logical[p]/(o.FrameTargetBytes*3/4) + 1; n > most {
+			if most := 2*(logical[p]/half) + 1; n > most {
 				t.Fatalf("partition %d: %d frames of %d bytes, want its pieces of %d runs merged into at most %d", p, n, logical[p], res.Runs, most)
 			}
 		}
