@@ -66,10 +66,11 @@ type image struct {
 // place is one extent of its own, checked against the CRC32C taken when
 // it was kept (check) as a request reads it.
 type extent struct {
-	file   *spill.File
-	off, n int64
-	check  bool
-	crc    uint32
+	file      *spill.File
+	off, n    int64
+	check     bool
+	crc       uint32
+	partition int // a checked one's, for its error
 }
 
 // toFile says whether a sorted writer's object goes to a file: its runs
@@ -183,7 +184,7 @@ func (a *appender) writeInPlace(k keptFrame) error {
 		defer bufPool.Put(buf)
 		return a.writeFile(buf.Bytes())
 	}
-	img.exts = append(img.exts, extent{file: a.keep.file, off: k.off, n: k.length, check: true, crc: k.crc})
+	img.exts = append(img.exts, extent{file: a.keep.file, off: k.off, n: k.length, check: true, crc: k.crc, partition: k.partition})
 	img.crc = crc32cCombine(img.crc, k.crc, k.length)
 	img.size += k.length
 	a.fileOutDone += k.length

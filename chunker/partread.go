@@ -103,10 +103,19 @@ func (e *partExtent) read(b []byte, rel int64) error {
 		e.sum = store.UpdateCRC32C(e.sum, b[e.checked-rel:])
 		e.checked = end
 		if end == e.n && e.sum != e.crc {
-			e.bad = fmt.Errorf("spill %s: frame at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
-				e.file.Name(), e.off, e.n, e.sum, e.crc)
+			e.bad = changedError{fmt.Sprintf("spill %s: frame of partition %d at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
+				e.file.Name(), e.partition, e.off, e.n, e.sum, e.crc)}
 			return e.bad
 		}
 	}
 	return nil
 }
+
+// changedError is a checked extent's bytes changed on disk: the request
+// reading it fails for good (store.ErrBodyChanged), as every later one
+// would.
+type changedError struct{ msg string }
+
+func (e changedError) Error() string { return e.msg }
+
+func (e changedError) Is(target error) bool { return target == store.ErrBodyChanged }

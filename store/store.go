@@ -32,6 +32,10 @@ var (
 	// written while another node was marked offline), versitygw for an
 	// upload that no longer exists.
 	ErrPartRejected = errors.New("part rejected")
+	// ErrBodyChanged: a request's body read back other bytes than were
+	// handed over (a file changed on disk). Sent again, it reads the same
+	// bytes: not retryable.
+	ErrBodyChanged = errors.New("body changed")
 )
 
 // Error is what implementations return for a failed request: the operation,

@@ -87,7 +87,7 @@ func classify(op, key string, err error) error {
 func retryable(status int, code string, err error) bool {
 	// The caller gave up: retrying would defy them. This check comes first
 	// because context.DeadlineExceeded also claims to be a net timeout.
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, store.ErrBodyChanged) {
 		return false
 	}
 	if retryableCode(code) {
