@@ -11,13 +11,15 @@ import (
 )
 
 // FileSink is a Sink that can take a sorted writer's object as sections
-// of a file rather than as chunks: the parts are sized by the object
+// of files rather than as chunks: the parts are sized by the object
 // (PlanParts) and read from disk by every request, so their size costs
-// no memory. A sorted writer whose runs spilled writes its object at
-// Close to a file in its spill directory (counted against the spill
-// limit), and hands each part over as soon as its bytes are on disk, so
-// that the uploads overlap the merge. Its methods come from the Sink's
-// one goroutine, like Emit.
+// no memory. A sorted writer whose runs spilled never writes its object
+// whole: the frames it takes as they are stay in its runs' file, and the
+// frames merged at Close go to a file of the object's own in its spill
+// directory (both counted against the spill limit). It hands each part
+// over, a reader of its extents in those files, as soon as its bytes are
+// on disk, so that the uploads overlap the merge. Its methods come from
+// the Sink's one goroutine, like Emit.
 type FileSink interface {
 	Sink
 	// FileParts reports whether the sink takes file sections now.
@@ -28,13 +30,15 @@ type FileSink interface {
 	// when the object cannot be stored in parts (too large); then nothing
 	// of it is handed over.
 	PlanParts(obj int, size int64) (parts int, first, least, most int64, err error)
-	// OwnFile hands object obj's file to the sink: release removes it, and
-	// the sink calls it once no part of the object will read it. Called
-	// before the object's first section.
+	// OwnFile hands object obj's files to the sink: release lets go of
+	// them (each is removed once nothing holds it), and the sink calls it
+	// once no part of the object will read them. Called before the
+	// object's first section.
 	OwnFile(obj int, release func())
 	// EmitSection hands over part (1-based, ascending) of object obj: a
-	// section of its file whose bytes are on disk, with CRC32C crc; last
-	// marks the object's final part. An error fails the writer.
+	// reader of its bytes, which are on disk, with CRC32C crc, for any
+	// number of requests; last marks the object's final part. An error
+	// fails the writer.
 	EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error
 	// SendRate is the bytes per second one connection sends a part at,
 	// as measured so far; 0 while unknown.
@@ -73,10 +77,11 @@ type extent struct {
 	partition int // a checked one's, for its error
 }
 
-// toFile says whether a sorted writer's object goes to a file: its runs
+// toFile says whether a sorted writer's object goes to files: its runs
 // spilled (its output is more than coalesce_budget and its bytes are on
 // disk already), the sink takes file sections, and the spill directory
-// has room for the object as well as the runs, and the object is more
+// has room for the object as well as the runs (at most the frames merged
+// at Close are written), and the object is more
 // than one chunk (one that fits a chunk is one put, or the upload already
 // prepared for it, fewer requests than a multipart upload of one part).
 // Otherwise it goes to chunks as any object.
@@ -116,18 +121,13 @@ func (a *appender) outputLeft() int64 {
 	return int64(float64(a.fileIn-a.fileInDone) * float64(a.fileOutDone) / float64(a.fileInDone))
 }
 
-// writeFile appends b to the object's file, starting it (and planning its
-// parts) on the object's first bytes, and hands over each part once it
-// is full and more bytes follow. A first part planned apart is cut at
-// its size. Each other part is cut as it fills, from what is known then
-// (partSize): the object's bytes from the part's start on (the bytes on
-// disk and outputLeft's estimate of those to come), the parts planned
-// for them, and the ratio of a connection's send rate to the merge's
-// rate, so that the parts come out the right size however far the first
+// writeFile appends b, bytes merged at Close, to the object's own file,
+// starting the object's image (and planning its parts) on its first
+// bytes, and hands over each part once it is full (partLimit) and more
+// bytes follow: parts come out the right size however far the first
 // estimate was off. The first part's connection takes the last part, so
 // the two count as one share: the last part is the first's size smaller
-// than the others. The last planned part takes the rest, up to the most
-// a part may hold.
+// than the others.
 func (a *appender) writeFile(b []byte) error {
 	img, err := a.startImage(int64(len(b)))
 	if err != nil {

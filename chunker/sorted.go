@@ -33,9 +33,11 @@ import (
 // rows stay in the run's arena (keptRows) until Close merges them.
 //
 // A spilled writer's object, over a sink that takes file sections
-// (FileSink), is written to a file in the spill directory rather than to
-// chunk buffers, and handed over in parts sized by the object, each as
-// soon as its bytes are on disk (image.go).
+// (FileSink), goes to files rather than to chunk buffers: its frames
+// taken as they are stay in the spill file, the merged ones are written
+// to a file of the object's own, and parts sized by the object read
+// their extents from both, each handed over as soon as its bytes are on
+// disk (image.go).
 //
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most the job queue's window of output
@@ -261,7 +263,7 @@ func (a *appender) output() {
 	}
 	est := a.keep.estimateStored()
 	if a.toFile(est) {
-		// The object goes to a file in parts sized by it (image.go),
+		// The object goes to files in parts sized by it (image.go),
 		// not to chunks: bounded by the spill limit, not by chunk_size x
 		// its 10,000 parts.
 		a.fileMode, a.fileEst, a.stream = true, est, nil

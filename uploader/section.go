@@ -94,16 +94,16 @@ func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least,
 	return parts, first, least, most, nil
 }
 
-// OwnFile gives object obj the file its sections are read from: release
+// OwnFile gives object obj the files its sections are read from: release
 // is called once, when the upload is over (completed, or aborted after
-// its parts in flight ended), and not before, so that the caller removes
-// the file only then. The caller hands the file over before its first
+// its parts in flight ended), and not before, so that the caller lets go
+// of the files only then. The caller hands the file over before its first
 // section, and never uses release itself once it has.
 func (s *Sink) OwnFile(obj int, release func()) { s.object(obj).ownFile(release) }
 
 // EmitSection hands over part (1-based, ascending) of object obj: body,
-// a section of the object's file complete on disk, whose CRC32C is crc.
-// last marks the object's final part. It does not block; it fails with
+// a reader of bytes complete on disk (each request reads it again), whose
+// CRC32C is crc. last marks the object's final part. It does not block; it fails with
 // the object's failure, or when the object takes no more parts.
 func (s *Sink) EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error {
 	return s.object(obj).submitSection(part, body, crc, last)
@@ -136,7 +136,7 @@ func (o *Upload) releaseFile() {
 	f.done()
 }
 
-// submitSection hands over part n, a section of the object's file. An
+// submitSection hands over part n, a reader of bytes on disk. An
 // object of sections is a multipart upload however many parts it has.
 func (o *Upload) submitSection(n int32, sec *io.SectionReader, crc uint32, last bool) error {
 	o.mu.Lock()
