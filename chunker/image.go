@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/spill"
@@ -50,13 +51,19 @@ type FileSink interface {
 // the object's own file, and the kept frames copied as they are left
 // where they are, in the writer's spill file.
 type image struct {
-	file        *spill.File // the object's own bytes
-	run         *sharedFile // the writer's spill file, held by the object's parts
-	planned     int         // parts planned
-	first       int64       // the first part's size when it is planned apart; 0 if not
-	least, most int64       // the smallest part but the last, the largest
-	size        int64       // the object's bytes so far
-	start       int64       // the current part's first byte
+	file *spill.File // the object's own bytes
+	// run is the writer's spill file, which the object holds from its
+	// first frame taken in place until the sink lets go of it (released):
+	// an object with none leaves the runs' file to be removed at Close.
+	run         *sharedFile
+	runMu       sync.Mutex
+	runHeld     bool
+	released    bool
+	planned     int   // parts planned
+	first       int64 // the first part's size when it is planned apart; 0 if not
+	least, most int64 // the smallest part but the last, the largest
+	size        int64 // the object's bytes so far
+	start       int64 // the current part's first byte
 	crc         uint32
 	exts        []extent // the current part's bytes
 	// cut is when the last part was handed over (the object's first
@@ -184,6 +191,12 @@ func (a *appender) writeInPlace(k keptFrame) error {
 		defer bufPool.Put(buf)
 		return a.writeFile(buf.Bytes())
 	}
+	img.runMu.Lock()
+	if !img.runHeld && !img.released {
+		img.run.hold()
+		img.runHeld = true
+	}
+	img.runMu.Unlock()
 	img.exts = append(img.exts, extent{file: a.keep.file, off: k.off, n: k.length, check: true, crc: k.crc, partition: k.partition})
 	img.crc = crc32cCombine(img.crc, k.crc, k.length)
 	img.size += k.length
@@ -192,8 +205,7 @@ func (a *appender) writeInPlace(k keptFrame) error {
 }
 
 // startImage starts the object's image on its first n bytes, planning
-// its parts, and returns it. The image holds the writer's spill file, for
-// the frames copied in place, until the sink lets go of the object.
+// its parts, and returns it.
 func (a *appender) startImage(n int64) (*image, error) {
 	if a.img != nil {
 		return a.img, nil
@@ -204,10 +216,15 @@ func (a *appender) startImage(n int64) (*image, error) {
 		return nil, err
 	}
 	img := &image{file: a.spillDir.Create(), run: a.keep.share(), planned: max(parts, 1), first: first, least: least, most: most, cut: time.Now()}
-	img.run.hold()
 	a.files.OwnFile(a.obj, func() {
 		img.file.Remove()
-		img.run.drop()
+		img.runMu.Lock()
+		img.released = true
+		held := img.runHeld
+		img.runMu.Unlock()
+		if held {
+			img.run.drop()
+		}
 	})
 	a.img = img
 	return img, nil

@@ -152,11 +152,11 @@ func TestSortedFileParts(t *testing.T) {
 			t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
 		}
 	}
-	// The runs' file stays too: the object's parts read the frames they
-	// copy in place from it.
-	if files := spillFiles(t, d); len(files) != 2 || d.Used() != res.Spilled+size-sink.inPlace[0] {
-		t.Fatalf("before the sink released it the spill holds %v, %d bytes counted; want the runs' file of %d bytes and the object's of %d (%d of its %d bytes in place)",
-			files, d.Used(), res.Spilled, size-sink.inPlace[0], sink.inPlace[0], size)
+	// Its pieces all merged, the object takes no frame in place: the
+	// runs' file went at Close, and the object's own file holds it all.
+	if files := spillFiles(t, d); sink.inPlace[0] != 0 || len(files) != 1 || d.Used() != size {
+		t.Fatalf("before the sink released it the spill holds %v, %d bytes counted (%d bytes in place); want the object's file of %d bytes",
+			files, d.Used(), sink.inPlace[0], size)
 	}
 	sink.release[0]()
 	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
