@@ -26,6 +26,7 @@ type fileSink struct {
 	// beforeRead, if set, runs before each section is read.
 	beforeRead func(obj int, part int32, body *io.SectionReader)
 	minPart    int64
+	maxPart    int64   // the most a part may hold; 0: 1 GiB
 	first      bool    // plan a first part of minPart apart
 	rate       float64 // SendRate's answer
 	// fileAtFirst is the object's file size when its first part was
@@ -55,13 +56,17 @@ func (s *fileSink) PlanParts(obj int, size int64) (int, int64, int64, int64, err
 	}
 	s.fmu.Lock()
 	defer s.fmu.Unlock()
-	part := max((size+3)/4, s.minPart)
+	most := s.maxPart
+	if most == 0 {
+		most = 1 << 30
+	}
+	part := min(max((size+3)/4, s.minPart), most)
 	s.sizes[obj], s.parts[obj] = size, s.minPart
 	parts := int((size + part - 1) / part)
 	if s.first && parts > 1 {
-		return parts + 1, s.minPart, s.minPart, 1 << 30, nil
+		return parts + 1, s.minPart, s.minPart, most, nil
 	}
-	return parts, 0, s.minPart, 1 << 30, nil
+	return parts, 0, s.minPart, most, nil
 }
 
 func (s *fileSink) OwnFile(obj int, release func()) {
@@ -84,6 +89,9 @@ func (s *fileSink) EmitSection(obj int, part int32, body *io.SectionReader, crc 
 	}
 	if !last && body.Size() < s.parts[obj] {
 		s.t.Errorf("object %d part %d: %d bytes, under the least a part takes, %d", obj, part, body.Size(), s.parts[obj])
+	}
+	if s.maxPart > 0 && body.Size() > s.maxPart {
+		s.t.Errorf("object %d part %d: %d bytes, over the most a part takes, %d", obj, part, body.Size(), s.maxPart)
 	}
 	s.sections[obj] = append(s.sections[obj], body.Size())
 	if r, _, _ := body.Outer(); r != nil {
@@ -369,6 +377,27 @@ func TestSortedFileInPlace(t *testing.T) {
 	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
 		t.Fatalf("after the release the spill holds %v (%d bytes counted)", files, d.Used())
 	}
+
+	// Parts of at most 2.5 frames: a frame that would take its part past
+	// that is read back and cut across two parts.
+	w, sink = newFileSorted(t, o, d)
+	sink.maxPart = 150_000
+	want = writeScattered(t, w, partitions, 200_000)
+	res, err = w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("parts of at most 150000 bytes: %v, %d bytes in place", sink.sections[0], sink.inPlace[0])
+	if n := len(sink.sections[0]); sink.inPlace[0] == 0 || n < int(res.Objects[0].Size/150_000) {
+		t.Fatalf("%d parts of at most 150000 bytes, %d bytes in place, for an object of %d", n, sink.inPlace[0], res.Objects[0].Size)
+	}
+	got = decodeAll(t, sink.memSink, res)
+	for p := range partitions {
+		if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+			t.Fatalf("parts of at most 150000 bytes: partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
+		}
+	}
+	sink.release[0]()
 
 	w, sink = newFileSorted(t, o, d)
 	flipped := false
