@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -39,6 +40,7 @@ type benchOptions struct {
 	readers       int
 	smallRows     string
 	smallOverLink bool
+	writeOnly     string
 	writers       string
 	logical       string
 	chunkSizes    string
@@ -129,6 +131,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.IntVar(&o.readers, "readers", 8, "partitions the durashuffle reader streams at once")
 	pf.StringVar(&o.smallRows, "small-rows", "128,8192", "small-batches: the two Write sizes in rows, small first")
 	pf.BoolVar(&o.smallOverLink, "small-over-link", false, "small-batches over the link instead of the null store")
+	pf.StringVar(&o.writeOnly, "write-contenders", "", "write: only these contenders, comma-separated (durashuffle, durashuffle-auto, durashuffle-spill-off, durashuffle-encode-only, sequential, transfermanager, manager); targets comparing one left out are not reported (default: all)")
 	pf.StringVar(&o.writers, "writers", "1,"+strconv.Itoa(runtime.NumCPU()), "encode: writer goroutine counts")
 	pf.StringVar(&o.logical, "logical", "1GiB,4GiB", "memory: logical output sizes")
 	pf.StringVar(&o.chunkSizes, "chunk-sizes", "5MiB,8MiB,100MB", "sweep: chunk sizes")
@@ -329,6 +332,16 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	if err != nil {
 		return nil, err
 	}
+	var writeOnly []string
+	if o.writeOnly != "" {
+		for _, n := range strings.Split(o.writeOnly, ",") {
+			n = strings.TrimSpace(n)
+			if !slices.Contains(bench.WriteContenders, n) {
+				return nil, usagef("--write-contenders: %q is not a contender of write; they are %s", n, strings.Join(bench.WriteContenders, ", "))
+			}
+			writeOnly = append(writeOnly, n)
+		}
+	}
 	writers, err := intList("--writers", o.writers)
 	if err != nil {
 		return nil, err
@@ -363,7 +376,7 @@ func (o *benchOptions) options(cfg durashuffle.Config) (*bench.Options, error) {
 	}
 	opts := &bench.Options{
 		Config: cfg, Latency: o.latency, ConnBandwidth: int64(o.connBandwidth), Rounds: o.rounds,
-		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink,
+		Stored: int64(o.stored), Readers: o.readers, SmallRows: small, SmallOverLink: o.smallOverLink, WriteContenders: writeOnly,
 		Writers: writers, Concurrencies: concs, ChunkSizes: chunks, Server: o.server, TLS: o.tls, Faults: faults,
 		PartitionCounts: partCounts, PartitionWriters: partWriters, RangeReaders: o.rangeReaders, WidePartitions: 2048,
 		FanShapes: fanShapes, FanMultiples: fanSizes, FanPartitions: o.fanParts, FanCoalesceBudget: o.fanBudget,

@@ -5,8 +5,10 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math"
 	"os"
 	"path/filepath"
@@ -40,6 +42,46 @@ func smokeOptions(t *testing.T) *Options {
 		MemLogical: []int64{8 << 20, 16 << 20}, ChunkSizes: []durashuffle.Size{5 * durashuffle.MiB}, Concurrencies: []int{2},
 		Data:   Data{Input: InputPool, Partitions: 8, WriteRows: 128, PoolRows: 8192, Producers: 2, Workers: 1, Seed: 1},
 		Runner: &Runner{Command: []string{os.Args[0], "-test.run=^$"}, Env: []string{ChildEnv + "=1"}, Stderr: os.Stderr},
+	}
+}
+
+// TestWriteContenders: write with WriteContenders runs only those
+// contenders, encodes no files for uploaders that do not run, and reports
+// only the targets whose contenders all ran.
+func TestWriteContenders(t *testing.T) {
+	ctx := context.Background()
+	o := smokeOptions(t)
+	o.WriteContenders = []string{Durashuffle, Sequential}
+	env, err := Start(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Close()
+	rep, err := env.Run(ctx, ScenarioWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, r := range rep.Results {
+		names = append(names, r.Name)
+	}
+	if strings.Join(names, ",") != "durashuffle,sequential" {
+		t.Fatalf("contenders %v, want durashuffle and sequential", names)
+	}
+	if _, err := os.Stat(filepath.Join(env.workDir, "encoded")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("files encoded for uploaders that did not run: %v", err)
+	}
+	var targets []string
+	for _, tg := range rep.Targets {
+		targets = append(targets, tg.Name)
+		for _, other := range []string{"auto", "spill-off", "transfermanager", "manager"} {
+			if strings.Contains(tg.Name, other) {
+				t.Fatalf("target %q compares a contender that did not run", tg.Name)
+			}
+		}
+	}
+	if !slices.Contains(targets, "durashuffle / sequential") || !slices.Contains(targets, "durashuffle upload phase / link limit") {
+		t.Fatalf("targets %v: want those of durashuffle and sequential", targets)
 	}
 }
 

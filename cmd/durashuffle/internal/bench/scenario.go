@@ -51,10 +51,13 @@ type Options struct {
 	Readers       int   // partitions read at once
 	SmallRows     []int // small-batches: rows per Write, small first
 	SmallOverLink bool  // small-batches over the link instead of the null store
-	Writers       []int // encode: writer goroutine counts
-	MemLogical    []int64
-	ChunkSizes    []durashuffle.Size
-	Concurrencies []int
+	// WriteContenders: write runs only these (names as in its report);
+	// empty: all of them.
+	WriteContenders []string
+	Writers         []int // encode: writer goroutine counts
+	MemLogical      []int64
+	ChunkSizes      []durashuffle.Size
+	Concurrencies   []int
 	// PartitionCounts and PartitionWriters are bench partitions' grid;
 	// RangeReaders the readers that read each stage back, each a
 	// contiguous range of partitions. Its targets compare WidePartitions

@@ -18,6 +18,26 @@ func (e *Env) data(stored int64, ratio float64) Data {
 	return d
 }
 
+// WriteContenders are write's contenders, in the order of its report.
+var WriteContenders = []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager}
+
+// encodeFiles writes the data objects durashuffle's writer produces for
+// d and cfg to local files (untimed): what transfermanager and manager
+// upload.
+func (e *Env) encodeFiles(ctx context.Context, cfg durashuffle.Config, d Data) ([]string, *Result, error) {
+	dir := filepath.Join(e.workDir, "encoded")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, nil, err
+	}
+	prep := e.job("encode-files", Durashuffle, e.query("encoded"), cfg, d)
+	prep.Files = []string{dir}
+	enc, err := e.o.Runner.Run(ctx, prep)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encode the data set to files: %w", err)
+	}
+	return enc.Keys, enc, nil
+}
+
 // runWrite: durashuffle against sequential and transfermanager. Over a
 // shaped link, durashuffle also runs with spill off, and on the null
 // store (durashuffle-encode-only): durashuffle's CPU less that one's is
@@ -36,31 +56,45 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	// The already-encoded bytes that transfermanager uploads: the data
-	// objects durashuffle's writer produces for the same rows and config.
-	dir := filepath.Join(e.workDir, "encoded")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	prep := e.job("encode-files", Durashuffle, e.query("encoded"), cfg, d)
-	prep.Files = []string{dir}
-	enc, err := e.o.Runner.Run(ctx, prep)
-	if err != nil {
-		return nil, fmt.Errorf("encode the data set to files: %w", err)
-	}
-	files := enc.Keys
-	defer func() {
-		for _, f := range files {
-			os.Remove(f)
-		}
-	}()
-
-	names := []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager}
+	names := slices.Clone(WriteContenders)
 	if e.Link.Addr == "" {
 		// Unshaped, CPU-bound: what auto costs next to lz4; the
 		// baselines say nothing more there.
 		names = []string{Durashuffle, DurashuffleAuto}
 	}
+	if only := e.o.WriteContenders; len(only) > 0 {
+		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(only, n) })
+		if len(names) == 0 {
+			return nil, fmt.Errorf("write: none of the contenders %v runs here (unshaped, only %s and %s run)", only, Durashuffle, DurashuffleAuto)
+		}
+	}
+	// ran says whether every contender named ran: a target of one that
+	// did not is left out, not reported missed.
+	ran := func(ns ...string) bool {
+		for _, n := range ns {
+			if !slices.Contains(names, n) {
+				return false
+			}
+		}
+		return true
+	}
+
+	// The already-encoded bytes that transfermanager uploads: the data
+	// objects durashuffle's writer produces for the same rows and config.
+	var files []string
+	var encoded *Result
+	if ran(TransferManager) || ran(Manager) {
+		files, encoded, err = e.encodeFiles(ctx, cfg, d)
+		if err != nil {
+			return nil, err
+		}
+		defer func() {
+			for _, f := range files {
+				os.Remove(f)
+			}
+		}()
+	}
+
 	rep.Results, err = e.rounds(ctx, names, func(name string, round int) *Job {
 		q := e.query("write", name, strconv.Itoa(round))
 		c := cfg
@@ -86,8 +120,8 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return j
 	}, func(name string, r *Result) {
 		if name == TransferManager || name == Manager {
-			r.LogicalBytes = enc.LogicalBytes
-			r.Rows = enc.Rows
+			r.LogicalBytes = encoded.LogicalBytes
+			r.Rows = encoded.Rows
 			r.finish(secondsDuration(r.Seconds))
 		}
 	})
@@ -105,44 +139,48 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 			}
 		}
 	}
+	// target adds t when every contender it compares ran.
+	target := func(t Target, contenders ...string) {
+		if ran(contenders...) {
+			rep.Targets = append(rep.Targets, t)
+		}
+	}
 	// The checksums' share of the writer's CPU.
 	if w := ds.writerCPU(); w > 0 {
-		rep.Targets = append(rep.Targets, atMost("durashuffle CRC32C / writer CPU", ds.CPUByStage[StageCRC32C]/w, 0.03))
+		target(atMost("durashuffle CRC32C / writer CPU", ds.CPUByStage[StageCRC32C]/w, 0.03), Durashuffle)
 	}
 	if e.Link.Addr == "" {
-		rep.Targets = append(rep.Targets, atMost("durashuffle-auto time / durashuffle (lz4) time, unshaped", ratio(auto.Seconds, ds.Seconds), 1.05))
+		target(atMost("durashuffle-auto time / durashuffle (lz4) time, unshaped", ratio(auto.Seconds, ds.Seconds), 1.05), Durashuffle, DurashuffleAuto)
 		return rep, nil
 	}
 	off, enc := find(rep.Results, DurashuffleSpillOff), find(rep.Results, DurashuffleEncodeOnly)
 	seq, tm, mgr := find(rep.Results, Sequential), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if limit > 0 {
-		rep.Targets = append(rep.Targets,
-			atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95),
-			atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0),
-			atLeast("durashuffle-spill-off / link limit", ratio(off.StoredBytesPerS, limit), 0.95),
-			// A spilling writer uploads from Commit on: its stored bytes
-			// over the time after its input, and over its upload phase
-			// (first part byte to last), against the link.
-			atLeast("durashuffle stored / (time after input) / link limit", ds.AfterInputLinkFraction, 0.95),
-			atLeast("durashuffle upload phase / link limit", ds.UploadLinkFraction, 0.95))
+		target(atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95), Durashuffle)
+		target(atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0), DurashuffleAuto)
+		target(atLeast("durashuffle-spill-off / link limit", ratio(off.StoredBytesPerS, limit), 0.95), DurashuffleSpillOff)
+		// A spilling writer uploads from Commit on: its stored bytes
+		// over the time after its input, and over its upload phase
+		// (first part byte to last), against the link.
+		target(atLeast("durashuffle stored / (time after input) / link limit", ds.AfterInputLinkFraction, 0.95), Durashuffle)
+		target(atLeast("durashuffle upload phase / link limit", ds.UploadLinkFraction, 0.95), Durashuffle)
 	}
-	rep.Targets = append(rep.Targets,
-		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
-		atLeast("durashuffle / manager", ratio(ds.StoredBytesPerS, mgr.StoredBytesPerS), 1.0),
-		atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0),
-		atLeast("durashuffle-spill-off / transfermanager", ratio(off.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
-		atLeast("durashuffle-spill-off / manager", ratio(off.StoredBytesPerS, mgr.StoredBytesPerS), 1.0))
+	target(atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0), Durashuffle, TransferManager)
+	target(atLeast("durashuffle / manager", ratio(ds.StoredBytesPerS, mgr.StoredBytesPerS), 1.0), Durashuffle, Manager)
+	target(atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0), Durashuffle, Sequential)
+	target(atLeast("durashuffle-spill-off / transfermanager", ratio(off.StoredBytesPerS, tm.StoredBytesPerS), 1.0), DurashuffleSpillOff, TransferManager)
+	target(atLeast("durashuffle-spill-off / manager", ratio(off.StoredBytesPerS, mgr.StoredBytesPerS), 1.0), DurashuffleSpillOff, Manager)
 	// What the upload costs durashuffle (its CPU less the same write's on
 	// the null store) against all that manager spends uploading the same
 	// bytes, each per GiB stored.
 	if m := cpuPerGiB(mgr.CPUSeconds, mgr.StoredBytes); m > 0 && ds.StoredBytes > 0 {
 		upload := (ds.CPUSeconds - enc.CPUSeconds) / (float64(ds.StoredBytes) / (1 << 30))
-		rep.Targets = append(rep.Targets, atMost("durashuffle upload CPU per GiB stored / manager's", upload/m, 1.5))
+		target(atMost("durashuffle upload CPU per GiB stored / manager's", upload/m, 1.5), Durashuffle, DurashuffleEncodeOnly, Manager)
 		// The same from durashuffle's own profile: the stages only the
 		// upload runs (TLS, HTTP and the SDK, the checksums), free of the
 		// noise of two children's totals and of what spilling adds.
 		sent := ds.CPUByStage[StageTLS] + ds.CPUByStage[StageHTTP] + ds.CPUByStage[StageCRC32C]
-		rep.Targets = append(rep.Targets, atMost("durashuffle tls+http+crc32c CPU per GiB stored / manager's", cpuPerGiB(sent, ds.StoredBytes)/m, 1.5))
+		target(atMost("durashuffle tls+http+crc32c CPU per GiB stored / manager's", cpuPerGiB(sent, ds.StoredBytes)/m, 1.5), Durashuffle, Manager)
 	}
 	return rep, nil
 }
