@@ -173,7 +173,7 @@ func (a *appender) appendFrame(r encoded) error {
 	var b []byte
 	length, codec := int64(0), ""
 	if r.inPlace != nil {
-		length, codec = r.inPlace.length, r.inPlace.codec
+		length, codec = r.inPlace.length, keptCodec(r.inPlace.codec)
 	} else {
 		b = r.buf.Bytes()
 		length, codec = int64(len(b)), frame.CodecName(b)

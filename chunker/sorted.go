@@ -22,15 +22,15 @@ import (
 // encoded frame of at least half of it is copied as it is; runs of
 // smaller ones are decoded and encoded again as one), so the stored
 // bytes and a reader's GETs do not depend on how many runs the writer
-// flushed. A spilled
-// run's frames under half of frame_target_bytes, nearly all of them at
-// many partitions, are not encoded at all (raw): the spill takes their
-// rows' column buffers as a piece (frame.Accumulator.Piece), which Close
-// copies into the merged frame as they are, so their bytes are
-// compressed once, at Close, and no IPC frame is built for them nor
-// parsed back, at the cost of spilling about the logical bytes. The last
-// run's small frames, after spilled ones, are not encoded either: their
-// rows stay in the run's arena (keptRows) until Close merges them.
+// flushed. A spilled run's frames under half of frame_target_bytes,
+// nearly all of them at many partitions, are not encoded at all (raw):
+// the spill takes their rows' column buffers as a piece
+// (frame.Accumulator.Piece), which Close copies into the merged frame as
+// they are, so their bytes are compressed once, at Close, and no IPC
+// frame is built for them nor parsed back, at the cost of spilling about
+// the logical bytes. The last run's small frames, after spilled ones,
+// are not encoded either: their rows stay in the run's arena (keptRows)
+// until Close merges them.
 //
 // A spilled writer's object, over a sink that takes file sections
 // (FileSink), goes to files rather than to chunk buffers: its frames
@@ -54,7 +54,7 @@ type keptFrame struct {
 	buf         *bytes.Buffer // in memory until spilled; nil after
 	raw         bool          // encoded without compression, to be merged
 	piece       bool          // a raw one kept as a piece (frame.Accumulator.Piece), not a frame
-	codec       string        // a frame's codec (frame.CodecName)
+	codec       byte          // a frame's first header byte, its codec (keptCodec)
 	// unencoded: not a frame but a last-run frame's rows, kept as they
 	// are (raw, its length its logical bytes); nil for an encoded frame.
 	unencoded *keptRows
@@ -135,8 +135,8 @@ type keeper struct {
 func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	b := r.buf.Bytes()
 	f := keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: store.CRC32C(b), length: int64(len(b)), raw: r.raw, piece: r.piece}
-	if !r.piece {
-		f.codec = frame.CodecName(b)
+	if !r.piece && len(b) > 0 {
+		f.codec = b[0]
 	}
 	if k.b.isSpilling() {
 		if mem, err = k.spillKept(); err != nil {
@@ -347,6 +347,14 @@ func (k *keeper) outputJobs(partitions int, target int64) (jobs []encodeJob, tot
 	}
 	k.kept, k.inMem = nil, 0
 	return jobs, total
+}
+
+// keptCodec is the codec name (frame.CodecName) of a kept frame whose
+// first header byte is c.
+func keptCodec(c byte) string {
+	var hdr [frame.HeaderSize]byte
+	hdr[0] = c
+	return frame.CodecName(hdr[:])
 }
 
 // inPlace reports whether a kept frame, alone in an output frame of n
