@@ -26,7 +26,13 @@ func TestLostAnswers(t *testing.T) {
 			t.Run(op, func(t *testing.T) {
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 				defer cancel()
-				env := newEnv(t, e, baseConfig(), faultproxy.Spec{Truncate: 0.5, Seed: 1, Ops: []string{op}})
+				// With half the answers cut, a request gives up after all
+				// its attempts once in 2^attempts: 16 attempts make a
+				// worker that never hears back once in 65,536, where the
+				// default 8 failed one of eight workers once in 32 runs.
+				cfg := baseConfig()
+				cfg.Store.RetryMaxAttempts = 16
+				env := newEnv(t, e, cfg, faultproxy.Spec{Truncate: 0.5, Seed: 1, Ops: []string{op}})
 				// Eight multipart objects: with half the answers cut, the chance
 				// that none of their Completes is cut is 1 in 256.
 				s := stage{query: "lost-" + op, workers: 8, partitions: 8, rows: 800_000, seed: 9, attempt: "a"}
