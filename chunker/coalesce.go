@@ -115,6 +115,13 @@ type pbuf struct {
 // pbuf, counted against coalesce_budget from the start.
 const pbufSize = int64(unsafe.Sizeof(pbuf{}))
 
+// copiedUnder: a batch under frame_target_bytes / copiedUnder logical
+// bytes (64 KiB by default) is copied into the run's arena, where its
+// rows cost their bytes; a larger one is retained as it is, where the Go
+// objects of its arrays (a few KiB) are a small share and copying it
+// would cost more than it saves.
+const copiedUnder = 16
+
 // itemSize is what each item costs in its frame's list.
 const itemSize = int64(unsafe.Sizeof(item{}))
 
@@ -185,7 +192,7 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 	if len(f.items) == 0 {
 		c.unflushed++ // both ways below give f an item
 	}
-	if !(size < c.frameTarget/4 && c.copyRows(f, rec, size)) {
+	if !(size < c.frameTarget/copiedUnder && c.copyRows(f, rec, size)) {
 		if perByte == 0 {
 			perByte = heldPerLogical(rec)
 		}
