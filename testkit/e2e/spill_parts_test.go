@@ -48,10 +48,10 @@ func checkRows(t *testing.T, c *durashuffle.Client, query string, partitions, n 
 // TestSpillPartsSizedByObject: a writer whose runs spilled stores its
 // object in about upload_concurrency parts (the object's size split
 // evenly, behind a first part of S3's least, 5 MiB), not one part per
-// chunk_size, each streamed from the object's
-// file in spill_dir: the pool takes no chunk buffer for it, the
-// UploadParts are the parts stored, every row reads back with its bytes,
-// and spill_dir is empty after Commit.
+// chunk_size, each read from disk (its frames, 256 KiB and more, taken
+// in place from the runs' file in spill_dir): the pool takes no chunk
+// buffer for it, the UploadParts are the parts stored, every row reads
+// back with its bytes, and spill_dir is empty after Commit.
 func TestSpillPartsSizedByObject(t *testing.T) {
 	const (
 		partitions = 8
