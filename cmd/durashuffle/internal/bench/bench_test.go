@@ -45,22 +45,30 @@ func smokeOptions(t *testing.T) *Options {
 	}
 }
 
-// TestWriteContenders: write with WriteContenders runs only those
-// contenders, encodes no files for uploaders that do not run, and reports
-// only the targets whose contenders all ran.
-func TestWriteContenders(t *testing.T) {
+// runScenario starts an Env with o and runs scenario in it; the Env is
+// closed when the test ends.
+func runScenario(t *testing.T, o *Options, scenario string) (*Env, *Report) {
+	t.Helper()
 	ctx := context.Background()
-	o := smokeOptions(t)
-	o.WriteContenders = []string{Durashuffle, Sequential}
 	env, err := Start(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Close()
-	rep, err := env.Run(ctx, ScenarioWrite)
+	t.Cleanup(env.Close)
+	rep, err := env.Run(ctx, scenario)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return env, rep
+}
+
+// TestWriteContenders: write with WriteContenders runs only those
+// contenders, encodes no files for uploaders that do not run, and reports
+// only the targets whose contenders all ran.
+func TestWriteContenders(t *testing.T) {
+	o := smokeOptions(t)
+	o.WriteContenders = []string{Durashuffle, Sequential}
+	env, rep := runScenario(t, o, ScenarioWrite)
 	var names []string
 	for _, r := range rep.Results {
 		names = append(names, r.Name)
@@ -89,17 +97,8 @@ func TestWriteContenders(t *testing.T) {
 // path cannot rot; it asserts shape, not speed (speed is what `make
 // bench` measures).
 func TestSmokeWrite(t *testing.T) {
-	ctx := context.Background()
 	o := smokeOptions(t)
-	env, err := Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	rep, err := env.Run(ctx, ScenarioWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rep := runScenario(t, o, ScenarioWrite)
 	b, err := json.Marshal(rep)
 	if err != nil {
 		t.Fatal(err)
@@ -340,22 +339,13 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 // requests, bounds) is consistent, and the progress bars count every run;
 // no time is asserted.
 func TestSmokePartitions(t *testing.T) {
-	ctx := context.Background()
 	o := smokeOptions(t)
 	o.Stored = 4 << 20
 	o.Rounds = 2
 	o.PartitionCounts, o.PartitionWriters, o.RangeReaders, o.WidePartitions = []int{8, 64}, []int{1, 2}, 4, 64
 	rec := &recorder{}
 	o.Runner.Watch = rec
-	env, err := Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	rep, err := env.Run(ctx, ScenarioPartitions)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rep := runScenario(t, o, ScenarioPartitions)
 	var cells []string
 	for _, r := range rep.Partitions {
 		cells = append(cells, r.name())
@@ -507,21 +497,12 @@ func TestSmokePartitions(t *testing.T) {
 // writes both profiles, named by job and run, and the heap profile is a
 // pprof profile with in-use samples.
 func TestChildProfiles(t *testing.T) {
-	ctx := context.Background()
 	o := smokeOptions(t)
 	o.Stored = 4 << 20
 	dir := t.TempDir()
 	o.Runner.CPUProfile = filepath.Join(dir, "cpu")
 	o.Runner.MemProfile = filepath.Join(dir, "heap")
-	env, err := Start(ctx, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer env.Close()
-	rep, err := env.Run(ctx, ScenarioEncode)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, rep := runScenario(t, o, ScenarioEncode)
 	// The profiles kept are the ones the CPU by stage came from.
 	for _, r := range rep.Results {
 		if len(r.CPUByStage) == 0 {
