@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"reflect"
 	"strings"
 
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/google/pprof/profile"
 )
 
@@ -35,11 +38,18 @@ const (
 var Stages = []string{StageCodec, StageCRC32C, StageTLS, StageHTTP, StageSpillIO, StageArena, StageGather,
 	StageIPC, StageValidate, StageGC, StageAlloc, StageOther, StageInput}
 
-const (
-	lib    = "github.com/durashuffle/durashuffle"
-	engine = lib + "/internal/"
-	arena  = engine + "frame.(*Arena)."
-	accum  = engine + "frame.(*Accumulator)."
+const lib = "github.com/durashuffle/durashuffle"
+
+// The packages whose functions the rules name, taken from their types,
+// so that the rules follow a package that moves.
+var (
+	chunkerPkg = reflect.TypeFor[chunker.Writer]().PkgPath() + "."
+	framePkg   = reflect.TypeFor[frame.Arena]().PkgPath() + "."
+	// spill is internal to the library: named, as no type of it is
+	// importable here.
+	spillPkg = lib + "/internal/spill."
+	arena    = framePkg + "(*Arena)."
+	accum    = framePkg + "(*Accumulator)."
 )
 
 // stageRule gives a stage to the functions whose names start with one of
@@ -73,15 +83,15 @@ var stageRules = []stageRule{
 	// The SDK's SigV4 hashing (SHA-256, HMAC) is signing: http.
 	{stage: StageTLS, prefixes: []string{"crypto/", "vendor/golang.org/x/crypto/"}, notUnder: []string{"github.com/aws/"}},
 	{stage: StageHTTP, prefixes: []string{"net.", "net/", "vendor/golang.org/x/net/", "golang.org/x/net/", "github.com/aws/"}},
-	{stage: StageSpillIO, prefixes: []string{engine + "spill."}},
+	{stage: StageSpillIO, prefixes: []string{spillPkg}},
 	{stage: StageArena, prefixes: []string{arena}},
 	// An Arena is Accumulators in segments: its own copy is arena copy.
 	{stage: StageGather, prefixes: []string{accum}, notUnder: []string{arena}},
 	// Before ipc, which would take the frame package's validators.
-	{stage: StageValidate, prefixes: []string{engine + "chunker.ValidateBatch", engine + "chunker.validate", engine + "frame.validate"}},
+	{stage: StageValidate, prefixes: []string{chunkerPkg + "ValidateBatch", chunkerPkg + "validate", framePkg + "validate"}},
 	// The rest of the frame package, but not the helpers an Accumulator
 	// copies with (growCol and the like), which are gather or arena copy.
-	{stage: StageIPC, prefixes: []string{"github.com/apache/arrow-go/v18/arrow/ipc.", engine + "frame."}, notUnder: []string{arena, accum}},
+	{stage: StageIPC, prefixes: []string{"github.com/apache/arrow-go/v18/arrow/ipc.", framePkg}, notUnder: []string{arena, accum}},
 	{stage: StageInput, prefixes: []string{lib + "/cmd/durashuffle/internal/bench.", lib + "/testkit/demo."}},
 	// What the collector does, wherever it runs: background marking,
 	// assists, sweeping, scavenging, write barriers.

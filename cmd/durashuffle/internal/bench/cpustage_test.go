@@ -53,8 +53,8 @@ func stagedProfile(samples []stagedSample) *profile.Profile {
 func TestCPUByStage(t *testing.T) {
 	const (
 		bench   = lib + "/cmd/durashuffle/internal/bench."
-		frame   = engine + "frame."
-		chunker = engine + "chunker."
+		frame   = "github.com/durashuffle/durashuffle/chunker/frame."
+		chunker = "github.com/durashuffle/durashuffle/chunker."
 		sdk     = "github.com/aws/aws-sdk-go-v2/"
 	)
 	// The engine's writer path under the harness's feeding goroutine.
@@ -107,7 +107,7 @@ func TestCPUByStage(t *testing.T) {
 		// Validation of a batch, arrow accessors below: validate.
 		{1, stack([]string{"github.com/apache/arrow-go/v18/arrow/array.(*String).ValueOffsets", chunker + "validateOffsets[...]", chunker + "validateColumn", chunker + "ValidateBatch"}, write)},
 		// A spill file's write system call: spill io.
-		{1, []string{"syscall.Syscall", "internal/poll.(*FD).Write", "os.(*File).Write", engine + "spill.(*File).Append", chunker + "(*Writer).flushRun"}},
+		{1, []string{"syscall.Syscall", "internal/poll.(*FD).Write", "os.(*File).Write", lib + "/internal/spill.(*File).Append", chunker + "(*Writer).flushRun"}},
 	}
 	p := stagedProfile(samples)
 	path := filepath.Join(t.TempDir(), "cpu.pprof")
