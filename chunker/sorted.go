@@ -361,14 +361,20 @@ func keptCodec(c byte) string {
 // kept frames, is that output frame as it is, in the spill file: encoded
 // with the writer's codec, not a piece, on disk.
 func (f keptFrame) inPlace(n int) bool {
-	return n == 1 && !f.raw && !f.piece && f.unencoded == nil && f.buf == nil
+	return n == 1 && f.encoded() && f.buf == nil
 }
 
 // complete reports whether a kept frame is an output frame as it is:
 // encoded with the writer's codec and at least half of target logical
 // bytes.
 func (f keptFrame) complete(target int64) bool {
-	return !f.raw && !f.piece && f.unencoded == nil && f.bytes >= target/2
+	return f.encoded() && f.bytes >= target/2
+}
+
+// encoded reports whether a kept frame is a frame encoded with the
+// writer's codec: not raw, not a piece, not rows.
+func (f keptFrame) encoded() bool {
+	return !f.raw && !f.piece && f.unencoded == nil
 }
 
 // memLength is the bytes of the frame held in memory: its buffer's.
