@@ -2,7 +2,10 @@ package faulttest
 
 import (
 	"context"
+	"io/fs"
 	"math/rand/v2"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,9 +70,18 @@ func sumOf(b []byte) uint64 {
 // writeSpilled writes spilledRows rows as worker 0 of query and commits.
 func writeSpilled(ctx context.Context, t *testing.T, c *durashuffle.Client, query string) *manifest.Worker {
 	t.Helper()
-	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Worker: "0", Partitions: 8})
+	m, err := writeSpilledRows(ctx, c, query)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return m
+}
+
+// writeSpilledRows is writeSpilled, returning its error.
+func writeSpilledRows(ctx context.Context, c *durashuffle.Client, query string) (*manifest.Worker, error) {
+	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Worker: "0", Partitions: 8})
+	if err != nil {
+		return nil, err
 	}
 	blob := make([]byte, 1024)
 	for lo := 0; lo < spilledRows; lo += 256 {
@@ -84,14 +96,11 @@ func writeSpilled(ctx context.Context, t *testing.T, c *durashuffle.Client, quer
 		err := w.Write((lo/256)%8, rec)
 		rec.Release()
 		if err != nil {
-			t.Fatal(err)
+			w.Abort()
+			return nil, err
 		}
 	}
-	m, err := w.Commit(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return w.Commit(ctx)
 }
 
 // checkSpilled reads query back: every row once, with its blob.
@@ -190,4 +199,66 @@ func TestSpilledPartHedged(t *testing.T) {
 		}
 		checkSpilled(ctx, t, env.client, "spill-hedged")
 	})
+}
+
+// TestSpilledPartStalledCancelled: a commit whose upload stalls on a part
+// read from the runs' spill file, and whose caller gives up, fails: no
+// manifest, object or open upload of it is left, its spill files are
+// removed, a stage committed before reads back unchanged, and the next
+// writer of the same client commits.
+func TestSpilledPartStalledCancelled(t *testing.T) {
+	onMinIO(t, func(t *testing.T, e testenv.Endpoint) {
+		cfg := spillConfig(baseConfig(), t)
+		env := newEnv(t, e, cfg, faultproxy.Spec{})
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		writeSpilled(ctx, t, env.client, "spill-kept")
+		env.proxies[0].Stall(faultproxy.Stall{Op: "UploadPart", Nth: 1, Part: 2, Delay: stallFor})
+		cctx, ccancel := context.WithTimeout(ctx, 3*time.Second)
+		_, err := writeSpilledRows(cctx, env.client, "spill-stalled")
+		ccancel()
+		if err == nil {
+			t.Fatal("a commit whose part stalled past its caller's deadline committed")
+		}
+		t.Logf("commit with part 2 stalled: %.300s", err)
+		prefix := env.client.Layout().StagePrefix("spill-stalled", 0)
+		left := func() bool {
+			ups, err := env.direct.ListUploads(ctx, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs, _, err := env.direct.List(ctx, prefix, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(ups) != 0 || len(objs) != 0 || len(spillFilesUnder(t, cfg.Write.SpillDir)) != 0
+		}
+		for deadline := time.Now().Add(30 * time.Second); left(); time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("30 s after the cancelled commit an upload, object or spill file of it is left (spill files %v)", spillFilesUnder(t, cfg.Write.SpillDir))
+			}
+		}
+		checkSpilled(ctx, t, env.client, "spill-kept")
+		writeSpilled(ctx, t, env.client, "spill-next")
+		checkSpilled(ctx, t, env.client, "spill-next")
+	})
+}
+
+// spillFilesUnder lists the spill files (*.spill) under dir.
+func spillFilesUnder(t *testing.T, dir string) []string {
+	t.Helper()
+	var out []string
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".spill") {
+			out = append(out, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
 }
