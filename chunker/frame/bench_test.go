@@ -2,11 +2,16 @@ package frame
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/pierrec/lz4/v4"
 
 	"github.com/durashuffle/durashuffle/testkit/demo"
 )
@@ -123,4 +128,90 @@ func BenchmarkConcat(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkFrameRows measures what a frame's row count costs in stored
+// bytes and encoding time: the rows of four of 2,048 partitions (the
+// demo's wide shape, where each of 4 writers holds about 244 rows of a
+// partition) encoded as frames of 244, 977 and 7,652 rows, with each
+// codec, and with LZ4's high-compression mode (the same block format, so
+// readable as lz4 frames; not a codec the writer offers) at two search
+// depths for comparison. MB/s is logical bytes encoded, IPC included.
+func BenchmarkFrameRows(b *testing.B) {
+	const partitions = 2048
+	bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	acc, _ := NewAccumulator(demo.Schema())
+	for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 4 * 1024 * partitions}, 8192) {
+		for _, p := range bt.Batch(r, nil) {
+			if p.Partition < 4 {
+				if err := acc.Append(p.Record); err != nil {
+					b.Fatal(err)
+				}
+			}
+			p.Record.Release()
+		}
+	}
+	bt.Release()
+	rows := acc.Finish()
+	defer rows.Release()
+	for _, n := range []int64{244, 977, 7652} {
+		var frames []arrow.RecordBatch
+		var logical int64
+		for lo := int64(0); lo+n <= rows.NumRows(); lo += n {
+			s := rows.NewSlice(lo, lo+n)
+			frames = append(frames, s)
+			logical += LogicalSize(s)
+		}
+		for _, c := range []string{LZ4, ZstdFastest, Zstd, "lz4hc-16", "lz4hc-512"} {
+			b.Run(fmt.Sprintf("rows=%d/%s", n, c), func(b *testing.B) {
+				codec, depth := c, 0
+				if d, ok := strings.CutPrefix(c, "lz4hc-"); ok {
+					codec, depth = None, atoi(b, d)
+				}
+				enc, err := NewEncoder(demo.Schema(), codec, memory.DefaultAllocator)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer enc.Close()
+				hc := lz4.CompressorHC{Level: lz4.CompressionLevel(depth)}
+				var buf bytes.Buffer
+				var dst []byte
+				var stored int64
+				b.SetBytes(logical)
+				for b.Loop() {
+					stored = 0
+					for _, f := range frames {
+						buf.Reset()
+						if _, err := enc.Encode(&buf, []arrow.RecordBatch{f}); err != nil {
+							b.Fatal(err)
+						}
+						if depth == 0 {
+							stored += int64(buf.Len())
+							continue
+						}
+						msgs := buf.Bytes()[HeaderSize:]
+						dst = slices.Grow(dst[:0], lz4.CompressBlockBound(len(msgs)))[:lz4.CompressBlockBound(len(msgs))]
+						k, err := hc.CompressBlock(msgs, dst)
+						if err != nil || k == 0 {
+							b.Fatalf("lz4 hc of %d bytes: %d, %v", len(msgs), k, err)
+						}
+						stored += int64(HeaderSize + k)
+					}
+				}
+				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
+			})
+		}
+		releaseAll(frames)
+	}
+}
+
+func atoi(b *testing.B, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
