@@ -115,12 +115,34 @@ type pbuf struct {
 // pbuf, counted against coalesce_budget from the start.
 const pbufSize = int64(unsafe.Sizeof(pbuf{}))
 
-// copiedUnder: a batch under frame_target_bytes / copiedUnder logical
-// bytes (64 KiB by default) is copied into the run's arena, where its
-// rows cost their bytes; a larger one is retained as it is, where the Go
-// objects of its arrays (a few KiB) are a small share and copying it
-// would cost more than it saves.
+// copiedUnder: a batch of frame_target_bytes / copiedUnder logical bytes
+// (64 KiB by default) or more is retained as it is, where the Go objects
+// of its arrays (a few KiB) are a small share and copying it would cost
+// more than it saves. A smaller one is retained too when that holds at
+// most half again its logical bytes (retains), and is copied into the
+// run's arena otherwise, where its rows cost only their bytes: a batch
+// of a few rows, whose arrays' Go objects outweigh it, or a slice of a
+// caller's batch with much spare capacity, whose buffers it would keep.
+// Copying costs two more passes over the rows (into the arena, and out
+// of it into their frame) through memory the size of the run, and a
+// frame of arena rows waits for its run, where a frame of retained
+// batches is encoded as soon as it is full.
 const copiedUnder = 16
+
+// retains reports whether a batch of size logical bytes under
+// frame_target_bytes / copiedUnder is retained rather than copied: when
+// what retaining it is charged (its buffers' share, perByte per logical
+// byte, 0 if not known yet, and objects for its Go objects) is at most
+// 1.5 times size. perByte is returned, measured if it was not known.
+func retains(rec arrow.RecordBatch, size, objects int64, perByte float64) (bool, float64) {
+	if 2*objects >= size {
+		return false, perByte // held is at least size + objects
+	}
+	if perByte == 0 {
+		perByte = heldPerLogical(rec)
+	}
+	return float64(size)*perByte+float64(objects) <= 1.5*float64(size), perByte
+}
 
 // itemSize is what each item costs in its frame's list.
 const itemSize = int64(unsafe.Sizeof(item{}))
@@ -192,12 +214,19 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 	if len(f.items) == 0 {
 		c.unflushed++ // both ways below give f an item
 	}
-	if !(size < c.frameTarget/copiedUnder && c.copyRows(f, rec, size)) {
+	objects := objectsHeld(rec)
+	copied := false
+	if size < c.frameTarget/copiedUnder {
+		var keep bool
+		keep, perByte = retains(rec, size, objects, perByte)
+		copied = !keep && c.copyRows(f, rec, size)
+	}
+	if !copied {
 		if perByte == 0 {
 			perByte = heldPerLogical(rec)
 		}
 		rec.Retain()
-		h := int64(float64(size)*perByte) + objectsHeld(rec) + itemSize
+		h := int64(float64(size)*perByte) + objects + itemSize
 		f.items = append(f.items, item{rec: rec})
 		f.held += h
 		c.buffered += h

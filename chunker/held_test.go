@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/testkit/demo"
 )
 
 func TestAllocSize(t *testing.T) {
@@ -158,4 +159,83 @@ func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {
 			t.Fatalf("a retained batch occupying %d bytes under a %d budget: %d runs, want 1", occupied(rec), budget, runs)
 		}
 	})
+}
+
+// TestSmallBatchesRetainedOrCopied checks which batches under a
+// sixteenth of frame_target_bytes the writer retains and which it copies
+// into the run's arena, on the demo's rows (16 columns, about 5.6 KiB of
+// Go objects per batch): slices of an exactly sized batch are retained
+// from 128 rows (21 KB), copied at 64 rows and fewer, and a small batch
+// with much spare capacity is copied however many rows it has.
+func TestSmallBatchesRetainedOrCopied(t *testing.T) {
+	bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bt.Release()
+	parts := bt.Batch(demo.Range{Lo: 0, Hi: 32768}, nil)
+	exact, err := frame.Concat(demo.Schema(), []arrow.RecordBatch{parts[0].Record}, memory.DefaultAllocator)
+	parts[0].Record.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer exact.Release()
+	for _, c := range []struct {
+		rows int64
+		keep bool
+	}{{4, false}, {32, false}, {64, false}, {128, true}, {256, true}} {
+		s := exact.NewSlice(0, c.rows)
+		size, objects := frame.LogicalSize(s), objectsHeld(s)
+		keep, perByte := retains(s, size, objects, 0)
+		s.Release()
+		if keep != c.keep {
+			t.Errorf("%d-row slice (%d logical bytes, %d of Go objects, %.2f held per byte): retained %v, want %v", c.rows, size, objects, perByte, keep, c.keep)
+		}
+	}
+	rec := reserved(200, 4) // 4.4 KB logical, ~100 KB held
+	defer rec.Release()
+	if keep, perByte := retains(rec, frame.LogicalSize(rec), objectsHeld(rec), 0); keep {
+		t.Errorf("a batch holding %.1f bytes per logical byte was retained", perByte)
+	}
+
+	// A writer given 128-row slices keeps no arena, and encodes each
+	// partition's frame as soon as it is full, long before its budget
+	// fills; given 32-row slices, it copies them and encodes at the run.
+	for _, c := range []struct {
+		rows  int64
+		arena bool
+	}{{128, false}, {32, true}} {
+		o := opts(4)
+		o.Schema, o.FrameTargetBytes, o.CoalesceBudget = demo.Schema(), 1<<20, 8<<20
+		w, err := New(context.Background(), o, newSink(t, o.ChunkSize, 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var logical int64
+		for lo := int64(0); lo+c.rows <= exact.NumRows(); lo += c.rows {
+			s := exact.NewSlice(lo, lo+c.rows)
+			logical += frame.LogicalSize(s)
+			err := w.Write(int(lo/c.rows)%4, s)
+			s.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.b.mu.Lock()
+		arena, runs, flushed := w.co.arena.Held(), w.co.runs, w.co.flushed
+		w.b.mu.Unlock()
+		if _, err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if runs != 0 {
+			t.Fatalf("%d-row slices: %d runs for %d logical bytes under an 8 MiB budget", c.rows, runs, logical)
+		}
+		if c.arena != (arena > 0) {
+			t.Errorf("%d-row slices: the arena holds %d bytes", c.rows, arena)
+		}
+		// 5.5 MiB over 4 partitions: a frame of each full before Close.
+		if early := flushed > 0; early == c.arena {
+			t.Errorf("%d-row slices: %d frames flushed before Close", c.rows, flushed)
+		}
+	}
 }
