@@ -512,56 +512,70 @@ func TestCommitContextBoundsTheCommit(t *testing.T) {
 }
 
 // TestCompressionAuto writes through a store slow enough that the upload
-// pool's buffers run out (the link is the bottleneck): compression auto
-// moves frames from lz4 to zstd, the manifest counts frames per codec,
-// and every row reads back whatever its frame's codec.
+// pool's buffers run out (the link is the bottleneck). With spill off,
+// where frames are appended to the upload as they are encoded,
+// compression auto moves frames from lz4 to zstd. With spill on, a
+// writer's frames are encoded before its upload starts at Commit, where
+// auto has seen no upload wait: they may all stay lz4. Either way the
+// manifest counts frames per codec, and every row reads back whatever
+// its frame's codec.
 func TestCompressionAuto(t *testing.T) {
 	e := backends[0].Start(t)
-	st, counter := e.NewStore(t)
-	ctx := context.Background()
-	cfg := testConfig()
-	cfg.Write.Compression = "auto"
-	cfg.Write.UploadConcurrency = 2
-	cfg.Write.MaxBufferedChunks = 3
-	c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 300 * time.Millisecond}), durashuffle.WithCounter(counter))
-	defer c.Close()
-	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "auto", Worker: "0", Partitions: 4})
-	if err != nil {
-		t.Fatal(err)
-	}
-	const rows = 40_000
-	if err := writeRows(w, rows, 4); err != nil {
-		t.Fatal(err)
-	}
-	m, err := w.Commit(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sum := 0
-	for _, n := range m.Codecs {
-		sum += n
-	}
-	if m.Compression != "auto" || sum != m.Totals.Frames || m.Codecs["zstd"] == 0 {
-		t.Fatalf("compression %q, frames %d, codecs %v: want auto with zstd frames among them", m.Compression, m.Totals.Frames, m.Codecs)
-	}
-	if _, err := c.Seal(ctx, "auto", 0, 1); err != nil {
-		t.Fatal(err)
-	}
-	s, err := c.OpenStage(ctx, "auto", 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	recs, err := s.ReadStored(ctx, []int{0, 1, 2, 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer recs.Close()
-	var got int64
-	for recs.Next() {
-		got += recs.RecordBatch().NumRows()
-	}
-	if err := recs.Err(); err != nil || got != rows {
-		t.Fatalf("read %d rows (%v), want %d", got, err, rows)
+	for _, spill := range []string{"off", "on"} {
+		t.Run("spill="+spill, func(t *testing.T) {
+			st, counter := e.NewStore(t)
+			ctx := context.Background()
+			cfg := testConfig()
+			cfg.Write.Spill = spill
+			cfg.Write.Compression = "auto"
+			cfg.Write.UploadConcurrency = 2
+			cfg.Write.MaxBufferedChunks = 3
+			c := testenv.Client(t, cfg, durashuffle.WithStore(slowStore{st, 300 * time.Millisecond}), durashuffle.WithCounter(counter))
+			defer c.Close()
+			query := "auto-" + spill
+			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Worker: "0", Partitions: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			const rows = 40_000
+			if err := writeRows(w, rows, 4); err != nil {
+				t.Fatal(err)
+			}
+			m, err := w.Commit(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sum := 0
+			for codec, n := range m.Codecs {
+				if codec != "lz4" && codec != "zstd" && codec != "zstd-fastest" && codec != "none" {
+					t.Errorf("frames of codec %q", codec)
+				}
+				sum += n
+			}
+			if m.Compression != "auto" || sum != m.Totals.Frames || spill == "off" && m.Codecs["zstd"]+m.Codecs["zstd-fastest"] == 0 {
+				t.Fatalf("compression %q, frames %d, codecs %v: want auto, every frame counted, and with spill off zstd frames among them", m.Compression, m.Totals.Frames, m.Codecs)
+			}
+			t.Logf("spill %s: codecs %v", spill, m.Codecs)
+			if _, err := c.Seal(ctx, query, 0, 1); err != nil {
+				t.Fatal(err)
+			}
+			s, err := c.OpenStage(ctx, query, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs, err := s.ReadStored(ctx, []int{0, 1, 2, 3})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer recs.Close()
+			var got int64
+			for recs.Next() {
+				got += recs.RecordBatch().NumRows()
+			}
+			if err := recs.Err(); err != nil || got != rows {
+				t.Fatalf("read %d rows (%v), want %d", got, err, rows)
+			}
+		})
 	}
 }
 
