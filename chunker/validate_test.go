@@ -13,6 +13,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/bitutil"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
@@ -29,38 +30,42 @@ import (
 // passes and then cannot read.
 func TestValidateColumnMatchesArrow(t *testing.T) {
 	mem := memory.DefaultAllocator
-	words := []string{"", "a", "héllo", "中文字", "🙂🙂", "plain ascii text", "ÿ"}
+	// Multi-byte UTF-8, and ASCII alone (checked in one pass, however
+	// it is split).
+	wordSets := [][]string{{"", "a", "héllo", "中文字", "🙂🙂", "plain ascii text", "ÿ"}, {"", "a", "plain ascii text", "0123456789"}}
 	var cols []arrow.Array
-	for _, dt := range []arrow.DataType{
-		arrow.PrimitiveTypes.Int8, arrow.PrimitiveTypes.Uint16, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64,
-		arrow.PrimitiveTypes.Float32, arrow.PrimitiveTypes.Float64, arrow.PrimitiveTypes.Date32, arrow.FixedWidthTypes.Timestamp_us,
-		arrow.FixedWidthTypes.Boolean, arrow.BinaryTypes.String, arrow.BinaryTypes.Binary, arrow.BinaryTypes.LargeString,
-		arrow.BinaryTypes.LargeBinary,
-	} {
-		for _, nulls := range []bool{false, true} {
-			b := array.NewBuilder(mem, dt)
-			for i := range 40 {
-				if nulls && i%5 == 2 {
-					b.AppendNull()
-					continue
-				}
-				w := words[i%len(words)]
-				switch b := b.(type) {
-				case *array.StringBuilder:
-					b.Append(w)
-				case *array.LargeStringBuilder:
-					b.Append(w)
-				case *array.BinaryBuilder: // large binary too
-					b.Append([]byte(w))
-				default:
-					if err := b.AppendValueFromString(fmt.Sprint(i % 2)); err != nil {
-						t.Fatalf("%s: %v", dt, err)
+	for _, words := range wordSets {
+		for _, dt := range []arrow.DataType{
+			arrow.PrimitiveTypes.Int8, arrow.PrimitiveTypes.Uint16, arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64,
+			arrow.PrimitiveTypes.Float32, arrow.PrimitiveTypes.Float64, arrow.PrimitiveTypes.Date32, arrow.FixedWidthTypes.Timestamp_us,
+			arrow.FixedWidthTypes.Boolean, arrow.BinaryTypes.String, arrow.BinaryTypes.Binary, arrow.BinaryTypes.LargeString,
+			arrow.BinaryTypes.LargeBinary,
+		} {
+			for _, nulls := range []bool{false, true} {
+				b := array.NewBuilder(mem, dt)
+				for i := range 40 {
+					if nulls && i%5 == 2 {
+						b.AppendNull()
+						continue
+					}
+					w := words[i%len(words)]
+					switch b := b.(type) {
+					case *array.StringBuilder:
+						b.Append(w)
+					case *array.LargeStringBuilder:
+						b.Append(w)
+					case *array.BinaryBuilder: // large binary too
+						b.Append([]byte(w))
+					default:
+						if err := b.AppendValueFromString(fmt.Sprint(i % 2)); err != nil {
+							t.Fatalf("%s: %v", dt, err)
+						}
 					}
 				}
+				a := b.NewArray()
+				b.Release()
+				cols = append(cols, a, array.NewSlice(a, 3, 31))
 			}
-			a := b.NewArray()
-			b.Release()
-			cols = append(cols, a, array.NewSlice(a, 3, 31))
 		}
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -96,6 +101,25 @@ func TestValidateColumnMatchesArrow(t *testing.T) {
 	}
 	for _, c := range cols {
 		c.Release()
+	}
+}
+
+// TestCountSet: the null count check's bit count agrees with Arrow's
+// over every offset and length of random bitmaps.
+func TestCountSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 50 {
+		b := make([]byte, 1+rng.IntN(40))
+		for i := range b {
+			b[i] = byte(rng.IntN(256))
+		}
+		for off := 0; off < 8*len(b); off++ {
+			for n := 0; off+n <= 8*len(b); n++ {
+				if got, want := countSet(b, off, n), bitutil.CountSetBits(b, off, n); got != want {
+					t.Fatalf("bits [%d, %d) of %x: %d set, Arrow counts %d", off, off+n, b, got, want)
+				}
+			}
+		}
 	}
 }
 
