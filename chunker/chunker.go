@@ -200,11 +200,13 @@ type Result struct {
 // frames of neighbouring partitions lie next to each other in the object
 // and a reader of a partition range fetches each run's part in one GET. A
 // partition's rows in a run are cut into frames of about
-// frame_target_bytes; a frame that fills with large batches alone does not
-// wait for the run. Small batches are copied into the run's arena, one
-// dense batch for every partition, so that many partitions of a few rows
-// each cost their rows, not a retained batch per write; batches of a
-// quarter frame or more are retained as they are.
+// frame_target_bytes; a frame that fills with retained batches alone does
+// not wait for the run. A small batch whose retention would hold more
+// than 1.5 times its bytes (a few rows, whose arrays' Go objects outweigh
+// them, or a slice of a batch with much spare capacity) is copied into
+// the run's arena, one dense batch for every partition, so that many
+// partitions of a few rows each cost their rows, not a retained batch per
+// write; other batches are retained as they are (copiedUnder, retains).
 //
 // A Writer is four parts, each owning its state: the coalescer (the rows
 // Write buffers, coalesce.go), guarded with the budget (budget.go) by the
