@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
@@ -192,6 +193,25 @@ func TestSortedFileRefused(t *testing.T) {
 	}
 }
 
+// waitAppended waits until w's appender has taken every frame flushed so
+// far (nothing is pending).
+func waitAppended(t *testing.T, w *Writer) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		w.b.mu.Lock()
+		pending := w.b.pending
+		w.b.mu.Unlock()
+		if pending == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes of flushed frames still pending after 30 s", pending)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // TestSortedFileNoRoom: when the spill limit has no room for the object
 // beside the runs, the object goes out in chunks as before.
 func TestSortedFileNoRoom(t *testing.T) {
@@ -199,6 +219,11 @@ func TestSortedFileNoRoom(t *testing.T) {
 	probe := openSpill(t, 1<<30)
 	w, sink := newFileSorted(t, opts(partitions), probe)
 	writeScattered(t, w, partitions, 30_000)
+	// Both writers let the appender take every flushed frame before
+	// Close: a frame it takes after Close starts stays in memory rather
+	// than go to the spill, so on a loaded machine the probe could spill
+	// less than the writer measured against it.
+	waitAppended(t, w)
 	res, err := w.Close()
 	if err != nil || res.Spilled == 0 || len(sink.sections[0]) == 0 {
 		t.Fatalf("probe: %v, %d bytes spilled, sections %v", err, res.Spilled, sink.sections[0])
@@ -207,6 +232,7 @@ func TestSortedFileNoRoom(t *testing.T) {
 	d := openSpill(t, res.Spilled+res.Spilled/4)
 	w, sink = newFileSorted(t, opts(partitions), d)
 	want := writeScattered(t, w, partitions, 30_000)
+	waitAppended(t, w)
 	res, err = w.Close()
 	if err != nil {
 		t.Fatal(err)
