@@ -135,8 +135,8 @@ const copiedUnder = 16
 // byte, 0 if not known yet, and objects for its Go objects) is at most
 // 1.5 times size. perByte is returned, measured if it was not known.
 func retains(rec arrow.RecordBatch, size, objects int64, perByte float64) (bool, float64) {
-	if 2*objects >= size {
-		return false, perByte // held is at least size + objects
+	if 2*objects > size {
+		return false, perByte // held is at least size + objects, past 1.5 size
 	}
 	if perByte == 0 {
 		perByte = heldPerLogical(rec)
