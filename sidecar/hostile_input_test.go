@@ -118,6 +118,21 @@ func TestPutDecreasingOffsetsNotCommitted(t *testing.T) {
 	}
 }
 
+// TestPutValuesNotTheirMetadata: a string that is not valid UTF-8 (a
+// byte of an ASCII name set to 0xFF) and a null count that is not the
+// validity bitmap's (2 stated, 1 in the bitmap) are refused naming the
+// batch and the column; nothing is committed and the server serves on.
+func TestPutValuesNotTheirMetadata(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			ep := b.Start(t)
+			for _, name := range []string{"string not utf8", "null count not the bitmap"} {
+				t.Run(strings.ReplaceAll(name, " ", "_"), func(t *testing.T) { refusedPut(t, ep, hostileCase(t, name)) })
+			}
+		})
+	}
+}
+
 // TestPutFlippedBytes: 200 seeded byte flips (three bytes each) of a
 // batch's IPC body, each its own DoPut stream to one server: each stream
 // either fails with InvalidArgument, or commits and then reads back equal

@@ -101,7 +101,58 @@ func Cases() []Case {
 			Stream: patched(nameOffsets, 2, 3)},
 		{Name: "list offsets decrease", Column: `"tags" (list<item: int64, nullable>)`, Want: "not monotonically non-decreasing at index 3: 2 < 4",
 			Stream: patched(tagOffsets, 3, 2)},
+		{Name: "string not utf8", Column: `"name" (utf8)`, Want: "index 1 is not valid utf8",
+			Stream: patchBytes(good, bytes.Repeat([]byte{'b'}, 11), 5, 0xFF)},
+		{Name: "null count not the bitmap", Column: `"id" (int64)`, Want: "null count value (2) does not match actual number of nulls in array (1)",
+			Stream: patchInt64(Stream(Schema, withNull()), []int64{GoodRows, 1}, 1, 2)},
 	}
+}
+
+// withNull is Good with row 2's id null: the id column has a validity
+// bitmap, and its field node says 1 null.
+func withNull() arrow.RecordBatch {
+	g := Good()
+	defer g.Release()
+	b := array.NewInt64Builder(memory.DefaultAllocator)
+	defer b.Release()
+	ids := g.Column(0).(*array.Int64)
+	for i := range GoodRows {
+		if i == 2 {
+			b.AppendNull()
+		} else {
+			b.Append(ids.Value(i))
+		}
+	}
+	id := b.NewArray()
+	defer id.Release()
+	return array.NewRecordBatch(Schema, []arrow.Array{id, g.Column(1), g.Column(2)}, GoodRows)
+}
+
+// patchBytes returns a copy of b with byte i of the one run equal to
+// pattern set to v.
+func patchBytes(b, pattern []byte, i int, v byte) []byte {
+	if n := bytes.Count(b, pattern); n != 1 {
+		panic(fmt.Sprintf("hostile: bytes %q found %d times in the stream, want once", pattern, n))
+	}
+	out := bytes.Clone(b)
+	out[bytes.Index(out, pattern)+i] = v
+	return out
+}
+
+// patchInt64 returns a copy of b with value i of the one run of int64
+// equal to pattern set to v (a field node is its length, then its null
+// count).
+func patchInt64(b []byte, pattern []int64, i int, v int64) []byte {
+	pat := make([]byte, 8*len(pattern))
+	for j, p := range pattern {
+		binary.LittleEndian.PutUint64(pat[8*j:], uint64(p))
+	}
+	if n := bytes.Count(b, pat); n != 1 {
+		panic(fmt.Sprintf("hostile: int64s %v found %d times in the stream, want once", pattern, n))
+	}
+	out := bytes.Clone(b)
+	binary.LittleEndian.PutUint64(out[bytes.Index(out, pat)+8*i:], uint64(v))
+	return out
 }
 
 // Stream encodes recs (released) as an uncompressed Arrow IPC stream of
