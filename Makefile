@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./... ./cmd/durashuffle/...
 # Packages whose concurrency is worth the race detector's time.
-RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./store/retry ./chunker/frame
+RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./internal/retry ./internal/frame
 
 .PHONY: run test test-endpoint vet build minio versitygw docs clean
 
@@ -22,7 +22,7 @@ test: minio versitygw vet
 ## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
 .PHONY: soak
 soak: minio
-	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./testkit/faulttest
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/testkit/faulttest
 
 ## test-endpoint: the store contract suite and the end-to-end suites against
 ## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they
@@ -30,7 +30,7 @@ soak: minio
 ## [PATH_STYLE=false] [INSECURE=true]; BUCKET=one-existing-bucket only with
 ## ENDPOINT_PKGS=./store/storetest. Credentials come from the AWS chain.
 ## See docs/operations.md.
-ENDPOINT_PKGS ?= ./store/storetest ./store/s3store ./testkit/e2e ./reader ./cmd/durashuffle
+ENDPOINT_PKGS ?= ./store/storetest ./internal/s3store ./internal/testkit/e2e ./reader ./cmd/durashuffle
 # NAME from the command line, else DURASHUFFLE_TEST_NAME from the
 # environment: a BUCKET or REGION exported for other tools is not picked up.
 testenv_var = $(if $(filter command line,$(origin $(1))),$($(1)),$(DURASHUFFLE_TEST_$(1)))
@@ -51,8 +51,8 @@ test-endpoint:
 ## Their seed corpora (f.Add and testdata/fuzz) run in `make test`.
 FUZZTIME ?= 30s
 FUZZ_TARGETS := ./manifest:FuzzDecodeWorker ./manifest:FuzzDecodeStage ./manifest:FuzzDecodeIndex \
-	./chunker/frame:FuzzDecode ./chunker/frame:FuzzDecodeSchema ./internal/arrowcheck:FuzzNativeMessages ./chunker/frame:FuzzConcat ./reader:FuzzPlan \
-	./sidecar:FuzzPut ./testkit/e2e:FuzzWrite
+	./internal/frame:FuzzDecode ./internal/frame:FuzzDecodeSchema ./internal/arrowcheck:FuzzNativeMessages ./internal/frame:FuzzConcat ./reader:FuzzPlan \
+	./sidecar:FuzzPut ./internal/testkit/e2e:FuzzWrite
 .PHONY: fuzz
 fuzz:
 	@set -e; for t in $(FUZZ_TARGETS); do \

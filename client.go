@@ -7,13 +7,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/durashuffle/durashuffle/internal/memstore"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/metrics"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/memstore"
-	"github.com/durashuffle/durashuffle/store/retry"
-	"github.com/durashuffle/durashuffle/store/s3store"
 	"github.com/durashuffle/durashuffle/uploader"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -5,9 +5,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/memstore"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/store/memstore"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/store/retry"
+	"github.com/durashuffle/durashuffle/internal/retry"
 )
 
 // TestValidateEndpoint: an endpoint that is not an http or https URL with

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"slices"
 	"strings"
 	"testing"
 )
@@ -23,17 +22,17 @@ var importLayers = [][]string{
 	// arrow-go workarounds: over Arrow alone.
 	{"internal/ipcguard"},
 	{"internal/arrowcheck"},
-	{"arrowipc"},
+	{"internal/arrowipc"},
 	// Leaf utilities; flightclient, the sidecar's public client and wire
-	// types; manifest/entry, what the chunker produces and the manifest
+	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.
-	{"internal/safe", "internal/spill", "store/memstore", "testkit/demo", "flightclient", "manifest/entry"},
+	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry"},
 	{"store", "internal/hedge"},
 	// Utilities over a store, and the metrics (which observe the layers
 	// above through small interfaces of theirs, asserted by the root
 	// package's wiring).
-	{"store/retry", "store/s3store", "metrics", "store/storetest", "embedded"},
-	{"chunker/frame"},
+	{"internal/retry", "internal/s3store", "internal/metrics", "store/storetest", "embedded"},
+	{"internal/frame"},
 	{"chunker"},
 	{"uploader"},
 	{"manifest"},
@@ -41,12 +40,12 @@ var importLayers = [][]string{
 	// Combining a sealed stage's objects: over the reader's errors.
 	{"combine"},
 	// gc knows a combined stage's first level.
-	{"gc"},
-	{"peer"},
+	{"internal/gc"},
+	{"internal/peer"},
 	{""}, // the root package
 	{"sidecar"},
 	// Test helpers: imported by tests only, they may use the whole library.
-	{"testkit/..."},
+	{"internal/testkit/..."},
 }
 
 const modulePath = "github.com/durashuffle/durashuffle"
@@ -125,26 +124,17 @@ func layerName(path string) string {
 }
 
 // checkImports returns the violations of the order in pkgs: imports of
-// a package of the same or a higher layer, library packages the order
-// does not place, and any import of internal/ from outside the library
-// module (tests included): another module builds against the library's
-// exported API only, so that a tagged command line builds against the
-// tagged library.
+// a package of the same or a higher layer, and library packages the
+// order does not place. Packages of other modules are not checked: the
+// command line's module sits under the library's import path, so Go lets
+// it use the library's internal/ packages (a release pins the library
+// version it was built with), and Go itself refuses them to any module
+// outside that path.
 func checkImports(pkgs []listedPackage) []string {
 	var bad []string
 	for _, p := range pkgs {
 		from, ok := rel(p.ImportPath)
-		if !ok || p.Module == nil {
-			continue
-		}
-		if p.Module.Path != modulePath {
-			// Outside the library's module: no import of its internal/
-			// packages, tests included.
-			for _, imp := range slices.Concat(p.Imports, p.TestImports, p.XTestImports) {
-				if to, ok := rel(imp); ok && strings.HasPrefix(to, "internal/") {
-					bad = append(bad, fmt.Sprintf("%s imports %s, an internal package of the library: another module uses exported API only", from, to))
-				}
-			}
+		if !ok || p.Module == nil || p.Module.Path != modulePath {
 			continue
 		}
 		fl := layerOf(from)
@@ -168,9 +158,8 @@ func checkImports(pkgs []listedPackage) []string {
 }
 
 // TestImportsOnlyDownwards: no package of the library imports one of
-// its own or a higher layer of importLayers, every package is placed in
-// it, and nothing outside the library module imports its internal/
-// packages.
+// its own or a higher layer of importLayers, and every package is placed
+// in it.
 func TestImportsOnlyDownwards(t *testing.T) {
 	pkgs := listPackages(t)
 	for _, b := range checkImports(pkgs) {
@@ -178,8 +167,8 @@ func TestImportsOnlyDownwards(t *testing.T) {
 	}
 }
 
-// TestImportsCheckFails: the check names an upward import, an unplaced
-// package and a new import of internal/ from the command line.
+// TestImportsCheckFails: the check names an upward import and an
+// unplaced package, and lets the command line use internal/.
 func TestImportsCheckFails(t *testing.T) {
 	lib := &struct{ Path string }{modulePath}
 	cli := &struct{ Path string }{modulePath + "/cmd/durashuffle"}
@@ -193,13 +182,12 @@ func TestImportsCheckFails(t *testing.T) {
 	for _, want := range []string{
 		"store (layer 4) imports manifest (layer 9)",
 		"internal/newthing is not placed in the import order",
-		"cmd/durashuffle imports internal/spill, an internal package of the library",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the check does not report %q; it reports:\n%s", want, got)
 		}
 	}
-	if strings.Contains(got, "reader") {
-		t.Errorf("the check reports reader's downward import of manifest:\n%s", got)
+	if strings.Contains(got, "reader") || strings.Contains(got, "cmd/durashuffle") {
+		t.Errorf("the check reports reader's downward import of manifest or the command line's use of internal/:\n%s", got)
 	}
 }

@@ -4,7 +4,7 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/metrics"
+	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/reader"
 )
 

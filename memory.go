@@ -1,7 +1,7 @@
 package durashuffle
 
 import (
-	"github.com/durashuffle/durashuffle/store/memstore"
+	"github.com/durashuffle/durashuffle/internal/memstore"
 )
 
 // The memory store (memory_store_bytes) holds the objects of workers

@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/entry"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/internal/spill"
-	"github.com/durashuffle/durashuffle/manifest/entry"
 	"github.com/durashuffle/durashuffle/store"
 )
 

@@ -10,9 +10,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/spill"
-	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 // discardSink hands out reusable chunk buffers and drops every chunk.

@@ -5,8 +5,8 @@ import (
 	"sync"
 	"unsafe"
 
-	"github.com/durashuffle/durashuffle/chunker/frame"
-	"github.com/durashuffle/durashuffle/manifest/entry"
+	"github.com/durashuffle/durashuffle/internal/entry"
+	"github.com/durashuffle/durashuffle/internal/frame"
 )
 
 // budget counts the bytes a writer holds against coalesce_budget besides

@@ -9,11 +9,11 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/internal/arrowcheck"
+	"github.com/durashuffle/durashuffle/internal/entry"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/internal/spill"
-	"github.com/durashuffle/durashuffle/manifest/entry"
 	"github.com/durashuffle/durashuffle/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/apache/arrow-go/v18/arrow"
-	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/frame"
 )
 
 // coalescer buffers the rows Write takes, per partition, and flushes

@@ -7,8 +7,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
-	"github.com/durashuffle/durashuffle/chunker/frame"
-	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 func TestAllocSize(t *testing.T) {

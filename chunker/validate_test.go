@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
-	"github.com/durashuffle/durashuffle/testkit/hostile"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 )
 
 // TestValidateColumnMatchesArrow: the allocation-free check of flat

@@ -21,14 +21,14 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
-	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/spill"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
-	"github.com/durashuffle/durashuffle/testkit/faultproxy"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

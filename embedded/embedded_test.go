@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/embedded"
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
 )
 
 func start(t *testing.T, dir string, buckets ...string) *embedded.Server {

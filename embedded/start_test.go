@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
 )
 
 // TestStartTemporary: Start("") serves from a temporary directory of its

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"io"
 
 	"github.com/apache/arrow-go/v18/arrow"

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/durashuffle/durashuffle/manifest/entry"
+	"github.com/durashuffle/durashuffle/internal/entry"
 )
 
 // Format versions. A reader refuses a manifest whose major version it

@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/leaktest"
 )
 
 // buggyStore is a store with a bug in its GETs of one key, once armed:

@@ -12,7 +12,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/semaphore"
 
-	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/hedge"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"

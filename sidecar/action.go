@@ -9,7 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestCombineAction: on every backend, the combine action plans (and

@@ -19,9 +19,9 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestPutCommitMessage: only a commit message whose counts match what

@@ -5,7 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -17,9 +17,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
-	"github.com/durashuffle/durashuffle/testkit/hostile"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // FuzzPut feeds mutated Arrow IPC streams (schema messages and record

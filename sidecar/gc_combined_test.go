@@ -13,8 +13,8 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestGCActionCombinedGrace: on every backend, the gc action with a

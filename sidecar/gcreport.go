@@ -2,7 +2,7 @@ package sidecar
 
 import (
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/gc"
 )
 
 // gcReport converts the gc tool's report to flightclient's wire type:

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/gc"
 )
 
 // TestGCReportWire: the gc action's answer is byte for byte the JSON of

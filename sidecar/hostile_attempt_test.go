@@ -13,9 +13,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/sidecar"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // attemptBatches is worker 4's output under attempt "fixed": n batches of

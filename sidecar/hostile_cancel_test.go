@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestHostileCancelEveryStep: a client that cancels a DoPut once its

@@ -10,7 +10,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestHostileCombine: the combine action as a hostile client drives it.

@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // panickingGets is a store whose next ranged GET of a data object, once

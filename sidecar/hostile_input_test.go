@@ -21,9 +21,9 @@ import (
 
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/ipcguard"
-	"github.com/durashuffle/durashuffle/metrics"
-	"github.com/durashuffle/durashuffle/testkit/hostile"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // The hostile-client suite: a client sends what a buggy Arrow writer or

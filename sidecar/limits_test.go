@@ -10,8 +10,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/sidecar"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestLoopbackByDefault: the default listen addresses accept local

@@ -13,9 +13,9 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
 	"github.com/durashuffle/durashuffle/flightclient"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // TestMetadataFlipsFlight flips one byte of a stage's metadata in the

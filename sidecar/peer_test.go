@@ -9,9 +9,9 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
-	"github.com/durashuffle/durashuffle/peer"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/peer"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestLibraryReaderUsesPeers: a library client without a memory store,

@@ -19,9 +19,9 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/metrics"
+	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/sidecar"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // dialWith is a Flight client of the sidecar with the given transport

@@ -1,6 +1,6 @@
 // Package store defines the object-store interfaces that durashuffle's core
 // is written against, and the error classes every implementation reports.
-// It imports no SDK: the S3 implementation lives in store/s3store.
+// It imports no SDK: the S3 implementation lives in internal/s3store.
 // Retry and metrics are wrappers of the store, assembled where the program
 // is wired; requests are counted inside the S3 implementation (Counter),
 // and concurrency is bounded by the upload pool and the readers, not by a

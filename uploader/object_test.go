@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/retry"
 )
 
 // scripted is a store whose answers a test scripts: it records every call

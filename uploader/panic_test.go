@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/leaktest"
 )
 
 // buggyStore is an in-memory store whose writes of keys starting with

@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/retry"
 )
 
 // diskFile is an object's bytes in a file on disk, counting the bytes

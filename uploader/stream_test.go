@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/retry"
 )
 
 // streamingMem is an in-memory store that streams parts: it reads a

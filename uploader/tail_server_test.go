@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 

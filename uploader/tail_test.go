@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/store/retry"
+	"github.com/durashuffle/durashuffle/internal/retry"
 )
 
 const mib = 1 << 20

@@ -22,7 +22,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/cmd/durashuffle/internal/bench"
-	"github.com/durashuffle/durashuffle/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 )
 
 type benchOptions struct {
@@ -150,7 +150,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.StringVar(&o.markdown, "markdown", "", "all: rewrite the generated tables of this Markdown file (BENCHMARKS.md)")
 	pf.StringVar(&o.server, "server", bench.ServerMemory, "in-process endpoint (no --endpoint): memory (built for benchmarks) or embedded (gofakes3)")
 	pf.BoolVar(&o.tls, "tls", true, "the in-process endpoint serves HTTPS, as S3 does; --tls=false for plain HTTP")
-	pf.StringVar(&o.faults, "faults", "", "faults between link and endpoint, e.g. slowdown=0.1,reset=0.02,seed=7 (testkit/faultproxy)")
+	pf.StringVar(&o.faults, "faults", "", "faults between link and endpoint, e.g. slowdown=0.1,reset=0.02,seed=7 (internal/testkit/faultproxy)")
 	pf.StringVar(&o.memLimit, "memory-limit", "", "memory: memory_limit values to compare, comma-separated: auto, off, bound or a size (default: the configuration's)")
 	pf.StringVar(&o.cpuProfile, "cpuprofile", "", "CPU profile of the parent to FILE and of each child to FILE.<scenario>-<contender>-<round>")
 	pf.StringVar(&o.memProfile, "memprofile", "", "heap profile of each child at its highest live heap to FILE.<scenario>-<contender>-<round>")

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/durashuffle/durashuffle/gc"
+	"github.com/durashuffle/durashuffle/internal/gc"
 )
 
 // TestCombineCLI: on every backend, combine --plan predicts and changes

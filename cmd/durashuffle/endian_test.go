@@ -3,7 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/binary"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
 )
 
 // readInPlace decodes an Arrow IPC file or stream in native byte order

@@ -15,7 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestEndpointConfigErrors: an endpoint that is not an http(s) URL with a

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 // The fast path's fault tests: real sidecar processes on a real MinIO.

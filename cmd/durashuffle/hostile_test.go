@@ -6,13 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/testkit/hostile"
 )
 
 // TestWriteRefusesCorruptInput: on every backend, `write -i -` of each
-// hostile Arrow stream of testkit/hostile (a zero-column schema with a
+// hostile Arrow stream of internal/testkit/hostile (a zero-column schema with a
 // 5-row batch, a negative first string offset, list offsets past the
 // child, string and list offsets that decrease) exits 1, the code of a
 // failure, naming the input batch and the column (the schema, for the
@@ -25,7 +25,7 @@ import (
 func TestWriteRefusesCorruptInput(t *testing.T) {
 	cases := hostile.Cases()
 	if len(cases) < 5 {
-		t.Fatalf("testkit/hostile has %d cases, want the zero-column schema and the four offset corruptions", len(cases))
+		t.Fatalf("internal/testkit/hostile has %d cases, want the zero-column schema and the four offset corruptions", len(cases))
 	}
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {

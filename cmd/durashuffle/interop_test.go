@@ -6,7 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"maps"
 	"math"
 	"os"
@@ -21,7 +21,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
 )
 
 // TestArrowOutputOpensInJavaScript writes a demo stage, reads a partition

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // bin is the durashuffle binary built by TestMain, bench included (as

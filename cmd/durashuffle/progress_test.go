@@ -18,8 +18,8 @@ import (
 
 	"github.com/creack/pty"
 
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 // onTerminal runs the binary with stderr on a pseudo-terminal (stdout and

@@ -31,7 +31,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestSecretNeverPrinted runs every command against MinIO with debug

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestSIGTERMWithinGraceOnDeadStore: a sidecar whose store accepts

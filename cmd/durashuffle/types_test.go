@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/csv"
 	"encoding/json"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -17,7 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/ipc"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/testkit/arrowcorpus"
+	"github.com/durashuffle/durashuffle/internal/testkit/arrowcorpus"
 )
 
 // writeIPC writes b with its sliced list views and unions at offset 0,
@@ -277,7 +277,7 @@ func checkText(t *testing.T, tg target, q string, sc *arrow.Schema, want []arrow
 }
 
 // TestCorpusThroughCLI writes, on every backend, every case of the type corpus
-// (testkit/arrowcorpus) with write -i from an Arrow IPC file
+// (internal/testkit/arrowcorpus) with write -i from an Arrow IPC file
 // (with delta dictionaries; not for cases whose dictionaries are
 // replaced, which the file format cannot hold) and from a stream, seals
 // it and reads it back with read --format arrow, as results, as a

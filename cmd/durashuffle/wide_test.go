@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/flightclient"
-	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 // TestServeWideStreamsWithinBound: a sidecar takes 8 DoPut streams at

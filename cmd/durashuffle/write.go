@@ -7,7 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/durashuffle/durashuffle/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"io"
 	"net"
 	"os"

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
-	"github.com/durashuffle/durashuffle/testkit/leaktest"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 )
 
 // warm gives h its warmup samples of d. Tests that tell the first run

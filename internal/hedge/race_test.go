@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
-	"github.com/durashuffle/durashuffle/testkit/leaktest"
+	"github.com/durashuffle/durashuffle/internal/testkit/leaktest"
 )
 
 // scripted is an attempt driven by the test: it starts, then returns

@@ -9,7 +9,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/ipcguard"
-	"github.com/durashuffle/durashuffle/testkit/hostile"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 )
 
 // The headers of a valid stream pass; a schema claiming 3,000,000,000

@@ -4,10 +4,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/retry"
 	"github.com/durashuffle/durashuffle/store/storetest"
-	"github.com/durashuffle/durashuffle/testkit/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -18,7 +18,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 )
 
 // TestMain lets the test binary act as a bench child process.

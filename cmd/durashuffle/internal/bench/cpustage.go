@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/durashuffle/durashuffle/chunker"
-	"github.com/durashuffle/durashuffle/chunker/frame"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/google/pprof/profile"
 )
 
@@ -92,7 +92,7 @@ var stageRules = []stageRule{
 	// The rest of the frame package, but not the helpers an Accumulator
 	// copies with (growCol and the like), which are gather or arena copy.
 	{stage: StageIPC, prefixes: []string{"github.com/apache/arrow-go/v18/arrow/ipc.", framePkg}, notUnder: []string{arena, accum}},
-	{stage: StageInput, prefixes: []string{lib + "/cmd/durashuffle/internal/bench.", lib + "/testkit/demo."}},
+	{stage: StageInput, prefixes: []string{lib + "/cmd/durashuffle/internal/bench.", lib + "/internal/testkit/demo."}},
 	// What the collector does, wherever it runs: background marking,
 	// assists, sweeping, scavenging, write barriers.
 	{stage: StageGC, prefixes: []string{"runtime.gcBgMarkWorker", "runtime.gcDrain", "runtime.gcAssistAlloc", "runtime.gcStart",

@@ -53,7 +53,7 @@ func stagedProfile(samples []stagedSample) *profile.Profile {
 func TestCPUByStage(t *testing.T) {
 	const (
 		bench   = lib + "/cmd/durashuffle/internal/bench."
-		frame   = "github.com/durashuffle/durashuffle/chunker/frame."
+		frame   = "github.com/durashuffle/durashuffle/internal/frame."
 		chunker = "github.com/durashuffle/durashuffle/chunker."
 		sdk     = "github.com/aws/aws-sdk-go-v2/"
 	)
@@ -76,7 +76,7 @@ func TestCPUByStage(t *testing.T) {
 		// hash/crc32 under the SDK's aws-chunked reader: crc32c.
 		{1, stack([]string{"hash/crc32.castagnoliSSE42Triple", "hash/crc32.Update", sdk + "service/internal/checksum.(*computeChecksumReader).Read", "io.Copy"}, writeLoop)},
 		// SHA-256 under the SDK's signer: signing, http.
-		{1, []string{"crypto/internal/fips140/sha256.blockAVX2", "crypto/sha256.(*Digest).Write", sdk + "aws/signer/v4.(*Signer).SignHTTP", lib + "/store/s3store.(*Store).UploadPart"}},
+		{1, []string{"crypto/internal/fips140/sha256.blockAVX2", "crypto/sha256.(*Digest).Write", sdk + "aws/signer/v4.(*Signer).SignHTTP", lib + "/internal/s3store.(*Store).UploadPart"}},
 		// AES-GCM under crypto/tls: tls.
 		{2, stack([]string{"crypto/internal/fips140/aes/gcm.gcmAesEnc", "crypto/tls.(*Conn).Write"}, writeLoop)},
 		// A socket write under crypto/tls: http.

@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
 )
 
 // TestMemServerHTTPS: the endpoint bench combine runs on serves HTTPS on

@@ -14,8 +14,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/retry"
 )
 
 // ScenarioFan: W writers (a map stage's tasks) each write k x their

@@ -13,7 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 
-	"github.com/durashuffle/durashuffle/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 // mapFileKey is writer w's map file.

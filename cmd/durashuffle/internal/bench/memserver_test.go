@@ -9,8 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
 	"github.com/durashuffle/durashuffle/store/storetest"
 )
 

@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
 )
 
 // probeLink measures what the link carries on this machine right now:

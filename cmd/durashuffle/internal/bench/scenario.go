@@ -18,12 +18,12 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/chunker/frame"
 	"github.com/durashuffle/durashuffle/embedded"
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/store"
-	"github.com/durashuffle/durashuffle/store/s3store"
-	"github.com/durashuffle/durashuffle/testkit/demo"
-	"github.com/durashuffle/durashuffle/testkit/faultproxy"
 )
 
 // Scenario names.
