@@ -381,13 +381,13 @@ func (s *cutStore) Put(ctx context.Context, key string, body []byte, o store.Put
 	return s.Store.Put(ctx, key, body, o)
 }
 
-func (s *cutStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *cutStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if n == 2 {
 		if err := s.check(ctx, "UploadPart", key); err != nil {
-			return "", err
+			return store.Part{}, err
 		}
 	}
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 func (s *cutStore) CompleteMultipart(ctx context.Context, key, id string, parts []store.Part) error {

@@ -314,7 +314,7 @@ func TestStreamedPartSignature(t *testing.T) {
 	// Small enough for the socket buffers: the server refuses it without
 	// reading it, and the proxy must still get the answer through.
 	body := bytes.Repeat([]byte("x"), 16<<10)
-	_, _, err = st.UploadPartStream(ctx, "big", id, 1, int64(len(body)), func() io.Reader { return bytes.NewReader(body) })
+	_, err = st.UploadPart(ctx, "big", id, 1, store.StreamBody(int64(len(body)), func() io.Reader { return bytes.NewReader(body) }))
 	var se *store.Error
 	if !errors.As(err, &se) || se.Status != http.StatusNotImplemented {
 		t.Fatalf("streamed part: %v, want the body check's 501 (the signature accepted)", err)

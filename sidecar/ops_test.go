@@ -387,16 +387,16 @@ type slowParts struct {
 	parts atomic.Int64
 }
 
-func (s *slowParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *slowParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
 	t := time.NewTimer(s.delay)
 	defer t.Stop()
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-		return "", ctx.Err()
+		return store.Part{}, ctx.Err()
 	}
 	s.parts.Add(1)
-	return s.Store.UploadPart(ctx, key, uploadID, n, body, crc)
+	return s.Store.UploadPart(ctx, key, uploadID, n, body)
 }
 
 // TestMemoryBounded: 8 streams push 384 MiB into a store that takes

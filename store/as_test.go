@@ -1,8 +1,6 @@
 package store_test
 
 import (
-	"context"
-	"io"
 	"testing"
 
 	"github.com/durashuffle/durashuffle/store"
@@ -12,10 +10,6 @@ import (
 type streamer struct{ *store.Mem }
 
 func (streamer) StreamsParts() bool { return true }
-
-func (streamer) UploadPartStream(context.Context, string, string, int32, int64, func() io.Reader) (string, uint32, error) {
-	return "", 0, nil
-}
 
 // wrapper adds nothing to streamed parts: As looks through it.
 type wrapper struct{ store.Store }

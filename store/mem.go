@@ -112,38 +112,39 @@ func (m *Mem) CreateMultipart(ctx context.Context, key string) (string, error) {
 	return id, nil
 }
 
-// UploadsSections implements SectionUploader.
-func (m *Mem) UploadsSections() bool { return true }
-
-// UploadPartSection implements SectionUploader: the section is read
-// into memory (the store keeps its parts there anyway).
-func (m *Mem) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
-	b := make([]byte, body.Size())
-	if _, err := io.ReadFull(io.NewSectionReader(body, 0, body.Size()), b); err != nil {
-		return "", &Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("part %d: read its %d bytes: %w", n, len(b), err)}
-	}
-	return m.UploadPart(ctx, key, uploadID, n, b, crc32c)
-}
-
-// UploadPart implements Writer.
-func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
-	if crc32c != nil {
-		if got := CRC32C(body); got != *crc32c {
-			return "", badDigest("UploadPart", key, got, *crc32c)
+// UploadPart implements Writer: the body is read into memory (the store
+// keeps its parts there), a streamed one too.
+func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, body Body) (Part, error) {
+	b, ok := body.Bytes()
+	if !ok {
+		b = make([]byte, body.Size())
+		if _, err := io.ReadFull(body.Reader(), b); err != nil {
+			return Part{}, &Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("part %d: read its %s: %w", n, body, err)}
 		}
+	}
+	pt := Part{Number: n, Size: int64(len(b))}
+	got := CRC32C(b)
+	if sum, ok := body.CRC32C(); ok {
+		if got != sum {
+			return Part{}, badDigest("UploadPart", key, got, sum)
+		}
+		pt.CRC32C = &sum
+	} else if body.Streamed() {
+		pt.CRC32C = &got
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, ok := m.uploads[uploadID]
 	if !ok || u.key != key {
-		return "", &Error{Op: "UploadPart", Key: key, Status: 404, Err: ErrNotFound}
+		return Part{}, &Error{Op: "UploadPart", Key: key, Status: 404, Err: ErrNotFound}
 	}
 	if m.Discard != nil && m.Discard(key) {
 		u.parts[n] = nil
 	} else {
-		u.parts[n] = slices.Clone(body)
+		u.parts[n] = slices.Clone(b)
 	}
-	return fmt.Sprintf("etag-%d", n), nil
+	pt.ETag = fmt.Sprintf("etag-%d", n)
+	return pt, nil
 }
 
 // CompleteMultipart implements Writer.

@@ -150,23 +150,32 @@ func (u *ObjectWriter) flush() error {
 	if err != nil {
 		return err
 	}
-	body, borrowed := u.buf, u.borrowed
+	buf, borrowed := u.buf, u.borrowed
 	u.buf = nil
+	var done func()
+	if !borrowed {
+		done = func() { u.free <- buf }
+	}
+	u.send(n, BytesBody(buf).WithCRC32C(CRC32C(buf)), done)
+	return nil
+}
+
+// send uploads part n with body in the writer's group and records it
+// for the Complete; done, if set, runs when the request has returned.
+func (u *ObjectWriter) send(n int32, body Body, done func()) {
 	u.eg.Go(func() error {
-		if !borrowed {
-			defer func() { u.free <- body }()
+		if done != nil {
+			defer done()
 		}
-		sum := CRC32C(body)
-		etag, err := u.st.UploadPart(u.egctx, u.key, u.uploadID, n, body, &sum)
+		pt, err := u.st.UploadPart(u.egctx, u.key, u.uploadID, n, body)
 		if err != nil {
-			return fmt.Errorf("upload part %d of %s (%d bytes): %w", n, u.key, len(body), err)
+			return fmt.Errorf("upload part %d of %s (%s): %w", n, u.key, body, err)
 		}
 		u.mu.Lock()
-		u.sent = append(u.sent, Part{Number: n, ETag: etag, CRC32C: &sum, Size: int64(len(body))})
+		u.sent = append(u.sent, pt)
 		u.mu.Unlock()
 		return nil
 	})
-	return nil
 }
 
 // nextPart starts the multipart upload if it is not yet, and numbers
@@ -199,16 +208,12 @@ func (u *ObjectWriter) nextPart() (int32, error) {
 // holding them: parts of PartBytes (the last shorter), each a section
 // of r that the store reads itself, again on a retry, up to Inflight at
 // once. r is read once first, for the parts' and the object's CRC32C,
-// and must stay unchanged until Close returns. The store must upload
-// sections (UploadsSections) and the object must take at least two
-// parts; only a writer that nothing was written to takes it.
+// and must stay unchanged until Close returns. The object must take at
+// least two parts; only a writer that nothing was written to takes it.
 func (u *ObjectWriter) WriteFromFile(r io.ReaderAt, size int64) error {
-	su, ok := As[SectionUploader](u.st)
 	switch {
 	case u.n > 0 || u.buf != nil:
 		return fmt.Errorf("upload %s: WriteFromFile after %d bytes were written", u.key, u.n)
-	case !ok || !su.UploadsSections():
-		return fmt.Errorf("upload %s: the store does not upload file sections", u.key)
 	case size <= u.opts.PartBytes:
 		return fmt.Errorf("upload %s: %d bytes from a file is one part of %d; a file object takes at least two", u.key, size, u.opts.PartBytes)
 	}
@@ -231,21 +236,11 @@ func (u *ObjectWriter) WriteFromFile(r io.ReaderAt, size int64) error {
 	u.n = size
 	for i, sum := range sums {
 		off := int64(i) * u.opts.PartBytes
-		body := io.NewSectionReader(r, off, min(u.opts.PartBytes, size-off))
 		n, err := u.nextPart()
 		if err != nil {
 			return err
 		}
-		u.eg.Go(func() error {
-			etag, err := su.UploadPartSection(u.egctx, u.key, u.uploadID, n, body, &sum)
-			if err != nil {
-				return fmt.Errorf("upload part %d of %s (%d bytes from its file): %w", n, u.key, body.Size(), err)
-			}
-			u.mu.Lock()
-			u.sent = append(u.sent, Part{Number: n, ETag: etag, CRC32C: &sum, Size: body.Size()})
-			u.mu.Unlock()
-			return nil
-		})
+		u.send(n, FileBody(io.NewSectionReader(r, off, min(u.opts.PartBytes, size-off))).WithCRC32C(sum), nil)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -19,11 +18,11 @@ type failingParts struct {
 	n int
 }
 
-func (f *failingParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
+func (f *failingParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
 	if int(n) > f.n {
-		return "", errors.New("injected part failure")
+		return store.Part{}, errors.New("injected part failure")
 	}
-	return f.Mem.UploadPart(ctx, key, uploadID, n, body, crc32c)
+	return f.Mem.UploadPart(ctx, key, uploadID, n, body)
 }
 
 // TestObjectWriter: an object under one part is one Put; a larger one is
@@ -111,15 +110,16 @@ type borrowingParts struct {
 	now, maxSeen int
 }
 
-func (b *borrowingParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
+func (b *borrowingParts) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
+	buf, _ := body.Bytes()
 	b.mu.Lock()
-	b.bodies = append(b.bodies, body)
+	b.bodies = append(b.bodies, buf)
 	b.now++
 	b.maxSeen = max(b.maxSeen, b.now)
 	b.mu.Unlock()
 	time.Sleep(5 * time.Millisecond) // let the others pile up, if they may
 	defer func() { b.mu.Lock(); b.now--; b.mu.Unlock() }()
-	return b.Mem.UploadPart(ctx, key, uploadID, n, body, crc32c)
+	return b.Mem.UploadPart(ctx, key, uploadID, n, body)
 }
 
 // TestObjectWriterFrom: WriteFrom stores the object as Write would, in
@@ -250,15 +250,15 @@ func TestObjectWriterFromFile(t *testing.T) {
 	}
 }
 
-// failingSections fails every UploadPartSection after the first n.
+// failingSections fails every part from a file section after the first n.
 type failingSections struct {
 	*store.Mem
 	n int
 }
 
-func (f *failingSections) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
+func (f *failingSections) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
 	if int(n) > f.n {
-		return "", errors.New("injected section failure")
+		return store.Part{}, errors.New("injected section failure")
 	}
-	return f.Mem.UploadPartSection(ctx, key, uploadID, n, body, crc32c)
+	return f.Mem.UploadPart(ctx, key, uploadID, n, body)
 }

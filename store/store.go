@@ -159,17 +159,27 @@ const (
 )
 
 // Writer writes whole objects and multipart uploads. Safe for concurrent
-// use. Bodies are byte slices so a retry layer can replay them.
+// use. Bodies are held so that a retry layer can replay them: a Put's
+// is a byte slice, a part's a Body.
 type Writer interface {
 	// Put writes body as key. Idempotent unless opts.IfNoneMatch is set.
 	Put(ctx context.Context, key string, body []byte, opts PutOptions) error
 	// CreateMultipart starts a multipart upload and returns its ID.
 	CreateMultipart(ctx context.Context, key string) (uploadID string, err error)
-	// UploadPart uploads part number n (1-based) and returns its ETag.
-	// Idempotent: re-uploading a part replaces it. crc32c, when non-nil,
-	// is sent as the part's checksum and the store refuses a body that
-	// does not match it (400 BadDigest); nil sends none (checksum none).
-	UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (etag string, err error)
+	// UploadPart uploads part number n (1-based) of upload uploadID and
+	// returns it as CompleteMultipart takes it: its number, ETag, size
+	// and the CRC32C sent with it (nil when none was). It is the one
+	// way a part is sent, however its bytes are held. Idempotent:
+	// re-uploading a part replaces it. Each attempt reads body from its
+	// first byte (body.Reader), so a retry layer may call it again with
+	// the same body. A body with a CRC32C (WithCRC32C) is sent with it
+	// and the store refuses bytes that do not match (400 BadDigest). A
+	// streamed body is sent as it is read, with its CRC32C computed on
+	// the way and checked by the store after the bytes (S3's trailer);
+	// the returned part carries the CRC32C the store acknowledged. A
+	// store that does not say it streams (PartStreamer) may refuse a
+	// streamed body. Any other body without a CRC32C is sent with none.
+	UploadPart(ctx context.Context, key, uploadID string, n int32, body Body) (Part, error)
 	// CompleteMultipart assembles parts (ascending numbers) into key.
 	CompleteMultipart(ctx context.Context, key, uploadID string, parts []Part) error
 	// AbortMultipart discards an upload and its parts. Aborting an upload
@@ -178,44 +188,14 @@ type Writer interface {
 	AbortMultipart(ctx context.Context, key, uploadID string) error
 }
 
-// PartStreamer is a Writer that can upload a part while its bytes are
-// still being produced: the body streams as it is read, and the part's
-// CRC32C, computed on the way, goes in a trailer after it (S3's
-// aws-chunked encoding, which the AWS SDK sends only over TLS). Safe for
-// concurrent use.
+// PartStreamer is a store that may say it takes streamed part bodies
+// (StreamBody) on this endpoint: S3 sends the CRC32C of a body whose
+// bytes are not known in advance in an aws-chunked trailer, which the
+// AWS SDK sends only over TLS. A store that is no PartStreamer takes
+// none.
 type PartStreamer interface {
-	// StreamsParts reports whether UploadPartStream works on this store
-	// (an https endpoint); when false, callers use UploadPart.
+	// StreamsParts reports whether UploadPart takes a streamed body.
 	StreamsParts() bool
-	// UploadPartStream uploads part number n of exactly size bytes read
-	// from a reader that body returns; the reader may block until its
-	// bytes exist. Every attempt (a retry layer may make several) calls
-	// body for a reader from the part's first byte. It returns the ETag
-	// and the CRC32C the store acknowledged. Idempotent like UploadPart.
-	UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc32c uint32, err error)
-}
-
-// SectionUploader is a Writer that uploads a part from a section of a
-// file rather than a byte slice, so that a part's bytes need not be in
-// memory however large it is. Safe for concurrent use.
-type SectionUploader interface {
-	// UploadsSections reports whether UploadPartSection works on this
-	// store; when false, callers use UploadPart.
-	UploadsSections() bool
-	// UploadPartSection uploads part number n of upload uploadID: the
-	// bytes of body, every attempt (a retry layer may make several)
-	// reading them again from body's first byte (body is not moved:
-	// each attempt reads through a section reader of its own). crc32c,
-	// when non-nil, is sent as the part's checksum, as with UploadPart.
-	// Idempotent like UploadPart.
-	UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (etag string, err error)
-}
-
-// UploadsSections reports whether st, or a store it wraps, uploads parts
-// from file sections (SectionUploader).
-func UploadsSections(st any) bool {
-	su, ok := As[SectionUploader](st)
-	return ok && su.UploadsSections()
 }
 
 // Lister lists keys and incomplete uploads. Safe for concurrent use.

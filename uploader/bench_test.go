@@ -27,8 +27,21 @@ func (s *nullStore) CreateMultipart(context.Context, string) (string, error) {
 	return fmt.Sprintf("u%d", s.next.Add(1)), nil
 }
 
-func (s *nullStore) UploadPart(_ context.Context, _, _ string, n int32, _ []byte, _ *uint32) (string, error) {
-	return "etag", nil
+func (s *nullStore) UploadPart(_ context.Context, _, _ string, n int32, body store.Body) (store.Part, error) {
+	pt := store.Part{Number: n, ETag: "etag", Size: body.Size()}
+	if !body.Streamed() {
+		if sum, ok := body.CRC32C(); ok {
+			pt.CRC32C = &sum
+		}
+		return pt, nil
+	}
+	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
+	if _, err := io.CopyN(h, body.Reader(), body.Size()); err != nil {
+		return store.Part{}, err
+	}
+	sum := h.Sum32()
+	pt.CRC32C = &sum
+	return pt, nil
 }
 
 func (s *nullStore) CompleteMultipart(context.Context, string, string, []store.Part) error {
@@ -38,14 +51,6 @@ func (s *nullStore) CompleteMultipart(context.Context, string, string, []store.P
 func (s *nullStore) AbortMultipart(context.Context, string, string) error { return nil }
 
 func (s *nullStore) StreamsParts() bool { return s.streams }
-
-func (s *nullStore) UploadPartStream(_ context.Context, _, _ string, _ int32, size int64, body func() io.Reader) (string, uint32, error) {
-	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
-	if _, err := io.CopyN(h, body(), size); err != nil {
-		return "", 0, err
-	}
-	return "etag", h.Sum32(), nil
-}
 
 // benchObject uploads objects of chunks chunks of chunkSize bytes through
 // a pool of 4 workers and 8 buffers: handed over whole, or begun and

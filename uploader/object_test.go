@@ -78,14 +78,18 @@ func (s *scripted) CreateMultipart(ctx context.Context, key string) (string, err
 	return id, err
 }
 
-func (s *scripted) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *scripted) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	s.record("UploadPart %s %d", id, n)
 	if s.partErr != nil {
 		if err := s.partErr(n); err != nil {
-			return "", err
+			return store.Part{}, err
 		}
 	}
-	return fmt.Sprintf("etag-%d", n), nil
+	pt := store.Part{Number: n, ETag: fmt.Sprintf("etag-%d", n), Size: body.Size()}
+	if sum, ok := body.CRC32C(); ok {
+		pt.CRC32C = &sum
+	}
+	return pt, nil
 }
 
 func (s *scripted) CompleteMultipart(ctx context.Context, key, id string, parts []store.Part) error {

@@ -31,11 +31,11 @@ func (s *buggyStore) Put(ctx context.Context, key string, body []byte, o store.P
 	return s.streamingMem.Put(ctx, key, body, o)
 }
 
-func (s *buggyStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *buggyStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if strings.HasPrefix(key, "bad") && n == s.panicPart {
 		panic("a bug in UploadPart")
 	}
-	return s.streamingMem.UploadPart(ctx, key, id, n, body, crc)
+	return s.streamingMem.UploadPart(ctx, key, id, n, body)
 }
 
 func (s *buggyStore) CreateMultipart(ctx context.Context, key string) (string, error) {

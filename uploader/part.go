@@ -85,12 +85,16 @@ func (b body) sum() uint32 {
 }
 
 // request is what request i of the part sends (0 the first, 1 a hedge
-// racing it): its bytes in one buffer, or else a function that returns
-// a reader of them from the first byte, called once per attempt.
-func (b body) request(ctx context.Context, i int) ([]byte, func() io.Reader, error) {
+// racing it), as a store.Body that each attempt reads from the first
+// byte: a filling chunk is streamed by the first request as it fills,
+// while a hedge waits for it to be full and sends its buffer; several
+// buffers are streamed in sequence; one buffer or a file section is
+// sent as it is, with its CRC32C when the pool sends checksums.
+func (b body) request(ctx context.Context, i int, checksum bool) (store.Body, error) {
+	var sb store.Body
 	switch {
 	case b.fill != nil && i == 0:
-		return nil, func() io.Reader { return b.fill.reader(ctx) }, nil
+		return store.StreamBody(b.size(), func() io.Reader { return b.fill.reader(ctx) }), nil
 	case b.fill != nil:
 		size := cap(b.fill.buf)
 		n, _, err := b.fill.waitFor(ctx, size)
@@ -98,19 +102,26 @@ func (b body) request(ctx context.Context, i int) ([]byte, func() io.Reader, err
 			err = errShort
 		}
 		if err != nil {
-			return nil, nil, err
+			return store.Body{}, err
 		}
-		return b.fill.buf[:size], nil, nil
+		sb = store.BytesBody(b.fill.buf[:size])
+	case b.file != nil:
+		sb = store.FileBody(b.file)
 	case len(b.segs) == 1:
-		return b.segs[0], nil, nil
+		sb = store.BytesBody(b.segs[0])
+	default:
+		return store.StreamBody(b.size(), func() io.Reader {
+			rs := make([]io.Reader, len(b.segs))
+			for i, s := range b.segs {
+				rs[i] = bytes.NewReader(s)
+			}
+			return io.MultiReader(rs...)
+		}), nil
 	}
-	return nil, func() io.Reader {
-		rs := make([]io.Reader, len(b.segs))
-		for i, s := range b.segs {
-			rs[i] = bytes.NewReader(s)
-		}
-		return io.MultiReader(rs...)
-	}, nil
+	if checksum {
+		sb = sb.WithCRC32C(b.sum())
+	}
+	return sb, nil
 }
 
 // describe says how long the body is and how it is sent, for errors.
@@ -194,24 +205,6 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 	return nil
 }
 
-// requestSection makes a request of part n, a file section, to upload
-// id: every request reads the section from disk through a reader of its
-// own.
-func (o *Upload) requestSection(ctx context.Context, n int32, id string, b body) (answer, error) {
-	su, ok := store.As[store.SectionUploader](o.pool.st)
-	if !ok || !su.UploadsSections() {
-		return answer{}, fmt.Errorf("the store does not upload file sections")
-	}
-	a := answer{crc: b.crc}
-	var sum *uint32
-	if o.pool.cfg.Checksum {
-		sum = &a.crc
-	}
-	var err error
-	a.etag, err = su.UploadPartSection(ctx, o.key, id, n, io.NewSectionReader(b.file, 0, b.file.Size()), sum)
-	return a, err
-}
-
 // answer is what the store said to a request that stored a part.
 type answer struct {
 	etag     string
@@ -220,34 +213,27 @@ type answer struct {
 }
 
 // request makes request i of part n (0 the first, 1 a hedge) with body
-// b: a PutObject of the whole object (single), an UploadPart of upload
-// id when the request's bytes are in one buffer, else a streamed one.
+// b: a PutObject of the whole object (single), else an UploadPart of
+// upload id.
 func (o *Upload) request(ctx context.Context, n int32, id string, single bool, b body, i int) (answer, error) {
-	if b.file != nil {
-		return o.requestSection(ctx, n, id, b)
-	}
-	buf, read, err := b.request(ctx, i)
+	sb, err := b.request(ctx, i, o.pool.cfg.Checksum)
 	if err != nil {
 		return answer{}, err
 	}
-	if read != nil {
-		ps, ok := store.As[store.PartStreamer](o.pool.st)
-		if !ok || !ps.StreamsParts() {
-			return answer{}, fmt.Errorf("the store does not stream parts")
-		}
-		etag, crc, err := ps.UploadPartStream(ctx, o.key, id, n, b.size(), read)
-		return answer{etag: etag, crc: crc, streamed: true}, err
-	}
-	var a answer
-	var sum *uint32
-	if o.pool.cfg.Checksum {
-		a.crc = store.CRC32C(buf)
-		sum = &a.crc
-	}
 	if single {
-		err = o.pool.st.Put(ctx, o.key, buf, store.PutOptions{CRC32C: sum})
-	} else {
-		a.etag, err = o.pool.st.UploadPart(ctx, o.key, id, n, buf, sum)
+		// One put is one buffer: the object fit in its first chunk.
+		buf, _ := sb.Bytes()
+		sum, ok := sb.CRC32C()
+		var opts store.PutOptions
+		if ok {
+			opts.CRC32C = &sum
+		}
+		return answer{crc: sum}, o.pool.st.Put(ctx, o.key, buf, opts)
+	}
+	pt, err := o.pool.st.UploadPart(ctx, o.key, id, n, sb)
+	a := answer{etag: pt.ETag, streamed: sb.Streamed()}
+	if pt.CRC32C != nil {
+		a.crc = *pt.CRC32C
 	}
 	return a, err
 }

@@ -25,11 +25,9 @@ import (
 const DefaultMaxPartSize = 512 << 20
 
 // FileParts reports whether the sink takes an object's parts as sections
-// of a file (PlanParts, OwnFile, EmitSection): the store uploads file
-// sections, and no Keeper wants the object's chunks kept in memory.
-func (s *Sink) FileParts() bool {
-	return s.opt.Keeper == nil && store.UploadsSections(s.pool.st)
-}
+// of a file (PlanParts, OwnFile, EmitSection): no Keeper wants the
+// object's chunks kept in memory.
+func (s *Sink) FileParts() bool { return s.opt.Keeper == nil }
 
 // PlanParts says how object obj, whose bytes will be about size,
 // uploaded from a file, is cut: size split in Config.Concurrency parts

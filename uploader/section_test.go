@@ -170,19 +170,19 @@ type flakySections struct {
 	failed map[int32]bool
 }
 
-func (s *flakySections) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+func (s *flakySections) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	s.mu.Lock()
 	first := !s.failed[n]
 	s.failed[n] = true
 	s.mu.Unlock()
 	if first {
 		half := make([]byte, body.Size()/2)
-		if _, err := io.ReadFull(body, half); err != nil {
-			return "", err
+		if _, err := io.ReadFull(body.Reader(), half); err != nil {
+			return store.Part{}, err
 		}
-		return "", &store.Error{Op: "UploadPart", Key: key, Retryable: true, Err: errors.New("connection reset by peer")}
+		return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Retryable: true, Err: errors.New("connection reset by peer")}
 	}
-	return s.Mem.UploadPartSection(ctx, key, id, n, body, crc)
+	return s.Mem.UploadPart(ctx, key, id, n, body)
 }
 
 // TestSectionPartRetriedFromDisk: a part that fails halfway is sent again
@@ -223,12 +223,12 @@ type stallingSections struct {
 	stalled atomic.Bool
 }
 
-func (s *stallingSections) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
+func (s *stallingSections) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if n == s.stall && s.stalled.CompareAndSwap(false, true) {
 		<-ctx.Done()
-		return "", ctx.Err()
+		return store.Part{}, ctx.Err()
 	}
-	return s.Mem.UploadPartSection(ctx, key, id, n, body, crc)
+	return s.Mem.UploadPart(ctx, key, id, n, body)
 }
 
 // TestSectionPartHedged: a part of file sections that straggles is sent

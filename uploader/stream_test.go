@@ -41,15 +41,21 @@ func (s *streamingMem) startedCh(n int32) chan struct{} {
 
 func (s *streamingMem) StreamsParts() bool { return true }
 
-func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
+// UploadPart takes a streamed body as S3 does over https: it reads it as
+// it comes and acknowledges its CRC32C; any other body goes to Mem.
+func (s *streamingMem) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
+	if !body.Streamed() {
+		return s.Mem.UploadPart(ctx, key, id, n, body)
+	}
+	size := body.Size()
 	s.mu.Lock()
 	s.attempts[n]++
 	fail := s.failOnce[n] && s.attempts[n] == 1
 	s.mu.Unlock()
-	r := body()
+	r := body.Reader()
 	b := make([]byte, size)
 	if _, err := io.ReadFull(r, b[:1]); err != nil {
-		return "", 0, err
+		return store.Part{}, err
 	}
 	select {
 	case <-s.startedCh(n):
@@ -58,21 +64,20 @@ func (s *streamingMem) UploadPartStream(ctx context.Context, key, id string, n i
 	}
 	if fail {
 		if _, err := io.ReadFull(r, b[1:size/2]); err != nil {
-			return "", 0, err
+			return store.Part{}, err
 		}
-		return "", 0, &store.Error{Op: "UploadPart", Key: key, Err: errors.New("connection reset"), Retryable: true}
+		return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Err: errors.New("connection reset"), Retryable: true}
 	}
 	if _, err := io.ReadFull(r, b[1:]); err != nil {
-		return "", 0, err
+		return store.Part{}, err
 	}
-	sum := store.CRC32C(b)
-	etag, err := s.Mem.UploadPart(ctx, key, id, n, b, &sum)
+	pt, err := s.Mem.UploadPart(ctx, key, id, n, store.BytesBody(b).WithCRC32C(store.CRC32C(b)))
 	if err == nil {
 		s.mu.Lock()
 		s.streamed[n] = true
 		s.mu.Unlock()
 	}
-	return etag, store.CRC32C(b), err
+	return pt, err
 }
 
 // fill begins part n of o and appends data to it in steps of step bytes.

@@ -27,7 +27,7 @@ type holding struct {
 	free    bool
 }
 
-func (h *holding) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (h *holding) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if key == h.key {
 		h.mu.Lock()
 		h.waiting++
@@ -37,7 +37,7 @@ func (h *holding) UploadPart(ctx context.Context, key, id string, n int32, body 
 		}
 		h.mu.Unlock()
 	}
-	return h.Store.UploadPart(ctx, key, id, n, body, crc)
+	return h.Store.UploadPart(ctx, key, id, n, body)
 }
 
 // Unwrap implements store.Unwrapper: the pool streams parts through the

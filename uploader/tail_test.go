@@ -3,7 +3,6 @@ package uploader
 import (
 	"bytes"
 	"context"
-	"io"
 	"math/rand/v2"
 	"slices"
 	"sync"
@@ -11,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 const mib = 1 << 20
@@ -264,14 +264,9 @@ func (g *gated) partSizes(key string) []int64 {
 	return out
 }
 
-func (g *gated) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
-	g.gate(key, n, int64(len(body)))
-	return g.streamingMem.UploadPart(ctx, key, id, n, body, crc)
-}
-
-func (g *gated) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	g.gate(key, n, size)
-	return g.streamingMem.UploadPartStream(ctx, key, id, n, size, body)
+func (g *gated) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
+	g.gate(key, n, body.Size())
+	return g.streamingMem.UploadPart(ctx, key, id, n, body)
 }
 
 // tailRun is one object written while every worker is busy with another

@@ -206,57 +206,23 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (id string, err
 	return id, err
 }
 
-// UploadPart implements store.Writer. The body is a byte slice, replayed
-// as a whole on every attempt.
-func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc *uint32) (etag string, err error) {
+// UploadPart implements store.Writer. Every attempt reads the body
+// again from its first byte: from memory, from disk, or from a stream's
+// reader made anew.
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (pt store.Part, err error) {
 	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
-		etag, err = s.inner.UploadPart(ctx, key, uploadID, n, body, crc)
+		pt, err = s.inner.UploadPart(ctx, key, uploadID, n, body)
 		return err
 	})
-	return etag, err
+	return pt, err
 }
 
 // Unwrap implements store.Unwrapper.
 func (s *Store) Unwrap() store.Store { return s.inner }
 
 // StreamsParts implements store.PartStreamer: true when the store below
-// streams parts. The retry layer is a PartStreamer itself, so that
-// store.As finds it, and streamed parts are retried, rather than the
-// store below.
+// streams parts.
 func (s *Store) StreamsParts() bool { return store.StreamsParts(s.inner) }
-
-// UploadPartStream implements store.PartStreamer. Every attempt reads the
-// body again from its first byte (body()), from the caller's memory.
-func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (etag string, crc uint32, err error) {
-	ps, ok := store.As[store.PartStreamer](s.inner)
-	if !ok || !ps.StreamsParts() {
-		return "", 0, fmt.Errorf("upload part %d of %s: the store does not stream parts", n, key)
-	}
-	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
-		etag, crc, err = ps.UploadPartStream(ctx, key, uploadID, n, size, body)
-		return err
-	})
-	return etag, crc, err
-}
-
-// UploadsSections implements store.SectionUploader: true when the store
-// below uploads sections. The retry layer is a SectionUploader itself so
-// that store.As finds it, and section parts are retried.
-func (s *Store) UploadsSections() bool { return store.UploadsSections(s.inner) }
-
-// UploadPartSection implements store.SectionUploader. Every attempt reads
-// the section again from its first byte, from disk.
-func (s *Store) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc *uint32) (etag string, err error) {
-	su, ok := store.As[store.SectionUploader](s.inner)
-	if !ok || !su.UploadsSections() {
-		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
-	}
-	err = s.do(ctx, "UploadPart", func(ctx context.Context) (err error) {
-		etag, err = su.UploadPartSection(ctx, key, uploadID, n, io.NewSectionReader(body, 0, body.Size()), crc)
-		return err
-	})
-	return etag, err
-}
 
 // CompleteMultipart implements store.Writer.
 func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) error {

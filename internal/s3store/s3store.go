@@ -374,98 +374,68 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error)
 	return aws.ToString(out.UploadId), nil
 }
 
-// UploadPart implements store.Writer.
-func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body []byte, crc32c *uint32) (string, error) {
-	in := &s3.UploadPartInput{
-		Bucket:        &s.bucket,
-		Key:           &key,
-		UploadId:      &uploadID,
-		PartNumber:    aws.Int32(n),
-		Body:          bytes.NewReader(body),
-		ContentLength: aws.Int64(int64(len(body))),
-	}
-	if crc32c != nil {
-		// A precomputed checksum header makes the SDK send the body as
-		// is: no aws-chunked encoding, no trailer, which gofakes3 cannot
-		// decode for parts. Without one (checksum none) the SDK sends
-		// none either: it computes checksums only when required.
-		in.ChecksumCRC32C = aws.String(encodeCRC32C(*crc32c))
-	}
-	out, err := s.client.UploadPart(ctx, in)
-	if err != nil {
-		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): %w", n, len(body), err))
-	}
-	return aws.ToString(out.ETag), nil
-}
-
-// UploadsSections implements store.SectionUploader.
-func (s *Store) UploadsSections() bool { return true }
-
-// UploadPartSection implements store.SectionUploader: the body is a
-// section reader of its own, which the SDK may read more than once (to
-// sign it over http) and rewinds itself, from disk each time.
-func (s *Store) UploadPartSection(ctx context.Context, key, uploadID string, n int32, body *io.SectionReader, crc32c *uint32) (string, error) {
-	size := body.Size()
-	in := &s3.UploadPartInput{
-		Bucket:        &s.bucket,
-		Key:           &key,
-		UploadId:      &uploadID,
-		PartNumber:    aws.Int32(n),
-		Body:          io.NewSectionReader(body, 0, size),
-		ContentLength: aws.Int64(size),
-	}
-	if crc32c != nil {
-		// As UploadPart: a precomputed checksum, the body sent as is.
-		in.ChecksumCRC32C = aws.String(encodeCRC32C(*crc32c))
-	}
-	out, err := s.client.UploadPart(ctx, in)
-	if err != nil {
-		return "", classify("UploadPart", key, fmt.Errorf("part %d (%d bytes from a file section): %w", n, size, err))
-	}
-	return aws.ToString(out.ETag), nil
-}
-
 // StreamsParts implements store.PartStreamer: the SDK sends trailing
 // checksums only over TLS, so only an https endpoint streams parts.
 func (s *Store) StreamsParts() bool { return s.tls && !s.noChecksums }
 
-// UploadPartStream implements store.PartStreamer. The body goes out as
-// the reader yields it, aws-chunked with the CRC32C the SDK computes on
-// the way in a trailer, which the server checks against what arrived. It
-// returns the CRC32C the server acknowledged, after checking it against
-// the one of the bytes read here.
-func (s *Store) UploadPartStream(ctx context.Context, key, uploadID string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	if !s.tls {
-		return "", 0, classify("UploadPart", key, fmt.Errorf("part %d (%d bytes): streamed parts need an https endpoint", n, size))
-	}
-	r := &crcReader{r: body()}
-	out, err := s.client.UploadPart(ctx, &s3.UploadPartInput{
-		Bucket:     &s.bucket,
-		Key:        &key,
-		UploadId:   &uploadID,
-		PartNumber: aws.Int32(n),
-		// Not a ReadSeeker: nothing may rewind or pre-read a body whose
-		// bytes do not exist yet.
-		Body:          struct{ io.Reader }{r},
+// UploadPart implements store.Writer. A body in memory or in a file is
+// sent as an io.ReadSeeker of its own, which the SDK may read more than
+// once (to sign it over http) and rewinds itself; with a CRC32C it goes
+// in a header, so the SDK sends the body as is (no aws-chunked encoding,
+// which gofakes3 cannot decode for parts), and without one the SDK sends
+// none either (it computes checksums only when required). A streamed
+// body goes out as the reader yields it, aws-chunked with the CRC32C the
+// SDK computes on the way in a trailer, which the server checks against
+// what arrived; the part carries the CRC32C the server acknowledged,
+// checked against the one of the bytes read here.
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
+	size := body.Size()
+	pt := store.Part{Number: n, Size: size}
+	in := &s3.UploadPartInput{
+		Bucket:        &s.bucket,
+		Key:           &key,
+		UploadId:      &uploadID,
+		PartNumber:    aws.Int32(n),
 		ContentLength: aws.Int64(size),
-		// An algorithm and no value: the SDK computes it while sending
-		// and puts it in the aws-chunked trailer.
-		ChecksumAlgorithm: types.ChecksumAlgorithmCrc32c,
-	})
+	}
+	if !body.Streamed() {
+		in.Body = body.Reader()
+		if sum, ok := body.CRC32C(); ok {
+			in.ChecksumCRC32C = aws.String(encodeCRC32C(sum))
+			pt.CRC32C = &sum
+		}
+		out, err := s.client.UploadPart(ctx, in)
+		if err != nil {
+			return store.Part{}, classify("UploadPart", key, fmt.Errorf("part %d (%s): %w", n, body, err))
+		}
+		pt.ETag = aws.ToString(out.ETag)
+		return pt, nil
+	}
+	if !s.StreamsParts() {
+		return store.Part{}, classify("UploadPart", key, fmt.Errorf("part %d (%s): streamed parts need an https endpoint with checksums on", n, body))
+	}
+	r := &crcReader{r: body.Reader()}
+	// Not a ReadSeeker: nothing may rewind or pre-read a body whose
+	// bytes do not exist yet. An algorithm and no value: the SDK
+	// computes it while sending and puts it in the aws-chunked trailer.
+	in.Body = struct{ io.Reader }{r}
+	in.ChecksumAlgorithm = types.ChecksumAlgorithmCrc32c
+	out, err := s.client.UploadPart(ctx, in)
 	if err != nil {
-		return "", 0, classify("UploadPart", key, fmt.Errorf("streamed part %d (%d bytes): %w", n, size, err))
+		return store.Part{}, classify("UploadPart", key, fmt.Errorf("part %d (%s): %w", n, body, err))
 	}
 	if r.n != size {
-		return "", 0, &store.Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("streamed part %d: sent %d of %d bytes", n, r.n, size)}
+		return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Err: fmt.Errorf("streamed part %d: sent %d of %d bytes", n, r.n, size)}
 	}
 	if v := aws.ToString(out.ChecksumCRC32C); v != "" {
 		got, err := decodeCRC32C(v)
 		if err != nil || got != r.crc {
-			return "", 0, &store.Error{Op: "UploadPart", Key: key, Status: 200,
+			return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Status: 200,
 				Err: fmt.Errorf("streamed part %d (%d bytes): server acknowledged CRC32C %q, sent %s", n, size, v, encodeCRC32C(r.crc))}
 		}
 	}
-	return aws.ToString(out.ETag), r.crc, nil
+	pt.ETag, pt.CRC32C = aws.ToString(out.ETag), &r.crc
+	return pt, nil
 }
 
 // crcReader counts and checksums what is read through it.

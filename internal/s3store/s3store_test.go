@@ -88,11 +88,11 @@ func TestWire(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		etag, err := s.UploadPart(ctx, "w/data", id, 1, body, &sum)
+		pt, err := s.UploadPart(ctx, "w/data", id, 1, store.BytesBody(body).WithCRC32C(sum))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CompleteMultipart(ctx, "w/data", id, []store.Part{{Number: 1, ETag: etag, CRC32C: &sum}}); err != nil {
+		if err := s.CompleteMultipart(ctx, "w/data", id, []store.Part{pt}); err != nil {
 			t.Fatal(err)
 		}
 		for _, r := range [][2]int64{{10, 10}, {10, -1}, {0, -1}} {
@@ -240,7 +240,7 @@ func errorsFromServer(t *testing.T, b string, e testenv.Endpoint) {
 	}
 	part := bytes.Repeat([]byte("p"), 5<<20)
 	sum := store.CRC32C(part)
-	if _, err := s.UploadPart(ctx, key, id, 1, part, &sum); err != nil {
+	if _, err := s.UploadPart(ctx, key, id, 1, store.BytesBody(part).WithCRC32C(sum)); err != nil {
 		t.Fatal(err)
 	}
 	err = s.CompleteMultipart(ctx, key, id, []store.Part{{Number: 1, ETag: `"0123456789abcdef0123456789abcdef"`, CRC32C: &sum, Size: int64(len(part))}})
@@ -514,7 +514,7 @@ func TestUploadPartStream(t *testing.T) {
 			if s.StreamsParts() {
 				t.Fatalf("store on %s streams parts", e.URL)
 			}
-			if _, _, err := s.UploadPartStream(ctx, "stream/data", id, 1, int64(len(body)), func() io.Reader { return bytes.NewReader(body) }); err == nil {
+			if _, err := s.UploadPart(ctx, "stream/data", id, 1, store.StreamBody(int64(len(body)), func() io.Reader { return bytes.NewReader(body) })); err == nil {
 				t.Fatal("a streamed part over plain HTTP succeeded")
 			}
 			return
@@ -541,12 +541,12 @@ func TestUploadPartStream(t *testing.T) {
 			}
 			pw.CloseWithError(errors.New("the request never reached the server"))
 		}()
-		etag, crc, err := s.UploadPartStream(ctx, "stream/data", id, 1, int64(len(body)), func() io.Reader { return pr })
+		pt, err := s.UploadPart(ctx, "stream/data", id, 1, store.StreamBody(int64(len(body)), func() io.Reader { return pr }))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := store.CRC32C(body); crc != want {
-			t.Fatalf("acknowledged CRC32C %08x, want %08x", crc, want)
+		if want := store.CRC32C(body); pt.CRC32C == nil || *pt.CRC32C != want {
+			t.Fatalf("acknowledged CRC32C %v, want %08x", pt.CRC32C, want)
 		}
 		var part *recorded
 		for _, r := range seen() {
@@ -564,7 +564,7 @@ func TestUploadPartStream(t *testing.T) {
 		if part.header.Get("X-Amz-Checksum-Crc32c") != "" {
 			t.Fatal("streamed part carries its checksum as a header")
 		}
-		if err := s.CompleteMultipart(ctx, "stream/data", id, []store.Part{{Number: 1, ETag: etag, CRC32C: &crc}}); err != nil {
+		if err := s.CompleteMultipart(ctx, "stream/data", id, []store.Part{pt}); err != nil {
 			t.Fatal(err)
 		}
 		rc, err := s.GetRange(ctx, "stream/data", 0, -1)

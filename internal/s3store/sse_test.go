@@ -79,12 +79,11 @@ func TestServerSideEncryption(t *testing.T) {
 			}
 			var parts []store.Part
 			for n := int32(1); n <= 2; n++ {
-				crc := store.CRC32C(part)
-				etag, err := s.UploadPart(ctx, multi, id, n, part, &crc)
+				pt, err := s.UploadPart(ctx, multi, id, n, store.BytesBody(part).WithCRC32C(store.CRC32C(part)))
 				if err != nil {
 					t.Fatal(err)
 				}
-				parts = append(parts, store.Part{Number: n, ETag: etag, CRC32C: &crc})
+				parts = append(parts, pt)
 			}
 			if err := s.CompleteMultipart(ctx, multi, id, parts); err != nil {
 				t.Fatal(err)

@@ -52,9 +52,9 @@ func (s *tracingStore) CreateMultipart(ctx context.Context, key string) (string,
 	return s.Store.CreateMultipart(ctx, key)
 }
 
-func (s *tracingStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *tracingStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	s.trace("UploadPart")
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 func (s *tracingStore) CompleteMultipart(ctx context.Context, key, id string, parts []store.Part) error {

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	mrand "math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -232,20 +234,49 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 	if err != nil {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
+	// Each part's bytes are held another way: in memory, in a file, and
+	// the last streamed where the store streams parts. UploadPart is the
+	// one verb for all of them.
+	file := filepath.Join(t.TempDir(), "part-2")
+	if err := os.WriteFile(file, bodies[1], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	streams := store.StreamsParts(s)
+	body := func(i int) store.Body {
+		sum := store.CRC32C(bodies[i])
+		switch {
+		case i == 1:
+			return store.FileBody(io.NewSectionReader(f, 0, int64(len(bodies[i])))).WithCRC32C(sum)
+		case i == 2 && streams:
+			return store.StreamBody(int64(len(bodies[i])), func() io.Reader { return bytes.NewReader(bodies[i]) })
+		}
+		return store.BytesBody(bodies[i]).WithCRC32C(sum)
+	}
 	parts := make([]store.Part, len(sizes))
 	var g errgroup.Group
 	for i := range bodies {
 		g.Go(func() error {
-			sum := store.CRC32C(bodies[i])
 			n := int32(i + 1)
-			etag, err := s.UploadPart(ctx, key, id, n, bodies[i], &sum)
+			b := body(i)
+			pt, err := s.UploadPart(ctx, key, id, n, b)
 			if err != nil {
-				return fmt.Errorf("UploadPart %d: %w", n, err)
+				return fmt.Errorf("UploadPart %d (%s): %w", n, b, err)
 			}
-			if etag == "" {
-				return fmt.Errorf("UploadPart %d returned no ETag", n)
+			sum := store.CRC32C(bodies[i])
+			switch {
+			case pt.ETag == "":
+				return fmt.Errorf("UploadPart %d (%s) returned no ETag", n, b)
+			case pt.Number != n || pt.Size != int64(len(bodies[i])):
+				return fmt.Errorf("UploadPart %d (%s) returned part %d of %d bytes, want %d of %d", n, b, pt.Number, pt.Size, n, len(bodies[i]))
+			case pt.CRC32C == nil || *pt.CRC32C != sum:
+				return fmt.Errorf("UploadPart %d (%s) returned CRC32C %v, want %08x", n, b, pt.CRC32C, sum)
 			}
-			parts[i] = store.Part{Number: n, ETag: etag, CRC32C: &sum, Size: int64(len(bodies[i]))}
+			parts[i] = pt
 			return nil
 		})
 	}
@@ -253,11 +284,11 @@ func testMultipart(t *testing.T, s store.Store, pfx string) {
 		t.Fatal(err)
 	}
 	// Re-uploading a part replaces it: what a retried part does.
-	etag, err := s.UploadPart(ctx, key, id, 3, bodies[2], parts[2].CRC32C)
+	pt, err := s.UploadPart(ctx, key, id, 3, store.BytesBody(bodies[2]).WithCRC32C(*parts[2].CRC32C))
 	if err != nil {
 		t.Fatalf("re-upload part 3: %v", err)
 	}
-	parts[2].ETag = etag
+	parts[2] = pt
 
 	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
 		t.Fatalf("CompleteMultipart: %v", err)
@@ -299,12 +330,11 @@ func testMultipartPartNumbers(t *testing.T, s store.Store, pfx string) {
 	}
 	parts := make([]store.Part, len(bodies))
 	for i := len(bodies) - 1; i >= 0; i-- {
-		sum := store.CRC32C(bodies[i])
-		etag, err := s.UploadPart(ctx, key, id, numbers[i], bodies[i], &sum)
+		pt, err := s.UploadPart(ctx, key, id, numbers[i], store.BytesBody(bodies[i]).WithCRC32C(store.CRC32C(bodies[i])))
 		if err != nil {
 			t.Fatalf("UploadPart %d: %v", numbers[i], err)
 		}
-		parts[i] = store.Part{Number: numbers[i], ETag: etag, CRC32C: &sum, Size: int64(len(bodies[i]))}
+		parts[i] = pt
 	}
 	swapped := []store.Part{parts[1], parts[0], parts[2]}
 	err = s.CompleteMultipart(ctx, key, id, swapped)
@@ -341,12 +371,11 @@ func testCompleteRepeated(t *testing.T, s store.Store, pfx string) {
 	if err != nil {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
-	sum := store.CRC32C(body)
-	etag, err := s.UploadPart(ctx, key, id, 1, body, &sum)
+	pt, err := s.UploadPart(ctx, key, id, 1, store.BytesBody(body).WithCRC32C(store.CRC32C(body)))
 	if err != nil {
 		t.Fatalf("UploadPart: %v", err)
 	}
-	parts := []store.Part{{Number: 1, ETag: etag, CRC32C: &sum, Size: int64(len(body))}}
+	parts := []store.Part{pt}
 	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
 		t.Fatalf("CompleteMultipart: %v", err)
 	}
@@ -371,8 +400,20 @@ func testMultipartBadChecksum(t *testing.T, s store.Store, pfx string) {
 	t.Cleanup(func() { _ = s.AbortMultipart(context.Background(), key, id) })
 	body := data(1024, 20)
 	wrong := store.CRC32C(body) ^ 0xffff
-	_, err = s.UploadPart(ctx, key, id, 1, body, &wrong)
+	_, err = s.UploadPart(ctx, key, id, 1, store.BytesBody(body).WithCRC32C(wrong))
 	wantErr(t, "UploadPart with a wrong CRC32C", err, nil, false)
+	// The same from a file section: the store checks what it read.
+	file := filepath.Join(t.TempDir(), "bad-part")
+	if err := os.WriteFile(file, body, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	_, err = s.UploadPart(ctx, key, id, 2, store.FileBody(io.NewSectionReader(f, 0, int64(len(body)))).WithCRC32C(wrong))
+	wantErr(t, "UploadPart from a file section with a wrong CRC32C", err, nil, false)
 }
 
 func testListUploadsAbort(t *testing.T, s store.Store, pfx string) {
@@ -383,7 +424,7 @@ func testListUploadsAbort(t *testing.T, s store.Store, pfx string) {
 		t.Fatalf("CreateMultipart: %v", err)
 	}
 	body := data(5*mib, 30)
-	if _, err := s.UploadPart(ctx, key, id, 1, body, ptr(store.CRC32C(body))); err != nil {
+	if _, err := s.UploadPart(ctx, key, id, 1, store.BytesBody(body).WithCRC32C(store.CRC32C(body))); err != nil {
 		t.Fatalf("UploadPart: %v", err)
 	}
 	ups := uploads(t, s, pfx)
@@ -620,5 +661,3 @@ func firstDiff(a, b []byte) int {
 	}
 	return min(len(a), len(b))
 }
-
-func ptr(v uint32) *uint32 { return &v }

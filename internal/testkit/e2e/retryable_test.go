@@ -53,12 +53,12 @@ type etagStore struct {
 	part int32
 }
 
-func (s *etagStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
-	etag, err := s.Store.UploadPart(ctx, key, id, n, body, crc)
+func (s *etagStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
+	pt, err := s.Store.UploadPart(ctx, key, id, n, body)
 	if err == nil && n == s.part {
-		etag = `"00000000000000000000000000000000"`
+		pt.ETag = `"00000000000000000000000000000000"`
 	}
-	return etag, err
+	return pt, err
 }
 
 // TestRejectedPartIsRetryableForTheTask: a Complete refused with 400
@@ -127,11 +127,11 @@ type hangStore struct {
 	store.Store
 }
 
-func (s hangStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s hangStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if n >= 2 {
-		return "", &store.Error{Op: "UploadPart", Key: key, Status: 403, Code: "AccessDenied", Err: errors.New("injected")}
+		return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Status: 403, Code: "AccessDenied", Err: errors.New("injected")}
 	}
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 func (s hangStore) AbortMultipart(ctx context.Context, key, id string) error {

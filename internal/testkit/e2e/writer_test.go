@@ -224,9 +224,9 @@ type slowStore struct {
 	delay time.Duration
 }
 
-func (s slowStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s slowStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	time.Sleep(s.delay)
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 func TestMemoryBoundWhileStoreIsSlow(t *testing.T) {
@@ -263,13 +263,12 @@ type badChecksumStore struct {
 	parts atomic.Int32
 }
 
-func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *badChecksumStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	s.parts.Add(1)
-	if n == s.part && crc != nil {
-		wrong := *crc ^ 0xdeadbeef
-		crc = &wrong
+	if sum, ok := body.CRC32C(); n == s.part && ok {
+		body = body.WithCRC32C(sum ^ 0xdeadbeef)
 	}
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 func TestPermanentPartFailureCancelsWriter(t *testing.T) {
@@ -447,11 +446,11 @@ func (s *holdStore) CompleteMultipart(ctx context.Context, key, id string, parts
 	return s.Store.CompleteMultipart(ctx, key, id, parts)
 }
 
-func (s *holdStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s *holdStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if s.part > 0 && n >= s.part {
-		return "", s.hold(ctx)
+		return store.Part{}, s.hold(ctx)
 	}
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 // TestCommitContextBoundsTheCommit: the ctx given to Commit, not the one

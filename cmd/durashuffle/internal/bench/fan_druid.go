@@ -156,11 +156,15 @@ func (u *objectUploader) upload(ctx context.Context, g *errgroup.Group, key stri
 			defer func() { u.bufs <- b }()
 			crc := u.crc(b[:length])
 			return u.request(ctx, func() error {
-				etag, err := u.st.UploadPart(ctx, key, id, int32(i+1), b[:length], crc)
+				body := store.BytesBody(b[:length])
+				if crc != nil {
+					body = body.WithCRC32C(*crc)
+				}
+				pt, err := u.st.UploadPart(ctx, key, id, int32(i+1), body)
 				if err != nil {
 					return fmt.Errorf("upload part %d of %s (%d bytes): %w", i+1, key, length, err)
 				}
-				parts[i] = store.Part{Number: int32(i + 1), ETag: etag, CRC32C: crc, Size: length}
+				parts[i] = pt
 				return nil
 			})
 		})

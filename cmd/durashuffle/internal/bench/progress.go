@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -230,14 +229,14 @@ func (s meteredStore) Put(ctx context.Context, key string, body []byte, o store.
 	return err
 }
 
-func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s meteredStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	if !isData(key) {
-		return s.Store.UploadPart(ctx, key, id, n, body, crc)
+		return s.Store.UploadPart(ctx, key, id, n, body)
 	}
 	s.m.begin()
-	etag, err := s.Store.UploadPart(ctx, key, id, n, body, crc)
-	s.m.end(int64(len(body)), err)
-	return etag, err
+	pt, err := s.Store.UploadPart(ctx, key, id, n, body)
+	s.m.end(body.Size(), err)
+	return pt, err
 }
 
 func (s meteredStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
@@ -291,30 +290,6 @@ func (b *meteredBody) finish() {
 // Unwrap implements store.Unwrapper.
 func (s meteredStore) Unwrap() store.Store { return s.Store }
 
-// StreamsParts and UploadPartStream meter streamed parts like UploadPart:
-// the meter is a store.PartStreamer itself, so that store.As finds it
-// rather than the store below.
+// StreamsParts passes on whether the store below streams parts, which
+// UploadPart meters like any other.
 func (s meteredStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
-
-func (s meteredStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	return streamPart(ctx, s.Store, key, id, n, size, body, s.m.begin, func(err error) { s.m.end(size, err) })
-}
-
-// UploadsSections and UploadPartSection meter parts sent from file
-// sections like UploadPart: the meter is a store.SectionUploader itself,
-// so that store.As finds it.
-func (s meteredStore) UploadsSections() bool { return store.UploadsSections(s.Store) }
-
-func (s meteredStore) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
-	su, ok := store.As[store.SectionUploader](s.Store)
-	if !ok || !su.UploadsSections() {
-		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
-	}
-	if !isData(key) {
-		return su.UploadPartSection(ctx, key, id, n, body, crc)
-	}
-	s.m.begin()
-	etag, err := su.UploadPartSection(ctx, key, id, n, body, crc)
-	s.m.end(body.Size(), err)
-	return etag, err
-}

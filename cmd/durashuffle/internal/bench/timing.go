@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"sync"
 	"time"
 
@@ -102,34 +100,14 @@ func (s clockedStore) Put(ctx context.Context, key string, body []byte, o store.
 	return s.Store.Put(ctx, key, body, o)
 }
 
-func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, body []byte, crc *uint32) (string, error) {
+func (s clockedStore) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
 	defer s.c.end(s.c.begin())
-	return s.Store.UploadPart(ctx, key, id, n, body, crc)
+	return s.Store.UploadPart(ctx, key, id, n, body)
 }
 
 // Unwrap implements store.Unwrapper.
 func (s clockedStore) Unwrap() store.Store { return s.Store }
 
-// StreamsParts and UploadPartStream time streamed parts like UploadPart:
-// the clock is a store.PartStreamer itself, so that store.As finds it
-// rather than the store below.
+// StreamsParts passes on whether the store below streams parts, which
+// UploadPart times like any other.
 func (s clockedStore) StreamsParts() bool { return store.StreamsParts(s.Store) }
-
-func (s clockedStore) UploadPartStream(ctx context.Context, key, id string, n int32, size int64, body func() io.Reader) (string, uint32, error) {
-	var started time.Time
-	return streamPart(ctx, s.Store, key, id, n, size, body, func() { started = s.c.begin() }, func(error) { s.c.end(started) })
-}
-
-// UploadsSections and UploadPartSection time parts sent from file
-// sections (a spilled writer's object) like UploadPart: the clock is a
-// store.SectionUploader itself, so that store.As finds it.
-func (s clockedStore) UploadsSections() bool { return store.UploadsSections(s.Store) }
-
-func (s clockedStore) UploadPartSection(ctx context.Context, key, id string, n int32, body *io.SectionReader, crc *uint32) (string, error) {
-	su, ok := store.As[store.SectionUploader](s.Store)
-	if !ok || !su.UploadsSections() {
-		return "", fmt.Errorf("upload part %d of %s: the store does not upload file sections", n, key)
-	}
-	defer s.c.end(s.c.begin())
-	return su.UploadPartSection(ctx, key, id, n, body, crc)
-}

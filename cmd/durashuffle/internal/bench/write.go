@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -240,15 +241,15 @@ func (s *fileStore) CreateMultipart(ctx context.Context, key string) (string, er
 	return key, nil
 }
 
-func (s *fileStore) UploadPart(_ context.Context, key, _ string, n int32, body []byte, _ *uint32) (string, error) {
+func (s *fileStore) UploadPart(_ context.Context, key, _ string, n int32, body store.Body) (store.Part, error) {
 	f, err := s.file(key)
 	if err != nil {
-		return "", err
+		return store.Part{}, err
 	}
-	if _, err := f.WriteAt(body, int64(n-1)*s.chunk); err != nil {
-		return "", err
+	if _, err := io.Copy(io.NewOffsetWriter(f, int64(n-1)*s.chunk), body.Reader()); err != nil {
+		return store.Part{}, err
 	}
-	return fmt.Sprintf(`"%d"`, n), nil
+	return partOf(n, body), nil
 }
 
 func (s *fileStore) closeAll() error {
@@ -397,11 +398,15 @@ func (s *syncSink) Emit(obj int, part int32, buf []byte, last bool) error {
 		}
 		s.uploads[obj] = id
 	}
-	etag, err := s.st.UploadPart(s.ctx, key, id, part, buf, &crc)
+	body := store.BytesBody(buf)
+	if sum != nil {
+		body = body.WithCRC32C(*sum)
+	}
+	pt, err := s.st.UploadPart(s.ctx, key, id, part, body)
 	if err != nil {
 		return err
 	}
-	s.parts[obj] = append(s.parts[obj], store.Part{Number: part, ETag: etag, CRC32C: sum, Size: int64(len(buf))})
+	s.parts[obj] = append(s.parts[obj], pt)
 	if last {
 		return s.st.CompleteMultipart(s.ctx, key, id, s.parts[obj])
 	}
