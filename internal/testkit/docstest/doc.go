@@ -20,6 +20,8 @@
 //     states the format version the code writes, and no file refers to
 //     anything outside the repository (a folder beside it, a tracker's
 //     issue number, the circumstances of its writing);
+//   - anchors_test.go: every link to a heading of these pages names a
+//     heading the page has;
 //   - length_test.go: BENCHMARKS.md is at most 450 lines and each
 //     docs/*.md page at most 600.
 package docstest
