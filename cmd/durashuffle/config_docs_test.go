@@ -80,8 +80,8 @@ rows per open writer, plus about ` + "`2 x read_ahead x read_range_bytes`" + ` p
 ` + "`memory_limit auto`" + ` (the default) makes ` + "`write`" + `, ` + "`demo`" + `, ` + "`serve`" + ` and ` + "`bench`" + ` set the
 memory bound (the above plus ` + fmt.Sprint(headroom/durashuffle.MiB) + ` MiB of runtime headroom) less ` + fmt.Sprint(unmanaged/durashuffle.MiB) + ` MiB of
 resident memory the runtime does not govern as the Go runtime's soft memory
-limit, so the heap does not grow to twice what is live; see operations.md,
-"Sizing memory".
+limit, so the heap does not grow to twice what is live; see
+[sizing.md](sizing.md#sizing-memory).
 `)
 	def := durashuffle.DefaultConfig()
 	group := ""

@@ -10,7 +10,7 @@ import (
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
-// costConfig is one row of operations.md's table of what combining
+// costConfig is one row of combining.md's table of what combining
 // costs per TiB: the writers' upload pool and the plan's options.
 type costConfig struct {
 	writers uploader.Config // nil-valued: Druid's layout
@@ -29,7 +29,7 @@ func writerParts(t *testing.T, c uploader.Config, size int64) int64 {
 }
 
 // TestCombineCostTable: the table "What combining costs per TiB" in
-// docs/operations.md is what combine.MakePlan predicts (the predictions
+// docs/combining.md is what combine.MakePlan predicts (the predictions
 // bench combine finds exact) for its shapes, priced at combine's prices:
 // every cell is computed here and must be in the document as printed.
 func TestCombineCostTable(t *testing.T) {
@@ -53,7 +53,7 @@ func TestCombineCostTable(t *testing.T) {
 		{"combined, the cheaper settings, tasks on disk", disk, true},
 		{"Druid's layout", costConfig{}, false},
 	}
-	doc, err := os.ReadFile("../../docs/operations.md")
+	doc, err := os.ReadFile(repoFile(t, "docs/combining.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestCombineCostTable(t *testing.T) {
 			}
 		}
 		if !strings.Contains(string(doc), line+"\n") {
-			t.Errorf("docs/operations.md lacks the row\n%s", line)
+			t.Errorf("docs/combining.md lacks the row\n%s", line)
 		}
 	}
 }

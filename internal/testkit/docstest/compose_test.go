@@ -16,7 +16,7 @@ import (
 // to loopback, and the bucket is created only once both servers are
 // healthy.
 func TestComposeFile(t *testing.T) {
-	b, err := os.ReadFile("../../localstack/docker-compose.yml")
+	b, err := os.ReadFile(repoFile(t, "localstack/docker-compose.yml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,7 @@ func TestComposeFile(t *testing.T) {
 		}
 	}
 
-	sh, err := os.ReadFile("../../localstack/minio.sh")
+	sh, err := os.ReadFile(repoFile(t, "localstack/minio.sh"))
 	if err != nil {
 		t.Fatal(err)
 	}

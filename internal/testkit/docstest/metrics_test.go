@@ -17,11 +17,24 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/durashuffle/durashuffle/internal/metrics"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// operationsDoc is the page whose metrics table this test keeps honest.
-var operationsDoc = filepath.Join("..", "..", "docs", "operations.md")
+// metricsDoc is the page whose metrics table this test keeps honest,
+// relative to the repository's root.
+const metricsDoc = "docs/metrics.md"
+
+// repoFile is the path of rel, a slash-separated path from the
+// repository's root.
+func repoFile(t *testing.T, rel string) string {
+	t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, filepath.FromSlash(rel))
+}
 
 // documented is one row of the metrics table.
 type documented struct {
@@ -33,7 +46,7 @@ type documented struct {
 // "| metric | type | labels | meaning |".
 func metricsTable(t *testing.T) map[string]documented {
 	t.Helper()
-	f, err := os.Open(operationsDoc)
+	f, err := os.Open(repoFile(t, metricsDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +76,7 @@ func metricsTable(t *testing.T) map[string]documented {
 		}
 		slices.Sort(labels)
 		if _, dup := out[name]; dup {
-			t.Errorf("%s: metric %s documented twice", operationsDoc, name)
+			t.Errorf("%s: metric %s documented twice", metricsDoc, name)
 		}
 		out[name] = documented{typ: strings.TrimSpace(cells[1]), labels: labels}
 	}
@@ -71,7 +84,7 @@ func metricsTable(t *testing.T) map[string]documented {
 		t.Fatal(err)
 	}
 	if len(out) == 0 {
-		t.Fatalf("%s has no table headed | metric | type | labels | meaning |", operationsDoc)
+		t.Fatalf("%s has no table headed | metric | type | labels | meaning |", metricsDoc)
 	}
 	return out
 }
@@ -129,7 +142,7 @@ func scraped(t *testing.T) map[string]*dto.MetricFamily {
 // metrics' source: the ones no event above reached still count.
 func declared(t *testing.T) []string {
 	t.Helper()
-	dir := filepath.Join("..", "..", "metrics")
+	dir := repoFile(t, "internal/metrics")
 	fset := token.NewFileSet()
 	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
 	if err != nil {
@@ -171,7 +184,7 @@ func TestMetricsDocumented(t *testing.T) {
 	for _, name := range exported {
 		d, ok := docs[name]
 		if !ok {
-			t.Errorf("metric %s is exported by metrics but not documented in %s", name, operationsDoc)
+			t.Errorf("metric %s is exported by metrics but not documented in %s", name, metricsDoc)
 			continue
 		}
 		f, ok := fams[name]
@@ -180,7 +193,7 @@ func TestMetricsDocumented(t *testing.T) {
 			continue
 		}
 		if typ := strings.ToLower(f.GetType().String()); typ != d.typ {
-			t.Errorf("metric %s: %s says %s, the registry has a %s", name, operationsDoc, d.typ, typ)
+			t.Errorf("metric %s: %s says %s, the registry has a %s", name, metricsDoc, d.typ, typ)
 		}
 		var labels []string
 		for _, m := range f.GetMetric() {
@@ -192,12 +205,12 @@ func TestMetricsDocumented(t *testing.T) {
 		}
 		slices.Sort(labels)
 		if !slices.Equal(labels, d.labels) {
-			t.Errorf("metric %s: %s lists labels %v, the registry has %v", name, operationsDoc, d.labels, labels)
+			t.Errorf("metric %s: %s lists labels %v, the registry has %v", name, metricsDoc, d.labels, labels)
 		}
 	}
 	for name := range docs {
 		if !slices.Contains(exported, name) {
-			t.Errorf("metric %s is documented in %s but metrics does not export it", name, operationsDoc)
+			t.Errorf("metric %s is documented in %s but metrics does not export it", name, metricsDoc)
 		}
 	}
 	if len(fams) < 9 {

@@ -20,7 +20,7 @@ import (
 )
 
 // sidecarDoc is the page whose Go client this test runs.
-var sidecarDoc = filepath.Join("..", "..", "docs", "sidecar.md")
+const sidecarDoc = "docs/sidecar.md"
 
 // exampleMain calls the page's writeAndRead with two partitions: two
 // batches of 3 rows in partition 0, one of 2 rows in partition 1.
@@ -59,7 +59,7 @@ func main() {
 // token: its DoPut, commit message included, must commit what it sent,
 // and its DoGet must read partition 0 back.
 func TestSidecarGoClient(t *testing.T) {
-	b, err := os.ReadFile(sidecarDoc)
+	b, err := os.ReadFile(repoFile(t, sidecarDoc))
 	if err != nil {
 		t.Fatal(err)
 	}
