@@ -60,6 +60,9 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 		o.counter = &store.Counter{}
 	}
 	st := o.store
+	if st == nil && (cfg.Store.Type == "azure" || cfg.Store.Type == "gcs") {
+		return nil, fmt.Errorf("%w: store %s is opened with its own package (store/azstore, store/gcsstore) and WithStore; the library links only the S3 SDK", ErrInvalidConfig, cfg.Store.Type)
+	}
 	if st == nil {
 		if cfg.Store.Bucket == "" {
 			return nil, fmt.Errorf("%w: bucket is not set", ErrInvalidConfig)

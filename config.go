@@ -73,7 +73,10 @@ type Config struct {
 // trust the endpoint, what every object put carries, whether commits
 // are guarded, and how each request is retried and timed out.
 type StoreConfig struct {
-	Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages."`
+	Type               string   `yaml:"store" doc:"The object store: s3 (Amazon S3 and what speaks its API: MinIO, LocalStack), azure (Azure Blob Storage) or gcs (Google Cloud Storage). bucket names the S3 bucket, the Azure container or the GCS bucket. The library opens S3 itself; azure and gcs are opened by the command line, or by a program with store/azstore or store/gcsstore and WithStore, so that a program on S3 downloads neither cloud's SDK."`
+	AzureAccount       string   `yaml:"azure_account" doc:"Azure storage account (store azure). Credentials: AZURE_STORAGE_CONNECTION_STRING, else AZURE_STORAGE_KEY (the account's shared key), else Azure's default credential chain. endpoint overrides https://{account}.blob.core.windows.net (Azurite: http://127.0.0.1:10000/devstoreaccount1)."`
+	GCSProject         string   `yaml:"gcs_project" doc:"Google Cloud project (store gcs) in which create-bucket makes the bucket; reads and writes need none. Credentials: Google's application default credentials; an endpoint (fake-gcs-server) is used without any."`
+	Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages (the container, with store azure)."`
 	Prefix             string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
 	Endpoint           string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
 	Region             string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
@@ -161,6 +164,7 @@ type SidecarConfig struct {
 // each key with its default and its cost.
 func DefaultConfig() Config {
 	var c Config
+	c.Store.Type = "s3"
 	c.Store.Prefix = "durashuffle"
 	c.Store.CommitGuard = commitGuardOn
 	c.Store.RetryMaxAttempts = 8
@@ -282,6 +286,29 @@ func (c Config) Validate() error {
 	case "lz4", "zstd", "none", "auto":
 	default:
 		bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Write.Compression))
+	}
+	switch c.Store.Type {
+	case "", "s3", "azure", "gcs": // empty: s3
+	default:
+		bad("store", "one of s3, azure, gcs", strconv.Quote(c.Store.Type))
+	}
+	if c.Store.Type != "azure" && c.Store.AzureAccount != "" {
+		bad("azure_account", "set only with store azure", "an account with store "+strconv.Quote(c.Store.Type))
+	}
+	if c.Store.Type != "gcs" && c.Store.GCSProject != "" {
+		bad("gcs_project", "set only with store gcs", "a project with store "+strconv.Quote(c.Store.Type))
+	}
+	if c.Store.Type == "azure" || c.Store.Type == "gcs" {
+		// S3's own keys say something S3 alone does: refused rather than
+		// silently dropped on another store.
+		for _, k := range []struct {
+			key string
+			set bool
+		}{{"region", c.Store.Region != ""}, {"path_style", c.Store.PathStyle}, {"sse", c.Store.SSE != ""}, {"sse_kms_key_id", c.Store.SSEKMSKeyID != ""}} {
+			if k.set {
+				bad(k.key, "unset with store "+c.Store.Type+" (an S3 setting)", "a value")
+			}
+		}
 	}
 	switch c.Store.SSE {
 	case "", "AES256", "aws:kms":

@@ -54,6 +54,7 @@ const (
 // keyUses is the use of every key, one table: a key missing here gets no
 // flag anywhere (a test fails).
 var keyUses = map[string]keyUse{
+	"store": useStore, "azure_account": useStore, "gcs_project": useStore,
 	"bucket": useStore, "prefix": useStore, "endpoint": useStore, "region": useStore,
 	"path_style": useStore, "insecure_skip_verify": useStore, "ca_file": useStore,
 	"retry_max_attempts": useStore, "retry_base_delay": useStore, "retry_max_delay": useStore,
