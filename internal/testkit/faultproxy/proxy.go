@@ -45,6 +45,7 @@ type Proxy struct {
 	seq      uint64
 	requests map[string]int64
 	injected map[Injection]int64
+	firstHit map[string]bool // operations Spec.First has landed on
 }
 
 // Start listens on a free loopback port and proxies every request to
@@ -104,6 +105,7 @@ func StartTLS(target string, spec Spec, serverTLS, upstream *tls.Config) (*Proxy
 		stall:    spec.Stall,
 		requests: map[string]int64{},
 		injected: map[Injection]int64{},
+		firstHit: map[string]bool{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: discardLog()}
 	go p.srv.Serve(ln)
@@ -227,6 +229,11 @@ func (p *Proxy) decide(op string, part int) (decision, bool) {
 	case u < s.SlowDown+s.Internal+s.Reset+s.Truncate:
 		d.fault = FaultTruncate // counted when a body is actually cut
 	}
+	if s.First != "" && !p.firstHit[op] && (len(s.Ops) == 0 || slices.Contains(s.Ops, op)) {
+		d.fault = s.First
+		// A truncate lands (and is marked) when a body is cut.
+		p.firstHit[op] = s.First != FaultTruncate
+	}
 	if s.RateLimit > 0 && d.fault != FaultSlowDown {
 		now := time.Now()
 		p.refill(now)
@@ -263,6 +270,9 @@ func (p *Proxy) refill(now time.Time) {
 func (p *Proxy) count(op string, f Fault) {
 	p.mu.Lock()
 	p.injected[Injection{op, f}]++
+	if f == p.spec.First {
+		p.firstHit[op] = true
+	}
 	p.mu.Unlock()
 }
 
