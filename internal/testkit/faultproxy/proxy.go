@@ -156,7 +156,8 @@ func (p *Proxy) Stats() Stats {
 }
 
 // SetSpec replaces the fault rates, rate limit and stall of a running
-// proxy (the random source keeps its state; a zero Seed keeps the seed).
+// proxy (the random source keeps its state; a zero Seed keeps the seed);
+// Spec.First starts over: each operation's next request meets it.
 // Tests use it to turn throttling off and watch the client recover.
 func (p *Proxy) SetSpec(s Spec) error {
 	if err := s.Validate(); err != nil {
@@ -175,6 +176,7 @@ func (p *Proxy) SetSpec(s Spec) error {
 	p.spec = s
 	p.tokens = min(p.tokens, float64(burst(s)))
 	p.stall = s.Stall
+	clear(p.firstHit)
 	return nil
 }
 
