@@ -47,6 +47,14 @@ func (a *RetryAudit) RoundTrip(r *http.Request) (*http.Response, error) {
 	return a.next.RoundTrip(r)
 }
 
+// CloseIdleConnections closes the idle connections of the transport
+// below, when it has them (an http.Transport).
+func (a *RetryAudit) CloseIdleConnections() {
+	if c, ok := a.next.(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
 // Counts returns the requests seen inside attempts of the retry layer and
 // those seen outside any, by operation.
 func (a *RetryAudit) Counts() (through, around map[string]int64) {
