@@ -9,8 +9,9 @@ import (
 	"sync"
 	"testing"
 
+	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+
 	"github.com/durashuffle/durashuffle/internal/retry"
-	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 )
 
 // RetryAudit is an http.RoundTripper for a client's S3 store that counts
@@ -36,7 +37,12 @@ func (a *RetryAudit) Client() *http.Client { return &http.Client{Transport: a} }
 
 // RoundTrip implements http.RoundTripper.
 func (a *RetryAudit) RoundTrip(r *http.Request) (*http.Response, error) {
-	op := faultproxy.Operation(r)
+	// The SDK names the operation in the context it sends the request
+	// with; a request of another client is named by method and path.
+	op := awsmiddleware.GetOperationName(r.Context())
+	if op == "" {
+		op = r.Method + " " + r.URL.Path
+	}
 	a.mu.Lock()
 	if retry.InAttempt(r.Context()) {
 		a.through[op]++
