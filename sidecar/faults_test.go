@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -185,14 +183,7 @@ func runSidecar(t *testing.T, ep testenv.Endpoint, spec faultproxy.Spec) (outcom
 // call sends, must answer as on a clean network, every request going
 // through the retry layer; the bucket ends empty.
 func TestSidecarFaults(t *testing.T) {
-	runs := 1
-	if v := os.Getenv("DURASHUFFLE_SOAK_RUNS"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("DURASHUFFLE_SOAK_RUNS=%q: want a positive number of runs", v)
-		}
-		runs = n
-	}
+	runs := testenv.SoakRuns(t, 1)
 	for _, b := range testenv.Backends()[:2] {
 		t.Run(b.Name, func(t *testing.T) {
 			t.Parallel()

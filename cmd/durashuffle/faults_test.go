@@ -6,10 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,10 +19,6 @@ import (
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 )
-
-// envSoakRuns sets how many seeds each fault of the command matrix runs
-// with (make soak sets it); unset, one.
-const envSoakRuns = "DURASHUFFLE_SOAK_RUNS"
 
 // commandFaults are the matrix's columns: each operation's first request
 // meets the fault (faultproxy's First), so every kind of request each
@@ -216,14 +210,7 @@ var gaveUp = regexp.MustCompile(`[A-Z][A-Za-z0-9]+: gave up after \d+ attempts`)
 // bucket must hold the same objects and no open multipart upload; every
 // request of every command must go through the retry layer.
 func TestCommandFaults(t *testing.T) {
-	runs := 1
-	if v := os.Getenv(envSoakRuns); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			t.Fatalf("%s=%q: want a positive number of runs", envSoakRuns, v)
-		}
-		runs = n
-	}
+	runs := testenv.SoakRuns(t, 1)
 	for _, b := range backends[:2] {
 		t.Run(b.name, func(t *testing.T) {
 			t.Parallel()

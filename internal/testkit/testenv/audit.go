@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -108,4 +110,23 @@ func FormatCounts(m map[string]int64) string {
 		parts[i] = fmt.Sprintf("%s %d", k, m[k])
 	}
 	return strings.Join(parts, ", ")
+}
+
+// EnvSoakRuns sets how many seeded runs a fault matrix makes (make soak
+// sets 20).
+const EnvSoakRuns = "DURASHUFFLE_SOAK_RUNS"
+
+// SoakRuns returns the runs EnvSoakRuns asks for, else def; a value that
+// is not a positive number fails t.
+func SoakRuns(t testing.TB, def int) int {
+	t.Helper()
+	v := os.Getenv(EnvSoakRuns)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		t.Fatalf("%s=%q: want a positive number of runs", EnvSoakRuns, v)
+	}
+	return n
 }
