@@ -259,3 +259,21 @@ func (s Spec) String() string {
 	}
 	return strings.Join(out, ",")
 }
+
+// Only returns a Spec that injects f alone (FaultSlowDown, FaultInternal,
+// FaultReset or FaultTruncate): on the first request of every operation
+// (First), and on any other at rate, drawn from seed.
+func Only(f Fault, rate float64, seed uint64) Spec {
+	s := Spec{First: f, Seed: seed}
+	switch f {
+	case FaultSlowDown:
+		s.SlowDown = rate
+	case FaultInternal:
+		s.Internal = rate
+	case FaultReset:
+		s.Reset = rate
+	case FaultTruncate:
+		s.Truncate = rate
+	}
+	return s
+}
