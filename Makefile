@@ -19,10 +19,13 @@ test: minio versitygw vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
-## soak: the fault matrix with all 20 seeded runs (make test runs 3) against MinIO.
+## soak: the fault matrices with 20 seeded runs each (make test runs 3 of
+## the data path's and 1 per fault of the commands' and the sidecar's).
 .PHONY: soak
 soak: minio
 	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/testkit/faulttest
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^(TestCommandFaults|TestCommandGivesUp)$$' -v ./cmd/durashuffle
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestSidecarFaults$$' -v ./sidecar
 
 ## test-endpoint: the store contract suite and the end-to-end suites against
 ## ENDPOINT (LocalStack, AWS, a MinIO of your own) instead of a MinIO they

@@ -2,6 +2,7 @@ package durashuffle
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -26,7 +27,6 @@ const version = "durashuffle/0.1.0"
 // for concurrent use.
 type Client struct {
 	cfg     Config
-	raw     store.Store // below the retry layer
 	st      store.Store
 	pool    *uploader.Pool
 	counter *store.Counter
@@ -250,7 +250,7 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 
 		CleanupTimeout: cfg.Write.CleanupTimeout.D(),
 	}, obs)
-	c := &Client{cfg: cfg, raw: raw, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Store.Prefix, Spread: cfg.Write.KeySpread}, spill: newSpillDir(cfg)}
+	c := &Client{cfg: cfg, st: st, pool: pool, counter: counter, layout: manifest.Layout{Prefix: cfg.Store.Prefix, Spread: cfg.Write.KeySpread}, spill: newSpillDir(cfg)}
 	if cfg.Hedge.Factor > 0 {
 		c.readHedge = reader.NewHedger(cfg.Hedge.Factor, cfg.Hedge.MinDelay.D())
 	}
@@ -258,15 +258,17 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 	return c
 }
 
-// CreateBucket creates the configured bucket if it does not exist, as one
-// request (idempotent; safe to race with other callers). It is for trials
-// and tests: production buckets come with their lifecycle rules from the
-// operator (docs/operations.md). On a store given with WithStore it is an
-// error unless that store has a method EnsureBucket(ctx) error.
+// CreateBucket creates the configured bucket if it does not exist
+// (idempotent; safe to race with other callers), through the retry layer
+// as every other request: HeadBucket, then CreateBucket if it is missing.
+// It is for trials and tests: production buckets come with their
+// lifecycle rules from the operator (docs/operations.md). On a store
+// given with WithStore it is an error wrapping errors.ErrUnsupported
+// unless that store implements store.BucketMaker.
 func (c *Client) CreateBucket(ctx context.Context) error {
-	b, ok := c.raw.(interface{ EnsureBucket(context.Context) error })
+	b, ok := store.As[store.BucketMaker](c.st)
 	if !ok {
-		return fmt.Errorf("create bucket: the client's store (%T) cannot create buckets", c.raw)
+		return fmt.Errorf("create bucket %s: the client's store (%T) cannot create buckets: %w", c.cfg.Store.Bucket, c.st, errors.ErrUnsupported)
 	}
 	if err := b.EnsureBucket(ctx); err != nil {
 		return fmt.Errorf("create bucket %s: %w", c.cfg.Store.Bucket, err)

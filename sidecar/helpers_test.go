@@ -54,10 +54,12 @@ type env struct {
 }
 
 type envOptions struct {
-	cfg    func(*durashuffle.Config)
-	wrap   func(store.Store) store.Store // around the raw store, under the retry layer
-	listen string                        // default 127.0.0.1:0
-	bucket string                        // default the endpoint's
+	cfg  func(*durashuffle.Config)
+	wrap func(store.Store) store.Store // around the raw store, under the retry layer
+	// transport wraps the S3 store's HTTP transport (a request audit).
+	transport func(http.RoundTripper) http.RoundTripper
+	listen    string // default 127.0.0.1:0
+	bucket    string // default the endpoint's
 	// cutOff: the test expects Shutdown to cut streams off, so the
 	// cleanup's Shutdown (which returns the same result) is no failure.
 	cutOff bool
@@ -68,6 +70,9 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 	// Spare connections the S3 transport parks would keep the embedded
 	// server's shutdown waiting; close them first (cleanups run LIFO).
 	hc := &http.Client{Transport: ep.Transport(t)}
+	if o.transport != nil {
+		hc.Transport = o.transport(hc.Transport)
+	}
 	t.Cleanup(hc.CloseIdleConnections)
 	counter := new(store.Counter)
 	so := ep.Options(counter)

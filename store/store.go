@@ -220,3 +220,14 @@ type Store interface {
 	Lister
 	Deleter
 }
+
+// BucketMaker is a store that can create its bucket: the S3 store, and
+// the retry layer over it. Clients find it with As, so that the retry
+// layer, which implements it too, is found before the store it wraps.
+type BucketMaker interface {
+	// EnsureBucket creates the store's bucket if it does not exist.
+	// Idempotent and safe to race with other callers; a store that wraps
+	// one that cannot create buckets returns an error wrapping
+	// errors.ErrUnsupported.
+	EnsureBucket(ctx context.Context) error
+}

@@ -75,7 +75,7 @@ func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, emb *embedde
 		}
 		opts = append(opts, durashuffle.WithCredentials(srv.Credentials()))
 	}
-	if c, err = durashuffle.Open(ctx, *cfg, opts...); err != nil {
+	if c, err = durashuffle.Open(ctx, *cfg, append(opts, a.clientOptions...)...); err != nil {
 		stopServer()
 		return nil, nil, err
 	}

@@ -46,6 +46,9 @@ type app struct {
 	logFormat      string
 	quiet          bool // --quiet: no progress bars
 	log            *slog.Logger
+	// clientOptions are added to those of every client the commands
+	// open: in-process tests pass an HTTP client that audits requests.
+	clientOptions []durashuffle.Option
 }
 
 // usageError marks a mistake in the command line: exit code 2.
@@ -61,6 +64,13 @@ func usagef(format string, args ...any) error {
 // run executes the command line args and returns the exit code.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	return a.run(ctx, args)
+}
+
+// run executes the command line args with a's streams and returns the
+// exit code.
+func (a *app) run(ctx context.Context, args []string) int {
+	stdin, stdout, stderr := a.stdin, a.stdout, a.stderr
 	root := a.rootCommand()
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
 		// The root takes none of the commands' flags: a flag after a
@@ -251,7 +261,7 @@ func (a *app) open(ctx context.Context) (*durashuffle.Client, error) {
 		return nil, err
 	}
 	a.log.Debug("connecting", "bucket", cfg.Store.Bucket, "endpoint", cfg.Store.Endpoint, "prefix", cfg.Store.Prefix)
-	return durashuffle.Open(ctx, cfg)
+	return durashuffle.Open(ctx, cfg, a.clientOptions...)
 }
 
 // stageFlags are --query and --stage, validated before any request.

@@ -159,7 +159,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := durashuffle.Open(ctx, cfg, durashuffle.WithObserver(prog.observer(int64(cfg.Write.ChunkSize))))
+	c, err := durashuffle.Open(ctx, cfg, append([]durashuffle.Option{durashuffle.WithObserver(prog.observer(int64(cfg.Write.ChunkSize)))}, a.clientOptions...)...)
 	if err != nil {
 		return err
 	}

@@ -112,6 +112,18 @@ func Reason(err error) string {
 
 type attemptsKey struct{}
 
+// attemptKey marks the context of every attempt the retry layer makes.
+type attemptKey struct{}
+
+// InAttempt reports whether ctx is the context of an attempt of the retry
+// layer: every call it makes to the store below carries one, and so does
+// every HTTP request that call sends. A test store (or transport) that
+// finds a call without it has found a request sent around the layer.
+func InAttempt(ctx context.Context) bool {
+	on, _ := ctx.Value(attemptKey{}).(bool)
+	return on
+}
+
 // CountAttempts returns a context under which the retry layer adds one to
 // *n for every attempt it makes. A caller that sees more than one attempt
 // of a non-idempotent request (CreateMultipartUpload) knows an earlier
@@ -143,9 +155,9 @@ func (s *Store) do(ctx context.Context, op string, fn func(ctx context.Context) 
 		if counted != nil {
 			counted.Add(1)
 		}
-		actx, cancel := ctx, context.CancelFunc(func() {})
+		actx, cancel := context.WithValue(ctx, attemptKey{}, true), context.CancelFunc(func() {})
 		if s.policy.Timeout > 0 {
-			actx, cancel = context.WithTimeout(ctx, s.policy.Timeout)
+			actx, cancel = context.WithTimeout(actx, s.policy.Timeout)
 		}
 		err = fn(actx)
 		cancel()
@@ -238,6 +250,18 @@ func (s *Store) AbortMultipart(ctx context.Context, key, uploadID string) error 
 	})
 }
 
+// EnsureBucket implements store.BucketMaker: the store below's
+// EnsureBucket (HeadBucket, then CreateBucket if missing), retried as a
+// whole, which it may be: it is idempotent. A store below that cannot
+// create buckets is an error wrapping errors.ErrUnsupported.
+func (s *Store) EnsureBucket(ctx context.Context) error {
+	b, ok := store.As[store.BucketMaker](s.inner)
+	if !ok {
+		return fmt.Errorf("the store (%T) cannot create buckets: %w", s.inner, errors.ErrUnsupported)
+	}
+	return s.do(ctx, "CreateBucket", b.EnsureBucket)
+}
+
 // List implements store.Lister.
 func (s *Store) List(ctx context.Context, prefix, delim string) (objs []store.ObjectInfo, prefixes []string, err error) {
 	err = s.do(ctx, "ListObjectsV2", func(ctx context.Context) (err error) {
@@ -288,9 +312,10 @@ func (r *resumer) open() error {
 		r.attempts++
 		// The attempt context must outlive this call: the body is read
 		// after it returns. It is cancelled when the body is closed.
-		actx, cancel := context.WithCancel(r.ctx)
+		marked := context.WithValue(r.ctx, attemptKey{}, true)
+		actx, cancel := context.WithCancel(marked)
 		if r.s.policy.Timeout > 0 {
-			actx, cancel = context.WithTimeout(r.ctx, r.s.policy.Timeout)
+			actx, cancel = context.WithTimeout(marked, r.s.policy.Timeout)
 		}
 		body, err := r.s.inner.GetRange(actx, r.key, r.off, r.left)
 		if err != nil {

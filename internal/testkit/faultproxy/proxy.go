@@ -45,6 +45,7 @@ type Proxy struct {
 	seq      uint64
 	requests map[string]int64
 	injected map[Injection]int64
+	firstHit map[string]bool // operations Spec.First has landed on
 }
 
 // Start listens on a free loopback port and proxies every request to
@@ -104,6 +105,7 @@ func StartTLS(target string, spec Spec, serverTLS, upstream *tls.Config) (*Proxy
 		stall:    spec.Stall,
 		requests: map[string]int64{},
 		injected: map[Injection]int64{},
+		firstHit: map[string]bool{},
 	}
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: 30 * time.Second, ErrorLog: discardLog()}
 	go p.srv.Serve(ln)
@@ -154,7 +156,8 @@ func (p *Proxy) Stats() Stats {
 }
 
 // SetSpec replaces the fault rates, rate limit and stall of a running
-// proxy (the random source keeps its state; a zero Seed keeps the seed).
+// proxy (the random source keeps its state; a zero Seed keeps the seed);
+// Spec.First starts over: each operation's next request meets it.
 // Tests use it to turn throttling off and watch the client recover.
 func (p *Proxy) SetSpec(s Spec) error {
 	if err := s.Validate(); err != nil {
@@ -173,6 +176,7 @@ func (p *Proxy) SetSpec(s Spec) error {
 	p.spec = s
 	p.tokens = min(p.tokens, float64(burst(s)))
 	p.stall = s.Stall
+	clear(p.firstHit)
 	return nil
 }
 
@@ -227,6 +231,11 @@ func (p *Proxy) decide(op string, part int) (decision, bool) {
 	case u < s.SlowDown+s.Internal+s.Reset+s.Truncate:
 		d.fault = FaultTruncate // counted when a body is actually cut
 	}
+	if s.First != "" && !p.firstHit[op] && (len(s.Ops) == 0 || slices.Contains(s.Ops, op)) {
+		d.fault = s.First
+		// A truncate lands (and is marked) when a body is cut.
+		p.firstHit[op] = s.First != FaultTruncate
+	}
 	if s.RateLimit > 0 && d.fault != FaultSlowDown {
 		now := time.Now()
 		p.refill(now)
@@ -263,6 +272,9 @@ func (p *Proxy) refill(now time.Time) {
 func (p *Proxy) count(op string, f Fault) {
 	p.mu.Lock()
 	p.injected[Injection{op, f}]++
+	if f == p.spec.First {
+		p.firstHit[op] = true
+	}
 	p.mu.Unlock()
 }
 

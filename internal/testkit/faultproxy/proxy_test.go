@@ -545,3 +545,49 @@ func TestOpsLimitFaults(t *testing.T) {
 		t.Fatalf("stats %v", st)
 	}
 }
+
+// TestFirstOfEachOperation: Spec.First lands on each operation's first
+// request and on no later one; a truncate waits for an answer with a
+// body (the PUT's empty answer is sent whole, the GET's is cut).
+func TestFirstOfEachOperation(t *testing.T) {
+	up := newUpstream(t, []byte("object bytes"))
+	p := start(t, up.URL, Spec{First: FaultInternal})
+	for i := range 3 {
+		want := 200
+		if i == 0 {
+			want = 500
+		}
+		if resp, _, err := do(t, client(), http.MethodPut, p.URL()+"/b/k", []byte("x")); err != nil || resp.StatusCode != want {
+			t.Fatalf("PUT %d: %v %v, want %d", i, err, resp, want)
+		}
+		if want == 200 {
+			want = 206
+		}
+		if resp, _, err := do(t, client(), http.MethodGet, p.URL()+"/b/k", nil); err != nil || resp.StatusCode != want {
+			t.Fatalf("GET %d: %v %v, want %d", i, err, resp, want)
+		}
+	}
+	if st := p.Stats(); st.Total() != 2 || st.Injected[Injection{"PutObject", FaultInternal}] != 1 || st.Injected[Injection{"GetObject", FaultInternal}] != 1 {
+		t.Fatalf("stats %v", st)
+	}
+
+	p = start(t, up.URL, Spec{First: FaultTruncate})
+	if resp, _, err := do(t, client(), http.MethodPut, p.URL()+"/b/k", []byte("x")); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("PUT under first=truncate: %v %v", err, resp)
+	}
+	if _, _, err := do(t, client(), http.MethodGet, p.URL()+"/b/k", nil); !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("first GET under first=truncate: %v, want a cut body", err)
+	}
+	if _, b, err := do(t, client(), http.MethodGet, p.URL()+"/b/k", nil); err != nil || string(b) != "object bytes" {
+		t.Fatalf("second GET: %q %v", b, err)
+	}
+	if st := p.Stats(); st.Total() != 1 || st.Injected[Injection{"GetObject", FaultTruncate}] != 1 {
+		t.Fatalf("stats %v", st)
+	}
+	if _, err := ParseSpec("first=stall"); !errors.Is(err, ErrSpec) {
+		t.Errorf("first=stall: %v, want ErrSpec", err)
+	}
+	if s, err := ParseSpec("first=reset,seed=3"); err != nil || s.First != FaultReset || s.String() != "first=reset,seed=3" {
+		t.Errorf("first=reset: %+v %v", s, err)
+	}
+}

@@ -52,6 +52,14 @@ type Spec struct {
 	Burst int
 	// Stall holds one chosen request for a long time.
 	Stall Stall
+	// First, if set, is a fault the first request of every operation
+	// gets, whatever the draws say (they are drawn all the same), so that
+	// each operation a client sends meets it once however few requests it
+	// makes: FaultSlowDown, FaultInternal, FaultReset or FaultTruncate. A
+	// truncate lands on the operation's first answer with a body (HEAD
+	// answers and empty ones cannot be cut). Ops limits it as it limits
+	// the drawn faults.
+	First Fault
 	// Ops, if not empty, limits the drawn faults (SlowDown, Internal,
 	// Reset, Truncate, Spike) to these operations, e.g. only
 	// CompleteMultipartUpload; other requests still draw from the random
@@ -102,6 +110,11 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("%w: ops must name S3 operations such as UploadPart, got %q", ErrSpec, op)
 		}
 	}
+	switch s.First {
+	case "", FaultSlowDown, FaultInternal, FaultReset, FaultTruncate:
+	default:
+		return fmt.Errorf("%w: first must be slowdown, internal, reset or truncate, got %q", ErrSpec, s.First)
+	}
 	if s.Stall.Nth > 0 && (s.Stall.Op == "" || s.Stall.Delay <= 0) {
 		return fmt.Errorf("%w: stall needs an operation and a positive delay (stall=OP:N:DELAY), got %q:%d:%v", ErrSpec, s.Stall.Op, s.Stall.Nth, s.Stall.Delay)
 	}
@@ -117,7 +130,7 @@ func (s Spec) Validate() error {
 // second above which the proxy answers SlowDown), burst (token bucket
 // size), stall=OP:N:DELAY (hold the Nth request of operation OP for
 // DELAY), ops=OP+OP+... (inject the drawn faults into these operations
-// only). Keys may repeat; the last wins. The empty string is the zero
+// only), first=FAULT (the first request of every operation gets FAULT). Keys may repeat; the last wins. The empty string is the zero
 // Spec. The result is validated.
 func ParseSpec(text string) (Spec, error) {
 	var s Spec
@@ -162,8 +175,10 @@ func ParseSpec(text string) (Spec, error) {
 			s.Stall, err = parseStall(val)
 		case "ops":
 			s.Ops = strings.Split(val, "+")
+		case "first":
+			s.First = Fault(strings.ToLower(val))
 		default:
-			return Spec{}, fmt.Errorf("%w: unknown key %q (want slowdown, internal, reset, truncate, spike, seed, rate, burst or stall)", ErrSpec, key)
+			return Spec{}, fmt.Errorf("%w: unknown key %q (want slowdown, internal, reset, truncate, spike, seed, rate, burst, stall, ops or first)", ErrSpec, key)
 		}
 		if err != nil {
 			return Spec{}, err
@@ -236,8 +251,29 @@ func (s Spec) String() string {
 	if len(s.Ops) > 0 {
 		out = append(out, "ops="+strings.Join(s.Ops, "+"))
 	}
+	if s.First != "" {
+		out = append(out, "first="+string(s.First))
+	}
 	if s.Seed != 0 {
 		out = append(out, "seed="+strconv.FormatUint(s.Seed, 10))
 	}
 	return strings.Join(out, ",")
+}
+
+// Only returns a Spec that injects f alone (FaultSlowDown, FaultInternal,
+// FaultReset or FaultTruncate): on the first request of every operation
+// (First), and on any other at rate, drawn from seed.
+func Only(f Fault, rate float64, seed uint64) Spec {
+	s := Spec{First: f, Seed: seed}
+	switch f {
+	case FaultSlowDown:
+		s.SlowDown = rate
+	case FaultInternal:
+		s.Internal = rate
+	case FaultReset:
+		s.Reset = rate
+	case FaultTruncate:
+		s.Truncate = rate
+	}
+	return s
 }
