@@ -2,15 +2,10 @@ package azstore
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"regexp"
 	"strings"
-	"syscall"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/runtime"
@@ -116,39 +111,5 @@ func retryable(status int, code string, err error) bool {
 		// 501 Not Implemented will be just as unimplemented next time.
 		return status == 429 || (status >= 500 && status != 501)
 	}
-	return retryableTransport(err)
-}
-
-// retryableTransport classifies failures where no response arrived.
-func retryableTransport(err error) bool {
-	// A server that presents a certificate we reject, or a name that does
-	// not resolve, will do so again.
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var certInvalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &unknownCA), errors.As(err, &hostname),
-		errors.As(err, &certInvalid), errors.As(err, &verify):
-		return false
-	case errors.As(err, &dns) && dns.IsNotFound:
-		return false
-	}
-	var timeout interface{ Timeout() bool }
-	var opErr *net.OpError
-	switch {
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed):
-		return true
-	case errors.As(err, &timeout) && timeout.Timeout():
-		return true
-	case errors.As(err, &opErr):
-		// Dial, read or write on the socket failed: the service
-		// restarted, a proxy dropped us, a load balancer rotated.
-		return true
-	}
-	return false
+	return store.TransportRetryable(err)
 }
