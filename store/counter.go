@@ -113,8 +113,10 @@ func Diff(after, before map[string]int64) map[string]int64 {
 // putClassOps are the operations of a write path that S3 bills as
 // PUT-class requests (its tier of PUT, COPY, POST and LIST): an object
 // put, a multipart upload's create, each part and the complete. An abort
-// is free.
-var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"}
+// is free. Azure's are Put Blob, Put Block and Put Block List (write
+// operations in its billing).
+var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
+	"PutBlob", "PutBlock", "PutBlockList"}
 
 // PutRequests is the PUT-class requests among ops (counts per operation,
 // as Requests returns them): what storing the bytes costs in requests.
