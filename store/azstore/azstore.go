@@ -84,9 +84,12 @@ type Store struct {
 	name      string
 }
 
-var _ store.Store = (*Store)(nil)
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.BucketMaker = (*Store)(nil)
+)
 
-// New builds a Store. It does not contact the service; EnsureContainer
+// New builds a Store. It does not contact the service; EnsureBucket
 // does.
 func New(ctx context.Context, o Options) (*Store, error) {
 	if o.Container == "" {
@@ -180,9 +183,10 @@ func newHTTPClient(o Options) *http.Client {
 // Container is the container this store reads and writes.
 func (s *Store) Container() string { return s.name }
 
-// EnsureContainer creates the container if it does not exist. Idempotent
-// and safe to race with other callers.
-func (s *Store) EnsureContainer(ctx context.Context) error {
+// EnsureBucket creates the container if it does not exist (it
+// implements store.BucketMaker: Client.CreateBucket calls it through the
+// retry layer). Idempotent and safe to race with other callers.
+func (s *Store) EnsureBucket(ctx context.Context) error {
 	_, err := s.container.Create(ctx, nil)
 	if err == nil || bloberror.HasCode(err, bloberror.ContainerAlreadyExists) {
 		return nil

@@ -36,12 +36,12 @@ func newStore(t *testing.T) (*Store, *store.Counter) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := st.EnsureContainer(t.Context()); err != nil {
-		t.Fatalf("EnsureContainer %s: %v", st.Container(), err)
+	if err := st.EnsureBucket(t.Context()); err != nil {
+		t.Fatalf("EnsureBucket %s: %v", st.Container(), err)
 	}
 	// A second create finds it there: no error.
-	if err := st.EnsureContainer(t.Context()); err != nil {
-		t.Fatalf("EnsureContainer %s again: %v", st.Container(), err)
+	if err := st.EnsureBucket(t.Context()); err != nil {
+		t.Fatalf("EnsureBucket %s again: %v", st.Container(), err)
 	}
 	return st, c
 }
