@@ -219,7 +219,7 @@ func storeOptions(cfg Config, counter *store.Counter) s3store.Options {
 		SSE:                cfg.Store.SSE,
 		SSEKMSKeyID:        cfg.Store.SSEKMSKeyID,
 		Counter:            counter,
-		MaxConns:           2*cfg.Write.UploadConcurrency + cfg.Sidecar.MaxStreams*cfg.Read.Ahead + 16,
+		MaxConns:           cfg.StoreConns(),
 		ConnectTimeout:     cfg.Store.ConnectTimeout.D(),
 		FirstByteTimeout:   cfg.Store.FirstByteTimeout.D(),
 	}

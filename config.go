@@ -155,6 +155,13 @@ type SidecarConfig struct {
 	AdvertiseAddr             string   `yaml:"advertise_addr" doc:"Flight address (host:port) under which peers reach this sidecar; written into the worker manifests it commits while their frames are held in memory, so readers elsewhere fetch them from here instead of S3. Empty: peers never ask this sidecar."`
 }
 
+// StoreConns is how many connections a store keeps to its endpoint:
+// two per part in flight (one for a hedge), the ranged GETs of the
+// sidecar's streams, and a few for metadata.
+func (c Config) StoreConns() int {
+	return 2*c.Write.UploadConcurrency + c.Sidecar.MaxStreams*c.Read.Ahead + 16
+}
+
 // DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16
 // buffered (128 MiB of chunks), a 64 MiB coalesce budget per writer with
 // spill on, LZ4 frames of about 1 MiB with CRC32C, reads of up to 8 MiB

@@ -75,7 +75,7 @@ func (a *app) connect(ctx context.Context, cfg *durashuffle.Config, emb *embedde
 		}
 		opts = append(opts, durashuffle.WithCredentials(srv.Credentials()))
 	}
-	if c, err = durashuffle.Open(ctx, *cfg, append(opts, a.clientOptions...)...); err != nil {
+	if c, err = a.openClient(ctx, *cfg, counter, opts...); err != nil {
 		stopServer()
 		return nil, nil, err
 	}

@@ -261,7 +261,7 @@ func (a *app) open(ctx context.Context) (*durashuffle.Client, error) {
 		return nil, err
 	}
 	a.log.Debug("connecting", "bucket", cfg.Store.Bucket, "endpoint", cfg.Store.Endpoint, "prefix", cfg.Store.Prefix)
-	return durashuffle.Open(ctx, cfg, a.clientOptions...)
+	return a.openClient(ctx, cfg, nil)
 }
 
 // stageFlags are --query and --stage, validated before any request.

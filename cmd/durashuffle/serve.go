@@ -175,7 +175,7 @@ func (a *app) serveClient(ctx context.Context, cfg *durashuffle.Config, o *serve
 		}
 		return a.connect(ctx, cfg, &embeddedS3{dataDir: o.dataDir, listen: o.s3Listen}, m)
 	}
-	c, err := durashuffle.Open(ctx, *cfg, append([]durashuffle.Option{durashuffle.WithObserver(m)}, a.clientOptions...)...)
+	c, err := a.openClient(ctx, *cfg, nil, durashuffle.WithObserver(m))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -159,7 +159,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	if err != nil {
 		return err
 	}
-	c, err := durashuffle.Open(ctx, cfg, append([]durashuffle.Option{durashuffle.WithObserver(prog.observer(int64(cfg.Write.ChunkSize)))}, a.clientOptions...)...)
+	c, err := a.openClient(ctx, cfg, nil, durashuffle.WithObserver(prog.observer(int64(cfg.Write.ChunkSize))))
 	if err != nil {
 		return err
 	}

@@ -95,42 +95,62 @@ func TestInstallFromProxy(t *testing.T) {
 	}
 	publish(t, proxy, libraryModule, root, lib, libMod, nil)
 
-	// The library's checksums, as the command line's go.sum carries them
-	// in a release.
+	// Every module is published as its release is: its go.mod requires
+	// the modules of the tree at the same version, and its go.sum
+	// carries their checksums. The library first, then the stores'
+	// modules (store/...), then the command line, which requires them.
 	work := t.TempDir()
-	out, err := gocmd(work, "mod", "download", "-json", libraryModule+"@"+testVersion)
-	if err != nil {
-		t.Fatalf("go mod download %s@%s from the file proxy: %v\n%s", libraryModule, testVersion, err, out)
+	sums := map[string]string{} // module: its go.sum lines
+	download := func(module string) {
+		out, err := gocmd(work, "mod", "download", "-json", module+"@"+testVersion)
+		if err != nil {
+			t.Fatalf("go mod download %s@%s from the file proxy: %v\n%s", module, testVersion, err, out)
+		}
+		var dl struct{ Sum, GoModSum string }
+		if err := json.Unmarshal(out, &dl); err != nil || dl.Sum == "" || dl.GoModSum == "" {
+			t.Fatalf("go mod download %s: no checksums (%v):\n%s", module, err, out)
+		}
+		sums[module] = fmt.Sprintf("%s %s %s\n%s %s/go.mod %s\n", module, testVersion, dl.Sum, module, testVersion, dl.GoModSum)
 	}
-	var dl struct{ Sum, GoModSum string }
-	if err := json.Unmarshal(out, &dl); err != nil || dl.Sum == "" || dl.GoModSum == "" {
-		t.Fatalf("go mod download: no checksums (%v):\n%s", err, out)
+	download(libraryModule)
+	publishNested := func(dir, module string) {
+		modDir := filepath.Join(root, filepath.FromSlash(dir))
+		gomod, err := os.ReadFile(filepath.Join(modDir, "go.mod"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if directive(gomod, "replace") {
+			t.Errorf("%s/go.mod has a replace directive: a module a user installs must build from its requirements alone", dir)
+		}
+		gosum, err := os.ReadFile(filepath.Join(modDir, "go.sum"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for dep, lines := range sums {
+			req := regexp.MustCompile(`(?m)^(\s*(?:require\s+)?` + regexp.QuoteMeta(dep) + `) v\S+$`)
+			if req.Match(gomod) {
+				gomod = req.ReplaceAll(gomod, []byte("${1} "+testVersion))
+				gosum = append(gosum, lines...)
+			}
+		}
+		if !bytes.Contains(gomod, []byte(libraryModule+" "+testVersion)) {
+			t.Fatalf("%s/go.mod does not require %s", dir, libraryModule)
+		}
+		var own []string
+		for _, f := range files {
+			if r, ok := strings.CutPrefix(f, dir+"/"); ok && !under(f, otherThan(nested, dir)) {
+				own = append(own, r)
+			}
+		}
+		publish(t, proxy, module, modDir, own, gomod, map[string][]byte{"go.sum": gosum})
+		download(module)
 	}
-
-	// The command line: its go.mod requires the library at the same
-	// version, as its release does.
-	cliDir := filepath.Join(root, "cmd", "durashuffle")
-	cliMod, err := os.ReadFile(filepath.Join(cliDir, "go.mod"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req := regexp.MustCompile(`(?m)^(\s*` + regexp.QuoteMeta(libraryModule) + `) v\S+$`)
-	if !req.Match(cliMod) {
-		t.Fatalf("cmd/durashuffle/go.mod does not require %s", libraryModule)
-	}
-	cliMod = req.ReplaceAll(cliMod, []byte("${1} "+testVersion))
-	cliSum, err := os.ReadFile(filepath.Join(cliDir, "go.sum"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cliSum = fmt.Appendf(cliSum, "%s %s %s\n%s %s/go.mod %s\n", libraryModule, testVersion, dl.Sum, libraryModule, testVersion, dl.GoModSum)
-	var cli []string
-	for _, f := range files {
-		if r, ok := strings.CutPrefix(f, "cmd/durashuffle/"); ok && !under(f, otherThan(nested, "cmd/durashuffle")) {
-			cli = append(cli, r)
+	for _, dir := range nested {
+		if strings.HasPrefix(dir, "store/") {
+			publishNested(dir, libraryModule+"/"+dir)
 		}
 	}
-	publish(t, proxy, cliModule, cliDir, cli, cliMod, map[string][]byte{"go.sum": cliSum})
+	publishNested("cmd/durashuffle", cliModule)
 
 	bin := t.TempDir()
 	env = append(env, "GOBIN="+bin)
@@ -290,11 +310,12 @@ func publish(t *testing.T, proxy, module, dir string, files []string, gomod []by
 // testVersion, so that the next download reads the proxy's.
 func forgetModule(t *testing.T, modcache string) {
 	t.Helper()
-	for _, p := range []string{
+	stores, _ := filepath.Glob(filepath.Join(modcache, filepath.FromSlash(libraryModule), "store", "*@"+testVersion))
+	for _, p := range append([]string{
 		filepath.Join(modcache, "cache", "download", filepath.FromSlash(libraryModule)),
 		filepath.Join(modcache, filepath.FromSlash(libraryModule)+"@"+testVersion),
 		filepath.Join(modcache, filepath.FromSlash(cliModule)+"@"+testVersion),
-	} {
+	}, stores...) {
 		filepath.WalkDir(p, func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {
 				os.Chmod(path, 0o755) // the module cache is read-only

@@ -65,8 +65,8 @@ func AzuriteMain(m *testing.M) {
 // test calling it fails, never skips, if Azurite cannot start.
 func Azurite(t testing.TB) AzuriteEndpoint {
 	t.Helper()
-	if !azuriteMainRunning.Load() {
-		t.Fatal("testenv: Azurite runs for the whole test binary and needs testenv.AzuriteMain to stop it: " +
+	if !azuriteMainRunning.Load() && !mainRunning.Load() {
+		t.Fatal("testenv: Azurite runs for the whole test binary and needs testenv.Main or testenv.AzuriteMain to stop it: " +
 			"add `func TestMain(m *testing.M) { testenv.AzuriteMain(m) }` to the package's tests")
 	}
 	azurite.once.Do(startAzuriteWithRetries)

@@ -242,6 +242,12 @@ func Main(m *testing.M) {
 			}
 		}
 	}
+	if err := stopAzurite(); err != nil {
+		fmt.Fprintf(os.Stderr, "testenv: stop Azurite: %v\n", err)
+		if code == 0 {
+			code = 1
+		}
+	}
 	os.Exit(code)
 }
 
