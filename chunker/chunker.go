@@ -31,10 +31,10 @@ var (
 	ErrBatch = errors.New("invalid record batch")
 	// ErrClosed: Write or Close after Close or Abort.
 	ErrClosed = errors.New("writer is closed")
-	// ErrBudget: the options cannot fit the coalesce budget (New), or
+	// errBudget: the options cannot fit the coalesce budget (New), or
 	// the writer's frame index left too little of it for rows (the
 	// writer fails with it).
-	ErrBudget = errors.New("coalesce budget too small")
+	errBudget = errors.New("coalesce budget too small")
 )
 
 // Sink receives the object byte stream as chunks. A Writer calls its
@@ -146,7 +146,7 @@ func (o Options) settle() (Options, error) {
 	}
 	if fixed := int64(o.Partitions) * pbufSize; fixed > o.CoalesceBudget/2 {
 		return o, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
-			ErrBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
+			errBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
 	}
 	return o, nil
 }
@@ -180,10 +180,10 @@ type Result struct {
 	Bytes int64
 	// Runs is the sorted runs flushed, the last at Close.
 	Runs int
-	// Spilled is the bytes a sorted writer wrote to its spill (0: its
+	// spilled is the bytes a sorted writer wrote to its spill (0: its
 	// runs fit in memory, or the writer is not sorted). A sorted
 	// writer's object holds one run however many it flushed.
-	Spilled int64
+	spilled int64
 	// Codecs counts frames by the codec in their headers ("lz4", "zstd",
 	// "none"): with compression auto, the mix the writer chose.
 	Codecs map[string]int
@@ -433,7 +433,7 @@ func (w *Writer) Close() (Result, error) {
 	w.cancel(ErrClosed)
 	res := Result{Schema: w.co.schema, Frames: a.frames, Objects: a.objects, Rows: a.rows, Bytes: a.bytes, Runs: w.co.runs, Codecs: a.codecs}
 	if a.keep != nil {
-		res.Spilled = a.keep.spilled
+		res.spilled = a.keep.spilled
 	}
 	return res, nil
 }

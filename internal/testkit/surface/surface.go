@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,7 +40,8 @@ var throughInterface = []string{"Error", "Unwrap", "String", "MarshalText", "Unm
 // files of every other package of the library except the test kit
 // (internal/testkit), which is not a user.
 //
-// Package-level names must be named as pkg.X (or bare, in an example
+// Struct fields that encoding/json reaches (tagged json:) are used: they
+// are a stored format's. Package-level names must be named as pkg.X (or bare, in an example
 // that is of the package itself). Members are matched by name (a
 // selector .M, a key M: in a composite literal, or a method M declared
 // by an implementation): nothing is type-checked, so a common name may
@@ -79,7 +81,7 @@ func Unused(dir string, reached ...string) ([]string, error) {
 	if rel != "." {
 		importPath += "/" + filepath.ToSlash(rel)
 	}
-	name, exported, interfaces, err := exports(dir)
+	name, d, err := exports(dir)
 	if err != nil {
 		return nil, err
 	}
@@ -87,17 +89,40 @@ func Unused(dir string, reached ...string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	used := usesOf(files, examples, importPath, name, exported)
-	for _, id := range reached {
+	used := usesOf(files, examples, importPath, name, d.ids)
+	for _, id := range slices.Concat(reached, d.encoded) {
 		used[id] = true
 	}
-	for _, id := range exported {
-		if typ, _, ok := strings.Cut(id, "."); ok && interfaces[typ] && used[typ] {
-			used[id] = true
+	// A user holds a value of every type that a used identifier's
+	// declaration names (New(st Store) makes Store used), and one who
+	// names an interface (an implementation's assertion, a parameter)
+	// uses every method of it.
+	for changed := true; changed; {
+		changed = false
+		mark := func(id string) {
+			if !used[id] {
+				used[id], changed = true, true
+			}
+		}
+		for _, id := range d.ids {
+			if !used[id] {
+				continue
+			}
+			for _, m := range d.mentions[id] {
+				mark(m)
+			}
+			if typ, _, ok := strings.Cut(id, "."); ok {
+				mark(typ)
+			}
+		}
+		for _, id := range d.ids {
+			if typ, _, ok := strings.Cut(id, "."); ok && d.interfaces[typ] && used[typ] {
+				mark(id)
+			}
 		}
 	}
 	var unused []string
-	for _, id := range exported {
+	for _, id := range d.ids {
 		if !used[id] {
 			unused = append(unused, id)
 		}
@@ -120,79 +145,134 @@ func moduleRoot(dir string) (string, error) {
 	}
 }
 
+// decls is what a package exports: its identifiers, sorted, the
+// interface types among them, and for each identifier the package's
+// exported types its declaration names (a function's parameters and
+// results, a field's or a variable's type).
+type decls struct {
+	ids        []string
+	interfaces map[string]bool
+	mentions   map[string][]string
+	encoded    []string // fields encoding/json reaches
+}
+
 // exports lists the exported identifiers of the package in dir (test
-// files aside) and the exported interface types among them.
-func exports(dir string) (name string, ids []string, interfaces map[string]bool, err error) {
+// files aside).
+func exports(dir string) (name string, d decls, err error) {
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
 	if err != nil {
-		return "", nil, nil, err
+		return "", d, err
 	}
 	if len(pkgs) != 1 {
-		return "", nil, nil, fmt.Errorf("%s holds %d packages, want one", dir, len(pkgs))
+		return "", d, fmt.Errorf("%s holds %d packages, want one", dir, len(pkgs))
 	}
-	interfaces = map[string]bool{}
+	d = decls{interfaces: map[string]bool{}, mentions: map[string][]string{}}
 	for n, pkg := range pkgs {
 		name = n
 		for _, f := range pkg.Files {
-			for _, d := range f.Decls {
-				ids = appendDecl(ids, d, interfaces)
+			for _, decl := range f.Decls {
+				d.add(decl)
 			}
 		}
 	}
-	slices.Sort(ids)
-	return name, ids, interfaces, nil
+	slices.Sort(d.ids)
+	return name, d, nil
 }
 
-func appendDecl(ids []string, d ast.Decl, interfaces map[string]bool) []string {
-	switch d := d.(type) {
+// add records the exported identifiers decl declares.
+func (d *decls) add(decl ast.Decl) {
+	switch decl := decl.(type) {
 	case *ast.FuncDecl:
-		if !d.Name.IsExported() {
-			return ids
+		if !decl.Name.IsExported() {
+			return
 		}
-		if d.Recv == nil {
-			return append(ids, d.Name.Name)
+		id := decl.Name.Name
+		if decl.Recv != nil {
+			recv := receiverType(decl.Recv.List[0].Type)
+			if !ast.IsExported(recv) || slices.Contains(throughInterface, decl.Name.Name) {
+				return
+			}
+			id = recv + "." + id
 		}
-		recv := receiverType(d.Recv.List[0].Type)
-		if ast.IsExported(recv) && !slices.Contains(throughInterface, d.Name.Name) {
-			ids = append(ids, recv+"."+d.Name.Name)
-		}
+		d.record(id, decl.Type)
 	case *ast.GenDecl:
-		for _, s := range d.Specs {
+		for _, s := range decl.Specs {
 			switch s := s.(type) {
 			case *ast.ValueSpec:
 				for _, n := range s.Names {
 					if n.IsExported() {
-						ids = append(ids, n.Name)
+						d.record(n.Name, s.Type)
 					}
 				}
 			case *ast.TypeSpec:
-				if !s.Name.IsExported() {
-					continue
-				}
-				ids = append(ids, s.Name.Name)
-				var members *ast.FieldList
-				switch ty := s.Type.(type) {
-				case *ast.StructType:
-					members = ty.Fields
-				case *ast.InterfaceType:
-					members = ty.Methods
-					interfaces[s.Name.Name] = true
-				}
-				if members == nil {
-					continue
-				}
-				for _, m := range members.List {
-					for _, n := range m.Names {
-						if n.IsExported() && !slices.Contains(throughInterface, n.Name) {
-							ids = append(ids, s.Name.Name+"."+n.Name)
-						}
-					}
+				if s.Name.IsExported() {
+					d.addType(s)
 				}
 			}
 		}
 	}
-	return ids
+}
+
+func (d *decls) addType(s *ast.TypeSpec) {
+	d.record(s.Name.Name, nil)
+	var members *ast.FieldList
+	switch ty := s.Type.(type) {
+	case *ast.StructType:
+		members = ty.Fields
+	case *ast.InterfaceType:
+		members = ty.Methods
+		d.interfaces[s.Name.Name] = true
+	}
+	if members == nil {
+		return
+	}
+	for _, m := range members.List {
+		for _, n := range m.Names {
+			if n.IsExported() && !slices.Contains(throughInterface, n.Name) {
+				id := s.Name.Name + "." + n.Name
+				d.record(id, m.Type)
+				if encoded(m.Tag) {
+					d.encoded = append(d.encoded, id)
+				}
+			}
+		}
+	}
+}
+
+// encoded reports whether a field's tag names it for encoding/json,
+// which reaches it by reflection: a stored format's field is needed by
+// whoever reads the format.
+func encoded(tag *ast.BasicLit) bool {
+	if tag == nil {
+		return false
+	}
+	t, err := strconv.Unquote(tag.Value)
+	if err != nil {
+		return false
+	}
+	name, ok := reflect.StructTag(t).Lookup("json")
+	return ok && name != "-"
+}
+
+// record adds id, and the exported identifiers that node names bare
+// (the package's own types) as its mentions.
+func (d *decls) record(id string, node ast.Node) {
+	d.ids = append(d.ids, id)
+	if node == nil {
+		return
+	}
+	ast.Inspect(node, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.SelectorExpr:
+			return false // another package's name
+		case *ast.Ident:
+			if n.IsExported() {
+				d.mentions[id] = append(d.mentions[id], n.Name)
+			}
+		}
+		return true
+	})
 }
 
 func receiverType(e ast.Expr) string {
