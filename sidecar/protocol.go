@@ -279,7 +279,7 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, durashuffle.ErrPartition), errors.Is(err, durashuffle.ErrSchema), errors.Is(err, durashuffle.ErrBatch),
-		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
+		errors.Is(err, durashuffle.ErrPartitionCount),
 		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument
 	case errors.Is(err, manifest.ErrStageNotFound):
