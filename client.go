@@ -140,36 +140,10 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // finished (time queued, time uploading) and Uploaded with the bytes it
 // stored. It must not block.
 //
-// An Observer takes more of the client's events by having more methods.
-// With those of reader.Observer it receives what the client's readers
-// count: the client passes it as reader.Options.Observer of every stage
-// it opens. With those of MemoryStoreObserver it receives the memory
-// store's counts.
-type Observer interface {
-	Queued(delta int)
-	Buffered(bytes int64)
-	PartDone(queued, upload time.Duration)
-	Uploaded(bytes int64)
-}
-
-// MemoryStoreObserver is what an Observer also implements to receive the
-// counts of the client's memory store (memory_store_bytes > 0): the bytes
-// it holds after each change, and the bytes of committed output it took,
-// declined, evicted and released. From many goroutines at once; it must
-// not block.
-type MemoryStoreObserver interface {
-	MemstoreBytes(n int64)    // bytes held or reserved now
-	MemstoreAdmitted(n int64) // a committed worker's bytes taken
-	MemstoreDeclined(n int64) // a committed worker's bytes that did not fit
-	MemstoreEvicted(n int64)  // bytes dropped to take others'
-	MemstoreReleased(n int64) // bytes dropped by delete-query, gc or release
-}
-
-// The memory store calls the methods of MemoryStoreObserver.
-var (
-	_ memstore.Observer   = MemoryStoreObserver(nil)
-	_ MemoryStoreObserver = memstore.Observer(nil)
-)
+// An Observer that also has the methods of reader.Observer receives what
+// the client's readers count: the client passes it as
+// reader.Options.Observer of every stage it opens.
+type Observer = uploader.Observer
 
 // WithRegisterer registers the client's metrics on reg: requests by
 // operation and code, retries by operation and reason, bytes uploaded,
@@ -417,27 +391,29 @@ func (t teeObserver) Uploaded(bytes int64) {
 }
 
 // The fast path's counts (memory store, bytes by source) go to both
-// observers too, where they take them.
+// observers too, where they take them: the memory store's to the
+// process's metrics (the sidecar's, or WithRegisterer's), which have its
+// observer's methods.
 
 func (t teeObserver) MemstoreBytes(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreBytes(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreBytes(n) })
 }
 func (t teeObserver) MemstoreAdmitted(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreAdmitted(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreAdmitted(n) })
 }
 func (t teeObserver) MemstoreDeclined(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreDeclined(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreDeclined(n) })
 }
 func (t teeObserver) MemstoreEvicted(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreEvicted(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreEvicted(n) })
 }
 func (t teeObserver) MemstoreReleased(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreReleased(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreReleased(n) })
 }
 
-func (t teeObserver) mem(f func(MemoryStoreObserver)) {
+func (t teeObserver) mem(f func(memstore.Observer)) {
 	for _, o := range []Observer{t.a, t.b} {
-		if mo, ok := o.(MemoryStoreObserver); ok {
+		if mo, ok := o.(memstore.Observer); ok {
 			f(mo)
 		}
 	}
