@@ -792,7 +792,12 @@ func TestCombineRuns(t *testing.T) {
 	}
 	// The runs of bucket 0 in each object: the first level's frames of
 	// its partitions, joined where adjacent.
-	m := s.Level1()
+	// The stage manifest stays the first level's: the combined level's
+	// manifest is an object of its own.
+	m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "q", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b0 := s.Plan().Buckets[0]
 	var parts []int
 	for p := b0.Lo; p < b0.Hi; p++ {
