@@ -302,35 +302,33 @@ func (c *Client) Layout() manifest.Layout { return c.layout }
 
 // Seal merges the manifests of workers "0".."workers-1" into the stage's
 // index and manifest (manifest.Seal: a streaming merge in bounded
-// memory); it fails naming the workers that have not committed.
+// memory); it fails naming the workers that have not committed. The
+// stage manifest is a conditional put too, so the commit guard is
+// checked first: a second seal with other attempts must fail, not
+// overwrite the first.
 func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*manifest.Stage, error) {
-	if workers < 1 {
-		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
-	}
-	if workers > manifest.MaxSealWorkers {
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", manifest.ErrTooManyWorkers, query, stage, workers, manifest.MaxSealWorkers)
-	}
-	ids := make([]string, workers)
-	for i := range ids {
-		ids[i] = fmt.Sprint(i)
-	}
-	return c.SealWorkers(ctx, query, stage, ids)
-}
-
-// SealWorkers is Seal with explicit worker IDs.
-func (c *Client) SealWorkers(ctx context.Context, query string, stage int, workers []string) (*manifest.Stage, error) {
 	if err := manifest.ValidateID("query", query); err != nil {
 		return nil, err
 	}
 	if err := manifest.ValidateStage(stage); err != nil {
 		return nil, err
 	}
-	// The stage manifest is a conditional put too: a second seal with
-	// other attempts must fail, not overwrite the first.
+	if workers < 1 {
+		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
+	}
+	// Checked before the IDs are made: a count from the wire must not
+	// size an allocation.
+	if workers > manifest.MaxSealWorkers {
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", manifest.ErrTooManyWorkers, query, stage, workers, manifest.MaxSealWorkers)
+	}
 	if err := c.CheckCommitGuard(ctx); err != nil {
 		return nil, fmt.Errorf("seal %s stage %d: %w", query, stage, err)
 	}
-	return manifest.Seal(ctx, c.st, c.layout, query, stage, workers)
+	ids := make([]string, workers)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	return manifest.Seal(ctx, c.st, c.layout, query, stage, ids)
 }
 
 // ReaderOptions are the reader settings of the client's configuration.
