@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
@@ -164,7 +165,7 @@ type SidecarConfig struct {
 // each key with its default and its cost.
 //
 // The defaults of the keys a package below reads are that package's
-// (uploader, reader, the S3 client), so that a program that builds that
+// (chunker, uploader, reader, the S3 client), so that a program that builds that
 // package's options with zero values gets the same.
 func DefaultConfig() Config {
 	var c Config
@@ -180,7 +181,7 @@ func DefaultConfig() Config {
 	c.Write.ChunkSize = 8 * MiB
 	c.Write.UploadConcurrency = 8
 	c.Write.MaxPartSize = uploader.DefaultMaxPartSize
-	c.Write.FrameTargetBytes = 1 * MiB
+	c.Write.FrameTargetBytes = chunker.DefaultFrameTargetBytes
 	c.Write.CoalesceBudget = 64 * MiB
 	c.Write.Spill = "on"
 	c.Write.SpillBytes = 32 * GiB

@@ -86,6 +86,12 @@ type StreamSink interface {
 // streaming writer takes in before it calls StreamSink.Prepare.
 const prepareAfter = 2
 
+// DefaultFrameTargetBytes is Options.FrameTargetBytes when it is 0 (and
+// frame_target_bytes' default): frames large enough that encoding and a
+// frame's header cost little per byte, small enough that a partition's
+// rows leave the coalesce budget often.
+const DefaultFrameTargetBytes = 1 << 20
+
 // Options configure a Writer. New settles the zero values of the fields
 // that have a default.
 type Options struct {
@@ -94,7 +100,7 @@ type Options struct {
 	// Partitions is the number of output partitions, at least 1.
 	Partitions int
 	// FrameTargetBytes is a frame's target size in logical (uncompressed
-	// Arrow) bytes; 0: 1 MiB.
+	// Arrow) bytes; 0: DefaultFrameTargetBytes.
 	FrameTargetBytes int64
 	// CoalesceBudget bounds the bytes the writer holds: rows buffered,
 	// frames flushed and not yet appended, its frame index and
@@ -139,7 +145,7 @@ func (o Options) settle() (Options, error) {
 		o.Mem = memory.DefaultAllocator
 	}
 	if o.FrameTargetBytes < 1 {
-		o.FrameTargetBytes = 1 << 20
+		o.FrameTargetBytes = DefaultFrameTargetBytes
 	}
 	if o.CoalesceBudget < o.FrameTargetBytes {
 		o.CoalesceBudget = o.FrameTargetBytes
