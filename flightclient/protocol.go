@@ -103,8 +103,8 @@ type BatchMetadata struct {
 	Partition *json.Number `json:"partition"`
 }
 
-// BatchAppMetadata is the app_metadata of a batch of partition p.
-func BatchAppMetadata(p int) []byte {
+// batchAppMetadata is the app_metadata of a batch of partition p.
+func batchAppMetadata(p int) []byte {
 	n := json.Number(strconv.Itoa(p))
 	b, _ := json.Marshal(BatchMetadata{Partition: &n})
 	return b

@@ -54,7 +54,7 @@ func (p *PutWriter) Write(partition int, rec arrow.RecordBatch) error {
 		return p.err
 	}
 	c := arrowipc.ForIPC(rec, memory.DefaultAllocator)
-	err := p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
+	err := p.w.WriteWithAppMetadata(c, batchAppMetadata(partition))
 	c.Release()
 	if err != nil {
 		return p.fail(err)

@@ -108,11 +108,10 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 	e.m = metrics.New()
 	e.client = testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter), durashuffle.WithObserver(e.m))
 	t.Cleanup(e.client.Close)
-	e.srv, err = sidecar.New(e.client, sidecar.Options{
-		Logger:        slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:       e.m,
-		ReadyInterval: 50 * time.Millisecond,
-	})
+	e.srv, err = sidecar.New(e.client, sidecar.WithReadyInterval(sidecar.Options{
+		Logger:  slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: e.m,
+	}, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,9 +24,9 @@ import (
 const module = "github.com/durashuffle/durashuffle"
 
 // throughInterface are the methods that callers reach through a standard
-// interface (error, fmt.Stringer, encoding.Text(Un)marshaler) rather
-// than by name.
-var throughInterface = []string{"Error", "Unwrap", "String", "MarshalText", "UnmarshalText"}
+// interface (error, fmt.Stringer, encoding.Text(Un)marshaler,
+// json.(Un)marshaler) rather than by name.
+var throughInterface = []string{"Error", "Unwrap", "String", "MarshalText", "UnmarshalText", "MarshalJSON", "UnmarshalJSON"}
 
 // Check fails t naming every exported identifier of the package in the
 // working directory that no user file mentions. An identifier is X for a
