@@ -35,10 +35,10 @@ var throughInterface = []string{"Error", "Unwrap", "String", "MarshalText", "Unm
 //
 // The user files are the programs that use the package as an outside
 // one would, and the library's other packages, which need what they
-// use: the package's own examples (example*_test.go), every Go file of
-// the command line (cmd/durashuffle) and of examples/, and the non-test
-// files of every other package of the library except the test kit
-// (internal/testkit), which is not a user.
+// use: the examples (example*_test.go) of every package, every Go file
+// of the command line (cmd/durashuffle) and of examples/, and the
+// non-test files of every other package of the library except the test
+// kit (internal/testkit), which is not a user.
 //
 // Struct fields that encoding/json reaches (tagged json:) are used: they
 // are a stored format's. Package-level names must be named as pkg.X (or bare, in an example
@@ -289,9 +289,9 @@ func receiverType(e ast.Expr) string {
 	return ""
 }
 
-// userFiles parses the package's examples, the command line, examples/
-// and the non-test files of the library's other packages. The first
-// examples files are the package's examples.
+// userFiles parses the package's examples, the command line, examples/,
+// the other packages' examples and their non-test files. The first
+// examples files are the package's own examples.
 func userFiles(root, dir string) (files []*ast.File, examples int, err error) {
 	fset := token.NewFileSet()
 	parse := func(path string) error {
@@ -336,7 +336,14 @@ func userFiles(root, dir string) (files []*ast.File, examples int, err error) {
 		switch {
 		case program:
 			return parse(path)
-		case filepath.Dir(path) == dir || strings.HasSuffix(path, "_test.go"):
+		case filepath.Dir(path) == dir:
+			return nil // its examples are parsed above
+		case strings.HasSuffix(path, "_test.go"):
+			// Another package's examples use this one as a program
+			// would (the root's start an embedded server).
+			if strings.HasPrefix(filepath.Base(path), "example") {
+				return parse(path)
+			}
 			return nil
 		}
 		return parse(path)
