@@ -47,7 +47,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		return s.finish(ctx)
 	}
 	// The task manifests, by one LIST of the plan's folder.
-	dir := s.l.ObjectKey(s.query, s.stage, planDir(p.ID))
+	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(p.ID))
 	objs, _, err := s.st.List(ctx, dir, "/")
 	if err != nil {
 		return nil, fmt.Errorf("%s: list %s: %w", what, dir, err)
@@ -61,7 +61,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	keys := map[string]string{}
 	for n := range p.Tasks() {
 		ids[n] = p.taskID(n)
-		key := s.l.ObjectKey(s.query, s.stage, taskManifestName(p.ID, n))
+		key := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(p.ID, n))
 		keys[ids[n]] = key
 		if !have[key] {
 			g, j := p.Task(n)
@@ -76,7 +76,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		}
 		return nil, fmt.Errorf("%w: %s: %d of %d tasks have no manifest under %s: %s", ErrMissingTasks, what, len(missing), p.Tasks(), dir, named)
 	}
-	indexRel := planDir(p.ID) + manifest.IndexName(newSealID())
+	indexRel := manifest.PlanDir(p.ID) + manifest.IndexName(newSealID())
 	indexKey := s.l.ObjectKey(s.query, s.stage, indexRel)
 	c, err := manifest.BuildLevel(ctx, s.st, s.l, s.query, s.stage, ids, func(id string) string { return keys[id] }, indexRel)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/durashuffle/durashuffle/manifest"
@@ -34,7 +33,7 @@ var (
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
 //
 // With key_spread, combined objects live under a shard prefix instead
-// (taskDataKey), and their task manifests name them there.
+// (manifest.Layout.TaskDataKey), and their task manifests name them there.
 //
 // The combined seal then writes combined.json's bytes over the stage's
 // manifest.json, so readers open the combined level with the one GET
@@ -42,40 +41,13 @@ var (
 const (
 	// CombinedName is the stage-relative key of the combined level's
 	// stage manifest.
-	CombinedName  = "combined.json"
-	planDirPrefix = "combine-"
+	CombinedName = "combined.json"
 )
-
-// planDir is the stage-relative folder of a plan's objects.
-func planDir(planID string) string { return planDirPrefix + planID + "/" }
-
-// taskManifestName is the stage-relative key of task n's manifest.
-func taskManifestName(planID string, n int) string {
-	return planDir(planID) + "task-" + strconv.Itoa(n) + ".bin"
-}
-
-// taskDataName is the stage-relative key of an attempt's combined object
-// of task n (write: the attempt's own random ID).
-func taskDataName(planID string, n int, write string) string {
-	return planDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
-}
-
-// taskDataKey is the key a task manifest stores for an attempt's combined
-// object of task n: taskDataName, or with the layout's Spread (config
-// key_spread) its root-relative key under the shard prefix the task
-// hashes to, as writers' data objects are spread
-// (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
-// so that the combined level's PUTs and GETs spread over the prefixes
-// too. Every attempt of a task goes to the same shard. Readers and gc
-// follow the manifests' keys and need no setting.
-func taskDataKey(l manifest.Layout, query string, stage int, planID string, n int, write string) string {
-	return l.SpreadName(query, stage, planDir(planID)+"task-"+strconv.Itoa(n), taskDataName(planID, n, write))
-}
 
 // IsCombined says whether a stage manifest is a combined level's: its
 // index lies in a plan's folder.
 func IsCombined(m *manifest.Stage) bool {
-	return m != nil && m.Index != nil && strings.HasPrefix(m.Index.Key, planDirPrefix)
+	return m != nil && m.Index != nil && strings.HasPrefix(m.Index.Key, manifest.CombinePrefix)
 }
 
 // combinedPlan returns the ID of the plan a combined level was made by.
@@ -83,7 +55,7 @@ func combinedPlan(m *manifest.Stage) string {
 	if !IsCombined(m) {
 		return ""
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(m.Index.Key, planDirPrefix), "/")
+	id, _, _ := strings.Cut(strings.TrimPrefix(m.Index.Key, manifest.CombinePrefix), "/")
 	return id
 }
 

@@ -71,7 +71,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	g, j := p.Task(n)
 	t := &Task{N: n, Group: g, Bucket: j}
 	what := fmt.Sprintf("combine task %d (group %d, bucket %d) of %s stage %d", n, g, j, s.query, s.stage)
-	mkey := s.l.ObjectKey(s.query, s.stage, taskManifestName(p.ID, n))
+	mkey := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(p.ID, n))
 	if w, err := s.loadTask(ctx, mkey); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	} else if w != nil {
@@ -136,7 +136,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
-		rel := taskDataKey(s.l, s.query, s.stage, p.ID, n, write)
+		rel := s.l.TaskDataKey(s.query, s.stage, p.ID, n, write)
 		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
 			store.ObjectWriterOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).

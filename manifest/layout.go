@@ -98,6 +98,41 @@ func (l Layout) WorkerManifestKey(query string, stage int, worker string) string
 	return l.StagePrefix(query, stage) + "worker-" + worker + "/manifest.json"
 }
 
+// CombinePrefix starts the stage-relative folder of a combine plan's
+// objects (package combine):
+//
+//	combine-{plan}/task-{n}.bin                  task n's manifest
+//	combine-{plan}/task-{n}/data-{write}.arrows  task n's combined object
+//	combine-{plan}/index-{seal}.bin              the combined level's index
+const CombinePrefix = "combine-"
+
+// PlanDir is the stage-relative folder of a combine plan's objects.
+func PlanDir(planID string) string { return CombinePrefix + planID + "/" }
+
+// TaskManifestName is the stage-relative key of combine task n's
+// manifest.
+func TaskManifestName(planID string, n int) string {
+	return PlanDir(planID) + "task-" + strconv.Itoa(n) + ".bin"
+}
+
+// TaskDataName is the stage-relative key of an attempt's combined object
+// of task n (write: the attempt's own random ID).
+func TaskDataName(planID string, n int, write string) string {
+	return PlanDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
+}
+
+// TaskDataKey is the key a task manifest stores for an attempt's combined
+// object of task n: TaskDataName, or with Spread its root-relative key
+// under the shard prefix the task hashes to, as writers' data objects
+// are spread
+// (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
+// so that the combined level's PUTs and GETs spread over the prefixes
+// too. Every attempt of a task goes to the same shard. Readers and gc
+// follow the manifests' keys and need no setting.
+func (l Layout) TaskDataKey(query string, stage int, planID string, n int, write string) string {
+	return l.SpreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), TaskDataName(planID, n, write))
+}
+
 // AttemptPrefix is the prefix of one attempt's data objects when Spread
 // is 0 or 1 (with key spread they live under SpreadName's prefixes).
 func (l Layout) AttemptPrefix(query string, stage int, worker, attempt string) string {
@@ -276,7 +311,7 @@ func checkObjectKey(query string, stage int, rel string) bool {
 		return false
 	}
 	tail, ok = strings.CutPrefix(tail, query+"/stage-"+strconv.Itoa(stage)+"/")
-	return ok && (strings.HasPrefix(tail, "worker-") || strings.HasPrefix(tail, "combine-")) && !strings.Contains(tail, spreadMark)
+	return ok && (strings.HasPrefix(tail, "worker-") || strings.HasPrefix(tail, CombinePrefix)) && !strings.Contains(tail, spreadMark)
 }
 
 // ParseSpread splits a key below the root into its shard folder
