@@ -652,12 +652,12 @@ func TestCombineGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An attempt of the winning plan killed after its upload completed.
-	stray := e.c.Layout().ObjectKey("q", 0, manifest.TaskDataName(cs.Plan().ID, 1, "00000000000000ff"))
+	stray := e.c.Layout().ObjectKey("q", 0, e.c.Layout().TaskDataKey("q", 0, cs.Plan().ID, 1, "00000000000000ff"))
 	if err := e.st.Put(ctx, stray, []byte("killed attempt"), store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// An upload of the winning plan that was never finished.
-	if _, err := e.st.CreateMultipart(ctx, e.c.Layout().ObjectKey("q", 0, manifest.TaskDataName(cs.Plan().ID, 2, "00000000000000ee"))); err != nil {
+	if _, err := e.st.CreateMultipart(ctx, e.c.Layout().ObjectKey("q", 0, e.c.Layout().TaskDataKey("q", 0, cs.Plan().ID, 2, "00000000000000ee"))); err != nil {
 		t.Fatal(err)
 	}
 	objs, _, err := e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")

@@ -62,7 +62,7 @@ func TestCombineKeySpread(t *testing.T) {
 				}
 				rel := task.Manifest.Objects[0].Key
 				shard, tail, ok := manifest.ParseSpread(rel)
-				want := "qs/stage-0/" + manifest.TaskDataName(cs.Plan().ID, n, task.Manifest.Attempt)
+				want := "qs/stage-0/" + (manifest.Layout{}).TaskDataKey("qs", 0, cs.Plan().ID, n, task.Manifest.Attempt) // unspread
 				if !ok || tail != want || rel != l.TaskDataKey("qs", 0, cs.Plan().ID, n, task.Manifest.Attempt) {
 					t.Fatalf("task %d's object is %q, want %s under a shard prefix", n, rel, want)
 				}

@@ -115,14 +115,14 @@ func TaskManifestName(planID string, n int) string {
 	return PlanDir(planID) + "task-" + strconv.Itoa(n) + ".bin"
 }
 
-// TaskDataName is the stage-relative key of an attempt's combined object
+// taskDataName is the stage-relative key of an attempt's combined object
 // of task n (write: the attempt's own random ID).
-func TaskDataName(planID string, n int, write string) string {
+func taskDataName(planID string, n int, write string) string {
 	return PlanDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
 }
 
 // TaskDataKey is the key a task manifest stores for an attempt's combined
-// object of task n: TaskDataName, or with Spread its root-relative key
+// object of task n: taskDataName, or with Spread its root-relative key
 // under the shard prefix the task hashes to, as writers' data objects
 // are spread
 // (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
@@ -130,11 +130,11 @@ func TaskDataName(planID string, n int, write string) string {
 // too. Every attempt of a task goes to the same shard. Readers and gc
 // follow the manifests' keys and need no setting.
 func (l Layout) TaskDataKey(query string, stage int, planID string, n int, write string) string {
-	return l.SpreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), TaskDataName(planID, n, write))
+	return l.spreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), taskDataName(planID, n, write))
 }
 
 // AttemptPrefix is the prefix of one attempt's data objects when Spread
-// is 0 or 1 (with key spread they live under SpreadName's prefixes).
+// is 0 or 1 (with key spread they live under a shard prefix: DataKey).
 func (l Layout) AttemptPrefix(query string, stage int, worker, attempt string) string {
 	return l.StagePrefix(query, stage) + dataDir(worker, attempt)
 }
@@ -195,15 +195,15 @@ func parseDataName(name string) (write string, n int, ok bool) {
 // an attempt: DataName, or with Spread its root-relative key under the
 // attempt's shard prefix.
 func (l Layout) DataKey(query string, stage int, worker, attempt, write string, n int) string {
-	return l.SpreadName(query, stage, worker+"/"+attempt, DataName(worker, attempt, write, n))
+	return l.spreadName(query, stage, worker+"/"+attempt, DataName(worker, attempt, write, n))
 }
 
-// SpreadName is the key a manifest stores for the stage-relative name of
+// spreadName is the key a manifest stores for the stage-relative name of
 // a data object: name itself, or with Spread its root-relative key under
 // the shard prefix that a hash of the stage and seed picks,
 // ~{shard}/{query}/stage-{stage}/{name}. Objects of one seed (a writer's
 // attempt, a combine task) share a shard.
-func (l Layout) SpreadName(query string, stage int, seed, name string) string {
+func (l Layout) spreadName(query string, stage int, seed, name string) string {
 	if l.Spread <= 1 {
 		return name
 	}

@@ -32,7 +32,7 @@ func TestSpreadKeys(t *testing.T) {
 		t.Fatalf("without Spread: %q", k)
 	}
 	// A combined level's objects spread too (package combine).
-	if k := l.SpreadName("q", 2, "combine-0123456789abcdef/task-3", "combine-0123456789abcdef/task-3/data-00000000000000ab.arrows"); !checkObjectKey("q", 2, k) || !strings.HasPrefix(k, "~") {
+	if k := l.spreadName("q", 2, "combine-0123456789abcdef/task-3", "combine-0123456789abcdef/task-3/data-00000000000000ab.arrows"); !checkObjectKey("q", 2, k) || !strings.HasPrefix(k, "~") {
 		t.Errorf("spread combined object %q: checkObjectKey refuses it", k)
 	}
 	for _, bad := range []string{"", "~1/q/stage-2/combined.json", "~1/q/stage-3/combine-0123456789abcdef/task-0/data-00000000000000ab.arrows", "~/q/stage-2/worker-w/attempt-a/data-0.arrows", "~zz/q/stage-2/worker-w/x",
