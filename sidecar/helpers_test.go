@@ -295,7 +295,7 @@ func putCmd(query string, stage int, worker any, attempt string, partitions int)
 // server that rejects the stream mid-way makes Send fail with io.EOF; the
 // status then comes from Recv.
 func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool)) (flightclient.PutResult, error) {
-	return doPutCommit(ctx, c, cmd, schema, next, flightclient.CommitMetadata)
+	return doPutCommit(ctx, c, cmd, schema, next, commitMetadata)
 }
 
 // doPutCommit is doPut with the commit message's app_metadata made by
@@ -465,4 +465,15 @@ func newInt64Batch(s *arrow.Schema, vals ...int64) arrow.RecordBatch {
 
 func metadataCtx(ctx context.Context, authorization string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", authorization)
+}
+
+// commitMetadata is the app_metadata of a DoPut's commit message for
+// batches record batches holding rows rows, as a client of the protocol
+// writes it.
+func commitMetadata(batches, rows int64) []byte {
+	b, err := json.Marshal(flightclient.CommitMessage{Commit: &flightclient.CommitCounts{Batches: &batches, Rows: &rows}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
