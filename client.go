@@ -143,36 +143,10 @@ func WithObserver(obs Observer) Option { return func(o *options) { o.observer = 
 // finished (time queued, time uploading) and Uploaded with the bytes it
 // stored. It must not block.
 //
-// An Observer takes more of the client's events by having more methods.
-// With those of reader.Observer it receives what the client's readers
-// count: the client passes it as reader.Options.Observer of every stage
-// it opens. With those of MemoryStoreObserver it receives the memory
-// store's counts.
-type Observer interface {
-	Queued(delta int)
-	Buffered(bytes int64)
-	PartDone(queued, upload time.Duration)
-	Uploaded(bytes int64)
-}
-
-// MemoryStoreObserver is what an Observer also implements to receive the
-// counts of the client's memory store (memory_store_bytes > 0): the bytes
-// it holds after each change, and the bytes of committed output it took,
-// declined, evicted and released. From many goroutines at once; it must
-// not block.
-type MemoryStoreObserver interface {
-	MemstoreBytes(n int64)    // bytes held or reserved now
-	MemstoreAdmitted(n int64) // a committed worker's bytes taken
-	MemstoreDeclined(n int64) // a committed worker's bytes that did not fit
-	MemstoreEvicted(n int64)  // bytes dropped to take others'
-	MemstoreReleased(n int64) // bytes dropped by delete-query, gc or release
-}
-
-// The memory store calls the methods of MemoryStoreObserver.
-var (
-	_ memstore.Observer   = MemoryStoreObserver(nil)
-	_ MemoryStoreObserver = memstore.Observer(nil)
-)
+// An Observer that also has the methods of reader.Observer receives what
+// the client's readers count: the client passes it as
+// reader.Options.Observer of every stage it opens.
+type Observer = uploader.Observer
 
 // WithRegisterer registers the client's metrics on reg: requests by
 // operation and code, retries by operation and reason, bytes uploaded,
@@ -333,35 +307,33 @@ func (c *Client) Layout() manifest.Layout { return c.layout }
 
 // Seal merges the manifests of workers "0".."workers-1" into the stage's
 // index and manifest (manifest.Seal: a streaming merge in bounded
-// memory); it fails naming the workers that have not committed.
+// memory); it fails naming the workers that have not committed. The
+// stage manifest is a conditional put too, so the commit guard is
+// checked first: a second seal with other attempts must fail, not
+// overwrite the first.
 func (c *Client) Seal(ctx context.Context, query string, stage, workers int) (*manifest.Stage, error) {
-	if workers < 1 {
-		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
-	}
-	if workers > manifest.MaxSealWorkers {
-		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", manifest.ErrTooManyWorkers, query, stage, workers, manifest.MaxSealWorkers)
-	}
-	ids := make([]string, workers)
-	for i := range ids {
-		ids[i] = fmt.Sprint(i)
-	}
-	return c.SealWorkers(ctx, query, stage, ids)
-}
-
-// SealWorkers is Seal with explicit worker IDs.
-func (c *Client) SealWorkers(ctx context.Context, query string, stage int, workers []string) (*manifest.Stage, error) {
 	if err := manifest.ValidateID("query", query); err != nil {
 		return nil, err
 	}
 	if err := manifest.ValidateStage(stage); err != nil {
 		return nil, err
 	}
-	// The stage manifest is a conditional put too: a second seal with
-	// other attempts must fail, not overwrite the first.
+	if workers < 1 {
+		return nil, fmt.Errorf("seal %s stage %d: workers must be at least 1, got %d", query, stage, workers)
+	}
+	// Checked before the IDs are made: a count from the wire must not
+	// size an allocation.
+	if workers > manifest.MaxSealWorkers {
+		return nil, fmt.Errorf("%w: seal %s stage %d: %d workers, at most %d (MaxSealWorkers)", manifest.ErrTooManyWorkers, query, stage, workers, manifest.MaxSealWorkers)
+	}
 	if err := c.CheckCommitGuard(ctx); err != nil {
 		return nil, fmt.Errorf("seal %s stage %d: %w", query, stage, err)
 	}
-	return manifest.Seal(ctx, c.st, c.layout, query, stage, workers)
+	ids := make([]string, workers)
+	for i := range ids {
+		ids[i] = fmt.Sprint(i)
+	}
+	return manifest.Seal(ctx, c.st, c.layout, query, stage, ids)
 }
 
 // ReaderOptions are the reader settings of the client's configuration.
@@ -422,27 +394,29 @@ func (t teeObserver) Uploaded(bytes int64) {
 }
 
 // The fast path's counts (memory store, bytes by source) go to both
-// observers too, where they take them.
+// observers too, where they take them: the memory store's to the
+// process's metrics (the sidecar's, or WithRegisterer's), which have its
+// observer's methods.
 
 func (t teeObserver) MemstoreBytes(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreBytes(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreBytes(n) })
 }
 func (t teeObserver) MemstoreAdmitted(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreAdmitted(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreAdmitted(n) })
 }
 func (t teeObserver) MemstoreDeclined(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreDeclined(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreDeclined(n) })
 }
 func (t teeObserver) MemstoreEvicted(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreEvicted(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreEvicted(n) })
 }
 func (t teeObserver) MemstoreReleased(n int64) {
-	t.mem(func(o MemoryStoreObserver) { o.MemstoreReleased(n) })
+	t.mem(func(o memstore.Observer) { o.MemstoreReleased(n) })
 }
 
-func (t teeObserver) mem(f func(MemoryStoreObserver)) {
+func (t teeObserver) mem(f func(memstore.Observer)) {
 	for _, o := range []Observer{t.a, t.b} {
-		if mo, ok := o.(MemoryStoreObserver); ok {
+		if mo, ok := o.(memstore.Observer); ok {
 			f(mo)
 		}
 	}

@@ -24,7 +24,7 @@ type fastPath struct {
 }
 
 func (f *fastPath) init(cfg Config, obs Observer) {
-	mo, _ := obs.(MemoryStoreObserver)
+	mo, _ := obs.(memstore.Observer)
 	f.mem = memstore.New(int64(cfg.Sidecar.MemoryStoreBytes), mo)
 	f.self = cfg.Sidecar.AdvertiseAddr
 	f.obs, _ = obs.(reader.Observer)

@@ -22,7 +22,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/uploader"
 	"gopkg.in/yaml.v3"
 )
 
@@ -169,6 +173,10 @@ func (c Config) StoreConns() int {
 // They bound a process's memory to a few hundred MiB while keeping S3's
 // per-request latency off the throughput; docs/configuration.md lists
 // each key with its default and its cost.
+//
+// The defaults of the keys a package below reads are that package's
+// (chunker, uploader, reader, the S3 client), so that a program that builds that
+// package's options with zero values gets the same.
 func DefaultConfig() Config {
 	var c Config
 	c.Store.Type = "s3"
@@ -178,24 +186,24 @@ func DefaultConfig() Config {
 	c.Store.RetryBaseDelay = Duration(100 * time.Millisecond)
 	c.Store.RetryMaxDelay = Duration(5 * time.Second)
 	c.Store.RequestTimeout = Duration(5 * time.Minute)
-	c.Store.ConnectTimeout = Duration(5 * time.Second)
-	c.Store.FirstByteTimeout = Duration(20 * time.Second)
+	c.Store.ConnectTimeout = Duration(s3store.DefaultConnectTimeout)
+	c.Store.FirstByteTimeout = Duration(s3store.DefaultFirstByteTimeout)
 
 	c.Write.ChunkSize = 8 * MiB
 	c.Write.UploadConcurrency = 8
-	c.Write.MaxPartSize = 512 * MiB
-	c.Write.FrameTargetBytes = 1 * MiB
+	c.Write.MaxPartSize = uploader.DefaultMaxPartSize
+	c.Write.FrameTargetBytes = chunker.DefaultFrameTargetBytes
 	c.Write.CoalesceBudget = 64 * MiB
 	c.Write.Spill = "on"
 	c.Write.SpillBytes = 32 * GiB
 	c.Write.MemoryLimit = MemoryLimitAuto
 	c.Write.Compression = "lz4"
 	c.Write.Checksum = "crc32c"
-	c.Write.CleanupTimeout = Duration(20 * time.Second)
+	c.Write.CleanupTimeout = Duration(uploader.DefaultCleanupTimeout)
 
-	c.Read.RangeBytes = 8 * MiB
-	c.Read.Ahead = 4
-	c.Read.GapBytes = 256 * KiB
+	c.Read.RangeBytes = reader.DefaultRangeBytes
+	c.Read.Ahead = reader.DefaultReadAhead
+	c.Read.GapBytes = reader.DefaultGapBytes
 
 	c.Hedge.Factor = 4
 	c.Hedge.MinDelay = Duration(2 * time.Second)

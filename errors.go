@@ -27,7 +27,8 @@ var (
 	// [1, MaxPartitions].
 	ErrPartitionCount = errors.New("partition count out of range")
 	// ErrPartition marks a Write to a partition outside
-	// [0, WriterOptions.Partitions).
+	// [0, WriterOptions.Partitions), or a read of a partition the stage
+	// does not have.
 	ErrPartition = chunker.ErrPartition
 	// ErrSchema marks a Write of a batch whose schema is not the
 	// writer's (WriterOptions.Schema, or the first batch's).

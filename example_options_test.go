@@ -49,9 +49,9 @@ func ExampleOpen_options() {
 	// upload slots: true
 }
 
-// Workers named by the engine rather than numbered: SealWorkers takes
-// their IDs. The commit guard has probed the store by the first commit.
-func ExampleClient_SealWorkers() {
+// Seal merges the manifests of workers "0".."N-1", which must all have
+// committed. The commit guard has probed the store by the first commit.
+func ExampleClient_Seal() {
 	ctx := context.Background()
 	srv, err := embedded.Start("", "shuffle")
 	if err != nil {
@@ -66,7 +66,7 @@ func ExampleClient_SealWorkers() {
 	}
 	defer c.Close()
 	fmt.Println("guard before:", c.CommitGuard().State == durashuffle.GuardUnprobed)
-	for _, name := range []string{"left", "right"} {
+	for _, name := range []string{"0", "1"} {
 		w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q2", Stage: 0, Worker: name, Partitions: 2})
 		if err != nil {
 			log.Fatal(err)
@@ -76,7 +76,7 @@ func ExampleClient_SealWorkers() {
 		}
 	}
 	fmt.Println("guard after:", c.CommitGuard().State == durashuffle.GuardEnforced)
-	st, err := c.SealWorkers(ctx, "q2", 0, []string{"left", "right"})
+	st, err := c.Seal(ctx, "q2", 0, 2)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -144,8 +144,9 @@ func (w *Writer) Options() WriterOptions { return w.opt }
 // monotonically non-decreasing at index 3: 0 < 10`. As with a batch of
 // another schema (ErrSchema) or a partition out of range (ErrPartition),
 // the writer keeps what it had: Commit commits the batches taken before,
-// Abort drops them. The check reads every offset and string byte once,
-// about 2 to 4% of Write's CPU time (10% for batches of a few rows).
+// Abort drops them. The check reads every offset and string byte once:
+// a small share of Write's CPU beside encoding, largest for batches of a
+// few rows (BENCHMARKS.md has the figures).
 func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return w.ch.Write(partition, rec)
 }

@@ -35,7 +35,7 @@ type appender struct {
 	frameTarget      int64
 	keep             *keeper // a sorted writer's kept frames; nil if not sorted
 
-	// A sorted writer's spilled object goes to files (image.go) when
+	// A sorted writer's spilled object goes to files (filesink.go) when
 	// files is set: then fileMode, and img is the object being written.
 	files    FileSink
 	spillDir *spill.Dir

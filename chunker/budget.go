@@ -119,7 +119,7 @@ func (c *coalescer) indexGrowth(n int64) int64 {
 // thousand frames), it would land while a flushed run still holds its
 // budget in pending, and the writer would hold more than coalesce_budget
 // until the run was appended; and a sorted writer's run boundaries would
-// depend on how far the appender got. It fails the writer with ErrBudget
+// depend on how far the appender got. It fails the writer with errBudget
 // once the index and the partitions' state leave less than an eighth of
 // coalesce_budget (at least a frame) for rows: the room for rows is what
 // a run holds, and below that runs would shrink toward a few rows each,
@@ -137,7 +137,7 @@ func (c *coalescer) reserveIndex() {
 	if room, least := c.limit-b.fixed, c.leastRoom(); room < least && c.ctx.Err() == nil {
 		state := int64(c.partitions) * pbufSize
 		c.cancel(fmt.Errorf("%w: after %d frames (%d bytes of input) the writer's frame index takes %d bytes (%d per frame, kept until Close) and its %d partitions' state %d bytes, leaving %d bytes of coalesce_budget (%d bytes) for rows, less than %d; past that every run would hold only a few rows. The index grows by about one frame per partition per run: raise coalesce_budget (doubling it lets a writer take about four times the input) or spread the output over more workers",
-			ErrBudget, c.flushed, c.taken, n*entrySize, entrySize, c.partitions, state, max(room, 0), c.limit, least))
+			errBudget, c.flushed, c.taken, n*entrySize, entrySize, c.partitions, state, max(room, 0), c.limit, least))
 	}
 }
 

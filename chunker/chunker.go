@@ -31,10 +31,10 @@ var (
 	ErrBatch = errors.New("invalid record batch")
 	// ErrClosed: Write or Close after Close or Abort.
 	ErrClosed = errors.New("writer is closed")
-	// ErrBudget: the options cannot fit the coalesce budget (New), or
+	// errBudget: the options cannot fit the coalesce budget (New), or
 	// the writer's frame index left too little of it for rows (the
 	// writer fails with it).
-	ErrBudget = errors.New("coalesce budget too small")
+	errBudget = errors.New("coalesce budget too small")
 )
 
 // Sink receives the object byte stream as chunks. A Writer calls its
@@ -86,6 +86,12 @@ type StreamSink interface {
 // streaming writer takes in before it calls StreamSink.Prepare.
 const prepareAfter = 2
 
+// DefaultFrameTargetBytes is Options.FrameTargetBytes when it is 0 (and
+// frame_target_bytes' default): frames large enough that encoding and a
+// frame's header cost little per byte, small enough that a partition's
+// rows leave the coalesce budget often.
+const DefaultFrameTargetBytes = 1 << 20
+
 // Options configure a Writer. New settles the zero values of the fields
 // that have a default.
 type Options struct {
@@ -94,7 +100,7 @@ type Options struct {
 	// Partitions is the number of output partitions, at least 1.
 	Partitions int
 	// FrameTargetBytes is a frame's target size in logical (uncompressed
-	// Arrow) bytes; 0: 1 MiB.
+	// Arrow) bytes; 0: DefaultFrameTargetBytes.
 	FrameTargetBytes int64
 	// CoalesceBudget bounds the bytes the writer holds: rows buffered,
 	// frames flushed and not yet appended, its frame index and
@@ -139,14 +145,14 @@ func (o Options) settle() (Options, error) {
 		o.Mem = memory.DefaultAllocator
 	}
 	if o.FrameTargetBytes < 1 {
-		o.FrameTargetBytes = 1 << 20
+		o.FrameTargetBytes = DefaultFrameTargetBytes
 	}
 	if o.CoalesceBudget < o.FrameTargetBytes {
 		o.CoalesceBudget = o.FrameTargetBytes
 	}
 	if fixed := int64(o.Partitions) * pbufSize; fixed > o.CoalesceBudget/2 {
 		return o, fmt.Errorf("%w: %d partitions take %d bytes of state (%d each), more than half of coalesce_budget (%d bytes): raise coalesce_budget to at least %d bytes or use fewer partitions",
-			ErrBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
+			errBudget, o.Partitions, fixed, pbufSize, o.CoalesceBudget, 2*fixed)
 	}
 	return o, nil
 }
@@ -180,10 +186,10 @@ type Result struct {
 	Bytes int64
 	// Runs is the sorted runs flushed, the last at Close.
 	Runs int
-	// Spilled is the bytes a sorted writer wrote to its spill (0: its
+	// spilled is the bytes a sorted writer wrote to its spill (0: its
 	// runs fit in memory, or the writer is not sorted). A sorted
 	// writer's object holds one run however many it flushed.
-	Spilled int64
+	spilled int64
 	// Codecs counts frames by the codec in their headers ("lz4", "zstd",
 	// "none"): with compression auto, the mix the writer chose.
 	Codecs map[string]int
@@ -433,7 +439,7 @@ func (w *Writer) Close() (Result, error) {
 	w.cancel(ErrClosed)
 	res := Result{Schema: w.co.schema, Frames: a.frames, Objects: a.objects, Rows: a.rows, Bytes: a.bytes, Runs: w.co.runs, Codecs: a.codecs}
 	if a.keep != nil {
-		res.Spilled = a.keep.spilled
+		res.spilled = a.keep.spilled
 	}
 	return res, nil
 }

@@ -456,14 +456,14 @@ func TestSortedRuns(t *testing.T) {
 func TestTooManyPartitions(t *testing.T) {
 	o := opts(1 << 20)
 	_, err := New(context.Background(), o, newSink(t, o.ChunkSize, 2))
-	if !errors.Is(err, ErrBudget) || !strings.Contains(err.Error(), "1048576 partitions") || !strings.Contains(err.Error(), "coalesce_budget (524288 bytes)") {
+	if !errors.Is(err, errBudget) || !strings.Contains(err.Error(), "1048576 partitions") || !strings.Contains(err.Error(), "coalesce_budget (524288 bytes)") {
 		t.Fatalf("New with 2^20 partitions and a 512 KiB budget: %v", err)
 	}
 }
 
 // TestIndexFillsBudget: a writer whose frame index (kept until Close)
 // leaves less than an eighth of coalesce_budget for rows fails with
-// ErrBudget, naming the frames, the index's bytes and the budget, instead
+// errBudget, naming the frames, the index's bytes and the budget, instead
 // of flushing a run at every few writes; until then its runs stay large,
 // and after the failure every buffer is back.
 func TestIndexFillsBudget(t *testing.T) {
@@ -485,8 +485,8 @@ func TestIndexFillsBudget(t *testing.T) {
 	// The error is raised when Write flushes a run whose index would
 	// not fit (not later, as its frames are appended): a Write returns it.
 	w.Abort(werr)
-	if !errors.Is(werr, ErrBudget) {
-		t.Fatalf("after %d writes: %v, want ErrBudget", writes, werr)
+	if !errors.Is(werr, errBudget) {
+		t.Fatalf("after %d writes: %v, want errBudget", writes, werr)
 	}
 	for _, want := range []string{"frame index takes", "of coalesce_budget (524288 bytes) for rows, less than 65536", "300 partitions", "raise coalesce_budget"} {
 		if !strings.Contains(werr.Error(), want) {

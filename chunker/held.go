@@ -14,11 +14,12 @@ const allocPadding = 64
 // logical byte of rec, at least 1: what coalesce_budget is counted in.
 //
 // Logical bytes undercount what a writer retains: builders hand over
-// their spare capacity with the batch (the demo's reserve 25% more rows,
-// a string builder its whole reserved data), every buffer is padded to
-// 64 bytes, and the Go allocator rounds each to a size class. Measured
-// on the demo's 128-row partition pieces: 1.5 bytes held per logical
-// byte, so a 64 MiB budget in logical bytes held 96 MiB.
+// their spare capacity with the batch (a builder reserved for more rows
+// than it got, a string builder its whole reserved data), every buffer
+// is padded to 64 bytes, and the Go allocator rounds each to a size
+// class. For small pieces these add up to a large share of the logical
+// bytes, so a budget counted in logical bytes alone would let the
+// writer hold well over it.
 //
 // The ratio is of rec as a whole, sum of occupied over sum of lengths,
 // and is applied to the logical bytes of what is retained. A batch that

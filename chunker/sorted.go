@@ -37,7 +37,7 @@ import (
 // taken as they are stay in the spill file, the merged ones are written
 // to a file of the object's own, and parts sized by the object read
 // their extents from both, each handed over as soon as its bytes are on
-// disk (image.go).
+// disk (filesink.go).
 //
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most the job queue's window of output
@@ -263,7 +263,7 @@ func (a *appender) output() {
 	}
 	est := a.keep.estimateStored()
 	if a.toFile(est) {
-		// The object goes to files in parts sized by it (image.go),
+		// The object goes to files in parts sized by it (filesink.go),
 		// not to chunks: bounded by the spill limit, not by chunk_size x
 		// its 10,000 parts.
 		a.fileMode, a.fileEst, a.stream = true, est, nil

@@ -128,8 +128,8 @@ func TestSortedOneRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Runs < 3 || res.Spilled == 0 {
-		t.Fatalf("%d runs, %d bytes spilled: the output should take several runs under a %d-byte budget", res.Runs, res.Spilled, o.CoalesceBudget)
+	if res.Runs < 3 || res.spilled == 0 {
+		t.Fatalf("%d runs, %d bytes spilled: the output should take several runs under a %d-byte budget", res.Runs, res.spilled, o.CoalesceBudget)
 	}
 	if runs := ascendingRuns(res); runs != 1 {
 		t.Fatalf("the object holds %d runs of ascending partitions, want 1 (the writer flushed %d)", runs, res.Runs)
@@ -166,8 +166,8 @@ func TestSortedFitsNoDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Spilled != 0 || res.Runs != 1 {
-		t.Fatalf("%d runs, %d bytes spilled, want 1 run and none", res.Runs, res.Spilled)
+	if res.spilled != 0 || res.Runs != 1 {
+		t.Fatalf("%d runs, %d bytes spilled, want 1 run and none", res.Runs, res.spilled)
 	}
 	got := decodeAll(t, sink, res)
 	for p := range 16 {
@@ -219,9 +219,9 @@ func TestSortedStoredBytesDoNotGrowWithRuns(t *testing.T) {
 	// stays in memory, where compressed they would be 0.89 of that) and
 	// compressed once, merged: no piece reaches the object uncompressed.
 	spilledRuns := many.Bytes * int64(many.Runs-1) / int64(many.Runs)
-	if many.Codecs[frame.None] > one.Codecs[frame.None] || many.Spilled < spilledRuns*95/100 {
+	if many.Codecs[frame.None] > one.Codecs[frame.None] || many.spilled < spilledRuns*95/100 {
 		t.Fatalf("%d runs: %d uncompressed frames stored (one run: %d), %d bytes spilled for about %d logical in the spilled runs; want none more and the small pieces spilled uncompressed",
-			many.Runs, many.Codecs[frame.None], one.Codecs[frame.None], many.Spilled, spilledRuns)
+			many.Runs, many.Codecs[frame.None], one.Codecs[frame.None], many.spilled, spilledRuns)
 	}
 }
 
@@ -484,8 +484,8 @@ func TestSortedLastRunRowsMerged(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Runs < 2 || res.Spilled == 0 {
-			t.Fatalf("%d runs, %d bytes spilled: the test needs a last run after spilled ones", res.Runs, res.Spilled)
+		if res.Runs < 2 || res.spilled == 0 {
+			t.Fatalf("%d runs, %d bytes spilled: the test needs a last run after spilled ones", res.Runs, res.spilled)
 		}
 		got := decodeAll(t, sink, res)
 		for p := range partitions {
@@ -595,8 +595,8 @@ func TestSortedMergeWithoutGatherer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Runs < 2 || res.Spilled == 0 {
-		t.Fatalf("%d runs, %d bytes spilled: the test needs a last run after spilled ones", res.Runs, res.Spilled)
+	if res.Runs < 2 || res.spilled == 0 {
+		t.Fatalf("%d runs, %d bytes spilled: the test needs a last run after spilled ones", res.Runs, res.spilled)
 	}
 	got := decodeAll(t, sink, res)
 	for p := range partitions {

@@ -294,7 +294,7 @@ func TestCombineDefaultPlan(t *testing.T) {
 // dataKeys lists the keys under a plan's folder.
 func planKeys(t *testing.T, e *env, plan string) []string {
 	t.Helper()
-	objs, _, err := e.st.List(context.Background(), e.c.Layout().StagePrefix("q", 0)+combine.PlanDir(plan), "")
+	objs, _, err := e.st.List(context.Background(), e.c.Layout().StagePrefix("q", 0)+manifest.PlanDir(plan), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -338,7 +338,7 @@ func TestCombineConcurrentAttempts(t *testing.T) {
 			t.Fatalf("attempts returned %s and %s", got[0].Manifest.Attempt, got[1].Manifest.Attempt)
 		}
 		keys := planKeys(t, e, a.Plan().ID)
-		want := []string{combine.TaskManifestName(a.Plan().ID, 1), got[0].Manifest.Objects[0].Key}
+		want := []string{manifest.TaskManifestName(a.Plan().ID, 1), got[0].Manifest.Objects[0].Key}
 		if fmt.Sprint(keys) != fmt.Sprint(want) {
 			t.Fatalf("left %v, want %v", keys, want)
 		}
@@ -652,12 +652,12 @@ func TestCombineGC(t *testing.T) {
 		t.Fatal(err)
 	}
 	// An attempt of the winning plan killed after its upload completed.
-	stray := e.c.Layout().ObjectKey("q", 0, combine.TaskDataName(cs.Plan().ID, 1, "00000000000000ff"))
+	stray := e.c.Layout().ObjectKey("q", 0, e.c.Layout().TaskDataKey("q", 0, cs.Plan().ID, 1, "00000000000000ff"))
 	if err := e.st.Put(ctx, stray, []byte("killed attempt"), store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// An upload of the winning plan that was never finished.
-	if _, err := e.st.CreateMultipart(ctx, e.c.Layout().ObjectKey("q", 0, combine.TaskDataName(cs.Plan().ID, 2, "00000000000000ee"))); err != nil {
+	if _, err := e.st.CreateMultipart(ctx, e.c.Layout().ObjectKey("q", 0, e.c.Layout().TaskDataKey("q", 0, cs.Plan().ID, 2, "00000000000000ee"))); err != nil {
 		t.Fatal(err)
 	}
 	objs, _, err := e.st.List(ctx, e.c.Layout().StagePrefix("q", 0), "")
@@ -687,7 +687,7 @@ func TestCombineGC(t *testing.T) {
 		}
 	}
 	wantGone := []string{
-		e.c.Layout().ObjectKey("q", 0, combine.TaskManifestName(lost.Plan().ID, 0)),
+		e.c.Layout().ObjectKey("q", 0, manifest.TaskManifestName(lost.Plan().ID, 0)),
 		e.c.Layout().ObjectKey("q", 0, lt.Manifest.Objects[0].Key),
 		stray, index,
 	}
@@ -731,7 +731,7 @@ func TestCombineGC(t *testing.T) {
 	}
 	for _, o := range left {
 		rel := strings.TrimPrefix(o.Key, e.c.Layout().StagePrefix("q", 0))
-		if !strings.HasPrefix(rel, combine.PlanDir(cs.Plan().ID)) && rel != combine.CombinedName && rel != "manifest.json" {
+		if !strings.HasPrefix(rel, manifest.PlanDir(cs.Plan().ID)) && rel != combine.CombinedName && rel != "manifest.json" {
 			t.Errorf("%s is left after the first level's grace", rel)
 		}
 	}
@@ -792,7 +792,12 @@ func TestCombineRuns(t *testing.T) {
 	}
 	// The runs of bucket 0 in each object: the first level's frames of
 	// its partitions, joined where adjacent.
-	m := s.Level1()
+	// The stage manifest stays the first level's: the combined level's
+	// manifest is an object of its own.
+	m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "q", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b0 := s.Plan().Buckets[0]
 	var parts []int
 	for p := b0.Lo; p < b0.Hi; p++ {
@@ -1102,7 +1107,7 @@ func TestCombineThrottled(t *testing.T) {
 			}
 			wantKeys := []string{m.Index.Key}
 			for n, w := range m.Workers {
-				wantKeys = append(wantKeys, combine.TaskManifestName(cs.Plan().ID, n), w.Objects[0].Key)
+				wantKeys = append(wantKeys, manifest.TaskManifestName(cs.Plan().ID, n), w.Objects[0].Key)
 			}
 			slices.Sort(wantKeys)
 			gotKeys := planKeys(t, e, cs.Plan().ID)

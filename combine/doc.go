@@ -23,7 +23,7 @@
 //
 // A task holds its bytes once: its GETs read each frame straight into
 // its place in the combined object, whose parts are then slices of that
-// buffer (Options.Fetches and Uploads in flight). A task over
+// buffer (fetches and Options.Uploads in flight). A task over
 // Options.MemoryBytes, given Options.Scratch (Client.Combine gives the
 // client's spill_dir), lays the object out in a file of its size there
 // and uploads it in sections, so that TaskCapBytes bounds disk, not

@@ -8,6 +8,7 @@ import (
 	"math"
 	"strconv"
 
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -27,30 +28,30 @@ const (
 	// MiB the parts of 1 TiB would cost more than the GETs that combining
 	// saves at 1,000 x 1,000.
 	DefaultPartBytes = 128 << 20
-	// DefaultFetches is the ranged GETs a task keeps in flight. A task
+	// fetches is the ranged GETs a task keeps in flight. A task
 	// moves its bytes twice, in and out, where a reader moves them once,
 	// so it takes more connections than a reader's read_ahead: the
 	// connections of eight readers. Tasks run side by side share the
 	// store client's connections (requests past them wait for one, and
 	// the first-byte timeout starts once a request is sent). Each GET
 	// reads into the task's one buffer, so they cost no memory.
-	DefaultFetches = 32
-	// DefaultUploads is the parts of a task's object in flight: as many
+	fetches = 32
+	// defaultUploads is the parts of a task's object in flight: as many
 	// connections as its GETs use. A plan of fewer tasks than this cuts
 	// its objects in this many parts (see Plan.partBytes). Parts are
 	// slices of the task's bytes, so they cost no memory.
-	DefaultUploads = 32
+	defaultUploads = 32
 	// DefaultMemoryBytes is the largest task held in memory when the
 	// plan has Scratch for larger ones.
 	DefaultMemoryBytes = 512 << 20
-	// DefaultGapBytes: frames of a bucket at most this many bytes apart in
-	// a writer object share one GET (the gap is read and dropped), as the
-	// reader's read_gap_bytes.
-	DefaultGapBytes = 256 << 10
+	// defaultGapBytes: frames of a bucket at most this many bytes apart
+	// in a writer object share one GET (the gap is read and dropped), as
+	// the reader's read_gap_bytes.
+	defaultGapBytes = reader.DefaultGapBytes
 	// readerRangeBytes and readerReadAhead are the reader's defaults
 	// (read_range_bytes, read_ahead), for the predictions.
-	readerRangeBytes = 8 << 20
-	readerReadAhead  = 4
+	readerRangeBytes = reader.DefaultRangeBytes
+	readerReadAhead  = reader.DefaultReadAhead
 	// readerMinSpan is the reader's smallest GET when it spreads a
 	// partition over read_ahead connections.
 	readerMinSpan = 1 << 20
@@ -60,8 +61,8 @@ const (
 // GET, and a PUT, POST, COPY or LIST. The plan's dollars are these times
 // its predicted requests; transfer inside a region is free.
 const (
-	PriceGET = 0.0004 / 1000
-	PricePUT = 0.005 / 1000
+	priceGET = 0.0004 / 1000
+	pricePUT = 0.005 / 1000
 )
 
 // Options tune a plan. The zero value means the defaults.
@@ -88,8 +89,6 @@ type Options struct {
 	// objects in about Uploads parts of at most this, none under 5 MiB
 	// but the last.
 	PartBytes int64
-	// Fetches is the ranged GETs a task keeps in flight (default 32).
-	Fetches int
 	// Uploads is the parts of a task's object in flight (default 32).
 	// They are slices of the task's input, which is the combined object
 	// already in its order: a task holds its bytes once.
@@ -131,17 +130,14 @@ func (o Options) withDefaults(partitions int) Options {
 		o.PartBytes = DefaultPartBytes
 	}
 	o.PartBytes = max(o.PartBytes, store.MinPartSize)
-	if o.Fetches <= 0 {
-		o.Fetches = DefaultFetches
-	}
 	if o.Uploads <= 0 {
-		o.Uploads = DefaultUploads
+		o.Uploads = defaultUploads
 	}
 	if o.MemoryBytes <= 0 {
 		o.MemoryBytes = DefaultMemoryBytes
 	}
 	if o.GapBytes == 0 {
-		o.GapBytes = DefaultGapBytes
+		o.GapBytes = defaultGapBytes
 	}
 	return o
 }
@@ -230,7 +226,7 @@ type Requests struct {
 }
 
 // Dollars prices the requests at S3 Standard's rates.
-func (r Requests) Dollars() float64 { return float64(r.GET)*PriceGET + float64(r.PUT)*PricePUT }
+func (r Requests) Dollars() float64 { return float64(r.GET)*priceGET + float64(r.PUT)*pricePUT }
 
 func (r Requests) add(o Requests) Requests { return Requests{r.GET + o.GET, r.PUT + o.PUT} }
 
@@ -290,10 +286,10 @@ func (p *Plan) Tasks() int { return len(p.Groups) * len(p.Buckets) }
 // Task returns task n's group and bucket.
 func (p *Plan) Task(n int) (g, j int) { return n % len(p.Groups), n / len(p.Groups) }
 
-// TaskID is task n's worker ID in the combined level: "c" and n, zero
+// taskID is task n's worker ID in the combined level: "c" and n, zero
 // padded to the width of the last task's number, so that IDs compare in
 // task order as strings.
-func (p *Plan) TaskID(n int) string {
+func (p *Plan) taskID(n int) string {
 	w := len(strconv.Itoa(p.Tasks() - 1))
 	return fmt.Sprintf("c%0*d", w, n)
 }

@@ -47,7 +47,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		return s.finish(ctx)
 	}
 	// The task manifests, by one LIST of the plan's folder.
-	dir := s.l.ObjectKey(s.query, s.stage, PlanDir(p.ID))
+	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(p.ID))
 	objs, _, err := s.st.List(ctx, dir, "/")
 	if err != nil {
 		return nil, fmt.Errorf("%s: list %s: %w", what, dir, err)
@@ -60,8 +60,8 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	ids := make([]string, p.Tasks())
 	keys := map[string]string{}
 	for n := range p.Tasks() {
-		ids[n] = p.TaskID(n)
-		key := s.l.ObjectKey(s.query, s.stage, TaskManifestName(p.ID, n))
+		ids[n] = p.taskID(n)
+		key := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(p.ID, n))
 		keys[ids[n]] = key
 		if !have[key] {
 			g, j := p.Task(n)
@@ -76,7 +76,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		}
 		return nil, fmt.Errorf("%w: %s: %d of %d tasks have no manifest under %s: %s", ErrMissingTasks, what, len(missing), p.Tasks(), dir, named)
 	}
-	indexRel := PlanDir(p.ID) + manifest.IndexName(newSealID())
+	indexRel := manifest.PlanDir(p.ID) + manifest.IndexName(newSealID())
 	indexKey := s.l.ObjectKey(s.query, s.stage, indexRel)
 	c, err := manifest.BuildLevel(ctx, s.st, s.l, s.query, s.stage, ids, func(id string) string { return keys[id] }, indexRel)
 	if err != nil {
@@ -130,8 +130,8 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 // writes the level's manifest over the stage's when a seal stopped
 // before it.
 func (s *Stage) finish(ctx context.Context) (*manifest.Stage, error) {
-	if s.plan != nil && CombinedPlan(s.combined) != s.plan.ID {
-		return nil, fmt.Errorf("%w: %s stage %d is combined by plan %s, not %s", ErrAlreadyCombined, s.query, s.stage, CombinedPlan(s.combined), s.plan.ID)
+	if s.plan != nil && combinedPlan(s.combined) != s.plan.ID {
+		return nil, fmt.Errorf("%w: %s stage %d is combined by plan %s, not %s", ErrAlreadyCombined, s.query, s.stage, combinedPlan(s.combined), s.plan.ID)
 	}
 	eg, gctx := errgroup.WithContext(ctx)
 	var want, have []byte

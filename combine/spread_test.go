@@ -62,8 +62,8 @@ func TestCombineKeySpread(t *testing.T) {
 				}
 				rel := task.Manifest.Objects[0].Key
 				shard, tail, ok := manifest.ParseSpread(rel)
-				want := "qs/stage-0/" + combine.TaskDataName(cs.Plan().ID, n, task.Manifest.Attempt)
-				if !ok || tail != want || rel != combine.TaskDataKey(l, "qs", 0, cs.Plan().ID, n, task.Manifest.Attempt) {
+				want := "qs/stage-0/" + (manifest.Layout{}).TaskDataKey("qs", 0, cs.Plan().ID, n, task.Manifest.Attempt) // unspread
+				if !ok || tail != want || rel != l.TaskDataKey("qs", 0, cs.Plan().ID, n, task.Manifest.Attempt) {
 					t.Fatalf("task %d's object is %q, want %s under a shard prefix", n, rel, want)
 				}
 				shards[shard] = true
@@ -84,7 +84,7 @@ func TestCombineKeySpread(t *testing.T) {
 			}
 			found := 0
 			for _, o := range objs {
-				if strings.Contains(o.Key, "/"+combine.PlanDir(cs.Plan().ID)) {
+				if strings.Contains(o.Key, "/"+manifest.PlanDir(cs.Plan().ID)) {
 					if !named[o.Key] {
 						t.Errorf("spread combined object %s is named by no task", o.Key)
 					}
@@ -94,7 +94,7 @@ func TestCombineKeySpread(t *testing.T) {
 			if found != len(named) {
 				t.Errorf("%d combined objects under the shard prefixes, want %d", found, len(named))
 			}
-			under, _, err := st.List(ctx, l.StagePrefix("qs", 0)+combine.PlanDir(cs.Plan().ID), "")
+			under, _, err := st.List(ctx, l.StagePrefix("qs", 0)+manifest.PlanDir(cs.Plan().ID), "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,7 +111,7 @@ func TestCombineKeySpread(t *testing.T) {
 			}
 
 			// A killed attempt's spread object goes; the combined objects stay.
-			stray := l.ObjectKey("qs", 0, combine.TaskDataKey(l, "qs", 0, cs.Plan().ID, 1, "00000000000000ff"))
+			stray := l.ObjectKey("qs", 0, l.TaskDataKey("qs", 0, cs.Plan().ID, 1, "00000000000000ff"))
 			if err := st.Put(ctx, stray, []byte("killed attempt"), store.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/durashuffle/durashuffle/manifest"
@@ -34,7 +33,7 @@ var (
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
 //
 // With key_spread, combined objects live under a shard prefix instead
-// (TaskDataKey), and their task manifests name them there.
+// (manifest.Layout.TaskDataKey), and their task manifests name them there.
 //
 // The combined seal then writes combined.json's bytes over the stage's
 // manifest.json, so readers open the combined level with the one GET
@@ -42,48 +41,21 @@ var (
 const (
 	// CombinedName is the stage-relative key of the combined level's
 	// stage manifest.
-	CombinedName  = "combined.json"
-	planDirPrefix = "combine-"
+	CombinedName = "combined.json"
 )
-
-// PlanDir is the stage-relative folder of a plan's objects.
-func PlanDir(planID string) string { return planDirPrefix + planID + "/" }
-
-// TaskManifestName is the stage-relative key of task n's manifest.
-func TaskManifestName(planID string, n int) string {
-	return PlanDir(planID) + "task-" + strconv.Itoa(n) + ".bin"
-}
-
-// TaskDataName is the stage-relative key of an attempt's combined object
-// of task n (write: the attempt's own random ID).
-func TaskDataName(planID string, n int, write string) string {
-	return PlanDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
-}
-
-// TaskDataKey is the key a task manifest stores for an attempt's combined
-// object of task n: TaskDataName, or with the layout's Spread (config
-// key_spread) its root-relative key under the shard prefix the task
-// hashes to, as writers' data objects are spread
-// (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
-// so that the combined level's PUTs and GETs spread over the prefixes
-// too. Every attempt of a task goes to the same shard. Readers and gc
-// follow the manifests' keys and need no setting.
-func TaskDataKey(l manifest.Layout, query string, stage int, planID string, n int, write string) string {
-	return l.SpreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), TaskDataName(planID, n, write))
-}
 
 // IsCombined says whether a stage manifest is a combined level's: its
 // index lies in a plan's folder.
 func IsCombined(m *manifest.Stage) bool {
-	return m != nil && m.Index != nil && strings.HasPrefix(m.Index.Key, planDirPrefix)
+	return m != nil && m.Index != nil && strings.HasPrefix(m.Index.Key, manifest.CombinePrefix)
 }
 
-// CombinedPlan returns the ID of the plan a combined level was made by.
-func CombinedPlan(m *manifest.Stage) string {
+// combinedPlan returns the ID of the plan a combined level was made by.
+func combinedPlan(m *manifest.Stage) string {
 	if !IsCombined(m) {
 		return ""
 	}
-	id, _, _ := strings.Cut(strings.TrimPrefix(m.Index.Key, planDirPrefix), "/")
+	id, _, _ := strings.Cut(strings.TrimPrefix(m.Index.Key, manifest.CombinePrefix), "/")
 	return id
 }
 
@@ -136,7 +108,7 @@ func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, 
 			if try == 0 {
 				continue
 			}
-			return nil, fmt.Errorf("%w: combine %s stage %d: the stage manifest names combined plan %s, and %s is missing", manifest.ErrCorrupt, query, stage, CombinedPlan(m), l.StagePrefix(query, stage)+CombinedName)
+			return nil, fmt.Errorf("%w: combine %s stage %d: the stage manifest names combined plan %s, and %s is missing", manifest.ErrCorrupt, query, stage, combinedPlan(m), l.StagePrefix(query, stage)+CombinedName)
 		}
 		s.level1 = m
 		break
@@ -169,10 +141,6 @@ func (s *Stage) Plan() *Plan { return s.plan }
 // Combined is the committed combined level (nil until sealed, or when
 // Open found it absent).
 func (s *Stage) Combined() *manifest.Stage { return s.combined }
-
-// Level1 is the stage's first level, the workers' objects (nil when Open
-// found the stage combined).
-func (s *Stage) Level1() *manifest.Stage { return s.level1 }
 
 // loadCombined GETs the combined level's manifest; nil when absent.
 func loadCombined(ctx context.Context, st store.Reader, l manifest.Layout, query string, stage int) (*manifest.Stage, error) {

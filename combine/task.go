@@ -20,8 +20,8 @@ import (
 // could not be read back: the attempt's object must stay.
 var errCommitUnknown = errors.New("commit outcome unknown")
 
-// WriterVersion is the writer_version of a task manifest.
-const WriterVersion = "durashuffle-combine"
+// writerVersion is the writer_version of a task manifest.
+const writerVersion = "durashuffle-combine"
 
 // Task is a committed task: its manifest (a worker of the combined
 // level) and whether this call wrote it.
@@ -71,7 +71,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	g, j := p.Task(n)
 	t := &Task{N: n, Group: g, Bucket: j}
 	what := fmt.Sprintf("combine task %d (group %d, bucket %d) of %s stage %d", n, g, j, s.query, s.stage)
-	mkey := s.l.ObjectKey(s.query, s.stage, TaskManifestName(p.ID, n))
+	mkey := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(p.ID, n))
 	if w, err := s.loadTask(ctx, mkey); err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	} else if w != nil {
@@ -129,14 +129,14 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	write := manifest.NewWriteID()
 	partBytes := p.partBytes(size)
 	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
-		Query: s.query, Stage: s.stage, Worker: p.TaskID(n), Attempt: write,
+		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
 		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
 		Compression: compressionOf(s.level1), ChunkSize: partBytes,
-		WriterVersion: WriterVersion, WrittenAt: time.Now().UTC()}
+		WriterVersion: writerVersion, WrittenAt: time.Now().UTC()}
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
-		rel := TaskDataKey(s.l, s.query, s.stage, p.ID, n, write)
+		rel := s.l.TaskDataKey(s.query, s.stage, p.ID, n, write)
 		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
 			store.ObjectWriterOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).
@@ -188,7 +188,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 func (s *Stage) committedTask(n int) (*Task, error) {
 	ws := s.combined.Workers
 	if n < 0 || n >= len(ws) {
-		return nil, fmt.Errorf("%w: combine %s stage %d: task %d outside the combined level's %d tasks (plan %s)", ErrInvalidPlan, s.query, s.stage, n, len(ws), CombinedPlan(s.combined))
+		return nil, fmt.Errorf("%w: combine %s stage %d: task %d outside the combined level's %d tasks (plan %s)", ErrInvalidPlan, s.query, s.stage, n, len(ws), combinedPlan(s.combined))
 	}
 	w := ws[n]
 	return &Task{N: n, Manifest: &w}, nil
@@ -285,13 +285,13 @@ func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap in
 	return runs
 }
 
-// fetch GETs every run, Fetches at a time, reading each frame straight
+// fetch GETs every run, fetches at a time, reading each frame straight
 // into its place in dst (frame i at at[i]), checking its CRC32C on the
 // way and noting its codec byte in codecs[i]; the bytes between a run's
 // frames are read and dropped.
 func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
 	eg, gctx := errgroup.WithContext(ctx)
-	eg.SetLimit(s.plan.opts.Fetches)
+	eg.SetLimit(fetches)
 	for _, r := range runs {
 		if gctx.Err() != nil {
 			break

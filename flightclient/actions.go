@@ -46,19 +46,15 @@ func (c *Client) DeleteQuery(ctx context.Context, query string) (*DeleteResult, 
 
 // GC runs the sidecar's gc: it aborts multipart uploads and deletes
 // uncommitted attempt data older than olderThan, and results stages past
-// the sidecar's results_retention. The report is the one `durashuffle gc
-// --json` prints. A negative olderThan is InvalidArgument. Idempotent.
-func (c *Client) GC(ctx context.Context, olderThan time.Duration) (*GCReport, error) {
-	return c.GCWithGrace(ctx, olderThan, 0)
-}
-
-// GCWithGrace is GC that also deletes the first level of every stage
-// combined more than combinedGrace ago (`durashuffle gc
-// --combined-grace`): its worker manifests, data objects and index.
-// Readers that opened such a stage before its combined seal read the
-// first level; combinedGrace is how long they have. 0 keeps first
-// levels; a negative combinedGrace is InvalidArgument.
-func (c *Client) GCWithGrace(ctx context.Context, olderThan, combinedGrace time.Duration) (*GCReport, error) {
+// the sidecar's results_retention. With combinedGrace above 0 it also
+// deletes the first level of every stage combined more than
+// combinedGrace ago (`durashuffle gc --combined-grace`): its worker
+// manifests, data objects and index. Readers that opened such a stage
+// before its combined seal read the first level; combinedGrace is how
+// long they have. 0 keeps first levels. A negative olderThan or
+// combinedGrace is InvalidArgument. The report is the one `durashuffle
+// gc --json` prints. Idempotent.
+func (c *Client) GC(ctx context.Context, olderThan, combinedGrace time.Duration) (*GCReport, error) {
 	req := GCRequest{OlderThan: olderThan.String()}
 	if combinedGrace != 0 {
 		req.CombinedGrace = combinedGrace.String()

@@ -51,7 +51,7 @@ func TestGC(t *testing.T) {
 	put(0, false)
 	results := put(1, true)
 
-	rep, err := c.GC(ctx, time.Hour)
+	rep, err := c.GC(ctx, time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,10 +84,10 @@ func TestGC(t *testing.T) {
 	}
 	r.Release()
 
-	if again, err := c.GC(ctx, time.Hour); err != nil || again.Totals != (flightclient.GCTotals{}) {
+	if again, err := c.GC(ctx, time.Hour, 0); err != nil || again.Totals != (flightclient.GCTotals{}) {
 		t.Fatalf("second gc: %+v, %v; want nothing removed", again, err)
 	}
-	_, err = c.GC(ctx, -time.Second)
+	_, err = c.GC(ctx, -time.Second, 0)
 	if s, _ := status.FromError(err); s.Code() != codes.InvalidArgument || s.Message() != `gc: older_than "-1s": want a non-negative duration such as 6h` {
 		t.Fatalf("gc with a negative older_than: %v, want InvalidArgument naming it", err)
 	}

@@ -71,6 +71,11 @@ func Example() {
 	if err := r.Err(); err != nil {
 		log.Fatal(err)
 	}
+	// The query is read: every stage of it leaves the sidecar's memory
+	// (reads would go on from the object store).
+	if _, err := c.Release(ctx, "q42", flightclient.AllStages); err != nil {
+		log.Fatal(err)
+	}
 	// Output:
 	// committed: true 2 batches, 5 rows
 	// sealed: true 5 rows

@@ -103,8 +103,8 @@ type BatchMetadata struct {
 	Partition *json.Number `json:"partition"`
 }
 
-// BatchAppMetadata is the app_metadata of a batch of partition p.
-func BatchAppMetadata(p int) []byte {
+// batchAppMetadata is the app_metadata of a batch of partition p.
+func batchAppMetadata(p int) []byte {
 	n := json.Number(strconv.Itoa(p))
 	b, _ := json.Marshal(BatchMetadata{Partition: &n})
 	return b
@@ -125,9 +125,9 @@ type CommitCounts struct {
 	Rows    *int64 `json:"rows"`
 }
 
-// CommitMetadata is the app_metadata of the commit message for a DoPut
+// commitMetadata is the app_metadata of the commit message for a DoPut
 // that sent batches record batches holding rows rows in all.
-func CommitMetadata(batches, rows int64) []byte {
+func commitMetadata(batches, rows int64) []byte {
 	b, _ := json.Marshal(CommitMessage{Commit: &CommitCounts{Batches: &batches, Rows: &rows}})
 	return b
 }

@@ -54,7 +54,7 @@ func (p *PutWriter) Write(partition int, rec arrow.RecordBatch) error {
 		return p.err
 	}
 	c := arrowipc.ForIPC(rec, memory.DefaultAllocator)
-	err := p.w.WriteWithAppMetadata(c, BatchAppMetadata(partition))
+	err := p.w.WriteWithAppMetadata(c, batchAppMetadata(partition))
 	c.Release()
 	if err != nil {
 		return p.fail(err)
@@ -74,7 +74,7 @@ func (p *PutWriter) Commit() (*PutResult, error) {
 	defer p.cancel()
 	err := p.w.Close() // sends the schema if no batch did
 	if err == nil {
-		err = p.w.WriteMetadata(CommitMetadata(p.batches, p.rows))
+		err = p.w.WriteMetadata(commitMetadata(p.batches, p.rows))
 	}
 	if err == nil {
 		err = p.stream.CloseSend()

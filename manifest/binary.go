@@ -24,8 +24,8 @@ const (
 	workerMagicV2 = "DSM2"
 )
 
-// MaxHeaderBytes bounds a worker manifest's JSON header.
-const MaxHeaderBytes = 64 << 20
+// maxHeaderBytes bounds a worker manifest's JSON header.
+const maxHeaderBytes = 64 << 20
 
 // workerPreamble is the magic, the header length and the header's CRC32C
 // before a worker manifest's JSON header. The CRC covers the first 8
@@ -117,14 +117,14 @@ func (w *Worker) Encode() ([]byte, error) {
 		putEntry(entries[EntrySize*i:], &f)
 	}
 	w.TableCRC32C = crc32c(table)
-	w.EntryBlock = WorkerEntryBlock
-	w.EntryCRCs = blockSums(entries, WorkerEntryBlock, 0, 0)
+	w.EntryBlock = workerEntryBlock
+	w.EntryCRCs = blockSums(entries, workerEntryBlock, 0, 0)
 	h, err := json.Marshal(w)
 	if err != nil {
 		return nil, err
 	}
-	if len(h) > MaxHeaderBytes {
-		return nil, fmt.Errorf("encode worker manifest: header of %d bytes, at most %d", len(h), MaxHeaderBytes)
+	if len(h) > maxHeaderBytes {
+		return nil, fmt.Errorf("encode worker manifest: header of %d bytes, at most %d", len(h), maxHeaderBytes)
 	}
 	b := make([]byte, 0, workerPreamble+len(h)+len(table)+len(entries))
 	b = append(b, workerMagic...)
@@ -173,20 +173,20 @@ func headLength(what string, b []byte) (n int, err error) {
 		if err := checkVersion(what, probe.FormatVersion); err != nil {
 			return 0, err
 		}
-		return 0, fmt.Errorf("%w: %s is JSON with format_version %q, but a %d.x worker manifest is a binary container", ErrCorrupt, what, probe.FormatVersion, FormatMajor)
+		return 0, fmt.Errorf("%w: %s is JSON with format_version %q, but a %d.x worker manifest is a binary container", ErrCorrupt, what, probe.FormatVersion, formatMajor)
 	}
 	if len(b) < workerPreamble {
 		return 0, fmt.Errorf("%w: %s is %d bytes, shorter than the %d-byte preamble", ErrCorrupt, what, len(b), workerPreamble)
 	}
 	if string(b[:4]) == workerMagicV2 {
-		return 0, fmt.Errorf("%w: %s starts with %q, a format 2 worker manifest without checksums; this reader understands %d.x", ErrVersion, what, b[:4], FormatMajor)
+		return 0, fmt.Errorf("%w: %s starts with %q, a format 2 worker manifest without checksums; this reader understands %d.x", ErrVersion, what, b[:4], formatMajor)
 	}
 	if string(b[:4]) != workerMagic {
 		return 0, fmt.Errorf("%w: %s starts with %q, not the magic %q (bytes [0, 4))", ErrCorrupt, what, b[:4], workerMagic)
 	}
 	hl := binary.LittleEndian.Uint32(b[4:])
-	if hl > MaxHeaderBytes {
-		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d (header length, bytes [4, 8))", ErrCorrupt, what, hl, MaxHeaderBytes)
+	if hl > maxHeaderBytes {
+		return 0, fmt.Errorf("%w: %s has a header of %d bytes, at most %d (header length, bytes [4, 8))", ErrCorrupt, what, hl, maxHeaderBytes)
 	}
 	return workerPreamble + int(hl), nil
 }

@@ -27,8 +27,8 @@ func crc32c(b []byte) uint32 { return crc32.Checksum(b, castagnoli) }
 // ranges, one per block of partitions, and pays the partial blocks at
 // both ends of each.
 const (
-	IndexEntryBlock  = 1024
-	WorkerEntryBlock = 64
+	indexEntryBlock  = 1024
+	workerEntryBlock = 64
 	// maxEntryBlock bounds the entry_block a reader accepts: it reads
 	// a whole block into memory to verify it.
 	maxEntryBlock = 1 << 16

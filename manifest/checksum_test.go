@@ -40,7 +40,7 @@ func fixWorkerCRCs(b []byte) []byte {
 		table, entries := rest[:4*(w.Partitions+1)], rest[4*(w.Partitions+1):]
 		block := w.EntryBlock
 		if block < 1 || block > maxEntryBlock {
-			block = WorkerEntryBlock
+			block = workerEntryBlock
 		}
 		entries = entries[:len(entries)/EntrySize*EntrySize]
 		m["table_crc32c"] = json.RawMessage(strconv.FormatUint(uint64(crc32c(table)), 10))

@@ -11,9 +11,9 @@ import (
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// SummarySize is the size of one partition's record in the index's
+// summarySize is the size of one partition's record in the index's
 // summary table: rows, logical bytes, stored bytes and frames, as LE u64.
-const SummarySize = 32
+const summarySize = 32
 
 // indexPreamble is the magic and the partition count before the entries.
 const indexPreamble = 8
@@ -69,9 +69,9 @@ func (x *Index) check(what string, s *Stage) error {
 		return bad("offset table holds %d entries, index says %d, totals %d frames", x.at(s.Partitions), x.Entries, s.Totals.Frames)
 	}
 	if x.EntriesOffset != indexPreamble || x.SummaryOffset != x.EntriesOffset+EntrySize*x.Entries ||
-		x.Size != x.SummaryOffset+SummarySize*int64(s.Partitions) {
+		x.Size != x.SummaryOffset+summarySize*int64(s.Partitions) {
 		return bad("entries at %d (%d of %d bytes), summary at %d (%d partitions of %d bytes) do not fit an object of %d bytes",
-			x.EntriesOffset, x.Entries, EntrySize, x.SummaryOffset, s.Partitions, SummarySize, x.Size)
+			x.EntriesOffset, x.Entries, EntrySize, x.SummaryOffset, s.Partitions, summarySize, x.Size)
 	}
 	return checkBlockTable(what+" index "+x.Key, x.EntryCRCs, x.EntryBlock, x.Entries, 1)
 }
@@ -267,7 +267,7 @@ func (s *Stage) Summary(ctx context.Context, st store.Reader, l Layout) ([]Parti
 	}
 	x := s.Index
 	key := l.ObjectKey(s.Query, s.Stage, x.Key)
-	n := SummarySize * int64(s.Partitions)
+	n := summarySize * int64(s.Partitions)
 	body, err := st.GetRange(ctx, key, x.SummaryOffset, n)
 	if err != nil {
 		return nil, fmt.Errorf("read index summary %s bytes [%d, %d): %w", key, x.SummaryOffset, x.SummaryOffset+n, err)
@@ -282,7 +282,7 @@ func (s *Stage) Summary(ctx context.Context, st store.Reader, l Layout) ([]Parti
 	}
 	le := binary.LittleEndian
 	for p := range out {
-		r := b[SummarySize*p:]
+		r := b[summarySize*p:]
 		ps := PartitionStats{Rows: int64(le.Uint64(r)), BytesLogical: int64(le.Uint64(r[8:])),
 			BytesStored: int64(le.Uint64(r[16:])), Frames: int64(le.Uint64(r[24:]))}
 		if ps.Rows < 0 || ps.BytesLogical < 0 || ps.BytesStored < 0 || ps.Frames != x.at(p+1)-x.at(p) {

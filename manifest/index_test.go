@@ -172,7 +172,7 @@ func TestSealStreams(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Index.Size < SealBlockBytes {
+	if s.Index.Size < sealBlockBytes {
 		t.Fatalf("index of %d bytes is too small to test streaming", s.Index.Size)
 	}
 	for _, p := range []int{0, 2047, 2048, 4095} {

@@ -64,9 +64,9 @@ func (l Layout) Parse(key string) (k Key, ok bool) {
 		return Key{Kind: KeyReadyProbe}, true
 	}
 	// A data object spread over key_spread prefixes, and nothing else
-	// (one shard folder: a query ID cannot start with SpreadMark).
+	// (one shard folder: a query ID cannot start with spreadMark).
 	if _, tail, spread := ParseSpread(rest); spread {
-		if k, ok := (Layout{}).Parse(tail); ok && k.Kind == KeyData && !strings.HasPrefix(tail, SpreadMark) {
+		if k, ok := (Layout{}).Parse(tail); ok && k.Kind == KeyData && !strings.HasPrefix(tail, spreadMark) {
 			return k, true
 		}
 		return Key{}, false
@@ -102,7 +102,7 @@ func (l Layout) Parse(key string) (k Key, ok bool) {
 		if !found || ValidateID("attempt", a) != nil {
 			return Key{}, false
 		}
-		if _, _, ok := ParseDataName(parts[4]); !ok {
+		if _, _, ok := parseDataName(parts[4]); !ok {
 			return Key{}, false
 		}
 		k.Kind, k.Attempt = KeyData, a

@@ -15,8 +15,8 @@ import (
 // a key. It is raised before any request is made.
 var ErrInvalidID = errors.New("invalid id")
 
-// MaxIDLength is the longest query, worker or attempt ID.
-const MaxIDLength = 128
+// maxIDLength is the longest query, worker or attempt ID.
+const maxIDLength = 128
 
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9._-]+$`)
 
@@ -25,8 +25,8 @@ func ValidateID(kind, id string) error {
 	switch {
 	case id == "":
 		return fmt.Errorf("%w: %s ID is empty", ErrInvalidID, kind)
-	case len(id) > MaxIDLength:
-		return fmt.Errorf("%w: %s ID is %d characters, at most %d allowed", ErrInvalidID, kind, len(id), MaxIDLength)
+	case len(id) > maxIDLength:
+		return fmt.Errorf("%w: %s ID is %d characters, at most %d allowed", ErrInvalidID, kind, len(id), maxIDLength)
 	case id == "." || id == "..":
 		return fmt.Errorf("%w: %s ID %q is not allowed", ErrInvalidID, kind, id)
 	case !idPattern.MatchString(id):
@@ -98,13 +98,49 @@ func (l Layout) WorkerManifestKey(query string, stage int, worker string) string
 	return l.StagePrefix(query, stage) + "worker-" + worker + "/manifest.json"
 }
 
-// AttemptPrefix is the prefix of one attempt's data objects.
-func (l Layout) AttemptPrefix(query string, stage int, worker, attempt string) string {
-	return l.StagePrefix(query, stage) + DataDir(worker, attempt)
+// CombinePrefix starts the stage-relative folder of a combine plan's
+// objects (package combine):
+//
+//	combine-{plan}/task-{n}.bin                  task n's manifest
+//	combine-{plan}/task-{n}/data-{write}.arrows  task n's combined object
+//	combine-{plan}/index-{seal}.bin              the combined level's index
+const CombinePrefix = "combine-"
+
+// PlanDir is the stage-relative folder of a combine plan's objects.
+func PlanDir(planID string) string { return CombinePrefix + planID + "/" }
+
+// TaskManifestName is the stage-relative key of combine task n's
+// manifest.
+func TaskManifestName(planID string, n int) string {
+	return PlanDir(planID) + "task-" + strconv.Itoa(n) + ".bin"
 }
 
-// DataDir is the stage-relative folder of one attempt's data objects.
-func DataDir(worker, attempt string) string {
+// taskDataName is the stage-relative key of an attempt's combined object
+// of task n (write: the attempt's own random ID).
+func taskDataName(planID string, n int, write string) string {
+	return PlanDir(planID) + "task-" + strconv.Itoa(n) + "/data-" + write + ".arrows"
+}
+
+// TaskDataKey is the key a task manifest stores for an attempt's combined
+// object of task n: taskDataName, or with Spread its root-relative key
+// under the shard prefix the task hashes to, as writers' data objects
+// are spread
+// (~{shard}/{query}/stage-{s}/combine-{plan}/task-{n}/data-{write}.arrows),
+// so that the combined level's PUTs and GETs spread over the prefixes
+// too. Every attempt of a task goes to the same shard. Readers and gc
+// follow the manifests' keys and need no setting.
+func (l Layout) TaskDataKey(query string, stage int, planID string, n int, write string) string {
+	return l.spreadName(query, stage, PlanDir(planID)+"task-"+strconv.Itoa(n), taskDataName(planID, n, write))
+}
+
+// AttemptPrefix is the prefix of one attempt's data objects when Spread
+// is 0 or 1 (with key spread they live under a shard prefix: DataKey).
+func (l Layout) AttemptPrefix(query string, stage int, worker, attempt string) string {
+	return l.StagePrefix(query, stage) + dataDir(worker, attempt)
+}
+
+// dataDir is the stage-relative folder of one attempt's data objects.
+func dataDir(worker, attempt string) string {
 	return "worker-" + worker + "/attempt-" + attempt + "/"
 }
 
@@ -118,23 +154,23 @@ func DataDir(worker, attempt string) string {
 // once) never write to the same key: bytes that a manifest refers to are
 // never overwritten.
 func DataName(worker, attempt, write string, n int) string {
-	return DataDir(worker, attempt) + "data-" + write + "-" + strconv.Itoa(n) + ".arrows"
+	return dataDir(worker, attempt) + "data-" + write + "-" + strconv.Itoa(n) + ".arrows"
 }
 
-// WriteIDLength is the length of a write ID: 16 lowercase hex digits.
-const WriteIDLength = 16
+// writeIDLength is the length of a write ID: 16 lowercase hex digits.
+const writeIDLength = 16
 
 // NewWriteID returns a fresh write ID: 64 random bits in hex.
 func NewWriteID() string {
-	var b [WriteIDLength / 2]byte
+	var b [writeIDLength / 2]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
 }
 
-// ParseDataName reports whether name, the last element of a data key, is
+// parseDataName reports whether name, the last element of a data key, is
 // a data object's: data-{write}-{n}.arrows, or data-{n}.arrows as
 // writers before write IDs named them (write is then empty).
-func ParseDataName(name string) (write string, n int, ok bool) {
+func parseDataName(name string) (write string, n int, ok bool) {
 	rest, ok := strings.CutPrefix(name, "data-")
 	if !ok {
 		return "", 0, false
@@ -143,7 +179,7 @@ func ParseDataName(name string) (write string, n int, ok bool) {
 		return "", 0, false
 	}
 	if w, num, found := strings.Cut(rest, "-"); found {
-		if len(w) != WriteIDLength || strings.Trim(w, "0123456789abcdef") != "" {
+		if len(w) != writeIDLength || strings.Trim(w, "0123456789abcdef") != "" {
 			return "", 0, false
 		}
 		write, rest = w, num
@@ -159,15 +195,15 @@ func ParseDataName(name string) (write string, n int, ok bool) {
 // an attempt: DataName, or with Spread its root-relative key under the
 // attempt's shard prefix.
 func (l Layout) DataKey(query string, stage int, worker, attempt, write string, n int) string {
-	return l.SpreadName(query, stage, worker+"/"+attempt, DataName(worker, attempt, write, n))
+	return l.spreadName(query, stage, worker+"/"+attempt, DataName(worker, attempt, write, n))
 }
 
-// SpreadName is the key a manifest stores for the stage-relative name of
+// spreadName is the key a manifest stores for the stage-relative name of
 // a data object: name itself, or with Spread its root-relative key under
 // the shard prefix that a hash of the stage and seed picks,
 // ~{shard}/{query}/stage-{stage}/{name}. Objects of one seed (a writer's
 // attempt, a combine task) share a shard.
-func (l Layout) SpreadName(query string, stage int, seed, name string) string {
+func (l Layout) spreadName(query string, stage int, seed, name string) string {
 	if l.Spread <= 1 {
 		return name
 	}
@@ -175,19 +211,19 @@ func (l Layout) SpreadName(query string, stage int, seed, name string) string {
 	h.Write([]byte(query + "/" + strconv.Itoa(stage) + "/" + seed))
 	width := len(strconv.FormatUint(uint64(l.Spread-1), 16))
 	shard := strconv.FormatUint(uint64(h.Sum32()%uint32(l.Spread)), 16)
-	return SpreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + name
+	return spreadMark + strings.Repeat("0", width-len(shard)) + shard + "/" + query + "/stage-" + strconv.Itoa(stage) + "/" + name
 }
 
-// SpreadMark begins the root-relative key of a spread data object (and
+// spreadMark begins the root-relative key of a spread data object (and
 // the name of its shard folder): no query ID can contain it. The probes'
 // folders begin with it too, so that no key of a query can be theirs.
-const SpreadMark = "~"
+const spreadMark = "~"
 
 // The probes' folders under the root (see GuardProbeKey and
 // ReadyProbePrefix).
 const (
-	guardProbeDir = SpreadMark + "commit-guard/"
-	readyProbeDir = SpreadMark + "readyz/"
+	guardProbeDir = spreadMark + "commit-guard/"
+	readyProbeDir = spreadMark + "readyz/"
 )
 
 // GuardProbeIDLength is the length of a commit guard probe's ID: 16
@@ -210,7 +246,7 @@ func (l Layout) ReadyProbePrefix() string { return l.Root() + readyProbeDir }
 // SpreadPrefix is the prefix of every shard folder of spread data
 // objects, {root}~ (the probes' folders begin with it too: ShardQueryPrefix
 // tells them apart).
-func (l Layout) SpreadPrefix() string { return l.Root() + SpreadMark }
+func (l Layout) SpreadPrefix() string { return l.Root() + spreadMark }
 
 // ShardQueryPrefix takes a folder that a List of SpreadPrefix with
 // delimiter "/" returned and, when it is a shard folder ({root}~{hex}/),
@@ -252,21 +288,21 @@ func isReadyProbe(rel string) bool {
 // ObjectKey resolves a manifest's object key: stage-relative, or
 // root-relative for a spread data object.
 func (l Layout) ObjectKey(query string, stage int, rel string) string {
-	if strings.HasPrefix(rel, SpreadMark) {
+	if strings.HasPrefix(rel, spreadMark) {
 		return l.Root() + rel
 	}
 	return l.StagePrefix(query, stage) + rel
 }
 
-// CheckObjectKey says whether a manifest's object key is one the layout
+// checkObjectKey says whether a manifest's object key is one the layout
 // makes for that query and stage: stage-relative, or under a shard
 // prefix and then the stage's own folder, in a worker's or a combine
 // plan's folder (so a manifest cannot name another stage's objects).
-func CheckObjectKey(query string, stage int, rel string) bool {
+func checkObjectKey(query string, stage int, rel string) bool {
 	if rel == "" || strings.Contains(rel, "..") {
 		return false
 	}
-	rest, spread := strings.CutPrefix(rel, SpreadMark)
+	rest, spread := strings.CutPrefix(rel, spreadMark)
 	if !spread {
 		return true
 	}
@@ -275,13 +311,13 @@ func CheckObjectKey(query string, stage int, rel string) bool {
 		return false
 	}
 	tail, ok = strings.CutPrefix(tail, query+"/stage-"+strconv.Itoa(stage)+"/")
-	return ok && (strings.HasPrefix(tail, "worker-") || strings.HasPrefix(tail, "combine-")) && !strings.Contains(tail, SpreadMark)
+	return ok && (strings.HasPrefix(tail, "worker-") || strings.HasPrefix(tail, CombinePrefix)) && !strings.Contains(tail, spreadMark)
 }
 
 // ParseSpread splits a key below the root into its shard folder
 // ("~{hex}/") and the rest, when it is under one.
 func ParseSpread(rest string) (shard, tail string, ok bool) {
-	r, spread := strings.CutPrefix(rest, SpreadMark)
+	r, spread := strings.CutPrefix(rest, spreadMark)
 	if !spread {
 		return "", rest, false
 	}
@@ -289,7 +325,7 @@ func ParseSpread(rest string) (shard, tail string, ok bool) {
 	if !found || hex == "" || strings.Trim(hex, "0123456789abcdef") != "" {
 		return "", rest, false
 	}
-	return SpreadMark + hex + "/", tail, true
+	return spreadMark + hex + "/", tail, true
 }
 
 // IndexName is the stage-relative key of a sealed stage's index object.

@@ -40,7 +40,7 @@ func BuildLevel(ctx context.Context, st store.Store, l Layout, query string, sta
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage,
+	s := &Stage{FormatVersion: FormatVersion, Kind: kindStage, Query: query, Stage: stage,
 		Partitions: ws[0].w.Partitions, Schema: ws[0].w.Schema, Results: ws[0].w.Results}
 	for _, w := range ws {
 		if string(w.w.Schema) != string(s.Schema) {

@@ -20,10 +20,10 @@ import (
 // of each region of each metadata object), which a 2.x reader would
 // ignore, so stages of versions 1 and 2 are refused with ErrVersion.
 const (
-	FormatMajor   = 3
+	formatMajor   = 3
 	FormatVersion = "3.0"
 	KindWorker    = "worker"
-	KindStage     = "stage"
+	kindStage     = "stage"
 )
 
 // Sentinel errors of the manifest layer.
@@ -232,10 +232,10 @@ func checkVersion(what, v string) error {
 	majorStr, _, _ := strings.Cut(v, ".")
 	major, err := strconv.Atoi(majorStr)
 	if err != nil {
-		return fmt.Errorf("%w: %s has format_version %q, want %d.x", ErrCorrupt, what, v, FormatMajor)
+		return fmt.Errorf("%w: %s has format_version %q, want %d.x", ErrCorrupt, what, v, formatMajor)
 	}
-	if major != FormatMajor {
-		return fmt.Errorf("%w: %s has format_version %q; this reader understands %d.x", ErrVersion, what, v, FormatMajor)
+	if major != formatMajor {
+		return fmt.Errorf("%w: %s has format_version %q; this reader understands %d.x", ErrVersion, what, v, formatMajor)
 	}
 	return nil
 }
@@ -269,8 +269,8 @@ func DecodeStage(what string, stored []byte) (*Stage, error) {
 	if err := decodeVersioned(what, b, &s); err != nil {
 		return nil, err
 	}
-	if s.Kind != KindStage {
-		return nil, fmt.Errorf("%w: %s has kind %q, want %q", ErrCorrupt, what, s.Kind, KindStage)
+	if s.Kind != kindStage {
+		return nil, fmt.Errorf("%w: %s has kind %q, want %q", ErrCorrupt, what, s.Kind, kindStage)
 	}
 	if s.Partitions < 1 || s.Partitions > MaxPartitions {
 		return nil, fmt.Errorf("%w: %s has %d partitions, want 1 to %d", ErrCorrupt, what, s.Partitions, MaxPartitions)
@@ -319,7 +319,7 @@ func (w *Worker) Check(what string) error {
 		return bad("unknown compression %q", w.Compression)
 	}
 	for i, o := range w.Objects {
-		if o.Size < 0 || !CheckObjectKey(w.Query, w.Stage, o.Key) {
+		if o.Size < 0 || !checkObjectKey(w.Query, w.Stage, o.Key) {
 			return bad("object %d (%q) is invalid", i, o.Key)
 		}
 	}

@@ -23,15 +23,15 @@ import (
 
 // Seal's memory bounds. Phase 1 keeps, per worker, its header and the
 // offset table sampled every k partitions, with k chosen so the samples
-// of all workers fit SealTableBytes; phase 2 holds one block of entries
-// (all workers' entries of a run of partitions) of about SealBlockBytes,
-// plus one part of the index upload (SealPartBytes). A single run of k
-// partitions with more entries than SealBlockBytes is a block of its
+// of all workers fit sealTableBytes; phase 2 holds one block of entries
+// (all workers' entries of a run of partitions) of about sealBlockBytes,
+// plus one part of the index upload (sealPartBytes). A single run of k
+// partitions with more entries than sealBlockBytes is a block of its
 // own, so a stage with one enormous partition can exceed it.
 const (
-	SealBlockBytes = 64 << 20
-	SealTableBytes = 16 << 20
-	SealPartBytes  = 8 << 20
+	sealBlockBytes = 64 << 20
+	sealTableBytes = 16 << 20
+	sealPartBytes  = 8 << 20
 	// sealFetches is the ranged GETs of worker manifests in flight.
 	sealFetches = 16
 	// MaxSealWorkers bounds the workers of one seal. A seal makes one
@@ -74,7 +74,7 @@ type sealWorker struct {
 // starting requests as soon as ctx ends.
 //
 // It runs in bounded memory, whatever the stage's size (see
-// SealBlockBytes): it reads each worker manifest's head (header and
+// sealBlockBytes): it reads each worker manifest's head (header and
 // offset table), then walks the partitions in blocks, fetching every
 // worker's entries of a block by ranged GET, merging them in (partition,
 // worker, write) order and streaming the index object out as a multipart
@@ -109,7 +109,7 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 	if err != nil {
 		return nil, err
 	}
-	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage,
+	s := &Stage{FormatVersion: FormatVersion, Kind: kindStage, Query: query, Stage: stage,
 		Partitions: ws[0].w.Partitions, Schema: ws[0].w.Schema, Results: ws[0].w.Results}
 	for _, w := range ws {
 		if w.w.Partitions != s.Partitions {
@@ -221,7 +221,7 @@ func sealHeads(ctx context.Context, st store.Reader, l Layout, query string, sta
 		defer mu.Unlock()
 		if stride == 0 {
 			perWorker := 4 * int64(partitions+1)
-			stride = int(max(1, (int64(len(ids))*perWorker+SealTableBytes-1)/SealTableBytes))
+			stride = int(max(1, (int64(len(ids))*perWorker+sealTableBytes-1)/sealTableBytes))
 		}
 		return stride
 	}
@@ -357,9 +357,9 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		}
 		return n
 	}
-	// The index streams out in parts of SealPartBytes, one in flight
+	// The index streams out in parts of sealPartBytes, one in flight
 	// while the next fills.
-	up := store.NewObjectWriter(ctx, st, key, store.ObjectWriterOptions{PartBytes: SealPartBytes})
+	up := store.NewObjectWriter(ctx, st, key, store.ObjectWriterOptions{PartBytes: sealPartBytes})
 	defer up.Discard(nil) // aborts an unfinished upload; after Close, nothing
 
 	var pre [indexPreamble]byte
@@ -370,7 +370,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	}
 	// Checksums of the entries, block by block as they stream out; block
 	// 0 starts with the preamble.
-	crcs := make([]byte, 0, 4*blocks(int64(s.Totals.Frames), IndexEntryBlock, 1))
+	crcs := make([]byte, 0, 4*blocks(int64(s.Totals.Frames), indexEntryBlock, 1))
 	bcrc := crc32c(pre[:])
 	first := make([]byte, 4*(P+1))
 	summary := make([]PartitionStats, P)
@@ -382,14 +382,14 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			return nil, fmt.Errorf("seal %s stage %d: %w", s.Query, s.Stage, context.Cause(ctx))
 		}
 		gb, n := ga, int64(0)
-		for gb < groups && (gb == ga || (n+groupEntries(gb))*EntrySize <= SealBlockBytes) {
+		for gb < groups && (gb == ga || (n+groupEntries(gb))*EntrySize <= sealBlockBytes) {
 			n += groupEntries(gb)
 			gb++
 		}
 		lo, hi := ga*k, min(gb*k, P)
 		// One buffer for the block, reused: each worker's entries of the
 		// block are read into their slice of it, widened to the whole
-		// checksum blocks that hold them (WorkerEntryBlock entries at
+		// checksum blocks that hold them (workerEntryBlock entries at
 		// most on each side), and verified before they are merged.
 		var need int64
 		for _, w := range ws {
@@ -401,7 +401,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 			// at each end of every worker's range), so blocks of the
 			// same entries reuse one buffer rather than leave garbage
 			// of their size.
-			arena = make([]byte, max(need, n*EntrySize+int64(len(ws))*2*WorkerEntryBlock*EntrySize))
+			arena = make([]byte, max(need, n*EntrySize+int64(len(ws))*2*workerEntryBlock*EntrySize))
 		}
 		var at int64
 		g, gctx := errgroup.WithContext(ctx)
@@ -452,7 +452,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 					summary[p].add(&f)
 					cur[i] += EntrySize
 					written++
-					if written%IndexEntryBlock == 0 {
+					if written%indexEntryBlock == 0 {
 						crcs = binary.LittleEndian.AppendUint32(crcs, bcrc)
 						bcrc = 0
 					}
@@ -470,10 +470,10 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	if written != int64(s.Totals.Frames) {
 		return nil, fmt.Errorf("%w: seal %s stage %d: %d entries merged, the workers' totals say %d frames", ErrCorrupt, s.Query, s.Stage, written, s.Totals.Frames)
 	}
-	if written == 0 || written%IndexEntryBlock != 0 {
+	if written == 0 || written%indexEntryBlock != 0 {
 		crcs = binary.LittleEndian.AppendUint32(crcs, bcrc)
 	}
-	var rec [SummarySize]byte
+	var rec [summarySize]byte
 	var sumCRC uint32
 	for p := range summary {
 		putSummary(rec[:], &summary[p])
@@ -488,5 +488,5 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	}
 	return &Index{Size: size, Entries: written, EntriesOffset: indexPreamble,
 		SummaryOffset: indexPreamble + EntrySize*written, First: first,
-		EntryBlock: IndexEntryBlock, EntryCRCs: crcs, SummaryCRC32C: sumCRC}, nil
+		EntryBlock: indexEntryBlock, EntryCRCs: crcs, SummaryCRC32C: sumCRC}, nil
 }

@@ -164,7 +164,7 @@ func sameAttempts(a, b *Stage) bool {
 // merge builds an unsealed stage from whole worker manifests, checking
 // they agree. Its workers keep their frames in memory.
 func merge(query string, stage int, ws []*Worker) (*Stage, error) {
-	s := &Stage{FormatVersion: FormatVersion, Kind: KindStage, Query: query, Stage: stage}
+	s := &Stage{FormatVersion: FormatVersion, Kind: kindStage, Query: query, Stage: stage}
 	slices.SortFunc(ws, func(a, b *Worker) int { return compareWorkers(a.Worker, b.Worker) })
 	for i, w := range ws {
 		if i == 0 {
@@ -226,7 +226,7 @@ func LoadStage(ctx context.Context, st store.Store, l Layout, query string, stag
 	if err == nil || !store.IsNotFound(err) {
 		return s, err
 	}
-	workers, err := ListWorkers(ctx, st, l, query, stage)
+	workers, err := listWorkers(ctx, st, l, query, stage)
 	if err != nil {
 		return nil, err
 	}
@@ -249,8 +249,8 @@ func LoadStage(ctx context.Context, st store.Store, l Layout, query string, stag
 	return merge(query, stage, ws)
 }
 
-// ListWorkers returns the workers of a stage that have committed.
-func ListWorkers(ctx context.Context, st store.Lister, l Layout, query string, stage int) ([]string, error) {
+// listWorkers returns the workers of a stage that have committed.
+func listWorkers(ctx context.Context, st store.Lister, l Layout, query string, stage int) ([]string, error) {
 	prefix := l.StagePrefix(query, stage)
 	_, dirs, err := st.List(ctx, prefix+"worker-", "/")
 	if err != nil {
@@ -328,7 +328,7 @@ func ListStages(ctx context.Context, st store.Lister, l Layout, query string) ([
 				info.Sealed = true
 			}
 		}
-		ws, err := ListWorkers(ctx, st, l, query, n)
+		ws, err := listWorkers(ctx, st, l, query, n)
 		if err != nil {
 			return nil, err
 		}

@@ -162,7 +162,7 @@ func buildStage(t testing.TB, partitions int, compression string, workers [][]fs
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := &manifest.Stage{FormatVersion: manifest.FormatVersion, Kind: manifest.KindStage, Query: testQuery,
+	m := &manifest.Stage{FormatVersion: manifest.FormatVersion, Kind: "stage", Query: testQuery,
 		Stage: testStage, Partitions: partitions, Schema: schemaBytes, Sealed: true}
 	written := map[[2]int][][]row{} // (worker, partition) -> frames' rows
 	for wi, frames := range workers {

@@ -154,8 +154,9 @@ func planSpans(ws []want, rangeBytes, gapBytes int64) []span {
 }
 
 // minEvenSpan is the smallest GET evenSpans cuts a read into to use the
-// whole window: at a 20 ms round trip and 8 MiB/s per connection a 1 MiB
-// GET still spends 86% of its time moving bytes.
+// whole window: large enough that, at the round trips and per-connection
+// rates of S3, a GET spends most of its time moving bytes rather than
+// waiting for its first one.
 const minEvenSpan = 1 << 20
 
 // evenSpans plans ws like planSpans, but cuts the GETs to even sizes

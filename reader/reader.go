@@ -7,6 +7,7 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/frame"
 )
 
@@ -31,8 +32,10 @@ var (
 	// compression, its IPC messages or Arrow's validation fail, or it
 	// holds another row count than the manifest's).
 	ErrCorrupt = frame.ErrCorrupt
-	// ErrPartition: a requested partition is not in the stage.
-	ErrPartition = errors.New("partition out of range")
+	// ErrPartition: a requested partition is not in the stage. It is
+	// chunker.ErrPartition, one sentinel for a partition outside the
+	// count a writer or a stage has.
+	ErrPartition = chunker.ErrPartition
 )
 
 // errClosed is the cancellation cause of a stream its caller closed; it

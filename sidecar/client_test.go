@@ -203,7 +203,7 @@ func TestFlightClient(t *testing.T) {
 	wantCode(t, err, codes.NotFound)
 	_, err = c.Seal(ctx, query, 0, 0)
 	wantCode(t, err, codes.InvalidArgument, "workers")
-	_, err = c.GC(ctx, -time.Hour)
+	_, err = c.GC(ctx, -time.Hour, 0)
 	wantCode(t, err, codes.InvalidArgument, "older_than")
 
 	// Without the token every call is Unauthenticated.

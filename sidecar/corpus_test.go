@@ -75,7 +75,7 @@ var corpusSenders = []struct {
 			if err := w.Close(); err != nil {
 				return err
 			}
-			return w.WriteMetadata(flightclient.CommitMetadata(int64(len(c.Batches)), c.Rows()))
+			return w.WriteMetadata(commitMetadata(int64(len(c.Batches)), c.Rows()))
 		}()
 		return finishPut(stream, sendErr)
 	}},

@@ -4,5 +4,5 @@
 //
 // The protocol (descriptors, app_metadata, tickets, actions and the gRPC
 // codes of every failure) is documented in docs/sidecar.md; the JSON types
-// in protocol.go are its definition.
+// of package flightclient (flightclient/protocol.go) are its definition.
 package sidecar

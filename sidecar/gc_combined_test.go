@@ -86,12 +86,12 @@ func TestGCActionCombinedGrace(t *testing.T) {
 				err := doAction(ctx, e.fc, flightclient.ActionGC, map[string]any{"older_than": "1h", "combined_grace": bad}, nil)
 				wantCode(t, err, codes.InvalidArgument, fmt.Sprintf("gc: combined_grace %q: want a non-negative duration", bad))
 			}
-			if _, err := e.sc.GCWithGrace(ctx, time.Hour, -time.Second); err == nil {
+			if _, err := e.sc.GC(ctx, time.Hour, -time.Second); err == nil {
 				t.Fatal("a negative grace from the typed client was taken")
 			}
 			// Younger than the grace: nothing goes.
 			start := time.Now()
-			r, err := e.sc.GCWithGrace(ctx, time.Hour, 24*time.Hour)
+			r, err := e.sc.GC(ctx, time.Hour, 24*time.Hour)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -105,13 +105,13 @@ func TestGCActionCombinedGrace(t *testing.T) {
 				t.Fatalf("gc changed the stage: %v, was %v", got, before)
 			}
 			// Without a grace, the report names no cutoff.
-			if r, err := e.sc.GC(ctx, time.Hour); err != nil || !r.CombinedCutoff.IsZero() || r.Totals != (flightclient.GCTotals{}) {
+			if r, err := e.sc.GC(ctx, time.Hour, 0); err != nil || !r.CombinedCutoff.IsZero() || r.Totals != (flightclient.GCTotals{}) {
 				t.Fatalf("gc without a grace: %+v %v", r, err)
 			}
 
 			// Older than the grace: the first level goes.
 			time.Sleep(10 * time.Millisecond)
-			r, err = e.sc.GCWithGrace(ctx, time.Hour, time.Millisecond)
+			r, err = e.sc.GC(ctx, time.Hour, time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
 			}

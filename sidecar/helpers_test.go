@@ -113,11 +113,10 @@ func newEnv(t testing.TB, ep testenv.Endpoint, o envOptions) *env {
 	e.m = metrics.New()
 	e.client = testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter), durashuffle.WithObserver(e.m))
 	t.Cleanup(e.client.Close)
-	e.srv, err = sidecar.New(e.client, sidecar.Options{
-		Logger:        slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-		Metrics:       e.m,
-		ReadyInterval: 50 * time.Millisecond,
-	})
+	e.srv, err = sidecar.New(e.client, sidecar.WithReadyInterval(sidecar.Options{
+		Logger:  slog.New(slog.NewTextHandler(e.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
+		Metrics: e.m,
+	}, 50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -301,7 +300,7 @@ func putCmd(query string, stage int, worker any, attempt string, partitions int)
 // server that rejects the stream mid-way makes Send fail with io.EOF; the
 // status then comes from Recv.
 func doPut(ctx context.Context, c flight.Client, cmd any, schema *arrow.Schema, next func() (putBatch, bool)) (flightclient.PutResult, error) {
-	return doPutCommit(ctx, c, cmd, schema, next, flightclient.CommitMetadata)
+	return doPutCommit(ctx, c, cmd, schema, next, commitMetadata)
 }
 
 // doPutCommit is doPut with the commit message's app_metadata made by
@@ -471,4 +470,15 @@ func newInt64Batch(s *arrow.Schema, vals ...int64) arrow.RecordBatch {
 
 func metadataCtx(ctx context.Context, authorization string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", authorization)
+}
+
+// commitMetadata is the app_metadata of a DoPut's commit message for
+// batches record batches holding rows rows, as a client of the protocol
+// writes it.
+func commitMetadata(batches, rows int64) []byte {
+	b, err := json.Marshal(flightclient.CommitMessage{Commit: &flightclient.CommitCounts{Batches: &batches, Rows: &rows}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -86,7 +86,7 @@ func TestHostileAbortOverrunsWait(t *testing.T) {
 		_, err := doPutCommit(ctx, e.fc, putCmd(query, 0, "a", "hung", 2), testSchema, batches(bs), func(batches, rows int64) []byte {
 			waitFor(t, "a part of the failing stream's upload", func() bool { return e.counter.Requests()["UploadPart"] >= 1 })
 			sent = time.Now()
-			return flightclient.CommitMetadata(batches+1, rows)
+			return commitMetadata(batches+1, rows)
 		})
 		took := time.Since(sent)
 		wantCode(t, err, codes.InvalidArgument, "commit message counts 61 batches", "the sidecar received 60 batches", "nothing was committed")

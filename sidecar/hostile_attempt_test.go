@@ -181,7 +181,7 @@ func TestHostileConcurrentAttempt(t *testing.T) {
 				res[i], errs[i] = doPutCommit(ctx, e.fc, putCmd("twin", 0, 4, "fixed", 2), testSchema, batches(bs), func(batches, rows int64) []byte {
 					ready.Done()
 					<-start
-					return flightclient.CommitMetadata(batches, rows)
+					return commitMetadata(batches, rows)
 				})
 			})
 		}

@@ -61,7 +61,7 @@ func refusedPut(t *testing.T, ep testenv.Endpoint, c hostile.Case) {
 		msgs = slices.Insert(msgs, 1, good[1])
 	}
 	batches, rows := int64(len(msgs)-1), int64(hostile.GoodRows*(len(msgs)-1))
-	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), msgs, 4, flightclient.CommitMetadata(batches, rows))
+	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), msgs, 4, commitMetadata(batches, rows))
 	bad := fmt.Sprintf("write batch %d (%d rows) to partition %d", batches-1, hostile.GoodRows, (batches-1)%4)
 	fragments := []string{bad, c.Want}
 	if c.Column != "" {
@@ -212,7 +212,7 @@ func refusedStream(t *testing.T, ep testenv.Endpoint, query string, stream []byt
 	e := newEnv(t, ep, envOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), hostile.Messages(stream), 4, flightclient.CommitMetadata(1, hostile.GoodRows))
+	_, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", 4), hostile.Messages(stream), 4, commitMetadata(1, hostile.GoodRows))
 	wantCode(t, err, codes.InvalidArgument, fragments...)
 	t.Logf("refused: %v", err)
 	e.nothingLeft(query, 0, "0")
@@ -261,7 +261,7 @@ func (e *env) checkPut(ctx context.Context, query string, stream []byte) (string
 		batches++
 		rows += r.NumRows()
 	}
-	res, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", partitions), msgs, partitions, flightclient.CommitMetadata(batches, rows))
+	res, err := putMessages(ctx, e.fc, putCmd(query, 0, "0", "", partitions), msgs, partitions, commitMetadata(batches, rows))
 	if err != nil {
 		code, msg := statusOf(err)
 		if code != codes.InvalidArgument {

@@ -11,7 +11,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 )
 
-// HTTPHandler serves the sidecar's plain HTTP endpoints:
+// httpHandler serves the sidecar's plain HTTP endpoints:
 //
 //	/metrics  Prometheus exposition of the sidecar's private registry
 //	/healthz  200 while the process serves HTTP at all (liveness)
@@ -20,7 +20,7 @@ import (
 //	          not shutting down; 503 with the reason otherwise (readiness).
 //	          Either way a line gives the commit guard's state and store,
 //	          and another what a failed probe or commit_guard off means.
-func (s *Server) HTTPHandler() http.Handler {
+func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", s.m.Handler())
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -29,7 +29,7 @@ func (s *Server) HTTPHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		if err := s.Ready(); err != nil {
+		if err := s.checkReady(); err != nil {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			fmt.Fprintf(w, "not ready: %v\n", err)
 		} else {
@@ -47,12 +47,12 @@ func (s *Server) HTTPHandler() http.Handler {
 	return mux
 }
 
-// Ready returns nil when the sidecar should receive traffic: the latest
+// checkReady returns nil when the sidecar should receive traffic: the latest
 // bucket probe succeeded, recently, the commit guard has not found that
 // the store ignores If-None-Match: *, and Shutdown has not started.
-func (s *Server) Ready() error {
+func (s *Server) checkReady() error {
 	if s.drain.Err() != nil {
-		return ErrShutdown
+		return errShutdown
 	}
 	return s.ready.err()
 }

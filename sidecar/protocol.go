@@ -22,12 +22,12 @@ import (
 
 // Errors of the sidecar's lifecycle.
 var (
-	// ErrShutdown is the cause of streams cut off when the shutdown grace
+	// errShutdown is the cause of streams cut off when the shutdown grace
 	// ends, and the message of calls refused while the sidecar drains.
-	ErrShutdown = errors.New("sidecar is shutting down")
-	// ErrCutOff: Shutdown's grace ended with calls still running; they
+	errShutdown = errors.New("sidecar is shutting down")
+	// errCutOff: Shutdown's grace ended with calls still running; they
 	// were cut off and their DoPut output aborted (nothing committed).
-	ErrCutOff = errors.New("calls cut off at shutdown")
+	errCutOff = errors.New("calls cut off at shutdown")
 	// ErrCleanup: aborting a stream's output failed, so objects or open
 	// multipart uploads of that attempt may remain.
 	ErrCleanup = errors.New("cleanup of aborted streams failed")
@@ -271,7 +271,7 @@ func (p *panicStatus) GRPCStatus() *status.Status { return p.st }
 func codeOf(err error) codes.Code {
 	var fe *reader.FrameError
 	switch {
-	case errors.Is(err, ErrShutdown):
+	case errors.Is(err, errShutdown):
 		return codes.Unavailable
 	case errors.Is(err, context.Canceled):
 		return codes.Canceled
@@ -279,7 +279,7 @@ func codeOf(err error) codes.Code {
 		return codes.DeadlineExceeded
 	case errors.Is(err, manifest.ErrInvalidID), errors.Is(err, durashuffle.ErrInvalidConfig),
 		errors.Is(err, durashuffle.ErrPartition), errors.Is(err, durashuffle.ErrSchema), errors.Is(err, durashuffle.ErrBatch),
-		errors.Is(err, reader.ErrPartition), errors.Is(err, durashuffle.ErrPartitionCount),
+		errors.Is(err, durashuffle.ErrPartitionCount),
 		errors.Is(err, manifest.ErrTooManyWorkers):
 		return codes.InvalidArgument
 	case errors.Is(err, manifest.ErrStageNotFound):

@@ -149,7 +149,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	return nil
 }
 
-// abort aborts w, waiting at most AbortWait(cleanup_timeout): a writer
+// abort aborts w, waiting at most abortWait(cleanup_timeout): a writer
 // left locked by a bug cannot hold the stream (its abort goes on, in the
 // background, and its error is logged).
 func (s *Server) abort(w *durashuffle.Writer) error {
@@ -162,7 +162,7 @@ func (s *Server) abort(w *durashuffle.Writer) error {
 		}()
 		done <- w.Abort()
 	}()
-	wait := AbortWait(s.cleanupTimeout())
+	wait := abortWait(s.cleanupTimeout())
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {

@@ -47,20 +47,20 @@ const (
 	connWindow   = 16 << 20
 )
 
-// DefaultReadyInterval is how often the bucket is probed for /readyz.
-const DefaultReadyInterval = 5 * time.Second
+// defaultReadyInterval is how often the bucket is probed for /readyz.
+const defaultReadyInterval = 5 * time.Second
 
 // gRPC keepalive of every connection. The server pings a connection that
-// has been quiet for KeepaliveTime and closes it when the ping is not
-// answered within KeepaliveTimeout, so the streams of a client whose host
+// has been quiet for keepaliveTime and closes it when the ping is not
+// answered within keepaliveTimeout, so the streams of a client whose host
 // vanished (no FIN, no RST) end and free their slots. Clients may ping as
-// often as every KeepaliveMinClientPing, with or without a stream open; a
+// often as every keepaliveMinClientPing, with or without a stream open; a
 // client that pings more often is disconnected (gRPC's GOAWAY
 // "too_many_pings").
 const (
-	KeepaliveTime          = time.Minute
-	KeepaliveTimeout       = 20 * time.Second
-	KeepaliveMinClientPing = 10 * time.Second
+	keepaliveTime          = time.Minute
+	keepaliveTimeout       = 20 * time.Second
+	keepaliveMinClientPing = 10 * time.Second
 )
 
 // Options configure a Server beyond the client's configuration.
@@ -73,9 +73,9 @@ type Options struct {
 	// Observer to get the pool's metrics too. nil: a fresh one (without
 	// the pool's metrics).
 	Metrics *metrics.Metrics
-	// ReadyInterval is how often the bucket is probed for /readyz
-	// (default DefaultReadyInterval).
-	ReadyInterval time.Duration
+	// readyInterval is how often the bucket is probed for /readyz
+	// (default defaultReadyInterval).
+	readyInterval time.Duration
 	// Mem allocates decoded records (default the Go allocator).
 	Mem memory.Allocator
 }
@@ -131,7 +131,7 @@ var _ flight.FlightServer = (*Server)(nil)
 // loaded. It starts probing the bucket for /readyz right away.
 func New(c *durashuffle.Client, o Options) (*Server, error) {
 	cfg := c.Config()
-	tc, err := LoadTLS(cfg)
+	tc, err := loadTLS(cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -141,8 +141,8 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 	if o.Metrics == nil {
 		o.Metrics = metrics.New()
 	}
-	if o.ReadyInterval <= 0 {
-		o.ReadyInterval = DefaultReadyInterval
+	if o.readyInterval <= 0 {
+		o.readyInterval = defaultReadyInterval
 	}
 	if o.Mem == nil {
 		o.Mem = memory.DefaultAllocator
@@ -193,15 +193,15 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		grpc.MaxSendMsgSize(msg),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
-		grpc.KeepaliveParams(keepalive.ServerParameters{Time: KeepaliveTime, Timeout: KeepaliveTimeout}),
-		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: KeepaliveMinClientPing, PermitWithoutStream: true}),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
 	if tc != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(tc)))
 	}
 	s.grpc = grpc.NewServer(opts...)
 	flight.RegisterFlightServiceServer(s.grpc, s)
-	s.ready.start(s, o.ReadyInterval)
+	s.ready.start(s, o.readyInterval)
 	return s, nil
 }
 
@@ -246,9 +246,9 @@ func Listen(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// IsLoopback reports whether a listen address only accepts local callers:
+// isLoopback reports whether a listen address only accepts local callers:
 // a unix socket or a loopback host.
-func IsLoopback(addr string) bool {
+func isLoopback(addr string) bool {
 	if strings.HasPrefix(addr, "unix:") {
 		return true
 	}
@@ -275,7 +275,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // ServeMetrics serves /metrics, /healthz and /readyz on ln until Shutdown
 // (over TLS when the server has it); it then returns nil.
 func (s *Server) ServeMetrics(ln net.Listener) error {
-	srv := &http.Server{Handler: s.HTTPHandler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)} // failed handshakes: a scanner is no error
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
@@ -297,12 +297,12 @@ func (s *Server) ServeMetrics(ln net.Listener) error {
 // Shutdown stops the sidecar within ctx's deadline (the caller sets the
 // shutdown grace as its deadline): new calls are refused (Unavailable) and
 // /readyz turns 503 at once; streams in flight may finish until the
-// deadline less a cleanup reserve (Reserve of the grace). Streams still
+// deadline less a cleanup reserve (reserveFor of the grace). Streams still
 // running then are cut off: their writers abort in the reserve, so nothing
 // of theirs is committed and no multipart upload stays open. A ctx
 // cancelled early (a second signal) cuts them off at once, and the aborts
 // then get the reserve from that moment. It returns nil if every call
-// finished in time; an error wrapping ErrCutOff that counts the calls cut
+// finished in time; an error wrapping errCutOff that counts the calls cut
 // off; if aborting an output failed, one wrapping ErrCleanup; and if calls
 // were still running when the reserve ended (a handler that ignores
 // cancellation or a store that does not answer, logged with every
@@ -319,24 +319,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	return s.shutErr
 }
 
-// Reserve is the part of a shutdown grace kept for cutting off the
+// reserveFor is the part of a shutdown grace kept for cutting off the
 // streams still running and aborting their output: a third of the grace,
-// at most what an abort can take (AbortWait of cleanup_timeout, plus a
+// at most what an abort can take (abortWait of cleanup_timeout, plus a
 // second for the rest of a handler). Without a grace (0) it is that most.
-func Reserve(grace, cleanupTimeout time.Duration) time.Duration {
-	most := AbortWait(cleanupTimeout) + time.Second
+func reserveFor(grace, cleanupTimeout time.Duration) time.Duration {
+	most := abortWait(cleanupTimeout) + time.Second
 	if grace <= 0 {
 		return most
 	}
 	return min(grace/3, most)
 }
 
-// AbortWait bounds how long a failed DoPut waits for its writer's abort:
+// abortWait bounds how long a failed DoPut waits for its writer's abort:
 // the abort's steps (the multipart uploads, then the objects) are each
 // bounded by cleanup_timeout, so one still running after twice that, plus
 // a second, is stuck. The stream then ends without it, and the abort is
 // counted as a failed cleanup (what it leaves is gc's).
-func AbortWait(cleanupTimeout time.Duration) time.Duration {
+func abortWait(cleanupTimeout time.Duration) time.Duration {
 	return 2*cleanupTimeout + time.Second
 }
 
@@ -352,9 +352,9 @@ func (s *Server) shutdown(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 	deadline, hasDeadline := ctx.Deadline()
-	reserve := Reserve(time.Until(deadline), s.cleanupTimeout())
+	reserve := reserveFor(time.Until(deadline), s.cleanupTimeout())
 	if !hasDeadline {
-		reserve = Reserve(0, s.cleanupTimeout())
+		reserve = reserveFor(0, s.cleanupTimeout())
 	}
 	cut := ctx
 	if hasDeadline {
@@ -388,7 +388,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 		// receives of every stream (see serverStream): a handler that
 		// sees its context end returns Unavailable while its transport
 		// is still open; a moment later the transports close.
-		s.hardStop(ErrShutdown)
+		s.hardStop(errShutdown)
 		t := time.NewTimer(reserve)
 		defer t.Stop()
 		select {
@@ -406,7 +406,7 @@ func (s *Server) shutdown(ctx context.Context) error {
 			stuck = true
 		}
 		err = fmt.Errorf("sidecar shutdown: %w: %d calls still running %v before the grace ended, %d of them DoPut streams whose output was aborted (%w)",
-			ErrCutOff, left, reserve, s.cut.Load(), context.Cause(cut))
+			errCutOff, left, reserve, s.cut.Load(), context.Cause(cut))
 		if stuck {
 			s.mu.Lock()
 			n := s.active
@@ -469,7 +469,7 @@ func (s *Server) leave() {
 	}
 }
 
-// callContext is a call's context, also cancelled with ErrShutdown when
+// callContext is a call's context, also cancelled with errShutdown when
 // the shutdown grace ends.
 func (s *Server) callContext(ctx context.Context) (context.Context, func()) {
 	cctx, cancel := context.WithCancelCause(ctx)
@@ -489,7 +489,7 @@ func (s *Server) unaryInterceptor(ctx context.Context, req any, info *grpc.Unary
 	method := methodName(info.FullMethod)
 	defer func() { s.finish(method, err) }()
 	if !s.enter() {
-		return nil, status.Error(codes.Unavailable, ErrShutdown.Error())
+		return nil, status.Error(codes.Unavailable, errShutdown.Error())
 	}
 	defer s.leave()
 	if err := s.authorize(ctx); err != nil {
@@ -511,7 +511,7 @@ func (s *Server) streamInterceptor(srv any, ss grpc.ServerStream, info *grpc.Str
 	method := methodName(info.FullMethod)
 	defer func() { s.finish(method, err) }()
 	if !s.enter() {
-		return status.Error(codes.Unavailable, ErrShutdown.Error())
+		return status.Error(codes.Unavailable, errShutdown.Error())
 	}
 	defer s.leave()
 	if err := s.authorize(ss.Context()); err != nil {
@@ -615,7 +615,7 @@ func (s *Server) acquire(ctx context.Context, method string) (func(), error) {
 		s.m.StreamWaiting(-1)
 		if err != nil {
 			if ctx.Err() == nil {
-				return nil, status.Error(codes.Unavailable, ErrShutdown.Error())
+				return nil, status.Error(codes.Unavailable, errShutdown.Error())
 			}
 			return nil, toStatus(context.Cause(ctx))
 		}

@@ -475,14 +475,14 @@ func TestPutOutcomes(t *testing.T) {
 	_, err = e.fc.GetFlightInfo(ctx, &flight.FlightDescriptor{Type: flight.DescriptorCMD, Cmd: []byte(`{"query":"nope","stage":0}`)})
 	wantCode(t, err, codes.NotFound)
 
-	rep, err := e.sc.GC(ctx, 6*time.Hour)
+	rep, err := e.sc.GC(ctx, 6*time.Hour, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if rep.Totals != (flightclient.GCTotals{}) || rep.Scanned.Stages == 0 || rep.Prefix != e.client.Layout().Root() {
 		t.Fatalf("gc of young committed stages removed something or saw nothing: %+v", rep)
 	}
-	_, err = e.sc.GC(ctx, -time.Hour)
+	_, err = e.sc.GC(ctx, -time.Hour, 0)
 	wantCode(t, err, codes.InvalidArgument, `older_than "-1h0m0s"`)
 	// Bodies no time.Duration makes.
 	for _, bad := range []string{"soon", ""} {

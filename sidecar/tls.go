@@ -9,12 +9,12 @@ import (
 	"github.com/durashuffle/durashuffle"
 )
 
-// LoadTLS builds the server TLS configuration of both ports from
+// loadTLS builds the server TLS configuration of both ports from
 // tls_cert_file and tls_key_file, and with tls_client_ca_file requires
 // every client to present a certificate signed by one of those CAs. It
 // returns nil when TLS is not configured. Errors name the keys and files,
 // never what the files hold.
-func LoadTLS(cfg durashuffle.Config) (*tls.Config, error) {
+func loadTLS(cfg durashuffle.Config) (*tls.Config, error) {
 	if cfg.Sidecar.TLSCertFile == "" && cfg.Sidecar.TLSKeyFile == "" {
 		if cfg.Sidecar.TLSClientCAFile != "" {
 			return nil, fmt.Errorf("%w: tls_client_ca_file is set without tls_cert_file and tls_key_file", durashuffle.ErrInvalidConfig)
@@ -46,7 +46,7 @@ func LoadTLS(cfg durashuffle.Config) (*tls.Config, error) {
 func ExposureWarnings(cfg durashuffle.Config) []string {
 	var out []string
 	tlsOn := cfg.Sidecar.TLSCertFile != ""
-	if !IsLoopback(cfg.Sidecar.Listen) {
+	if !isLoopback(cfg.Sidecar.Listen) {
 		if cfg.Sidecar.AuthToken == "" {
 			out = append(out, fmt.Sprintf("listen %s is beyond loopback without auth_token: anyone who reaches the port can read and delete data", cfg.Sidecar.Listen))
 		}
@@ -54,7 +54,7 @@ func ExposureWarnings(cfg durashuffle.Config) []string {
 			out = append(out, fmt.Sprintf("listen %s is beyond loopback without TLS (tls_cert_file, tls_key_file): rows and the bearer token cross the network in the clear", cfg.Sidecar.Listen))
 		}
 	}
-	if cfg.Sidecar.MetricsListen != "" && !IsLoopback(cfg.Sidecar.MetricsListen) && !tlsOn {
+	if cfg.Sidecar.MetricsListen != "" && !isLoopback(cfg.Sidecar.MetricsListen) && !tlsOn {
 		out = append(out, fmt.Sprintf("metrics_listen %s is beyond loopback without TLS (tls_cert_file, tls_key_file) and has no authentication", cfg.Sidecar.MetricsListen))
 	}
 	return out

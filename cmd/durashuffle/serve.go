@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/memstore"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/sidecar"
@@ -95,8 +96,8 @@ a pair generated at start that only this process knows.`,
 // the client sends beyond the upload pool's: its readers' bytes by source
 // and its memory store's counts, which /metrics exports.
 var (
-	_ durashuffle.MemoryStoreObserver = (*metrics.Metrics)(nil)
-	_ reader.Observer                 = (*metrics.Metrics)(nil)
+	_ memstore.Observer = (*metrics.Metrics)(nil)
+	_ reader.Observer   = (*metrics.Metrics)(nil)
 )
 
 // ServeMemoryStoreBytes is serve's memory_store_bytes unless set.

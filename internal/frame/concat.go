@@ -17,9 +17,9 @@ import (
 // per column, so this is on the write path's hot loop: each output
 // buffer is sized exactly in one pass and filled by copying from the
 // pieces, with no intermediate buffer per piece (arrow's
-// array.Concatenate wraps every piece's every buffer first, and cost 15%
-// of the CPU of a write of 128-row batches). Primitive, boolean, string,
-// binary, list, map, fixed-size list and struct columns take this path;
+// array.Concatenate wraps every piece's every buffer first, a cost paid
+// per piece that dominates when pieces are small). Primitive, boolean,
+// string, binary, list, map, fixed-size list and struct columns take this path;
 // other layouts (dictionary, views, unions, run-end encoded, extension)
 // fall back to array.Concatenate, also when nested.
 func Concat(schema *arrow.Schema, recs []arrow.RecordBatch, mem memory.Allocator) (arrow.RecordBatch, error) {

@@ -287,7 +287,7 @@ func TestCombineLeftovers(t *testing.T) {
 					}
 				}
 				taskKey := func(cs *combine.Stage, n int, write string) string {
-					return l.ObjectKey("ql", 0, combine.TaskDataKey(l, "ql", 0, cs.Plan().ID, n, write))
+					return l.ObjectKey("ql", 0, l.TaskDataKey("ql", 0, cs.Plan().ID, n, write))
 				}
 
 				// Old: plan A's tasks 0 and 1, a killed attempt of its task
@@ -315,7 +315,7 @@ func TestCombineLeftovers(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				cm := l.ObjectKey("ql", 0, combine.TaskManifestName(cp.Plan().ID, 0))
+				cm := l.ObjectKey("ql", 0, manifest.TaskManifestName(cp.Plan().ID, 0))
 				cd := l.ObjectKey("ql", 0, ct.Manifest.Objects[0].Key)
 				var gone []string
 				for _, o := range r.Orphans {

@@ -60,7 +60,7 @@ func parseCombineKey(l manifest.Layout, key string) (manifest.Key, string, strin
 	if !ok || k.Kind != manifest.KeyStageManifest {
 		return manifest.Key{}, "", "", false
 	}
-	plan, ok := strings.CutPrefix(parts[2], "combine-")
+	plan, ok := strings.CutPrefix(parts[2], manifest.CombinePrefix)
 	if !ok || len(plan) != 16 || strings.Trim(plan, "0123456789abcdef") != "" || parts[3] == "" {
 		return manifest.Key{}, "", "", false
 	}

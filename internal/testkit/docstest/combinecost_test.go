@@ -68,7 +68,7 @@ func TestCombineCostTable(t *testing.T) {
 			pr := p.Predict
 			if r.c.writers.Concurrency == 0 { // Druid's: an object per writer and partition, a GET per writer per reader
 				put, get := int64(n)*int64(n), int64(n)*int64(n)
-				dollars := (float64(get)*combine.PriceGET + float64(put)*combine.PricePUT) / float64(tib)
+				dollars := combine.Requests{GET: get, PUT: put}.Dollars() / float64(tib)
 				line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
 				continue
 			}
@@ -80,7 +80,7 @@ func TestCombineCostTable(t *testing.T) {
 				put += pr.Combine.PUT
 				get = pr.Combine.GET + pr.Combined.GET
 			}
-			dollars := (float64(get)*combine.PriceGET + float64(put)*combine.PricePUT) / float64(tib)
+			dollars := combine.Requests{GET: get, PUT: put}.Dollars() / float64(tib)
 			line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
 			if r.combined {
 				line = strings.TrimSuffix(line, " |") + fmt.Sprintf(" (%d x %d) |", len(p.Groups), len(p.Buckets))

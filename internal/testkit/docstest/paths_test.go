@@ -56,7 +56,7 @@ var notInRepo = []string{
 
 // topLevel reports whether p starts with an entry of the repository's
 // root (a folder or a file), which is what makes a bare token such as
-// `reader/gate.go` or `Makefile` a path rather than a word.
+// `reader/decodebudget.go` or `Makefile` a path rather than a word.
 func topLevel(root, p string) bool {
 	first, _, _ := strings.Cut(strings.TrimPrefix(p, "./"), "/")
 	_, err := os.Stat(filepath.Join(root, first))

@@ -34,14 +34,14 @@ func TestSeal(t *testing.T) {
 		if _, err := manifest.LoadStageManifest(ctx, st, c.Layout(), "q", 1); !store.IsNotFound(err) {
 			t.Fatalf("a failed seal wrote a stage manifest: %v", err)
 		}
-		s, err := c.SealWorkers(ctx, "q", 1, []string{"3", "1", "0"})
+		s, err := manifest.Seal(ctx, st, c.Layout(), "q", 1, []string{"3", "1", "0"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		if s.Totals.Rows != 6000 || len(s.Workers) != 3 || s.Workers[2].Worker != "3" {
 			t.Fatalf("sealed %+v", s.Totals)
 		}
-		again, err := c.SealWorkers(ctx, "q", 1, []string{"0", "1", "3"})
+		again, err := manifest.Seal(ctx, st, c.Layout(), "q", 1, []string{"0", "1", "3"})
 		if err != nil || again.Totals != s.Totals {
 			t.Fatalf("second seal with the same attempts: %v", err)
 		}

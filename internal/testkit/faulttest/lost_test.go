@@ -60,7 +60,7 @@ func TestLostAnswers(t *testing.T) {
 					}
 				}
 				if len(committed) > 0 {
-					if _, err := env.client.SealWorkers(ctx, s.query, 0, committed); err != nil {
+					if _, err := manifest.Seal(ctx, env.direct, l, s.query, 0, committed); err != nil {
 						t.Fatal(err)
 					}
 					st, err := env.client.OpenStage(ctx, s.query, 0)

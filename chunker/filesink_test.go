@@ -144,8 +144,8 @@ func TestSortedFileParts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Spilled == 0 || len(res.Objects) != 1 {
-		t.Fatalf("%d bytes spilled, %d objects: want a spilled writer of one object", res.Spilled, len(res.Objects))
+	if res.spilled == 0 || len(res.Objects) != 1 {
+		t.Fatalf("%d bytes spilled, %d objects: want a spilled writer of one object", res.spilled, len(res.Objects))
 	}
 	size := res.Objects[0].Size
 	t.Logf("object of %d bytes (estimated %d) in parts of %v", size, sink.sizes[0], sink.sections[0])
@@ -225,11 +225,11 @@ func TestSortedFileNoRoom(t *testing.T) {
 	// less than the writer measured against it.
 	waitAppended(t, w)
 	res, err := w.Close()
-	if err != nil || res.Spilled == 0 || len(sink.sections[0]) == 0 {
-		t.Fatalf("probe: %v, %d bytes spilled, sections %v", err, res.Spilled, sink.sections[0])
+	if err != nil || res.spilled == 0 || len(sink.sections[0]) == 0 {
+		t.Fatalf("probe: %v, %d bytes spilled, sections %v", err, res.spilled, sink.sections[0])
 	}
 	sink.release[0]()
-	d := openSpill(t, res.Spilled+res.Spilled/4)
+	d := openSpill(t, res.spilled+res.spilled/4)
 	w, sink = newFileSorted(t, opts(partitions), d)
 	want := writeScattered(t, w, partitions, 30_000)
 	waitAppended(t, w)
@@ -330,8 +330,8 @@ func TestSortedFilePartSchedule(t *testing.T) {
 			secs := sink.sections[0]
 			size := res.Objects[0].Size
 			t.Logf("object of %d bytes (estimated %d) in parts of %v", size, sink.sizes[0], secs)
-			if res.Spilled == 0 || len(res.Objects) != 1 || len(secs) < 2 || len(secs) > 5 || res.Objects[0].Parts != len(secs) {
-				t.Fatalf("%d bytes spilled, %d objects, sections %v: want one spilled object in 2 to 5 parts", res.Spilled, len(res.Objects), secs)
+			if res.spilled == 0 || len(res.Objects) != 1 || len(secs) < 2 || len(secs) > 5 || res.Objects[0].Parts != len(secs) {
+				t.Fatalf("%d bytes spilled, %d objects, sections %v: want one spilled object in 2 to 5 parts", res.spilled, len(res.Objects), secs)
 			}
 			if secs[0] != sink.minPart {
 				t.Fatalf("first part of %d bytes, want the least, %d", secs[0], sink.minPart)
@@ -386,7 +386,7 @@ func TestSortedFileInPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	size := res.Objects[0].Size
-	t.Logf("object of %d bytes in parts of %v, %d bytes in place, %d spilled in %d runs", size, sink.sections[0], sink.inPlace[0], res.Spilled, res.Runs)
+	t.Logf("object of %d bytes in parts of %v, %d bytes in place, %d spilled in %d runs", size, sink.sections[0], sink.inPlace[0], res.spilled, res.Runs)
 	if res.Runs < 3 || sink.inPlace[0] < size/2 {
 		t.Fatalf("%d runs, %d of the object's %d bytes in place: want most of a many-run object's frames copied in place", res.Runs, sink.inPlace[0], size)
 	}
@@ -396,8 +396,8 @@ func TestSortedFileInPlace(t *testing.T) {
 			t.Fatalf("partition %d: %d rows back, want %d in write order", p, len(got[p]), len(want[p]))
 		}
 	}
-	if files := spillFiles(t, d); len(files) != 2 || d.Used() != res.Spilled+size-sink.inPlace[0] {
-		t.Fatalf("before the release the spill holds %v, %d bytes counted; want the runs' %d and the object's own %d", files, d.Used(), res.Spilled, size-sink.inPlace[0])
+	if files := spillFiles(t, d); len(files) != 2 || d.Used() != res.spilled+size-sink.inPlace[0] {
+		t.Fatalf("before the release the spill holds %v, %d bytes counted; want the runs' %d and the object's own %d", files, d.Used(), res.spilled, size-sink.inPlace[0])
 	}
 	sink.release[0]()
 	if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {

@@ -1,0 +1,12 @@
+package embedded_test
+
+import (
+	"testing"
+
+	"github.com/durashuffle/durashuffle/internal/testkit/surface"
+)
+
+// Every exported identifier of embedded is one a user needs: an example
+// (the root's start an embedded server), the command line, examples/ or
+// another package of the library uses it.
+func TestSurfaceEveryExportedIdentifierIsUsed(t *testing.T) { surface.Check(t) }
