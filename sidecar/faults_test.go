@@ -93,7 +93,7 @@ func sidecarCalls() []sidecarCall {
 			return fmt.Sprintf("%d workers released", r.Workers)
 		}},
 		{"gc", func(ctx context.Context, t *testing.T, e *env) string {
-			r, err := e.sc.GCWithGrace(ctx, time.Hour, time.Nanosecond)
+			r, err := e.sc.GC(ctx, time.Hour, time.Nanosecond)
 			if err != nil {
 				t.Fatalf("gc: %v", err)
 			}
