@@ -15,7 +15,6 @@ type Counter struct {
 	requests map[string]int64
 	statuses map[OpStatus]int64
 	retries  map[OpReason]int64
-	observer func(op string, status int)
 }
 
 // OpStatus keys request counts by operation and HTTP status (0: no response).
@@ -30,13 +29,6 @@ type OpReason struct {
 	Reason string
 }
 
-// SetObserver installs a hook called on every request (for metrics).
-func (c *Counter) SetObserver(f func(op string, status int)) {
-	c.mu.Lock()
-	c.observer = f
-	c.mu.Unlock()
-}
-
 // Request records one request of op that ended with HTTP status (0 if no
 // response arrived).
 func (c *Counter) Request(op string, status int) {
@@ -47,11 +39,7 @@ func (c *Counter) Request(op string, status int) {
 	}
 	c.requests[op]++
 	c.statuses[OpStatus{op, status}]++
-	obs := c.observer
 	c.mu.Unlock()
-	if obs != nil {
-		obs(op, status)
-	}
 }
 
 // Retry records one retry of op for reason (e.g. "SlowDown", "reset").

@@ -222,7 +222,7 @@ func (o *Upload) settle(pt *part, err error) error {
 // prepare creates the object's multipart upload now, in the background,
 // when the pool streams parts. A writer calls it once it knows its output
 // will not be one small PutObject, so that part 1 starts streaming at its
-// first byte rather than after Config.StreamAfter bytes and a
+// first byte rather than after Config.streamAfter bytes and a
 // CreateMultipartUpload round trip. A prepared object that ends as one
 // chunk is completed as a one-part multipart upload (its upload exists
 // already). A failed create fails the object like a failed part. No-op

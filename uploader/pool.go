@@ -24,11 +24,11 @@ type Config struct {
 	// wins. 0 disables hedging.
 	HedgeFactor float64
 	HedgeMin    time.Duration
-	// StreamAfter is how many bytes part 1 of an object holds before
+	// streamAfter is how many bytes part 1 of an object holds before
 	// its streamed upload starts (Sink.Begin), so that an output smaller
 	// than that stays one PutObject; 0 means 1 MiB (a frame or two). At
-	// most ChunkSize.
-	StreamAfter int64
+	// most ChunkSize. Tests set it.
+	streamAfter int64
 	// CleanupTimeout bounds each abort of a failed or aborted object, on
 	// a context detached from the caller's (0: DefaultCleanupTimeout).
 	// An upload not aborted by then is left to gc.
@@ -42,7 +42,7 @@ type Config struct {
 	MaxPartSize int64
 }
 
-// defaultStreamAfter is Config.StreamAfter when it is 0.
+// defaultStreamAfter is Config.streamAfter when it is 0.
 const defaultStreamAfter = 1 << 20
 
 // DefaultCleanupTimeout is Config.CleanupTimeout when it is 0.
@@ -112,9 +112,6 @@ type Stats struct {
 	// chunk then ended short (an object's last): the streamed request
 	// was cut off and the part sent again whole, with its real length.
 	Resent int64
-	// Recut counts objects whose tail was re-cut at Close (see
-	// planTail).
-	Recut int64
 }
 
 // New starts a pool with cfg.Concurrency workers writing to st.
@@ -128,10 +125,10 @@ func New(st Store, cfg Config, obs Observer) *Pool {
 	if cfg.CleanupTimeout <= 0 {
 		cfg.CleanupTimeout = DefaultCleanupTimeout
 	}
-	if cfg.StreamAfter <= 0 {
-		cfg.StreamAfter = defaultStreamAfter
+	if cfg.streamAfter <= 0 {
+		cfg.streamAfter = defaultStreamAfter
 	}
-	cfg.StreamAfter = min(cfg.StreamAfter, max(cfg.ChunkSize, 1))
+	cfg.streamAfter = min(cfg.streamAfter, max(cfg.ChunkSize, 1))
 	p := &Pool{
 		st:      st,
 		cfg:     cfg,
@@ -200,7 +197,7 @@ func (p *Pool) Close() {
 
 // Stats returns counters of the pool.
 func (p *Pool) Stats() Stats {
-	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load(), Recut: p.recut.Load()}
+	return Stats{Buffered: p.held.Load(), PeakBuffered: p.peak.Load(), InFlight: p.inFlight.Load(), Resent: p.resent.Load()}
 }
 
 // acquire returns an empty buffer with capacity ChunkSize, blocking while

@@ -85,7 +85,7 @@ func (s *Sink) Grow(n int) { s.filling.grow(n) }
 
 // Prepare says object obj will take more than one small put: its
 // multipart upload is created now, in the background, so that its first
-// chunk starts uploading at its first byte (see Config.StreamAfter). A
+// chunk starts uploading at its first byte (see Config.streamAfter). A
 // prepared object that ends as one chunk is a one-part multipart upload.
 // Idempotent; no-op unless Streaming.
 func (s *Sink) Prepare(obj int) { s.object(obj).prepare() }

@@ -18,7 +18,7 @@ func TestSink(t *testing.T) {
 	ctx := context.Background()
 	newPool := func(st Store) *Pool {
 		return New(st, Config{ChunkSize: testChunk, Concurrency: 2, MaxBuffered: 4, Checksum: true,
-			StreamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
+			streamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
 	}
 	key := func(obj int) string { return fmt.Sprintf("data-%d", obj) }
 	// emit writes data as chunks of object obj: begun and grown when the

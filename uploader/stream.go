@@ -45,7 +45,7 @@ type filling struct {
 // begin hands chunk buf (from Pool.acquire, empty) to the pool as part
 // number n before it is filled. Over a store that streams parts
 // (Pool.streams) the part's upload starts as soon as a worker is free,
-// part 1 once it holds Config.StreamAfter bytes (so an output smaller
+// part 1 once it holds Config.streamAfter bytes (so an output smaller
 // than that is still one PutObject), or at its first byte once the
 // object is prepared. Ownership of buf passes to the pool; the caller
 // keeps appending to it (never past its capacity) and calls grow, then
@@ -206,14 +206,14 @@ func (r *fillReader) Read(p []byte) (int, error) {
 // sendFilling sends a part whose chunk was handed over by begin: streamed
 // while it fills when the pool streams parts, else (or when the chunk is
 // complete already, or turns out short) whole, as any part is sent. Part
-// 1 of an object still open waits for Config.StreamAfter bytes, so that
+// 1 of an object still open waits for Config.streamAfter bytes, so that
 // a small output stays one PutObject.
 func (o *Upload) sendFilling(pt *part) error {
 	f := pt.body.fill
 	threshold := 1
 	o.mu.Lock()
 	if pt.n == 1 && o.state == stateOpen {
-		threshold = int(o.pool.cfg.StreamAfter)
+		threshold = int(o.pool.cfg.streamAfter)
 	}
 	o.mu.Unlock()
 	if !o.pool.streams {

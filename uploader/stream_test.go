@@ -111,13 +111,13 @@ func pattern(n int, seed byte) []byte {
 // TestStreamedParts drives chunks handed over with begin through a store
 // that streams parts: a part starts sending before its chunk is full, a
 // last chunk that ends short is sent whole with its real length, output
-// under StreamAfter is one put, a failed attempt is replayed from the
+// under streamAfter is one put, a failed attempt is replayed from the
 // chunk in memory, an abandoned chunk fails its object and aborts it, and
 // every buffer comes back.
 func TestStreamedParts(t *testing.T) {
 	newPool := func(st Store) *Pool {
 		return New(st, Config{ChunkSize: testChunk, Concurrency: 2, MaxBuffered: 4, Checksum: true,
-			StreamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
+			streamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
 	}
 	check := func(t *testing.T, p *Pool, st *streamingMem, key string, want []byte) {
 		t.Helper()
@@ -202,7 +202,7 @@ func TestStreamedParts(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		one, two := pattern(testChunk, 8), pattern(testChunk/3, 9)
-		// Far below StreamAfter (testChunk / 4): an unprepared part 1
+		// Far below streamAfter (testChunk / 4): an unprepared part 1
 		// would wait.
 		f := fill(t, p, o, 1, one[:16], 16)
 		select {

@@ -390,8 +390,8 @@ func TestTailRecut(t *testing.T) {
 			if slices.Max(run.sizes)-slices.Min(run.sizes) > 1 || sum(run.sizes) != int64(len(data)) {
 				t.Fatalf("part sizes %v, want 8 even parts of %d bytes in all", run.sizes, len(data))
 			}
-			if s := p.Stats(); s.Recut != 1 {
-				t.Fatalf("stats %+v: want one tail re-cut", s)
+			if n := p.recut.Load(); n != 1 {
+				t.Fatalf("%d tails re-cut, want one", n)
 			}
 			if len(g.attempts) != 8 {
 				t.Fatalf("streamed part attempts %v: want the 8 parts spanning two chunks each streamed from them", g.attempts)
@@ -407,8 +407,8 @@ func TestTailRecut(t *testing.T) {
 		if run.res.Parts != 9 || run.rounds != 2 || run.sizes[8] != testChunk/2 {
 			t.Fatalf("result %+v in %d rounds, sizes %v: want 9 chunk parts in 2 rounds", run.res, run.rounds, run.sizes)
 		}
-		if s := p.Stats(); s.Recut != 0 {
-			t.Fatalf("stats %+v: a pool that does not stream re-cut a tail", s)
+		if n := p.recut.Load(); n != 0 {
+			t.Fatalf("a pool that does not stream re-cut %d tails", n)
 		}
 	})
 
