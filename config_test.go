@@ -1,6 +1,7 @@
 package durashuffle
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -79,6 +80,11 @@ func TestValidate(t *testing.T) {
 		{"advertise without port", func(c *Config) { c.Sidecar.AdvertiseAddr = "10.0.0.5" }, `advertise_addr must be empty or host:port with a fixed port, got "10.0.0.5"`},
 		{"advertise port 0", func(c *Config) { c.Sidecar.AdvertiseAddr = "10.0.0.5:0" }, `advertise_addr must be empty or host:port with a fixed port, got "10.0.0.5:0"`},
 		{"prefix escapes", func(c *Config) { c.Store.Prefix = "../x" }, `prefix must be a relative key prefix without '..', got "../x"`},
+		{"store", func(c *Config) { c.Store.Type = "swift" }, `store must be one of s3, azure, gcs, got "swift"`},
+		{"azure account on s3", func(c *Config) { c.Store.AzureAccount = "acct" }, `azure_account must be set only with store azure, got an account with store "s3"`},
+		{"gcs project on azure", func(c *Config) { c.Store.Type, c.Store.GCSProject = "azure", "p" }, `gcs_project must be set only with store gcs, got a project with store "azure"`},
+		{"region on gcs", func(c *Config) { c.Store.Type, c.Store.Region = "gcs", "eu-west-1" }, `region must be unset with store gcs (an S3 setting), got a value`},
+		{"sse on azure", func(c *Config) { c.Store.Type, c.Store.SSE = "azure", "AES256" }, `sse must be unset with store azure (an S3 setting), got a value`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -152,6 +158,9 @@ var everyKey = []struct {
 	get               func(c *Config) any
 	wantFile, wantEnv any
 }{
+	{"store", "azure", "gcs", func(c *Config) any { return c.Store.Type }, "azure", "gcs"},
+	{"azure_account", "acct-file", "acct-env", func(c *Config) any { return c.Store.AzureAccount }, "acct-file", "acct-env"},
+	{"gcs_project", "proj-file", "proj-env", func(c *Config) any { return c.Store.GCSProject }, "proj-file", "proj-env"},
 	{"bucket", "b-file", "b-env", func(c *Config) any { return c.Store.Bucket }, "b-file", "b-env"},
 	{"prefix", "p/file", "p/env", func(c *Config) any { return c.Store.Prefix }, "p/file", "p/env"},
 	{"endpoint", "http://127.0.0.1:9000", "https://s3.example.com", func(c *Config) any { return c.Store.Endpoint }, "http://127.0.0.1:9000", "https://s3.example.com"},
@@ -320,6 +329,24 @@ func TestConfigKeys(t *testing.T) {
 	for i := range ct.NumField() {
 		if f := ct.Field(i); f.Tag.Get("yaml") != ",inline" || f.Type.Kind() != reflect.Struct {
 			t.Errorf("Config.%s is not an inlined group (yaml %q): the file would need a section for it", f.Name, f.Tag.Get("yaml"))
+		}
+	}
+}
+
+// TestOpenCloudStoreNeedsItsPackage: the library links only the S3 SDK;
+// store azure or gcs without a store handed in is refused, naming the
+// package that opens it.
+func TestOpenCloudStoreNeedsItsPackage(t *testing.T) {
+	for _, kind := range []string{"azure", "gcs"} {
+		cfg := DefaultConfig()
+		cfg.Store.Type, cfg.Store.Bucket = kind, "c"
+		c, err := Open(context.Background(), cfg)
+		if err == nil {
+			c.Close()
+			t.Fatalf("Open with store %s and no store: no error", kind)
+		}
+		if !errors.Is(err, ErrInvalidConfig) || !strings.Contains(err.Error(), "store "+kind+" is opened with its own package") {
+			t.Fatalf("Open with store %s: %v, want ErrInvalidConfig naming its package", kind, err)
 		}
 	}
 }
