@@ -23,6 +23,8 @@ var importLayers = [][]string{
 	{"internal/ipcguard"},
 	{"internal/arrowcheck"},
 	{"internal/arrowipc"},
+	// The partitioning hash and row selection, over Arrow alone.
+	{"partition"},
 	// Leaf utilities; flightclient, the sidecar's public client and wire
 	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.

@@ -359,14 +359,21 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 }
 
 // writeGuarded runs the coalescer's write under the lock, and reports
-// whether the stream sink is to be prepared. A panic is recovered: the
-// lock is released and the writer fails with it.
+// whether the stream sink is to be prepared.
 func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) (prepare bool, err error) {
+	return w.guarded(func() string { return fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition) },
+		func() error { return w.co.write(partition, rec, size) })
+}
+
+// guarded runs f under the lock, and reports whether the stream sink is
+// to be prepared. A panic is recovered: the lock is released and the
+// writer fails with it, what() naming the call.
+func (w *Writer) guarded(what func() string, f func() error) (prepare bool, err error) {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
-			perr := safe.Recovered(r, "write of %d rows to partition %d", rec.NumRows(), partition)
+			perr := safe.Recovered(r, "%s", what())
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
 			w.co.arena, w.b.reuse = nil, nil
@@ -375,7 +382,7 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 			prepare, err = false, perr
 		}
 	}()
-	if err := w.co.write(partition, rec, size); err != nil {
+	if err := f(); err != nil {
 		return false, err
 	}
 	return w.co.prepareDue(), nil

@@ -16,64 +16,19 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/extensions"
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/durashuffle/durashuffle/internal/testkit/columns"
 )
 
-// fromJSON builds an array of dt from a JSON list.
-func fromJSON(t testing.TB, dt arrow.DataType, js string) arrow.Array {
-	t.Helper()
-	a, _, err := array.FromJSON(memory.DefaultAllocator, dt, strings.NewReader(js))
-	if err != nil {
-		t.Fatalf("%s from %s: %v", dt, js, err)
-	}
-	t.Cleanup(a.Release)
-	return a
-}
-
-func jsonList(lits []string) string { return "[" + strings.Join(lits, ",") + "]" }
-
-// dictOf is lits as a dictionary<int32, dt> whose dictionary lists the
-// distinct values in reverse order of first use, so indices differ from
-// row numbers.
-func dictOf(t testing.TB, dt arrow.DataType, lits []string) arrow.Array {
-	t.Helper()
-	var distinct []string
-	for _, l := range lits {
-		if l != "null" && !slices.Contains(distinct, l) {
-			distinct = append(distinct, l)
-		}
-	}
-	slices.Reverse(distinct)
-	idx := make([]string, len(lits))
-	for i, l := range lits {
-		if l == "null" {
-			idx[i] = "null"
-		} else {
-			idx[i] = strconv.Itoa(slices.Index(distinct, l))
-		}
-	}
-	dict := fromJSON(t, dt, jsonList(distinct))
-	indices := fromJSON(t, arrow.PrimitiveTypes.Int32, jsonList(idx))
-	a := array.NewDictionaryArray(&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: dt}, indices, dict)
-	t.Cleanup(a.Release)
-	return a
-}
-
-// reeOf is lits run-end encoded: equal neighbours are one run.
-func reeOf(t testing.TB, dt arrow.DataType, lits []string) arrow.Array {
-	t.Helper()
-	var vals, ends []string
-	for i, l := range lits {
-		if i > 0 && lits[i-1] == l {
-			ends[len(ends)-1] = strconv.Itoa(i + 1)
-			continue
-		}
-		vals = append(vals, l)
-		ends = append(ends, strconv.Itoa(i+1))
-	}
-	a := array.NewRunEndEncodedArray(fromJSON(t, arrow.PrimitiveTypes.Int32, jsonList(ends)), fromJSON(t, dt, jsonList(vals)), len(lits), 0)
-	t.Cleanup(a.Release)
-	return a
-}
+// The test kit's column builders, by their short names.
+var (
+	fromJSON     = columns.FromJSON
+	jsonList     = columns.JSONList
+	dictOf       = columns.DictOf
+	reeOf        = columns.REEOf
+	base64Of     = columns.Base64Of
+	carryColumns = columns.CarryColumns
+)
 
 func keysOf(t testing.TB, col arrow.Array) []uint64 {
 	t.Helper()
@@ -109,17 +64,6 @@ func scaled(m int64) func(string) string {
 		}
 		return strconv.FormatInt(v*m, 10)
 	}
-}
-
-func base64Of(s string) string {
-	if s == "null" {
-		return s
-	}
-	u, err := strconv.Unquote(s)
-	if err != nil {
-		panic(err)
-	}
-	return strconv.Quote(base64.StdEncoding.EncodeToString([]byte(u)))
 }
 
 // uuidBytes turns a quoted UUID into base64 of its 16 bytes.

@@ -321,8 +321,8 @@ func writeDemo(ctx context.Context, c *durashuffle.Client, o *demoOptions) ([]de
 }
 
 // writeWorker is one worker: o.producers goroutines take the worker's
-// input batches in turn, split each by partition and Write the pieces;
-// then the worker commits.
+// input batches in turn and hand each whole, with its rows' partitions,
+// to the writer, which scatters it; then the worker commits.
 func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen demo.Generator, worker string, rows demo.Range) (*manifest.Worker, []demo.Digest, error) {
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{
 		Query: o.query, Stage: 0, Worker: worker, Partitions: o.partitions, Schema: demo.Schema(),
@@ -350,16 +350,11 @@ func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen
 				if err := gctx.Err(); err != nil {
 					return context.Cause(gctx)
 				}
-				parts := b.Batch(batches[n], digests[i])
-				for j, part := range parts {
-					err := w.Write(part.Partition, part.Record)
-					part.Record.Release()
-					if err != nil {
-						for _, rest := range parts[j+1:] {
-							rest.Record.Release()
-						}
-						return fmt.Errorf("write %d rows to partition %d: %w", part.Record.NumRows(), part.Partition, err)
-					}
+				rec, parts := b.Partitioned(batches[n], digests[i])
+				err := w.WritePartitioned(rec, parts)
+				rec.Release()
+				if err != nil {
+					return fmt.Errorf("write rows %d to %d: %w", batches[n].Lo, batches[n].Hi, err)
 				}
 				o.prog.wrote(batches[n].Hi - batches[n].Lo)
 			}
