@@ -16,7 +16,9 @@ func TestSurfaceEveryExportedIdentifierIsUsed(t *testing.T) {
 	if len(exported) == 0 {
 		t.Fatal("package partition exports nothing")
 	}
-	files := surface.Files(t, ".", func(path string) bool { return strings.HasPrefix(filepath.Base(path), "example") && strings.HasSuffix(path, "_test.go") })
+	files := surface.Files(t, ".", func(path string) bool {
+		return strings.HasPrefix(filepath.Base(path), "example") && strings.HasSuffix(path, "_test.go")
+	})
 	files = append(files, surface.Files(t, "..", func(path string) bool {
 		return !strings.HasSuffix(path, "_test.go") && filepath.Dir(path) != filepath.Clean("../partition") && !strings.Contains(path, "testkit")
 	})...)
