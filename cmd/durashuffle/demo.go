@@ -117,7 +117,7 @@ partition back and checks rows and content hashes (exit 1 if they differ); witho
 	fs.IntVar(&o.workers, "workers", 4, "concurrent writers, worker IDs 0..N-1")
 	fs.IntVar(&o.partitions, "partitions", 64, "output partitions")
 	fs.IntVar(&o.batchRows, "batch-rows", 8192, "input rows per batch; each batch is split across the partitions")
-	fs.IntVar(&o.producers, "producers", 2, "goroutines per worker calling Write")
+	fs.IntVar(&o.producers, "producers", 2, "goroutines per worker handing input batches to the writer")
 	fs.IntVar(&o.readers, "read-partitions", 8, "partitions read back concurrently")
 	fs.Uint64Var(&o.seed, "seed", 1, "generator seed: row i is a function of (seed, i)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "embedded server's data directory, kept afterwards (default: a temporary directory, removed)")
