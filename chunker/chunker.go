@@ -341,6 +341,11 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if err := ValidateBatch(rec); err != nil {
 		return fmt.Errorf("batch for partition %d: %w", partition, err)
 	}
+	return w.writeValid(partition, rec)
+}
+
+// writeValid takes the rows of rec, validated, into partition.
+func (w *Writer) writeValid(partition int, rec arrow.RecordBatch) error {
 	if rec.NumRows() == 0 {
 		return nil
 	}
@@ -350,8 +355,12 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 		defer nrec.Release()
 		rec = nrec
 	}
-	size := frame.LogicalSize(rec)
-	prepare, err := w.writeGuarded(partition, rec, size)
+	return w.prepareIf(w.writeGuarded(partition, rec, frame.LogicalSize(rec)))
+}
+
+// prepareIf prepares the stream sink if a guarded call said it is due,
+// and returns the call's error.
+func (w *Writer) prepareIf(prepare bool, err error) error {
 	if prepare {
 		w.stream.Prepare(0)
 	}

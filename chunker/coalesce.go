@@ -254,6 +254,14 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 // call for: the frame, once it is full of retained batches, or the run,
 // once the buffers fill the budget.
 func (c *coalescer) filled(partition int) {
+	c.frameFull(partition)
+	c.runDue()
+}
+
+// frameFull ends partition's open frame once it holds frame_target_bytes:
+// a frame of retained batches goes to the encoders now, one with arena
+// rows waits for its run.
+func (c *coalescer) frameFull(partition int) {
 	p := &c.parts[partition]
 	f := &p.open
 	if f.bytes >= c.frameTarget {
@@ -273,6 +281,10 @@ func (c *coalescer) filled(partition int) {
 		}
 		*f = pframe{}
 	}
+}
+
+// runDue flushes the run once the buffers fill the budget.
+func (c *coalescer) runDue() {
 	// The arena's next growth and the index of the run's frames (and of
 	// the next write's) must fit too, or the run flushes now. All of it
 	// is known here, from the input alone, not from how far the encoders

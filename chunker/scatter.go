@@ -3,6 +3,7 @@ package chunker
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -81,20 +82,15 @@ func (w *Writer) scatter(rec arrow.RecordBatch, partitions []int32, sc *scratch)
 	if rec.NumRows() == 0 {
 		return nil
 	}
+	sc.starts, sc.rows = partition.Group(partitions, w.opt.Partitions, sc.starts, sc.rows)
+	if p := int(partitions[0]); sc.starts[p+1]-sc.starts[p] == int32(len(partitions)) {
+		return w.writeValid(p, rec) // every row in one partition: the batch as it is
+	}
 	if nrec, changed := arrowcheck.NormalizeBatch(rec); changed {
 		defer nrec.Release()
 		rec = nrec
 	}
 	size := frame.LogicalSize(rec)
-	sc.starts, sc.rows = partition.Group(partitions, w.opt.Partitions, sc.starts, sc.rows)
-	if p := int(partitions[0]); sc.starts[p+1]-sc.starts[p] == int32(len(partitions)) {
-		// Every row in one partition: the batch as it is.
-		prepare, err := w.writeGuarded(p, rec, size)
-		if prepare {
-			w.stream.Prepare(0)
-		}
-		return err
-	}
 	prepare, err := w.guarded(func() string { return fmt.Sprintf("scatter of %d rows", rec.NumRows()) }, func() error {
 		if err := w.co.accept(rec, -1); err != nil {
 			return err
@@ -107,10 +103,7 @@ func (w *Writer) scatter(rec arrow.RecordBatch, partitions []int32, sc *scratch)
 	if errors.Is(err, errNoArena) {
 		return w.scatterSelected(rec, partitions)
 	}
-	if prepare {
-		w.stream.Prepare(0)
-	}
-	return err
+	return w.prepareIf(prepare, err)
 }
 
 // scatterSelected writes each partition's rows as a batch of their own,
@@ -132,11 +125,7 @@ func (w *Writer) scatterSelected(rec arrow.RecordBatch, partitions []int32) erro
 		if r == nil {
 			continue
 		}
-		prepare, err := w.writeGuarded(p, r, frame.LogicalSize(r))
-		if prepare {
-			w.stream.Prepare(0)
-		}
-		if err != nil {
+		if err := w.writeValid(p, r); err != nil {
 			return err
 		}
 	}
@@ -144,52 +133,90 @@ func (w *Writer) scatterSelected(rec arrow.RecordBatch, partitions []int32) erro
 }
 
 // scatter buffers the rows of rec (size logical bytes) in their
-// partitions: rows[starts[p]:starts[p+1]] are partition p's. A
-// partition's rows are copied into the run's arena, but for a large
-// share of the batch (what Write would retain rather than copy), which
-// becomes a dense batch of its own, retained, so that a frame full of
-// such batches is encoded without waiting for its run.
+// partitions: rows[starts[p]:starts[p+1]] are partition p's. A partition
+// that takes a large share of the batch (what Write would retain rather
+// than copy) becomes a dense batch of its own, retained, so that a frame
+// full of such batches is encoded without waiting for its run. The rows
+// of the others are copied into the run's arena at once, in partition
+// order, one gather per column for the whole batch: each partition's
+// rows are then one contiguous item of its frame.
 func (c *coalescer) scatter(rec arrow.RecordBatch, size int64, starts, rows []int32) error {
 	n := rec.NumRows()
+	var large []int32
 	for p := range c.partitions {
-		r := rows[starts[p]:starts[p+1]]
-		if len(r) == 0 {
-			continue
+		if k := int64(starts[p+1] - starts[p]); k > 0 && size*k/n >= c.frameTarget/copiedUnder {
+			large = append(large, int32(p))
 		}
-		if size*int64(len(r))/n < c.frameTarget/copiedUnder {
-			if err := c.addRows(p, rec, r); err != nil {
-				return err
+	}
+	small := rows
+	if len(large) > 0 {
+		small = make([]int32, 0, len(rows))
+		for p := range c.partitions {
+			if !slices.Contains(large, int32(p)) {
+				small = append(small, rows[starts[p]:starts[p+1]]...)
 			}
-			continue
 		}
-		if err := c.addSelected(p, rec, r); err != nil {
+	}
+	if len(small) > 0 {
+		if err := c.addArenaRows(rec, size*int64(len(small))/n, starts, small, large); err != nil {
+			return err
+		}
+	}
+	for _, p := range large {
+		if err := c.addSelected(int(p), rec, rows[starts[p]:starts[p+1]]); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// addRows copies the rows of rec at rows into the run's arena, as items
-// of partition's open frame, once the budget has room.
-func (c *coalescer) addRows(partition int, rec arrow.RecordBatch, rows []int32) error {
+// addArenaRows copies the rows of rec at small (est logical bytes) into
+// the run's arena, once the budget has room, and adds each partition's
+// (those of starts not in large, in partition order) to its open frame,
+// their logical bytes apportioned by rows. The run flushes first if the
+// rows would not fit beside it, and after, if the buffers are full.
+func (c *coalescer) addArenaRows(rec arrow.RecordBatch, est int64, starts, small, large []int32) error {
 	if err := c.waitRoom(); err != nil {
 		return err
 	}
-	seg, lo, grew, size, err := c.arena.AppendRows(rec, rows)
+	touched := int64(c.partitions - len(large))
+	if c.buffered > 0 && c.buffered+c.b.fixed+est+c.arena.Growth()+c.indexGrowth(c.unflushed+touched) >= c.limit {
+		c.run()
+		if err := c.waitRoom(); err != nil {
+			return err
+		}
+	}
+	seg, lo, grew, added, err := c.arena.AppendRows(rec, small)
 	c.buffered += grew
-	if err != nil {
-		// The arena holds as much as one accumulation may: the rows go
-		// as a batch of their own.
-		return c.addSelected(partition, rec, rows)
+	at, total := int64(0), int64(len(small))
+	for p := range c.partitions {
+		k := int64(starts[p+1] - starts[p])
+		if k == 0 || slices.Contains(large, int32(p)) {
+			continue
+		}
+		if err != nil {
+			// The arena holds as much as one accumulation may: each
+			// partition's rows go as a batch of their own.
+			if err := c.addSelected(p, rec, small[at:at+k]); err != nil {
+				return err
+			}
+			at += k
+			continue
+		}
+		f := &c.parts[p].open
+		if len(f.items) == 0 {
+			c.unflushed++
+		}
+		sz := added*(at+k)/total - added*at/total
+		c.taken += sz
+		c.arenaItem(f, seg, lo+at, lo+at+k, sz)
+		f.bytes += sz
+		c.frameFull(p)
+		at += k
 	}
-	f := &c.parts[partition].open
-	if len(f.items) == 0 {
-		c.unflushed++
+	if err == nil {
+		c.runDue()
 	}
-	c.taken += size
-	c.arenaItem(f, seg, lo, lo+int64(len(rows)), size)
-	f.bytes += size
-	c.filled(partition)
 	return nil
 }
 

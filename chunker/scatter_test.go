@@ -3,6 +3,7 @@ package chunker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/partition"
 )
 
@@ -207,5 +210,119 @@ func TestWriteKeyed(t *testing.T) {
 	defer w2.Abort(errors.New("test done"))
 	if err := w2.WriteKeyed(lrec, 0); err == nil || !strings.Contains(err.Error(), `key column 0 "tags": cannot partition by a column of type list<item: int32, nullable>`) {
 		t.Errorf("a list key: %v", err)
+	}
+}
+
+// BenchmarkWriteScattered is BenchmarkWriteWide's input handed over as
+// whole 8192-row batches with their partition vectors (WritePartitioned)
+// instead of a slice per partition: compare the two in one run.
+func BenchmarkWriteScattered(b *testing.B) {
+	for _, partitions := range []int{64, 2048} {
+		bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var recs []arrow.RecordBatch
+		var vecs [][]int32
+		var logical int64
+		for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: 400_000}, 8192) {
+			rec, vec := bt.Partitioned(r, nil)
+			recs, vecs = append(recs, rec), append(vecs, slices.Clone(vec))
+			logical += frame.LogicalSize(rec)
+		}
+		bt.Release()
+		b.Run(fmt.Sprintf("partitions=%d", partitions), func(b *testing.B) {
+			b.SetBytes(logical)
+			b.ReportAllocs()
+			cpu0 := cpuTime(b)
+			var frames int
+			for b.Loop() {
+				w, err := New(context.Background(), Options{
+					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
+					CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
+					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+				}, newDiscardSink(8<<20, 4))
+				if err != nil {
+					b.Fatal(err)
+				}
+				for i, rec := range recs {
+					if err := w.WritePartitioned(rec, vecs[i]); err != nil {
+						b.Fatal(err)
+					}
+				}
+				res, err := w.Close()
+				if err != nil {
+					b.Fatal(err)
+				}
+				var stored int64
+				for _, obj := range res.Objects {
+					stored += obj.Size
+				}
+				frames = len(res.Frames)
+				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
+			}
+			b.ReportMetric(float64(frames), "frames")
+			b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+		for _, r := range recs {
+			r.Release()
+		}
+	}
+}
+
+// BenchmarkMapTask is a map task of the demo end to end on the CPU:
+// generate each 8192-row batch and hand it to the writer, either cut
+// into a slice per partition (Batcher.Batch, a Write per slice) or whole
+// with its partition vector (Batcher.Partitioned, WritePartitioned).
+// cpu-ns/op is the process's CPU time per op; compare slices and whole
+// at each partition count in one run.
+func BenchmarkMapTask(b *testing.B) {
+	const rows = 400_000
+	for _, partitions := range []int{64, 2048} {
+		for _, whole := range []bool{false, true} {
+			name := fmt.Sprintf("partitions=%d/slices", partitions)
+			if whole {
+				name = fmt.Sprintf("partitions=%d/whole", partitions)
+			}
+			b.Run(name, func(b *testing.B) {
+				cpu0 := cpuTime(b)
+				for b.Loop() {
+					bt, err := demo.NewBatcher(demo.Generator{Seed: 1}, partitions, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+					w, err := New(context.Background(), Options{
+						Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
+						CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
+						ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+					}, newDiscardSink(8<<20, 4))
+					if err != nil {
+						b.Fatal(err)
+					}
+					for _, r := range demo.Chunks(demo.Range{Lo: 0, Hi: rows}, 8192) {
+						if whole {
+							rec, vec := bt.Partitioned(r, nil)
+							err = w.WritePartitioned(rec, vec)
+							rec.Release()
+						} else {
+							for _, p := range bt.Batch(r, nil) {
+								if err == nil {
+									err = w.Write(p.Partition, p.Record)
+								}
+								p.Record.Release()
+							}
+						}
+						if err != nil {
+							b.Fatal(err)
+						}
+					}
+					if _, err := w.Close(); err != nil {
+						b.Fatal(err)
+					}
+					bt.Release()
+				}
+				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
+			})
+		}
 	}
 }

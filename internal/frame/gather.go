@@ -68,13 +68,7 @@ func (c *growCol) gather(d arrow.ArrayData, rows []int32) (grew, added int64) {
 		}
 	}
 	if c.id != arrow.NULL && (nulls > 0 || c.hasV) {
-		if !c.hasV {
-			c.valid = growBits(c.valid[:0], 0, c.n+n)
-			bitutil.SetBitsTo(c.valid, 0, int64(c.n), true)
-			c.hasV = true
-		} else {
-			c.valid = growBits(c.valid, c.n, c.n+n)
-		}
+		c.growValid(n)
 		if nulls > 0 {
 			for k, r := range rows {
 				bitutil.SetBitTo(c.valid, c.n+k, bitutil.BitIsSet(srcValid, base+int(r)))
