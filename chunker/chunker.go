@@ -207,6 +207,9 @@ type Result struct {
 // the run's arena, one dense batch for every partition, so that many
 // partitions of a few rows each cost their rows, not a retained batch per
 // write; other batches are retained as they are (copiedUnder, retains).
+// WritePartitioned and WriteKeyed take a whole batch whose rows go to many
+// partitions and gather each partition's rows into the arena themselves
+// (scatter.go), where a slice per partition would cost its Go objects.
 //
 // A Writer is four parts, each owning its state: the coalescer (the rows
 // Write buffers, coalesce.go), guarded with the budget (budget.go) by the
