@@ -14,6 +14,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/hostile"
 	"github.com/durashuffle/durashuffle/partition"
 )
 
@@ -324,5 +325,64 @@ func BenchmarkMapTask(b *testing.B) {
 				b.ReportMetric(float64(cpuTime(b)-cpu0)/float64(b.N), "cpu-ns/op")
 			})
 		}
+	}
+}
+
+// TestScatterRefusesHostileBatches: every hostile case is refused by
+// WritePartitioned and WriteKeyed with ErrBatch naming the column and
+// the reason, before the key column is read; the writer keeps the good
+// rows it had.
+func TestScatterRefusesHostileBatches(t *testing.T) {
+	for _, c := range hostile.Cases() {
+		t.Run(c.Name, func(t *testing.T) {
+			bad, err := c.Batch()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer bad.Release()
+			o := opts(4)
+			if c.Column != "" {
+				o.Schema = hostile.Schema
+			}
+			w, err := New(context.Background(), o, newSink(t, 100_000, 4))
+			if err != nil {
+				t.Fatal(err)
+			}
+			good := hostile.Good()
+			defer good.Release()
+			if c.Column != "" {
+				if err := w.WritePartitioned(good, make([]int32, good.NumRows())); err != nil {
+					t.Fatal(err)
+				}
+			}
+			vec := make([]int32, max(0, bad.NumRows()))
+			for _, call := range []struct {
+				name string
+				err  error
+			}{
+				{"WritePartitioned", w.WritePartitioned(bad, vec)},
+				{"WriteKeyed", w.WriteKeyed(bad, 0)},
+			} {
+				if !errors.Is(call.err, ErrBatch) {
+					t.Fatalf("%s: %v, want ErrBatch", call.name, call.err)
+				}
+				for _, want := range []string{c.Column, c.Want} {
+					if !strings.Contains(call.err.Error(), want) {
+						t.Errorf("%s: error %q does not say %q", call.name, call.err, want)
+					}
+				}
+			}
+			res, err := w.Close()
+			if err != nil {
+				t.Fatalf("Close after refused batches: %v", err)
+			}
+			want := int64(hostile.GoodRows)
+			if c.Column == "" {
+				want = 0
+			}
+			if res.Rows != want {
+				t.Fatalf("closed with %d rows, want %d", res.Rows, want)
+			}
+		})
 	}
 }
