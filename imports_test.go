@@ -22,7 +22,8 @@ var importLayers = [][]string{
 	// arrow-go workarounds: over Arrow alone.
 	{"internal/ipcguard"},
 	{"internal/arrowcheck"},
-	{"internal/arrowipc"},
+	// The partitioning hash and row selection, over Arrow alone too.
+	{"internal/arrowipc", "partition"},
 	// Leaf utilities; flightclient, the sidecar's public client and wire
 	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.

@@ -151,6 +151,33 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	return w.ch.Write(partition, rec)
 }
 
+// WritePartitioned adds every row of rec to its partition, row i to
+// partitions[i]: a whole batch of a map task's output at once, which the
+// writer scatters itself, gathering each partition's rows (no slice of
+// the batch per partition). Rows keep their input order within each
+// partition. Safe for concurrent use; it blocks and fails as Write does,
+// and the caller keeps rec and partitions.
+//
+// The batch is validated as Write validates it, and partitions must hold
+// one partition in [0, Partitions) per row: otherwise nothing is taken,
+// and the error wraps ErrBatch, or ErrPartition naming the row, its
+// partition and the count (or the vector's length and the batch's).
+func (w *Writer) WritePartitioned(rec arrow.RecordBatch, partitions []int32) error {
+	return w.ch.WritePartitioned(rec, partitions)
+}
+
+// WriteKeyed adds every row of rec to the partition of its value in
+// column keyColumn, by the hash of package partition
+// (docs/partitioning.md): the same value goes to the same partition
+// whatever its encoding, in every worker that uses it. It fails as
+// WritePartitioned does, or, taking nothing, with an error naming the
+// column when it is out of range or of a type with no partitioning key
+// (nested types and the null type; partition.CheckKeyType tells before
+// any batch).
+func (w *Writer) WriteKeyed(rec arrow.RecordBatch, keyColumn int) error {
+	return w.ch.WriteKeyed(rec, keyColumn)
+}
+
 // Commit flushes the remaining buffers, waits for every part, completes
 // the uploads and writes the worker manifest with a conditional put. ctx
 // bounds all of it, CompleteMultipartUpload included: if ctx ends first,

@@ -273,7 +273,7 @@ func BenchmarkWriteWide(b *testing.B) {
 	}
 }
 
-// BenchmarkValidateBatch measures ValidateBatch alone (what Write checks
+// BenchmarkValidateBatch measures validateBatch alone (what Write checks
 // of every batch before it takes it) on BenchmarkWrite's inputs (slices of
 // 128 and 8192 rows) and BenchmarkWriteWide's at 2048 partitions (about 4
 // rows a batch). MB/s is logical bytes: comparing it with the MB/s of the
@@ -295,7 +295,7 @@ func BenchmarkValidateBatch(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
 			for _, r := range recs {
-				if err := ValidateBatch(r); err != nil {
+				if err := validateBatch(r); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -26,7 +26,7 @@ var (
 	// writer's (Options.Schema, or the first batch's). Nothing of it was
 	// taken; the writer keeps what it had.
 	ErrSchema = errors.New("schema differs from the writer's schema")
-	// ErrBatch: a batch failed validation (ValidateBatch); none of it
+	// ErrBatch: a batch failed validation (validateBatch); none of it
 	// was taken.
 	ErrBatch = errors.New("invalid record batch")
 	// ErrClosed: Write or Close after Close or Abort.
@@ -213,6 +213,9 @@ type Result struct {
 // the run's arena, one dense batch for every partition, so that many
 // partitions of a few rows each cost their rows, not a retained batch per
 // write; other batches are retained as they are (copiedUnder, retains).
+// WritePartitioned and WriteKeyed take a whole batch whose rows go to many
+// partitions and gather each partition's rows into the arena themselves
+// (scatter.go), where a slice per partition would cost its Go objects.
 //
 // A Writer is four parts, each owning its state: the coalescer (the rows
 // Write buffers, coalesce.go), guarded with the budget (budget.go) by the
@@ -331,7 +334,7 @@ func (w *Writer) err() error {
 // the flushed frames still being encoded and appended take the budget,
 // and returns the writer's first failure at once.
 //
-// Every batch is validated first (ValidateBatch: at least one column,
+// Every batch is validated first (validateBatch: at least one column,
 // Arrow's full validation of each); an invalid one is refused with an
 // error wrapping ErrBatch that names the partition and the column, and
 // the writer keeps what it had, as for a batch of another schema
@@ -344,9 +347,14 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 	if partition < 0 || partition >= w.opt.Partitions {
 		return fmt.Errorf("%w: partition %d, writer has partitions [0, %d)", ErrPartition, partition, w.opt.Partitions)
 	}
-	if err := ValidateBatch(rec); err != nil {
+	if err := validateBatch(rec); err != nil {
 		return fmt.Errorf("batch for partition %d: %w", partition, err)
 	}
+	return w.writeValid(partition, rec)
+}
+
+// writeValid takes the rows of rec, validated, into partition.
+func (w *Writer) writeValid(partition int, rec arrow.RecordBatch) error {
 	if rec.NumRows() == 0 {
 		return nil
 	}
@@ -356,8 +364,12 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 		defer nrec.Release()
 		rec = nrec
 	}
-	size := frame.LogicalSize(rec)
-	prepare, err := w.writeGuarded(partition, rec, size)
+	return w.prepareIf(w.writeGuarded(partition, rec, frame.LogicalSize(rec)))
+}
+
+// prepareIf prepares the stream sink if a guarded call said it is due,
+// and returns the call's error.
+func (w *Writer) prepareIf(prepare bool, err error) error {
 	if prepare {
 		w.stream.Prepare(0)
 	}
@@ -365,14 +377,21 @@ func (w *Writer) Write(partition int, rec arrow.RecordBatch) error {
 }
 
 // writeGuarded runs the coalescer's write under the lock, and reports
-// whether the stream sink is to be prepared. A panic is recovered: the
-// lock is released and the writer fails with it.
+// whether the stream sink is to be prepared.
 func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) (prepare bool, err error) {
+	return w.guarded(func() string { return fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition) },
+		func() error { return w.co.write(partition, rec, size) })
+}
+
+// guarded runs f under the lock, and reports whether the stream sink is
+// to be prepared. A panic is recovered: the lock is released and the
+// writer fails with it, what() naming the call.
+func (w *Writer) guarded(what func() string, f func() error) (prepare bool, err error) {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
 	defer func() {
 		if r := recover(); r != nil {
-			perr := safe.Recovered(r, "write of %d rows to partition %d", rec.NumRows(), partition)
+			perr := safe.Recovered(r, "%s", what())
 			// The run's arena may be half-appended: it is dropped, not
 			// finished (its memory is Go's), and the writer is failed.
 			w.co.arena, w.b.reuse = nil, nil
@@ -381,7 +400,7 @@ func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) 
 			prepare, err = false, perr
 		}
 	}()
-	if err := w.co.write(partition, rec, size); err != nil {
+	if err := f(); err != nil {
 		return false, err
 	}
 	return w.co.prepareDue(), nil

@@ -165,13 +165,8 @@ func (c *coalescer) prepareDue() bool {
 
 // write buffers rec (size logical bytes) in partition.
 func (c *coalescer) write(partition int, rec arrow.RecordBatch, size int64) error {
-	if c.closed {
-		return ErrClosed
-	}
-	if c.schema == nil {
-		c.setSchema(rec.Schema())
-	} else if c.schema != rec.Schema() && !c.schema.Equal(rec.Schema()) {
-		return fmt.Errorf("%w: partition %d got %s, want %s", ErrSchema, partition, rec.Schema(), c.schema)
+	if err := c.accept(rec, partition); err != nil {
+		return err
 	}
 	c.taken += size
 	// A batch larger than a frame is cut into frame-sized slices, so a
@@ -191,6 +186,25 @@ func (c *coalescer) write(partition int, rec arrow.RecordBatch, size int64) erro
 		return nil
 	}
 	return c.add(partition, rec, size, 0)
+}
+
+// accept checks that the writer takes rows and that rec has its schema
+// (the first batch's, when none was given). partition names the batch
+// in the error; -1: a batch of many partitions.
+func (c *coalescer) accept(rec arrow.RecordBatch, partition int) error {
+	if c.closed {
+		return ErrClosed
+	}
+	if c.schema == nil {
+		c.setSchema(rec.Schema())
+	} else if c.schema != rec.Schema() && !c.schema.Equal(rec.Schema()) {
+		what := fmt.Sprintf("partition %d", partition)
+		if partition < 0 {
+			what = "a partitioned batch"
+		}
+		return fmt.Errorf("%w: %s got %s, want %s", ErrSchema, what, rec.Schema(), c.schema)
+	}
+	return nil
 }
 
 // add buffers rec (size logical bytes) in partition, once the budget has
@@ -232,6 +246,24 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 		c.buffered += h
 	}
 	f.bytes += size
+	c.filled(partition)
+	return nil
+}
+
+// filled flushes what the rows just added to partition's open frame
+// call for: the frame, once it is full of retained batches, or the run,
+// once the buffers fill the budget.
+func (c *coalescer) filled(partition int) {
+	c.frameFull(partition)
+	c.runDue()
+}
+
+// frameFull ends partition's open frame once it holds frame_target_bytes:
+// a frame of retained batches goes to the encoders now, one with arena
+// rows waits for its run.
+func (c *coalescer) frameFull(partition int) {
+	p := &c.parts[partition]
+	f := &p.open
 	if f.bytes >= c.frameTarget {
 		if f.arena == 0 {
 			// A full frame of retained batches needs nothing from the
@@ -249,6 +281,10 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 		}
 		*f = pframe{}
 	}
+}
+
+// runDue flushes the run once the buffers fill the budget.
+func (c *coalescer) runDue() {
 	// The arena's next growth and the index of the run's frames (and of
 	// the next write's) must fit too, or the run flushes now. All of it
 	// is known here, from the input alone, not from how far the encoders
@@ -260,7 +296,6 @@ func (c *coalescer) add(partition int, rec arrow.RecordBatch, size int64, perByt
 	} else if c.sorted && !c.b.spilling && c.buffered+c.b.keptMem+c.b.fixed+c.arena.Growth() >= c.limit {
 		c.b.spilling = true
 	}
-	return nil
 }
 
 // waitRoom waits until the budget has room for another write, or the
@@ -304,15 +339,21 @@ func (c *coalescer) copyRows(f *pframe, rec arrow.RecordBatch, size int64) bool 
 	if err != nil {
 		return false
 	}
+	c.arenaItem(f, si, lo, lo+n, size)
+	return true
+}
+
+// arenaItem adds rows [lo, hi) of arena segment seg (size logical bytes)
+// to frame f, as an item of their own or the end of its last one.
+func (c *coalescer) arenaItem(f *pframe, seg int, lo, hi, size int64) {
 	f.arena += size
-	if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == si && f.items[k-1].hi == lo {
-		f.items[k-1].hi = lo + n // the partition's last write is contiguous
+	if k := len(f.items); k > 0 && f.items[k-1].rec == nil && f.items[k-1].seg == seg && f.items[k-1].hi == lo {
+		f.items[k-1].hi = hi // the partition's last write is contiguous
 	} else {
-		f.items = append(f.items, item{seg: si, lo: lo, hi: lo + n})
+		f.items = append(f.items, item{seg: seg, lo: lo, hi: hi})
 		f.held += itemSize
 		c.buffered += itemSize
 	}
-	return true
 }
 
 // finishArena ends the run's arena: its segments as batches, counted in

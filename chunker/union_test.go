@@ -46,7 +46,7 @@ func TestValidateBatchUnions(t *testing.T) {
 		{[]byte{2, 2}, []int32{0, 1 << 30}, col + `value 1 (type id 2) has offset 1073741824, past the 2 values of child 0 "i"`},
 	} {
 		rec := batch(tc.types, tc.offsets)
-		err := ValidateBatch(rec)
+		err := validateBatch(rec)
 		rec.Release()
 		switch {
 		case tc.want == "" && err != nil:
@@ -88,7 +88,7 @@ func TestValidateBatchUnions(t *testing.T) {
 		if got := len(rec.Column(1).Data().Buffers()); got != 0 {
 			t.Fatalf("the IPC reader's null array has %d buffers: the test proves less than it says", got)
 		}
-		if err := ValidateBatch(rec); err != nil {
+		if err := validateBatch(rec); err != nil {
 			t.Errorf("batch %d of %d rows from arrow-go's IPC reader: %v", n, rec.NumRows(), err)
 		}
 	}

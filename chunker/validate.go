@@ -13,7 +13,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/arrowcheck"
 )
 
-// ValidateBatch checks rec the way Write does before any of it is taken:
+// validateBatch checks rec the way Write does before any of it is taken:
 // at least one column; every column as long as the batch and of its
 // field's type; and Arrow's full validation of every column
 // (array.ValidateFull: buffer sizes, null counts, every offset of
@@ -29,7 +29,7 @@ import (
 // at every column and checks UTF-8 string by string
 // (BenchmarkValidateBatch measures the cost). It only reads rec, keeps
 // no reference to it and is safe for concurrent use.
-func ValidateBatch(rec arrow.RecordBatch) (err error) {
+func validateBatch(rec arrow.RecordBatch) (err error) {
 	if rec == nil {
 		return fmt.Errorf("%w: the batch is nil", ErrBatch)
 	}

@@ -117,7 +117,7 @@ partition back and checks rows and content hashes (exit 1 if they differ); witho
 	fs.IntVar(&o.workers, "workers", 4, "concurrent writers, worker IDs 0..N-1")
 	fs.IntVar(&o.partitions, "partitions", 64, "output partitions")
 	fs.IntVar(&o.batchRows, "batch-rows", 8192, "input rows per batch; each batch is split across the partitions")
-	fs.IntVar(&o.producers, "producers", 2, "goroutines per worker calling Write")
+	fs.IntVar(&o.producers, "producers", 2, "goroutines per worker handing input batches to the writer")
 	fs.IntVar(&o.readers, "read-partitions", 8, "partitions read back concurrently")
 	fs.Uint64Var(&o.seed, "seed", 1, "generator seed: row i is a function of (seed, i)")
 	fs.StringVar(&o.dataDir, "data-dir", "", "embedded server's data directory, kept afterwards (default: a temporary directory, removed)")
@@ -321,8 +321,8 @@ func writeDemo(ctx context.Context, c *durashuffle.Client, o *demoOptions) ([]de
 }
 
 // writeWorker is one worker: o.producers goroutines take the worker's
-// input batches in turn, split each by partition and Write the pieces;
-// then the worker commits.
+// input batches in turn and hand each whole, with its rows' partitions,
+// to the writer, which scatters it; then the worker commits.
 func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen demo.Generator, worker string, rows demo.Range) (*manifest.Worker, []demo.Digest, error) {
 	w, err := c.NewWriter(ctx, durashuffle.WriterOptions{
 		Query: o.query, Stage: 0, Worker: worker, Partitions: o.partitions, Schema: demo.Schema(),
@@ -350,16 +350,11 @@ func writeWorker(ctx context.Context, c *durashuffle.Client, o *demoOptions, gen
 				if err := gctx.Err(); err != nil {
 					return context.Cause(gctx)
 				}
-				parts := b.Batch(batches[n], digests[i])
-				for j, part := range parts {
-					err := w.Write(part.Partition, part.Record)
-					part.Record.Release()
-					if err != nil {
-						for _, rest := range parts[j+1:] {
-							rest.Record.Release()
-						}
-						return fmt.Errorf("write %d rows to partition %d: %w", part.Record.NumRows(), part.Partition, err)
-					}
+				rec, parts := b.Partitioned(batches[n], digests[i])
+				err := w.WritePartitioned(rec, parts)
+				rec.Release()
+				if err != nil {
+					return fmt.Errorf("write rows %d to %d: %w", batches[n].Lo, batches[n].Hi, err)
 				}
 				o.prog.wrote(batches[n].Hi - batches[n].Lo)
 			}

@@ -11,6 +11,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/durashuffle/durashuffle/internal/testkit/columns"
 )
 
 // writeArrowFile writes recs, all of one schema, as an Arrow IPC file.
@@ -58,13 +60,13 @@ func TestWritePartitionByEveryEncoding(t *testing.T) {
 			keyLits[i] = "null"
 		}
 	}
-	idCol := fromJSON(t, arrow.PrimitiveTypes.Int64, jsonList(ids))
+	idCol := columns.FromJSON(t, arrow.PrimitiveTypes.Int64, columns.JSONList(ids))
 	files := map[string]string{}
 	var inRows []string
 	for _, form := range []string{"view", "dictionary"} {
-		k := fromJSON(t, arrow.BinaryTypes.StringView, jsonList(keyLits))
+		k := columns.FromJSON(t, arrow.BinaryTypes.StringView, columns.JSONList(keyLits))
 		if form == "dictionary" {
-			k = dictOf(t, arrow.BinaryTypes.String, keyLits)
+			k = columns.DictOf(t, arrow.BinaryTypes.String, keyLits)
 		}
 		fs := append([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "k", Type: k.DataType(), Nullable: true}}, fields...)
 		rec := array.NewRecordBatch(arrow.NewSchema(fs, nil), append([]arrow.Array{idCol, k}, cols...), n)
@@ -164,10 +166,10 @@ func TestWritePartitionByRefused(t *testing.T) {
 	}
 }
 
-// cliCarryColumns are carryColumns but the null-type column, which the
+// cliCarryColumns are columns.CarryColumns but the null-type column, which the
 // writer's batch validation refuses on its own.
 func cliCarryColumns(t *testing.T, n int) ([]arrow.Field, []arrow.Array) {
-	fields, cols := carryColumns(t, n)
+	fields, cols := columns.CarryColumns(t, n)
 	i := slices.IndexFunc(fields, func(f arrow.Field) bool { return f.Type.ID() == arrow.NULL })
 	return slices.Delete(fields, i, i+1), slices.Delete(cols, i, i+1)
 }

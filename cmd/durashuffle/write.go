@@ -21,7 +21,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -155,7 +154,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 		return err
 	}
 	defer src.Release()
-	sp, err := newSplitter(src.Schema(), o.partitionBy, o.partitions, mem)
+	key, err := keyColumn(src.Schema(), o.partitionBy, o.partitions)
 	if err != nil {
 		return err
 	}
@@ -196,7 +195,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	}
 	a.log.Info("writing", "query", sum.Query, "stage", sum.Stage, "worker", sum.Worker, "attempt", sum.Attempt,
 		"input", o.input, "format", format)
-	if err := writeAll(ctx, w, src, sp, sum); err != nil {
+	if err := writeAll(w, src, key, sum); err != nil {
 		if aerr := w.Abort(); aerr != nil {
 			err = errors.Join(err, aerr)
 		}
@@ -228,32 +227,20 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	return nil
 }
 
-// writeAll splits every input batch by partition and writes the pieces.
-func writeAll(ctx context.Context, w *durashuffle.Writer, src recordSource, sp *splitter, sum *writeSummary) error {
+// writeAll hands every input batch to the writer, which scatters it by
+// the key column (key < 0: every row to partition 0).
+func writeAll(w *durashuffle.Writer, src recordSource, key int, sum *writeSummary) error {
 	for src.Next() {
 		rec := src.RecordBatch()
 		sum.InputBatches++
-		if sp.column >= 0 {
-			// Splitting reads the partitioning column: a corrupt batch is
-			// refused before, as Write would refuse it (Arrow's reader
-			// does not check offsets).
-			if err := chunker.ValidateBatch(rec); err != nil {
-				return fmt.Errorf("input batch %d: %w", sum.InputBatches, err)
-			}
+		var err error
+		if key < 0 {
+			err = w.Write(0, rec)
+		} else {
+			err = w.WriteKeyed(rec, key)
 		}
-		ps, recs, err := sp.split(ctx, rec)
 		if err != nil {
 			return fmt.Errorf("input batch %d: %w", sum.InputBatches, err)
-		}
-		for i, p := range ps {
-			err := w.Write(p, recs[i])
-			recs[i].Release()
-			if err != nil {
-				for _, r := range recs[i+1:] {
-					r.Release()
-				}
-				return fmt.Errorf("input batch %d, partition %d: %w", sum.InputBatches, p, err)
-			}
 		}
 	}
 	if err := src.Err(); err != nil {

@@ -174,13 +174,7 @@ func (c *growCol) append(d arrow.ArrayData, off, n int) (grew, added int64) {
 	if c.id == arrow.NULL {
 		nulls = n
 	} else if nulls > 0 || c.hasV {
-		if !c.hasV {
-			c.valid = growBits(c.valid[:0], 0, c.n+n)
-			bitutil.SetBitsTo(c.valid, 0, int64(c.n), true)
-			c.hasV = true
-		} else {
-			c.valid = growBits(c.valid, c.n, c.n+n)
-		}
+		c.growValid(n)
 		if b := d.Buffers()[0]; b != nil && nulls > 0 {
 			bitutil.CopyBitmap(b.Bytes(), off, n, c.valid, c.n)
 		} else {
@@ -222,6 +216,18 @@ func (c *growCol) append(d arrow.ArrayData, off, n int) (grew, added int64) {
 	c.n += n
 	c.nulls += nulls
 	return grew + int64(cap(c.valid)+cap(c.vals)+cap(c.offs)-c0), added + int64(len(c.valid)+len(c.vals)+len(c.offs)-l0)
+}
+
+// growValid makes room in the column's bitmap for n more rows, starting
+// the bitmap (every row so far valid) when the column has none.
+func (c *growCol) growValid(n int) {
+	if !c.hasV {
+		c.valid = growBits(c.valid[:0], 0, c.n+n)
+		bitutil.SetBitsTo(c.valid, 0, int64(c.n), true)
+		c.hasV = true
+	} else {
+		c.valid = growBits(c.valid, c.n, c.n+n)
+	}
 }
 
 // appendOffsets appends the offsets of rows [off, off+n) of d rebased to

@@ -44,6 +44,21 @@ func NewArena(schema *arrow.Schema) (*Arena, bool) {
 // when Append fails (a new segment may have started); on failure no row
 // is taken (see Accumulator.Append).
 func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err error) {
+	seg, lo, grew, _, err = a.appendWith(func(cur *Accumulator) error { return cur.Append(rec) })
+	return seg, lo, grew, err
+}
+
+// AppendRows is Append of the rows of rec at rows (see
+// Accumulator.AppendRows), which land in the arena as rows [lo,
+// lo+len(rows)) of segment seg. It also returns added, the bytes the
+// rows take in the arena's buffers: their logical size.
+func (a *Arena) AppendRows(rec arrow.RecordBatch, rows []int32) (seg int, lo, grew, added int64, err error) {
+	return a.appendWith(func(cur *Accumulator) error { return cur.AppendRows(rec, rows) })
+}
+
+// appendWith runs add on the growing segment, starting a new one first
+// when it is full.
+func (a *Arena) appendWith(add func(cur *Accumulator) error) (seg int, lo, grew, added int64, err error) {
 	seg = len(a.segs) - 1
 	if cur := a.segs[seg]; cur.Used() >= arenaSegment {
 		var next *Accumulator
@@ -64,12 +79,12 @@ func (a *Arena) Append(rec arrow.RecordBatch) (seg int, lo, grew int64, err erro
 		seg++
 	}
 	cur := a.segs[seg]
-	before := cur.Held()
+	before, used := cur.Held(), cur.Used()
 	lo = cur.Rows()
-	if err = cur.Append(rec); err != nil {
-		return seg, lo, grew, err
+	if err = add(cur); err != nil {
+		return seg, lo, grew, 0, err
 	}
-	return seg, lo, grew + cur.Held() - before, nil
+	return seg, lo, grew + cur.Held() - before, cur.Used() - used, nil
 }
 
 // Growth is what the arena's next growth may take: Go grows a large

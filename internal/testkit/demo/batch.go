@@ -165,6 +165,34 @@ func (b *Batcher) Batch(r Range, digests []Digest) []Part {
 	return out
 }
 
+// Partitioned generates rows r as one batch, in generation order, and returns
+// it with each row's partition: what a map task hands a Writer's
+// WritePartitioned. The caller releases the batch; the partitions are
+// the Batcher's, valid until its next call. digests, if not nil, has
+// one entry per partition and gets every generated row added.
+func (b *Batcher) Partitioned(r Range, digests []Digest) (arrow.RecordBatch, []int32) {
+	n := int(r.Len())
+	if b.builder == nil {
+		b.builder = newBuilder(b.mem)
+	}
+	b.rows = slices.Grow(b.rows[:0], n)[:n]
+	b.part = slices.Grow(b.part[:0], n)[:n]
+	b.builder.reserve(n)
+	for i := range n {
+		row := &b.rows[i]
+		b.gen.Row(r.Lo+int64(i), row)
+		p := PartitionOf(row.OrderKey, b.partitions)
+		b.part[i] = int32(p)
+		if digests != nil {
+			digests[p].Add(row)
+		}
+		b.builder.append(row)
+	}
+	rec := b.builder.rb.NewRecordBatch()
+	b.builder.rows = 0
+	return rec, b.part
+}
+
 // Release frees the builder.
 func (b *Batcher) Release() {
 	if b.builder != nil {

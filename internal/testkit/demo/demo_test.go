@@ -309,3 +309,43 @@ func BenchmarkBatch(b *testing.B) {
 		}
 	}
 }
+
+// TestPartitioned: the whole batch holds the generated rows in order,
+// its vector gives each row its order key's partition, and the digests
+// are those of Batch's slices of the same rows.
+func TestPartitioned(t *testing.T) {
+	const parts = 16
+	mem := memory.NewCheckedAllocator(memory.DefaultAllocator)
+	defer mem.AssertSize(t, 0)
+	g := Generator{Seed: 3}
+	b, err := NewBatcher(g, parts, mem)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Release()
+	r := Range{100, 1100}
+	whole, sliced := make([]Digest, parts), make([]Digest, parts)
+	rec, vec := b.Partitioned(r, whole)
+	defer rec.Release()
+	if rec.NumRows() != r.Len() || len(vec) != int(r.Len()) {
+		t.Fatalf("%d rows and %d partitions for %d generated rows", rec.NumRows(), len(vec), r.Len())
+	}
+	keys := rec.Column(rec.Schema().FieldIndices(ColOrderKey)[0]).(*array.Int64)
+	var row Row
+	for i := range int(r.Len()) {
+		g.Row(r.Lo+int64(i), &row)
+		if keys.Value(i) != row.OrderKey || int(vec[i]) != PartitionOf(row.OrderKey, parts) {
+			t.Fatalf("row %d: order key %d in partition %d, generated %d, partition %d", i, keys.Value(i), vec[i], row.OrderKey, PartitionOf(row.OrderKey, parts))
+		}
+	}
+	b2, _ := NewBatcher(g, parts, mem)
+	defer b2.Release()
+	for _, p := range b2.Batch(r, sliced) {
+		p.Record.Release()
+	}
+	for p := range parts {
+		if whole[p] != sliced[p] {
+			t.Errorf("partition %d: digest %+v, Batch's %+v", p, whole[p], sliced[p])
+		}
+	}
+}

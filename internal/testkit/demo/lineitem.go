@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
+
+	"github.com/durashuffle/durashuffle/partition"
 )
 
 // Row is one lineitem row, as generated and as decoded back.
@@ -187,10 +189,11 @@ func comment(x *rng) string {
 	return string(b[:n])
 }
 
-// PartitionOf is the partition of an order key among partitions: a mixed
-// hash of the key, so consecutive keys spread evenly.
+// PartitionOf is the partition of an order key among partitions: package
+// partition's, so that a Writer's WriteKeyed by l_orderkey puts each row
+// where the demo expects it.
 func PartitionOf(orderKey int64, partitions int) int {
-	return int(mix64(uint64(orderKey)^0x5851F42D4C957F2D) % uint64(partitions))
+	return partition.OfInt64(orderKey, partitions)
 }
 
 // Range is a half-open range of row numbers.

@@ -88,7 +88,7 @@ var stageRules = []stageRule{
 	// An Arena is Accumulators in segments: its own copy is arena copy.
 	{stage: StageGather, prefixes: []string{accum}, notUnder: []string{arena}},
 	// Before ipc, which would take the frame package's validators.
-	{stage: StageValidate, prefixes: []string{chunkerPkg + "ValidateBatch", chunkerPkg + "validate", framePkg + "validate"}},
+	{stage: StageValidate, prefixes: []string{chunkerPkg + "validateBatch", chunkerPkg + "validate", framePkg + "validate"}},
 	// The rest of the frame package, but not the helpers an Accumulator
 	// copies with (growCol and the like), which are gather or arena copy.
 	{stage: StageIPC, prefixes: []string{"github.com/apache/arrow-go/v18/arrow/ipc.", framePkg}, notUnder: []string{arena, accum}},

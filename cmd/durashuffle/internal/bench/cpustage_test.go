@@ -105,7 +105,7 @@ func TestCPUByStage(t *testing.T) {
 		// The harness slicing its input: input.
 		{2, []string{"github.com/apache/arrow-go/v18/arrow/array.NewSlice", bench + "feedPool", bench + "writeWith.func1"}},
 		// Validation of a batch, arrow accessors below: validate.
-		{1, stack([]string{"github.com/apache/arrow-go/v18/arrow/array.(*String).ValueOffsets", chunker + "validateOffsets[...]", chunker + "validateColumn", chunker + "ValidateBatch"}, write)},
+		{1, stack([]string{"github.com/apache/arrow-go/v18/arrow/array.(*String).ValueOffsets", chunker + "validateOffsets[...]", chunker + "validateColumn", chunker + "validateBatch"}, write)},
 		// A spill file's write system call: spill io.
 		{1, []string{"syscall.Syscall", "internal/poll.(*FD).Write", "os.(*File).Write", lib + "/internal/spill.(*File).Append", chunker + "(*Writer).flushRun"}},
 	}

@@ -1,4 +1,4 @@
-package main
+package partition
 
 import (
 	"encoding/binary"
@@ -12,12 +12,10 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/array"
 	"github.com/apache/arrow-go/v18/arrow/decimal128"
 	"github.com/apache/arrow-go/v18/arrow/decimal256"
-
-	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 )
 
 // The partitioning key of a value is a 64-bit integer; its partition is
-// demo.PartitionOf(key, partitions). docs/partitioning.md states the
+// partitionOf(key, partitions). docs/partitioning.md states the
 // algorithm byte by byte and TestPartitionVectors pins it: changing any of
 // this moves rows of a stage written by an older durashuffle to other
 // partitions than a newer one's.
@@ -283,9 +281,18 @@ func intervalKey(months, days int32, nanos int64) uint64 {
 func bytesKey(b []byte) uint64  { return fnvBytes(fnvByte(fnvOffset, tagBytes), b) }
 func stringKey(s string) uint64 { return fnvString(fnvByte(fnvOffset, tagBytes), s) }
 
-// partitionOf is the partition of a key among partitions.
+// partitionOf is the partition of a key among partitions: SplitMix64's
+// finalizer of the key XOR a constant, modulo the count, so consecutive
+// integer keys spread evenly.
 func partitionOf(key uint64, partitions int) int {
-	return demo.PartitionOf(int64(key), partitions)
+	return int(mix64(key^0x5851F42D4C957F2D) % uint64(partitions))
+}
+
+// mix64 is SplitMix64's finalizer.
+func mix64(z uint64) uint64 {
+	z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+	z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+	return z ^ (z >> 31)
 }
 
 // noKeyError is a type that has no partitioning key: nested types

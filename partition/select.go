@@ -1,4 +1,4 @@
-package main
+package partition
 
 import (
 	"encoding/binary"

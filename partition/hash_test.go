@@ -1,7 +1,6 @@
-package main
+package partition
 
 import (
-	"context"
 	"encoding/base64"
 	"fmt"
 	"hash/fnv"
@@ -18,65 +17,18 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/float16"
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
-	"github.com/durashuffle/durashuffle/internal/testkit/demo"
+	"github.com/durashuffle/durashuffle/internal/testkit/columns"
 )
 
-// fromJSON builds an array of dt from a JSON list.
-func fromJSON(t testing.TB, dt arrow.DataType, js string) arrow.Array {
-	t.Helper()
-	a, _, err := array.FromJSON(memory.DefaultAllocator, dt, strings.NewReader(js))
-	if err != nil {
-		t.Fatalf("%s from %s: %v", dt, js, err)
-	}
-	t.Cleanup(a.Release)
-	return a
-}
-
-func jsonList(lits []string) string { return "[" + strings.Join(lits, ",") + "]" }
-
-// dictOf is lits as a dictionary<int32, dt> whose dictionary lists the
-// distinct values in reverse order of first use, so indices differ from
-// row numbers.
-func dictOf(t testing.TB, dt arrow.DataType, lits []string) arrow.Array {
-	t.Helper()
-	var distinct []string
-	for _, l := range lits {
-		if l != "null" && !slices.Contains(distinct, l) {
-			distinct = append(distinct, l)
-		}
-	}
-	slices.Reverse(distinct)
-	idx := make([]string, len(lits))
-	for i, l := range lits {
-		if l == "null" {
-			idx[i] = "null"
-		} else {
-			idx[i] = strconv.Itoa(slices.Index(distinct, l))
-		}
-	}
-	dict := fromJSON(t, dt, jsonList(distinct))
-	indices := fromJSON(t, arrow.PrimitiveTypes.Int32, jsonList(idx))
-	a := array.NewDictionaryArray(&arrow.DictionaryType{IndexType: arrow.PrimitiveTypes.Int32, ValueType: dt}, indices, dict)
-	t.Cleanup(a.Release)
-	return a
-}
-
-// reeOf is lits run-end encoded: equal neighbours are one run.
-func reeOf(t testing.TB, dt arrow.DataType, lits []string) arrow.Array {
-	t.Helper()
-	var vals, ends []string
-	for i, l := range lits {
-		if i > 0 && lits[i-1] == l {
-			ends[len(ends)-1] = strconv.Itoa(i + 1)
-			continue
-		}
-		vals = append(vals, l)
-		ends = append(ends, strconv.Itoa(i+1))
-	}
-	a := array.NewRunEndEncodedArray(fromJSON(t, arrow.PrimitiveTypes.Int32, jsonList(ends)), fromJSON(t, dt, jsonList(vals)), len(lits), 0)
-	t.Cleanup(a.Release)
-	return a
-}
+// The test kit's column builders, by their short names.
+var (
+	fromJSON     = columns.FromJSON
+	jsonList     = columns.JSONList
+	dictOf       = columns.DictOf
+	reeOf        = columns.REEOf
+	base64Of     = columns.Base64Of
+	carryColumns = columns.CarryColumns
+)
 
 func keysOf(t testing.TB, col arrow.Array) []uint64 {
 	t.Helper()
@@ -112,17 +64,6 @@ func scaled(m int64) func(string) string {
 		}
 		return strconv.FormatInt(v*m, 10)
 	}
-}
-
-func base64Of(s string) string {
-	if s == "null" {
-		return s
-	}
-	u, err := strconv.Unquote(s)
-	if err != nil {
-		panic(err)
-	}
-	return strconv.Quote(base64.StdEncoding.EncodeToString([]byte(u)))
 }
 
 // uuidBytes turns a quoted UUID into base64 of its 16 bytes.
@@ -270,8 +211,8 @@ func TestPartitionKeyEncodings(t *testing.T) {
 					cols["dictionary"] = dictOf(t, enc.dt, lits)
 				}
 				for form, col := range cols {
-					// The splitter takes the type before any batch.
-					if _, err := newSplitter(arrow.NewSchema([]arrow.Field{{Name: "k", Type: col.DataType(), Nullable: true}}, nil), "k", 4, memory.DefaultAllocator); err != nil {
+					// The type is taken before any batch.
+					if err := CheckKeyType(col.DataType()); err != nil {
 						t.Fatalf("%s %s: %v", form, col.DataType(), err)
 					}
 					got := keysOf(t, col)
@@ -463,264 +404,16 @@ func TestPartitionRefused(t *testing.T) {
 		schema := arrow.NewSchema([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "the key", Type: c.dt, Nullable: true}}, nil)
 		rec := array.NewRecordBatch(schema, []arrow.Array{id, col}, 2)
 		// Refused before any batch is read, and by the batch's column.
-		_, err := newSplitter(schema, "the key", 4, memory.DefaultAllocator)
-		want := "--partition-by the key: cannot partition by a column of type " + c.want
+		err := CheckKeyType(schema.Field(1).Type)
+		want := "cannot partition by a column of type " + c.want
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", c.dt, err, want)
 		}
-		err = columnKeys(rec.Column(1), make([]uint64, 2))
+		_, err = Assign(rec.Column(1), 4, nil)
 		rec.Release()
 		if want := "cannot partition by a column of type " + c.want; err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: error %v, want %q", c.dt, err, want)
 		}
-	}
-}
-
-// carryColumns are columns of every kind of type, n rows each: splitting
-// a batch must carry all of them, whether compute.Take has a kernel for
-// the type or not.
-func carryColumns(t testing.TB, n int) ([]arrow.Field, []arrow.Array) {
-	t.Helper()
-	lits := func(f func(i int) string) []string {
-		out := make([]string, n)
-		for i := range out {
-			out[i] = f(i)
-		}
-		return out
-	}
-	col := func(dt arrow.DataType, f func(i int) string) arrow.Array { return fromJSON(t, dt, jsonList(lits(f))) }
-	nullEvery := func(k int, f func(i int) string) func(i int) string {
-		return func(i int) string {
-			if i%k == k-1 {
-				return "null"
-			}
-			return f(i)
-		}
-	}
-	str := func(i int) string {
-		if i%4 == 0 {
-			return strconv.Quote(fmt.Sprintf("row %d, long enough not to be inlined in a view", i))
-		}
-		return strconv.Quote(fmt.Sprintf("r%d", i))
-	}
-	num := func(i int) string { return strconv.Itoa(i) }
-	dec := func(i int) string { return strconv.Quote(fmt.Sprintf("%d.%02d", i, i%100)) }
-	b64 := func(i int) string { return base64Of(str(i)) }
-	unionFields := []arrow.Field{{Name: "i", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, {Name: "s", Type: arrow.BinaryTypes.StringView, Nullable: true}}
-	sparse := arrow.SparseUnionOf(unionFields, []arrow.UnionTypeCode{3, 7})
-	dense := arrow.DenseUnionOf(unionFields, []arrow.UnionTypeCode{3, 7})
-	union := func(i int) string {
-		switch i % 3 {
-		case 0:
-			return "[3, " + num(i) + "]"
-		case 1:
-			return "[7, " + str(i) + "]"
-		}
-		return "[3, null]"
-	}
-	list := func(f func(i int) string) func(i int) string {
-		return func(i int) string {
-			if i%5 == 4 {
-				return "[]"
-			}
-			return "[" + f(i) + ", " + f(i+1) + "]"
-		}
-	}
-	var fields []arrow.Field
-	var cols []arrow.Array
-	add := func(name string, a arrow.Array) {
-		fields = append(fields, arrow.Field{Name: name, Type: a.DataType(), Nullable: true})
-		cols = append(cols, a)
-	}
-	add("string_view", col(arrow.BinaryTypes.StringView, nullEvery(7, str)))
-	add("binary_view", col(arrow.BinaryTypes.BinaryView, nullEvery(6, b64)))
-	add("large_string", col(arrow.BinaryTypes.LargeString, nullEvery(5, str)))
-	add("ree_int64", col(arrow.RunEndEncodedOf(arrow.PrimitiveTypes.Int32, arrow.PrimitiveTypes.Int64), func(i int) string { return num(i / 4) }))
-	add("ree_string_view", col(arrow.RunEndEncodedOf(arrow.PrimitiveTypes.Int16, arrow.BinaryTypes.StringView), nullEvery(9, func(i int) string { return str(i / 3) })))
-	add("list_view", col(arrow.ListViewOf(arrow.PrimitiveTypes.Int32), nullEvery(8, list(num))))
-	add("large_list_view", col(arrow.LargeListViewOf(arrow.BinaryTypes.String), list(str)))
-	add("sparse_union", col(sparse, union))
-	add("dense_union", col(dense, union))
-	add("dictionary", dictOf(t, arrow.BinaryTypes.StringView, lits(nullEvery(4, func(i int) string { return str(i % 6) }))))
-	add("uuid", col(extensions.NewUUIDType(), nullEvery(3, func(i int) string { return fmt.Sprintf(`"0190d9b4-7c3a-7f4e-9a55-%012x"`, i) })))
-	add("struct_of_union", col(arrow.StructOf(arrow.Field{Name: "a", Type: arrow.PrimitiveTypes.Int32, Nullable: true}, arrow.Field{Name: "u", Type: sparse, Nullable: true}),
-		nullEvery(10, func(i int) string { return `{"a": ` + num(i) + `, "u": ` + union(i) + `}` })))
-	add("list_of_union", col(arrow.ListOf(dense), nullEvery(7, list(union))))
-	add("fixed_list_of_union", col(arrow.FixedSizeListOf(2, sparse), func(i int) string { return "[" + union(i) + ", " + union(i+1) + "]" }))
-	add("list_of_string_view", col(arrow.ListOf(arrow.BinaryTypes.StringView), list(str)))
-	add("list_view_of_union", col(arrow.ListViewOf(dense), nullEvery(6, list(union))))
-	add("large_list_view_of_string_view", col(arrow.LargeListViewOf(arrow.BinaryTypes.StringView), nullEvery(4, list(str))))
-	add("ree_of_union", col(arrow.RunEndEncodedOf(arrow.PrimitiveTypes.Int64, sparse), func(i int) string { return union(i / 5) }))
-	add("map", col(arrow.MapOf(arrow.BinaryTypes.String, arrow.PrimitiveTypes.Int32), nullEvery(6, func(i int) string { return `[{"key": ` + str(i) + `, "value": ` + num(i) + `}]` })))
-	add("null", col(arrow.Null, func(int) string { return "null" }))
-	add("decimal32", col(&arrow.Decimal32Type{Precision: 9, Scale: 2}, nullEvery(5, dec)))
-	add("decimal64", col(&arrow.Decimal64Type{Precision: 18, Scale: 2}, dec))
-	add("decimal128", col(&arrow.Decimal128Type{Precision: 38, Scale: 2}, nullEvery(4, dec)))
-	add("decimal256", col(&arrow.Decimal256Type{Precision: 76, Scale: 2}, dec))
-	add("fixed_size_binary", col(&arrow.FixedSizeBinaryType{ByteWidth: 3}, func(i int) string { return base64Of(strconv.Quote(fmt.Sprintf("%03d", i%1000))) }))
-	add("month_day_nano", col(arrow.FixedWidthTypes.MonthDayNanoInterval, func(i int) string {
-		return fmt.Sprintf(`{"months": %d, "days": %d, "nanoseconds": %d}`, i, -i, i*1000)
-	}))
-	add("float16", col(arrow.FixedWidthTypes.Float16, nullEvery(3, num)))
-	add("timestamp", col(&arrow.TimestampType{Unit: arrow.Microsecond, TimeZone: "UTC"}, num))
-	return fields, cols
-}
-
-// splitAll splits rec into partitions and checks what every split must
-// hold: each input row in exactly one partition, in input order, with
-// every column's value; rows of equal keys together. It returns each
-// row's partition.
-func splitAll(t *testing.T, rec arrow.RecordBatch, key string, partitions int) []int {
-	t.Helper()
-	sp, err := newSplitter(rec.Schema(), key, partitions, memory.DefaultAllocator)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ps, recs, err := sp.split(context.Background(), rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		for _, r := range recs {
-			r.Release()
-		}
-	}()
-	idCol := rec.Schema().FieldIndices("id")[0]
-	ids := rec.Column(idCol).(*array.Int64)
-	row := map[int64]int{}
-	for i := range int(rec.NumRows()) {
-		row[ids.Value(i)] = i
-	}
-	part := make([]int, rec.NumRows())
-	for i := range part {
-		part[i] = -1
-	}
-	keys := keysOf(t, rec.Column(rec.Schema().FieldIndices(key)[0]))
-	for x, out := range recs {
-		p := ps[x]
-		if !out.Schema().Equal(rec.Schema()) {
-			t.Fatalf("partition %d: schema %s, want %s", p, out.Schema(), rec.Schema())
-		}
-		prev := -1
-		for j := range int(out.NumRows()) {
-			i, ok := row[out.Column(idCol).(*array.Int64).Value(j)]
-			if !ok || part[i] >= 0 || i <= prev {
-				t.Fatalf("partition %d row %d: input row %d (known %v, already in partition %d, after row %d)", p, j, i, ok, part[i], prev)
-			}
-			prev, part[i] = i, p
-			if want := partitionOf(keys[i], partitions); want != p {
-				t.Fatalf("input row %d with key %#x in partition %d, want %d", i, keys[i], p, want)
-			}
-			for c, in := range rec.Columns() {
-				got := out.Column(c)
-				if got.Len() != int(out.NumRows()) {
-					t.Fatalf("partition %d column %s: %d rows, want %d", p, rec.ColumnName(c), got.Len(), out.NumRows())
-				}
-				if !array.SliceEqual(in, int64(i), int64(i+1), got, int64(j), int64(j+1)) || in.ValueStr(i) != got.ValueStr(j) {
-					t.Fatalf("partition %d row %d column %s (%s): %s, input row %d has %s", p, j, rec.ColumnName(c), in.DataType(), got.ValueStr(j), i, in.ValueStr(i))
-				}
-			}
-		}
-	}
-	for i, p := range part {
-		if p < 0 {
-			t.Fatalf("input row %d in no partition", i)
-		}
-	}
-	// A partition's views hold its own rows' long values, not the batch's.
-	for x, out := range recs {
-		if len(recs) == 1 {
-			break // the batch itself
-		}
-		for c, col := range out.Columns() {
-			v, ok := col.(*array.StringView)
-			if !ok {
-				continue
-			}
-			long := 0
-			for j := range v.Len() {
-				if v.IsValid(j) && v.ValueLen(j) > arrow.ViewPrefixLen+4 {
-					long += v.ValueLen(j)
-				}
-			}
-			held := 0
-			for _, b := range v.Data().Buffers()[2:] {
-				held += b.Len()
-			}
-			if held > long {
-				t.Fatalf("partition %d column %s: %d bytes of view data buffers for %d bytes of its rows' long values", ps[x], out.ColumnName(c), held, long)
-			}
-		}
-	}
-	return part
-}
-
-// TestSplitCarriesEveryType splits batches holding every kind of column,
-// by keys of several encodings of the same values: the same rows go to
-// the same partitions, all columns carried.
-func TestSplitCarriesEveryType(t *testing.T) {
-	const n = 96
-	fields, cols := carryColumns(t, n)
-	ids := make([]string, n)
-	keyLits := make([]string, n)
-	names := []string{`"alpha"`, `"bravo"`, `"charlie"`, `"delta"`, `"echo"`, `"a name longer than twelve bytes"`}
-	for i := range n {
-		ids[i] = strconv.Itoa(n - i) // not the row number
-		keyLits[i] = names[(i/3)%len(names)]
-		if i%13 == 0 {
-			keyLits[i] = "null"
-		}
-	}
-	keyCols := map[string]arrow.Array{
-		"string":            fromJSON(t, arrow.BinaryTypes.String, jsonList(keyLits)),
-		"string_view":       fromJSON(t, arrow.BinaryTypes.StringView, jsonList(keyLits)),
-		"large_binary":      fromJSON(t, arrow.BinaryTypes.LargeBinary, jsonList(func() []string { return mapLits(keyLits, base64Of) }())),
-		"dictionary":        dictOf(t, arrow.BinaryTypes.String, keyLits),
-		"run-end encoded":   reeOf(t, arrow.BinaryTypes.StringView, keyLits),
-		"dictionary (view)": dictOf(t, arrow.BinaryTypes.BinaryView, mapLits(keyLits, base64Of)),
-	}
-	var want []int
-	var wantFrom string
-	for _, form := range slices.Sorted(func(yield func(string) bool) {
-		for k := range keyCols {
-			if !yield(k) {
-				return
-			}
-		}
-	}) {
-		t.Run(form, func(t *testing.T) {
-			fs := append([]arrow.Field{{Name: "id", Type: arrow.PrimitiveTypes.Int64}, {Name: "k", Type: keyCols[form].DataType(), Nullable: true}}, fields...)
-			cs := append([]arrow.Array{fromJSON(t, arrow.PrimitiveTypes.Int64, jsonList(ids)), keyCols[form]}, cols...)
-			rec := array.NewRecordBatch(arrow.NewSchema(fs, nil), cs, n)
-			defer rec.Release()
-			for _, parts := range []int{1, 3, 4, 2048} {
-				got := splitAll(t, rec, "k", parts)
-				if parts == 4 {
-					if want == nil {
-						want, wantFrom = got, form
-					} else if !slices.Equal(got, want) {
-						t.Fatalf("partitions of rows by %s keys: %v\nby %s keys: %v", form, got, wantFrom, want)
-					}
-				}
-			}
-			// A slice of the batch: offsets in every column.
-			sl := rec.NewSlice(5, n-7)
-			defer sl.Release()
-			got := splitAll(t, sl, "k", 4)
-			if !slices.Equal(got, want[5:n-7]) {
-				t.Fatalf("partitions of a slice's rows %v, want %v", got, want[5:n-7])
-			}
-		})
-	}
-	if want == nil {
-		t.Fatal("no split")
-	}
-	seen := map[int]bool{}
-	for _, p := range want {
-		seen[p] = true
-	}
-	if len(seen) < 3 {
-		t.Fatalf("rows in partitions %v of 4: the keys do not spread", seen)
 	}
 }
 
@@ -732,32 +425,36 @@ func mapLits(lits []string, f func(string) string) []string {
 	return out
 }
 
-// TestPartitionIntegersAsDemo: an integer key lands where the demo puts
-// it (demo.PartitionOf of l_orderkey), whatever its integer, float or
-// decimal type.
-func TestPartitionIntegersAsDemo(t *testing.T) {
+// TestPartitionIntegersAsOfInt64: an integer key lands where OfInt64
+// puts it (the partition of the demo's l_orderkey), whatever its
+// integer, float or decimal type.
+func TestPartitionIntegersAsOfInt64(t *testing.T) {
 	var lits []string
 	var want []int64
 	for i := int64(0); i < 4000; i += 7 {
-		k := demo.OrderKey(i)
+		k := i*i*7919 + i
 		lits = append(lits, strconv.FormatInt(k, 10))
 		want = append(want, k)
 	}
 	lits = append(lits, "-5", "0")
 	want = append(want, -5, 0)
 	for _, enc := range []encoding{
-		{arrow.PrimitiveTypes.Int64, nil}, {arrow.PrimitiveTypes.Int32, nil}, {arrow.PrimitiveTypes.Float64, nil},
+		{arrow.PrimitiveTypes.Int64, nil}, {arrow.PrimitiveTypes.Float64, nil},
 		{&arrow.Decimal128Type{Precision: 20, Scale: 2}, decimalLit}, {&arrow.Decimal64Type{Precision: 18, Scale: 0}, decimalLit},
 	} {
 		l := lits
 		if enc.lit != nil {
 			l = mapLits(lits, enc.lit)
 		}
-		keys := keysOf(t, fromJSON(t, enc.dt, jsonList(l)))
-		for i, k := range keys {
-			for _, p := range []int{1, 4, 16, 2048} {
-				if got, w := partitionOf(k, p), demo.PartitionOf(want[i], p); got != w {
-					t.Fatalf("%s %s: partition %d of %d, the demo's %d", enc.dt, l[i], got, p, w)
+		col := fromJSON(t, enc.dt, jsonList(l))
+		for _, p := range []int{1, 4, 16, 2048} {
+			got, err := Assign(col, p, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range got {
+				if w := OfInt64(want[i], p); int(got[i]) != w {
+					t.Fatalf("%s %s: partition %d of %d, OfInt64's %d", enc.dt, l[i], got[i], p, w)
 				}
 			}
 		}
