@@ -1,10 +1,10 @@
 # durashuffle: the README's commands.
 GO ?= go
-PKGS := ./... ./cmd/durashuffle/...
+PKGS := ./... ./cmd/durashuffle/... ./store/gcsstore/...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./internal/retry ./internal/frame
 
-.PHONY: run test test-endpoint vet build minio versitygw docs clean
+.PHONY: run test test-endpoint vet build minio versitygw fakegcs docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 ## Built without the bench (-tags bench), so that a first run downloads
@@ -15,7 +15,7 @@ run:
 ## test: every test, MinIO- and versitygw-backed ones included (both are
 ## built once, then cached); the race detector's run is -short (smaller
 ## wide stages).
-test: minio versitygw vet
+test: minio versitygw fakegcs vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
@@ -67,6 +67,11 @@ minio:
 ## versitygw: install the pinned versitygw gateway the tests start on loopback.
 versitygw:
 	@bash localstack/versitygw.sh install >/dev/null
+
+## fakegcs: install the pinned fake-gcs-server (a Google Cloud Storage
+## emulator) the GCS store's tests start on loopback.
+fakegcs:
+	@bash localstack/fake-gcs-server.sh install >/dev/null
 
 vet:
 	$(GO) vet $(PKGS)

@@ -113,8 +113,11 @@ func Diff(after, before map[string]int64) map[string]int64 {
 // putClassOps are the operations of a write path that S3 bills as
 // PUT-class requests (its tier of PUT, COPY, POST and LIST): an object
 // put, a multipart upload's create, each part and the complete. An abort
-// is free.
-var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload"}
+// is free. Google Cloud Storage's Class A writes are its JSON API's
+// objects.insert (an object or a part object) and objects.compose; its
+// deletes are free.
+var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
+	"objects.insert", "objects.compose"}
 
 // PutRequests is the PUT-class requests among ops (counts per operation,
 // as Requests returns them): what storing the bytes costs in requests.

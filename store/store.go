@@ -88,13 +88,15 @@ func IsTransient(err error) bool {
 // throttlingCodes are the service codes of a store asking its client to
 // slow down: S3's SlowDown, MinIO's SlowDownWrite and SlowDownRead
 // (without quorum), the AWS-wide Throttling, ThrottlingException and
-// RequestLimitExceeded, and the generic ServiceUnavailable and
-// TooManyRequests. One list: the store retries them, and the retry
+// RequestLimitExceeded, the generic ServiceUnavailable and
+// TooManyRequests, and Google Cloud Storage's 429 reasons
+// rateLimitExceeded and userRateLimitExceeded. One list: the store retries them, and the retry
 // layer counts them as throttling (the upload pool backs off on it).
 var throttlingCodes = map[string]bool{
 	"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true,
 	"Throttling": true, "ThrottlingException": true, "RequestLimitExceeded": true,
 	"ServiceUnavailable": true, "TooManyRequests": true,
+	"rateLimitExceeded": true, "userRateLimitExceeded": true,
 }
 
 // IsThrottlingCode says whether a service error code asks the client to
