@@ -2,16 +2,12 @@ package s3store
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"syscall"
 
 	"github.com/aws/smithy-go"
 
+	"github.com/durashuffle/durashuffle/internal/neterr"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -107,40 +103,4 @@ func retryable(status int, code string, err error) bool {
 }
 
 // retryableTransport classifies failures where no response arrived.
-func retryableTransport(err error) bool {
-	// A server that presents a certificate we reject, or a name that does
-	// not resolve, will do so again.
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var certInvalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &unknownCA), errors.As(err, &hostname),
-		errors.As(err, &certInvalid), errors.As(err, &verify):
-		return false
-	case errors.As(err, &dns) && dns.IsNotFound:
-		return false
-	}
-
-	var timeout interface{ Timeout() bool }
-	var opErr *net.OpError
-	var conn interface{ ConnectionError() bool }
-	switch {
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed):
-		return true
-	case errors.As(err, &timeout) && timeout.Timeout():
-		return true
-	case errors.As(err, &opErr):
-		// Dial, read or write on the socket failed: the server restarted,
-		// a proxy dropped us, a load balancer rotated.
-		return true
-	case errors.As(err, &conn) && conn.ConnectionError():
-		// smithyhttp.RequestSendError: the request never got a response.
-		return true
-	}
-	return false
-}
+func retryableTransport(err error) bool { return neterr.Retryable(err) }

@@ -2,18 +2,14 @@ package gcsstore
 
 import (
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"syscall"
 
 	"cloud.google.com/go/storage"
 	"google.golang.org/api/googleapi"
 
+	"github.com/durashuffle/durashuffle/internal/neterr"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -79,43 +75,11 @@ func retryable(status int, code string, err error) bool {
 	switch {
 	case status >= 200 && status < 300:
 		// The service said yes but its answer broke off on the way.
-		return retryableTransport(err)
+		return neterr.Retryable(err)
 	case status != 0:
 		// 408: the request timed out at the service. 501 will be just
 		// as unimplemented next time.
 		return status == http.StatusRequestTimeout || status == http.StatusTooManyRequests || (status >= 500 && status != http.StatusNotImplemented)
 	}
-	return retryableTransport(err)
-}
-
-// retryableTransport classifies failures where no response arrived: a
-// connection reset, refused, cut or timed out is worth another attempt;
-// a certificate or a name that will be refused again is not.
-func retryableTransport(err error) bool {
-	var unknownCA x509.UnknownAuthorityError
-	var hostname x509.HostnameError
-	var certInvalid x509.CertificateInvalidError
-	var verify *tls.CertificateVerificationError
-	var dns *net.DNSError
-	switch {
-	case errors.As(err, &unknownCA), errors.As(err, &hostname),
-		errors.As(err, &certInvalid), errors.As(err, &verify):
-		return false
-	case errors.As(err, &dns) && dns.IsNotFound:
-		return false
-	}
-	var timeout interface{ Timeout() bool }
-	var opErr *net.OpError
-	switch {
-	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED),
-		errors.Is(err, syscall.ECONNABORTED), errors.Is(err, syscall.EPIPE),
-		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),
-		errors.Is(err, net.ErrClosed):
-		return true
-	case errors.As(err, &timeout) && timeout.Timeout():
-		return true
-	case errors.As(err, &opErr):
-		return true
-	}
-	return false
+	return neterr.Retryable(err)
 }
