@@ -26,7 +26,7 @@ var importLayers = [][]string{
 	// Leaf utilities; flightclient, the sidecar's public client and wire
 	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.
-	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry"},
+	{"internal/safe", "internal/spill", "internal/memstore", "internal/neterr", "internal/testkit/demo", "flightclient", "internal/entry"},
 	{"store", "internal/hedge"},
 	// Utilities over a store, and the metrics (which observe the layers
 	// above through small interfaces of theirs, asserted by the root
