@@ -28,6 +28,10 @@ const (
 	// DefaultDeleteConcurrency is how many objects.delete requests Delete
 	// keeps in flight: the JSON API deletes one object per request.
 	DefaultDeleteConcurrency = 16
+	// PartsLifetimeDays is the age at which the lifecycle rule of a
+	// bucket EnsureBucket creates deletes part objects: far longer than
+	// any upload takes.
+	PartsLifetimeDays = 7
 )
 
 // Options configure a Store. Credentials are Google's application
@@ -136,7 +140,12 @@ func (s *Store) Close() error { return s.client.Close() }
 func (s *Store) Bucket() string { return s.name }
 
 // EnsureBucket creates the bucket (in Options.ProjectID) if it does not
-// exist. Idempotent and safe to race with other callers.
+// exist, with a lifecycle rule that deletes part objects (under
+// .durashuffle-parts/) PartsLifetimeDays after their creation: the
+// backstop for the parts of a writer killed before Complete or Abort,
+// which gc otherwise finds (ListUploads) and aborts. A bucket that exists
+// is left as it is; give it the same rule. Idempotent and safe to race
+// with other callers.
 func (s *Store) EnsureBucket(ctx context.Context) error {
 	_, err := s.bucket.Attrs(ctx)
 	if err == nil {
@@ -151,7 +160,10 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 		// create without one, which names the field.
 		project = "durashuffle"
 	}
-	err = s.bucket.Create(ctx, project, nil)
+	err = s.bucket.Create(ctx, project, &storage.BucketAttrs{Lifecycle: storage.Lifecycle{Rules: []storage.LifecycleRule{{
+		Action:    storage.LifecycleAction{Type: storage.DeleteAction},
+		Condition: storage.LifecycleCondition{AgeInDays: PartsLifetimeDays, MatchesPrefix: []string{partsRoot}},
+	}}}})
 	if err == nil {
 		return nil
 	}
