@@ -134,6 +134,46 @@ func TestComposeTree(t *testing.T) {
 	}
 }
 
+// TestCompositeChecked: a Complete whose parts' CRC32Cs do not combine
+// to the composite's is refused, not retryable, and leaves no object; the
+// upload can then be completed with the right parts.
+func TestCompositeChecked(t *testing.T) {
+	s, _ := newStore(t)
+	ctx := t.Context()
+	key := "stage/checked"
+	id, err := s.CreateMultipart(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bodies := [][]byte{[]byte("first part"), []byte("second part")}
+	parts := make([]store.Part, len(bodies))
+	for i, b := range bodies {
+		if parts[i], err = s.UploadPart(ctx, key, id, int32(i+1), store.BytesBody(b).WithCRC32C(store.CRC32C(b))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wrong := *parts[1].CRC32C ^ 1
+	tampered := []store.Part{parts[0], parts[1]}
+	tampered[1].CRC32C = &wrong
+	err = s.CompleteMultipart(ctx, key, id, tampered)
+	var se *store.Error
+	if !errors.As(err, &se) || se.Retryable {
+		t.Fatalf("Complete with a wrong part CRC32C = %v, want a non-retryable store.Error", err)
+	}
+	if rc, err := s.GetRange(ctx, key, 0, -1); !errors.Is(err, store.ErrNotFound) {
+		if err == nil {
+			rc.Close()
+		}
+		t.Errorf("object of the refused Complete: GetRange = %v, want ErrNotFound", err)
+	}
+	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
+		t.Fatalf("Complete with the parts as uploaded: %v", err)
+	}
+	if got := read(t, s, key); string(got) != "first partsecond part" {
+		t.Errorf("object = %q", got)
+	}
+}
+
 // TestRequestsPerGiB counts the requests a GiB written as an upload of
 // 8 MiB parts (128 parts) and of 64 MiB parts (16) costs, from uploads of
 // as many small parts: the count depends on the parts, not their size.

@@ -183,6 +183,10 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		return s.completed(ctx, key, size, want, fmt.Errorf("upload %s, %d parts: %w", uploadID, len(parts), err))
 	}
 	if err := checkComposite(attrs, size, want); err != nil {
+		// The service refuses such a compose itself when it checks the
+		// CRC32C sent; a service that did not is left as refused: the
+		// composite (that generation only) goes.
+		_ = s.bucket.Object(key).Generation(attrs.Generation).Delete(ctx)
 		return &store.Error{Op: op, Key: key, Status: http.StatusOK, Err: fmt.Errorf("upload %s, %d parts: %w", uploadID, len(parts), err)}
 	}
 	names := make([]string, 0, len(parts)+len(inter))
