@@ -143,8 +143,8 @@ func (s *Store) Bucket() string { return s.name }
 // exist, with a lifecycle rule that deletes part objects (under
 // .durashuffle-parts/) PartsLifetimeDays after their creation: the
 // backstop for the parts of a writer killed before Complete or Abort,
-// which gc otherwise finds (ListUploads) and aborts. A bucket that exists
-// is left as it is; give it the same rule. Idempotent and safe to race
+// which gc otherwise finds (ListUploads) and aborts; and with soft
+// delete off. A bucket that exists is left as it is; give it the same. Idempotent and safe to race
 // with other callers.
 func (s *Store) EnsureBucket(ctx context.Context) error {
 	_, err := s.bucket.Attrs(ctx)
@@ -160,10 +160,16 @@ func (s *Store) EnsureBucket(ctx context.Context) error {
 		// create without one, which names the field.
 		project = "durashuffle"
 	}
-	err = s.bucket.Create(ctx, project, &storage.BucketAttrs{Lifecycle: storage.Lifecycle{Rules: []storage.LifecycleRule{{
-		Action:    storage.LifecycleAction{Type: storage.DeleteAction},
-		Condition: storage.LifecycleCondition{AgeInDays: PartsLifetimeDays, MatchesPrefix: []string{partsRoot}},
-	}}}})
+	err = s.bucket.Create(ctx, project, &storage.BucketAttrs{
+		Lifecycle: storage.Lifecycle{Rules: []storage.LifecycleRule{{
+			Action:    storage.LifecycleAction{Type: storage.DeleteAction},
+			Condition: storage.LifecycleCondition{AgeInDays: PartsLifetimeDays, MatchesPrefix: []string{partsRoot}},
+		}}},
+		// No soft delete: shuffle data is deleted by design (each part
+		// object on Complete, each stage by gc), and the service's
+		// default would keep, and bill, every deleted byte for a week.
+		SoftDeletePolicy: &storage.SoftDeletePolicy{RetentionDuration: 0},
+	})
 	if err == nil {
 		return nil
 	}
