@@ -1,10 +1,10 @@
 # durashuffle: the README's commands.
 GO ?= go
-PKGS := ./... ./cmd/durashuffle/... ./store/azstore/...
+PKGS := ./... ./cmd/durashuffle/... ./store/azstore/... ./store/gcsstore/...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./internal/retry ./internal/frame
 
-.PHONY: run test test-endpoint vet build minio versitygw azurite docs clean
+.PHONY: run test test-endpoint vet build minio versitygw azurite fakegcs docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 ## Built without the bench (-tags bench), so that a first run downloads
@@ -15,7 +15,7 @@ run:
 ## test: every test, MinIO- and versitygw-backed ones included (both are
 ## built once, then cached); the race detector's run is -short (smaller
 ## wide stages).
-test: minio versitygw azurite vet
+test: minio versitygw azurite fakegcs vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
@@ -74,6 +74,11 @@ versitygw:
 ## azurite: install the pinned Azurite (npm) the Azure store's tests start on loopback.
 azurite:
 	@bash localstack/azurite.sh install >/dev/null
+
+## fakegcs: install the pinned fake-gcs-server (a Google Cloud Storage
+## emulator) the GCS store's tests start on loopback.
+fakegcs:
+	@bash localstack/fake-gcs-server.sh install >/dev/null
 
 vet:
 	$(GO) vet $(PKGS)

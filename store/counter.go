@@ -102,9 +102,11 @@ func Diff(after, before map[string]int64) map[string]int64 {
 // PUT-class requests (its tier of PUT, COPY, POST and LIST): an object
 // put, a multipart upload's create, each part and the complete. An abort
 // is free. Azure's are Put Blob, Put Block and Put Block List (write
-// operations in its billing).
+// operations in its billing); Google Cloud Storage's Class A writes are
+// its JSON API's objects.insert (an object or a part object) and
+// objects.compose (its deletes are free).
 var putClassOps = []string{"PutObject", "CreateMultipartUpload", "UploadPart", "CompleteMultipartUpload",
-	"PutBlob", "PutBlock", "PutBlockList"}
+	"PutBlob", "PutBlock", "PutBlockList", "objects.insert", "objects.compose"}
 
 // PutRequests is the PUT-class requests among ops (counts per operation,
 // as Requests returns them): what storing the bytes costs in requests.

@@ -89,15 +89,17 @@ func IsTransient(err error) bool {
 // slow down: S3's SlowDown, MinIO's SlowDownWrite and SlowDownRead
 // (without quorum), the AWS-wide Throttling, ThrottlingException and
 // RequestLimitExceeded, the generic ServiceUnavailable and
-// TooManyRequests, and Azure Storage's ServerBusy (503) and
+// TooManyRequests, Azure Storage's ServerBusy (503) and
 // OperationTimedOut (500), its answers to an account or partition over
-// its scalability targets. One list: the store retries them, and the
+// its scalability targets, and Google Cloud Storage's 429 reasons
+// rateLimitExceeded and userRateLimitExceeded. One list: the store retries them, and the
 // retry layer counts them as throttling (the upload pool backs off on it).
 var throttlingCodes = map[string]bool{
 	"SlowDown": true, "SlowDownWrite": true, "SlowDownRead": true,
 	"Throttling": true, "ThrottlingException": true, "RequestLimitExceeded": true,
 	"ServiceUnavailable": true, "TooManyRequests": true,
 	"ServerBusy": true, "OperationTimedOut": true,
+	"rateLimitExceeded": true, "userRateLimitExceeded": true,
 }
 
 // IsThrottlingCode says whether a service error code asks the client to

@@ -242,10 +242,12 @@ func Main(m *testing.M) {
 			}
 		}
 	}
-	if err := stopAzurite(); err != nil {
-		fmt.Fprintf(os.Stderr, "testenv: stop Azurite: %v\n", err)
-		if code == 0 {
-			code = 1
+	for name, stop := range map[string]func() error{"Azurite": stopAzurite, "fake-gcs-server": StopFakeGCS} {
+		if err := stop(); err != nil {
+			fmt.Fprintf(os.Stderr, "testenv: stop %s: %v\n", name, err)
+			if code == 0 {
+				code = 1
+			}
 		}
 	}
 	os.Exit(code)
