@@ -8,6 +8,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/store/azstore"
+	"github.com/durashuffle/durashuffle/store/gcsstore"
 )
 
 // Environment variables that carry a cloud store's secrets: never a key
@@ -65,6 +66,23 @@ func (a *app) cloudStore(ctx context.Context, cfg durashuffle.Config, counter *s
 		st, err := azstore.New(ctx, o)
 		if err != nil {
 			return nil, fmt.Errorf("store azure, container %s: %w", cfg.Store.Bucket, err)
+		}
+		return st, nil
+	case "gcs":
+		if cfg.Store.Bucket == "" {
+			return nil, fmt.Errorf("%w: bucket is not set; store gcs needs one", durashuffle.ErrInvalidConfig)
+		}
+		st, err := gcsstore.New(ctx, gcsstore.Options{
+			Bucket:           cfg.Store.Bucket,
+			ProjectID:        cfg.Store.GCSProject,
+			Endpoint:         cfg.Store.Endpoint,
+			Counter:          counter,
+			ConnectTimeout:   time.Duration(cfg.Store.ConnectTimeout),
+			FirstByteTimeout: time.Duration(cfg.Store.FirstByteTimeout),
+			MaxConns:         cfg.StoreConns(),
+		})
+		if err != nil {
+			return nil, fmt.Errorf("store gcs, bucket %s: %w", cfg.Store.Bucket, err)
 		}
 		return st, nil
 	}

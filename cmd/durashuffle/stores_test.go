@@ -13,6 +13,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/store/azstore"
+	"github.com/durashuffle/durashuffle/store/gcsstore"
 )
 
 // containers numbers the containers the tests make on Azurite.
@@ -39,52 +40,85 @@ func runOn(t *testing.T, env map[string]string, demoBucket string) []stepResult 
 	return out
 }
 
-// TestCommandsOnAzure runs every command a user runs on a stage (the
-// demo creating its container, writes, seal, reads in both orders,
-// inspect, ls, combine's plan, task and run, a read of the combined
-// stage, gc, delete-query) with store azure on Azurite, selected by the
-// environment alone as a user would. Each must end as it ends on S3 (the
-// embedded server): the same exit and the same output less times, sizes
-// and request counts. Afterwards no uncommitted blocks are left and
-// delete-query has left the container empty.
-func TestCommandsOnAzure(t *testing.T) {
-	s3 := testenv.Embedded(t)
-	want := runScenario(t, s3, faultproxy.Spec{}, map[string]string{})
+// onS3 is the scenario's outcome on S3 (the embedded server), which
+// every other store must match.
+func onS3(t *testing.T) []stepResult {
+	t.Helper()
+	want := runScenario(t, testenv.Embedded(t), faultproxy.Spec{}, map[string]string{})
 	if len(want) != len(scenario(t, "")) {
 		t.Fatalf("on S3, the scenario stopped after %d steps: %s", len(want), want[len(want)-1].stderr)
 	}
+	return want
+}
 
-	az := testenv.Azurite(t)
-	container := fmt.Sprintf("cmds-%d", containers.Add(1))
-	env := map[string]string{
-		"DURASHUFFLE_STORE":            "azure",
-		"DURASHUFFLE_AZURE_ACCOUNT":    az.Account,
-		"DURASHUFFLE_ENDPOINT":         az.URL,
-		"DURASHUFFLE_BUCKET":           container,
-		"DURASHUFFLE_RETRY_BASE_DELAY": "5ms", "DURASHUFFLE_MEMORY_LIMIT": "off",
-		envAzureKey: az.Key,
-	}
-	st, err := azstore.New(context.Background(), azstore.Options{AccountName: az.Account, AccountKey: az.Key, Endpoint: az.URL, Container: container})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := st.EnsureBucket(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	got := runOn(t, env, container+"-d")
+// sameAsS3 runs the scenario with env on the store it selects and fails
+// t for every step that does not end as it ended on S3 (want).
+func sameAsS3(t *testing.T, want []stepResult, env map[string]string, demoBucket, store string) {
+	t.Helper()
+	env["DURASHUFFLE_RETRY_BASE_DELAY"], env["DURASHUFFLE_MEMORY_LIMIT"] = "5ms", "off"
+	got := runOn(t, env, demoBucket)
 	steps := scenario(t, "")
 	for i, r := range got {
 		if r.code != 0 {
-			t.Fatalf("%s on Azure: exit %d\n%s", steps[i].name, r.code, r.stderr)
+			t.Fatalf("%s on %s: exit %d\n%s", steps[i].name, store, r.code, r.stderr)
 		}
 		if r.outcome != want[i].outcome {
-			t.Errorf("%s on Azure:\n%s\non S3:\n%s", steps[i].name, r.outcome, want[i].outcome)
+			t.Errorf("%s on %s:\n%s\non S3:\n%s", steps[i].name, store, r.outcome, want[i].outcome)
 		}
 	}
 	if len(got) != len(steps) {
-		t.Fatalf("on Azure the scenario stopped after %d of %d steps", len(got), len(steps))
+		t.Fatalf("on %s the scenario stopped after %d of %d steps", store, len(got), len(steps))
 	}
-	assertEmpty(t, st, "container "+container)
+}
+
+// TestCommandsOnEveryStore runs every command a user runs on a stage
+// (the demo creating its bucket, writes, seal, reads in both orders,
+// inspect, ls, combine's plan, task and run, a read of the combined
+// stage, gc, delete-query) on Azure Blob Storage (Azurite) and Google
+// Cloud Storage (fake-gcs-server), each selected by the environment
+// alone as a user would. Each command must end as it ends on S3 (the
+// embedded server): the same exit and the same output less times, sizes
+// and request counts. Afterwards no upload is left open and
+// delete-query has left the container or bucket empty.
+func TestCommandsOnEveryStore(t *testing.T) {
+	want := onS3(t)
+	ctx := context.Background()
+	t.Run("azure", func(t *testing.T) {
+		az := testenv.Azurite(t)
+		container := fmt.Sprintf("cmds-%d", containers.Add(1))
+		st, err := azstore.New(ctx, azstore.Options{AccountName: az.Account, AccountKey: az.Key, Endpoint: az.URL, Container: container})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EnsureBucket(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sameAsS3(t, want, map[string]string{
+			"DURASHUFFLE_STORE":         "azure",
+			"DURASHUFFLE_AZURE_ACCOUNT": az.Account,
+			"DURASHUFFLE_ENDPOINT":      az.URL,
+			"DURASHUFFLE_BUCKET":        container,
+			envAzureKey:                 az.Key,
+		}, container+"-d", "Azure")
+		assertEmpty(t, st, "container "+container)
+	})
+	t.Run("gcs", func(t *testing.T) {
+		url := testenv.FakeGCS(t)
+		bucket := fmt.Sprintf("cmds-%d", containers.Add(1))
+		st, err := gcsstore.New(ctx, gcsstore.Options{Endpoint: url, Bucket: bucket})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.EnsureBucket(ctx); err != nil {
+			t.Fatal(err)
+		}
+		sameAsS3(t, want, map[string]string{
+			"DURASHUFFLE_STORE":    "gcs",
+			"DURASHUFFLE_ENDPOINT": url,
+			"DURASHUFFLE_BUCKET":   bucket,
+		}, bucket+"-d", "GCS")
+		assertEmpty(t, st, "bucket "+bucket)
+	})
 }
 
 // assertEmpty fails t for every object and open upload left in st.
