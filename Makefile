@@ -20,11 +20,12 @@ test: minio versitygw azurite fakegcs vet
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
 ## soak: the fault matrices with 20 seeded runs each (make test runs 3 of
-## the data path's and 1 per fault of the commands' and the sidecar's).
+## the data path's and 1 per fault of the commands' on every store and the
+## sidecar's).
 .PHONY: soak
-soak: minio
+soak: minio azurite fakegcs
 	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestFaultMatrix$$' -v ./internal/testkit/faulttest
-	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^(TestCommandFaults|TestCommandGivesUp)$$' -v ./cmd/durashuffle
+	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^(TestCommandFaults|TestCommandGivesUp|TestCommandFaultsOnEveryStore)$$' -v ./cmd/durashuffle
 	DURASHUFFLE_SOAK_RUNS=20 $(GO) test -count=1 -timeout 30m -run '^TestSidecarFaults$$' -v ./sidecar
 
 ## test-endpoint: the store contract suite and the end-to-end suites against

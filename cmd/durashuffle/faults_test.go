@@ -131,29 +131,44 @@ func runScenarioFrom(t *testing.T, ep testenv.Endpoint, from int, spec faultprox
 	if err != nil {
 		t.Fatal(err)
 	}
+	tr := ep.Transport(t)
+	t.Cleanup(tr.CloseIdleConnections)
+	audit := testenv.NewRetryAudit(tr)
+	env = maps.Clone(env)
+	for k, v := range map[string]string{"ENDPOINT": p.URL(), "PATH_STYLE": "true", "REGION": "us-east-1", "BUCKET": ep.Bucket} {
+		if _, ok := env["DURASHUFFLE_"+k]; !ok {
+			env["DURASHUFFLE_"+k] = v
+		}
+	}
+	opts := []durashuffle.Option{durashuffle.WithHTTPClient(audit.Client())}
+	if ep.AccessKeyID != "" {
+		opts = append(opts, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider(ep.AccessKeyID, ep.SecretAccessKey, "")))
+	}
+	return runSteps(t, p, audit, from, spec, env, ep.Bucket+"-d", func(a *app) { a.clientOptions = opts })
+}
+
+// runSteps runs the scenario's steps in this process through the fault
+// proxy p (closed at the end of the test), spec on every step from step
+// from, each client's requests audited by audit, with the environment env
+// (quick retries and no memory limit added); with, if set, completes the
+// app of each step. It stops at the first step that fails.
+func runSteps(t *testing.T, p *faultproxy.Proxy, audit *testenv.RetryAudit, from int, spec faultproxy.Spec, env map[string]string, demoBucket string, with func(*app)) []stepResult {
+	t.Helper()
 	t.Cleanup(func() {
 		if err := p.Close(); err != nil {
 			t.Errorf("close fault proxy: %v", err)
 		}
 	})
-	tr := ep.Transport(t)
-	t.Cleanup(tr.CloseIdleConnections)
-	audit := testenv.NewRetryAudit(tr)
-	counter := &store.Counter{}
 	env = maps.Clone(env)
-	for k, v := range map[string]string{"ENDPOINT": p.URL(), "PATH_STYLE": "true", "REGION": "us-east-1", "BUCKET": ep.Bucket,
-		"RETRY_BASE_DELAY": "5ms", "RETRY_MAX_DELAY": "50ms", "MEMORY_LIMIT": "off"} {
+	for k, v := range map[string]string{"RETRY_BASE_DELAY": "5ms", "RETRY_MAX_DELAY": "50ms", "MEMORY_LIMIT": "off"} {
 		if _, ok := env["DURASHUFFLE_"+k]; !ok {
 			env["DURASHUFFLE_"+k] = v
 		}
 	}
 	getenv := func(k string) string { return env[k] }
-	opts := []durashuffle.Option{durashuffle.WithHTTPClient(audit.Client()), durashuffle.WithCounter(counter)}
-	if ep.AccessKeyID != "" {
-		opts = append(opts, durashuffle.WithCredentials(credentials.NewStaticCredentialsProvider(ep.AccessKeyID, ep.SecretAccessKey, "")))
-	}
+	counter := &store.Counter{}
 	var out []stepResult
-	for i, s := range scenario(t, ep.Bucket+"-d") {
+	for i, s := range scenario(t, demoBucket) {
 		args := append(slices.Clone(s.args), "--log-level", "warn")
 		audit.Reset()
 		sp := spec
@@ -165,8 +180,10 @@ func runScenarioFrom(t *testing.T, ep testenv.Endpoint, from int, spec faultprox
 		}
 		retriesBefore, faultsBefore := counter.Retries(), p.Stats()
 		var so, se bytes.Buffer
-		a := &app{stdin: bytes.NewReader(s.stdin), stdout: &so, stderr: &se, getenv: getenv,
-			clientOptions: opts}
+		a := &app{stdin: bytes.NewReader(s.stdin), stdout: &so, stderr: &se, getenv: getenv, counter: counter}
+		if with != nil {
+			with(a)
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		code := a.run(ctx, args)
 		cancel()

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // Exit codes.
@@ -49,6 +51,12 @@ type app struct {
 	// clientOptions are added to those of every client the commands
 	// open: in-process tests pass an HTTP client that audits requests.
 	clientOptions []durashuffle.Option
+	// transport, if set, carries a cloud store's requests (store azure
+	// or gcs), as clientOptions' HTTP client carries S3's; counter, if
+	// set, counts every client's requests and retries. In-process tests
+	// set both.
+	transport http.RoundTripper
+	counter   *store.Counter
 }
 
 // usageError marks a mistake in the command line: exit code 2.

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/durashuffle/durashuffle"
@@ -26,6 +27,9 @@ const (
 // (their requests counted in counter, a new one when nil).
 func (a *app) openClient(ctx context.Context, cfg durashuffle.Config, counter *store.Counter, opts ...durashuffle.Option) (*durashuffle.Client, error) {
 	opts = append(opts, a.clientOptions...)
+	if counter == nil {
+		counter = a.counter
+	}
 	if counter == nil {
 		counter = &store.Counter{}
 	}
@@ -57,6 +61,9 @@ func (a *app) cloudStore(ctx context.Context, cfg durashuffle.Config, counter *s
 			FirstByteTimeout: time.Duration(cfg.Store.FirstByteTimeout),
 			MaxConns:         cfg.StoreConns(),
 		}
+		if a.transport != nil {
+			o.HTTPClient = &http.Client{Transport: a.transport}
+		}
 		if o.ConnectionString == "" {
 			if o.AccountName == "" && o.Endpoint == "" {
 				return nil, fmt.Errorf("%w: azure_account is not set; store azure needs the storage account (or %s)", durashuffle.ErrInvalidConfig, envAzureConnectionString)
@@ -80,6 +87,7 @@ func (a *app) cloudStore(ctx context.Context, cfg durashuffle.Config, counter *s
 			ConnectTimeout:   time.Duration(cfg.Store.ConnectTimeout),
 			FirstByteTimeout: time.Duration(cfg.Store.FirstByteTimeout),
 			MaxConns:         cfg.StoreConns(),
+			HTTPTransport:    a.transport,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("store gcs, bucket %s: %w", cfg.Store.Bucket, err)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
+	"net/http"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -121,8 +123,128 @@ func TestCommandsOnEveryStore(t *testing.T) {
 	})
 }
 
-// assertEmpty fails t for every object and open upload left in st.
+// assertEmpty fails t for every upload left open in st and for any
+// object left.
 func assertEmpty(t *testing.T, st store.Store, what string) {
+	t.Helper()
+	if n := objectsLeft(t, st); n != 0 {
+		t.Errorf("%s holds %d objects after delete-query", what, n)
+	}
+}
+
+// cloudTarget is a cloud store's emulator that the scenario reaches
+// through a fault proxy.
+type cloudTarget struct {
+	name string
+	// upstream is the emulator's URL; account, the path under it of
+	// the account (Azure's) or empty.
+	upstream, account string
+	// env selects the store and its credentials (not the endpoint or the
+	// bucket).
+	env map[string]string
+	// open returns the store on bucket, for making and checking it.
+	open func(t *testing.T, bucket string) store.Store
+}
+
+// cloudTargets are the emulators the tests start, one per cloud store.
+func cloudTargets(t *testing.T) []cloudTarget {
+	az := testenv.Azurite(t)
+	gcs := testenv.FakeGCS(t)
+	return []cloudTarget{
+		{name: "azure", upstream: strings.TrimSuffix(az.URL, "/"+az.Account), account: "/" + az.Account,
+			env: map[string]string{"DURASHUFFLE_STORE": "azure", "DURASHUFFLE_AZURE_ACCOUNT": az.Account, envAzureKey: az.Key},
+			open: func(t *testing.T, bucket string) store.Store {
+				st, err := azstore.New(context.Background(), azstore.Options{AccountName: az.Account, AccountKey: az.Key, Endpoint: az.URL, Container: bucket})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}},
+		{name: "gcs", upstream: gcs,
+			env: map[string]string{"DURASHUFFLE_STORE": "gcs"},
+			open: func(t *testing.T, bucket string) store.Store {
+				st, err := gcsstore.New(context.Background(), gcsstore.Options{Endpoint: gcs, Bucket: bucket})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return st
+			}},
+	}
+}
+
+// runCloud runs the scenario on a new bucket of tg through a fault proxy
+// with spec, every request audited (none may go around the retry
+// layer); it returns what each step did and the bucket's store.
+func runCloud(t *testing.T, tg cloudTarget, spec faultproxy.Spec) ([]stepResult, store.Store) {
+	t.Helper()
+	bucket := fmt.Sprintf("faults-%d", containers.Add(1))
+	st := tg.open(t, bucket)
+	if err := st.(store.BucketMaker).EnsureBucket(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultproxy.Start(tg.upstream, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	t.Cleanup(tr.CloseIdleConnections)
+	audit := testenv.NewRetryAudit(tr)
+	env := maps.Clone(tg.env)
+	env["DURASHUFFLE_ENDPOINT"], env["DURASHUFFLE_BUCKET"] = p.URL()+tg.account, bucket
+	got := runSteps(t, p, audit, 0, spec, env, bucket+"-d", func(a *app) { a.transport = audit })
+	return got, st
+}
+
+// TestCommandFaultsOnEveryStore is the command-level fault matrix on the
+// cloud stores' emulators: every command of the scenario through a fault
+// proxy whose fault (reset, cut body, 500, SlowDown) meets the first
+// request of each operation, and 5% of the others by the seed. Each
+// command must end as on a clean network (same exit, same output less
+// times and counts), the bucket must hold the same number of objects and
+// no open upload, and every request must go through the retry layer.
+func TestCommandFaultsOnEveryStore(t *testing.T) {
+	runs := testenv.SoakRuns(t, 1)
+	for _, tg := range cloudTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			want, st := runCloud(t, tg, faultproxy.Spec{})
+			steps := scenario(t, "")
+			if len(want) != len(steps) {
+				t.Fatalf("clean run stopped after %d steps: %s", len(want), want[len(want)-1].stderr)
+			}
+			wantObjects := objectsLeft(t, st)
+			for _, f := range commandFaults {
+				for seed := 1; seed <= runs; seed++ {
+					t.Run(fmt.Sprintf("%s/seed=%d", f, seed), func(t *testing.T) {
+						got, st := runCloud(t, tg, faultproxy.Only(f, matrixRate, uint64(seed)))
+						var injected, retried int64
+						for i, r := range got {
+							if r.code != 0 {
+								t.Errorf("%s: exit %d under first=%s\n%s", steps[i].name, r.code, f, r.stderr)
+								continue
+							}
+							if r.outcome != want[i].outcome {
+								t.Errorf("%s under first=%s:\n%s\nclean:\n%s", steps[i].name, f, r.outcome, want[i].outcome)
+							}
+							injected += sum(r.injected)
+							retried += sum(r.retried)
+						}
+						if injected == 0 || retried == 0 {
+							t.Errorf("first=%s: %d faults injected, %d requests retried: the matrix proved nothing", f, injected, retried)
+						}
+						if n := objectsLeft(t, st); n != wantObjects {
+							t.Errorf("first=%s: the bucket holds %d objects, %d after the clean run", f, n, wantObjects)
+						}
+						t.Logf("first=%s: %d faults (%s), %d retried", f, injected, testenv.FormatCounts(sumOps(got, true)), retried)
+					})
+				}
+			}
+		})
+	}
+}
+
+// objectsLeft fails t for every upload left open in st and returns the
+// number of objects it holds.
+func objectsLeft(t *testing.T, st store.Store) int {
 	t.Helper()
 	ctx := context.Background()
 	ups, err := st.ListUploads(ctx, "")
@@ -130,17 +252,27 @@ func assertEmpty(t *testing.T, st store.Store, what string) {
 		t.Fatal(err)
 	}
 	for _, u := range ups {
-		t.Errorf("%s: upload left open: %s (%s)", what, u.Key, u.UploadID)
+		t.Errorf("upload left open: %s (%s)", u.Key, u.UploadID)
 	}
 	objs, _, err := st.List(ctx, "", "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	var keys []string
-	for _, o := range objs {
-		keys = append(keys, o.Key)
+	return len(objs)
+}
+
+// sumOps adds the steps' faults injected (or requests retried) by
+// operation.
+func sumOps(steps []stepResult, injected bool) map[string]int64 {
+	out := map[string]int64{}
+	for _, r := range steps {
+		m := r.retried
+		if injected {
+			m = r.injected
+		}
+		for k, v := range m {
+			out[k] += v
+		}
 	}
-	if len(keys) > 0 {
-		t.Errorf("%s holds %d objects after delete-query: %s", what, len(keys), strings.Join(keys, ", "))
-	}
+	return out
 }
