@@ -13,7 +13,7 @@ import (
 // reads untrusted flatbuffers and bodies, so any input must end in
 // messages or an error, never a panic.
 func FuzzNativeMessages(f *testing.F) {
-	seeds, err := filepath.Glob("../cmd/durashuffle/testdata/bigendian/*.stream")
+	seeds, err := filepath.Glob("../../cmd/durashuffle/testdata/bigendian/*.stream")
 	if err != nil || len(seeds) == 0 {
 		f.Fatalf("no big-endian seed streams: %v", err)
 	}

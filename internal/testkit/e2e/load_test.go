@@ -78,7 +78,10 @@ func (h *heapSampler) Stop() uint64 {
 func TestLoadSixteenWritersBoundedMemory(t *testing.T) {
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
-	cfg := testConfig()
+	// Spill off: runs go to the pool's chunk buffers as they flush,
+	// which is what the bound holds (a spilled writer's object is
+	// uploaded from its file at Commit and takes no chunk buffer).
+	cfg := uploadingConfig()
 	cfg.Write.ChunkSize = 5 * durashuffle.MiB
 	cfg.Write.UploadConcurrency = 4
 	cfg.Write.MaxBufferedChunks = 8
