@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"cloud.google.com/go/storage"
@@ -319,16 +320,29 @@ func (s *Store) List(ctx context.Context, prefix, delimiter string) ([]store.Obj
 // Options.DeleteConcurrency at once. Keys that do not exist are not
 // errors; the first failure stops the rest and is returned.
 func (s *Store) Delete(ctx context.Context, keys ...string) error {
-	g, gctx := errgroup.WithContext(ctx)
+	// Every key is tried even when another fails, as S3's DeleteObjects
+	// answers per key: a retry of the call then finds the deleted ones
+	// gone (not an error) and has only the failed ones left to delete.
+	var g errgroup.Group
 	g.SetLimit(s.deletes)
+	var mu sync.Mutex
+	var errs []error
 	for _, key := range keys {
-		if gctx.Err() != nil {
+		if ctx.Err() != nil {
 			break
 		}
-		g.Go(func() error { return s.deleteObject(gctx, key) })
+		g.Go(func() error {
+			if err := s.deleteObject(ctx, key); err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+			return nil
+		})
 	}
-	if err := g.Wait(); err != nil {
-		return err
+	g.Wait()
+	if len(errs) > 0 {
+		return fmt.Errorf("delete %d of %d objects: %w", len(errs), len(keys), errors.Join(errs...))
 	}
 	return classify("objects.delete", "", ctx.Err())
 }
