@@ -293,12 +293,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		panic(http.ErrAbortHandler)
 	}
 	switch d.fault {
-	case FaultSlowDown, FaultThrottle:
+	case FaultSlowDown, FaultThrottle, FaultInternal:
 		drain(r)
-		writeError(w, r, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.", d.id)
-	case FaultInternal:
-		drain(r)
-		writeError(w, r, http.StatusInternalServerError, "InternalError", "We encountered an internal error. Please try again.", d.id)
+		writeError(w, r, d.fault, d.id)
 	case FaultReset:
 		reset(w, r, d.frac)
 	default: // forwarded, and cut short if d.fault is FaultTruncate
@@ -327,16 +324,51 @@ func drain(r *http.Request) {
 	_, _ = io.Copy(io.Discard, r.Body)
 }
 
-// writeError answers like S3 does: an XML error document.
-func writeError(w http.ResponseWriter, r *http.Request, status int, code, msg, id string) {
+// writeError answers a refused request in the words of the service it
+// speaks: S3's XML error document (503 SlowDown, 500 InternalError),
+// Azure's (503 ServerBusy, 500 OperationTimedOut, with x-ms-error-code)
+// or the JSON API's error object (429 rateLimitExceeded, 503
+// backendError).
+func writeError(w http.ResponseWriter, r *http.Request, f Fault, id string) {
+	busy := f != FaultInternal
 	h := w.Header()
-	h.Set("Content-Type", "application/xml")
-	h.Set("X-Amz-Request-Id", id)
+	var status int
 	var b strings.Builder
-	b.WriteString(xml.Header)
-	b.WriteString("<Error><Code>" + code + "</Code><Message>" + msg + "</Message><Resource>")
-	_ = xml.EscapeText(&b, []byte(r.URL.Path))
-	b.WriteString("</Resource><RequestId>" + id + "</RequestId></Error>")
+	switch ServiceOf(r) {
+	case ServiceAzure:
+		code, msg := "OperationTimedOut", "Operation could not be completed within the specified time."
+		status = http.StatusInternalServerError
+		if busy {
+			code, msg, status = "ServerBusy", "The server is busy.", http.StatusServiceUnavailable
+		}
+		h.Set("Content-Type", "application/xml")
+		h.Set("X-Ms-Request-Id", id)
+		h.Set("X-Ms-Error-Code", code)
+		b.WriteString(`<?xml version="1.0" encoding="utf-8"?>`)
+		b.WriteString("<Error><Code>" + code + "</Code><Message>" + msg + "\nRequestId:" + id + "\nTime:" +
+			time.Now().UTC().Format("2006-01-02T15:04:05.0000000Z") + "</Message></Error>")
+	case ServiceGCS:
+		reason, domain, msg := "backendError", "global", "Backend Error"
+		status = http.StatusServiceUnavailable
+		if busy {
+			reason, domain, msg, status = "rateLimitExceeded", "usageLimits", "The rate of requests exceeds the rate limit. Please reduce your request rate.", http.StatusTooManyRequests
+		}
+		h.Set("Content-Type", "application/json; charset=UTF-8")
+		h.Set("X-Guploader-Uploadid", id)
+		fmt.Fprintf(&b, `{"error":{"code":%d,"message":%q,"errors":[{"message":%q,"domain":%q,"reason":%q}]}}`, status, msg, msg, domain, reason)
+	default:
+		code, msg := "InternalError", "We encountered an internal error. Please try again."
+		status = http.StatusInternalServerError
+		if busy {
+			code, msg, status = "SlowDown", "Please reduce your request rate.", http.StatusServiceUnavailable
+		}
+		h.Set("Content-Type", "application/xml")
+		h.Set("X-Amz-Request-Id", id)
+		b.WriteString(xml.Header)
+		b.WriteString("<Error><Code>" + code + "</Code><Message>" + msg + "</Message><Resource>")
+		_ = xml.EscapeText(&b, []byte(r.URL.Path))
+		b.WriteString("</Resource><RequestId>" + id + "</RequestId></Error>")
+	}
 	h.Set("Content-Length", strconv.Itoa(b.Len()))
 	w.WriteHeader(status)
 	if r.Method != http.MethodHead {

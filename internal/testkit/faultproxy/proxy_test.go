@@ -476,7 +476,7 @@ func TestParseSpec(t *testing.T) {
 		{name: "last wins", in: "seed=1,seed=2", want: Spec{Seed: 2}},
 		{name: "some operations", in: "truncate=1,ops=CreateMultipartUpload+CompleteMultipartUpload",
 			want: Spec{Truncate: 1, Ops: []string{"CreateMultipartUpload", "CompleteMultipartUpload"}}},
-		{name: "empty operation", in: "ops=UploadPart+", err: "ops must name S3 operations"},
+		{name: "empty operation", in: "ops=UploadPart+", err: "ops must name operations"},
 		{name: "unknown key", in: "slowdwn=0.1", err: `unknown key "slowdwn"`},
 		{name: "not a pair", in: "slowdown", err: `"slowdown" is not key=value`},
 		{name: "rate above 1", in: "reset=1.5", err: "reset must be a probability between 0 and 1"},
@@ -589,5 +589,92 @@ func TestFirstOfEachOperation(t *testing.T) {
 	}
 	if s, err := ParseSpec("first=reset,seed=3"); err != nil || s.First != FaultReset || s.String() != "first=reset,seed=3" {
 		t.Errorf("first=reset: %+v %v", s, err)
+	}
+}
+
+// TestOperationAzureAndGCS: requests of Azure's Blob service (they carry
+// x-ms-version) and of GCS's JSON API (their paths) are named in their
+// own service's words, as azstore and gcsstore count them.
+func TestOperationAzureAndGCS(t *testing.T) {
+	for _, tc := range []struct {
+		method, target string
+		azure          bool
+		want           string
+	}{
+		{"PUT", "/acct/c?restype=container", true, "CreateContainer"},
+		{"GET", "/acct/c?restype=container&comp=list&prefix=q", true, "ListBlobs"},
+		{"POST", "/acct/c?restype=container&comp=batch", true, "BlobBatch"},
+		{"PUT", "/acct/c/q/k?comp=block&blockid=AAA", true, "PutBlock"},
+		{"PUT", "/acct/c/q/k?comp=blocklist", true, "PutBlockList"},
+		{"GET", "/acct/c/q/k?comp=blocklist&blocklisttype=uncommitted", true, "GetBlockList"},
+		{"PUT", "/acct/c/q/k", true, "PutBlob"},
+		{"GET", "/acct/c/q/k", true, "GetBlob"},
+		{"HEAD", "/acct/c/q/k", true, "GetBlobProperties"},
+		{"DELETE", "/acct/c/q/k", true, "DeleteBlob"},
+		{"POST", "/upload/storage/v1/b/bk/o?uploadType=multipart", false, "objects.insert"},
+		{"POST", "/storage/v1/b/bk/o/q%2Fk/compose", false, "objects.compose"},
+		{"GET", "/storage/v1/b/bk/o/q%2Fk?alt=media", false, "objects.get"},
+		{"GET", "/storage/v1/b/bk/o?prefix=q", false, "objects.list"},
+		{"DELETE", "/storage/v1/b/bk/o/q%2Fk", false, "objects.delete"},
+		{"GET", "/storage/v1/b/bk", false, "buckets.get"},
+		{"POST", "/storage/v1/b?project=p", false, "buckets.insert"},
+	} {
+		r := httptest.NewRequest(tc.method, tc.target, nil)
+		want := ServiceGCS
+		if tc.azure {
+			r.Header.Set("x-ms-version", "2025-01-05")
+			want = ServiceAzure
+		}
+		if got := ServiceOf(r); got != want {
+			t.Errorf("%s %s: service %s, want %s", tc.method, tc.target, got, want)
+		}
+		if got := Operation(r); got != tc.want {
+			t.Errorf("%s %s: %s, want %s", tc.method, tc.target, got, tc.want)
+		}
+	}
+}
+
+// TestErrorsInEachServicesWords: a refused request is answered as its
+// own service answers: Azure's ServerBusy and OperationTimedOut with
+// x-ms-error-code, GCS's JSON error object with its reason.
+func TestErrorsInEachServicesWords(t *testing.T) {
+	up := newUpstream(t, []byte("data"))
+	for _, tc := range []struct {
+		fault                Fault
+		azure                bool
+		path                 string
+		status               int
+		header, code, inBody string
+	}{
+		{FaultSlowDown, true, "/acct/c/k?comp=block&blockid=AA", 503, "X-Ms-Error-Code", "ServerBusy", "<Code>ServerBusy</Code>"},
+		{FaultInternal, true, "/acct/c/k?comp=block&blockid=AA", 500, "X-Ms-Error-Code", "OperationTimedOut", "<Code>OperationTimedOut</Code>"},
+		{FaultSlowDown, false, "/upload/storage/v1/b/bk/o?uploadType=multipart", 429, "", "", `"reason":"rateLimitExceeded"`},
+		{FaultInternal, false, "/upload/storage/v1/b/bk/o?uploadType=multipart", 503, "", "", `"reason":"backendError"`},
+		{FaultSlowDown, false, "/bk/k", 503, "", "", "<Code>SlowDown</Code>"},
+	} {
+		p := start(t, up.URL, Only(tc.fault, 1, 1))
+		method := http.MethodPut
+		if !tc.azure && strings.HasPrefix(tc.path, "/upload/") {
+			method = http.MethodPost
+		}
+		req, _ := http.NewRequest(method, p.URL()+tc.path, strings.NewReader("body"))
+		if tc.azure {
+			req.Header.Set("x-ms-version", "2025-01-05")
+		}
+		resp, err := client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.inBody) {
+			t.Errorf("%s on %s: %d %s, want %d with %s", tc.fault, tc.path, resp.StatusCode, body, tc.status, tc.inBody)
+		}
+		if tc.header != "" && resp.Header.Get(tc.header) != tc.code {
+			t.Errorf("%s on %s: %s %q, want %q", tc.fault, tc.path, tc.header, resp.Header.Get(tc.header), tc.code)
+		}
+		if len(up.requests()) != 0 {
+			t.Errorf("%s on %s: the refused request reached the server", tc.fault, tc.path)
+		}
 	}
 }

@@ -21,11 +21,14 @@ var ErrSpec = errors.New("invalid fault spec")
 // most 1); a Spike is drawn independently and delays whatever follows. The
 // zero Spec forwards everything untouched.
 type Spec struct {
-	// SlowDown answers 503 SlowDown without forwarding the request (its
-	// body is read first, as S3 does, so the client sees the answer and
-	// not a broken pipe).
+	// SlowDown answers the service's "slow down" (S3's 503 SlowDown,
+	// Azure's 503 ServerBusy, GCS's 429 rateLimitExceeded) without
+	// forwarding the request (its body is read first, as S3 does, so the
+	// client sees the answer and not a broken pipe).
 	SlowDown float64
-	// Internal answers 500 InternalError without forwarding.
+	// Internal answers the service's server error (S3's 500
+	// InternalError, Azure's 500 OperationTimedOut, GCS's 503
+	// backendError) without forwarding.
 	Internal float64
 	// Reset reads a random part of the request body, then resets the
 	// connection (SO_LINGER 0): the server never sees the request.
@@ -45,8 +48,8 @@ type Spec struct {
 	// request gets which fault.
 	Seed uint64
 	// RateLimit admits this many requests per second (a token bucket of
-	// Burst tokens) and answers the rest 503 SlowDown, like S3 throttling
-	// a prefix. 0: no limit.
+	// Burst tokens) and answers the rest with the service's "slow down",
+	// like S3 throttling a prefix. 0: no limit.
 	RateLimit float64
 	// Burst is the token bucket's size; 0 means 1 + RateLimit/10.
 	Burst int
@@ -61,8 +64,8 @@ type Spec struct {
 	// the drawn faults.
 	First Fault
 	// Ops, if not empty, limits the drawn faults (SlowDown, Internal,
-	// Reset, Truncate, Spike) to these operations, e.g. only
-	// CompleteMultipartUpload; other requests still draw from the random
+	// Reset, Truncate, Spike) to these operations (as Operation names
+	// them), e.g. only CompleteMultipartUpload; other requests still draw from the random
 	// source, so the sequence a seed gives does not depend on Ops.
 	Ops []string
 }
@@ -74,7 +77,7 @@ type Spec struct {
 // object's last, which a streaming client may cut off and send again
 // whole, ending the stall before any hedge would.
 type Stall struct {
-	Op    string // S3 operation, as Operation names it, e.g. "UploadPart"
+	Op    string // operation, as Operation names it, e.g. "UploadPart", "PutBlock", "objects.insert"
 	Nth   int
 	Part  int
 	Delay time.Duration
@@ -107,7 +110,7 @@ func (s Spec) Validate() error {
 	}
 	for _, op := range s.Ops {
 		if op == "" || strings.ContainsAny(op, ",+=") {
-			return fmt.Errorf("%w: ops must name S3 operations such as UploadPart, got %q", ErrSpec, op)
+			return fmt.Errorf("%w: ops must name operations such as UploadPart or PutBlock, got %q", ErrSpec, op)
 		}
 	}
 	switch s.First {

@@ -13,12 +13,12 @@ type Fault string
 
 // The faults, as Stats reports them.
 const (
-	FaultSlowDown Fault = "slowdown" // 503 SlowDown drawn at Spec.SlowDown
-	FaultInternal Fault = "internal" // 500 InternalError
+	FaultSlowDown Fault = "slowdown" // the service's "slow down": 503 SlowDown, 503 ServerBusy, 429 rateLimitExceeded
+	FaultInternal Fault = "internal" // its server error: 500 InternalError, 500 OperationTimedOut, 503 backendError
 	FaultReset    Fault = "reset"    // connection reset while the request body was in flight
 	FaultTruncate Fault = "truncate" // response body cut short
 	FaultSpike    Fault = "spike"    // request delayed by Spec.SpikeDelay
-	FaultThrottle Fault = "throttle" // 503 SlowDown because the rate limit was exceeded
+	FaultThrottle Fault = "throttle" // the service's "slow down" because the rate limit was exceeded
 	FaultStall    Fault = "stall"    // the one chosen request held back
 )
 
@@ -33,7 +33,7 @@ type Injection struct {
 
 // Stats is a snapshot of what the proxy saw and did.
 type Stats struct {
-	// Requests received, by S3 operation (see Operation).
+	// Requests received, by operation (see Operation).
 	Requests map[string]int64
 	// Injected faults by operation and fault. A spike on a request that
 	// then also failed counts under both.
