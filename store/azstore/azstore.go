@@ -22,6 +22,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/container"
 
+	"github.com/durashuffle/durashuffle/internal/stall"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -68,7 +69,9 @@ type Options struct {
 	// (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
 	// FirstByteTimeout bounds the wait for a response's headers once the
-	// request has been sent (default DefaultFirstByteTimeout).
+	// request has been sent, and how long a request's body or a response's
+	// body may make no progress (default DefaultFirstByteTimeout): a
+	// stalled request fails as a retryable timeout.
 	FirstByteTimeout time.Duration
 	// HTTPClient replaces the client built from MaxConns and the timeouts
 	// (tests use it to put a fault proxy in the path).
@@ -157,7 +160,8 @@ func New(ctx context.Context, o Options) (*Store, error) {
 // newHTTPClient pools enough connections that concurrent parts and ranged
 // GETs reuse them, and bounds the wait for a connection and for a
 // response's first byte (counted once the body is sent, so a large part
-// on a slow link is not cut).
+// on a slow link is not cut), and a body, sent or received, that makes no
+// progress.
 func newHTTPClient(o Options) *http.Client {
 	maxConns, connect, firstByte := o.MaxConns, o.ConnectTimeout, o.FirstByteTimeout
 	if maxConns == 0 {
@@ -170,12 +174,12 @@ func newHTTPClient(o Options) *http.Client {
 		firstByte = DefaultFirstByteTimeout
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.DialContext = (&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext
+	tr.DialContext = stall.Dial((&net.Dialer{Timeout: connect, KeepAlive: 30 * time.Second}).DialContext, firstByte, "first_byte_timeout")
 	tr.TLSHandshakeTimeout = connect
 	tr.ResponseHeaderTimeout = firstByte
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost, tr.MaxConnsPerHost = maxConns, maxConns, maxConns
 	return &http.Client{
-		Transport:     tr,
+		Transport:     stall.Transport(tr, firstByte, "first_byte_timeout"),
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
 }

@@ -196,11 +196,13 @@ func (p *Proxy) Stall(s Stall) {
 
 // decision is what the proxy does with one request.
 type decision struct {
-	id    string
-	op    string
-	fault Fault         // "" : forward untouched (after delay)
-	delay time.Duration // spike or stall, before anything else
-	frac  float64       // reset: share of the body read; truncate: share of the body sent
+	id        string
+	op        string
+	fault     Fault         // "" : forward untouched (after delay)
+	delay     time.Duration // spike or stall, before anything else
+	body      StallBody     // a stall in a body instead: its delay is bodyDelay
+	bodyDelay time.Duration
+	frac      float64 // reset: share of the body read; truncate: share of the body sent
 }
 
 // decide draws the request's fate. Every request consumes the same three
@@ -253,7 +255,10 @@ func (p *Proxy) decide(op string, part int) (decision, bool) {
 		p.injected[Injection{op, FaultSpike}]++
 	}
 	if p.stall.Nth > 0 && p.stall.Op == op && (p.stall.Part <= 0 || p.stall.Part == part) {
-		if p.stall.Nth--; p.stall.Nth == 0 {
+		if p.stall.Nth--; p.stall.Nth == 0 && p.stall.Body != "" {
+			d.body, d.bodyDelay = p.stall.Body, p.stall.Delay
+			p.injected[Injection{op, FaultStall}]++
+		} else if p.stall.Nth == 0 {
 			d.delay = max(d.delay, p.stall.Delay)
 			p.injected[Injection{op, FaultStall}]++
 		}
@@ -290,6 +295,12 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if d.delay > 0 && !p.sleep(r.Context(), d.delay) {
 		// The client gave up, or the proxy is closing: drop the
 		// connection rather than let the server answer 200 for us.
+		panic(http.ErrAbortHandler)
+	}
+	if d.body == StallRequestBody {
+		// Nothing of the body is read: the client's writes block once the
+		// sockets' buffers are full.
+		p.sleep(r.Context(), d.bodyDelay)
 		panic(http.ErrAbortHandler)
 	}
 	switch d.fault {
@@ -453,6 +464,12 @@ func (p *Proxy) forward(w http.ResponseWriter, r *http.Request, d decision) {
 	}
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
+	if d.body == StallResponseBody && resp.ContentLength > 1 {
+		_, _ = io.CopyN(w, resp.Body, resp.ContentLength/2)
+		_ = http.NewResponseController(w).Flush()
+		p.sleep(r.Context(), d.bodyDelay)
+		panic(http.ErrAbortHandler)
+	}
 	_, _ = io.Copy(w, resp.Body)
 }
 

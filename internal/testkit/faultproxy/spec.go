@@ -76,12 +76,29 @@ type Spec struct {
 // partNumber is Part: part 1 of an object of several parts is never the
 // object's last, which a streaming client may cut off and send again
 // whole, ending the stall before any hedge would.
+//
+// Body moves the stall into a body: StallRequestBody holds the request
+// after its headers, reading nothing of its body, so a client sending a
+// body larger than the sockets' buffers blocks in mid-write;
+// StallResponseBody forwards the request and sends the response's headers
+// and half its body before holding.
 type Stall struct {
 	Op    string // operation, as Operation names it, e.g. "UploadPart", "PutBlock", "objects.insert"
 	Nth   int
 	Part  int
 	Delay time.Duration
+	Body  StallBody
 }
+
+// StallBody says where in a request a Stall holds it.
+type StallBody string
+
+// The places a stall holds a request: before it is handled (the zero
+// value), in its body, or in its response's body.
+const (
+	StallRequestBody  StallBody = "request"
+	StallResponseBody StallBody = "response"
+)
 
 // Validate checks every field and names the first one out of range.
 func (s Spec) Validate() error {

@@ -1,0 +1,163 @@
+package storesuite
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// Hostile damages a committed stage behind the reader's back, as a
+// faulty disk, a broken proxy or a hand with write access would: a data
+// object with one byte flipped, a data object cut short, a worker
+// manifest and a stage manifest with one byte flipped. Each read is
+// refused with the sentinel of its kind (reader.ErrChecksum,
+// reader.ErrTruncated, manifest.ErrCorrupt) naming the object, and for a
+// frame its offset and partition; no damaged row is ever delivered: what
+// came before the refusal is the start of the stage's rows.
+func Hostile(t *testing.T, tg Target) {
+	ctx := context.Background()
+	cfg := config(t, "on")
+	// Small frames: a few hundred rows make dozens of them.
+	cfg.Write.FrameTargetBytes = 16 * durashuffle.KiB
+	ev := newEnv(t, tg, cfg, nil)
+	c := ev.client
+	const q = "dmg"
+	sh := shape{workers: 2, partitions: 3, rows: 600, batchRows: 20}
+	wrote, err := writeStage(ctx, c, q, sh, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := wrote.partitionOrder(nil)
+	get := func(key string) []byte {
+		t.Helper()
+		body, err := ev.direct.GetRange(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer body.Close()
+		b, err := io.ReadAll(body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	put := func(key string, b []byte) {
+		t.Helper()
+		if err := ev.direct.Put(ctx, key, b, store.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// readAll reads the whole stage and returns its rows up to the error.
+	readAll := func() ([]row, error) {
+		s, err := c.OpenStage(ctx, q, 0)
+		if err != nil {
+			return nil, err
+		}
+		recs, err := s.ReadPartitions(ctx, nil)
+		if err != nil {
+			return nil, err
+		}
+		return collect(recs)
+	}
+	refused := func(t *testing.T, err error, sentinel error, key string, more ...string) {
+		t.Helper()
+		if !errors.Is(err, sentinel) {
+			t.Fatalf("read of the damaged stage: %v, want %v", err, sentinel)
+		}
+		for _, s := range append(more, key) {
+			if !strings.Contains(err.Error(), s) {
+				t.Errorf("error %q does not say %q", err, s)
+			}
+		}
+	}
+
+	s, err := c.OpenStage(ctx, q, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Worker 1's first object, at its last frame: cutting it there cuts
+	// nothing a reader gets before the frame.
+	w := s.Manifest().Workers[1]
+	key := c.Layout().ObjectKey(q, 0, w.Objects[0].Key)
+	var f manifest.Frame
+	for _, fr := range w.Frames {
+		if fr.Object == 0 && fr.Offset >= f.Offset {
+			f = fr
+		}
+	}
+	orig := get(key)
+	for _, tc := range []struct {
+		name     string
+		object   []byte
+		sentinel error
+		says     []string
+	}{
+		{"flipped byte", func() []byte {
+			b := bytes.Clone(orig)
+			b[f.Offset+f.Length/2] ^= 0x01
+			return b
+		}(), reader.ErrChecksum, []string{"checksum"}},
+		{"truncated object", orig[:f.Offset+f.Length/3], reader.ErrTruncated, []string{"truncated", fmt.Sprintf("expected %d bytes", f.Length)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			put(key, tc.object)
+			defer put(key, orig)
+			got, err := readAll()
+			refused(t, err, tc.sentinel, key, append(tc.says, fmt.Sprintf("offset %d", f.Offset), fmt.Sprintf("partition %d", f.Partition))...)
+			var fe *reader.FrameError
+			if !errors.As(err, &fe) || fe.Key != key || fe.Offset != f.Offset || fe.Partition != int(f.Partition) {
+				t.Fatalf("error %v: want a FrameError naming %s offset %d partition %d", err, key, f.Offset, f.Partition)
+			}
+			sameRows(t, "rows before the refusal", got, all[:len(got)])
+		})
+	}
+	if got, err := readAll(); err != nil {
+		t.Fatalf("the stage restored: %v", err)
+	} else {
+		sameRows(t, "the stage restored", got, all)
+	}
+
+	t.Run("worker manifest tampered", func(t *testing.T) {
+		wkey := c.Layout().WorkerManifestKey(q, 0, "0")
+		b := get(wkey)
+		tampered := bytes.Clone(b)
+		tampered[len(b)/2] ^= 0x10
+		put(wkey, tampered)
+		defer put(wkey, b)
+		got, err := readAll()
+		refused(t, err, manifest.ErrCorrupt, wkey)
+		if len(got) != 0 {
+			t.Fatalf("%d rows delivered from a stage whose worker manifest is corrupt", len(got))
+		}
+	})
+	if _, err := c.Seal(ctx, q, 0, sh.workers); err != nil {
+		t.Fatal(err)
+	}
+	t.Run("stage manifest tampered", func(t *testing.T) {
+		mkey := c.Layout().StageManifestKey(q, 0)
+		b := get(mkey)
+		tampered := bytes.Clone(b)
+		tampered[len(b)/2] ^= 0x10
+		put(mkey, tampered)
+		defer put(mkey, b)
+		got, err := readAll()
+		refused(t, err, manifest.ErrCorrupt, mkey)
+		if len(got) != 0 {
+			t.Fatalf("%d rows delivered from a stage whose manifest is corrupt", len(got))
+		}
+	})
+	got, err := readAll()
+	if err != nil {
+		t.Fatalf("the sealed stage restored: %v", err)
+	}
+	sameRows(t, "the sealed stage restored", got, all)
+}
