@@ -58,7 +58,9 @@ type Options struct {
 	// (default DefaultConnectTimeout).
 	ConnectTimeout time.Duration
 	// FirstByteTimeout bounds the wait for a response's headers once the
-	// request has been sent (default DefaultFirstByteTimeout).
+	// request has been sent, and how long a request's body or a response's
+	// body may make no progress (default DefaultFirstByteTimeout): a
+	// stalled request fails as a retryable timeout.
 	FirstByteTimeout time.Duration
 	// DeleteConcurrency bounds the deletes one Delete call sends at once
 	// (default DefaultDeleteConcurrency).
@@ -103,7 +105,7 @@ func New(ctx context.Context, o Options) (*Store, error) {
 	if base == nil {
 		base = newTransport(o)
 	}
-	var rt http.RoundTripper = &countingTransport{next: base, counter: o.Counter}
+	var rt http.RoundTripper = readsOnce{&countingTransport{next: base, counter: o.Counter}}
 	opts := []option.ClientOption{
 		// Reads through the JSON API too, so that every request is one
 		// of its methods, and the endpoint override covers downloads.
@@ -250,7 +252,7 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 	if length == 0 {
 		return io.NopCloser(strings.NewReader("")), nil
 	}
-	r, err := s.bucket.Object(key).NewRangeReader(ctx, off, length)
+	r, err := s.bucket.Object(key).NewRangeReader(oneRequest(ctx), off, length)
 	if err != nil {
 		return nil, classify("objects.get", key, err)
 	}

@@ -128,10 +128,12 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 // level). When every part carries a CRC32C the final compose sends their
 // combination, which the service checks against the composite it built,
 // and the composite's is checked here too. The part and intermediate
-// objects are then deleted; a failed delete leaves them to ListUploads
-// and AbortMultipart (gc). A Complete repeated after its answer was lost
-// finds its parts gone and returns nil if key already holds their
-// composite, ErrNotFound otherwise.
+// objects are then deleted; if a delete fails, so does the Complete (as
+// retryable as the delete), so that a completed upload leaves nothing to
+// ListUploads, as on S3. A Complete repeated after its answer was lost
+// finds its parts (or some of them) gone and returns nil if key already
+// holds their composite, once what is left of the upload is deleted;
+// ErrNotFound otherwise.
 func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []store.Part) error {
 	const op = "objects.compose"
 	refuse := func(code string, err error) error {
@@ -169,7 +171,7 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		next, names, err := s.composeLevel(ctx, key, uploadID, level, srcs)
 		inter = append(inter, names...)
 		if err != nil {
-			return s.completed(ctx, key, size, want, err)
+			return s.completed(ctx, key, uploadID, size, want, err)
 		}
 		srcs = next
 	}
@@ -180,7 +182,7 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 	}
 	attrs, err := c.Run(ctx)
 	if err != nil {
-		return s.completed(ctx, key, size, want, fmt.Errorf("upload %s, %d parts: %w", uploadID, len(parts), err))
+		return s.completed(ctx, key, uploadID, size, want, fmt.Errorf("upload %s, %d parts: %w", uploadID, len(parts), err))
 	}
 	if err := checkComposite(attrs, size, want); err != nil {
 		// The service refuses such a compose itself when it checks the
@@ -193,10 +195,19 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 	for _, p := range parts {
 		names = append(names, partName(key, uploadID, p.Number))
 	}
-	// The object is complete: a part left behind is garbage for gc to
-	// find, not a failed write.
-	_ = s.Delete(ctx, append(names, inter...)...)
-	return nil
+	return cleaned(key, uploadID, s.Delete(ctx, append(names, inter...)...))
+}
+
+// cleaned is the answer to a Complete whose composite is in place, given
+// the error of deleting the upload's objects: the Complete fails if the
+// delete did, and a retry (composing again, or finding the composite)
+// deletes what is left.
+func cleaned(key, uploadID string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &store.Error{Op: "objects.compose", Key: key, Retryable: store.IsTransient(err),
+		Err: fmt.Errorf("upload %s is composed, but not all its part objects are deleted: %w", uploadID, err)}
 }
 
 // composeLevel composes srcs, in groups of 32, into intermediate objects
@@ -238,15 +249,16 @@ func checkComposite(attrs *storage.ObjectAttrs, size int64, crc *uint32) error {
 	return nil
 }
 
-// completed is the answer to a compose that failed with err: nil if key
+// completed is the answer to a compose that failed with err: if key
 // already holds the parts' composite (an earlier attempt completed the
-// upload and deleted its parts; known by size and combined CRC32C), else
-// err classified (a part gone is ErrNotFound: the upload no longer
-// exists).
-func (s *Store) completed(ctx context.Context, key string, size int64, crc *uint32, err error) error {
+// upload and deleted some or all of its parts; known by size and
+// combined CRC32C), the upload's remaining objects are deleted and the
+// answer is that delete's; else err classified (a part gone is
+// ErrNotFound: the upload no longer exists).
+func (s *Store) completed(ctx context.Context, key, uploadID string, size int64, crc *uint32, err error) error {
 	if crc != nil && ctx.Err() == nil {
 		if attrs, aerr := s.bucket.Object(key).Attrs(ctx); aerr == nil && checkComposite(attrs, size, crc) == nil {
-			return nil
+			return cleaned(key, uploadID, s.AbortMultipart(ctx, key, uploadID))
 		}
 	}
 	return classify("objects.compose", key, err)

@@ -32,7 +32,7 @@ var faultRuns = []struct {
 	{"truncate", faultproxy.Only(faultproxy.FaultTruncate, faultRate, 2)},
 	{"internal", faultproxy.Only(faultproxy.FaultInternal, faultRate, 3)},
 	{"slowdown", faultproxy.Only(faultproxy.FaultSlowDown, faultRate, 4)},
-	{"throttle", faultproxy.Spec{RateLimit: 40, Burst: 8, Seed: 5}},
+	{"throttle", faultproxy.Spec{RateLimit: 15, Burst: 3, Seed: 5}},
 }
 
 // Faults is the fault matrix: for each fault kind, a stage of two
@@ -112,31 +112,31 @@ func onlyReferenced(t *testing.T, ev *env, query string) {
 
 // Stalls holds a request in mid-body behind a fault proxy: a put whose
 // body the server stops taking, and a read whose response body stops
-// coming. The store, with a 1 s first-byte timeout, fails each within a
+// coming. The store, with a 2 s first-byte timeout, fails each within a
 // few seconds with a transient error that says what stalled and names
 // first_byte_timeout, and the retry layer above it then gets the request
 // through.
 func Stalls(t *testing.T, tg Target) {
 	ctx := context.Background()
-	const limit = time.Second
+	const limit = 2 * time.Second
 	spec := faultproxy.Spec{}
 	ev := newEnv(t, tg, config(t, "on"), &spec)
 	st := tg.Open(t, ev.proxy.URL()+tg.Path, ev.bucket, ev.counter, limit)
 	retried := retry.Wrap(st, retry.Policy{MaxAttempts: 3, BaseDelay: 10 * time.Millisecond, MaxDelay: 50 * time.Millisecond, Timeout: time.Minute}, ev.counter)
 	// More than the sockets' buffers on both sides can hold: the write
 	// blocks once the server stops reading.
-	body := make([]byte, 48<<20)
+	body := make([]byte, 24<<20)
 	_, _ = rand.Read(body)
-	stalled := func(what string, err error, took time.Duration) {
+	stalled := func(t *testing.T, what string, err error, took time.Duration) {
 		t.Helper()
 		if err == nil {
 			t.Fatalf("%s: no error through a stall", what)
 		}
-		if !store.IsTransient(err) || !strings.Contains(err.Error(), "stalled") || !strings.Contains(err.Error(), "first_byte_timeout 1s") {
-			t.Fatalf("%s: %v; want a transient error saying what stalled and naming first_byte_timeout 1s", what, err)
+		if !store.IsTransient(err) || !strings.Contains(err.Error(), "stalled") || !strings.Contains(err.Error(), "first_byte_timeout 2s") {
+			t.Fatalf("%s: %v; want a transient error saying what stalled and naming first_byte_timeout 2s", what, err)
 		}
 		if took > 15*limit {
-			t.Errorf("%s: the stall took %v to cut, first_byte_timeout 1s", what, took)
+			t.Errorf("%s: the stall took %v to cut, first_byte_timeout %v", what, took, limit)
 		}
 	}
 
@@ -144,7 +144,7 @@ func Stalls(t *testing.T, tg Target) {
 		ev.proxy.Stall(faultproxy.Stall{Op: tg.Ops.Put, Nth: 1, Delay: time.Minute, Body: faultproxy.StallRequestBody})
 		start := time.Now()
 		err := st.Put(ctx, "stall/put", body, store.PutOptions{})
-		stalled("put", err, time.Since(start))
+		stalled(t, "put", err, time.Since(start))
 		ev.proxy.Stall(faultproxy.Stall{Op: tg.Ops.Put, Nth: 1, Delay: time.Minute, Body: faultproxy.StallRequestBody})
 		before := sumRetries(ev.counter)
 		if err := retried.Put(ctx, "stall/put", body, store.PutOptions{}); err != nil {
@@ -169,7 +169,7 @@ func Stalls(t *testing.T, tg Target) {
 			_, err = io.Copy(io.Discard, rc)
 			rc.Close()
 		}
-		stalled("read", err, time.Since(start))
+		stalled(t, "read", err, time.Since(start))
 		if got := readAll(t, st, "stall/get"); !bytes.Equal(got, body) {
 			t.Fatalf("read %d bytes after the stall, not the %d stored", len(got), len(body))
 		}

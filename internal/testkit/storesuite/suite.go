@@ -131,6 +131,9 @@ func config(t *testing.T, spill string) durashuffle.Config {
 	cfg.Read.RangeBytes = 2 * durashuffle.MiB
 	cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
 	cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
+	// Enough attempts that the throttled run's rate limit, which answers
+	// most of a burst "slow down", is paced, not given up on.
+	cfg.Store.RetryMaxAttempts = 20
 	cfg.Store.RequestTimeout = durashuffle.Duration(time.Minute)
 	return cfg
 }
