@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/s3store"
+	"github.com/durashuffle/durashuffle/internal/testkit/storesuite"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -401,90 +401,14 @@ func TestReadResultsPaging(t *testing.T) {
 	})
 }
 
+// TestDamagedObject runs the store suite's hostile cases on every S3
+// backend: a data object with a flipped byte or cut short, a worker or
+// stage manifest tampered with, each refused by name (the frame's key,
+// offset and partition) after exactly the rows before it.
 func TestDamagedObject(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, e *env) {
-		ctx := context.Background()
-		order := writeStage(t, e, "dmg", 0, 2, 3, 4, nil, true)
-		s := open(t, e, "dmg", 0, reader.Options{})
-		m, err := reader.WithFrames(ctx, e.raw, e.client.Layout(), s.Manifest())
-		if err != nil {
-			t.Fatal(err)
-		}
-		w := m.Workers[1]
-		key := e.client.Layout().ObjectKey("dmg", 0, w.Objects[0].Key)
-		body, err := e.raw.GetRange(ctx, key, 0, -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		orig, err := io.ReadAll(body)
-		body.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The last frame of the object, so truncating it cuts nothing
-		// delivered earlier.
-		idx := 0
-		for i, f := range w.Frames {
-			if f.Object == 0 && f.Offset > w.Frames[idx].Offset {
-				idx = i
-			}
-		}
-		f := w.Frames[idx]
-
-		tests := []struct {
-			name     string
-			object   func() []byte
-			sentinel error
-			contains []string
-		}{
-			{
-				name: "flipped byte",
-				object: func() []byte {
-					b := append([]byte(nil), orig...)
-					b[f.Offset+f.Length/2] ^= 0x01
-					return b
-				},
-				sentinel: reader.ErrChecksum,
-				contains: []string{"checksum"},
-			},
-			{
-				name:     "truncated",
-				object:   func() []byte { return orig[:f.Offset+f.Length/3] },
-				sentinel: reader.ErrTruncated,
-				contains: []string{"truncated", fmt.Sprintf("expected %d bytes", f.Length), fmt.Sprintf("got %d", f.Length/3)},
-			},
-		}
-		for _, tc := range tests {
-			t.Run(tc.name, func(t *testing.T) {
-				if err := e.raw.Put(ctx, key, tc.object(), store.PutOptions{}); err != nil {
-					t.Fatal(err)
-				}
-				recs, err := s.ReadPartitions(ctx, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				got, err := collect(t, recs)
-				if recs.Next() {
-					t.Error("a batch came after the error")
-				}
-				recs.Release()
-				t.Logf("error: %v", err)
-				if !errors.Is(err, tc.sentinel) {
-					t.Fatalf("err = %v, want %v", err, tc.sentinel)
-				}
-				var fe *reader.FrameError
-				if !errors.As(err, &fe) || fe.Key != key || fe.Offset != f.Offset || fe.Partition != f.Partition {
-					t.Fatalf("err = %v; want a FrameError naming %s offset %d partition %d", err, key, f.Offset, f.Partition)
-				}
-				for _, c := range append(tc.contains, key, fmt.Sprintf("offset %d", f.Offset), fmt.Sprintf("partition %d", f.Partition)) {
-					if !strings.Contains(err.Error(), c) {
-						t.Errorf("error does not say %q", c)
-					}
-				}
-				equalRows(t, got, order[:reader.RowsBefore(m, 1, idx)])
-			})
-		}
-	})
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) { storesuite.Hostile(t, storesuite.S3(t, b.Start(t))) })
+	}
 }
 
 func TestRequestBudget(t *testing.T) {

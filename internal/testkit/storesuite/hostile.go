@@ -22,7 +22,8 @@ import (
 // refused with the sentinel of its kind (reader.ErrChecksum,
 // reader.ErrTruncated, manifest.ErrCorrupt) naming the object, and for a
 // frame its offset and partition; no damaged row is ever delivered: what
-// came before the refusal is the start of the stage's rows.
+// came before the refusal is every row of the frames before the damaged
+// one, in order.
 func Hostile(t *testing.T, tg Target) {
 	ctx := context.Background()
 	cfg := config(t, "on")
@@ -88,12 +89,14 @@ func Hostile(t *testing.T, tg Target) {
 	// nothing a reader gets before the frame.
 	w := s.Manifest().Workers[1]
 	key := c.Layout().ObjectKey(q, 0, w.Objects[0].Key)
-	var f manifest.Frame
-	for _, fr := range w.Frames {
-		if fr.Object == 0 && fr.Offset >= f.Offset {
-			f = fr
+	idx := 0
+	for i, fr := range w.Frames {
+		if fr.Object == 0 && fr.Offset > w.Frames[idx].Offset {
+			idx = i
 		}
 	}
+	f := w.Frames[idx]
+	before := all[:rowsBefore(s.Manifest(), 1, idx)]
 	orig := get(key)
 	for _, tc := range []struct {
 		name     string
@@ -117,7 +120,7 @@ func Hostile(t *testing.T, tg Target) {
 			if !errors.As(err, &fe) || fe.Key != key || fe.Offset != f.Offset || fe.Partition != int(f.Partition) {
 				t.Fatalf("error %v: want a FrameError naming %s offset %d partition %d", err, key, f.Offset, f.Partition)
 			}
-			sameRows(t, "rows before the refusal", got, all[:len(got)])
+			sameRows(t, "rows before the refusal", got, before)
 		})
 	}
 	if got, err := readAll(); err != nil {
@@ -160,4 +163,25 @@ func Hostile(t *testing.T, tg Target) {
 		t.Fatalf("the sealed stage restored: %v", err)
 	}
 	sameRows(t, "the sealed stage restored", got, all)
+}
+
+// rowsBefore counts the rows a read of every partition of the unsealed
+// stage m delivers before frame idx of worker w: partition by partition,
+// worker by worker, frame by frame.
+func rowsBefore(m *manifest.Stage, w, idx int) int {
+	n := 0
+	for p := range m.Partitions {
+		for wi, wk := range m.Workers {
+			for fi, f := range wk.Frames {
+				if f.Partition != p {
+					continue
+				}
+				if wi == w && fi == idx {
+					return n
+				}
+				n += int(f.Rows)
+			}
+		}
+	}
+	panic(fmt.Sprintf("frame %d of worker %d is not in the manifest", idx, w))
 }

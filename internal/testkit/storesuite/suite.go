@@ -3,6 +3,7 @@ package storesuite
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,6 +33,10 @@ type Target struct {
 	// Upstream is the URL a fault proxy forwards to, and Path what the
 	// store's endpoint adds to the proxy's URL (Azure's "/account").
 	Upstream, Path string
+	// ServerTLS and UpstreamTLS, for an https Upstream, are what
+	// faultproxy.StartTLS takes: the proxy's certificate (one the store
+	// trusts) and the roots it trusts the upstream with.
+	ServerTLS, UpstreamTLS *tls.Config
 	// Open returns a raw store (no retries) on bucket, which may not
 	// exist yet, at endpoint (Upstream+Path, or a proxy's URL+Path), its
 	// requests counted in c. A stall above 0 is its first-byte and stall
@@ -97,7 +102,7 @@ func newEnv(t *testing.T, tg Target, cfg durashuffle.Config, spec *faultproxy.Sp
 	}
 	ev.st = ev.direct
 	if spec != nil {
-		p, err := faultproxy.Start(tg.Upstream, *spec)
+		p, err := faultproxy.StartTLS(tg.Upstream, *spec, tg.ServerTLS, tg.UpstreamTLS)
 		if err != nil {
 			t.Fatal(err)
 		}
