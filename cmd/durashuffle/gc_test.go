@@ -5,15 +5,10 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -109,78 +104,7 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	pr, pw, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(bin, append(append(args, "--attempt", "killed"), tg.flags...)...)
-	cmd.Env = baseEnv(tg.env)
-	cmd.Stdin = pr
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	pr.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	defer func() {
-		_ = cmd.Process.Kill() // in case a check below failed first
-		pw.Close()
-	}()
-	batches := crashInput()
-	defer func() {
-		for _, b := range batches {
-			b.Release()
-		}
-	}()
-	go func() {
-		// The stream is never finished: after the last batch the writer
-		// waits for more input, with its last object half uploaded.
-		w := ipc.NewWriter(pw, ipc.WithSchema(blobSchema))
-		for _, b := range batches {
-			if w.Write(b) != nil {
-				return
-			}
-		}
-	}()
-
-	// Wait until the writer is mid-upload: a multipart upload is open and
-	// the objects before it are stored.
-	var ups []store.UploadInfo
-	var data []store.ObjectInfo
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		ups, err = st.ListUploads(ctx, prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		objs, _, err := st.List(ctx, prefix, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		data = objs
-		if len(ups) > 0 && len(data) >= 2 {
-			break
-		}
-		select {
-		case err := <-exited:
-			t.Fatalf("writer exited before it was killed: %v\n%s", err, stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no open upload after 60s: uploads %v, objects %v\n%s", ups, data, stderr.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	werr := <-exited
-	var ee *exec.ExitError
-	if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-		t.Fatalf("writer did not die of SIGKILL: %v", werr)
-	}
+	killMidUpload(t, tg, st, prefix, append(args, "--attempt", "killed"))
 
 	// Nothing committed: no manifest, the stage does not exist for readers,
 	// and what the writer left is still there for gc.
@@ -194,7 +118,7 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 		}
 	}
 	orphans := len(objs)
-	ups, _ = st.ListUploads(ctx, prefix)
+	ups, _ := st.ListUploads(ctx, prefix)
 	if len(ups) == 0 || orphans < 2 {
 		t.Fatalf("after the kill: %d uploads, %d objects; want an open upload and stored objects", len(ups), orphans)
 	}
@@ -239,6 +163,12 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 	}
 
 	// The worker's rerun, with a new attempt, commits and reads back whole.
+	batches := crashInput()
+	defer func() {
+		for _, b := range batches {
+			b.Release()
+		}
+	}()
 	var in bytes.Buffer
 	w := ipc.NewWriter(&in, ipc.WithSchema(blobSchema))
 	var want []string

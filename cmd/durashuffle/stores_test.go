@@ -198,8 +198,11 @@ func runCloud(t *testing.T, tg cloudTarget, spec faultproxy.Spec) ([]stepResult,
 
 // TestCommandFaultsOnEveryStore is the command-level fault matrix on the
 // cloud stores' emulators: every command of the scenario through a fault
-// proxy whose fault (reset, cut body, 500, SlowDown) meets the first
-// request of each operation, and 5% of the others by the seed. Each
+// proxy whose fault (reset, cut body, the service's server error or its
+// "slow down": Azure's 500 OperationTimedOut and 503 ServerBusy, GCS's 503
+// backendError and 429 rateLimitExceeded) meets the first request of
+// each of the service's operations (Put Block, Put Block List,
+// objects.compose, ...), and 5% of the others by the seed. Each
 // command must end as on a clean network (same exit, same output less
 // times and counts), the bucket must hold the same number of objects and
 // no open upload, and every request must go through the retry layer.
@@ -280,8 +283,9 @@ func sumOps(steps []stepResult, injected bool) map[string]int64 {
 
 // TestSidecarOnEveryStore runs the sidecar's lifecycle on each cloud
 // store's emulator, cleanly and through a fault proxy whose fault (reset,
-// cut body, 500, SlowDown) meets the first request of each operation and
-// 5% of the others: `durashuffle serve --store azure|gcs` takes two
+// cut body, the service's server error or "slow down", in its own words)
+// meets the first request of each of its operations and 5% of the
+// others: `durashuffle serve --store azure|gcs` takes two
 // workers' DoPuts, seals (the seal action), describes and lists the
 // stage (GetFlightInfo, ListFlights), serves every partition (DoGet),
 // combines the stage (the combine action) and serves it again, then gc

@@ -5,6 +5,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 
+	"github.com/durashuffle/durashuffle/internal/opname"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -20,46 +21,6 @@ func (p countRequests) Do(req *policy.Request) (*http.Response, error) {
 	if resp != nil {
 		status = resp.StatusCode
 	}
-	p.c.Request(operation(req.Raw()), status)
+	p.c.Request(opname.Azure(req.Raw()), status)
 	return resp, err
-}
-
-// operation names a Blob service request as Azure's REST reference does,
-// from its method and its restype and comp parameters.
-func operation(r *http.Request) string {
-	q := r.URL.Query()
-	restype, comp := q.Get("restype"), q.Get("comp")
-	switch {
-	case comp == "batch":
-		return "BlobBatch"
-	case restype == "container" && comp == "list":
-		return "ListBlobs"
-	case restype == "container":
-		switch r.Method {
-		case http.MethodPut:
-			return "CreateContainer"
-		case http.MethodDelete:
-			return "DeleteContainer"
-		}
-		return "GetContainerProperties"
-	case comp == "block":
-		return "PutBlock"
-	case comp == "blocklist" && r.Method == http.MethodPut:
-		return "PutBlockList"
-	case comp == "blocklist":
-		return "GetBlockList"
-	case comp != "":
-		return r.Method + " comp=" + comp
-	}
-	switch r.Method {
-	case http.MethodPut:
-		return "PutBlob"
-	case http.MethodGet:
-		return "GetBlob"
-	case http.MethodHead:
-		return "GetBlobProperties"
-	case http.MethodDelete:
-		return "DeleteBlob"
-	}
-	return r.Method
 }

@@ -7,10 +7,10 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/opname"
 	"github.com/durashuffle/durashuffle/internal/stall"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -61,64 +61,9 @@ func (t *countingTransport) RoundTrip(req *http.Request) (*http.Response, error)
 		if resp != nil {
 			status = resp.StatusCode
 		}
-		t.counter.Request(method(req), status)
+		t.counter.Request(opname.GCS(req), status)
 	}
 	return resp, err
-}
-
-// method names a JSON API request by the method it calls: the resource
-// path after /storage/v1/ (object names are escaped, so they hold no
-// slash) and the HTTP verb.
-func method(req *http.Request) string {
-	path := req.URL.EscapedPath()
-	i := strings.Index(path, "/storage/v1/")
-	if i < 0 {
-		return "other"
-	}
-	upload := strings.HasSuffix(path[:i], "/upload")
-	segs := strings.Split(strings.Trim(path[i+len("/storage/v1/"):], "/"), "/")
-	if len(segs) == 0 || segs[0] != "b" {
-		return "other"
-	}
-	switch len(segs) {
-	case 1:
-		return verb("buckets", req.Method, "list", "insert")
-	case 2:
-		return verb("buckets", req.Method, "get", "")
-	case 3:
-		if upload {
-			return "objects.insert"
-		}
-		return verb("objects", req.Method, "list", "insert")
-	case 4:
-		return verb("objects", req.Method, "get", "")
-	case 5:
-		if segs[4] == "compose" {
-			return "objects.compose"
-		}
-		return "objects." + segs[4]
-	}
-	return "other"
-}
-
-// verb is resource.get (or the collection's list) for GET, post for
-// POST, delete, patch or update by HTTP verb.
-func verb(resource, httpMethod, get, post string) string {
-	switch httpMethod {
-	case http.MethodGet, http.MethodHead:
-		return resource + "." + get
-	case http.MethodPost:
-		if post != "" {
-			return resource + "." + post
-		}
-	case http.MethodDelete:
-		return resource + ".delete"
-	case http.MethodPatch:
-		return resource + ".patch"
-	case http.MethodPut:
-		return resource + ".update"
-	}
-	return resource + "." + strings.ToLower(httpMethod)
 }
 
 // The SDK's reader sends the rest of an object again by itself when a

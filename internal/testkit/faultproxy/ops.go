@@ -3,6 +3,8 @@ package faultproxy
 import (
 	"net/http"
 	"strings"
+
+	"github.com/durashuffle/durashuffle/internal/opname"
 )
 
 // Service is the object store API a request speaks, which decides how
@@ -24,14 +26,15 @@ func ServiceOf(r *http.Request) Service {
 	switch {
 	case r.Header.Get("X-Ms-Version") != "":
 		return ServiceAzure
-	case gcsPath(r.URL.Path) != "":
+	case jsonAPIPath(r.URL.Path):
 		return ServiceGCS
 	}
 	return ServiceS3
 }
 
 // Operation names the operation of r in its own service's words, as the
-// store of that service counts it (store.Counter): S3's "UploadPart",
+// store of that service counts it (store.Counter; package opname names
+// Azure's and GCS's for their stores and for the proxy alike): S3's "UploadPart",
 // "CompleteMultipartUpload", "GetObject", ...; Azure's "PutBlock",
 // "PutBlockList", "PutBlob", "GetBlob", "ListBlobs", ...; the JSON API's
 // "objects.insert", "objects.compose", "objects.get" (a read is
@@ -39,109 +42,22 @@ func ServiceOf(r *http.Request) Service {
 func Operation(r *http.Request) string {
 	switch ServiceOf(r) {
 	case ServiceAzure:
-		return azureOperation(r)
+		return opname.Azure(r)
 	case ServiceGCS:
-		return gcsOperation(r)
+		return opname.GCS(r)
 	}
 	return s3Operation(r)
 }
 
-// azureOperation names a Blob service request as Azure's REST reference
-// does, from its method and its restype and comp parameters.
-func azureOperation(r *http.Request) string {
-	q := r.URL.Query()
-	restype, comp := q.Get("restype"), q.Get("comp")
-	switch {
-	case comp == "batch":
-		return "BlobBatch"
-	case restype == "container" && comp == "list":
-		return "ListBlobs"
-	case restype == "container":
-		switch r.Method {
-		case http.MethodPut:
-			return "CreateContainer"
-		case http.MethodDelete:
-			return "DeleteContainer"
-		}
-		return "GetContainerProperties"
-	case comp == "block":
-		return "PutBlock"
-	case comp == "blocklist" && r.Method == http.MethodPut:
-		return "PutBlockList"
-	case comp == "blocklist":
-		return "GetBlockList"
-	case comp == "metadata" && r.Method == http.MethodPut:
-		return "SetBlobMetadata"
-	case comp == "properties" && r.Method == http.MethodPut:
-		return "SetBlobProperties"
-	case comp != "":
-		return r.Method + " comp=" + comp
-	}
-	switch r.Method {
-	case http.MethodPut:
-		if r.Header.Get("X-Ms-Copy-Source") != "" {
-			return "CopyBlob"
-		}
-		return "PutBlob"
-	case http.MethodGet:
-		return "GetBlob"
-	case http.MethodHead:
-		return "GetBlobProperties"
-	case http.MethodDelete:
-		return "DeleteBlob"
-	}
-	return "Other"
-}
-
-// gcsPath is the JSON API resource path of a request path, after
-// /storage/v1/ ("b/BUCKET/o/OBJECT"), with "upload/" before it for a
-// media upload; "" if the path is no JSON API path.
-func gcsPath(path string) string {
-	for _, root := range []string{"/storage/v1/", "/download/storage/v1/"} {
-		if rest, ok := strings.CutPrefix(path, root); ok {
-			return rest
+// jsonAPIPath reports whether path is one of GCS's JSON API: under
+// /storage/v1/, or /upload/ or /download/ before it.
+func jsonAPIPath(path string) bool {
+	for _, root := range []string{"/storage/v1/", "/upload/storage/v1/", "/download/storage/v1/"} {
+		if strings.HasPrefix(path, root) {
+			return true
 		}
 	}
-	if rest, ok := strings.CutPrefix(path, "/upload/storage/v1/"); ok {
-		return "upload/" + rest
-	}
-	return ""
-}
-
-// gcsOperation names a JSON API request by the method it calls, as
-// gcsstore counts it: resource.method, from the resource path (object
-// names are escaped, so they hold no slash) and the HTTP verb.
-func gcsOperation(r *http.Request) string {
-	rest := gcsPath(r.URL.EscapedPath())
-	upload := strings.HasPrefix(rest, "upload/")
-	segs := strings.Split(strings.Trim(strings.TrimPrefix(rest, "upload/"), "/"), "/")
-	if segs[0] != "b" {
-		return "Other"
-	}
-	m := r.Method
-	switch {
-	case len(segs) == 1 && m == http.MethodGet:
-		return "buckets.list"
-	case len(segs) == 1 && m == http.MethodPost:
-		return "buckets.insert"
-	case len(segs) == 2 && m == http.MethodDelete:
-		return "buckets.delete"
-	case len(segs) == 2:
-		return "buckets.get"
-	case len(segs) == 3 && (upload || m == http.MethodPost):
-		return "objects.insert"
-	case len(segs) == 3:
-		return "objects.list"
-	case len(segs) == 4 && m == http.MethodDelete:
-		return "objects.delete"
-	case len(segs) == 4 && m == http.MethodPatch:
-		return "objects.patch"
-	case len(segs) == 4:
-		return "objects.get"
-	case len(segs) >= 5:
-		return "objects." + segs[4] // compose, rewriteTo, copyTo
-	}
-	return "Other"
+	return false
 }
 
 // s3Operation names the S3 operation of a path-style request the way the

@@ -65,12 +65,13 @@ func Run(t *testing.T, tg Target) {
 // buckets numbers the suite's buckets within a test binary.
 var buckets atomic.Int64
 
-// bucketName is a fresh name valid on S3, Azure and GCS: 3-63 of a-z,
-// 0-9 and single dashes.
+// bucketName is a fresh name valid on S3, Azure and GCS (3-63 of a-z,
+// 0-9 and single dashes), starting "ds-" as every test bucket does (the
+// test credentials and the clean-up of a run against AWS go by it).
 func bucketName() string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("suite-%d-%s", buckets.Add(1), hex.EncodeToString(b[:]))
+	return fmt.Sprintf("ds-suite-%d-%s", buckets.Add(1), hex.EncodeToString(b[:]))
 }
 
 // env is a client on a fresh bucket of the target, directly or through
