@@ -32,7 +32,7 @@ var faultRuns = []struct {
 	{"truncate", faultproxy.Only(faultproxy.FaultTruncate, faultRate, 2)},
 	{"internal", faultproxy.Only(faultproxy.FaultInternal, faultRate, 3)},
 	{"slowdown", faultproxy.Only(faultproxy.FaultSlowDown, faultRate, 4)},
-	{"throttle", faultproxy.Spec{RateLimit: 15, Burst: 3, Seed: 5}},
+	{"throttle", faultproxy.Spec{RateLimit: 25, Burst: 5, Seed: 5}},
 }
 
 // Faults is the fault matrix: for each fault kind, a stage of two

@@ -55,11 +55,15 @@ type Ops struct {
 // Run runs every case of the suite on tg, each on a bucket of its own
 // and in parallel with the others.
 func Run(t *testing.T, tg Target) {
-	t.Run("roundtrip", func(t *testing.T) { RoundTrip(t, tg) })
-	t.Run("lifecycle", func(t *testing.T) { Lifecycle(t, tg) })
-	t.Run("hostile", func(t *testing.T) { Hostile(t, tg) })
-	t.Run("faults", func(t *testing.T) { Faults(t, tg) })
-	t.Run("stalls", func(t *testing.T) { Stalls(t, tg) })
+	for _, g := range []struct {
+		name string
+		run  func(*testing.T, Target)
+	}{{"roundtrip", RoundTrip}, {"lifecycle", Lifecycle}, {"hostile", Hostile}, {"faults", Faults}, {"stalls", Stalls}} {
+		t.Run(g.name, func(t *testing.T) {
+			t.Parallel()
+			g.run(t, tg)
+		})
+	}
 }
 
 // buckets numbers the suite's buckets within a test binary.
@@ -136,7 +140,7 @@ func config(t *testing.T, spill string) durashuffle.Config {
 	cfg.Write.SpillDir = t.TempDir()
 	cfg.Read.RangeBytes = 2 * durashuffle.MiB
 	cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
-	cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
+	cfg.Store.RetryMaxDelay = durashuffle.Duration(200 * time.Millisecond)
 	// Enough attempts that the throttled run's rate limit, which answers
 	// most of a burst "slow down", is paced, not given up on.
 	cfg.Store.RetryMaxAttempts = 20
