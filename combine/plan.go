@@ -277,6 +277,9 @@ type Plan struct {
 	// largest G and J (single partitions too large for it).
 	OverCap []int      `json:"over_cap,omitempty"`
 	Predict Prediction `json:"predicted"`
+	// Overlap: the plan was made while the stage is written
+	// (OpenOverlap), its groups formed in commit order.
+	Overlap bool `json:"overlap,omitempty"`
 	opts    Options
 }
 
@@ -321,14 +324,7 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 		}
 		B += b
 	}
-	wb := make([]int64, len(in.Workers))
-	W := 0
-	for i, w := range in.Workers {
-		for _, s := range w.Objects {
-			wb[i] += s
-			W++
-		}
-	}
+	wb, W := workerBytes(in)
 	R := o.Readers
 	if o.Buckets > P || o.Groups > len(in.Workers) || o.Buckets < 0 || o.Groups < 0 {
 		return nil, fmt.Errorf("%w: %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
@@ -392,6 +388,18 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	p.ID = planID(in.IndexKey, p.Buckets, p.Groups)
 	p.Predict = predict(in, p, wb)
 	return p, nil
+}
+
+// workerBytes is each worker's bytes, and the count of writer objects.
+func workerBytes(in Input) (wb []int64, objects int) {
+	wb = make([]int64, len(in.Workers))
+	for i, w := range in.Workers {
+		for _, s := range w.Objects {
+			wb[i] += s
+			objects++
+		}
+	}
+	return wb, objects
 }
 
 // predict estimates requests, spreading each writer object's bytes over
@@ -468,11 +476,26 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		pr.Combined.GET += 2 + readerGets(o, combined, rb, r)
 	}
 	// Open: the combined level's manifest (absent), the stage manifest,
-	// the index summary.
-	pr.Combine.GET += 3
+	// the index summary. Per task: its manifest (absent), the bucket's
+	// index entries.
+	open, perTask := int64(3), int64(2)
+	if p.Overlap {
+		// Made while the stage is written, run in one process (RunAll):
+		// no stage manifest or index to open; per group its record
+		// (absent), a LIST of the committed workers, their manifests and
+		// the record's put; per task its manifest (absent). The seal
+		// reads the first level's stage manifest.
+		open, perTask = 1, 1
+		for _, g := range p.Groups {
+			pr.Combine.GET += 1 + int64(g.Len())
+			pr.Combine.PUT += 2
+		}
+		pr.Combine.GET++
+	}
+	pr.Combine.GET += open
 	for n := range p.Tasks() {
 		g, j := p.Task(n)
-		pr.Combine.GET += 2 // the task manifest (absent), the bucket's index entries
+		pr.Combine.GET += perTask
 		bb := bytesOf(p.Buckets[j])
 		for _, w := range in.Workers[p.Groups[g].Lo:p.Groups[g].Hi] {
 			for _, s := range w.Objects {
@@ -492,8 +515,9 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		pr.Combine.PUT++ // the task manifest
 	}
 	// Seal: the combined manifest (absent), a LIST of the task manifests,
-	// a head and the entries of each, then the index, the combined
-	// manifest and the stage manifest.
+	// a head and the entries of each, then the index and the combined
+	// manifest, a LIST that finds the task manifests still there, and
+	// the stage manifest.
 	nonEmpty := int64(0)
 	for _, b := range p.TaskBytes {
 		if b > 0 {
@@ -501,7 +525,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		}
 	}
 	pr.Combine.GET += 1 + int64(p.Tasks()) + nonEmpty
-	pr.Combine.PUT += 1 + 3
+	pr.Combine.PUT += 2 + 3
 	pr.Pays = pr.Combine.add(pr.Combined).Dollars() < pr.Direct.Dollars()
 	return pr
 }

@@ -23,6 +23,16 @@ var (
 	// ErrNotSealed: combining needs a sealed stage (its index sizes the
 	// plan and lists each bucket's frames).
 	ErrNotSealed = errors.New("stage not sealed")
+	// ErrGroupNotReady: a group of a plan made while the stage is written
+	// (OpenOverlap) cannot form yet: its workers have not all committed.
+	// The error says how many are missing; try again after more commit.
+	ErrGroupNotReady = errors.New("combine group not ready")
+	// ErrGroupConflict: the groups of a plan made while the stage is
+	// written do not hold the sealed first level's workers exactly (one
+	// left out of every group, put in two, or read at another attempt),
+	// or an engine named other workers for a group than its record. The
+	// error names the worker.
+	ErrGroupConflict = errors.New("combine groups conflict with the first level")
 )
 
 // The keys of a combined level, relative to the stage prefix:
@@ -71,6 +81,9 @@ type Stage struct {
 	plan   *Plan
 	// combined is the committed combined level, when there is one.
 	combined *manifest.Stage
+	// overlap is set for a plan made while the stage is written
+	// (OpenOverlap): level1 is then nil until its seal loads it.
+	overlap *overlap
 }
 
 // Open reads a sealed stage and plans its combining: a GET of the
