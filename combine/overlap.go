@@ -57,31 +57,11 @@ func groupName(planID string, g int) string {
 	return manifest.PlanDir(planID) + "group-" + strconv.Itoa(g) + ".json"
 }
 
-// OpenOverlap plans combining a stage whose writers may still be
-// running, so that its tasks start as groups of workers commit rather
-// than after the seal. in says what the engine expects: Partitions, the
-// stage's N workers (in.Workers, one entry each, with the sizes of the
-// objects it expects each to write; IDs are not used) and, if known,
-// each partition's bytes (in.PartitionBytes; nil spreads the workers'
-// bytes evenly). The plan (MakePlan of in) fixes the buckets and the
-// groups' sizes before any writer commits; every process given the same
-// in and o makes the same plan, with the same ID.
-//
-// Group g is the next Groups[g].Len() workers to commit after those of
-// groups 0..g-1: FormGroup fixes it (the engine naming them, or listing
-// the stage's worker manifests in commit order), and RunTask forms it by
-// listing when no process has. A task reads its group's worker manifests
-// and their objects; it needs no stage manifest or index. Seal needs the
-// first level sealed (Client.Seal with the stage's N workers) and checks
-// that the groups hold exactly its workers and attempts. One GET: a
-// stage already combined is returned with Combined set.
-func OpenOverlap(ctx context.Context, st store.Store, l manifest.Layout, in Input, o Options) (*Stage, error) {
-	if err := manifest.ValidateID("query", in.Query); err != nil {
-		return nil, err
-	}
-	if err := manifest.ValidateStage(in.Stage); err != nil {
-		return nil, err
-	}
+// openOverlap is Open of a stage whose writers may still be running
+// (Options.Expected): see Options.Expected.
+func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, in Input, o Options) (*Stage, error) {
+	in.Query, in.Stage = query, stage
+	o.Expected = nil
 	if in.Partitions < 1 || len(in.Workers) == 0 {
 		return nil, fmt.Errorf("%w: combine %s stage %d while it is written: %d partitions and %d workers; both must be at least 1", ErrInvalidPlan, in.Query, in.Stage, in.Partitions, len(in.Workers))
 	}
@@ -117,7 +97,7 @@ func OpenOverlap(ctx context.Context, st store.Store, l manifest.Layout, in Inpu
 	return s, nil
 }
 
-// FormGroup fixes group g of a plan made by OpenOverlap and returns its
+// FormGroup fixes group g of a plan made with Options.Expected and returns its
 // workers. Given workers (the engine's: the next ones to commit), it
 // checks that each has committed and that they are as many as the
 // group; given none, it takes the next workers to commit after those of
@@ -130,7 +110,7 @@ func OpenOverlap(ctx context.Context, st store.Store, l manifest.Layout, in Inpu
 // use; idempotent.
 func (s *Stage) FormGroup(ctx context.Context, g int, workers []string) ([]string, error) {
 	if s.overlap == nil || s.plan == nil {
-		return nil, fmt.Errorf("%w: combine %s stage %d: groups are formed only by a plan made while the stage is written (OpenOverlap)", ErrInvalidPlan, s.query, s.stage)
+		return nil, fmt.Errorf("%w: combine %s stage %d: groups are formed only by a plan made while the stage is written (Options.Expected)", ErrInvalidPlan, s.query, s.stage)
 	}
 	if g < 0 || g >= len(s.plan.Groups) {
 		return nil, fmt.Errorf("%w: combine %s stage %d: group %d outside the plan's %d groups", ErrInvalidPlan, s.query, s.stage, g, len(s.plan.Groups))

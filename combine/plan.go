@@ -108,6 +108,29 @@ type Options struct {
 	// object share one GET (default 256 KiB; negative: only adjacent
 	// frames).
 	GapBytes int64
+	// Expected, when set, plans a stage whose writers may still be
+	// running, from what the engine expects rather than from the sealed
+	// stage: Partitions, the stage's N workers (one entry each, with the
+	// sizes of the objects it expects each to write; IDs are not used)
+	// and, if the engine knows them, each partition's bytes
+	// (PartitionBytes; nil spreads the workers' bytes evenly). The plan
+	// fixes the buckets and the groups' sizes before any writer commits,
+	// and every process given the same Expected and options makes the
+	// same plan, with the same ID.
+	//
+	// Group g is then the next Groups[g].Len() workers to commit after
+	// those of groups 0..g-1: Stage.FormGroup fixes it (the engine naming
+	// them, or the library listing the stage's worker manifests in the
+	// order they were stored), committing a record of its workers and
+	// their attempts under the plan with If-None-Match, so that every
+	// process and every attempt of its tasks reads the same workers. A
+	// task runs once its group has formed, reading its workers' manifests
+	// and objects, with no stage manifest or index; RunTask forms its
+	// group by listing when no process has. Seal needs the first level
+	// sealed (Client.Seal with the N workers) and fails with
+	// ErrGroupConflict, naming the worker, unless the groups hold exactly
+	// its workers and attempts.
+	Expected *Input
 }
 
 func (o Options) withDefaults(partitions int) Options {
@@ -278,7 +301,7 @@ type Plan struct {
 	OverCap []int      `json:"over_cap,omitempty"`
 	Predict Prediction `json:"predicted"`
 	// Overlap: the plan was made while the stage is written
-	// (OpenOverlap), its groups formed in commit order.
+	// (Options.Expected), its groups formed in commit order.
 	Overlap bool `json:"overlap,omitempty"`
 	opts    Options
 }

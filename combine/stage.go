@@ -24,7 +24,7 @@ var (
 	// plan and lists each bucket's frames).
 	ErrNotSealed = errors.New("stage not sealed")
 	// ErrGroupNotReady: a group of a plan made while the stage is written
-	// (OpenOverlap) cannot form yet: its workers have not all committed.
+	// (Options.Expected) cannot form yet: its workers have not all committed.
 	// The error says how many are missing; try again after more commit.
 	ErrGroupNotReady = errors.New("combine group not ready")
 	// ErrGroupConflict: the groups of a plan made while the stage is
@@ -82,7 +82,7 @@ type Stage struct {
 	// combined is the committed combined level, when there is one.
 	combined *manifest.Stage
 	// overlap is set for a plan made while the stage is written
-	// (OpenOverlap): level1 is then nil until its seal loads it.
+	// (Options.Expected): level1 is then nil until its seal loads it.
 	overlap *overlap
 }
 
@@ -91,12 +91,19 @@ type Stage struct {
 // manifest and one ranged GET of its index's summary. A stage already
 // combined is returned with Combined set and no plan; its tasks and
 // seal are no-ops returning what is committed.
+//
+// With o.Expected, Open plans a stage whose writers may still be
+// running, so that tasks start as groups of workers commit (see
+// Options.Expected): one GET.
 func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, o Options) (*Stage, error) {
 	if err := manifest.ValidateID("query", query); err != nil {
 		return nil, err
 	}
 	if err := manifest.ValidateStage(stage); err != nil {
 		return nil, err
+	}
+	if o.Expected != nil {
+		return openOverlap(ctx, st, l, query, stage, *o.Expected, o)
 	}
 	s := &Stage{st: st, l: l, query: query, stage: stage}
 	for try := 0; ; try++ {
