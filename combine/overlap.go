@@ -57,6 +57,17 @@ func groupName(planID string, g int) string {
 	return manifest.PlanDir(planID) + "group-" + strconv.Itoa(g) + ".json"
 }
 
+// Expect is what an engine that knows only the shape of a stage expects
+// of it, for Options.Expected: workers writing one object each of an
+// equal share of bytes, spread evenly over partitions.
+func Expect(workers, partitions int, bytes int64) *Input {
+	in := &Input{Partitions: partitions}
+	for range max(workers, 0) {
+		in.Workers = append(in.Workers, WorkerInput{Objects: []int64{bytes / int64(workers)}})
+	}
+	return in
+}
+
 // openOverlap is Open of a stage whose writers may still be running
 // (Options.Expected): see Options.Expected.
 func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, in Input, o Options) (*Stage, error) {

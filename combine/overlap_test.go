@@ -35,16 +35,6 @@ func commitWorker(t *testing.T, e *env, query string, w, P, rows, blob int) erro
 	return err
 }
 
-// expected is what an engine expects of a stage of W workers x P
-// partitions before any commits.
-func expected(W, P int, perWorker int64) *combine.Input {
-	in := &combine.Input{Partitions: P}
-	for range W {
-		in.Workers = append(in.Workers, combine.WorkerInput{Objects: []int64{perWorker}})
-	}
-	return in
-}
-
 // TestCombineOverlap: tasks of a plan made while the stage is written
 // run as soon as their group's workers have committed, before the other
 // workers write; the combined seal, after the first level's, gives the
@@ -57,7 +47,7 @@ func TestCombineOverlap(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const W, P, rows, blob = 8, 8, 20, 2000
-		o := combine.Options{Groups: 4, Buckets: 2, Expected: expected(W, P, P*rows*blob)}
+		o := combine.Options{Groups: 4, Buckets: 2, Expected: combine.Expect(W, P, W*P*rows*blob)}
 		s, err := e.c.Combine(ctx, "q", 0, o)
 		if err != nil {
 			t.Fatal(err)
@@ -162,7 +152,7 @@ func TestCombineOverlapFaults(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		o := combine.Options{Groups: 2, Buckets: 2, Expected: expected(W, P, P*rows*blob)}
+		o := combine.Options{Groups: 2, Buckets: 2, Expected: combine.Expect(W, P, W*P*rows*blob)}
 		a, err := e.c.Combine(ctx, "q", 0, o)
 		if err != nil {
 			t.Fatal(err)
