@@ -18,10 +18,17 @@ const (
 	// groups for: large enough that a GET's time is spent moving bytes,
 	// small enough that a task's inputs arrive in many GETs at once.
 	DefaultTargetGetBytes = 32 << 20
-	// DefaultTaskCapBytes bounds a task's bytes: a task holds all of its
-	// input in memory (frames arrive writer by writer and leave partition
-	// by partition), so this is its memory.
+	// DefaultTaskCapBytes bounds a task's bytes without Scratch: a task
+	// holds all of its input in memory (frames arrive writer by writer
+	// and leave partition by partition), so this is its memory.
 	DefaultTaskCapBytes = 512 << 20
+	// DefaultDiskTaskCapBytes bounds a task's bytes given Scratch (with
+	// spill on, Client.Combine gives spill_dir): a task over MemoryBytes
+	// lays its object out on disk, so this is its disk. Four tasks at a
+	// time (the command line's --parallel) fill the default spill_bytes
+	// of 32 GiB. Larger tasks mean fewer of them, and fewer GETs: a stage
+	// of B bytes needs at least B / cap tasks.
+	DefaultDiskTaskCapBytes = 8 << 30
 	// DefaultPartBytes is the largest part of a combined object's
 	// multipart upload (one PutObject when the object is no larger than
 	// its part size). Parts are PUTs, which cost 12.5 times a GET: at 16
@@ -70,7 +77,8 @@ type Options struct {
 	// TargetGetBytes is K, the GET size to aim for (default 32 MiB).
 	TargetGetBytes int64
 	// TaskCapBytes bounds the bytes of one task, and so its memory
-	// (default 512 MiB). Buckets and groups are raised until each task's
+	// (default 512 MiB), or given Scratch its disk (default 8 GiB,
+	// DefaultDiskTaskCapBytes). Buckets and groups are raised until each task's
 	// share of the stage is under it; a single partition of one writer
 	// larger than the cap still makes a task of its own.
 	TaskCapBytes int64
@@ -139,6 +147,9 @@ func (o Options) withDefaults(partitions int) Options {
 	}
 	if o.TaskCapBytes <= 0 {
 		o.TaskCapBytes = DefaultTaskCapBytes
+		if o.Scratch != nil {
+			o.TaskCapBytes = DefaultDiskTaskCapBytes
+		}
 	}
 	if o.Readers <= 0 {
 		o.Readers = partitions

@@ -53,7 +53,7 @@ func (a *app) combineCommand() *cobra.Command {
 		plan     bool
 		asJSON   bool
 		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
-		taskCap  = durashuffle.Size(combine.DefaultTaskCapBytes)
+		taskCap  durashuffle.Size
 		partSize = durashuffle.Size(combine.DefaultPartBytes)
 		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
 		// A plan made while the stage is written.
@@ -124,7 +124,10 @@ groups hold exactly its workers.`,
 			case partSize < store.MinPartSize || partSize > store.MaxPartSize:
 				return usagef("--part-bytes must be from %d bytes (5MiB) to %d bytes (5GiB), got %d", store.MinPartSize, int64(store.MaxPartSize), int64(partSize))
 			}
-			o.TargetGetBytes, o.TaskCapBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(taskCap), int64(partSize), int64(memBytes)
+			o.TargetGetBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(partSize), int64(memBytes)
+			if fs.Changed("task-cap-bytes") {
+				o.TaskCapBytes = int64(taskCap) // else 512MiB, or with spill on 8GiB on disk
+			}
 			if fs.Changed("expect-workers") {
 				o.Expected = combine.Expect(expWorkers, expParts, int64(expBytes))
 			}
@@ -198,7 +201,7 @@ groups hold exactly its workers.`,
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
-	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory, or with spill on its disk in spill_dir when over --memory-bytes")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory (default 512MiB), or with spill on its disk in spill_dir when over --memory-bytes (default 8GiB)")
 	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
 	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
