@@ -10,6 +10,8 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -250,6 +252,123 @@ func TestCombineOverlapFaults(t *testing.T) {
 		}
 		if st, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "r", 0); err != nil || combine.IsCombined(st) {
 			t.Fatalf("a refused seal changed the stage manifest: %v", err)
+		}
+	})
+}
+
+// TestCombineOverlapThrottled: with half of all requests answered 503
+// SlowDown, writers and the tasks of a plan made while they write,
+// groups formed as they commit, and both seals succeed through the
+// client's retries; the stage reads back the rows it held as written,
+// and no upload is left open.
+func TestCombineOverlapThrottled(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			e, proxy := throttledEnv(t, b)
+			ctx := context.Background()
+			const W, P, rows, blob = 4, 4, 64, 4096
+			if err := proxy.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 11}); err != nil {
+				t.Fatal(err)
+			}
+			s, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2, PartBytes: 5 << 20, Expected: combine.Expect(W, P, W*P*rows*blob)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := range W {
+				if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+					t.Fatalf("worker %d under SlowDown: %v", w, err)
+				}
+				if w == 1 {
+					// Group 0 is ready: its tasks run while workers 2 and 3 write.
+					for j := range 2 {
+						if _, err := s.RunTask(ctx, j*2); err != nil {
+							t.Fatalf("task %d under SlowDown: %v", j*2, err)
+						}
+					}
+				}
+			}
+			if _, err := s.RunAll(ctx, 2); err != nil {
+				t.Fatalf("the rest under SlowDown: %v", err)
+			}
+			if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+				t.Fatal(err)
+			}
+			if err := proxy.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := readEach(t, e, "q", P)
+			if err := proxy.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 12}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Seal(ctx); err != nil {
+				t.Fatalf("combined seal under SlowDown: %v", err)
+			}
+			injected := int64(0)
+			for k, n := range proxy.Stats().Injected {
+				if k.Fault == faultproxy.FaultSlowDown {
+					injected += n
+				}
+			}
+			if injected == 0 {
+				t.Fatal("no SlowDown answered: the test proves nothing")
+			}
+			if err := proxy.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readEach(t, e, "q", P)
+			for i := range want {
+				if want[i] != got[i] {
+					t.Errorf("partition %d: %d rows as written, %d combined under SlowDown", i, want[i].Rows, got[i].Rows)
+				}
+			}
+			if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "q", 0); err != nil || !combine.IsCombined(m) {
+				t.Fatalf("the stage is not combined: %v", err)
+			}
+			if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+				t.Errorf("unfinished uploads left: %v %v", ups, err)
+			}
+		})
+	}
+}
+
+// TestCombineOverlapKilledTask: a task of a plan made while the stage is
+// written, killed in its upload, leaves no object and no upload; run
+// again (in another process, which reads the group's record) it commits.
+func TestCombineOverlapKilledTask(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P = 2, 2
+		for w := range W {
+			if err := commitWorker(t, e, "q", w, P, 30, 100_000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := combine.Options{Groups: 1, Buckets: 1, PartBytes: 5 << 20, Expected: combine.Expect(W, P, 12<<20)}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cs := &cutStore{Store: e.st, cancel: cancel, cut: func(op, key string) bool { return op == "UploadPart" }}
+		s, err := combine.Open(cctx, cs, e.c.Layout(), "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RunTask(cctx, 0); err == nil || !cs.hit {
+			t.Fatalf("a killed task returned %v (cut: %v)", err, cs.hit)
+		}
+		for _, k := range planKeys(t, e, s.Plan().ID) {
+			if !strings.HasSuffix(k, "group-0.json") {
+				t.Errorf("a task killed in its upload left %s", k)
+			}
+		}
+		if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+			t.Errorf("a killed task left uploads %v %v", ups, err)
+		}
+		again, err := combine.Open(ctx, e.st, e.c.Layout(), "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := again.RunTask(ctx, 0)
+		if err != nil || !tk.Wrote || tk.Manifest.Totals.Rows != W*P*30 {
+			t.Fatalf("run after the kill: %v %+v", err, tk)
 		}
 	})
 }
