@@ -71,19 +71,7 @@ func writeStage(t *testing.T, e *env, query string, W, P, rows, blob int) {
 	t.Helper()
 	ctx := context.Background()
 	for w := range W {
-		wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p := range P {
-			rec := batch(int64((w*P+p)*rows), rows, blob)
-			err := wr.Write(p, rec)
-			rec.Release()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := wr.Commit(ctx); err != nil {
+		if err := commitWorker(t, e, query, w, P, rows, blob); err != nil {
 			t.Fatal(err)
 		}
 	}

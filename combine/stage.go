@@ -41,6 +41,7 @@ var (
 //	combine-{plan}/task-{n}.bin                      task n's manifest (a worker manifest container)
 //	combine-{plan}/task-{n}/data-{write}.arrows      task n's combined object
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
+//	combine-{plan}/group-{g}.json                    group g's workers and attempts (a plan made while the stage is written)
 //
 // With key_spread, combined objects live under a shard prefix instead
 // (manifest.Layout.TaskDataKey), and their task manifests name them there.

@@ -25,23 +25,7 @@ func TestCombineAction(t *testing.T) {
 			e := newEnv(t, b.Start(t), envOptions{})
 			ctx := context.Background()
 			var want []row
-			for w := range 3 {
-				wr, err := e.client.NewWriter(ctx, durashuffle.WriterOptions{Query: "cq", Stage: 0, Worker: fmt.Sprint(w), Partitions: 4})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for p := range 4 {
-					rec, _ := genBatch(fmt.Sprint(w), int32(p), 50, 64)
-					err := wr.Write(p, rec)
-					rec.Release()
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				if _, err := wr.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeWorkers(t, e, "cq", 0, 3, 4, 50)
 			if _, err := e.sc.Seal(ctx, "cq", 0, 3); err != nil {
 				t.Fatal(err)
 			}

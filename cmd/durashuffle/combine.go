@@ -201,7 +201,8 @@ groups hold exactly its workers.`,
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
-	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory (default 512MiB), or with spill on its disk in spill_dir when over --memory-bytes (default 8GiB)")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", fmt.Sprintf("largest task: its memory (default %v), or with spill on its disk in spill_dir when over --memory-bytes (default %v)",
+		durashuffle.Size(combine.DefaultTaskCapBytes), durashuffle.Size(combine.DefaultDiskTaskCapBytes)))
 	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
 	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
