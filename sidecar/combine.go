@@ -13,7 +13,8 @@ import (
 )
 
 // maxCombineParallel bounds the tasks one combine action runs at once:
-// each holds its input in memory.
+// each holds its input in memory or, with spill on, on disk (counted
+// against spill_bytes).
 const maxCombineParallel = 64
 
 // combineStage runs the combine action: the plan, one task, the seal, or
