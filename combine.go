@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/manifest"
 )
 
 // Combine opens a sealed stage for combining (package combine): it reads
@@ -38,6 +39,38 @@ func (c *Client) Combine(ctx context.Context, query string, stage int, o combine
 		o.Scratch = combineScratch{c.spill}
 	}
 	return combine.Open(ctx, c.st, c.layout, query, stage, o)
+}
+
+// SealCombined seals a stage (Seal, of workers 0..workers-1) and then
+// combines it in this process, parallel tasks at a time, when its plan
+// says combining pays (Plan.Predict.Pays): the common case in one call.
+// It returns the stage manifest readers now read, and the plan: when the
+// manifest's Combines is nil the stage was not combined, and the plan's
+// Predict says why (the requests and dollars with and without). A plan
+// made while the stage was written (o.Expected) is always finished:
+// its tasks have run, or begun. A stage combined already is returned as
+// it is, with no plan.
+func (c *Client) SealCombined(ctx context.Context, query string, stage, workers, parallel int, o combine.Options) (*manifest.Stage, *combine.Plan, error) {
+	m, err := c.Seal(ctx, query, stage, workers)
+	if err != nil || m.Combines != nil {
+		return m, nil, err
+	}
+	s, err := c.Combine(ctx, query, stage, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	p := s.Plan()
+	if p == nil {
+		return s.Combined(), nil, nil
+	}
+	if !p.Predict.Pays && !p.Overlap {
+		return m, p, nil
+	}
+	if _, err := s.RunAll(ctx, parallel); err != nil {
+		return nil, p, err
+	}
+	cm, err := s.Seal(ctx)
+	return cm, p, err
 }
 
 // combineScratch lays out combine tasks larger than

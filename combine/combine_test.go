@@ -71,19 +71,7 @@ func writeStage(t *testing.T, e *env, query string, W, P, rows, blob int) {
 	t.Helper()
 	ctx := context.Background()
 	for w := range W {
-		wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for p := range P {
-			rec := batch(int64((w*P+p)*rows), rows, blob)
-			err := wr.Write(p, rec)
-			rec.Release()
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if _, err := wr.Commit(ctx); err != nil {
+		if err := commitWorker(t, e, query, w, P, rows, blob); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -1020,37 +1008,45 @@ func getBytes(t *testing.T, e *env, key string) []byte {
 // requests both met SlowDowns, and nothing is left over: no unfinished upload,
 // and under the plan's folder only the task manifests, the objects they
 // name and the index the combined manifest names.
+// throttledEnv is a client of backend b through a fault proxy (no
+// faults until its spec is set), retrying SlowDown answers, with the
+// store under it direct (e.st, no proxy).
+func throttledEnv(t *testing.T, b testenv.Backend) (*env, *faultproxy.Proxy) {
+	ep := b.Start(t)
+	p, err := faultproxy.StartTLS(ep.URL, faultproxy.Spec{}, ep.ServerTLS(t), ep.Transport(t).TLSClientConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := p.Close(); err != nil {
+			t.Errorf("close fault proxy: %v", err)
+		}
+	})
+	counter := new(store.Counter)
+	o := ep.Options(counter)
+	o.Endpoint = p.URL()
+	raw, err := s3store.New(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := durashuffle.DefaultConfig()
+	cfg.Store.Bucket = ep.Bucket
+	cfg.Write.ChunkSize = 5 * durashuffle.MiB
+	cfg.Write.UploadConcurrency = 4
+	cfg.Store.RetryMaxAttempts = 30 // at 1/2, 30 SlowDowns in a row: about 1e-9
+	cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
+	cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
+	c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
+	t.Cleanup(c.Close)
+	direct, _ := ep.NewStore(t)
+	return &env{c: c, st: direct, counter: counter}, p
+}
+
 func TestCombineThrottled(t *testing.T) {
 	for _, b := range testenv.Backends() {
 		t.Run(b.Name, func(t *testing.T) {
-			ep := b.Start(t)
-			p, err := faultproxy.StartTLS(ep.URL, faultproxy.Spec{}, ep.ServerTLS(t), ep.Transport(t).TLSClientConfig)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := p.Close(); err != nil {
-					t.Errorf("close fault proxy: %v", err)
-				}
-			})
-			counter := new(store.Counter)
-			o := ep.Options(counter)
-			o.Endpoint = p.URL()
-			raw, err := s3store.New(context.Background(), o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := durashuffle.DefaultConfig()
-			cfg.Store.Bucket = ep.Bucket
-			cfg.Write.ChunkSize = 5 * durashuffle.MiB
-			cfg.Write.UploadConcurrency = 4
-			cfg.Store.RetryMaxAttempts = 30 // at 1/2, 30 SlowDowns in a row: about 1e-9
-			cfg.Store.RetryBaseDelay = durashuffle.Duration(5 * time.Millisecond)
-			cfg.Store.RetryMaxDelay = durashuffle.Duration(100 * time.Millisecond)
-			c := testenv.Client(t, cfg, durashuffle.WithStore(raw), durashuffle.WithCounter(counter))
-			t.Cleanup(c.Close)
-			direct, _ := ep.NewStore(t)
-			e := &env{c: c, st: direct, counter: counter}
+			e, p := throttledEnv(t, b)
+			c, direct := e.c, e.st
 			ctx := context.Background()
 
 			// 4 workers x 4 partitions of 1 MiB each: two tasks of 8 MiB,

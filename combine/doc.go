@@ -33,4 +33,11 @@
 // partition in the same order: groups are contiguous runs of workers in
 // the stage manifest's order, and tasks are numbered so that the
 // combined level's workers keep it.
+//
+// Tasks may also start while the map stage runs (Options.Expected): the
+// plan is made from what the engine expects, group g is the next workers
+// to commit (Stage.FormGroup, fixed by a record committed under the
+// plan), a task reads its group's worker manifests instead of an index,
+// and Seal checks the groups against the sealed first level. Within a
+// partition the combined level then holds the groups in commit order.
 package combine

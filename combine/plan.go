@@ -18,10 +18,17 @@ const (
 	// groups for: large enough that a GET's time is spent moving bytes,
 	// small enough that a task's inputs arrive in many GETs at once.
 	DefaultTargetGetBytes = 32 << 20
-	// DefaultTaskCapBytes bounds a task's bytes: a task holds all of its
-	// input in memory (frames arrive writer by writer and leave partition
-	// by partition), so this is its memory.
+	// DefaultTaskCapBytes bounds a task's bytes without Scratch: a task
+	// holds all of its input in memory (frames arrive writer by writer
+	// and leave partition by partition), so this is its memory.
 	DefaultTaskCapBytes = 512 << 20
+	// DefaultDiskTaskCapBytes bounds a task's bytes given Scratch (with
+	// spill on, Client.Combine gives spill_dir): a task over MemoryBytes
+	// lays its object out on disk, so this is its disk. Four tasks at a
+	// time (the command line's --parallel) fill the default spill_bytes
+	// of 32 GiB. Larger tasks mean fewer of them, and fewer GETs: a stage
+	// of B bytes needs at least B / cap tasks.
+	DefaultDiskTaskCapBytes = 8 << 30
 	// DefaultPartBytes is the largest part of a combined object's
 	// multipart upload (one PutObject when the object is no larger than
 	// its part size). Parts are PUTs, which cost 12.5 times a GET: at 16
@@ -70,7 +77,8 @@ type Options struct {
 	// TargetGetBytes is K, the GET size to aim for (default 32 MiB).
 	TargetGetBytes int64
 	// TaskCapBytes bounds the bytes of one task, and so its memory
-	// (default 512 MiB). Buckets and groups are raised until each task's
+	// (default 512 MiB), or given Scratch its disk (default 8 GiB,
+	// DefaultDiskTaskCapBytes). Buckets and groups are raised until each task's
 	// share of the stage is under it; a single partition of one writer
 	// larger than the cap still makes a task of its own.
 	TaskCapBytes int64
@@ -108,6 +116,29 @@ type Options struct {
 	// object share one GET (default 256 KiB; negative: only adjacent
 	// frames).
 	GapBytes int64
+	// Expected, when set, plans a stage whose writers may still be
+	// running, from what the engine expects rather than from the sealed
+	// stage: Partitions, the stage's N workers (one entry each, with the
+	// sizes of the objects it expects each to write; IDs are not used)
+	// and, if the engine knows them, each partition's bytes
+	// (PartitionBytes; nil spreads the workers' bytes evenly). The plan
+	// fixes the buckets and the groups' sizes before any writer commits,
+	// and every process given the same Expected and options makes the
+	// same plan, with the same ID.
+	//
+	// Group g is then the next Groups[g].Len() workers to commit after
+	// those of groups 0..g-1: Stage.FormGroup fixes it (the engine naming
+	// them, or the library listing the stage's worker manifests in the
+	// order they were stored), committing a record of its workers and
+	// their attempts under the plan with If-None-Match, so that every
+	// process and every attempt of its tasks reads the same workers. A
+	// task runs once its group has formed, reading its workers' manifests
+	// and objects, with no stage manifest or index; RunTask forms its
+	// group by listing when no process has. Seal needs the first level
+	// sealed (Client.Seal with the N workers) and fails with
+	// ErrGroupConflict, naming the worker, unless the groups hold exactly
+	// its workers and attempts.
+	Expected *Input
 }
 
 func (o Options) withDefaults(partitions int) Options {
@@ -116,6 +147,9 @@ func (o Options) withDefaults(partitions int) Options {
 	}
 	if o.TaskCapBytes <= 0 {
 		o.TaskCapBytes = DefaultTaskCapBytes
+		if o.Scratch != nil {
+			o.TaskCapBytes = DefaultDiskTaskCapBytes
+		}
 	}
 	if o.Readers <= 0 {
 		o.Readers = partitions
@@ -277,6 +311,9 @@ type Plan struct {
 	// largest G and J (single partitions too large for it).
 	OverCap []int      `json:"over_cap,omitempty"`
 	Predict Prediction `json:"predicted"`
+	// Overlap: the plan was made while the stage is written
+	// (Options.Expected), its groups formed in commit order.
+	Overlap bool `json:"overlap,omitempty"`
 	opts    Options
 }
 
@@ -321,14 +358,7 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 		}
 		B += b
 	}
-	wb := make([]int64, len(in.Workers))
-	W := 0
-	for i, w := range in.Workers {
-		for _, s := range w.Objects {
-			wb[i] += s
-			W++
-		}
-	}
+	wb, W := workerBytes(in)
 	R := o.Readers
 	if o.Buckets > P || o.Groups > len(in.Workers) || o.Buckets < 0 || o.Groups < 0 {
 		return nil, fmt.Errorf("%w: %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
@@ -392,6 +422,18 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	p.ID = planID(in.IndexKey, p.Buckets, p.Groups)
 	p.Predict = predict(in, p, wb)
 	return p, nil
+}
+
+// workerBytes is each worker's bytes, and the count of writer objects.
+func workerBytes(in Input) (wb []int64, objects int) {
+	wb = make([]int64, len(in.Workers))
+	for i, w := range in.Workers {
+		for _, s := range w.Objects {
+			wb[i] += s
+			objects++
+		}
+	}
+	return wb, objects
 }
 
 // predict estimates requests, spreading each writer object's bytes over
@@ -468,11 +510,26 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		pr.Combined.GET += 2 + readerGets(o, combined, rb, r)
 	}
 	// Open: the combined level's manifest (absent), the stage manifest,
-	// the index summary.
-	pr.Combine.GET += 3
+	// the index summary. Per task: its manifest (absent), the bucket's
+	// index entries.
+	open, perTask := int64(3), int64(2)
+	if p.Overlap {
+		// Made while the stage is written, run in one process (RunAll):
+		// no stage manifest or index to open; per group its record
+		// (absent), a LIST of the committed workers, their manifests and
+		// the record's put; per task its manifest (absent). The seal
+		// reads the first level's stage manifest.
+		open, perTask = 1, 1
+		for _, g := range p.Groups {
+			pr.Combine.GET += 1 + int64(g.Len())
+			pr.Combine.PUT += 2
+		}
+		pr.Combine.GET++
+	}
+	pr.Combine.GET += open
 	for n := range p.Tasks() {
 		g, j := p.Task(n)
-		pr.Combine.GET += 2 // the task manifest (absent), the bucket's index entries
+		pr.Combine.GET += perTask
 		bb := bytesOf(p.Buckets[j])
 		for _, w := range in.Workers[p.Groups[g].Lo:p.Groups[g].Hi] {
 			for _, s := range w.Objects {
@@ -492,8 +549,9 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		pr.Combine.PUT++ // the task manifest
 	}
 	// Seal: the combined manifest (absent), a LIST of the task manifests,
-	// a head and the entries of each, then the index, the combined
-	// manifest and the stage manifest.
+	// a head and the entries of each, then the index and the combined
+	// manifest, a LIST that finds the task manifests still there, and
+	// the stage manifest.
 	nonEmpty := int64(0)
 	for _, b := range p.TaskBytes {
 		if b > 0 {
@@ -501,7 +559,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		}
 	}
 	pr.Combine.GET += 1 + int64(p.Tasks()) + nonEmpty
-	pr.Combine.PUT += 1 + 3
+	pr.Combine.PUT += 2 + 3
 	pr.Pays = pr.Combine.add(pr.Combined).Dollars() < pr.Direct.Dollars()
 	return pr
 }

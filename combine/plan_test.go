@@ -161,7 +161,7 @@ func TestPlanRefuses(t *testing.T) {
 // about Uploads parts (none under 5 MiB), one of more tasks in parts of
 // PartBytes; the predicted PUT-class requests count them: per task its
 // parts, the create and the complete (or one put), its manifest; then
-// the seal's four.
+// the seal's five (two LISTs, three puts).
 func TestPlanParts(t *testing.T) {
 	for _, c := range []struct {
 		name string
@@ -170,23 +170,23 @@ func TestPlanParts(t *testing.T) {
 		put  int64
 	}{
 		// One task of 260 MiB: 32 parts of 8.1 MiB, not 3 of 128.
-		{"one task, 32 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 32 + 1 + 4},
+		{"one task, 32 parts", uniform(64, 64, 260*MiB), combine.Options{}, 2 + 32 + 1 + 5},
 		// One task of 20 MiB: parts of 5 MiB at least, so 4.
-		{"one small task, 4 parts", uniform(64, 64, 20*MiB), combine.Options{}, 2 + 4 + 1 + 4},
+		{"one small task, 4 parts", uniform(64, 64, 20*MiB), combine.Options{}, 2 + 4 + 1 + 5},
 		// One task of 4 MiB: one put.
-		{"one put", uniform(64, 64, 4*MiB), combine.Options{}, 1 + 1 + 4},
+		{"one put", uniform(64, 64, 4*MiB), combine.Options{}, 1 + 1 + 5},
 		// Four uploads: 260 MiB in 4 parts of 65 MiB.
-		{"four uploads", uniform(64, 64, 260*MiB), combine.Options{Uploads: 4}, 2 + 4 + 1 + 4},
+		{"four uploads", uniform(64, 64, 260*MiB), combine.Options{Uploads: 4}, 2 + 4 + 1 + 5},
 		// Eight tasks of 32.5 MiB, fewer than Uploads: 7 parts of 5 MiB
 		// at least each.
-		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(2+7+1) + 4},
+		{"eight tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 8}, 8*(2+7+1) + 5},
 		// Thirty-two tasks of 8.1 MiB, as many as Uploads: one put each.
-		{"thirty-two tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 32}, 32*(1+1) + 4},
+		{"thirty-two tasks", uniform(64, 64, 260*MiB), combine.Options{Buckets: 32}, 32*(1+1) + 5},
 		// Thirty-two tasks of 600 MiB under parts of 1 GiB: one put each
 		// in memory; laid out on disk (over MemoryBytes, with Scratch),
 		// two parts of 300 MiB each, as a file object is never one put.
-		{"in memory", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 32*(1+1) + 4},
-		{"on disk", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 32*(2+2+1) + 4},
+		{"in memory", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 32*(1+1) + 5},
+		{"on disk", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 32*(2+2+1) + 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := combine.MakePlan(c.in, c.o)

@@ -11,13 +11,24 @@ import (
 // RunAll runs every task of the plan, parallel at a time (at least 1),
 // and returns them in task order; the first failure stops starting
 // tasks and is returned. Tasks already committed cost one GET each. It
-// does not seal: call Seal.
+// does not seal: call Seal. A plan made while the stage is written forms
+// its groups first, in order, and fails with ErrGroupNotReady while a
+// group's workers have not all committed.
 func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 	n := 0
 	if s.plan != nil {
 		n = s.plan.Tasks()
 	} else if s.combined != nil {
 		n = len(s.combined.Workers)
+	}
+	if s.overlap != nil && s.plan != nil {
+		// Groups form in order, each from the workers committed after
+		// the last group's: a group not ready stops the run.
+		for g := range s.plan.Groups {
+			if _, err := s.FormGroup(ctx, g, nil); err != nil {
+				return nil, err
+			}
+		}
 	}
 	out := make([]*Task, n)
 	eg, gctx := errgroup.WithContext(ctx)

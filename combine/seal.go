@@ -46,6 +46,20 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		}
 		return s.finish(ctx)
 	}
+	if s.overlap != nil {
+		// Made while the stage was written: the first level must be
+		// sealed, and the groups must hold exactly its workers.
+		if s.level1 == nil {
+			m, err := s.sealedFirstLevel(ctx)
+			if err != nil {
+				return nil, err
+			}
+			s.level1 = m
+		}
+		if err := s.checkGroups(ctx); err != nil {
+			return nil, err
+		}
+	}
 	// The task manifests, by one LIST of the plan's folder.
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(p.ID))
 	objs, _, err := s.st.List(ctx, dir, "/")
@@ -123,7 +137,56 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if s.combined, err = manifest.DecodeStage(ckey, b); err != nil {
 		return nil, err
 	}
+	if err := s.verify(ctx, p.ID, p.Tasks()); err != nil {
+		s.withdraw(ctx, ckey, indexKey)
+		s.combined = nil
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
 	return s.combined, s.publish(ctx, b)
+}
+
+// verify checks, once combined.json is committed and before the stage
+// manifest names the level, that every task manifest of the plan is
+// still there (one LIST). gc deletes a plan's task manifests before it
+// looks for combined.json, and deletes the plan's objects only when it
+// finds none: so when the manifests are all there after combined.json
+// was committed, no gc can delete what the level names, and when one is
+// missing a gc may be deleting its objects, and the level must not be
+// published.
+func (s *Stage) verify(ctx context.Context, planID string, tasks int) error {
+	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(planID))
+	objs, _, err := s.st.List(ctx, dir, "/")
+	if err != nil {
+		return fmt.Errorf("list %s: %w", dir, err)
+	}
+	have := map[string]bool{}
+	for _, o := range objs {
+		have[o.Key] = true
+	}
+	var missing []string
+	for n := range tasks {
+		if !have[s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(planID, n))] {
+			missing = append(missing, fmt.Sprint(n))
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	named := strings.Join(missing[:min(len(missing), sealListed)], ", ")
+	if len(missing) > sealListed {
+		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
+	}
+	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than) after the seal read them: tasks %s; run them again and seal",
+		ErrMissingTasks, len(missing), tasks, dir, named)
+}
+
+// withdraw deletes a combined level that must not be published: its
+// manifest at combined.json, then its index.
+func (s *Stage) withdraw(ctx context.Context, ckey, indexKey string) {
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	_ = s.st.Delete(dctx, ckey)
+	_ = s.st.Delete(dctx, indexKey)
 }
 
 // finish completes a committed combined level: it checks the plan, and
@@ -148,6 +211,14 @@ func (s *Stage) finish(ctx context.Context) (*manifest.Stage, error) {
 	}
 	if want == nil || bytes.Equal(want, have) {
 		return s.combined, nil
+	}
+	// Not published yet: as a seal that commits, check first that no gc
+	// is deleting what the level names.
+	plan := combinedPlan(s.combined)
+	if err := s.verify(ctx, plan, len(s.combined.Workers)); err != nil {
+		ckey := s.l.StagePrefix(s.query, s.stage) + CombinedName
+		s.withdraw(ctx, ckey, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
+		return nil, fmt.Errorf("seal of combined %s stage %d (plan %s): %w", s.query, s.stage, plan, err)
 	}
 	return s.combined, s.publish(ctx, want)
 }

@@ -23,6 +23,16 @@ var (
 	// ErrNotSealed: combining needs a sealed stage (its index sizes the
 	// plan and lists each bucket's frames).
 	ErrNotSealed = errors.New("stage not sealed")
+	// ErrGroupNotReady: a group of a plan made while the stage is written
+	// (Options.Expected) cannot form yet: its workers have not all committed.
+	// The error says how many are missing; try again after more commit.
+	ErrGroupNotReady = errors.New("combine group not ready")
+	// ErrGroupConflict: the groups of a plan made while the stage is
+	// written do not hold the sealed first level's workers exactly (one
+	// left out of every group, put in two, or read at another attempt),
+	// or an engine named other workers for a group than its record. The
+	// error names the worker.
+	ErrGroupConflict = errors.New("combine groups conflict with the first level")
 )
 
 // The keys of a combined level, relative to the stage prefix:
@@ -31,6 +41,7 @@ var (
 //	combine-{plan}/task-{n}.bin                      task n's manifest (a worker manifest container)
 //	combine-{plan}/task-{n}/data-{write}.arrows      task n's combined object
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
+//	combine-{plan}/group-{g}.json                    group g's workers and attempts (a plan made while the stage is written)
 //
 // With key_spread, combined objects live under a shard prefix instead
 // (manifest.Layout.TaskDataKey), and their task manifests name them there.
@@ -71,6 +82,9 @@ type Stage struct {
 	plan   *Plan
 	// combined is the committed combined level, when there is one.
 	combined *manifest.Stage
+	// overlap is set for a plan made while the stage is written
+	// (Options.Expected): level1 is then nil until its seal loads it.
+	overlap *overlap
 }
 
 // Open reads a sealed stage and plans its combining: a GET of the
@@ -78,12 +92,19 @@ type Stage struct {
 // manifest and one ranged GET of its index's summary. A stage already
 // combined is returned with Combined set and no plan; its tasks and
 // seal are no-ops returning what is committed.
+//
+// With o.Expected, Open plans a stage whose writers may still be
+// running, so that tasks start as groups of workers commit (see
+// Options.Expected): one GET.
 func Open(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, o Options) (*Stage, error) {
 	if err := manifest.ValidateID("query", query); err != nil {
 		return nil, err
 	}
 	if err := manifest.ValidateStage(stage); err != nil {
 		return nil, err
+	}
+	if o.Expected != nil {
+		return openOverlap(ctx, st, l, query, stage, *o.Expected, o)
 	}
 	s := &Stage{st: st, l: l, query: query, stage: stage}
 	for try := 0; ; try++ {

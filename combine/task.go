@@ -79,14 +79,25 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		return t, nil
 	}
 
+	// The level the task reads: the sealed first level and the group's
+	// range of its workers, or, while the map stage runs, the group's
+	// committed worker manifests (their frames in memory).
+	level, grp := s.level1, p.Groups[g]
+	if s.overlap != nil {
+		ws, err := s.members(ctx, g)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		level, grp = s.groupLevel(ws), Range{0, len(ws)}
+	}
 	// The bucket's frames, in delivery order (partition, worker, write
 	// order), of the group's workers.
-	b, grp := p.Buckets[j], p.Groups[g]
+	b := p.Buckets[j]
 	parts := make([]int, 0, b.Len())
 	for q := b.Lo; q < b.Hi; q++ {
 		parts = append(parts, q)
 	}
-	all, err := s.level1.Frames(ctx, s.st, s.l, parts)
+	all, err := level.Frames(ctx, s.st, s.l, parts)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
@@ -97,7 +108,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		}
 	}
 	runs := planRuns(frames, func(f manifest.Frame) string {
-		return s.l.ObjectKey(s.query, s.stage, s.level1.Workers[f.Worker].Objects[f.Object].Key)
+		return s.l.ObjectKey(s.query, s.stage, level.Workers[f.Worker].Objects[f.Object].Key)
 	}, p.opts.GapBytes)
 	// The combined object is the frames in delivery order: each frame's
 	// place in it is known before any arrives, so the GETs read straight
@@ -122,7 +133,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		dst.mem = make([]byte, size)
 	}
 	codecs := make([]byte, len(frames))
-	if err := s.fetch(ctx, what, runs, frames, at, dst, codecs); err != nil {
+	if err := s.fetch(ctx, what, level, runs, frames, at, dst, codecs); err != nil {
 		return nil, err
 	}
 
@@ -130,8 +141,8 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	partBytes := p.partBytes(size)
 	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
 		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
-		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
-		Compression: compressionOf(s.level1), ChunkSize: partBytes,
+		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
+		Compression: compressionOf(level), ChunkSize: partBytes,
 		WriterVersion: writerVersion, WrittenAt: time.Now().UTC()}
 	var up *store.ObjectWriter
 	kept := false
@@ -289,7 +300,7 @@ func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap in
 // into its place in dst (frame i at at[i]), checking its CRC32C on the
 // way and noting its codec byte in codecs[i]; the bytes between a run's
 // frames are read and dropped.
-func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
+func (s *Stage) fetch(ctx context.Context, what string, level *manifest.Stage, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(fetches)
 	for _, r := range runs {
@@ -303,7 +314,7 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 				return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
 			}
 			defer body.Close()
-			return s.readRun(what, r, body, frames, at, dst, codecs)
+			return readRun(what, level.Workers[r.worker].Worker, r, body, frames, at, dst, codecs)
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -316,9 +327,8 @@ func (s *Stage) fetch(ctx context.Context, what string, runs []*run, frames []ma
 }
 
 // readRun reads run r's frames from body, which starts at the run's
-// first byte, into dst.
-func (s *Stage) readRun(what string, r *run, body io.Reader, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
-	worker := s.level1.Workers[r.worker].Worker
+// first byte, into dst; worker names the run's writer in errors.
+func readRun(what, worker string, r *run, body io.Reader, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
 	pos := r.off
 	var buf []byte
 	if dst.file != nil {

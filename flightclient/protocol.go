@@ -191,12 +191,16 @@ type PartitionMetadata struct {
 	Frames       int   `json:"frames"`
 }
 
-// SealRequest is the body of the seal-stage action; all three are
-// required.
+// SealRequest is the body of the seal-stage action; query, stage and
+// workers are required. Combine then combines the stage in the sidecar
+// (parallel tasks at a time, default 4) when its plan says combining
+// pays; the result says whether it did, and the plan's predictions.
 type SealRequest struct {
-	Query   string `json:"query"`
-	Stage   int    `json:"stage"`
-	Workers int    `json:"workers"`
+	Query    string `json:"query"`
+	Stage    int    `json:"stage"`
+	Workers  int    `json:"workers"`
+	Combine  bool   `json:"combine,omitempty"`
+	Parallel int    `json:"parallel,omitempty"`
 }
 
 // SealResult is the body of seal-stage's one result.
@@ -211,14 +215,23 @@ type SealResult struct {
 	BytesStored  int64  `json:"bytes_stored"`
 	Objects      int    `json:"objects"`
 	Key          string `json:"key"`
+	// With combine: whether the stage was combined, and the plan made
+	// (absent when the stage was combined already).
+	Combined  bool               `json:"combined,omitempty"`
+	Plan      string             `json:"plan,omitempty"`
+	Predicted *CombinePrediction `json:"predicted,omitempty"`
 }
 
 // CombineRequest is the body of the combine action. Query and stage are
 // required; groups and buckets fix G and J (0: sized from the stage's
 // bytes), and every caller of one stage's combining must send the same.
-// At most one of task, seal and plan: task runs that task only, seal
-// only seals, plan only plans; none runs every task (parallel at a
-// time, default 4) and seals.
+// At most one of task, seal, plan and group: task runs that task only,
+// seal only seals, plan only plans, group forms that group; none runs
+// every task (parallel at a time, default 4) and seals. Expect_workers
+// and expect_partitions (with expect_bytes, the stage's expected size)
+// plan the stage while it is written (combine.Options.Expected); group
+// and group_workers then form a group from the workers named, or the
+// next to commit.
 type CombineRequest struct {
 	Query    string `json:"query"`
 	Stage    int    `json:"stage"`
@@ -228,6 +241,12 @@ type CombineRequest struct {
 	Seal     bool   `json:"seal,omitempty"`
 	Plan     bool   `json:"plan,omitempty"`
 	Parallel int    `json:"parallel,omitempty"`
+
+	ExpectWorkers    int      `json:"expect_workers,omitempty"`
+	ExpectPartitions int      `json:"expect_partitions,omitempty"`
+	ExpectBytes      int64    `json:"expect_bytes,omitempty"`
+	Group            *int     `json:"group,omitempty"`
+	GroupWorkers     []string `json:"group_workers,omitempty"`
 }
 
 // CombineResult is the body of combine's one result.
@@ -246,6 +265,8 @@ type CombineResult struct {
 	Combined  bool               `json:"combined"` // the stage reads the combined level
 	Rows      int64              `json:"rows"`     // of the tasks run, or of the combined level
 	Predicted *CombinePrediction `json:"predicted,omitempty"`
+	// GroupWorkers are the workers of the group formed.
+	GroupWorkers []string `json:"group_workers,omitempty"`
 }
 
 // CombinePrediction is a plan's predicted requests: the readers' GETs as

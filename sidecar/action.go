@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"strings"
@@ -8,18 +9,19 @@ import (
 
 	"github.com/apache/arrow-go/v18/arrow/flight"
 
+	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/gc"
 	"github.com/durashuffle/durashuffle/manifest"
 )
 
 var actionTypes = []*flight.ActionType{
-	{Type: flightclient.ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}; result {"sealed","rows",...}. FailedPrecondition names the workers that have not committed.`},
+	{Type: flightclient.ActionSealStage, Description: `Merge the manifests of workers 0..workers-1 into the stage manifest. Body {"query","stage","workers"}, optionally "combine": true (then combine it here, "parallel" tasks at a time, when its plan says combining pays); result {"sealed","rows",...,"combined","plan","predicted"}. FailedPrecondition names the workers that have not committed.`},
 	{Type: flightclient.ActionDeleteQuery, Description: `Delete every object under the query's prefix and abort its open multipart uploads. Body {"query"}; result {"deleted_objects","aborted_uploads"}. Idempotent.`},
 	{Type: flightclient.ActionGC, Description: `Abort multipart uploads and delete uncommitted attempt data older than older_than, and results stages older than results_retention (gc of the CLI). Body {"older_than": "6h"}, optionally "combined_grace": "24h" (delete the first level of stages combined longer ago, gc --combined-grace); result: the gc report (totals, aborted uploads, deleted objects and stages).`},
 	{Type: flightclient.ActionRelease, Description: `Drop a stage's workers (or, without stage, the query's) from this sidecar's memory store, for an engine that knows the stage is consumed. Body {"query","stage"}; result {"workers","bytes_released"}. Reads go on from S3. Idempotent.`},
 	{Type: flightclient.ActionHeld, Description: `List the workers this sidecar's memory store holds. Body {"query","stage"} (both optional); result {"budget_bytes","held_bytes","reserved_bytes","workers":[{"query","stage","worker","attempt","bytes","read"}]}.`},
-	{Type: flightclient.ActionCombine, Description: `Combine a sealed stage's objects into G x J larger ones that its readers fetch in fewer GETs: plan, run every task and seal. Body {"query","stage","groups","buckets"} and at most one of "task" (run one), "seal" (only seal), "plan" (only plan); result {"plan","tasks","wrote","sealed","combined","predicted",...}. FailedPrecondition names the tasks missing at a seal.`},
+	{Type: flightclient.ActionCombine, Description: `Combine a sealed stage's objects into G x J larger ones that its readers fetch in fewer GETs: plan, run every task and seal. Body {"query","stage","groups","buckets"} and at most one of "task" (run one), "seal" (only seal), "plan" (only plan), "group" (form one); "expect_workers","expect_partitions","expect_bytes" plan it while it is written, its tasks running as groups of workers commit; result {"plan","tasks","wrote","sealed","combined","predicted",...}. FailedPrecondition names the tasks missing at a seal, a group not ready, or a worker the groups hold twice or not at all.`},
 	{Type: flightclient.ActionFetch, Description: `Peer protocol: raw stored bytes of a committed worker held in memory. Body {"query","stage","worker","attempt","object","offset","length"}; results: the bytes, in order, at most 1 MiB each. NotFound when not held; never reads S3.`},
 }
 
@@ -84,16 +86,34 @@ func (s *Server) sealStage(ctx context.Context, body []byte) (*flightclient.Seal
 	if req.Workers < 1 || req.Workers > manifest.MaxSealWorkers {
 		return nil, invalidf("seal-stage: workers must be between 1 and %d (the limit of one seal, MaxSealWorkers), got %d", manifest.MaxSealWorkers, req.Workers)
 	}
-	m, err := s.c.Seal(ctx, req.Query, req.Stage, req.Workers)
-	if err != nil {
-		return nil, toStatus(err)
+	if req.Parallel < 0 || req.Parallel > maxCombineParallel || req.Parallel > 0 && !req.Combine {
+		return nil, invalidf("seal-stage: parallel must be between 1 and %d, and goes with combine; got %d", maxCombineParallel, req.Parallel)
 	}
-	s.log.Info("stage sealed", "query", m.Query, "stage", m.Stage, "workers", len(m.Workers), "rows", m.Totals.Rows)
-	return &flightclient.SealResult{
+	var m *manifest.Stage
+	var plan *combine.Plan
+	var err error
+	if req.Combine {
+		m, plan, err = s.c.SealCombined(ctx, req.Query, req.Stage, req.Workers, cmp.Or(req.Parallel, 4), combine.Options{})
+		if err == nil {
+			s.stages.evict(req.Query, req.Stage)
+		}
+	} else {
+		m, err = s.c.Seal(ctx, req.Query, req.Stage, req.Workers)
+	}
+	if err != nil {
+		return nil, combineStatus(err)
+	}
+	s.log.Info("stage sealed", "query", m.Query, "stage", m.Stage, "workers", len(m.Workers), "rows", m.Totals.Rows, "combined", m.Combines != nil)
+	res := &flightclient.SealResult{
 		Sealed: true, Query: m.Query, Stage: m.Stage, Workers: len(m.Workers), Partitions: m.Partitions,
 		Rows: m.Totals.Rows, BytesLogical: m.Totals.BytesLogical, BytesStored: m.Totals.BytesStored,
 		Objects: m.Totals.Objects, Key: s.c.Layout().StageManifestKey(m.Query, m.Stage),
-	}, nil
+		Combined: req.Combine && m.Combines != nil,
+	}
+	if plan != nil {
+		res.Plan, res.Predicted = plan.ID, prediction(plan)
+	}
+	return res, nil
 }
 
 // deleteQuery removes every key under the query's prefix and aborts the

@@ -25,23 +25,7 @@ func TestCombineAction(t *testing.T) {
 			e := newEnv(t, b.Start(t), envOptions{})
 			ctx := context.Background()
 			var want []row
-			for w := range 3 {
-				wr, err := e.client.NewWriter(ctx, durashuffle.WriterOptions{Query: "cq", Stage: 0, Worker: fmt.Sprint(w), Partitions: 4})
-				if err != nil {
-					t.Fatal(err)
-				}
-				for p := range 4 {
-					rec, _ := genBatch(fmt.Sprint(w), int32(p), 50, 64)
-					err := wr.Write(p, rec)
-					rec.Release()
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				if _, err := wr.Commit(ctx); err != nil {
-					t.Fatal(err)
-				}
-			}
+			writeWorkers(t, e, "cq", 0, 3, 4, 50)
 			if _, err := e.sc.Seal(ctx, "cq", 0, 3); err != nil {
 				t.Fatal(err)
 			}
@@ -68,7 +52,7 @@ func TestCombineAction(t *testing.T) {
 			_, err = e.sc.Combine(ctx, flightclient.CombineRequest{Query: "cq", Stage: 0, Buckets: 5})
 			wantCode(t, err, codes.InvalidArgument, "5 buckets and 0 groups asked for; at most 4 buckets")
 			err = doAction(ctx, e.fc, flightclient.ActionCombine, map[string]any{"query": "cq", "stage": 0, "seal": true, "plan": true}, nil)
-			wantCode(t, err, codes.InvalidArgument, "task, seal and plan are mutually exclusive")
+			wantCode(t, err, codes.InvalidArgument, "task, seal, plan and group are mutually exclusive")
 
 			all, err := e.sc.Combine(ctx, flightclient.CombineRequest{Query: "cq", Stage: 0, Groups: 3, Buckets: 2, Parallel: 2})
 			if err != nil || all.Wrote != 5 || !all.Sealed || !all.Combined || all.Rows != 600 {
@@ -107,6 +91,97 @@ func TestCombineAction(t *testing.T) {
 			if err != nil || !slices.Equal(got, want) {
 				t.Fatalf("read after sealing again: %d rows (want %d, the same in order): %v", len(got), len(want), err)
 			}
+		})
+	}
+}
+
+// writeWorkers commits workers [lo, hi) of a stage of P partitions,
+// rows rows in each.
+func writeWorkers(t *testing.T, e *env, query string, lo, hi, P, rows int) {
+	t.Helper()
+	ctx := context.Background()
+	for w := lo; w < hi; w++ {
+		wr, err := e.client.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for p := range P {
+			rec, _ := genBatch(fmt.Sprint(w), int32(p), rows, 64)
+			err := wr.Write(p, rec)
+			rec.Release()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := wr.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestCombineActionOverlap: on every backend, the combine action plans
+// a stage while it is written (expect_workers, expect_partitions), runs
+// a task of the first group once its workers have committed, refuses a
+// group whose workers have not (FailedPrecondition), and after the
+// first level's seal runs the rest and seals; DoGet serves the rows it
+// served as written. seal-stage with combine combines a stage whose plan
+// pays, and tells, with the plan's figures, that it did not combine one
+// whose plan does not.
+func TestCombineActionOverlap(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			e := newEnv(t, b.Start(t), envOptions{})
+			ctx := context.Background()
+			req := flightclient.CombineRequest{Query: "oq", Stage: 0, Groups: 2, Buckets: 2, ExpectWorkers: 4, ExpectPartitions: 4, ExpectBytes: 1 << 20}
+			writeWorkers(t, e, "oq", 0, 2, 4, 50)
+			zero, one := 0, 1
+			r := req
+			r.Task = &zero
+			if res, err := e.sc.Combine(ctx, r); err != nil || res.Wrote != 1 {
+				t.Fatalf("task 0 with group 0 committed: %+v %v", res, err)
+			}
+			r = req
+			r.Group = &one
+			_, err := e.sc.Combine(ctx, r)
+			wantCode(t, err, codes.FailedPrecondition, "group 1 needs 2 more workers to commit")
+			writeWorkers(t, e, "oq", 2, 4, 4, 50)
+			if res, err := e.sc.Combine(ctx, r); err != nil || strings.Join(res.GroupWorkers, ",") != "2,3" {
+				t.Fatalf("group 1: %+v %v", res, err)
+			}
+			if _, err := e.sc.Seal(ctx, "oq", 0, 4); err != nil {
+				t.Fatal(err)
+			}
+			_, want, err := doGet(ctx, e.fc, flightclient.Ticket{Query: "oq", Stage: 0})
+			if err != nil || len(want) != 800 {
+				t.Fatalf("read as written: %d rows, %v", len(want), err)
+			}
+			all, err := e.sc.Combine(ctx, req)
+			if err != nil || all.Wrote != 3 || !all.Combined || all.Rows != 800 {
+				t.Fatalf("combine the rest: %+v %v", all, err)
+			}
+			_, got, err := doGet(ctx, e.fc, flightclient.Ticket{Query: "oq", Stage: 0})
+			if err != nil || !slices.Equal(got, want) {
+				t.Fatalf("read combined: %d rows (want %d, the same in order): %v", len(got), len(want), err)
+			}
+
+			// seal-stage with combine: 3 x 4 does not pay, 16 x 16 does.
+			var small, large flightclient.SealResult
+			writeWorkers(t, e, "small", 0, 3, 4, 10)
+			if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "small", "stage": 0, "workers": 3, "combine": true}, &small); err != nil {
+				t.Fatal(err)
+			}
+			if !small.Sealed || small.Combined || small.Plan == "" || small.Predicted == nil || small.Predicted.Pays || small.Predicted.DirectGETs != 4*(2+3) {
+				t.Fatalf("seal-stage combine of 3 x 4: %+v %+v", small, small.Predicted)
+			}
+			writeWorkers(t, e, "large", 0, 16, 16, 4)
+			if err := doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "large", "stage": 0, "workers": 16, "combine": true, "parallel": 2}, &large); err != nil {
+				t.Fatal(err)
+			}
+			if !large.Sealed || !large.Combined || large.Predicted == nil || !large.Predicted.Pays || large.Rows != 16*16*4 {
+				t.Fatalf("seal-stage combine of 16 x 16: %+v %+v", large, large.Predicted)
+			}
+			err = doAction(ctx, e.fc, flightclient.ActionSealStage, map[string]any{"query": "small", "stage": 0, "workers": 3, "parallel": 2}, nil)
+			wantCode(t, err, codes.InvalidArgument, "goes with combine")
 		})
 	}
 }

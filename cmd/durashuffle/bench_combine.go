@@ -51,6 +51,34 @@ type combineBench struct {
 	// (SHA-256 of every value, in order) from both levels.
 	Rows      int64 `json:"rows"`
 	Identical bool  `json:"identical"`
+	// Overlap is the same stage written again with its combine tasks
+	// running while the writers do (--overlap).
+	Overlap *combineOverlap `json:"overlap,omitempty"`
+}
+
+// combineOverlap is a stage whose combine tasks start as groups of
+// writers commit (combine.Options.Expected), against the stage read as
+// written.
+type combineOverlap struct {
+	Groups  int `json:"groups"`
+	Buckets int `json:"buckets"`
+	// Map is the writers' time (the map stage) with the tasks running
+	// beside them; MapAlone is Write's, without.
+	Map      float64 `json:"map_seconds"`
+	MapAlone float64 `json:"map_alone_seconds"`
+	// Stage is write, combine and read combined; Direct is write and
+	// read as written (Write + Direct above).
+	Stage  float64 `json:"stage_seconds"`
+	Direct float64 `json:"direct_seconds"`
+	// Combine is the tasks' and seals' requests (the tasks ran during
+	// the map stage), Combined the readers'.
+	Combine   combineBenchStep   `json:"combine"`
+	Combined  combineBenchStep   `json:"combined"`
+	Predicted combine.Prediction `json:"predicted"`
+	// Identical: every partition read back the same rows with the same
+	// content (an order-free digest: within a partition the combined
+	// level holds the groups in commit order) as the stage as written.
+	Identical bool `json:"identical"`
 }
 
 type combineBenchStep struct {
@@ -76,6 +104,7 @@ func (a *app) benchCombineCommand(o *benchOptions) *cobra.Command {
 		groups   int
 		buckets  int
 		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
+		overlap  bool
 	)
 	cmd := &cobra.Command{
 		Use:   "combine",
@@ -91,7 +120,16 @@ PUTs, bytes and seconds of each step beside the plan's predictions, and
 checks that every partition reads back the same rows and content hash
 from both levels. With --endpoint (and --bucket, --path-style,
 --region; credentials from the environment) it runs against that store
-instead, behind the same link, under a fresh query ID.`,
+instead, behind the same link, under a fresh query ID.
+
+With --overlap it then writes the stage again with its combine tasks
+running while the writers do (a plan made before any writer commits,
+groups formed in commit order, each group's tasks started once its
+writers have committed) and reports the stage's time (write, combine,
+read) against writing and reading it as written, the map stage's own
+time with and without the tasks beside it, the GETs against reading as
+written, the predictions, and whether every partition reads back the
+same rows and content.`,
 		Example: `  durashuffle bench combine --combine-shapes 16x16,64x64 --stored 64MiB --latency 20ms`,
 		Args:    noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -111,7 +149,7 @@ instead, behind the same link, under a fresh query ID.`,
 				if err != nil {
 					return err
 				}
-				r, err := runCombineBench(cmd.Context(), o, cfg, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets, MemoryBytes: int64(memBytes)})
+				r, err := runCombineBench(cmd.Context(), o, cfg, w, p, stored, readers, parallel, combine.Options{Groups: groups, Buckets: buckets, MemoryBytes: int64(memBytes)}, overlap)
 				if err != nil {
 					return err
 				}
@@ -133,10 +171,11 @@ instead, behind the same link, under a fresh query ID.`,
 	fs.IntVar(&groups, "groups", 0, "writer groups G (default: the plan's)")
 	fs.IntVar(&buckets, "buckets", 0, "partition buckets J (default: the plan's)")
 	fs.Var(sizeFlag(&memBytes), "combine-memory-bytes", "largest task held in memory; larger ones are laid out in spill_dir (default 512MiB)")
+	fs.BoolVar(&overlap, "overlap", false, "also write the stage again with its combine tasks running while the writers do")
 	return cmd
 }
 
-func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Config, W, P int, stored int64, readers, parallel int, co combine.Options) (combineBench, error) {
+func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Config, W, P int, stored int64, readers, parallel int, co combine.Options, overlap bool) (combineBench, error) {
 	res := combineBench{Shape: fmt.Sprintf("%dx%d", W, P), Writers: W, Partitions: P}
 	cfg := durashuffle.DefaultConfig()
 	var opts []durashuffle.Option
@@ -188,28 +227,14 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 	// The stage: every writer writes rows of 1 KiB of random bytes into
 	// every partition, stored/(W x P) bytes each.
 	rows := max(1, int(stored/int64(W*P)/1024))
-	b0, i0, o0, t0 := mark()
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(8)
-	for w := range W {
-		g.Go(func() error {
-			wr, err := c.NewWriter(gctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: strconv.Itoa(w), Partitions: P})
-			if err != nil {
-				return err
-			}
-			for p := range P {
-				rec := combineBenchBatch(int64((w*P+p)*rows), rows)
-				err := wr.Write(p, rec)
-				rec.Release()
-				if err != nil {
-					return err
-				}
-			}
-			_, err = wr.Commit(gctx)
-			return err
-		})
+	// The commit guard's probe, once per client, is not the stage's: made
+	// here, the first level's requests are the same in both runs, and
+	// the overlapped run's combining is its requests less the first's.
+	if err := c.CheckCommitGuard(ctx); err != nil {
+		return res, err
 	}
-	if err := g.Wait(); err != nil {
+	b0, i0, o0, t0 := mark()
+	if err := combineBenchWrite(ctx, c, query, W, P, rows, nil); err != nil {
 		return res, err
 	}
 	m, err := c.Seal(ctx, query, 0, W)
@@ -255,14 +280,131 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 	if res.Rows != int64(W*P*rows) {
 		res.Identical = false
 	}
+	if !overlap {
+		return res, nil
+	}
+
+	// The stage again, its tasks running beside the writers: a plan made
+	// before any writer commits, each group's tasks started once its
+	// writers have committed.
+	ov := &combineOverlap{MapAlone: res.Write.Seconds, Direct: round(res.Write.Seconds + res.Direct.Seconds)}
+	res.Overlap = ov
+	oq := query + "-overlap"
+	oo := co
+	oo.Expected = combine.Expect(W, P, res.StoredBytes)
+	b0, i0, o0, t0 = mark()
+	cs, err = c.Combine(ctx, oq, 0, oo)
+	if err != nil {
+		return res, err
+	}
+	op := cs.Plan()
+	ov.Groups, ov.Buckets, ov.Predicted = len(op.Groups), len(op.Buckets), op.Predict
+	committed := make(chan struct{}, W)
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	tasks, tctx := errgroup.WithContext(bctx)
+	tasks.SetLimit(max(1, parallel) + 1)
+	tasks.Go(func() error {
+		// Groups in order, each once its writers have committed: the
+		// engine counts its writers' commits, so that it forms each group
+		// (from the listing, in commit order) when it is ready.
+		next, commits := 0, 0
+		for next < len(op.Groups) {
+			if commits < op.Groups[next].Hi {
+				select {
+				case <-committed:
+					commits++
+					continue
+				case <-tctx.Done():
+					return context.Cause(tctx)
+				}
+			}
+			if _, err := cs.FormGroup(tctx, next, nil); err != nil {
+				return err
+			}
+			for j := range op.Buckets {
+				n := j*len(op.Groups) + next
+				tasks.Go(func() error {
+					_, err := cs.RunTask(tctx, n)
+					return err
+				})
+			}
+			next++
+		}
+		return nil
+	})
+	mapStart := time.Now()
+	werr := combineBenchWrite(ctx, c, oq, W, P, rows, committed)
+	ov.Map = round(time.Since(mapStart).Seconds())
+	if werr != nil {
+		return res, werr
+	}
+	if _, err := c.Seal(ctx, oq, 0, W); err != nil {
+		return res, err
+	}
+	if err := tasks.Wait(); err != nil {
+		return res, err
+	}
+	// The combined seal; the first level's requests (its writers' and
+	// seal's) are taken out of combining's by counting them apart.
+	if _, err := cs.Seal(ctx); err != nil {
+		return res, err
+	}
+	all := step(b0, i0, o0, t0)
+	ov.Combine = combineBenchStep{Seconds: all.Seconds, GETs: all.GETs - res.Write.GETs, PUTs: all.PUTs - res.Write.PUTs,
+		BytesIn: all.BytesIn - res.Write.BytesIn, BytesOut: all.BytesOut - res.Write.BytesOut}
+	b0, i0, o0, t1 := mark()
+	ocombined, err := combineBenchRead(ctx, c, oq, P, readers)
+	if err != nil {
+		return res, err
+	}
+	ov.Combined = step(b0, i0, o0, t1)
+	ov.Stage = round(time.Since(t0).Seconds())
+	ov.Identical = true
+	for q := range P {
+		if direct[q].rows != ocombined[q].rows || direct[q].digest != ocombined[q].digest {
+			ov.Identical = false
+		}
+	}
 	return res, nil
 }
 
-// partitionRead is what a reader of one partition read: its rows and a
-// SHA-256 of every value, in order.
+// combineBenchWrite runs W writers of P partitions, 8 at a time, rows
+// rows per partition each; a send on committed (when not nil) follows
+// each commit.
+func combineBenchWrite(ctx context.Context, c *durashuffle.Client, query string, W, P, rows int, committed chan<- struct{}) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for w := range W {
+		g.Go(func() error {
+			wr, err := c.NewWriter(gctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: strconv.Itoa(w), Partitions: P})
+			if err != nil {
+				return err
+			}
+			for p := range P {
+				rec := combineBenchBatch(int64((w*P+p)*rows), rows)
+				err := wr.Write(p, rec)
+				rec.Release()
+				if err != nil {
+					return err
+				}
+			}
+			if _, err = wr.Commit(gctx); err == nil && committed != nil {
+				committed <- struct{}{}
+			}
+			return err
+		})
+	}
+	return g.Wait()
+}
+
+// partitionRead is what a reader of one partition read: its rows, a
+// SHA-256 of every value, in order, and an order-free digest (the sum,
+// by 64-bit words, of each row's SHA-256).
 type partitionRead struct {
-	rows int64
-	hash [32]byte
+	rows   int64
+	hash   [32]byte
+	digest [4]uint64
 }
 
 // byteCounter counts the bytes of request and response bodies.
@@ -317,8 +459,13 @@ func combineBenchRead(ctx context.Context, c *durashuffle.Client, query string, 
 				ids := rec.Column(0).(*array.Int64)
 				blobs := rec.Column(1).(*array.Binary)
 				for i := range int(rec.NumRows()) {
-					h.Write(binary.LittleEndian.AppendUint64(nil, uint64(ids.Value(i))))
+					id := binary.LittleEndian.AppendUint64(nil, uint64(ids.Value(i)))
+					h.Write(id)
 					h.Write(blobs.Value(i))
+					row := sha256.Sum256(append(id, blobs.Value(i)...))
+					for k := range out[p].digest {
+						out[p].digest[k] += binary.LittleEndian.Uint64(row[8*k:])
+					}
 				}
 				n += rec.NumRows()
 			}
@@ -360,6 +507,16 @@ func printCombineBench(a *app, r combineBench) {
 	fmt.Fprintf(a.stdout, "  read as written  %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Direct.GETs, pr.Direct.GET, r.Direct.Seconds, mib(r.Direct.BytesIn), mib(r.Direct.BytesOut))
 	fmt.Fprintf(a.stdout, "  combine          %7d GETs (predicted %7d), %5d PUTs (predicted %5d)  %7.2f s  in %s out %s\n", r.Combine.GETs, pr.Combine.GET, r.Combine.PUTs, pr.Combine.PUT, r.Combine.Seconds, mib(r.Combine.BytesIn), mib(r.Combine.BytesOut))
 	fmt.Fprintf(a.stdout, "  read combined    %7d GETs (predicted %7d)            %7.2f s  in %s out %s\n", r.Combined.GETs, pr.Combined.GET, r.Combined.Seconds, mib(r.Combined.BytesIn), mib(r.Combined.BytesOut))
+	if ov := r.Overlap; ov != nil {
+		op := ov.Predicted
+		gets := ov.Combine.GETs + ov.Combined.GETs
+		fmt.Fprintf(a.stdout, "  overlapped, %d groups x %d buckets, identical %v:\n", ov.Groups, ov.Buckets, ov.Identical)
+		fmt.Fprintf(a.stdout, "    map stage      %7.2f s with the tasks beside it, %7.2f s alone\n", ov.Map, ov.MapAlone)
+		fmt.Fprintf(a.stdout, "    combine        %7d GETs (predicted %7d), %5d PUTs (predicted %5d)\n", ov.Combine.GETs, op.Combine.GET, ov.Combine.PUTs, op.Combine.PUT)
+		fmt.Fprintf(a.stdout, "    read combined  %7d GETs (predicted %7d)            %7.2f s\n", ov.Combined.GETs, op.Combined.GET, ov.Combined.Seconds)
+		fmt.Fprintf(a.stdout, "    stage          %7.2f s combined against %7.2f s as written (%.2fx); GETs %d against %d (%.3fx; readers alone %.3fx)\n",
+			ov.Stage, ov.Direct, ov.Stage/max(ov.Direct, 0.001), gets, r.Direct.GETs, float64(gets)/float64(max(r.Direct.GETs, 1)), float64(ov.Combined.GETs)/float64(max(r.Direct.GETs, 1)))
+	}
 }
 
 // combineServer is the in-process endpoint of bench combine.

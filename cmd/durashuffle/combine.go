@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -18,12 +19,19 @@ type combineSummary struct {
 	Query    string           `json:"query"`
 	Stage    int              `json:"stage"`
 	Plan     *combine.Plan    `json:"plan,omitempty"`
+	Group    *combineGroup    `json:"group,omitempty"`
 	Tasks    []combineTask    `json:"tasks,omitempty"`
 	Sealed   bool             `json:"sealed"`
 	Combined bool             `json:"combined"` // the stage manifest names the combined level
 	Key      string           `json:"key,omitempty"`
 	Seconds  float64          `json:"seconds"`
 	Requests map[string]int64 `json:"requests"`
+}
+
+// combineGroup is a group --group formed (or found formed).
+type combineGroup struct {
+	Group   int      `json:"group"`
+	Workers []string `json:"workers"`
 }
 
 type combineTask struct {
@@ -45,9 +53,14 @@ func (a *app) combineCommand() *cobra.Command {
 		plan     bool
 		asJSON   bool
 		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
-		taskCap  = durashuffle.Size(combine.DefaultTaskCapBytes)
+		taskCap  durashuffle.Size
 		partSize = durashuffle.Size(combine.DefaultPartBytes)
 		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
+		// A plan made while the stage is written.
+		expWorkers, expParts int
+		expBytes             durashuffle.Size
+		group                int
+		groupWorkers         []string
 	)
 	cmd := &cobra.Command{
 		Use:   "combine",
@@ -65,24 +78,43 @@ Without --task, --seal or --plan it does all three in this process,
 number of times: the first commit wins), --seal seals once every task
 has committed (it names the tasks missing), and --plan prints the plan
 and the requests it predicts with and without combining. Every process
-must be given the same --groups, --buckets and sizes to make the same plan.`,
+must be given the same --groups, --buckets and sizes to make the same plan.
+
+With --expect-workers N and --expect-partitions P (and --expect-bytes, the
+stage's expected size) the plan is made while the stage is written: its
+buckets and the sizes of its groups are fixed before any writer commits,
+group g is the next workers to commit after those of groups 0..g-1, and a
+task runs as soon as its group's workers have committed. --group G forms
+group G (from the workers --group-workers names, or the next to commit)
+and prints its workers; --task forms its group if no process has; --seal
+needs the first level sealed (seal --workers N) and checks that the
+groups hold exactly its workers.`,
 		Example: `  durashuffle combine --bucket shuffle -q q42 -s 1 --plan
   durashuffle combine --bucket shuffle -q q42 -s 1 --parallel 8
-  durashuffle combine --bucket shuffle -q q42 -s 1 --groups 4 --buckets 16 --task 5`,
+  durashuffle combine --bucket shuffle -q q42 -s 1 --groups 4 --buckets 16 --task 5
+  durashuffle combine --bucket shuffle -q q42 -s 1 --expect-workers 64 --expect-partitions 64 --expect-bytes 64GiB --task 5`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := sf.validate(); err != nil {
 				return err
 			}
 			fs := cmd.Flags()
 			modes := 0
-			for _, f := range []string{"task", "seal", "plan"} {
+			for _, f := range []string{"task", "seal", "plan", "group"} {
 				if fs.Changed(f) {
 					modes++
 				}
 			}
 			switch {
 			case modes > 1:
-				return usagef("--task, --seal and --plan are mutually exclusive")
+				return usagef("--task, --seal, --plan and --group are mutually exclusive")
+			case fs.Changed("expect-workers") != fs.Changed("expect-partitions"):
+				return usagef("--expect-workers and --expect-partitions go together")
+			case fs.Changed("expect-workers") && (expWorkers < 1 || expParts < 1):
+				return usagef("--expect-workers and --expect-partitions must be at least 1, got %d and %d", expWorkers, expParts)
+			case (fs.Changed("group") || fs.Changed("group-workers") || fs.Changed("expect-bytes")) && !fs.Changed("expect-workers"):
+				return usagef("--group, --group-workers and --expect-bytes need --expect-workers (a plan made while the stage is written)")
+			case fs.Changed("group-workers") && !fs.Changed("group"):
+				return usagef("--group-workers needs --group")
 			case o.Groups < 0 || o.Buckets < 0:
 				return usagef("--groups and --buckets must be at least 1, got %d and %d", o.Groups, o.Buckets)
 			case parallel < 1:
@@ -92,7 +124,13 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 			case partSize < store.MinPartSize || partSize > store.MaxPartSize:
 				return usagef("--part-bytes must be from %d bytes (5MiB) to %d bytes (5GiB), got %d", store.MinPartSize, int64(store.MaxPartSize), int64(partSize))
 			}
-			o.TargetGetBytes, o.TaskCapBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(taskCap), int64(partSize), int64(memBytes)
+			o.TargetGetBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(partSize), int64(memBytes)
+			if fs.Changed("task-cap-bytes") {
+				o.TaskCapBytes = int64(taskCap) // else 512MiB, or with spill on 8GiB on disk
+			}
+			if fs.Changed("expect-workers") {
+				o.Expected = combine.Expect(expWorkers, expParts, int64(expBytes))
+			}
 			c, err := a.open(cmd.Context())
 			if err != nil {
 				return err
@@ -108,6 +146,12 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 			var tasks []*combine.Task
 			switch {
 			case plan:
+			case fs.Changed("group"):
+				ids, err := s.FormGroup(ctx, group, groupWorkers)
+				if err != nil {
+					return err
+				}
+				out.Group = &combineGroup{Group: group, Workers: ids}
 			case fs.Changed("task"):
 				t, err := s.RunTask(ctx, task)
 				if err != nil {
@@ -157,10 +201,16 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
 	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
-	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", "largest task, e.g. 8GiB: its memory, or with spill on its disk in spill_dir when over --memory-bytes")
+	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", fmt.Sprintf("largest task: its memory (default %v), or with spill on its disk in spill_dir when over --memory-bytes (default %v)",
+		durashuffle.Size(combine.DefaultTaskCapBytes), durashuffle.Size(combine.DefaultDiskTaskCapBytes)))
 	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
 	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB")
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
+	fs.IntVar(&expWorkers, "expect-workers", 0, "plan while the stage is written: the stage's N workers")
+	fs.IntVar(&expParts, "expect-partitions", 0, "plan while the stage is written: the stage's partitions")
+	fs.Var(sizeFlag(&expBytes), "expect-bytes", "plan while the stage is written: the stage's expected stored bytes, e.g. 64GiB")
+	fs.IntVar(&group, "group", 0, "form group G of a plan made while the stage is written, and print its workers")
+	fs.StringSliceVar(&groupWorkers, "group-workers", nil, "the workers of --group, as the engine names them (default: the next to commit)")
 	fs.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd
 }
@@ -181,6 +231,9 @@ func printCombine(w io.Writer, out combineSummary, m *manifest.Stage) {
 		if len(p.OverCap) > 0 {
 			fmt.Fprintf(w, "  %d tasks are over --task-cap-bytes (single partitions too large for it)\n", len(p.OverCap))
 		}
+	}
+	if g := out.Group; g != nil {
+		fmt.Fprintf(w, "group %d: workers %s\n", g.Group, strings.Join(g.Workers, ", "))
 	}
 	for _, t := range out.Tasks {
 		verb := "committed"

@@ -124,3 +124,66 @@ func TestCombineCLI(t *testing.T) {
 		})
 	}
 }
+
+// TestCombineOverlapCLI: on every backend, combine --expect-workers
+// plans a stage while it is written: --group forms a group once its
+// workers have committed (and refuses before), --task runs a task of it,
+// the combined --seal refuses before the first level's seal, naming the
+// worker not committed; after the first level's seal, --group with
+// --group-workers forms the last group as the engine names it, and
+// combine runs the rest and seals: read returns the rows read as
+// written. seal --combine of a stage too small to pay says so with the
+// plan's figures.
+func TestCombineOverlapCLI(t *testing.T) {
+	t.Parallel()
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			tg := newTarget(t, b)
+			plan := []string{"combine", "-q", "q", "--expect-workers", "4", "--expect-partitions", "4", "--expect-bytes", "1MiB", "--groups", "2", "--buckets", "2"}
+			for w := range 3 {
+				in := arrowStream(t, testBatches(t, w*1000, w*1000+1000, 100))
+				tg.run(t, in, "write", "-q", "q", "-w", fmt.Sprint(w), "--partitions", "4", "--partition-by", "id").must(t)
+			}
+			if out := tg.run(t, nil, append(plan, "--group", "0")...).must(t).stdout; !strings.Contains(out, "group 0: workers 0, 1") {
+				t.Errorf("group 0:\n%s", out)
+			}
+			if r := tg.run(t, nil, append(plan, "--group", "1")...); r.code == 0 || !strings.Contains(r.stderr, "group 1 needs 2 more workers to commit; 1 of them have") {
+				t.Errorf("group 1 before worker 3 commits: exit %d\n%s", r.code, r.stderr)
+			}
+			if out := tg.run(t, nil, append(plan, "--task", "2")...).must(t).stdout; !strings.Contains(out, "task 2 (c2) committed") {
+				t.Errorf("task 2 (group 0, bucket 1):\n%s", out)
+			}
+			if r := tg.run(t, nil, append(plan, "--seal")...); r.code == 0 || !strings.Contains(r.stderr, "1 of workers 0..3 have not committed: 3") {
+				t.Errorf("combined seal with worker 3 not committed: exit %d\n%s", r.code, r.stderr)
+			}
+			in := arrowStream(t, testBatches(t, 3000, 4000, 100))
+			tg.run(t, in, "write", "-q", "q", "-w", "3", "--partitions", "4", "--partition-by", "id").must(t)
+			tg.run(t, nil, "seal", "-q", "q", "--workers", "4").must(t)
+			before := tg.run(t, nil, "read", "-q", "q", "--partitions", "0-3", "--format", "jsonl").must(t).stdout
+			if out := tg.run(t, nil, append(plan, "--group", "1", "--group-workers", "2,3")...).must(t).stdout; !strings.Contains(out, "group 1: workers 2, 3") {
+				t.Errorf("group 1 named by the engine:\n%s", out)
+			}
+			var all combineSummary
+			tg.run(t, nil, append(plan, "--parallel", "2", "--json")...).must(t).decode(t, &all)
+			if !all.Sealed || !all.Combined || all.Plan == nil || !all.Plan.Overlap {
+				t.Fatalf("combine the rest: %+v", all)
+			}
+			if got := tg.run(t, nil, "read", "-q", "q", "--partitions", "0-3", "--format", "jsonl").must(t).stdout; got != before {
+				t.Errorf("read after combining differs: %d bytes, %d before", len(got), len(before))
+			}
+
+			for w := range 2 {
+				in := arrowStream(t, testBatches(t, w*10, w*10+10, 10))
+				tg.run(t, in, "write", "-q", "s", "-w", fmt.Sprint(w), "--partitions", "2", "--partition-by", "id").must(t)
+			}
+			var s sealSummary
+			tg.run(t, nil, "seal", "-q", "s", "--workers", "2", "--combine", "--json").must(t).decode(t, &s)
+			if !s.Sealed || s.Combined || s.Plan == nil || s.Plan.Predict.Pays {
+				t.Fatalf("seal --combine of 2 x 2: %+v", s)
+			}
+			if out := tg.run(t, nil, "seal", "-q", "s", "--workers", "2", "--combine").must(t).stdout; !strings.Contains(out, "not combined: combining does not pay: readers 8 GETs") {
+				t.Errorf("seal --combine of 2 x 2:\n%s", out)
+			}
+		})
+	}
+}

@@ -122,7 +122,22 @@ type verdict struct {
 	delete    [4][]string        // expired stage: in the order of expiryGroups
 	manifests []store.ObjectInfo // orphan worker and task manifests: deleted before the orphans
 	orphans   []store.ObjectInfo
+	leftovers *leftovers
 	skipped   []string
+}
+
+// leftovers are the keys of combining a stage that is not combined
+// (combineLeftovers), deleted apart from the rest: its task manifests
+// first, then, only if the stage still has no combined level's manifest
+// (the key combined), its objects, indexes and group records. A combined
+// seal checks after committing combined.json that every task manifest
+// is still there, and publishes nothing otherwise: so either the seal
+// sees the manifests gone, or this sees combined.json, and no published
+// level names a deleted object.
+type leftovers struct {
+	combined  string
+	manifests []store.ObjectInfo
+	rest      []store.ObjectInfo
 }
 
 // splitManifests takes the worker and task manifests out of objs, so
@@ -176,7 +191,11 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		return v, err
 	}
 	v.skipped = r.skipped
-	combineOrphans := append(r.combineOrphans(s, cutoff), r.combineLeftovers(s, cutoff)...)
+	combineOrphans := r.combineOrphans(s, cutoff)
+	if left := r.combineLeftovers(s, cutoff); len(left) > 0 {
+		v.leftovers = &leftovers{combined: l.StagePrefix(s.id.query, s.id.stage) + combine.CombinedName}
+		v.leftovers.manifests, v.leftovers.rest = splitManifests(l, left)
+	}
 	committedAt := s.newest()
 	expired := r.results && r.committed > 0 && !committedAt.After(resultsCutoff)
 	if !expired && !r.combinedAt.IsZero() && !combinedCutoff.IsZero() && !r.combinedAt.After(combinedCutoff) {

@@ -25,6 +25,7 @@ type Plan struct {
 	// stage's first level, leftovers of combining), before orphans.
 	manifests []store.ObjectInfo
 	orphans   []store.ObjectInfo // unreferenced data, indexes and guard probes old enough to delete
+	leftovers []leftovers        // of combining stages not combined, by stage
 }
 
 // expiry is an expired results stage and its keys in deletion order
@@ -184,6 +185,9 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 		r.Skipped = append(r.Skipped, v.skipped...)
 		p.manifests = append(p.manifests, v.manifests...)
 		p.orphans = append(p.orphans, v.orphans...)
+		if v.leftovers != nil {
+			p.leftovers = append(p.leftovers, *v.leftovers)
+		}
 		if v.expire != nil {
 			p.expire = append(p.expire, expiry{stage: *v.expire, keys: v.delete})
 		}
@@ -203,6 +207,10 @@ func (p *Plan) Report() Report {
 	}
 	r.orphaned(p.manifests)
 	r.orphaned(p.orphans)
+	for _, lo := range p.leftovers {
+		r.orphaned(lo.manifests)
+		r.orphaned(lo.rest)
+	}
 	return r
 }
 

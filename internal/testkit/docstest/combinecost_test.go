@@ -17,8 +17,9 @@ type costConfig struct {
 	o       combine.Options
 }
 
-// writerParts is the UploadParts of a spilled writer's object of size
-// bytes, as its upload pool cuts it.
+// writerParts is the parts of a writer's object of size bytes (spilled:
+// one partition-sorted run) as its upload pool cuts it: the one place
+// the writers' part count enters the table, for the uploader decides it.
 func writerParts(t *testing.T, c uploader.Config, size int64) int64 {
 	t.Helper()
 	parts, _, _, _, err := uploader.PlanFileParts(c, "writer object", size)
@@ -37,7 +38,9 @@ func TestCombineCostTable(t *testing.T) {
 		t.Skip("the 10,000 x 10,000 plans take seconds; make test runs them without -short")
 	}
 	const TiB = int64(1) << 40
-	defaults := costConfig{writers: uploader.Config{Concurrency: 8, ChunkSize: 8 << 20, MaxPartSize: 512 << 20}}
+	// The defaults: spill on, so a plan's tasks have spill_dir for
+	// Scratch and its disk cap.
+	defaults := costConfig{writers: uploader.Config{Concurrency: 8, ChunkSize: 8 << 20, MaxPartSize: 512 << 20}, o: combine.Options{Scratch: noScratch{}}}
 	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
 	disk := cheap
 	disk.o.TaskCapBytes, disk.o.Scratch = 64<<30, noScratch{}

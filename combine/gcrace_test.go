@@ -1,0 +1,148 @@
+package combine_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// hookStore runs before the put of the combined level's manifest, and
+// after it (or, afterPublish, after the put of the stage manifest), once.
+type hookStore struct {
+	store.Store
+	before, after func()
+	afterPublish  bool
+}
+
+func (s *hookStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	combined := strings.HasSuffix(key, "/"+combine.CombinedName)
+	if combined && s.before != nil {
+		s.before()
+		s.before = nil
+	}
+	err := s.Store.Put(ctx, key, body, o)
+	if s.after != nil && (combined && !s.afterPublish || s.afterPublish && strings.HasSuffix(key, "/manifest.json")) {
+		s.after()
+		s.after = nil
+	}
+	return err
+}
+
+// TestCombineSealRacesGC: a gc that finds a plan's keys older than
+// --older-than runs while the plan's seal commits. Whether gc deletes
+// everything just before the seal's put, or plans before the put and
+// deletes after it, the seal publishes nothing, fails naming the tasks
+// gc deleted, and leaves no combined.json; the stage reads its first
+// level as before, and running the tasks again and sealing combines it.
+// A gc that plans before the put and deletes after the seal has
+// published finds combined.json and deletes only the task manifests: the
+// combined level reads whole.
+func TestCombineSealRacesGC(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	later := func() time.Time { return time.Now().Add(2 * time.Hour) }
+	gco := gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: later}
+	for i, at := range []string{"before the put", "planned before the put, applied after", "planned before the put, applied after the publish"} {
+		t.Run(at, func(t *testing.T) {
+			query := []string{"a", "b", "c"}[i]
+			writeStage(t, e, query, 4, 4, 20, 1000)
+			want, _ := readEach(t, e, query, 4)
+			o := combine.Options{Groups: 2, Buckets: 2}
+			hs := &hookStore{Store: e.st}
+			var gcErr error
+			var report gc.Report
+			switch i {
+			case 0:
+				hs.before = func() { report, gcErr = gc.Run(ctx, e.st, e.c.Layout(), gco) }
+			case 1, 2:
+				hs.afterPublish = i == 2
+				var p *gc.Plan
+				hs.before = func() { p, gcErr = gc.NewPlan(ctx, e.st, e.c.Layout(), gco) }
+				hs.after = func() {
+					if gcErr == nil {
+						report, gcErr = p.Apply(ctx, e.st)
+					}
+				}
+			}
+			s, err := combine.Open(ctx, hs, e.c.Layout(), query, 0, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RunAll(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			_, err = s.Seal(ctx)
+			if gcErr != nil {
+				t.Fatal(gcErr)
+			}
+			if len(report.Orphans) == 0 {
+				t.Fatalf("gc deleted nothing of the plan; the race was not run")
+			}
+			if i == 2 {
+				if err != nil {
+					t.Fatalf("seal published before gc applied: %v", err)
+				}
+				mine := 0
+				for _, o := range report.Orphans {
+					if !strings.HasPrefix(o.Key, e.c.Layout().StagePrefix(query, 0)) {
+						continue // the stages before
+					}
+					mine++
+					if !strings.HasSuffix(o.Key, ".bin") || !strings.Contains(o.Key, "/task-") {
+						t.Errorf("gc deleted %s of a plan whose seal had published", o.Key)
+					}
+				}
+				if mine == 0 {
+					t.Fatalf("gc deleted nothing of the plan; the race was not run")
+				}
+				got, _ := readEach(t, e, query, 4)
+				for p := range want {
+					if got[p] != want[p] {
+						t.Errorf("partition %d combined, gc after: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+					}
+				}
+				return
+			}
+			if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "were deleted (by gc") {
+				t.Fatalf("seal racing gc: %v, want ErrMissingTasks naming the tasks gc deleted", err)
+			}
+			if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix(query, 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
+				t.Fatalf("%s left after a withdrawn seal: %v", combine.CombinedName, err)
+			}
+			if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
+				t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
+			}
+			got, _ := readEach(t, e, query, 4)
+			for p := range want {
+				if got[p] != want[p] {
+					t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+				}
+			}
+			// Run again: the same plan, its tasks written anew, sealed.
+			s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RunAll(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Seal(ctx); err != nil {
+				t.Fatal(err)
+			}
+			got, _ = readEach(t, e, query, 4)
+			for p := range want {
+				if got[p] != want[p] {
+					t.Errorf("partition %d combined after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,496 @@
+package combine
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// overlap is a plan made before the map stage ends: its groups are runs
+// of workers in commit order, each fixed by a group record committed
+// under the plan with If-None-Match the first time a process forms it.
+type overlap struct {
+	workers int // the stage's workers, N: the groups' sizes sum to it
+
+	mu      sync.Mutex
+	records map[int]*groupRecord       // groups this process has read or formed
+	members map[int][]*manifest.Worker // their workers' manifests, frames included
+}
+
+// groupRecord is group g's workers and the attempts that committed,
+// stored as JSON at combine-{plan}/group-{g}.json: the commit point at
+// which every process, and every attempt of the group's tasks, agrees
+// on what the group holds.
+type groupRecord struct {
+	Plan    string        `json:"plan"`
+	Group   int           `json:"group"`
+	Workers []groupMember `json:"workers"`
+}
+
+type groupMember struct {
+	Worker  string `json:"worker"`
+	Attempt string `json:"attempt"`
+}
+
+func (r *groupRecord) ids() []string {
+	out := make([]string, len(r.Workers))
+	for i, m := range r.Workers {
+		out[i] = m.Worker
+	}
+	return out
+}
+
+// groupName is group g's record, relative to the stage prefix.
+func groupName(planID string, g int) string {
+	return manifest.PlanDir(planID) + "group-" + strconv.Itoa(g) + ".json"
+}
+
+// Expect is what an engine that knows only the shape of a stage expects
+// of it, for Options.Expected: workers writing one object each of an
+// equal share of bytes, spread evenly over partitions.
+func Expect(workers, partitions int, bytes int64) *Input {
+	in := &Input{Partitions: partitions}
+	for range max(workers, 0) {
+		in.Workers = append(in.Workers, WorkerInput{Objects: []int64{bytes / int64(workers)}})
+	}
+	return in
+}
+
+// openOverlap is Open of a stage whose writers may still be running
+// (Options.Expected): see Options.Expected.
+func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, in Input, o Options) (*Stage, error) {
+	in.Query, in.Stage = query, stage
+	o.Expected = nil
+	if in.Partitions < 1 || len(in.Workers) == 0 {
+		return nil, fmt.Errorf("%w: combine %s stage %d while it is written: %d partitions and %d workers; both must be at least 1", ErrInvalidPlan, in.Query, in.Stage, in.Partitions, len(in.Workers))
+	}
+	if in.PartitionBytes == nil {
+		var total int64
+		for _, w := range in.Workers {
+			for _, b := range w.Objects {
+				total += b
+			}
+		}
+		in.PartitionBytes = make([]int64, in.Partitions)
+		for p := range in.PartitionBytes {
+			in.PartitionBytes[p] = total / int64(in.Partitions)
+		}
+	}
+	in.IndexKey = fmt.Sprintf("commit order of %d workers", len(in.Workers))
+	s := &Stage{st: st, l: l, query: in.Query, stage: in.Stage,
+		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}}}
+	c, err := loadCombined(ctx, st, l, in.Query, in.Stage)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		s.combined = c
+		return s, nil
+	}
+	if s.plan, err = MakePlan(in, o); err != nil {
+		return nil, err
+	}
+	s.plan.Overlap = true
+	wb, _ := workerBytes(in)
+	s.plan.Predict = predict(in, s.plan, wb)
+	return s, nil
+}
+
+// FormGroup fixes group g of a plan made with Options.Expected and returns its
+// workers. Given workers (the engine's: the next ones to commit), it
+// checks that each has committed and that they are as many as the
+// group; given none, it takes the next workers to commit after those of
+// groups 0..g-1, in the order their manifests were stored (forming those
+// groups first when no process has). The first process to form a group
+// commits its record with If-None-Match; the others get that record,
+// and an engine naming other workers than the committed record gets
+// ErrGroupConflict. A group whose workers have not all committed is
+// ErrGroupNotReady, naming how many are missing. Safe for concurrent
+// use; idempotent.
+func (s *Stage) FormGroup(ctx context.Context, g int, workers []string) ([]string, error) {
+	if s.overlap == nil || s.plan == nil {
+		return nil, fmt.Errorf("%w: combine %s stage %d: groups are formed only by a plan made while the stage is written (Options.Expected)", ErrInvalidPlan, s.query, s.stage)
+	}
+	if g < 0 || g >= len(s.plan.Groups) {
+		return nil, fmt.Errorf("%w: combine %s stage %d: group %d outside the plan's %d groups", ErrInvalidPlan, s.query, s.stage, g, len(s.plan.Groups))
+	}
+	var rec *groupRecord
+	var err error
+	if len(workers) == 0 {
+		rec, err = s.record(ctx, g, true)
+	} else {
+		rec, err = s.formNamed(ctx, g, workers)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return rec.ids(), nil
+}
+
+// record returns group g's record: this process's, the committed one,
+// or (form) one formed from the listing of committed workers.
+func (s *Stage) record(ctx context.Context, g int, form bool) (*groupRecord, error) {
+	o := s.overlap
+	o.mu.Lock()
+	rec := o.records[g]
+	o.mu.Unlock()
+	if rec != nil {
+		return rec, nil
+	}
+	rec, err := s.loadGroup(ctx, g)
+	if err != nil || rec != nil || !form {
+		return rec, err
+	}
+	return s.formListed(ctx, g)
+}
+
+// loadGroup GETs group g's record; nil when no process has formed it.
+func (s *Stage) loadGroup(ctx context.Context, g int) (*groupRecord, error) {
+	key := s.l.ObjectKey(s.query, s.stage, groupName(s.plan.ID, g))
+	b, err := readAll(ctx, s.st, key, manifest.MaxManifestBytes)
+	if store.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("combine group %d of %s stage %d: %w", g, s.query, s.stage, err)
+	}
+	var rec groupRecord
+	if err := json.Unmarshal(b, &rec); err != nil || rec.Plan != s.plan.ID || rec.Group != g || len(rec.Workers) != s.plan.Groups[g].Len() {
+		return nil, fmt.Errorf("%w: %s is not group %d of plan %s with %d workers (%v)", manifest.ErrCorrupt, key, g, s.plan.ID, s.plan.Groups[g].Len(), err)
+	}
+	s.keep(g, &rec, nil)
+	return &rec, nil
+}
+
+func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
+	o := s.overlap
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.records[g] = rec
+	if ws != nil {
+		o.members[g] = ws
+	}
+}
+
+// formNamed forms group g from the workers the engine names.
+func (s *Stage) formNamed(ctx context.Context, g int, workers []string) (*groupRecord, error) {
+	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
+	if want := s.plan.Groups[g].Len(); len(workers) != want {
+		return nil, fmt.Errorf("%w: %s holds %d workers, %d named", ErrInvalidPlan, what, want, len(workers))
+	}
+	if d := firstDuplicate(workers); d != "" {
+		return nil, fmt.Errorf("%w: %s: worker %s named twice", ErrGroupConflict, what, d)
+	}
+	if rec, err := s.record(ctx, g, false); err != nil || rec != nil {
+		if err == nil && !slices.Equal(rec.ids(), workers) {
+			err = fmt.Errorf("%w: %s was formed with workers %s, and now named with %s", ErrGroupConflict, what, strings.Join(rec.ids(), ","), strings.Join(workers, ","))
+		}
+		return rec, err
+	}
+	ws, err := s.loadWorkers(ctx, what, workers)
+	if err != nil {
+		return nil, err
+	}
+	return s.commitGroup(ctx, what, g, ws)
+}
+
+// formListed forms group g, and the groups before it that no process
+// has formed, from the committed workers in commit order.
+func (s *Stage) formListed(ctx context.Context, g int) (*groupRecord, error) {
+	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
+	taken := map[string]bool{}
+	var earlier []int
+	for k := range g {
+		rec, err := s.record(ctx, k, false)
+		if err != nil {
+			return nil, err
+		}
+		if rec == nil {
+			earlier = append(earlier, k)
+			continue
+		}
+		for _, id := range rec.ids() {
+			taken[id] = true
+		}
+	}
+	committed, err := s.commitOrder(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	free := committed[:0:0]
+	for _, id := range committed {
+		if !taken[id] {
+			free = append(free, id)
+		}
+	}
+	var rec *groupRecord
+	for _, k := range append(earlier, g) {
+		n := s.plan.Groups[k].Len()
+		if len(free) < n {
+			return nil, fmt.Errorf("%w: %s: group %d needs %d more workers to commit; %d of them have (after the %d workers of formed groups)",
+				ErrGroupNotReady, what, k, n, len(free), len(taken))
+		}
+		kwhat := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", k, s.query, s.stage, s.plan.ID)
+		ws, err := s.loadWorkers(ctx, kwhat, free[:n])
+		if err != nil {
+			return nil, err
+		}
+		if rec, err = s.commitGroup(ctx, kwhat, k, ws); err != nil {
+			return nil, err
+		}
+		// The record that stands may be another process's: the workers it
+		// took are not free.
+		used := map[string]bool{}
+		for _, id := range rec.ids() {
+			used[id] = true
+		}
+		free = slices.DeleteFunc(free, func(id string) bool { return used[id] })
+	}
+	return rec, nil
+}
+
+// commitOrder lists the stage's committed workers in the order their
+// manifests were stored (then by ID).
+func (s *Stage) commitOrder(ctx context.Context) ([]string, error) {
+	prefix := s.l.StagePrefix(s.query, s.stage) + "worker-"
+	objs, _, err := s.st.List(ctx, prefix, "")
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	type committed struct {
+		id string
+		at store.ObjectInfo
+	}
+	var cs []committed
+	for _, o := range objs {
+		if k, ok := s.l.Parse(o.Key); ok && k.Kind == manifest.KeyWorkerManifest && k.Query == s.query && k.Stage == s.stage {
+			cs = append(cs, committed{k.Worker, o})
+		}
+	}
+	slices.SortFunc(cs, func(a, b committed) int {
+		return cmp.Or(a.at.LastModified.Compare(b.at.LastModified), compareIDs(a.id, b.id))
+	})
+	out := make([]string, len(cs))
+	for i, c := range cs {
+		out[i] = c.id
+	}
+	return out, nil
+}
+
+// loadWorkers GETs the workers' manifests, frames included.
+func (s *Stage) loadWorkers(ctx context.Context, what string, ids []string) ([]*manifest.Worker, error) {
+	ws := make([]*manifest.Worker, len(ids))
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.SetLimit(16)
+	for i, id := range ids {
+		eg.Go(func() (err error) {
+			defer safe.Recover(&err, "%s: load of worker %s", what, id)
+			w, err := manifest.LoadWorker(gctx, s.st, s.l, s.query, s.stage, id)
+			switch {
+			case store.IsNotFound(err):
+				return fmt.Errorf("%w: %s: worker %s has not committed (no %s)", ErrGroupNotReady, what, id, s.l.WorkerManifestKey(s.query, s.stage, id))
+			case err != nil:
+				return fmt.Errorf("%s: %w", what, err)
+			case w.Partitions != s.plan.Partitions:
+				return fmt.Errorf("%w: %s: worker %s wrote %d partitions, the plan has %d", ErrInvalidPlan, what, id, w.Partitions, s.plan.Partitions)
+			}
+			ws[i] = w
+			return nil
+		})
+	}
+	return ws, eg.Wait()
+}
+
+// commitGroup puts group g's record of ws with If-None-Match and returns
+// the record that stands: this one, or the one another process
+// committed first.
+func (s *Stage) commitGroup(ctx context.Context, what string, g int, ws []*manifest.Worker) (*groupRecord, error) {
+	rec := &groupRecord{Plan: s.plan.ID, Group: g}
+	for _, w := range ws {
+		rec.Workers = append(rec.Workers, groupMember{w.Worker, w.Attempt})
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return nil, err
+	}
+	key := s.l.ObjectKey(s.query, s.stage, groupName(s.plan.ID, g))
+	perr := s.st.Put(ctx, key, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+	if perr == nil {
+		s.keep(g, rec, ws)
+		return rec, nil
+	}
+	if !errors.Is(perr, store.ErrPreconditionFailed) && !store.IsTransient(perr) {
+		return nil, fmt.Errorf("%s: commit %s: %w", what, key, perr)
+	}
+	// Taken, or a put whose outcome is unknown: the record that stands
+	// decides.
+	got, err := s.loadGroup(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	if got == nil {
+		return nil, fmt.Errorf("%s: commit %s: %w", what, key, perr)
+	}
+	if slices.Equal(got.Workers, rec.Workers) {
+		s.keep(g, got, ws)
+	}
+	return got, nil
+}
+
+// members returns group g's workers' manifests, forming the group from
+// the listing when no process has.
+func (s *Stage) members(ctx context.Context, g int) ([]*manifest.Worker, error) {
+	rec, err := s.record(ctx, g, true)
+	if err != nil {
+		return nil, err
+	}
+	o := s.overlap
+	o.mu.Lock()
+	ws := o.members[g]
+	o.mu.Unlock()
+	if ws != nil {
+		return ws, nil
+	}
+	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
+	if ws, err = s.loadWorkers(ctx, what, rec.ids()); err != nil {
+		return nil, err
+	}
+	// A worker manifest is committed with If-None-Match: the attempt the
+	// group recorded is the worker's for good.
+	for i, w := range ws {
+		if w.Attempt != rec.Workers[i].Attempt {
+			return nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
+		}
+	}
+	s.keep(g, rec, ws)
+	return ws, nil
+}
+
+// groupLevel is a group's workers as a level of their own, their frames
+// in memory, for a task to read as it reads a sealed stage's.
+func (s *Stage) groupLevel(ws []*manifest.Worker) *manifest.Stage {
+	lv := &manifest.Stage{Query: s.query, Stage: s.stage, Partitions: s.plan.Partitions, Schema: ws[0].Schema, Results: ws[0].Results}
+	for _, w := range ws {
+		lv.Workers = append(lv.Workers, *w)
+	}
+	return lv
+}
+
+// checkGroups is the combined seal's check of an overlapped plan
+// against the sealed first level: every worker of the level in exactly
+// one group, with the attempt the level names, and no other worker.
+func (s *Stage) checkGroups(ctx context.Context) error {
+	what := fmt.Sprintf("seal of combined %s stage %d (plan %s)", s.query, s.stage, s.plan.ID)
+	recs := make([]*groupRecord, len(s.plan.Groups))
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.SetLimit(16)
+	for g := range recs {
+		eg.Go(func() (err error) {
+			recs[g], err = s.record(gctx, g, false)
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return err
+	}
+	level := map[string]string{}
+	for _, w := range s.level1.Workers {
+		level[w.Worker] = w.Attempt
+	}
+	in := map[string]int{}
+	var unformed []string
+	for g, rec := range recs {
+		if rec == nil {
+			unformed = append(unformed, strconv.Itoa(g))
+			continue
+		}
+		for _, m := range rec.Workers {
+			attempt, ok := level[m.Worker]
+			switch prev, twice := in[m.Worker]; {
+			case twice:
+				return fmt.Errorf("%w: %s: worker %s is in groups %d and %d", ErrGroupConflict, what, m.Worker, prev, g)
+			case !ok:
+				return fmt.Errorf("%w: %s: worker %s of group %d is not in the sealed first level (%d workers)", ErrGroupConflict, what, m.Worker, g, len(s.level1.Workers))
+			case attempt != m.Attempt:
+				return fmt.Errorf("%w: %s: group %d read worker %s's attempt %s, the first level names attempt %s", ErrGroupConflict, what, g, m.Worker, m.Attempt, attempt)
+			}
+			in[m.Worker] = g
+		}
+	}
+	if len(unformed) > 0 {
+		return fmt.Errorf("%w: %s: %d of %d groups have not formed: %s", ErrMissingTasks, what, len(unformed), len(recs), strings.Join(unformed, ", "))
+	}
+	for _, w := range s.level1.Workers {
+		if _, ok := in[w.Worker]; !ok {
+			return fmt.Errorf("%w: %s: worker %s of the first level is in no group", ErrGroupConflict, what, w.Worker)
+		}
+	}
+	return nil
+}
+
+// sealedFirstLevel loads the first level an overlapped plan's seal
+// checks against. Not sealed, it names the workers of 0..N-1 that have
+// not committed, for the first level's seal needs them.
+func (s *Stage) sealedFirstLevel(ctx context.Context) (*manifest.Stage, error) {
+	m, err := manifest.LoadStageManifest(ctx, s.st, s.l, s.query, s.stage)
+	if err == nil {
+		return m, nil
+	}
+	if !store.IsNotFound(err) {
+		return nil, err
+	}
+	committed, lerr := s.commitOrder(ctx)
+	if lerr != nil {
+		return nil, lerr
+	}
+	have := map[string]bool{}
+	for _, id := range committed {
+		have[id] = true
+	}
+	var missing []string
+	for w := range s.overlap.workers {
+		if id := strconv.Itoa(w); !have[id] {
+			missing = append(missing, id)
+		}
+	}
+	named := strings.Join(missing[:min(len(missing), sealListed)], ", ")
+	if len(missing) > sealListed {
+		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
+	}
+	return nil, fmt.Errorf("%w: seal of combined %s stage %d: no stage manifest at %s; seal the first level first (%d of workers 0..%d have not committed: %s)",
+		ErrNotSealed, s.query, s.stage, s.l.StageManifestKey(s.query, s.stage), len(missing), s.overlap.workers-1, named)
+}
+
+// compareIDs orders worker IDs as seals do: decimal IDs numerically,
+// then by string.
+func compareIDs(a, b string) int {
+	na, ea := strconv.ParseUint(a, 10, 63)
+	nb, eb := strconv.ParseUint(b, 10, 63)
+	if ea == nil && eb == nil {
+		return cmp.Compare(na, nb)
+	}
+	return strings.Compare(a, b)
+}
+
+func firstDuplicate(ids []string) string {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			return id
+		}
+		seen[id] = true
+	}
+	return ""
+}

@@ -1,0 +1,374 @@
+package combine_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
+	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// commitWorker writes worker w of a stage of P partitions (rows rows of
+// blob bytes in each partition, ids unique per worker) and commits it.
+func commitWorker(t *testing.T, e *env, query string, w, P, rows, blob int) error {
+	t.Helper()
+	ctx := context.Background()
+	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range P {
+		rec := batch(int64((w*P+p)*rows), rows, blob)
+		err := wr.Write(p, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = wr.Commit(ctx)
+	return err
+}
+
+// TestCombineOverlap: tasks of a plan made while the stage is written
+// run as soon as their group's workers have committed, before the other
+// workers write; the combined seal, after the first level's, gives the
+// readers the rows of the first level, partition by partition in the
+// same order (workers commit in ID order here), in fewer GETs; every
+// process makes the same plan; a group cannot form before its workers
+// commit; the seal refuses before the first level is sealed, naming the
+// workers that have not committed.
+func TestCombineOverlap(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P, rows, blob = 8, 8, 20, 2000
+		o := combine.Options{Groups: 4, Buckets: 2, Expected: combine.Expect(W, P, W*P*rows*blob)}
+		s, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.Plan()
+		if p == nil || !p.Overlap || len(p.Groups) != 4 || len(p.Buckets) != 2 {
+			t.Fatalf("plan %+v, want 4 groups x 2 buckets made while the stage is written", p)
+		}
+		for w := range 3 {
+			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Group 0 (workers 0 and 1) is ready; group 1 has one of two.
+		for j := range 2 {
+			tk, err := s.RunTask(ctx, j*4)
+			if err != nil || !tk.Wrote {
+				t.Fatalf("task %d of group 0 while workers 3..7 have not written: %v", j*4, err)
+			}
+		}
+		if _, err := s.FormGroup(ctx, 1, nil); !errors.Is(err, combine.ErrGroupNotReady) || !strings.Contains(err.Error(), "group 1 needs 2 more workers to commit; 1 of them have") {
+			t.Fatalf("group 1 with one of its workers committed: %v, want ErrGroupNotReady saying 1 of 2", err)
+		}
+		for w := 3; w < W; w++ {
+			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Another process makes the same plan and runs the rest.
+		other, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if other.Plan().ID != p.ID {
+			t.Fatalf("plans %s and %s of one expectation", p.ID, other.Plan().ID)
+		}
+		tasks, err := other.RunAll(ctx, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wrote := 0
+		for _, tk := range tasks {
+			if tk.Wrote {
+				wrote++
+			}
+		}
+		if wrote != 6 {
+			t.Errorf("the second process wrote %d tasks, want the 6 the first did not", wrote)
+		}
+		for g := range 4 {
+			ids, err := other.FormGroup(ctx, g, nil)
+			if want := fmt.Sprint(2*g) + " " + fmt.Sprint(2*g+1); err != nil || strings.Join(ids, " ") != want {
+				t.Errorf("group %d: %v %v, want workers %s (commit order)", g, ids, err, want)
+			}
+		}
+		if _, err := other.Seal(ctx); !errors.Is(err, combine.ErrNotSealed) || !strings.Contains(err.Error(), "seal the first level first (0 of workers 0..7 have not committed") {
+			t.Fatalf("combined seal before the first level's: %v", err)
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		want, direct := readEach(t, e, "q", P)
+		m, err := other.Seal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Combines == nil || m.Combines.Workers != W || len(m.Workers) != 8 {
+			t.Fatalf("combined level of %d tasks from %+v", len(m.Workers), m.Combines)
+		}
+		got, combined := readEach(t, e, "q", P)
+		for i := range want {
+			if want[i] != got[i] {
+				t.Errorf("partition %d: %d rows %x as written, %d rows %x combined", i, want[i].Rows, want[i].Hash[:4], got[i].Rows, got[i].Hash[:4])
+			}
+		}
+		if combined >= direct {
+			t.Errorf("readers made %d GETs combined, %d as written", combined, direct)
+		}
+		// Sealing the first level again returns the combined level.
+		again, err := e.c.Seal(ctx, "q", 0, W)
+		if err != nil || again.Combines == nil {
+			t.Fatalf("first-level seal after the combined seal: %v", err)
+		}
+	})
+}
+
+// TestCombineOverlapFaults: a worker retried after a task read its first
+// attempt loses its commit and the task's rows stand; two attempts of a
+// task meet at one commit point; a group named twice differently is
+// refused; a worker that never commits keeps the combined seal from
+// running, named; a worker put in two groups, or in none, fails the
+// combined seal naming it.
+func TestCombineOverlapFaults(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P, rows, blob = 4, 4, 10, 1000
+		for w := range W {
+			if w == 3 {
+				continue // never commits, for now
+			}
+			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := combine.Options{Groups: 2, Buckets: 2, Expected: combine.Expect(W, P, W*P*rows*blob)}
+		a, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Two attempts of task 0 (group 0, bucket 0), in two processes.
+		var wg sync.WaitGroup
+		got := make([]*combine.Task, 2)
+		errs := make([]error, 2)
+		for i, s := range []*combine.Stage{a, b} {
+			wg.Go(func() { got[i], errs[i] = s.RunTask(ctx, 0) })
+		}
+		wg.Wait()
+		if errs[0] != nil || errs[1] != nil {
+			t.Fatal(errs)
+		}
+		if got[0].Manifest.Attempt != got[1].Manifest.Attempt || got[0].Wrote == got[1].Wrote {
+			t.Fatalf("two attempts of task 0: %s (wrote %v) and %s (wrote %v), want one commit", got[0].Manifest.Attempt, got[0].Wrote, got[1].Manifest.Attempt, got[1].Wrote)
+		}
+		// Worker 0, read by task 0, runs again: its second attempt loses.
+		if err := commitWorker(t, e, "q", 0, P, rows, blob); !errors.Is(err, manifest.ErrAlreadyCommitted) {
+			t.Fatalf("a retried worker after its commit: %v, want ErrAlreadyCommitted", err)
+		}
+		// The engine names group 1 as workers 2 and 3; 3 has not committed.
+		if _, err := a.FormGroup(ctx, 1, []string{"2", "3"}); !errors.Is(err, combine.ErrGroupNotReady) || !strings.Contains(err.Error(), "worker 3 has not committed") {
+			t.Fatalf("group naming a worker not committed: %v", err)
+		}
+		// A worker that never commits: the first level cannot seal, and
+		// the combined seal names it.
+		if _, err := a.Seal(ctx); !errors.Is(err, combine.ErrNotSealed) || !strings.Contains(err.Error(), "1 of workers 0..3 have not committed: 3") {
+			t.Fatalf("combined seal with worker 3 never committed: %v", err)
+		}
+		if err := commitWorker(t, e, "q", 3, P, rows, blob); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.FormGroup(ctx, 1, []string{"2", "3"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.FormGroup(ctx, 1, []string{"3", "1"}); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "was formed with workers 2,3") {
+			t.Fatalf("group 1 named again with other workers: %v", err)
+		}
+		if _, err := b.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := readEach(t, e, "q", P)
+		m, err := a.Seal(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Totals.Rows != W*P*rows {
+			t.Fatalf("combined %d rows, want %d", m.Totals.Rows, W*P*rows)
+		}
+		gotD, _ := readEach(t, e, "q", P)
+		for i := range want {
+			if want[i] != gotD[i] {
+				t.Errorf("partition %d: %d rows as written, %d combined", i, want[i].Rows, gotD[i].Rows)
+			}
+		}
+
+		// Groups that do not hold the first level's workers exactly: a
+		// worker in two groups, and (so) one in none.
+		for w := range W {
+			if err := commitWorker(t, e, "r", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.c.Seal(ctx, "r", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		r, err := e.c.Combine(ctx, "r", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.FormGroup(ctx, 0, []string{"0", "1"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.FormGroup(ctx, 1, []string{"1", "2"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		_, err = r.Seal(ctx)
+		if !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "worker 1 is in groups 0 and 1") {
+			t.Fatalf("combined seal of groups holding worker 1 twice: %v", err)
+		}
+		if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix("r", 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
+			t.Fatalf("a refused seal left %s: %v", combine.CombinedName, err)
+		}
+		if st, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "r", 0); err != nil || combine.IsCombined(st) {
+			t.Fatalf("a refused seal changed the stage manifest: %v", err)
+		}
+	})
+}
+
+// TestCombineOverlapThrottled: with half of all requests answered 503
+// SlowDown, writers and the tasks of a plan made while they write,
+// groups formed as they commit, and both seals succeed through the
+// client's retries; the stage reads back the rows it held as written,
+// and no upload is left open.
+func TestCombineOverlapThrottled(t *testing.T) {
+	for _, b := range testenv.Backends() {
+		t.Run(b.Name, func(t *testing.T) {
+			e, proxy := throttledEnv(t, b)
+			ctx := context.Background()
+			const W, P, rows, blob = 4, 4, 64, 4096
+			if err := proxy.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 11}); err != nil {
+				t.Fatal(err)
+			}
+			s, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 2, Buckets: 2, PartBytes: 5 << 20, Expected: combine.Expect(W, P, W*P*rows*blob)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for w := range W {
+				if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+					t.Fatalf("worker %d under SlowDown: %v", w, err)
+				}
+				if w == 1 {
+					// Group 0 is ready: its tasks run while workers 2 and 3 write.
+					for j := range 2 {
+						if _, err := s.RunTask(ctx, j*2); err != nil {
+							t.Fatalf("task %d under SlowDown: %v", j*2, err)
+						}
+					}
+				}
+			}
+			if _, err := s.RunAll(ctx, 2); err != nil {
+				t.Fatalf("the rest under SlowDown: %v", err)
+			}
+			if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+				t.Fatal(err)
+			}
+			if err := proxy.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			want, _ := readEach(t, e, "q", P)
+			if err := proxy.SetSpec(faultproxy.Spec{SlowDown: 0.5, Seed: 12}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Seal(ctx); err != nil {
+				t.Fatalf("combined seal under SlowDown: %v", err)
+			}
+			injected := int64(0)
+			for k, n := range proxy.Stats().Injected {
+				if k.Fault == faultproxy.FaultSlowDown {
+					injected += n
+				}
+			}
+			if injected == 0 {
+				t.Fatal("no SlowDown answered: the test proves nothing")
+			}
+			if err := proxy.SetSpec(faultproxy.Spec{}); err != nil {
+				t.Fatal(err)
+			}
+			got, _ := readEach(t, e, "q", P)
+			for i := range want {
+				if want[i] != got[i] {
+					t.Errorf("partition %d: %d rows as written, %d combined under SlowDown", i, want[i].Rows, got[i].Rows)
+				}
+			}
+			if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), "q", 0); err != nil || !combine.IsCombined(m) {
+				t.Fatalf("the stage is not combined: %v", err)
+			}
+			if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+				t.Errorf("unfinished uploads left: %v %v", ups, err)
+			}
+		})
+	}
+}
+
+// TestCombineOverlapKilledTask: a task of a plan made while the stage is
+// written, killed in its upload, leaves no object and no upload; run
+// again (in another process, which reads the group's record) it commits.
+func TestCombineOverlapKilledTask(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P = 2, 2
+		for w := range W {
+			if err := commitWorker(t, e, "q", w, P, 30, 100_000); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := combine.Options{Groups: 1, Buckets: 1, PartBytes: 5 << 20, Expected: combine.Expect(W, P, 12<<20)}
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		cs := &cutStore{Store: e.st, cancel: cancel, cut: func(op, key string) bool { return op == "UploadPart" }}
+		s, err := combine.Open(cctx, cs, e.c.Layout(), "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.RunTask(cctx, 0); err == nil || !cs.hit {
+			t.Fatalf("a killed task returned %v (cut: %v)", err, cs.hit)
+		}
+		for _, k := range planKeys(t, e, s.Plan().ID) {
+			if !strings.HasSuffix(k, "group-0.json") {
+				t.Errorf("a task killed in its upload left %s", k)
+			}
+		}
+		if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
+			t.Errorf("a killed task left uploads %v %v", ups, err)
+		}
+		again, err := combine.Open(ctx, e.st, e.c.Layout(), "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tk, err := again.RunTask(ctx, 0)
+		if err != nil || !tk.Wrote || tk.Manifest.Totals.Rows != W*P*30 {
+			t.Fatalf("run after the kill: %v %+v", err, tk)
+		}
+	})
+}
