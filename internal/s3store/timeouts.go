@@ -7,9 +7,10 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
+
+	"github.com/durashuffle/durashuffle/internal/stall"
 )
 
 // Defaults of Options.ConnectTimeout and Options.FirstByteTimeout, the
@@ -18,12 +19,6 @@ const (
 	DefaultConnectTimeout   = 5 * time.Second
 	DefaultFirstByteTimeout = 20 * time.Second
 )
-
-// stallWrite is the most a connection writes under one deadline, so that
-// the body stall timeout measures progress, not the time a whole part
-// takes: a write of one piece blocks only while the socket cannot take
-// stallWrite bytes.
-const stallWrite = 64 << 10
 
 // timeouts are the store's own limits on one connection and one request.
 type timeouts struct {
@@ -60,15 +55,14 @@ func (t timeouts) firstByteErr(addr string) error {
 	return &timeoutError{"endpoint %s: no response within %s %v of the request being sent", addr, "first_byte_timeout", t.firstByte}
 }
 
-func (t timeouts) stallErr(addr string) error {
-	return &timeoutError{"endpoint %s: request body stalled, not one byte taken for %s %v", addr, "first_byte_timeout", t.firstByte}
-}
-
 // dial connects within the connect timeout and returns a connection whose
-// writes fail once the peer takes nothing for the first-byte timeout.
+// writes fail once the peer takes nothing for the first-byte timeout
+// (stall.Dial): a peer that drops packets mid-upload makes the socket
+// buffer fill and the write block, which nothing else would cut before
+// request_timeout.
 func (t timeouts) dial() func(ctx context.Context, network, addr string) (net.Conn, error) {
 	d := &net.Dialer{Timeout: t.connect, KeepAlive: 30 * time.Second}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+	connect := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := d.DialContext(ctx, network, addr)
 		if err != nil {
 			var ne net.Error
@@ -77,38 +71,9 @@ func (t timeouts) dial() func(ctx context.Context, network, addr string) (net.Co
 			}
 			return nil, err
 		}
-		return &stallConn{Conn: c, addr: addr, t: t}, nil
+		return c, nil
 	}
-}
-
-// stallConn bounds every write by the first-byte timeout, piece by piece:
-// a peer that drops packets mid-upload makes the socket buffer fill and the
-// write block, which nothing else would cut before request_timeout. A slow
-// link that takes bytes is never cut. Reads are left alone: the transport
-// keeps a read pending on every idle connection.
-type stallConn struct {
-	net.Conn
-	addr string
-	t    timeouts
-}
-
-func (c *stallConn) Write(p []byte) (int, error) {
-	n := 0
-	for n < len(p) {
-		end := min(len(p), n+stallWrite)
-		if err := c.Conn.SetWriteDeadline(time.Now().Add(c.t.firstByte)); err != nil {
-			return n, err
-		}
-		m, err := c.Conn.Write(p[n:end])
-		n += m
-		if err != nil {
-			if errors.Is(err, os.ErrDeadlineExceeded) {
-				return n, c.t.stallErr(c.addr)
-			}
-			return n, err
-		}
-	}
-	return n, nil
+	return stall.Dial(connect, t.firstByte, "first_byte_timeout")
 }
 
 // timeoutClient is the store's HTTP client when it builds its own: the
@@ -150,7 +115,8 @@ func (c *timeoutClient) Do(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	var te *timeoutError
-	if !errors.As(err, &te) {
+	var se *stall.Error
+	if !errors.As(err, &te) && !errors.As(err, &se) {
 		// The transport's own timeouts have unexported types; their
 		// messages are stable.
 		var named error
