@@ -95,7 +95,9 @@ func newTimeoutClient(tr *http.Transport, t timeouts) *timeoutClient {
 	tr.ResponseHeaderTimeout = t.firstByte
 	return &timeoutClient{
 		c: &http.Client{
-			Transport:     tr,
+			// A response body that sends nothing for the first-byte
+			// timeout is cut too, as on the Azure and GCS stores.
+			Transport:     stall.Transport(tr, t.firstByte, "first_byte_timeout"),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		tr: tr,
