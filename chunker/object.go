@@ -53,4 +53,7 @@ type Section struct {
 	Off, N int64
 	CRC32C uint32
 	Check  bool
+	// What names the bytes in an error ("frame of partition 3"); "":
+	// "bytes".
+	What string
 }

@@ -92,7 +92,8 @@ func (a *appender) writeInPlace(k keptFrame) error {
 		img.runHeld = true
 	}
 	img.runMu.Unlock()
-	return a.cur.WriteSection(Section{File: a.keep.file, Off: k.off, N: k.length, CRC32C: k.crc, Check: true})
+	return a.cur.WriteSection(Section{File: a.keep.file, Off: k.off, N: k.length, CRC32C: k.crc, Check: true,
+		What: fmt.Sprintf("frame of partition %d", k.partition)})
 }
 
 // startImage starts the object written from disk on its first bytes,

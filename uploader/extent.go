@@ -1,6 +1,7 @@
 package uploader
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"sort"
@@ -18,6 +19,14 @@ type extent struct {
 	off, n int64
 	check  bool
 	crc    uint32
+	what   string // names the bytes in an error; "": "bytes"
+}
+
+// changed is the error of e's bytes read with CRC32C got.
+func (e extent) changed(got uint32) error {
+	what := cmp.Or(e.what, "bytes")
+	return changedError{fmt.Sprintf("spill %s: %s at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
+		e.file.Name(), what, e.off, e.n, got, e.crc)}
 }
 
 // partReader reads a part of an object written from disk from its
@@ -114,8 +123,7 @@ func (e *partExtent) read(b []byte, rel int64) error {
 		e.sum = store.UpdateCRC32C(e.sum, b[e.checked-rel:])
 		e.checked = end
 		if end == e.n && e.sum != e.crc {
-			e.bad = changedError{fmt.Sprintf("spill %s: bytes [%d, %d) have CRC32C %08x, written as %08x: the spill file changed on disk",
-				e.file.Name(), e.off, e.off+e.n, e.sum, e.crc)}
+			e.bad = e.changed(e.sum)
 			return e.bad
 		}
 	}

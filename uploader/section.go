@@ -139,7 +139,7 @@ func (d *diskParts) write(o *Object, s chunker.Section) error {
 	if o.ended {
 		return fmt.Errorf("object %s: %w", o.up.key, errEnded)
 	}
-	e := extent{file: s.File, off: s.Off, n: s.N, check: s.Check, crc: s.CRC32C}
+	e := extent{file: s.File, off: s.Off, n: s.N, check: s.Check, crc: s.CRC32C, what: s.What}
 	for e.n > 0 {
 		cur, limit := d.size-d.start, d.partLimit(o.part)
 		if cur >= limit || (e.check && cur > 0 && cur+e.n > d.most) {
@@ -204,8 +204,7 @@ func splitExtent(e extent, n int64) (head, tail extent, err error) {
 		return head, tail, err
 	}
 	if got := store.CombineCRC32C(a, b, e.n-n); got != e.crc {
-		return head, tail, changedError{fmt.Sprintf("spill %s: bytes [%d, %d) have CRC32C %08x, written as %08x: the spill file changed on disk",
-			e.file.Name(), e.off, e.off+e.n, got, e.crc)}
+		return head, tail, e.changed(got)
 	}
 	head, tail = e, e
 	head.n, head.crc = n, a

@@ -195,8 +195,7 @@ func readSection(s chunker.Section) ([]byte, error) {
 		return nil, fmt.Errorf("read %d bytes at %d of spill %s: %w", s.N, s.Off, s.File.Name(), err)
 	}
 	if got := store.CRC32C(b); got != s.CRC32C {
-		return nil, changedError{fmt.Sprintf("spill %s: bytes [%d, %d) have CRC32C %08x, written as %08x: the spill file changed on disk",
-			s.File.Name(), s.Off, s.Off+s.N, got, s.CRC32C)}
+		return nil, extent{file: s.File, off: s.Off, n: s.N, crc: s.CRC32C, what: s.What}.changed(got)
 	}
 	return b, nil
 }
