@@ -105,13 +105,22 @@ func (o *Upload) takeLocked(n int32) error {
 // passes to the pool, which releases it once the parts carrying its
 // bytes are uploaded. Does not block.
 func (o *Upload) submit(n int32, buf []byte, last bool) error {
+	return o.submitChunk(n, buf, last, false)
+}
+
+// submitChunk is submit; a borrowed buf is the caller's, not the pool's
+// (Object.WriteFrom), and is never released nor kept.
+func (o *Upload) submitChunk(n int32, buf []byte, last, borrowed bool) error {
 	o.mu.Lock()
 	if err := o.takeLocked(n); err != nil {
 		o.mu.Unlock()
-		o.pool.release(buf)
+		if !borrowed {
+			o.pool.release(buf)
+		}
 		return err
 	}
 	c := o.addChunkLocked(buf)
+	c.borrowed = borrowed
 	o.ready = append(o.ready, &part{obj: o, n: n, body: body{segs: [][]byte{buf}}, chunks: []*chunk{c}, queued: time.Now()})
 	o.wg.Add(1)
 	if last {
@@ -206,6 +215,9 @@ func (o *Upload) settle(pt *part, err error) error {
 	}
 	o.mu.Unlock()
 	for _, c := range done {
+		if c.borrowed {
+			continue
+		}
 		took := false
 		if err == nil {
 			err = safe.Call(func() error { took = o.keepChunk(c); return nil }, "keep of chunk %d of %s", c.n, o.key)

@@ -36,6 +36,15 @@ type Object struct {
 	// (an object of no more than a chunk is one put, or one part).
 	toMemory bool
 	ended    bool
+
+	// An object of NewObject: the pool it owns, and the size and CRC32C
+	// of its bytes (sums); whether its Complete was asked for, and
+	// succeeded.
+	own                   *Pool
+	sums                  bool
+	size                  int64
+	crc                   uint32
+	completing, completed bool
 }
 
 var _ chunker.Object = (*Object)(nil)
@@ -86,6 +95,10 @@ func newObject(p *Pool, up *Upload, size int64, onDisk bool, release func()) (*O
 func (o *Object) Write(p []byte) error {
 	if o.disk != nil {
 		return fmt.Errorf("object %s: Write to an object written from disk", o.up.key)
+	}
+	if o.sums {
+		o.size += int64(len(p))
+		o.crc = store.UpdateCRC32C(o.crc, p)
 	}
 	chunk := int(o.pool.cfg.ChunkSize)
 	for len(p) > 0 {
@@ -180,9 +193,6 @@ func (o *Object) Abort() {
 		o.cur = nil
 	}
 }
-
-// Upload is the object's upload, which its owner finishes or aborts.
-func (o *Object) Upload() *Upload { return o.up }
 
 // readSection reads s from its file, checked against its CRC32C.
 func readSection(s chunker.Section) ([]byte, error) {
