@@ -343,3 +343,116 @@ func TestSectionPlanCreatesEarly(t *testing.T) {
 		t.Fatalf("Finish of an object whose section changed on disk: %v, want store.ErrBodyChanged", err)
 	}
 }
+
+// sizedParts records the size of every part stored and holds each
+// UploadPart until open is closed, so that no part's answer (and so no
+// send rate) is known while the object's sections are handed over.
+type sizedParts struct {
+	*store.Mem
+	open  chan struct{}
+	mu    sync.Mutex
+	sizes map[int32]int64
+}
+
+func (s *sizedParts) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
+	<-s.open
+	s.mu.Lock()
+	s.sizes[n] = body.Size()
+	s.mu.Unlock()
+	return s.Mem.UploadPart(ctx, key, id, n, body)
+}
+
+// TestSectionPartSchedule: with the send rate unknown, an object from
+// disk planned with a first part apart is cut into a first part of the
+// least size, then parts of about equal size, the last smaller by the
+// first's (its connection sent the first); every part is handed to the
+// pool before the last section arrives.
+func TestSectionPartSchedule(t *testing.T) {
+	const size = 100 << 10
+	st := &sizedParts{Mem: &store.Mem{}, open: make(chan struct{}), sizes: map[int32]int64{}}
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	var released atomic.Int32
+	up := emitSections(t, s, d, &released)
+	close(st.open)
+	res, err := up.Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parts != 5 || !bytes.Equal(stored(t, st.Mem, "obj"), d.data) {
+		t.Fatalf("stored %d parts, want 5 (a first of 1 KiB, then 4)", res.Parts)
+	}
+	sizes := st.sizes
+	if sizes[1] != 1<<10 {
+		t.Fatalf("parts %v: want the first of the least, 1024 bytes", sizes)
+	}
+	// Sections of 1 KiB, every other one checked and so never cut: a
+	// part may pass its size by one section.
+	mid := []int64{sizes[2], sizes[3], sizes[4]}
+	for _, m := range mid {
+		if d := m - mid[0]; d < -1<<10 || d > 1<<10 {
+			t.Fatalf("parts %v: want the middle ones equal within a section", sizes)
+		}
+	}
+	if sizes[5] >= mid[0] {
+		t.Fatalf("parts %v: want the last smaller than the others", sizes)
+	}
+}
+
+// TestSectionCheckedCutPastMostPart: a checked section (a kept frame)
+// that would take its part past MaxPartSize is cut, each piece read back
+// once for its CRC32C; the object is stored intact in parts of at most
+// MaxPartSize. A checked section whose bytes changed on disk before it
+// was cut fails WriteSection, naming the spill file.
+func TestSectionCheckedCutPastMostPart(t *testing.T) {
+	const size = 30 << 10
+	st := &sizedParts{Mem: &store.Mem{}, open: make(chan struct{}), sizes: map[int32]int64{}}
+	close(st.open)
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: 2, Checksum: true, MinPartSize: 1 << 10, MaxPartSize: 4 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	o, err := s.Create(size, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(0); off < size; off += 3 << 10 {
+		if err := o.WriteSection(d.section(off, min(off+3<<10, size), true)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Take()[0].Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored(t, st.Mem, "obj"), d.data) || res.Parts < size/(4<<10) {
+		t.Fatalf("stored %d parts of an object of %d bytes, at most 4 KiB each", res.Parts, size)
+	}
+	for n, sz := range st.sizes {
+		if sz > 4<<10 {
+			t.Fatalf("part %d: %d bytes, over MaxPartSize", n, sz)
+		}
+	}
+
+	o, err = s.Create(size, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteSection(d.section(0, 3<<10, true)); err != nil {
+		t.Fatal(err)
+	}
+	sec := d.section(3<<10, 9<<10, true) // past MaxPartSize: cut
+	sec.CRC32C ^= 1
+	if err := o.WriteSection(sec); err == nil || !strings.Contains(err.Error(), "the spill file changed on disk") || !strings.Contains(err.Error(), d.f.Name()) {
+		t.Fatalf("a changed section cut in two: %v, want an error naming the spill file", err)
+	}
+	o.Abort()
+	for _, up := range s.Take() {
+		_ = up.Abort()
+	}
+}
