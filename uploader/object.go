@@ -51,9 +51,12 @@ type Upload struct {
 	ready  []*part
 	queued int
 	keep   keeping // chunks kept for a Keeper
-	// file is the file an object of sections is read from (see
-	// Sink.OwnFile): released once the upload is over.
+	// file is the files an object of sections is read from (see
+	// ownFile): released once the upload is over.
 	file *fileOwner
+	// fromDisk: its parts are planned from disk (planDisk), and it counts
+	// in Pool.fromDisk until it ends.
+	fromDisk bool
 }
 
 // multipart is an object's multipart upload: created once, by the first

@@ -90,6 +90,7 @@ type Pool struct {
 
 	held     atomic.Int64 // buffers handed out and not yet returned
 	open     atomic.Int64 // uploads neither finished nor aborted
+	fromDisk atomic.Int64 // of those, objects whose parts are planned from disk
 	peak     atomic.Int64
 	inFlight atomic.Int64
 	resent   atomic.Int64

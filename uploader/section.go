@@ -45,6 +45,15 @@ const DefaultMaxPartSize = 512 << 20
 // naming it, its size and the limit; nothing of it is stored, or asked
 // for, then.
 func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least, most int64, err error) {
+	return planFileParts(cfg, key, size, 1)
+}
+
+// planFileParts is PlanFileParts for an object whose pool uploads
+// sharing objects from disk at once, this one among them: the pool's
+// connections are divided among them (share), so each takes fewer,
+// larger parts with no loss of time, the connections being busy anyway;
+// a first part apart only for an object alone.
+func planFileParts(cfg Config, key string, size int64, sharing int) (parts int, first, least, most int64, err error) {
 	least = cfg.MinPartSize
 	if least <= 0 {
 		least = store.MinPartSize
@@ -58,17 +67,23 @@ func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least,
 		return 0, 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
 			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
-	conc := int64(max(cfg.Concurrency, 1))
+	conc := int64(share(cfg.Concurrency, sharing))
 	// Never smaller than a chunk: an object takes no more requests than
 	// it would in chunks (with several writers sharing the connections,
 	// a split in Concurrency parts each would take more).
 	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, cfg.ChunkSize)
 	part = min(part, most)
 	parts = int(max((size+part-1)/part, 1))
-	if parts >= 2 && parts < store.MaxParts && part >= 2*least {
+	if sharing <= 1 && parts >= 2 && parts < store.MaxParts && part >= 2*least {
 		parts, first = parts+1, least
 	}
 	return parts, first, least, most, nil
+}
+
+// share is the connections of a pool of concurrency connections that
+// each of sharing objects uploading at once may count on: at least one.
+func share(concurrency, sharing int) int {
+	return max(concurrency/max(sharing, 1), 1)
 }
 
 // fileOwner is an upload's file, released once when the upload ends.
@@ -217,15 +232,22 @@ func splitExtent(e extent, n int64) (head, tail extent, err error) {
 // fills, from what is known then (partSize): the object's bytes from the
 // part's start on (those written, and the rest of the size first told),
 // the parts planned for them, and the ratio of a connection's send rate
-// to the merge's rate. The last planned part takes the rest, up to the
-// most a part may hold.
+// to the merge's rate. The parts planned for the rest are no more than
+// the connections this object may count on now, when other objects from
+// disk upload at once (share), nor fewer than the most a part may hold
+// allows. The last planned part takes the rest, up to the most a part
+// may hold.
 func (d *diskParts) partLimit(done int32) int64 {
 	switch k := int(done) + 1; {
 	case k == 1 && d.first > 0 && d.planned > 1:
 		return d.first
 	case k < d.planned:
-		total := max(d.size, d.est)
-		size := partSize(total-d.start+d.first, d.planned-k+1, d.sendRatio())
+		left := max(d.size, d.est) - d.start + d.first
+		parts := d.planned - k + 1
+		if s := share(d.pool.cfg.Concurrency, int(d.pool.fromDisk.Load())); s < parts {
+			parts = max(s, int((left+d.most-1)/d.most))
+		}
+		size := partSize(left, parts, d.sendRatio())
 		return min(max(size, d.least), d.most)
 	}
 	return d.most

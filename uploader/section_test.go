@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"strings"
@@ -454,5 +455,54 @@ func TestSectionCheckedCutPastMostPart(t *testing.T) {
 	o.Abort()
 	for _, up := range s.Take() {
 		_ = up.Abort()
+	}
+}
+
+// TestSectionPartsShareThePool: objects from disk that upload at once
+// divide the pool's connections among them: with as many objects as
+// connections, each takes one part (the first object, alone when it was
+// planned, a first part apart too), where one alone takes about one part
+// per connection; every object is stored intact.
+func TestSectionPartsShareThePool(t *testing.T) {
+	const size, objects = 64 << 10, 8
+	st := &store.Mem{}
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: objects, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(i int) string { return fmt.Sprintf("obj-%d", i) }})
+	d := newDiskFile(t, size)
+	objs := make([]chunker.Object, objects)
+	for i := range objs {
+		o, err := s.Create(size, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[i] = o
+	}
+	for off := int64(0); off < size; off += 1 << 10 {
+		for _, o := range objs {
+			if err := o.WriteSection(d.section(off, off+1<<10, false)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	parts := 0
+	for i, up := range s.Take() {
+		if err := objs[i].Finish(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := up.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Parts > 2 || !bytes.Equal(stored(t, st, up.Key()), d.data) {
+			t.Fatalf("%s: %d parts, want at most 2 with %d objects sharing %d connections", up.Key(), res.Parts, objects, objects)
+		}
+		parts += res.Parts
+	}
+	if parts > objects+1 {
+		t.Fatalf("%d parts for %d objects sharing the pool, want at most %d", parts, objects, objects+1)
+	}
+	if n := p.fromDisk.Load(); n != 0 {
+		t.Fatalf("%d objects from disk still counted after every upload ended", n)
 	}
 }

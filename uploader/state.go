@@ -99,6 +99,9 @@ func (o *Upload) toLocked(next state) error {
 	}
 	o.state = next
 	if next.ended() && !from.ended() {
+		if o.fromDisk {
+			o.pool.fromDisk.Add(-1)
+		}
 		o.pool.open.Add(-1)
 		o.pool.idle()
 	}

@@ -232,11 +232,17 @@ type diskParts struct {
 	mergeRate float64
 }
 
-// planDisk plans the parts of up, of about size bytes, from disk.
+// planDisk plans the parts of up, of about size bytes, from disk, with
+// the other objects from disk the pool uploads now, and counts it among
+// them until its upload ends.
 func planDisk(p *Pool, up *Upload, size int64) (*diskParts, error) {
-	parts, first, least, most, err := PlanFileParts(p.cfg, up.key, size)
+	parts, first, least, most, err := planFileParts(p.cfg, up.key, size, int(p.fromDisk.Load())+1)
 	if err != nil {
 		return nil, err
 	}
+	up.mu.Lock()
+	up.fromDisk = true
+	up.mu.Unlock()
+	p.fromDisk.Add(1)
 	return &diskParts{pool: p, planned: max(parts, 1), first: first, least: least, most: most, est: size, cut: time.Now()}, nil
 }
