@@ -16,7 +16,7 @@ import (
 
 // Upload is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
-// when the first part needs it. Its chunks come from a Sink (Sink.Take
+// when the first part needs it. Its chunks come from an Object (Sink.Take
 // hands it over). Its methods are safe for concurrent use; Finish and
 // Abort are its owner's (the writer's), one after the other: Finish
 // once, then Abort if anything failed, as often as need be.
@@ -27,7 +27,7 @@ type Upload struct {
 	onFail func(error)
 
 	mp multipart
-	// wg counts the parts ready or in flight (and Prepare's create).
+	// wg counts the parts ready or in flight (and an early create).
 	wg sync.WaitGroup
 
 	mu    sync.Mutex
@@ -60,7 +60,7 @@ type Upload struct {
 }
 
 // multipart is an object's multipart upload: created once, by the first
-// of its parts (or Prepare) that needs it, while the others wait; then
+// of its parts (or an early create) that needs it, while the others wait; then
 // its outcome is fixed. Read only once every part is done (Upload.wg),
 // or through ensureUpload.
 type multipart struct {
@@ -235,8 +235,8 @@ func (o *Upload) settle(pt *part, err error) error {
 }
 
 // prepare creates the object's multipart upload now, in the background,
-// when the pool streams parts. A writer calls it once it knows its output
-// will not be one small PutObject, so that part 1 starts streaming at its
+// when the pool streams parts. An Object calls it when its size, told at
+// Create, is more than a chunk, so that part 1 starts streaming at its
 // first byte rather than after Config.streamAfter bytes and a
 // CreateMultipartUpload round trip. A prepared object that ends as one
 // chunk is completed as a one-part multipart upload (its upload exists
@@ -295,7 +295,7 @@ func (o *Upload) ensureUpload() (string, error) {
 	return o.mp.id, o.mp.err
 }
 
-// partDone ends one of the object's parts (or Prepare's create); a
+// partDone ends one of the object's parts (or an early create); a
 // failure fails the object, and the first one is told to onFail.
 func (o *Upload) partDone(err error) {
 	if err != nil {

@@ -25,7 +25,7 @@ type Config struct {
 	HedgeFactor float64
 	HedgeMin    time.Duration
 	// streamAfter is how many bytes part 1 of an object holds before
-	// its streamed upload starts (Sink.Begin), so that an output smaller
+	// its streamed upload starts (Object.Write), so that an output smaller
 	// than that stays one PutObject; 0 means 1 MiB (a frame or two). At
 	// most ChunkSize. Tests set it.
 	streamAfter int64

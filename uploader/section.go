@@ -27,7 +27,7 @@ import (
 const DefaultMaxPartSize = 512 << 20
 
 // PlanFileParts is how a pool of cfg cuts a spilled writer's object of
-// about size bytes, uploaded from its file (Sink.PlanParts): parts in
+// about size bytes, uploaded from its file (alone in its pool): parts in
 // all, the first part's size (0: none of its own), the least and most
 // part sizes. key names the object in the error of one too large.
 //
