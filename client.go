@@ -82,7 +82,11 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 	var m *metrics.Library
 	if o.registerer != nil {
 		m = metrics.NewLibrary()
-		obs = teeObserver{obs, m}
+		if obs == nil {
+			obs = m
+		} else {
+			obs = observers{obs, m}
+		}
 	}
 	c := newClient(st, cfg, o.counter, obs)
 	if m != nil {
@@ -353,85 +357,43 @@ func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reade
 	return reader.Open(ctx, c.st, c.layout, query, stage, c.ReaderOptions())
 }
 
-// teeObserver sends the pool's events to both observers (either may be
-// nil).
-type teeObserver struct{ a, b Observer }
+// observers sends each event to every observer that takes it: the
+// pool's events to all, the memory store's and the reader's to those
+// that have their methods (the process's metrics do; a caller's observer
+// may). The fan-out is each; every method below is one call of it.
+type observers []Observer
 
-func (t teeObserver) Queued(delta int) {
-	if t.a != nil {
-		t.a.Queued(delta)
-	}
-	if t.b != nil {
-		t.b.Queued(delta)
-	}
-}
-
-func (t teeObserver) Buffered(bytes int64) {
-	if t.a != nil {
-		t.a.Buffered(bytes)
-	}
-	if t.b != nil {
-		t.b.Buffered(bytes)
-	}
-}
-
-func (t teeObserver) PartDone(queued, upload time.Duration) {
-	if t.a != nil {
-		t.a.PartDone(queued, upload)
-	}
-	if t.b != nil {
-		t.b.PartDone(queued, upload)
-	}
-}
-
-func (t teeObserver) Uploaded(bytes int64) {
-	if t.a != nil {
-		t.a.Uploaded(bytes)
-	}
-	if t.b != nil {
-		t.b.Uploaded(bytes)
-	}
-}
-
-// The fast path's counts (memory store, bytes by source) go to both
-// observers too, where they take them: the memory store's to the
-// process's metrics (the sidecar's, or WithRegisterer's), which have its
-// observer's methods.
-
-func (t teeObserver) MemstoreBytes(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreBytes(n) })
-}
-func (t teeObserver) MemstoreAdmitted(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreAdmitted(n) })
-}
-func (t teeObserver) MemstoreDeclined(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreDeclined(n) })
-}
-func (t teeObserver) MemstoreEvicted(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreEvicted(n) })
-}
-func (t teeObserver) MemstoreReleased(n int64) {
-	t.mem(func(o memstore.Observer) { o.MemstoreReleased(n) })
-}
-
-func (t teeObserver) mem(f func(memstore.Observer)) {
-	for _, o := range []Observer{t.a, t.b} {
-		if mo, ok := o.(memstore.Observer); ok {
-			f(mo)
+// each calls f with every observer that is a T.
+func each[T any](os observers, f func(T)) {
+	for _, o := range os {
+		if t, ok := o.(T); ok {
+			f(t)
 		}
 	}
 }
 
-func (t teeObserver) Served(source string, n int64) {
-	t.read(func(o reader.Observer) { o.Served(source, n) })
+func (os observers) Queued(delta int)       { each(os, func(o Observer) { o.Queued(delta) }) }
+func (os observers) Buffered(bytes int64)   { each(os, func(o Observer) { o.Buffered(bytes) }) }
+func (os observers) Uploaded(bytes int64)   { each(os, func(o Observer) { o.Uploaded(bytes) }) }
+func (os observers) Fallback(reason string) { each(os, func(o reader.Observer) { o.Fallback(reason) }) }
+func (os observers) PartDone(queued, upload time.Duration) {
+	each(os, func(o Observer) { o.PartDone(queued, upload) })
 }
-
-func (t teeObserver) Fallback(reason string) { t.read(func(o reader.Observer) { o.Fallback(reason) }) }
-
-func (t teeObserver) read(f func(reader.Observer)) {
-	for _, o := range []Observer{t.a, t.b} {
-		if ro, ok := o.(reader.Observer); ok {
-			f(ro)
-		}
-	}
+func (os observers) Served(source string, n int64) {
+	each(os, func(o reader.Observer) { o.Served(source, n) })
+}
+func (os observers) MemstoreBytes(n int64) {
+	each(os, func(o memstore.Observer) { o.MemstoreBytes(n) })
+}
+func (os observers) MemstoreAdmitted(n int64) {
+	each(os, func(o memstore.Observer) { o.MemstoreAdmitted(n) })
+}
+func (os observers) MemstoreDeclined(n int64) {
+	each(os, func(o memstore.Observer) { o.MemstoreDeclined(n) })
+}
+func (os observers) MemstoreEvicted(n int64) {
+	each(os, func(o memstore.Observer) { o.MemstoreEvicted(n) })
+}
+func (os observers) MemstoreReleased(n int64) {
+	each(os, func(o memstore.Observer) { o.MemstoreReleased(n) })
 }

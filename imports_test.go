@@ -22,8 +22,10 @@ var importLayers = [][]string{
 	// arrow-go workarounds: over Arrow alone.
 	{"internal/ipcguard"},
 	{"internal/arrowcheck"},
-	// The partitioning hash and row selection, over Arrow alone too.
-	{"internal/arrowipc", "partition"},
+	// The partitioning hash and row selection, over Arrow alone too; the
+	// memory store's held worker, the one type the library reports and
+	// the sidecar's wire sends.
+	{"internal/arrowipc", "partition", "internal/held"},
 	// Leaf utilities; flightclient, the sidecar's public client and wire
 	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.

@@ -1,6 +1,7 @@
 package durashuffle
 
 import (
+	"github.com/durashuffle/durashuffle/internal/held"
 	"github.com/durashuffle/durashuffle/internal/memstore"
 )
 
@@ -15,15 +16,8 @@ import (
 // HeldWorker is one committed worker attempt whose objects the memory
 // store holds, with the bytes they take and whether a reader has read
 // them (a worker not yet read is evicted only after every one already
-// read).
-type HeldWorker struct {
-	Query   string
-	Stage   int
-	Worker  string
-	Attempt string
-	Bytes   int64
-	Read    bool
-}
+// read). It is the sidecar's flightclient.HeldWorker too.
+type HeldWorker = held.Worker
 
 // MemoryRead returns bytes [offset, offset+length) of object (its index
 // in the worker manifest's objects) of the committed worker attempt from

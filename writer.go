@@ -49,10 +49,6 @@ type Writer struct {
 	done bool
 }
 
-// The upload pool's sink is the chunker's, parts streaming while their
-// chunks fill.
-var _ chunker.StreamSink = (*uploader.Sink)(nil)
-
 // newAttemptID returns a fresh attempt ID: a time stamp and random bits,
 // so attempts sort by start time.
 func newAttemptID() string {
@@ -91,7 +87,8 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 			w.ch.Fail(err)
 			w.cancel(err)
 		},
-		Keeper: c.keeper(),
+		Keeper:        c.keeper(),
+		MaxObjectSize: int64(c.cfg.Write.MaxObjectSize),
 	})
 	ch, err := chunker.New(wctx, chunker.Options{
 		Schema:           opt.Schema,
@@ -100,8 +97,6 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		CoalesceBudget:   int64(c.cfg.Write.CoalesceBudget),
 		Encoders:         c.cfg.Encoders(),
 		Compression:      c.cfg.Write.Compression,
-		ChunkSize:        int64(c.cfg.Write.ChunkSize),
-		MaxObjectSize:    int64(c.cfg.Write.MaxObjectSize),
 		Mem:              opt.Mem,
 		Spill:            sp,
 	}, w.up)
@@ -117,9 +112,6 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	ch.OnFail(func(err error) { w.cancel(err) })
 	return w, nil
 }
-
-// A spilling writer's object goes to the pool as file sections.
-var _ chunker.FileSink = (*uploader.Sink)(nil)
 
 // MaxPartitions bounds the partition count of a stage (manifests refuse
 // more).
@@ -235,10 +227,9 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		}
 		want := res.Objects[i]
 		if r.Size != want.Size {
-			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes in %d chunks", r.Key, r.Size, r.Parts, want.Size, want.Parts))
+			firstErr = errors.Join(firstErr, fmt.Errorf("object %s: stored %d bytes in %d parts, wrote %d bytes", r.Key, r.Size, r.Parts, want.Size))
 		}
-		// The pool re-cuts an object's tail at Close (parts may span
-		// chunks): the manifest counts the parts stored.
+		// The pool chose the parts: the manifest counts the parts stored.
 		want.Parts = r.Parts
 		want.Key = w.c.layout.DataKey(w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, w.write, i)
 		m.Objects = append(m.Objects, want)

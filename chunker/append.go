@@ -14,8 +14,8 @@ import (
 
 // appender is the appending goroutine's state: only that goroutine holds
 // it while it runs, and it hands it to Close or Abort when it ends. It
-// puts encoded frames into the object's byte stream in seq order, cuts
-// the stream into chunks for the sink and indexes every frame; a sorted
+// puts encoded frames into the object's byte stream in seq order, writes
+// the stream to the objects (Objects) and indexes every frame; a sorted
 // writer's appender keeps the writing phase's frames instead (keep) and
 // queues the object's frames at its end. It gives each frame's budget
 // back once the frame is in.
@@ -24,34 +24,29 @@ type appender struct {
 	cancel context.CancelCauseFunc
 	b      *budget   // to give bytes back, and for the index capacity reserved
 	q      *jobQueue // for a sorted writer's output frames
-	sink   Sink
-	// stream is the sink when it streams chunks as they fill; nil for a
-	// sorted writer's object that will stay under a chunk.
-	stream StreamSink
-	auto   *autoCodec // compression auto: told how long chunk buffers took
+	objs   Objects
+	auto   *autoCodec // compression auto: told how long writes to objects waited
 
-	chunk, maxObject int64 // chunk_size, and the most an object may take
-	partitions       int
-	frameTarget      int64
-	keep             *keeper // a sorted writer's kept frames; nil if not sorted
+	maxObject   int64 // the most an object may take
+	partitions  int
+	frameTarget int64
+	keep        *keeper // a sorted writer's kept frames; nil if not sorted
 
-	// A sorted writer's spilled object goes to files (filesink.go) when
-	// files is set: then fileMode, and img is the object being written.
-	files    FileSink
+	// A sorted writer's spilled object goes to the object as sections of
+	// spill files (ondisk.go) when spillDir is set (the objects take
+	// sections: Objects.Limit(true) > 0): then fileMode, and img is the
+	// object's files.
 	spillDir *spill.Dir
 	fileMode bool
 	img      *image
-	// maxFileObject is max_object_size for an object in a file (its
-	// parts are not chunks: not bounded by chunk_size x 10,000).
+	// maxFileObject is the most an object written from disk may take.
 	maxFileObject int64
-	// fileEst is the stored bytes the kept frames were estimated to make,
-	// fileIn their bytes; fileInDone of those are in frames appended, and
-	// fileOutDone is the bytes those frames took in the files.
-	fileEst, fileIn, fileInDone, fileOutDone int64
+	// sizeHint is the bytes the next object will be about, when known (a
+	// sorted writer's at Close), for Objects.Create.
+	sizeHint int64
 
-	cur     []byte // the chunk being filled, from sink.Acquire
+	cur     Object // the object being written; nil between objects
 	obj     int
-	part    int32
 	objOff  int64
 	objCRC  uint32
 	objects []entry.Object
@@ -111,7 +106,6 @@ func (a *appender) take(r encoded) {
 		if err := a.appendGuarded(r); err != nil {
 			a.cancel(err)
 		}
-		a.fileInDone += r.kept
 	}
 	if r.buf != nil {
 		kept := false
@@ -121,9 +115,6 @@ func (a *appender) take(r encoded) {
 				mem, kept, err = a.keepGuarded(r)
 			} else {
 				err = a.appendGuarded(r)
-				if a.fileMode {
-					a.fileInDone += r.kept
-				}
 			}
 			if err != nil {
 				a.cancel(err)
@@ -217,75 +208,45 @@ func (a *appender) appendFrame(r encoded) error {
 	return err
 }
 
-// write appends b to the object's chunks: it emits each chunk once it is
-// full and more bytes follow, and takes the next from the sink. It
-// reports how long it waited for chunk buffers.
+// write appends b to the current object, starting it if need be, and
+// reports how long the write took: the time it waited for the pool's
+// buffers, for compression auto.
 func (a *appender) write(b []byte) (waited time.Duration, err error) {
 	if a.fileMode {
 		return 0, a.writeFile(b)
 	}
-	for len(b) > 0 {
-		if a.cur != nil && int64(len(a.cur)) == a.chunk {
-			// More bytes follow, so the full chunk is not the last one.
-			a.part++
-			if a.part > store.MaxParts {
-				return waited, fmt.Errorf("object %d: more than %d parts of %d bytes", a.obj, store.MaxParts, a.chunk)
-			}
-			err := a.sink.Emit(a.obj, a.part, a.cur, false)
-			a.cur = nil
-			if err != nil {
-				return waited, err
-			}
+	if a.cur == nil {
+		obj, err := a.objs.Create(a.sizeHint, false, nil)
+		if err != nil {
+			return 0, fmt.Errorf("create object %d: %w", a.obj, err)
 		}
-		if a.cur == nil {
-			start := time.Now()
-			buf, err := a.sink.Acquire(a.ctx)
-			waited += time.Since(start)
-			if err != nil {
-				return waited, err
-			}
-			if a.stream != nil {
-				if err := a.stream.Begin(a.obj, a.part+1, buf); err != nil {
-					return waited, err // the sink has the buffer
-				}
-			}
-			a.cur = buf
-		}
-		n := min(int64(len(b)), a.chunk-int64(len(a.cur)))
-		a.cur = append(a.cur, b[:n]...)
-		b = b[n:]
-		if a.stream != nil {
-			a.stream.Grow(len(a.cur))
-		}
+		a.cur = obj
 	}
-	return waited, nil
+	start := time.Now()
+	err = a.cur.Write(b)
+	return time.Since(start), err
 }
 
-// endObject emits the current object's last chunk and starts the next.
+// endObject finishes the current object, if any, and starts the next.
 func (a *appender) endObject() error {
-	var err error
-	switch {
-	case a.img != nil:
-		err = a.emitSection(true)
+	if a.cur == nil {
 		a.img = nil
-	case a.cur == nil:
 		return nil
-	default:
-		a.part++
-		err = a.sink.Emit(a.obj, a.part, a.cur, true)
-		a.cur = nil
 	}
-	a.objects = append(a.objects, entry.Object{Size: a.objOff, Parts: int(a.part), CRC32C: a.objCRC})
+	err := a.cur.Finish()
+	a.cur, a.img = nil, nil
+	a.objects = append(a.objects, entry.Object{Size: a.objOff, CRC32C: a.objCRC})
 	a.obj++
-	a.part, a.objOff, a.objCRC = 0, 0, 0
+	a.sizeHint = max(a.sizeHint-a.objOff, 0)
+	a.objOff, a.objCRC = 0, 0
 	return err
 }
 
-// dropCurrent releases the chunk being filled to the sink.
+// dropCurrent aborts the object being written.
 func (a *appender) dropCurrent() {
 	if a.cur != nil {
-		a.sink.Release(a.cur)
-		a.cur = nil
+		a.cur.Abort()
+		a.cur, a.img = nil, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package chunker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 	"testing"
@@ -13,38 +14,38 @@ import (
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
+	"github.com/durashuffle/durashuffle/store"
 )
 
-// discardSink hands out reusable chunk buffers and drops every chunk.
+// discardSink gives out objects that copy their bytes into one reused
+// chunk buffer and keep nothing.
 type discardSink struct {
-	free chan []byte
-	size int64
+	buf []byte
 }
 
-func newDiscardSink(chunk int64, n int) *discardSink {
-	return &discardSink{free: make(chan []byte, n), size: chunk}
+func newDiscardSink(chunk int64, _ int) *discardSink {
+	return &discardSink{buf: make([]byte, chunk)}
 }
 
-func (s *discardSink) Acquire(ctx context.Context) ([]byte, error) {
-	select {
-	case b := <-s.free:
-		return b[:0], nil
-	default:
-		return make([]byte, 0, s.size), nil
+func (s *discardSink) Create(int64, bool, func()) (Object, error) { return s, nil }
+
+func (s *discardSink) Limit(onDisk bool) int64 {
+	if onDisk {
+		return 0
 	}
+	return int64(len(s.buf)) * store.MaxParts
 }
 
-func (s *discardSink) Release(b []byte) {
-	select {
-	case s.free <- b:
-	default:
+func (s *discardSink) Write(p []byte) error {
+	for len(p) > 0 {
+		p = p[copy(s.buf, p):]
 	}
-}
-
-func (s *discardSink) Emit(_ int, _ int32, buf []byte, _ bool) error {
-	s.Release(buf)
 	return nil
 }
+
+func (s *discardSink) WriteSection(Section) error { return errors.New("discardSink takes no sections") }
+func (s *discardSink) Finish() error              { return nil }
+func (s *discardSink) Abort()                     {}
 
 // benchInput is rows of the demo's lineitem table, one record per
 // partition, to be written as slices of n rows.
@@ -100,7 +101,7 @@ func BenchmarkWrite(b *testing.B) {
 					w, err := New(context.Background(), Options{
 						Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 						CoalesceBudget: 64 << 20, Encoders: goroutines, Compression: frame.LZ4,
-						ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+						Mem: memory.DefaultAllocator,
 					}, newDiscardSink(8<<20, 4))
 					if err != nil {
 						b.Fatal(err)
@@ -154,7 +155,7 @@ func TestReuseAllocatorReturnsEverything(t *testing.T) {
 	}
 	w, err := New(context.Background(), Options{
 		Schema: demo.Schema(), Partitions: 4, FrameTargetBytes: 256 << 10, CoalesceBudget: 1 << 20,
-		Encoders: 2, Compression: frame.LZ4, ChunkSize: 5 << 20, Mem: mem,
+		Encoders: 2, Compression: frame.LZ4, Mem: mem,
 	}, newDiscardSink(5<<20, 2))
 	if err != nil {
 		t.Fatal(err)
@@ -259,7 +260,7 @@ func BenchmarkWriteWide(b *testing.B) {
 				res, stored := writeParts(b, Options{
 					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 					CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
-					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+					Mem: memory.DefaultAllocator,
 				}, parts)
 				frames = len(res.Frames)
 				b.ReportMetric(float64(stored)/float64(logical), "stored/logical")
@@ -352,7 +353,7 @@ func BenchmarkWriteSpill(b *testing.B) {
 				o := Options{
 					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 					CoalesceBudget: budget, Encoders: 2, Compression: frame.LZ4,
-					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+					Mem: memory.DefaultAllocator,
 				}
 				if spilled {
 					d, err := spill.Open(b.TempDir(), 1<<40)

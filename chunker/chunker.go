@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -14,7 +13,6 @@ import (
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/internal/spill"
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // The errors a Writer returns wrap one of these; test with errors.Is.
@@ -36,55 +34,6 @@ var (
 	// writer fails with it).
 	errBudget = errors.New("coalesce budget too small")
 )
-
-// Sink receives the object byte stream as chunks. A Writer calls its
-// methods from one goroutine at a time, never concurrently: its
-// appending goroutine while it runs, then the goroutine in Close or
-// Abort.
-type Sink interface {
-	// Acquire returns an empty buffer with capacity of the chunk size,
-	// blocking while the memory budget is spent; it returns ctx's error
-	// once ctx ends.
-	Acquire(ctx context.Context) ([]byte, error)
-	// Release returns a buffer from Acquire that will not be emitted.
-	Release(buf []byte)
-	// Emit hands over chunk number part (1-based) of object obj
-	// (0-based); last marks the object's final chunk. Chunks come in
-	// order: an object's parts 1, 2, ..., the next object only after
-	// its predecessor's last chunk. Every chunk but an object's last
-	// holds exactly the chunk size. Ownership of buf passes, whether or
-	// not Emit returns an error; an error fails the writer.
-	Emit(obj int, part int32, buf []byte, last bool) error
-}
-
-// StreamSink is a Sink whose chunks may start uploading while they fill.
-// When Streaming reports true, every chunk is announced with Begin when
-// its buffer comes from Acquire, each append to it with Grow, and it ends
-// with Emit as usual (or Release, if the writer gives up). Begin, Grow
-// and Emit come from the Sink's one goroutine at a time; Prepare comes
-// from a goroutine in Write, and may run concurrently with them.
-type StreamSink interface {
-	Sink
-	// Streaming reports whether the sink wants Begin and Grow. New asks
-	// once.
-	Streaming() bool
-	// Begin says buf (from Acquire, empty) starts filling as chunk part
-	// (1-based) of object obj. On error the sink keeps buf.
-	Begin(obj int, part int32, buf []byte) error
-	// Grow says the chunk begun last now holds n bytes.
-	Grow(n int)
-	// Prepare says object obj will take more than one small put: the
-	// writer has taken in two chunk sizes of input (logical bytes; with
-	// LZ4 on typical rows about one chunk of output, so an output that
-	// stays one PutObject is rarely prepared). The sink may create its
-	// multipart upload now, so that its first chunk can start uploading
-	// at its first byte. Called at most once per writer.
-	Prepare(obj int)
-}
-
-// prepareAfter is how many chunk sizes of input (logical bytes) a
-// streaming writer takes in before it calls StreamSink.Prepare.
-const prepareAfter = 2
 
 // DefaultFrameTargetBytes is Options.FrameTargetBytes when it is 0 (and
 // frame_target_bytes' default): frames large enough that encoding and a
@@ -113,11 +62,8 @@ type Options struct {
 	// frame.None, or frame.Auto: chosen per frame by the upload rate);
 	// "": none.
 	Compression string
-	// ChunkSize is the size of every chunk but an object's last, at
-	// least 1.
-	ChunkSize int64
 	// MaxObjectSize bounds an object's bytes: a frame that would pass it
-	// starts the next object. 0: only store.MaxParts chunks.
+	// starts the next object. 0: only the uploader's Objects.Limit.
 	MaxObjectSize int64
 	// Mem allocates the buffers of encoding; nil: memory.DefaultAllocator.
 	Mem memory.Allocator
@@ -134,9 +80,6 @@ type Options struct {
 func (o Options) settle() (Options, error) {
 	if o.Partitions < 1 {
 		return o, fmt.Errorf("partitions must be at least 1, got %d", o.Partitions)
-	}
-	if o.ChunkSize < 1 {
-		return o, fmt.Errorf("chunk size must be positive, got %d", o.ChunkSize)
 	}
 	if o.Encoders < 1 {
 		o.Encoders = 1
@@ -157,9 +100,10 @@ func (o Options) settle() (Options, error) {
 	return o, nil
 }
 
-// maxObject is the most bytes an object of o may take.
-func (o Options) maxObject() int64 {
-	limit := o.ChunkSize * store.MaxParts
+// maxObject is the most bytes an object of o may take, its bytes
+// written from memory or from disk (onDisk), over objs.
+func (o Options) maxObject(objs Objects, onDisk bool) int64 {
+	limit := objs.Limit(onDisk)
 	if o.MaxObjectSize > 0 && o.MaxObjectSize < limit {
 		limit = o.MaxObjectSize
 	}
@@ -176,9 +120,9 @@ type Result struct {
 	Schema *arrow.Schema
 	// Frames index every frame in stream order: by object, then offset.
 	Frames []entry.Frame
-	// Objects are the objects emitted, in order: Size, CRC32C, and Parts
-	// as the chunks emitted (the uploader may cut otherwise); Key is the
-	// caller's to fill in.
+	// Objects are the objects written, in order: Size and CRC32C; Key
+	// and Parts are the caller's to fill in (the uploader chose the
+	// parts).
 	Objects []entry.Object
 	// Rows and Bytes (uncompressed Arrow bytes) are those of every
 	// frame.
@@ -228,7 +172,6 @@ type Writer struct {
 	opt    Options // settled; read-only
 	ctx    context.Context
 	cancel context.CancelCauseFunc
-	stream StreamSink // the sink when it streams chunks, for Prepare
 
 	b  *budget    // the bytes counted against coalesce_budget; its lock guards co too
 	co *coalescer // Write's, under b.mu
@@ -239,21 +182,15 @@ type Writer struct {
 	done chan *appender
 }
 
-// New starts a Writer emitting chunks to sink. ctx cancels it. It fails
+// New starts a Writer writing its objects to objs. ctx cancels it. It fails
 // when the partitions' fixed state alone would take more than half of
 // the coalesce budget. The writer's goroutines run until Close or Abort.
-func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
+func New(ctx context.Context, opt Options, objs Objects) (*Writer, error) {
 	opt, err := opt.settle()
 	if err != nil {
 		return nil, err
 	}
 	cctx, cancel := context.WithCancelCause(ctx)
-	var stream StreamSink
-	// An object that cannot have a second part (max_object_size at most
-	// a chunk) is never streamed: it stays one PutObject.
-	if ss, ok := sink.(StreamSink); ok && ss.Streaming() && opt.maxObject() > opt.ChunkSize {
-		stream = ss
-	}
 	var auto *autoCodec
 	codec := opt.Compression // every frame's codec, but a raw one's; "" with auto
 	switch opt.Compression {
@@ -270,24 +207,21 @@ func New(ctx context.Context, opt Options, sink Sink) (*Writer, error) {
 		sorted: opt.Spill != nil, compresses: codec != frame.None,
 		parts: make([]pbuf, opt.Partitions),
 	}
-	if stream != nil {
-		co.prepareAt = prepareAfter * opt.ChunkSize
-	}
 	if opt.Schema != nil {
 		co.setSchema(opt.Schema)
 	}
-	w := &Writer{opt: opt, ctx: cctx, cancel: cancel, stream: stream, b: b, co: co, q: q, done: make(chan *appender, 1)}
+	w := &Writer{opt: opt, ctx: cctx, cancel: cancel, b: b, co: co, q: q, done: make(chan *appender, 1)}
 	context.AfterFunc(cctx, func() {
 		b.wake()
 		q.wake()
 	})
-	w.start(sink, codec, auto)
+	w.start(objs, codec, auto)
 	return w, nil
 }
 
 // start starts the encoders and the appender, each with state of its
 // own that the Writer does not hold: the appender's comes back on done.
-func (w *Writer) start(sink Sink, codec string, auto *autoCodec) {
+func (w *Writer) start(objs Objects, codec string, auto *autoCodec) {
 	opt := w.opt
 	results := make(chan encoded, opt.Encoders)
 	var encoders sync.WaitGroup
@@ -300,16 +234,13 @@ func (w *Writer) start(sink Sink, codec string, auto *autoCodec) {
 		encoders.Wait()
 		close(results)
 	}()
-	a := &appender{ctx: w.ctx, cancel: w.cancel, b: w.b, q: w.q, sink: sink, stream: w.stream, auto: auto,
-		chunk: opt.ChunkSize, maxObject: opt.maxObject(), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
+	a := &appender{ctx: w.ctx, cancel: w.cancel, b: w.b, q: w.q, objs: objs, auto: auto,
+		maxObject: opt.maxObject(objs, false), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
 	if opt.Spill != nil {
 		a.keep = &keeper{b: w.b, file: opt.Spill.Create()}
-		if fs, ok := sink.(FileSink); ok {
-			a.files, a.spillDir = fs, opt.Spill
-			a.maxFileObject = opt.MaxObjectSize
-			if a.maxFileObject <= 0 {
-				a.maxFileObject = math.MaxInt64
-			}
+		if objs.Limit(true) > 0 {
+			a.spillDir = opt.Spill
+			a.maxFileObject = opt.maxObject(objs, true)
 		}
 	}
 	go a.run(results, w.done)
@@ -364,29 +295,18 @@ func (w *Writer) writeValid(partition int, rec arrow.RecordBatch) error {
 		defer nrec.Release()
 		rec = nrec
 	}
-	return w.prepareIf(w.writeGuarded(partition, rec, frame.LogicalSize(rec)))
+	return w.writeGuarded(partition, rec, frame.LogicalSize(rec))
 }
 
-// prepareIf prepares the stream sink if a guarded call said it is due,
-// and returns the call's error.
-func (w *Writer) prepareIf(prepare bool, err error) error {
-	if prepare {
-		w.stream.Prepare(0)
-	}
-	return err
-}
-
-// writeGuarded runs the coalescer's write under the lock, and reports
-// whether the stream sink is to be prepared.
-func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) (prepare bool, err error) {
+// writeGuarded runs the coalescer's write under the lock.
+func (w *Writer) writeGuarded(partition int, rec arrow.RecordBatch, size int64) error {
 	return w.guarded(func() string { return fmt.Sprintf("write of %d rows to partition %d", rec.NumRows(), partition) },
 		func() error { return w.co.write(partition, rec, size) })
 }
 
-// guarded runs f under the lock, and reports whether the stream sink is
-// to be prepared. A panic is recovered: the lock is released and the
-// writer fails with it, what() naming the call.
-func (w *Writer) guarded(what func() string, f func() error) (prepare bool, err error) {
+// guarded runs f under the lock. A panic is recovered: the lock is
+// released and the writer fails with it, what() naming the call.
+func (w *Writer) guarded(what func() string, f func() error) (err error) {
 	w.b.mu.Lock()
 	defer w.b.mu.Unlock()
 	defer func() {
@@ -397,13 +317,10 @@ func (w *Writer) guarded(what func() string, f func() error) (prepare bool, err 
 			w.co.arena, w.b.reuse = nil, nil
 			w.cancel(perr)
 			w.b.room.Broadcast()
-			prepare, err = false, perr
+			err = perr
 		}
 	}()
-	if err := f(); err != nil {
-		return false, err
-	}
-	return w.co.prepareDue(), nil
+	return f()
 }
 
 // OnFail calls f with the cause once the writer fails or is aborted (not
@@ -417,10 +334,10 @@ func (w *Writer) OnFail(f func(error)) {
 }
 
 // Close flushes the remaining buffers as the last run, waits for the
-// encoders and emits the last chunk. The Result indexes every frame. On
-// error nothing more is emitted, the chunk being filled is released to
-// the sink and a sorted writer's spill is removed; the caller aborts
-// what was emitted.
+// encoders and finishes the last object. The Result indexes every frame.
+// On error nothing more is written, the object being written is aborted
+// and a sorted writer's spill is removed; the caller aborts the objects'
+// uploads.
 func (w *Writer) Close() (Result, error) {
 	w.b.mu.Lock()
 	if w.co.closed {
@@ -464,10 +381,10 @@ func (w *Writer) Close() (Result, error) {
 }
 
 // Abort cancels the writer with cause and drops every buffer: rows
-// buffered, frames in flight, the chunk being filled (released to the
-// sink) and a sorted writer's spill. Unless Close or Abort came first,
-// it returns once the writer's goroutines have ended. Chunks already
-// emitted are the caller's to abort.
+// buffered, frames in flight, the object being written (Object.Abort)
+// and a sorted writer's spill. Unless Close or Abort came first, it
+// returns once the writer's goroutines have ended. The objects' uploads
+// are the caller's to abort.
 func (w *Writer) Abort(cause error) {
 	w.cancel(cause)
 	w.b.mu.Lock()

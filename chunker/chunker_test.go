@@ -26,6 +26,8 @@ type memSink struct {
 	held      int
 	peak      int
 	limit     chan struct{}
+	created   int
+	sizes     []int64
 }
 
 func newSink(t *testing.T, chunkSize int64, budget int) *memSink {
@@ -73,6 +75,79 @@ func (s *memSink) Emit(obj int, part int32, buf []byte, last bool) error {
 
 func (s *memSink) object(i int) []byte { return bytes.Join(s.objects[i], nil) }
 
+// testChunk is the chunk size of the tests' sinks.
+const testChunk = 100_000
+
+// Create starts the next object, cut into chunks as the uploader cuts
+// an object written from memory; sizes records each size hint.
+func (s *memSink) Create(size int64, onDisk bool, release func()) (Object, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if onDisk {
+		s.t.Errorf("object %d from disk: the sink takes no sections", s.created)
+	}
+	s.sizes = append(s.sizes, size)
+	s.created++
+	return &memObject{s: s, obj: s.created - 1}, nil
+}
+
+// Limit is what the sink's chunks hold.
+func (s *memSink) Limit(onDisk bool) int64 {
+	if onDisk {
+		return 0
+	}
+	return s.chunkSize * store.MaxParts
+}
+
+// memObject is an object of a memSink, cut into chunks of its size.
+type memObject struct {
+	s    *memSink
+	obj  int
+	part int32
+	cur  []byte
+}
+
+func (o *memObject) Write(p []byte) error {
+	for len(p) > 0 {
+		if int64(len(o.cur)) == o.s.chunkSize {
+			o.part++
+			if err := o.s.Emit(o.obj, o.part, o.cur, false); err != nil {
+				return err
+			}
+			o.cur = nil
+		}
+		if o.cur == nil {
+			buf, err := o.s.Acquire(context.Background())
+			if err != nil {
+				return err
+			}
+			o.cur = buf
+		}
+		n := min(int64(len(p)), o.s.chunkSize-int64(len(o.cur)))
+		o.cur = append(o.cur, p[:n]...)
+		p = p[n:]
+	}
+	return nil
+}
+
+func (o *memObject) WriteSection(Section) error {
+	return fmt.Errorf("object %d: the sink takes no sections", o.obj)
+}
+
+func (o *memObject) Finish() error {
+	o.part++
+	err := o.s.Emit(o.obj, o.part, o.cur, true)
+	o.cur = nil
+	return err
+}
+
+func (o *memObject) Abort() {
+	if o.cur != nil {
+		o.s.Release(o.cur)
+		o.cur = nil
+	}
+}
+
 var schema = arrow.NewSchema([]arrow.Field{
 	{Name: "id", Type: arrow.PrimitiveTypes.Int64},
 	{Name: "payload", Type: arrow.BinaryTypes.String},
@@ -96,7 +171,6 @@ func opts(partitions int) Options {
 		CoalesceBudget:   512 << 10,
 		Encoders:         2,
 		Compression:      frame.LZ4,
-		ChunkSize:        100_000,
 	}
 }
 
@@ -168,11 +242,11 @@ func TestChunksAndFrames(t *testing.T) {
 	if got := int64(len(sink.object(0))); got != obj.Size {
 		t.Fatalf("stored %d bytes, index says %d", got, obj.Size)
 	}
-	if want := int((obj.Size + 99_999) / 100_000); obj.Parts != want || len(sink.objects[0]) != want {
-		t.Fatalf("parts = %d (emitted %d), want ceil(%d/100000) = %d", obj.Parts, len(sink.objects[0]), obj.Size, want)
+	if obj.Parts != 0 {
+		t.Fatalf("parts = %d, want 0: the uploader chooses them", obj.Parts)
 	}
-	if !sink.last[0] {
-		t.Fatal("last chunk not marked")
+	if !sink.last[0] || sink.created != 1 {
+		t.Fatalf("%d objects created, finished %v: want one, finished", sink.created, sink.last[0])
 	}
 	if store.CRC32C(sink.object(0)) != obj.CRC32C {
 		t.Fatal("object CRC mismatch")
@@ -455,7 +529,7 @@ func TestSortedRuns(t *testing.T) {
 // would take half the budget is refused, naming both numbers.
 func TestTooManyPartitions(t *testing.T) {
 	o := opts(1 << 20)
-	_, err := New(context.Background(), o, newSink(t, o.ChunkSize, 2))
+	_, err := New(context.Background(), o, newSink(t, testChunk, 2))
 	if !errors.Is(err, errBudget) || !strings.Contains(err.Error(), "1048576 partitions") || !strings.Contains(err.Error(), "coalesce_budget (524288 bytes)") {
 		t.Fatalf("New with 2^20 partitions and a 512 KiB budget: %v", err)
 	}
@@ -506,67 +580,5 @@ func TestIndexFillsBudget(t *testing.T) {
 	sink.mu.Unlock()
 	if held != 0 {
 		t.Fatalf("%d chunk buffers still held after the failure", held)
-	}
-}
-
-// streamSink is a memSink that streams: it records Prepare calls with the
-// input the writer had taken when each came.
-type streamSink struct {
-	*memSink
-	w        *Writer
-	prepares []int64
-}
-
-func (s *streamSink) Streaming() bool                           { return true }
-func (s *streamSink) Begin(obj int, part int32, b []byte) error { return nil }
-func (s *streamSink) Grow(int)                                  {}
-func (s *streamSink) Prepare(obj int) {
-	s.w.b.mu.Lock()
-	s.prepares = append(s.prepares, s.w.co.taken)
-	s.w.b.mu.Unlock()
-	if obj != 0 {
-		s.t.Errorf("Prepare(%d), want object 0", obj)
-	}
-}
-
-// TestPrepareOnce: a streaming writer asks its sink to prepare the first
-// object once, when its input first reaches prepareAfter chunk sizes, and
-// a writer whose input stays under that never does (its output may be
-// one small put).
-func TestPrepareOnce(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		rows int
-		want int
-	}{{"small", 2_000, 0}, {"large", 40_000, 1}} {
-		t.Run(tc.name, func(t *testing.T) {
-			o := opts(8)
-			s := &streamSink{memSink: newSink(t, o.ChunkSize, 4)}
-			w, err := New(context.Background(), o, s)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s.w = w
-			for lo := 0; lo < tc.rows; lo += 100 {
-				rec := rows(memory.DefaultAllocator, lo, 100)
-				if err := w.Write(lo/100%8, rec); err != nil {
-					t.Fatal(err)
-				}
-				rec.Release()
-			}
-			res, err := w.Close()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(s.prepares) != tc.want {
-				t.Fatalf("%d Prepare calls for %d logical bytes, want %d", len(s.prepares), res.Bytes, tc.want)
-			}
-			if tc.want > 0 && (s.prepares[0] < prepareAfter*o.ChunkSize || s.prepares[0] > prepareAfter*o.ChunkSize+8<<10) {
-				t.Fatalf("Prepare with %d bytes taken in, want just past %d", s.prepares[0], prepareAfter*o.ChunkSize)
-			}
-			if got := decodeAll(t, s.memSink, res); len(got) != 8 {
-				t.Fatalf("%d partitions back", len(got))
-			}
-		})
 	}
 }

@@ -27,7 +27,6 @@ type coalescer struct {
 	limit       int64 // coalesce_budget
 	sorted      bool  // Options.Spill set
 	compresses  bool  // frames are compressed: a sorted writer spills small ones raw
-	prepareAt   int64 // input after which a streaming sink is prepared; 0: never
 
 	schema *arrow.Schema
 	parts  []pbuf
@@ -40,7 +39,6 @@ type coalescer struct {
 	unflushed, flushed int64
 	taken              int64 // logical bytes written so far
 	runs               int
-	prepared           bool // StreamSink.Prepare is due or was called
 	closed             bool // Close or Abort began: no more rows
 }
 
@@ -152,15 +150,6 @@ func (c *coalescer) setSchema(s *arrow.Schema) {
 	c.arena, _ = frame.NewArena(s)
 	c.b.reuse = c.arena
 	c.q.setSchema(s)
-}
-
-// prepareDue reports, once, that the input taken has reached prepareAt.
-func (c *coalescer) prepareDue() bool {
-	if c.prepareAt == 0 || c.prepared || c.taken < c.prepareAt {
-		return false
-	}
-	c.prepared = true
-	return true
 }
 
 // write buffers rec (size logical bytes) in partition.

@@ -2,6 +2,6 @@
 // an object byte stream: it buffers rows per partition and, when the
 // coalesce budget fills, flushes every partition in partition order as a
 // sorted run, encoding its frames in parallel while input still arrives;
-// it cuts the stream into fixed-size chunks for the uploader, indexing
-// every frame.
+// it writes the stream to objects the uploader gives out (Objects),
+// indexing every frame.
 package chunker

@@ -116,7 +116,7 @@ func TestCoalesceBudgetCountsHeldBytes(t *testing.T) {
 		o := opts(8)
 		o.FrameTargetBytes = budget // no partition fills a frame: only the budget flushes
 		o.CoalesceBudget = budget
-		w, err := New(context.Background(), o, newSink(t, o.ChunkSize, 64))
+		w, err := New(context.Background(), o, newSink(t, testChunk, 64))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -207,7 +207,7 @@ func TestSmallBatchesRetainedOrCopied(t *testing.T) {
 	}{{128, false}, {32, true}} {
 		o := opts(4)
 		o.Schema, o.FrameTargetBytes, o.CoalesceBudget = demo.Schema(), 1<<20, 8<<20
-		w, err := New(context.Background(), o, newSink(t, o.ChunkSize, 64))
+		w, err := New(context.Background(), o, newSink(t, testChunk, 64))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -91,7 +91,7 @@ func (w *Writer) scatter(rec arrow.RecordBatch, partitions []int32, sc *scratch)
 		rec = nrec
 	}
 	size := frame.LogicalSize(rec)
-	prepare, err := w.guarded(func() string { return fmt.Sprintf("scatter of %d rows", rec.NumRows()) }, func() error {
+	err := w.guarded(func() string { return fmt.Sprintf("scatter of %d rows", rec.NumRows()) }, func() error {
 		if err := w.co.accept(rec, -1); err != nil {
 			return err
 		}
@@ -103,7 +103,7 @@ func (w *Writer) scatter(rec arrow.RecordBatch, partitions []int32, sc *scratch)
 	if errors.Is(err, errNoArena) {
 		return w.scatterSelected(rec, partitions)
 	}
-	return w.prepareIf(prepare, err)
+	return err
 }
 
 // scatterSelected writes each partition's rows as a batch of their own,

@@ -241,7 +241,7 @@ func BenchmarkWriteScattered(b *testing.B) {
 				w, err := New(context.Background(), Options{
 					Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 					CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
-					ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+					Mem: memory.DefaultAllocator,
 				}, newDiscardSink(8<<20, 4))
 				if err != nil {
 					b.Fatal(err)
@@ -295,7 +295,7 @@ func BenchmarkMapTask(b *testing.B) {
 					w, err := New(context.Background(), Options{
 						Schema: demo.Schema(), Partitions: partitions, FrameTargetBytes: 1 << 20,
 						CoalesceBudget: 32 << 20, Encoders: 2, Compression: frame.LZ4,
-						ChunkSize: 8 << 20, Mem: memory.DefaultAllocator,
+						Mem: memory.DefaultAllocator,
 					}, newDiscardSink(8<<20, 4))
 					if err != nil {
 						b.Fatal(err)

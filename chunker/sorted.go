@@ -32,12 +32,11 @@ import (
 // are not encoded either: their rows stay in the run's arena (keptRows)
 // until Close merges them.
 //
-// A spilled writer's object, over a sink that takes file sections
-// (FileSink), goes to files rather than to chunk buffers: its frames
-// taken as they are stay in the spill file, the merged ones are written
-// to a file of the object's own, and parts sized by the object read
-// their extents from both, each handed over as soon as its bytes are on
-// disk (filesink.go).
+// A spilled writer's object, over objects that take sections of files
+// (Objects.Limit(true) > 0), goes from disk rather than through memory:
+// its frames taken as they are stay in the spill file, the merged ones
+// are written to a file of the object's own, and the object is handed
+// sections of both as soon as their bytes are on disk (ondisk.go).
 //
 // Memory: kept frames in memory count against coalesce_budget until
 // they are spilled; at Close, at most the job queue's window of output
@@ -262,25 +261,18 @@ func (a *appender) output() {
 		return
 	}
 	est := a.keep.estimateStored()
+	a.sizeHint = est
 	if a.toFile(est) {
-		// The object goes to files in parts sized by it (filesink.go),
-		// not to chunks: bounded by the spill limit, not by chunk_size x
-		// its 10,000 parts.
-		a.fileMode, a.fileEst, a.stream = true, est, nil
+		// The object goes from disk (ondisk.go), bounded by the spill
+		// limit and the objects' limit from disk.
+		a.fileMode = true
 		a.maxObject = a.maxFileObject
 	}
-	jobs, total := a.keep.outputJobs(a.partitions, a.frameTarget)
-	a.fileIn = total
+	jobs, _ := a.keep.outputJobs(a.partitions, a.frameTarget)
 	if a.fileMode {
 		for i := range jobs {
 			jobs[i].inPlace = jobs[i].pieces[0].inPlace(len(jobs[i].pieces))
 		}
-	}
-	// An object that will stay under one chunk is not streamed: a part
-	// streamed while its chunk fills is sent again whole when the chunk
-	// ends short, and the kept frames' bytes say now that it will.
-	if a.stream != nil && total < a.chunk*3/4 {
-		a.stream = nil
 	}
 	// The in-memory frames' bytes are the jobs' now, counted in pending
 	// until appended.

@@ -14,6 +14,7 @@ import (
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // errCommitUnknown: a task manifest's put may have stored it, and it
@@ -144,16 +145,16 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
 		Compression: compressionOf(level), ChunkSize: partBytes,
 		WriterVersion: writerVersion, WrittenAt: time.Now().UTC()}
-	var up *store.ObjectWriter
+	var up *uploader.Object
 	kept := false
 	if len(frames) > 0 {
 		rel := s.l.TaskDataKey(s.query, s.stage, p.ID, n, write)
-		up = store.NewObjectWriter(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
-			store.ObjectWriterOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
+		up = uploader.NewObject(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
+			uploader.ObjectOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).
 		defer func() {
 			if !kept {
-				up.Discard(s.st)
+				_ = up.Discard(s.st)
 			}
 		}()
 		count := map[string]int{}
@@ -166,10 +167,11 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		if err := dst.upload(up, size); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if err := up.Close(); err != nil {
+		res, err := up.Complete(ctx)
+		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		w.Objects = []manifest.Object{{Key: rel, Size: up.Size(), Parts: up.Parts(), CRC32C: up.CRC32C()}}
+		w.Objects = []manifest.Object{{Key: rel, Size: up.Size(), Parts: res.Parts, CRC32C: up.CRC32C()}}
 		w.Codecs = count
 	}
 	w.Totals = w.Sum()
@@ -409,7 +411,7 @@ func (t *taskBytes) read(r io.Reader, off, n int64, buf []byte) (crc uint32, cod
 
 // upload writes the object through up: from memory without a copy, or
 // from the file in sections.
-func (t *taskBytes) upload(up *store.ObjectWriter, size int64) error {
+func (t *taskBytes) upload(up *uploader.Object, size int64) error {
 	if t.file == nil {
 		return up.WriteFrom(t.mem)
 	}
@@ -417,7 +419,7 @@ func (t *taskBytes) upload(up *store.ObjectWriter, size int64) error {
 	if err != nil {
 		return err
 	}
-	return up.WriteFromFile(sec, size)
+	return up.WriteFile(sec, size)
 }
 
 // compressionOf is the combined level's compression: the workers' own

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/durashuffle/durashuffle/internal/held"
 )
 
 // Action types of DoAction.
@@ -399,15 +401,9 @@ type HeldRequest struct {
 	Stage *int   `json:"stage,omitempty"`
 }
 
-// HeldWorker is one worker attempt in memory.
-type HeldWorker struct {
-	Query   string `json:"query"`
-	Stage   int    `json:"stage"`
-	Worker  string `json:"worker"`
-	Attempt string `json:"attempt"`
-	Bytes   int64  `json:"bytes"`
-	Read    bool   `json:"read"` // read at least once since admitted
-}
+// HeldWorker is one worker attempt in memory (the library's
+// durashuffle.HeldWorker too).
+type HeldWorker = held.Worker
 
 // HeldResult is held's answer: the memory store's budget, what it holds
 // and reserves, and the workers.

@@ -19,6 +19,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // Seal's memory bounds. Phase 1 keeps, per worker, its header and the
@@ -357,15 +358,16 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		}
 		return n
 	}
-	// The index streams out in parts of sealPartBytes, one in flight
-	// while the next fills.
-	up := store.NewObjectWriter(ctx, st, key, store.ObjectWriterOptions{PartBytes: sealPartBytes})
-	defer up.Discard(nil) // aborts an unfinished upload; after Close, nothing
+	// The index goes out in parts of sealPartBytes, one connection's
+	// worth: the uploader's object, streamed as each part fills where
+	// the store streams parts.
+	up := uploader.NewObject(ctx, st, key, uploader.ObjectOptions{PartBytes: sealPartBytes})
+	defer func() { _ = up.Discard(nil) }() // aborts an unfinished upload; after Complete, nothing
 
 	var pre [indexPreamble]byte
 	copy(pre[:], indexMagic)
 	binary.LittleEndian.PutUint32(pre[4:], uint32(P))
-	if _, err := up.Write(pre[:]); err != nil {
+	if err := up.Write(pre[:]); err != nil {
 		return nil, err
 	}
 	// Checksums of the entries, block by block as they stream out; block
@@ -445,7 +447,7 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 						return nil, fmt.Errorf("%w: %s: frame of partition %d %v", ErrCorrupt, w.key, p, err)
 					}
 					binary.LittleEndian.PutUint32(e[4:], uint32(i))
-					if _, err := up.Write(e); err != nil {
+					if err := up.Write(e); err != nil {
 						return nil, err
 					}
 					bcrc = crc32.Update(bcrc, castagnoli, e)
@@ -478,12 +480,12 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 	for p := range summary {
 		putSummary(rec[:], &summary[p])
 		sumCRC = crc32.Update(sumCRC, castagnoli, rec[:])
-		if _, err := up.Write(rec[:]); err != nil {
+		if err := up.Write(rec[:]); err != nil {
 			return nil, err
 		}
 	}
 	size := up.Size()
-	if err := up.Close(); err != nil {
+	if _, err := up.Complete(ctx); err != nil {
 		return nil, err
 	}
 	return &Index{Size: size, Entries: written, EntriesOffset: indexPreamble,

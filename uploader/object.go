@@ -16,7 +16,7 @@ import (
 
 // Upload is one data object being uploaded: a single PutObject when its
 // only chunk is also its last, otherwise a multipart upload created lazily
-// when the first part needs it. Its chunks come from a Sink (Sink.Take
+// when the first part needs it. Its chunks come from an Object (Sink.Take
 // hands it over). Its methods are safe for concurrent use; Finish and
 // Abort are its owner's (the writer's), one after the other: Finish
 // once, then Abort if anything failed, as often as need be.
@@ -27,7 +27,7 @@ type Upload struct {
 	onFail func(error)
 
 	mp multipart
-	// wg counts the parts ready or in flight (and Prepare's create).
+	// wg counts the parts ready or in flight (and an early create).
 	wg sync.WaitGroup
 
 	mu    sync.Mutex
@@ -51,13 +51,16 @@ type Upload struct {
 	ready  []*part
 	queued int
 	keep   keeping // chunks kept for a Keeper
-	// file is the file an object of sections is read from (see
-	// Sink.OwnFile): released once the upload is over.
+	// file is the files an object of sections is read from (see
+	// ownFile): released once the upload is over.
 	file *fileOwner
+	// fromDisk: its parts are planned from disk (planDisk), and it counts
+	// in Pool.fromDisk until it ends.
+	fromDisk bool
 }
 
 // multipart is an object's multipart upload: created once, by the first
-// of its parts (or Prepare) that needs it, while the others wait; then
+// of its parts (or an early create) that needs it, while the others wait; then
 // its outcome is fixed. Read only once every part is done (Upload.wg),
 // or through ensureUpload.
 type multipart struct {
@@ -105,13 +108,22 @@ func (o *Upload) takeLocked(n int32) error {
 // passes to the pool, which releases it once the parts carrying its
 // bytes are uploaded. Does not block.
 func (o *Upload) submit(n int32, buf []byte, last bool) error {
+	return o.submitChunk(n, buf, last, false)
+}
+
+// submitChunk is submit; a borrowed buf is the caller's, not the pool's
+// (Object.WriteFrom), and is never released nor kept.
+func (o *Upload) submitChunk(n int32, buf []byte, last, borrowed bool) error {
 	o.mu.Lock()
 	if err := o.takeLocked(n); err != nil {
 		o.mu.Unlock()
-		o.pool.release(buf)
+		if !borrowed {
+			o.pool.release(buf)
+		}
 		return err
 	}
 	c := o.addChunkLocked(buf)
+	c.borrowed = borrowed
 	o.ready = append(o.ready, &part{obj: o, n: n, body: body{segs: [][]byte{buf}}, chunks: []*chunk{c}, queued: time.Now()})
 	o.wg.Add(1)
 	if last {
@@ -206,6 +218,9 @@ func (o *Upload) settle(pt *part, err error) error {
 	}
 	o.mu.Unlock()
 	for _, c := range done {
+		if c.borrowed {
+			continue
+		}
 		took := false
 		if err == nil {
 			err = safe.Call(func() error { took = o.keepChunk(c); return nil }, "keep of chunk %d of %s", c.n, o.key)
@@ -220,8 +235,8 @@ func (o *Upload) settle(pt *part, err error) error {
 }
 
 // prepare creates the object's multipart upload now, in the background,
-// when the pool streams parts. A writer calls it once it knows its output
-// will not be one small PutObject, so that part 1 starts streaming at its
+// when the pool streams parts. An Object calls it when its size, told at
+// Create, is more than a chunk, so that part 1 starts streaming at its
 // first byte rather than after Config.streamAfter bytes and a
 // CreateMultipartUpload round trip. A prepared object that ends as one
 // chunk is completed as a one-part multipart upload (its upload exists
@@ -280,7 +295,7 @@ func (o *Upload) ensureUpload() (string, error) {
 	return o.mp.id, o.mp.err
 }
 
-// partDone ends one of the object's parts (or Prepare's create); a
+// partDone ends one of the object's parts (or an early create); a
 // failure fails the object, and the first one is told to onFail.
 func (o *Upload) partDone(err error) {
 	if err != nil {

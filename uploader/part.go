@@ -32,6 +32,8 @@ type chunk struct {
 	n     int32  // 1-based, in stream order
 	buf   []byte // its bytes (a begun chunk's once it is complete)
 	parts int    // parts ready or in flight that carry bytes of it
+	// borrowed: buf is the writer's (Object.WriteFrom), not the pool's.
+	borrowed bool
 }
 
 // body is a part's bytes however they are held, replayable: every

@@ -25,7 +25,7 @@ type Config struct {
 	HedgeFactor float64
 	HedgeMin    time.Duration
 	// streamAfter is how many bytes part 1 of an object holds before
-	// its streamed upload starts (Sink.Begin), so that an output smaller
+	// its streamed upload starts (Object.Write), so that an output smaller
 	// than that stays one PutObject; 0 means 1 MiB (a frame or two). At
 	// most ChunkSize. Tests set it.
 	streamAfter int64
@@ -90,6 +90,7 @@ type Pool struct {
 
 	held     atomic.Int64 // buffers handed out and not yet returned
 	open     atomic.Int64 // uploads neither finished nor aborted
+	fromDisk atomic.Int64 // of those, objects whose parts are planned from disk
 	peak     atomic.Int64
 	inFlight atomic.Int64
 	resent   atomic.Int64

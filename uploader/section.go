@@ -3,9 +3,11 @@ package uploader
 import (
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -24,48 +26,34 @@ import (
 // DefaultMaxPartSize is Config.MaxPartSize when it is 0.
 const DefaultMaxPartSize = 512 << 20
 
-// FileParts reports whether the sink takes an object's parts as sections
-// of a file (PlanParts, OwnFile, EmitSection): no Keeper wants the
-// object's chunks kept in memory.
-func (s *Sink) FileParts() bool { return s.opt.Keeper == nil }
-
-// PlanParts says how object obj, whose bytes will be about size,
-// uploaded from a file, is cut: size split in Config.Concurrency parts
-// but none smaller than Config.ChunkSize (so never more parts than
-// chunks), none but the last under least (Config.MinPartSize, S3's
-// 5 MiB), none over most (Config.MaxPartSize), and no more than
-// store.MaxParts; and, when that makes two parts or more each of at
-// least twice least, one more in front of them, the first, of least
-// bytes (first; 0 when there is none). The first part leaves as soon as
-// least bytes are merged rather than a whole part's worth, and its
-// answer tells the rate a connection sends at (SendRate), from which the
-// parts cut after it are sized; the connection that sent it takes the
-// last part, which is that much smaller. An object of more than
-// MaxPartSize x store.MaxParts bytes is refused with an error naming it,
-// its size and the limit; nothing of it is stored, or asked for, then.
-func (s *Sink) PlanParts(obj int, size int64) (parts int, first, least, most int64, err error) {
-	o := s.object(obj)
-	if parts, first, least, most, err = PlanFileParts(s.pool.cfg, o.key, size); err == nil {
-		// Its sections will be a multipart upload however many they are:
-		// created now, while the first part's bytes are merged, so that
-		// the part leaves as soon as they are on disk.
-		o.createEarly()
-	}
-	return parts, first, least, most, err
-}
-
-// SendRate is the bytes per second one connection sends a part at, over
-// the parts the pool sent whole lately (a file part's answer among
-// them); 0 before the first. The rate of a part in flight is not taken:
-// the bytes read from its body fill the socket buffers on the way at
-// once, and on a slow link those hold a second's worth or more.
-func (s *Sink) SendRate() float64 { return s.pool.sendRate() }
-
 // PlanFileParts is how a pool of cfg cuts a spilled writer's object of
-// about size bytes, uploaded from its file (Sink.PlanParts): parts in
+// about size bytes, uploaded from its file (alone in its pool): parts in
 // all, the first part's size (0: none of its own), the least and most
 // part sizes. key names the object in the error of one too large.
+//
+// The size is split in Config.Concurrency parts but none smaller than
+// Config.ChunkSize (so never more parts than chunks), none but the last
+// under least (Config.MinPartSize, S3's 5 MiB), none over most
+// (Config.MaxPartSize), and no more than store.MaxParts; and, when that
+// makes two parts or more each of at least twice least, one more in
+// front of them, the first, of least bytes. The first part leaves as
+// soon as least bytes are merged rather than a whole part's worth, and
+// its answer tells the rate a connection sends at (Pool.sendRate), from
+// which the parts cut after it are sized; the connection that sent it
+// takes the last part, which is that much smaller. An object of more
+// than MaxPartSize x store.MaxParts bytes is refused with an error
+// naming it, its size and the limit; nothing of it is stored, or asked
+// for, then.
 func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least, most int64, err error) {
+	return planFileParts(cfg, key, size, 1)
+}
+
+// planFileParts is PlanFileParts for an object whose pool uploads
+// sharing objects from disk at once, this one among them: the pool's
+// connections are divided among them (share), so each takes fewer,
+// larger parts with no loss of time, the connections being busy anyway;
+// a first part apart only for an object alone.
+func planFileParts(cfg Config, key string, size int64, sharing int) (parts int, first, least, most int64, err error) {
 	least = cfg.MinPartSize
 	if least <= 0 {
 		least = store.MinPartSize
@@ -79,32 +67,23 @@ func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least,
 		return 0, 0, 0, 0, fmt.Errorf("object %s: %d bytes is more than max_part_size (%d bytes) x %d parts = %d bytes: raise max_part_size (at most %d bytes), set max_object_size, or spread the output over more workers",
 			key, size, most, store.MaxParts, limit, int64(store.MaxPartSize))
 	}
-	conc := int64(max(cfg.Concurrency, 1))
+	conc := int64(share(cfg.Concurrency, sharing))
 	// Never smaller than a chunk: an object takes no more requests than
 	// it would in chunks (with several writers sharing the connections,
 	// a split in Concurrency parts each would take more).
 	part := max((size+conc-1)/conc, (size+store.MaxParts-1)/store.MaxParts, least, cfg.ChunkSize)
 	part = min(part, most)
 	parts = int(max((size+part-1)/part, 1))
-	if parts >= 2 && parts < store.MaxParts && part >= 2*least {
+	if sharing <= 1 && parts >= 2 && parts < store.MaxParts && part >= 2*least {
 		parts, first = parts+1, least
 	}
 	return parts, first, least, most, nil
 }
 
-// OwnFile gives object obj the files its sections are read from: release
-// is called once, when the upload is over (completed, or aborted after
-// its parts in flight ended), and not before, so that the caller lets go
-// of the files only then. The caller hands the file over before its first
-// section, and never uses release itself once it has.
-func (s *Sink) OwnFile(obj int, release func()) { s.object(obj).ownFile(release) }
-
-// EmitSection hands over part (1-based, ascending) of object obj: body,
-// a reader of bytes complete on disk (each request reads it again), whose
-// CRC32C is crc. last marks the object's final part. It does not block; it fails with
-// the object's failure, or when the object takes no more parts.
-func (s *Sink) EmitSection(obj int, part int32, body *io.SectionReader, crc uint32, last bool) error {
-	return s.object(obj).submitSection(part, body, crc, last)
+// share is the connections of a pool of concurrency connections that
+// each of sharing objects uploading at once may count on: at least one.
+func share(concurrency, sharing int) int {
+	return max(concurrency/max(sharing, 1), 1)
 }
 
 // fileOwner is an upload's file, released once when the upload ends.
@@ -119,7 +98,9 @@ func (f *fileOwner) done() {
 	}
 }
 
-// ownFile records the file o's sections are read from (see Sink.OwnFile).
+// ownFile records the files o's sections are read from: release is
+// called once, when the upload is over (completed, or aborted after its
+// parts in flight ended).
 func (o *Upload) ownFile(release func()) {
 	o.mu.Lock()
 	o.file = &fileOwner{release: release}
@@ -153,9 +134,177 @@ func (o *Upload) submitSection(n int32, sec *io.SectionReader, crc uint32, last 
 	return o.queueUnlock()
 }
 
-// sendRate is Sink.SendRate.
+// sendRate is the bytes per second one connection sends a part at, over
+// the parts the pool sent whole lately (a file part's answer among
+// them); 0 before the first. The rate of a part in flight is not taken:
+// the bytes read from its body fill the socket buffers on the way at
+// once, and on a slow link those hold a second's worth or more.
 func (p *Pool) sendRate() float64 {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.rate
+}
+
+// write appends section s to the object: parts are cut as they fill
+// (partLimit), an unchecked section at the part's limit, a checked one
+// (a kept frame) before it unless it would take the part past the most a
+// part may hold. A section cut in two is read back once to take each
+// piece's CRC32C, and checked against its own.
+func (d *diskParts) write(o *Object, s chunker.Section) error {
+	if o.ended {
+		return fmt.Errorf("object %s: %w", o.up.key, errEnded)
+	}
+	e := extent{file: s.File, off: s.Off, n: s.N, check: s.Check, crc: s.CRC32C, what: s.What}
+	for e.n > 0 {
+		cur, limit := d.size-d.start, d.partLimit(o.part)
+		if cur >= limit || (e.check && cur > 0 && cur+e.n > d.most) {
+			if err := d.emit(o, false); err != nil {
+				return err
+			}
+			continue
+		}
+		room := limit - cur
+		if e.check {
+			room = d.most - cur
+		}
+		if e.n <= room {
+			d.add(e)
+			return nil
+		}
+		head, tail, err := splitExtent(e, room)
+		if err != nil {
+			return err
+		}
+		d.add(head)
+		e = tail
+	}
+	return nil
+}
+
+// add appends e to the current part, joined to the extent before it
+// when both are unchecked and adjacent in one file.
+func (d *diskParts) add(e extent) {
+	if k := len(d.exts) - 1; k >= 0 && !e.check && !d.exts[k].check && d.exts[k].file == e.file && d.exts[k].off+d.exts[k].n == e.off {
+		d.exts[k].n += e.n
+		d.exts[k].crc = store.CombineCRC32C(d.exts[k].crc, e.crc, e.n)
+	} else {
+		d.exts = append(d.exts, e)
+	}
+	d.crc = store.CombineCRC32C(d.crc, e.crc, e.n)
+	d.size += e.n
+}
+
+// splitExtent cuts e after its first n bytes, reading both pieces from
+// disk for their CRC32Cs; the whole must match e's.
+func splitExtent(e extent, n int64) (head, tail extent, err error) {
+	sum := func(off, n int64) (uint32, error) {
+		b := make([]byte, min(n, 1<<20))
+		var crc uint32
+		for done := int64(0); done < n; {
+			k := min(int64(len(b)), n-done)
+			if err := e.file.ReadAt(b[:k], off+done); err != nil {
+				return 0, fmt.Errorf("read %d bytes at %d of spill %s: %w", k, off+done, e.file.Name(), err)
+			}
+			crc = store.UpdateCRC32C(crc, b[:k])
+			done += k
+		}
+		return crc, nil
+	}
+	a, err := sum(e.off, n)
+	if err != nil {
+		return head, tail, err
+	}
+	b, err := sum(e.off+n, e.n-n)
+	if err != nil {
+		return head, tail, err
+	}
+	if got := store.CombineCRC32C(a, b, e.n-n); got != e.crc {
+		return head, tail, e.changed(got)
+	}
+	head, tail = e, e
+	head.n, head.crc = n, a
+	tail.off, tail.n, tail.crc = e.off+n, e.n-n, b
+	return head, tail, nil
+}
+
+// partLimit is where the current part (after done parts) is cut. A first
+// part planned apart is cut at its size. Each other part is cut as it
+// fills, from what is known then (partSize): the object's bytes from the
+// part's start on (those written, and the rest of the size first told),
+// the parts planned for them, and the ratio of a connection's send rate
+// to the merge's rate. The parts planned for the rest are no more than
+// the connections this object may count on now, when other objects from
+// disk upload at once (share), nor fewer than the most a part may hold
+// allows. The last planned part takes the rest, up to the most a part
+// may hold.
+func (d *diskParts) partLimit(done int32) int64 {
+	switch k := int(done) + 1; {
+	case k == 1 && d.first > 0 && d.planned > 1:
+		return d.first
+	case k < d.planned:
+		left := max(d.size, d.est) - d.start + d.first
+		parts := d.planned - k + 1
+		if s := share(d.pool.cfg.Concurrency, int(d.pool.fromDisk.Load())); s < parts {
+			parts = max(s, int((left+d.most-1)/d.most))
+		}
+		size := partSize(left, parts, d.sendRatio())
+		return min(max(size, d.least), d.most)
+	}
+	return d.most
+}
+
+// sendRatio is a connection's send rate over the merge's, or 0 while
+// either is unknown. The merge's is the rate the last part was written
+// at: it falls as the parts handed over take their share of the CPUs,
+// and the next part is merged at about the last one's rate, not the
+// average since the output began.
+func (d *diskParts) sendRatio() float64 {
+	send := d.pool.sendRate()
+	if send <= 0 || d.mergeRate <= 0 {
+		return 0
+	}
+	return send / d.mergeRate
+}
+
+// partSize is the size of the next of parts parts that carry left bytes,
+// each part handed over once its bytes are merged and sent on a
+// connection of its own, when a connection sends r times as fast as the
+// merge writes (r is 0 when unknown). A part handed over later starts
+// later, so for all of them to end together each is 1 + r times the
+// next: the next part, merged in s / merge rate, leaves the one after it
+// that much less time, r x s fewer bytes. The first of parts is then
+// left x r / ((1 + r) - (1 + r)^(1 - parts)); with r near 0 (a merge far
+// faster than a connection), left / parts, equal parts; with r near 1 or
+// more (a merge no faster than a connection) the parts halve and the
+// last is small, so that little is left to send once the merge ends.
+func partSize(left int64, parts int, r float64) int64 {
+	if parts <= 1 || left <= 0 {
+		return max(left, 0)
+	}
+	if r < 1e-6 {
+		return (left + int64(parts) - 1) / int64(parts)
+	}
+	den := (1 + r) - math.Pow(1+r, float64(1-parts))
+	return int64(math.Ceil(float64(left) * r / den))
+}
+
+// emit hands over the current part: a reader of its extents. last
+// marks the object's final one.
+func (d *diskParts) emit(o *Object, last bool) error {
+	end := d.size
+	o.part++
+	if o.part > store.MaxParts {
+		return fmt.Errorf("object %s: more than %d parts of at most %d bytes", o.up.key, store.MaxParts, d.most)
+	}
+	body, err := newPartReader(d.exts)
+	if err != nil {
+		return err
+	}
+	crc := d.crc
+	now := time.Now()
+	if took := now.Sub(d.cut).Seconds(); took > 0 {
+		d.mergeRate = float64(end-d.start) / took
+	}
+	d.start, d.crc, d.cut, d.exts = end, 0, now, nil
+	return o.up.submitSection(o.part, io.NewSectionReader(body, 0, body.size), crc, last)
 }

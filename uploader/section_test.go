@@ -5,26 +5,25 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// diskFile is an object's bytes in a file on disk, counting the bytes
-// read from it: a section's every request reads them there.
+// diskFile is an object's bytes in a spill file on disk.
 type diskFile struct {
-	f    *os.File
+	f    *spill.File
 	data []byte
-	read atomic.Int64
 }
 
 func newDiskFile(t *testing.T, size int) *diskFile {
@@ -34,59 +33,46 @@ func newDiskFile(t *testing.T, size int) *diskFile {
 	for i := range data {
 		data[i] = byte(r.Uint32())
 	}
-	name := filepath.Join(t.TempDir(), "object")
-	if err := os.WriteFile(name, data, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(name)
+	dir, err := spill.Open(t.TempDir(), 1<<30)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
+	t.Cleanup(func() { dir.Close() })
+	f := dir.Create()
+	if _, err := f.Append(data); err != nil {
+		t.Fatal(err)
+	}
 	return &diskFile{f: f, data: data}
 }
 
-func (d *diskFile) ReadAt(b []byte, off int64) (int, error) {
-	n, err := d.f.ReadAt(b, off)
-	d.read.Add(int64(n))
-	return n, err
+// section is bytes [off, end) of d as a section, checked or not.
+func (d *diskFile) section(off, end int64, check bool) chunker.Section {
+	return chunker.Section{File: d.f, Off: off, N: end - off, CRC32C: store.CRC32C(d.data[off:end]), Check: check}
 }
 
-// emitSections hands the sink object 0 of d's bytes cut in the parts
-// PlanParts gives, as equal as they come, as a chunker's sorted writer
-// does, and returns the parts handed over; released counts the file's
-// release.
-func emitSections(t *testing.T, s *Sink, d *diskFile, released *atomic.Int32) int {
+// emitSections writes d's bytes to the sink's next object from disk, in
+// sections of 1 KiB as a sorted writer's merge hands them over (every
+// other one checked, as a kept frame is), and returns the parts the
+// upload stored; released counts the file's release.
+func emitSections(t *testing.T, s *Sink, d *diskFile, released *atomic.Int32) *Upload {
 	t.Helper()
 	size := int64(len(d.data))
-	parts, first, least, most, err := s.PlanParts(0, size)
+	o, err := s.Create(size, true, func() { released.Add(1) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if first > 0 {
-		// A first part apart, and the first's connection takes the last:
-		// the rest in parts-1 shares, the last one first smaller.
-		parts--
-	}
-	part := (size + first + int64(parts) - 1) / int64(parts)
-	if part > most || (parts > 1 && part < least) || (first > 0 && first != least) {
-		t.Fatalf("%d bytes in %d parts: %d bytes each (the first %d), outside [%d, %d]", size, parts, part, first, least, most)
-	}
-	s.OwnFile(0, func() { released.Add(1) })
-	n := int32(0)
-	for off := int64(0); off < size; {
-		end := min(off+part, size)
-		if n == 0 && first > 0 {
-			end = first
-		}
-		n++
-		sec := io.NewSectionReader(d, off, end-off)
-		if err := s.EmitSection(0, n, sec, store.CRC32C(d.data[off:end]), end == size); err != nil {
-			t.Fatalf("emit part %d: %v", n, err)
+	for off, i := int64(0), 0; off < size; i++ {
+		end := min(off+1<<10, size)
+		if err := o.WriteSection(d.section(off, end, i%2 == 1)); err != nil {
+			t.Fatalf("section [%d, %d): %v", off, end, err)
 		}
 		off = end
 	}
-	return int(n)
+	if err := o.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	objs := s.Take()
+	return objs[len(objs)-1]
 }
 
 // stored returns the bytes of key in st, failing t when it is missing.
@@ -132,25 +118,20 @@ func TestSectionPartsSizedByObject(t *testing.T) {
 			p := New(st, Config{ChunkSize: chunk, Concurrency: tc.concurrency, Checksum: true, MinPartSize: tc.minPart, MaxPartSize: tc.maxPart}, nil)
 			defer p.Close()
 			s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
-			if !s.FileParts() {
-				t.Fatal("a sink over a store that uploads sections takes no file parts")
+			if s.Limit(true) == 0 {
+				t.Fatal("a sink with no Keeper takes no sections")
 			}
 			d := newDiskFile(t, tc.size)
 			var released atomic.Int32
-			emitted := emitSections(t, s, d, &released)
-			objs := s.Take()
-			res, err := objs[0].Finish(context.Background())
+			res, err := emitSections(t, s, d, &released).Finish(context.Background())
 			if err != nil {
 				t.Fatal(err)
 			}
-			if int64(emitted) != tc.wantParts || int64(res.Parts) != tc.wantParts || res.Size != int64(tc.size) {
-				t.Fatalf("%d bytes at concurrency %d: %d parts emitted, stored %d parts of %d bytes, want %d parts", tc.size, tc.concurrency, emitted, res.Parts, res.Size, tc.wantParts)
+			if int64(res.Parts) != tc.wantParts || res.Size != int64(tc.size) {
+				t.Fatalf("%d bytes at concurrency %d: stored %d parts of %d bytes, want %d parts", tc.size, tc.concurrency, res.Parts, res.Size, tc.wantParts)
 			}
 			if got := stored(t, st, "obj"); !bytes.Equal(got, d.data) {
 				t.Fatalf("stored %d bytes, not the file's %d", len(got), len(d.data))
-			}
-			if got := d.read.Load(); got != int64(tc.size) {
-				t.Fatalf("read %d bytes from disk for a %d-byte object sent once", got, tc.size)
 			}
 			if peak := p.Stats().PeakBuffered; peak != 0 {
 				t.Fatalf("the pool held %d chunk buffers for an object of file sections, want none", peak)
@@ -197,18 +178,12 @@ func TestSectionPartRetriedFromDisk(t *testing.T) {
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
 	d := newDiskFile(t, size)
 	var released atomic.Int32
-	parts := emitSections(t, s, d, &released)
-	res, err := s.Take()[0].Finish(context.Background())
+	res, err := emitSections(t, s, d, &released).Finish(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := stored(t, flaky.Mem, "obj"); res.Parts != parts || !bytes.Equal(got, d.data) {
-		t.Fatalf("stored %d parts, %d bytes; want %d parts, the file's %d bytes", res.Parts, len(got), parts, size)
-	}
-	// Every part read half of itself, failed, then read all of itself
-	// again from disk.
-	if got, want := d.read.Load(), int64(size+size/2); got < want-int64(parts) || got > want {
-		t.Fatalf("read %d bytes from disk, want %d: each part's retry reads it again from disk", got, want)
+	if got := stored(t, flaky.Mem, "obj"); res.Parts < 2 || !bytes.Equal(got, d.data) || len(flaky.failed) != res.Parts {
+		t.Fatalf("stored %d parts (%d failed once), %d bytes; want every part retried, the file's %d bytes", res.Parts, len(flaky.failed), len(got), size)
 	}
 	if peak := p.Stats().PeakBuffered; peak != 0 {
 		t.Fatalf("the pool held %d chunk buffers, want none: a retried section is not held in memory", peak)
@@ -249,10 +224,10 @@ func TestSectionPartHedged(t *testing.T) {
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
 	d := newDiskFile(t, size)
 	var released atomic.Int32
-	parts := emitSections(t, s, d, &released)
+	up := emitSections(t, s, d, &released)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	res, err := s.Take()[0].Finish(ctx)
+	res, err := up.Finish(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -260,11 +235,11 @@ func TestSectionPartHedged(t *testing.T) {
 	if !st.stalled.Load() || hedged != 1 || won != 1 {
 		t.Fatalf("part 2 stalled %v; hedged %d, won %d: want the straggler hedged once and the hedge to win", st.stalled.Load(), hedged, won)
 	}
-	if got := stored(t, st.Mem, "obj"); res.Parts != parts || !bytes.Equal(got, d.data) {
-		t.Fatalf("stored %d parts, %d bytes; want %d parts, the file's %d bytes", res.Parts, len(got), parts, size)
+	if got := stored(t, st.Mem, "obj"); res.Parts < 2 || !bytes.Equal(got, d.data) {
+		t.Fatalf("stored %d parts, %d bytes; want the file's %d bytes", res.Parts, len(got), size)
 	}
-	if got := d.read.Load(); got != size {
-		t.Fatalf("read %d bytes from disk, want %d: the hedge reads its part from disk, the straggler read none", got, size)
+	if held := p.Stats().Buffered; held != 0 {
+		t.Fatalf("the pool holds %d chunk buffers, want none", held)
 	}
 }
 
@@ -277,10 +252,10 @@ func TestSectionObjectOverLimit(t *testing.T) {
 	defer p.Close()
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "big" }})
 	const size = 1<<10*store.MaxParts + 1
-	_, _, _, _, err := s.PlanParts(0, size)
+	_, err := s.Create(size, true, nil)
 	for _, want := range []string{"object big", "10240001 bytes", "max_part_size (1024 bytes)", "10000 parts = 10240000 bytes"} {
 		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Fatalf("PlanParts of %d bytes: %v, want an error containing %q", size, err, want)
+			t.Fatalf("Create of %d bytes from disk: %v, want an error containing %q", size, err, want)
 		}
 	}
 	for _, o := range s.Take() {
@@ -298,19 +273,21 @@ func TestSectionObjectOverLimit(t *testing.T) {
 	}
 }
 
-// TestSectionPlanCreatesEarly: planning an object's file parts creates
-// its multipart upload at once, before its first section, so the first
-// part leaves as soon as its bytes are on disk; SendRate is unknown (0)
-// until a part's answer, then the rate it was sent at.
+// TestSectionPlanCreatesEarly: creating an object from disk creates its
+// multipart upload at once, before its first section, so the first part
+// leaves as soon as its bytes are on disk; the send rate is unknown (0)
+// until a part's answer, then the rate it was sent at. A checked section
+// whose bytes changed on disk fails the object.
 func TestSectionPlanCreatesEarly(t *testing.T) {
 	st := &store.Mem{}
 	p := New(st, Config{ChunkSize: testChunk, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10}, nil)
 	defer p.Close()
 	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
 	d := newDiskFile(t, 64<<10)
-	parts, first, _, _, err := s.PlanParts(0, int64(len(d.data)))
-	if err != nil || parts != 5 || first != 1<<10 {
-		t.Fatalf("PlanParts: %d parts, the first %d bytes, %v; want 5, the first of the least, 1 KiB", parts, first, err)
+	var released atomic.Int32
+	o, err := s.Create(int64(len(d.data)), true, func() { released.Add(1) })
+	if err != nil {
+		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -326,25 +303,206 @@ func TestSectionPlanCreatesEarly(t *testing.T) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if r := s.SendRate(); r != 0 {
-		t.Fatalf("SendRate %g before any part was sent, want 0 (unknown)", r)
+	if r := p.sendRate(); r != 0 {
+		t.Fatalf("send rate %g before any part was sent, want 0 (unknown)", r)
 	}
-	var released atomic.Int32
-	s.OwnFile(0, func() { released.Add(1) })
-	if err := s.EmitSection(0, 1, io.NewSectionReader(d, 0, 1<<10), store.CRC32C(d.data[:1<<10]), false); err != nil {
+	n := int64(len(d.data))
+	if err := o.WriteSection(d.section(0, n, false)); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.EmitSection(0, 2, io.NewSectionReader(d, 1<<10, int64(len(d.data))-1<<10), store.CRC32C(d.data[1<<10:]), true); err != nil {
+	if err := o.Finish(); err != nil {
 		t.Fatal(err)
 	}
 	res, err := s.Take()[0].Finish(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.Parts != 2 || !bytes.Equal(stored(t, st, "obj"), d.data) || released.Load() != 1 {
-		t.Fatalf("stored %d parts, bytes equal %v, file released %d times", res.Parts, bytes.Equal(stored(t, st, "obj"), d.data), released.Load())
+	// Five parts planned, a first one of 1 KiB; those after it are
+	// sized by the send and merge rates, the last taking the rest.
+	if res.Parts < 2 || res.Parts > 5 || !bytes.Equal(stored(t, st, "obj"), d.data) || released.Load() != 1 {
+		t.Fatalf("stored %d parts (want 2 to 5), bytes equal %v, file released %d times", res.Parts, bytes.Equal(stored(t, st, "obj"), d.data), released.Load())
 	}
-	if r := s.SendRate(); r <= 0 {
-		t.Fatalf("SendRate %g once two parts were sent, want their rate", r)
+	if r := p.sendRate(); r <= 0 {
+		t.Fatalf("send rate %g once parts were sent, want their rate", r)
+	}
+
+	// A kept frame whose bytes changed on disk after it was handed over.
+	s2 := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "bad" }})
+	o, err = s2.Create(n, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sec := d.section(0, n, true)
+	sec.CRC32C++
+	if err := o.WriteSection(sec); err == nil {
+		err = o.Finish()
+	}
+	if err != nil {
+		t.Fatalf("a changed section failed at once: %v; want it found as parts read it", err)
+	}
+	if _, err := s2.Take()[0].Finish(context.Background()); !errors.Is(err, store.ErrBodyChanged) {
+		t.Fatalf("Finish of an object whose section changed on disk: %v, want store.ErrBodyChanged", err)
+	}
+}
+
+// sizedParts records the size of every part stored and holds each
+// UploadPart until open is closed, so that no part's answer (and so no
+// send rate) is known while the object's sections are handed over.
+type sizedParts struct {
+	*store.Mem
+	open  chan struct{}
+	mu    sync.Mutex
+	sizes map[int32]int64
+}
+
+func (s *sizedParts) UploadPart(ctx context.Context, key, id string, n int32, body store.Body) (store.Part, error) {
+	<-s.open
+	s.mu.Lock()
+	s.sizes[n] = body.Size()
+	s.mu.Unlock()
+	return s.Mem.UploadPart(ctx, key, id, n, body)
+}
+
+// TestSectionPartSchedule: with the send rate unknown, an object from
+// disk planned with a first part apart is cut into a first part of the
+// least size, then parts of about equal size, the last smaller by the
+// first's (its connection sent the first); every part is handed to the
+// pool before the last section arrives.
+func TestSectionPartSchedule(t *testing.T) {
+	const size = 100 << 10
+	st := &sizedParts{Mem: &store.Mem{}, open: make(chan struct{}), sizes: map[int32]int64{}}
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: 4, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	var released atomic.Int32
+	up := emitSections(t, s, d, &released)
+	close(st.open)
+	res, err := up.Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Parts != 5 || !bytes.Equal(stored(t, st.Mem, "obj"), d.data) {
+		t.Fatalf("stored %d parts, want 5 (a first of 1 KiB, then 4)", res.Parts)
+	}
+	sizes := st.sizes
+	if sizes[1] != 1<<10 {
+		t.Fatalf("parts %v: want the first of the least, 1024 bytes", sizes)
+	}
+	// Sections of 1 KiB, every other one checked and so never cut: a
+	// part may pass its size by one section.
+	mid := []int64{sizes[2], sizes[3], sizes[4]}
+	for _, m := range mid {
+		if d := m - mid[0]; d < -1<<10 || d > 1<<10 {
+			t.Fatalf("parts %v: want the middle ones equal within a section", sizes)
+		}
+	}
+	if sizes[5] >= mid[0] {
+		t.Fatalf("parts %v: want the last smaller than the others", sizes)
+	}
+}
+
+// TestSectionCheckedCutPastMostPart: a checked section (a kept frame)
+// that would take its part past MaxPartSize is cut, each piece read back
+// once for its CRC32C; the object is stored intact in parts of at most
+// MaxPartSize. A checked section whose bytes changed on disk before it
+// was cut fails WriteSection, naming the spill file.
+func TestSectionCheckedCutPastMostPart(t *testing.T) {
+	const size = 30 << 10
+	st := &sizedParts{Mem: &store.Mem{}, open: make(chan struct{}), sizes: map[int32]int64{}}
+	close(st.open)
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: 2, Checksum: true, MinPartSize: 1 << 10, MaxPartSize: 4 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(int) string { return "obj" }})
+	d := newDiskFile(t, size)
+	o, err := s.Create(size, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := int64(0); off < size; off += 3 << 10 {
+		if err := o.WriteSection(d.section(off, min(off+3<<10, size), true)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := o.Finish(); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Take()[0].Finish(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(stored(t, st.Mem, "obj"), d.data) || res.Parts < size/(4<<10) {
+		t.Fatalf("stored %d parts of an object of %d bytes, at most 4 KiB each", res.Parts, size)
+	}
+	for n, sz := range st.sizes {
+		if sz > 4<<10 {
+			t.Fatalf("part %d: %d bytes, over MaxPartSize", n, sz)
+		}
+	}
+
+	o, err = s.Create(size, true, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := o.WriteSection(d.section(0, 3<<10, true)); err != nil {
+		t.Fatal(err)
+	}
+	sec := d.section(3<<10, 9<<10, true) // past MaxPartSize: cut
+	sec.CRC32C ^= 1
+	if err := o.WriteSection(sec); err == nil || !strings.Contains(err.Error(), "the spill file changed on disk") || !strings.Contains(err.Error(), d.f.Name()) {
+		t.Fatalf("a changed section cut in two: %v, want an error naming the spill file", err)
+	}
+	o.Abort()
+	for _, up := range s.Take() {
+		_ = up.Abort()
+	}
+}
+
+// TestSectionPartsShareThePool: objects from disk that upload at once
+// divide the pool's connections among them: with as many objects as
+// connections, each takes one part (the first object, alone when it was
+// planned, a first part apart too), where one alone takes about one part
+// per connection; every object is stored intact.
+func TestSectionPartsShareThePool(t *testing.T) {
+	const size, objects = 64 << 10, 8
+	st := &store.Mem{}
+	p := New(st, Config{ChunkSize: 1 << 10, Concurrency: objects, Checksum: true, MinPartSize: 1 << 10}, nil)
+	defer p.Close()
+	s := p.NewSink(context.Background(), SinkOptions{Key: func(i int) string { return fmt.Sprintf("obj-%d", i) }})
+	d := newDiskFile(t, size)
+	objs := make([]chunker.Object, objects)
+	for i := range objs {
+		o, err := s.Create(size, true, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[i] = o
+	}
+	for off := int64(0); off < size; off += 1 << 10 {
+		for _, o := range objs {
+			if err := o.WriteSection(d.section(off, off+1<<10, false)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	parts := 0
+	for i, up := range s.Take() {
+		if err := objs[i].Finish(); err != nil {
+			t.Fatal(err)
+		}
+		res, err := up.Finish(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Parts > 2 || !bytes.Equal(stored(t, st, up.Key()), d.data) {
+			t.Fatalf("%s: %d parts, want at most 2 with %d objects sharing %d connections", up.Key(), res.Parts, objects, objects)
+		}
+		parts += res.Parts
+	}
+	if parts > objects+1 {
+		t.Fatalf("%d parts for %d objects sharing the pool, want at most %d", parts, objects, objects+1)
+	}
+	if n := p.fromDisk.Load(); n != 0 {
+		t.Fatalf("%d objects from disk still counted after every upload ended", n)
 	}
 }

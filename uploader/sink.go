@@ -2,23 +2,21 @@ package uploader
 
 import (
 	"context"
+	"math"
 	"sync"
+
+	"github.com/durashuffle/durashuffle/chunker"
+	"github.com/durashuffle/durashuffle/store"
 )
 
-// Sink hands one writer's output to the pool: the chunks of its data
-// objects, numbered 0, 1, ..., each object's upload started the first
-// time a chunk of it (or Prepare) names it. Its methods Acquire,
-// Release, Streaming, Begin, Grow, Prepare and Emit are the chunker's
-// sink (chunker.Sink and chunker.StreamSink) and are for one goroutine,
-// the chunker's appending one, which owns the chunk being filled; Take
-// is safe from any goroutine.
+// Sink hands one writer's output to the pool: it gives out the writer's
+// objects (chunker.Objects), numbered 0, 1, ..., and keeps their
+// uploads for the writer to finish or abort (Take). Create and Limit are
+// for the writer's appending goroutine; Take is safe from any goroutine.
 type Sink struct {
 	pool *Pool
 	ctx  context.Context
 	opt  SinkOptions
-
-	// filling is the chunk begun last, until it is emitted or released.
-	filling *filling
 
 	mu      sync.Mutex
 	objects []*Upload
@@ -35,7 +33,13 @@ type SinkOptions struct {
 	// Keeper, if set, keeps each object's chunks once uploaded (see
 	// Upload.Keeping and Upload.TakeKept).
 	Keeper Keeper
+	// MaxObjectSize bounds an object's bytes (Limit); 0: only the
+	// store's parts bound it.
+	MaxObjectSize int64
 }
+
+// The pool's Sink is the objects a chunker writes.
+var _ chunker.Objects = (*Sink)(nil)
 
 // NewSink starts the sink of one writer; ctx governs its uploads (a
 // writer cancels it to cut them off).
@@ -43,66 +47,33 @@ func (p *Pool) NewSink(ctx context.Context, opt SinkOptions) *Sink {
 	return &Sink{pool: p, ctx: ctx, opt: opt}
 }
 
-// Acquire returns an empty buffer with capacity Config.ChunkSize,
-// blocking while Config.MaxBuffered buffers are held in the pool (by
-// every writer). It fails only when ctx is done.
-func (s *Sink) Acquire(ctx context.Context) ([]byte, error) { return s.pool.acquire(ctx) }
-
-// Release returns a buffer that will not be emitted; the chunk begun last
-// is the pool's already, and is abandoned instead: its part fails, and
-// with it its object.
-func (s *Sink) Release(buf []byte) {
-	if f := s.filling; f != nil {
-		s.filling = nil
-		f.abandon()
-		return
-	}
-	s.pool.release(buf)
+// Create starts the writer's next object (see chunker.Objects): size is
+// about its bytes (0: unknown), onDisk says they come as file sections,
+// release lets go of the files once the upload is over.
+func (s *Sink) Create(size int64, onDisk bool, release func()) (chunker.Object, error) {
+	s.mu.Lock()
+	n := len(s.objects)
+	s.mu.Unlock()
+	return s.newObject(s.object(n), size, onDisk, release)
 }
 
-// Streaming reports whether parts upload while their chunks fill (the
-// store streams parts, over https, and the pool sends checksums): then
-// every chunk is announced with Begin and each append to it with Grow.
-func (s *Sink) Streaming() bool { return s.pool.streams }
-
-// Begin says buf (from Acquire, empty) starts filling as chunk part
-// (1-based) of object obj; its upload may start before it is full, and
-// ownership of buf passes to the pool. The caller appends to buf (never
-// past its capacity), reports each length with Grow, and ends the chunk
-// with Emit, or Release if it gives up. It fails with the object's
-// failure, or when the object takes no more chunks.
-func (s *Sink) Begin(obj int, part int32, buf []byte) error {
-	f, err := s.object(obj).begin(part, buf)
-	if err != nil {
-		return err
+// Limit is the most bytes an object may hold (see chunker.Objects):
+// written from memory, Config.ChunkSize x store.MaxParts; from disk,
+// what Config.MaxPartSize allows (PlanFileParts refuses more), or 0 when
+// the objects take no sections (a Keeper keeps their chunks in memory).
+// Both are bounded by SinkOptions.MaxObjectSize.
+func (s *Sink) Limit(onDisk bool) int64 {
+	limit := s.pool.cfg.ChunkSize * store.MaxParts
+	if onDisk {
+		if s.opt.Keeper != nil {
+			return 0
+		}
+		limit = math.MaxInt64
 	}
-	s.filling = f
-	return nil
-}
-
-// Grow says the chunk begun last now holds n bytes.
-func (s *Sink) Grow(n int) { s.filling.grow(n) }
-
-// Prepare says object obj will take more than one small put: its
-// multipart upload is created now, in the background, so that its first
-// chunk starts uploading at its first byte (see Config.streamAfter). A
-// prepared object that ends as one chunk is a one-part multipart upload.
-// Idempotent; no-op unless Streaming.
-func (s *Sink) Prepare(obj int) { s.object(obj).prepare() }
-
-// Emit hands over chunk part (1-based, ascending) of object obj: the
-// chunk begun last, now complete at its last Grow (buf is its buffer),
-// or else buf, whose ownership passes to the pool. last marks the
-// object's final chunk: part 1 that is also last is one PutObject unless
-// Prepare was called. It does not block; it fails with the object's
-// failure, or when the object takes no more chunks (after its last).
-func (s *Sink) Emit(obj int, part int32, buf []byte, last bool) error {
-	if f := s.filling; f != nil {
-		s.filling = nil
-		f.finish(last)
-		return nil
+	if s.opt.MaxObjectSize > 0 && s.opt.MaxObjectSize < limit {
+		limit = s.opt.MaxObjectSize
 	}
-	return s.object(obj).submit(part, buf, last)
+	return limit
 }
 
 // Take returns the uploads started so far, in object order, and forgets

@@ -10,10 +10,12 @@ import (
 	"time"
 )
 
-// TestSink drives a Sink as the chunker does: objects start on first use
-// under the keys Key gives, chunks begun and grown stream to the store,
-// Take hands over the uploads in object order, and a chunk released
-// while it fills fails its object, which OnFail hears once.
+// TestSink drives a Sink as the chunker does: objects start as Create
+// gives them out, under the keys Key gives, their bytes stream to the
+// store as chunks fill (whole chunks when the store does not stream), an
+// object of one chunk is one put, Take hands over the uploads in object
+// order, and an object aborted while its chunk fills fails, which OnFail
+// hears once.
 func TestSink(t *testing.T) {
 	ctx := context.Background()
 	newPool := func(st Store) *Pool {
@@ -21,31 +23,21 @@ func TestSink(t *testing.T) {
 			streamAfter: testChunk / 4, CleanupTimeout: time.Second}, nil)
 	}
 	key := func(obj int) string { return fmt.Sprintf("data-%d", obj) }
-	// emit writes data as chunks of object obj: begun and grown when the
-	// sink streams, else handed over whole.
-	emit := func(t *testing.T, s *Sink, obj int, data []byte) {
+	// write writes data as the writer's next object, in pieces of 100
+	// bytes as frames come; size is the hint Create is given.
+	write := func(t *testing.T, s *Sink, size int64, data []byte) {
 		t.Helper()
-		for n := int32(1); len(data) > 0; n++ {
-			buf, err := s.Acquire(ctx)
-			if err != nil {
+		o, err := s.Create(size, false, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i < len(data); i += 100 {
+			if err := o.Write(data[i:min(i+100, len(data))]); err != nil {
 				t.Fatal(err)
 			}
-			k := min(testChunk, len(data))
-			if s.Streaming() {
-				if err := s.Begin(obj, n, buf); err != nil {
-					t.Fatal(err)
-				}
-				for i := 0; i < k; i += 100 {
-					buf = append(buf, data[i:min(i+100, k)]...)
-					s.Grow(len(buf))
-				}
-			} else {
-				buf = append(buf, data[:k]...)
-			}
-			data = data[k:]
-			if err := s.Emit(obj, n, buf, len(data) == 0); err != nil {
-				t.Fatal(err)
-			}
+		}
+		if err := o.Finish(); err != nil {
+			t.Fatal(err)
 		}
 	}
 
@@ -61,13 +53,9 @@ func TestSink(t *testing.T) {
 			defer p.Close()
 			k := &budget{max: 1 << 30}
 			s := p.NewSink(ctx, SinkOptions{Key: key, Keeper: k})
-			if s.Streaming() != streams {
-				t.Fatalf("Streaming() = %v, want %v", s.Streaming(), streams)
-			}
 			one, two := pattern(3*testChunk+17, 1), pattern(testChunk/8, 2)
-			s.Prepare(1) // starts objects 0 and 1
-			emit(t, s, 0, one)
-			emit(t, s, 1, two)
+			write(t, s, int64(len(one)), one) // multipart, created at once
+			write(t, s, 0, two)               // one put
 			objs := s.Take()
 			if len(objs) != 2 || objs[0].Key() != "data-0" || objs[1].Key() != "data-1" {
 				t.Fatalf("Take: %d uploads, want data-0 and data-1 in order", len(objs))
@@ -79,6 +67,9 @@ func TestSink(t *testing.T) {
 				res, err := objs[i].Finish(ctx)
 				if err != nil {
 					t.Fatal(err)
+				}
+				if wantParts := []int{4, 1}[i]; res.Parts != wantParts {
+					t.Fatalf("%s: %d parts, want %d", key(i), res.Parts, wantParts)
 				}
 				got, _ := st.Bytes(key(i))
 				if res.Size != int64(len(want)) || !bytes.Equal(got, want) {
@@ -95,24 +86,22 @@ func TestSink(t *testing.T) {
 		})
 	}
 
-	t.Run("a chunk released while it fills", func(t *testing.T) {
+	t.Run("an object aborted while its chunk fills", func(t *testing.T) {
 		st := newStreamingMem()
 		p := newPool(st)
 		defer p.Close()
 		var mu sync.Mutex
 		var fails []error
 		s := p.NewSink(ctx, SinkOptions{Key: key, OnFail: func(err error) { mu.Lock(); fails = append(fails, err); mu.Unlock() }})
-		buf, err := s.Acquire(ctx)
+		obj, err := s.Create(0, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Begin(0, 1, buf); err != nil {
+		if err := obj.Write(pattern(testChunk/2, 4)); err != nil {
 			t.Fatal(err)
 		}
-		buf = append(buf, pattern(testChunk/2, 4)...)
-		s.Grow(len(buf))
 		<-st.startedCh(1)
-		s.Release(buf)
+		obj.Abort()
 		o := s.Take()[0]
 		if _, err := o.Finish(ctx); !errors.Is(err, errAbandoned) {
 			t.Fatalf("Finish after the chunk was released: %v, want errAbandoned", err)

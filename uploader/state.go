@@ -19,7 +19,7 @@ const (
 	// part 1 may still turn out to be the whole object.
 	stateOpen state = iota
 	// stateMultipart takes chunks; the multipart upload is asked for
-	// (Prepare, or a part on its way), so the object is never one put.
+	// (an early create, or a part on its way), so the object is never one put.
 	stateMultipart
 	// stateSingle: part 1 was the last chunk of an object that asked for
 	// no multipart upload, so it is one PutObject.
@@ -99,6 +99,9 @@ func (o *Upload) toLocked(next state) error {
 	}
 	o.state = next
 	if next.ended() && !from.ended() {
+		if o.fromDisk {
+			o.pool.fromDisk.Add(-1)
+		}
 		o.pool.open.Add(-1)
 		o.pool.idle()
 	}

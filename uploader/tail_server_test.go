@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
 	"github.com/durashuffle/durashuffle/uploader"
@@ -79,42 +80,43 @@ func TestTailRecutOnServer(t *testing.T) {
 		return p.NewSink(ctx, uploader.SinkOptions{Key: func(obj int) string { return fmt.Sprintf("%s-%d", key, obj) }})
 	}
 	busy, tail := sink("busy"), sink("tail")
-	if !busy.Streaming() {
-		t.Fatal("the pool does not stream parts over https")
-	}
-	// Emit, not Begin: whole chunks, so that their parts are ready when
-	// the last one comes and the tail is re-cut.
-	emit := func(s *uploader.Sink, n int32, b []byte, last bool) {
+	create := func(s *uploader.Sink) chunker.Object {
 		t.Helper()
-		buf, err := s.Acquire(ctx)
+		o, err := s.Create(0, false, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Emit(0, n, append(buf, b...), last); err != nil {
+		return o
+	}
+	write := func(o chunker.Object, b []byte) {
+		t.Helper()
+		if err := o.Write(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	emit(busy, 1, make([]byte, 5<<20), false)
-	emit(busy, 2, make([]byte, 5<<20), false)
+	b := create(busy)
+	write(b, make([]byte, 10<<20)) // two chunks, both streaming, held
 	h.waitFor(2)
 
 	data := make([]byte, 11<<20)
 	for i := range data {
 		data[i] = byte(i*131 + i>>16)
 	}
-	emit(tail, 1, data[:5<<20], false)
-	emit(tail, 2, data[5<<20:10<<20], false)
-	emit(tail, 3, data[10<<20:], true)
+	o := create(tail)
+	write(o, data)
+	if err := o.Finish(); err != nil {
+		t.Fatal(err)
+	}
 	objs := tail.Take()
 	if len(objs) != 1 || objs[0].Key() != "tail-0" {
 		t.Fatalf("the sink started %d uploads, want one, of tail-0", len(objs))
 	}
-	o := objs[0]
 	h.letGo()
-	res, err := o.Finish(ctx)
+	res, err := objs[0].Finish(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
+	b.Abort()
 	if err := busy.Take()[0].Abort(); err != nil {
 		t.Fatal(err)
 	}

@@ -299,7 +299,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 			ch, err := chunker.New(gctx, chunker.Options{
 				Schema: demo.Schema(), Partitions: j.Data.Partitions,
 				FrameTargetBytes: int64(cfg.Write.FrameTargetBytes), CoalesceBudget: int64(cfg.Write.CoalesceBudget),
-				Encoders: cfg.Encoders(), Compression: cfg.Write.Compression, ChunkSize: int64(cfg.Write.ChunkSize),
+				Encoders: cfg.Encoders(), Compression: cfg.Write.Compression,
 				MaxObjectSize: int64(cfg.Write.MaxObjectSize),
 			}, sink)
 			if err != nil {
@@ -322,7 +322,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 				return err
 			}
 			for i, o := range r.Objects {
-				m.Objects = append(m.Objects, manifest.Object{Key: manifest.DataName(worker, attempt, write, i), Size: o.Size, Parts: o.Parts, CRC32C: o.CRC32C})
+				m.Objects = append(m.Objects, manifest.Object{Key: manifest.DataName(worker, attempt, write, i), Size: o.Size, Parts: sink.count[i], CRC32C: o.CRC32C})
 			}
 			for _, f := range r.Frames {
 				m.Frames = append(m.Frames, manifest.Frame{Partition: f.Partition, Object: f.Object, Offset: f.Offset, Length: f.Length, Rows: f.Rows, Bytes: f.Bytes, CRC32C: f.CRC32C})
@@ -362,6 +362,66 @@ type syncSink struct {
 	free     [][]byte
 	uploads  map[int]string
 	parts    map[int][]store.Part
+	count    []int // parts per object
+}
+
+// Create starts the next object, cut into chunks as the pool cuts one.
+func (s *syncSink) Create(int64, bool, func()) (chunker.Object, error) {
+	s.count = append(s.count, 0)
+	return &syncObject{s: s, obj: len(s.count) - 1}, nil
+}
+
+// Limit is what chunks of the chunk size hold; the sink takes no sections.
+func (s *syncSink) Limit(onDisk bool) int64 {
+	if onDisk {
+		return 0
+	}
+	return s.chunk * store.MaxParts
+}
+
+// syncObject is an object of a syncSink: each chunk is stored once full
+// and more bytes follow, on the writing goroutine.
+type syncObject struct {
+	s   *syncSink
+	obj int
+	cur []byte
+}
+
+func (o *syncObject) Write(p []byte) error {
+	for len(p) > 0 {
+		if int64(len(o.cur)) == o.s.chunk {
+			if err := o.emit(false); err != nil {
+				return err
+			}
+		}
+		if o.cur == nil {
+			o.cur, _ = o.s.Acquire(o.s.ctx)
+		}
+		n := min(int64(len(p)), o.s.chunk-int64(len(o.cur)))
+		o.cur = append(o.cur, p[:n]...)
+		p = p[n:]
+	}
+	return nil
+}
+
+func (o *syncObject) emit(last bool) error {
+	o.s.count[o.obj]++
+	buf := o.cur
+	o.cur = nil
+	return o.s.Emit(o.obj, int32(o.s.count[o.obj]), buf, last)
+}
+
+func (o *syncObject) WriteSection(chunker.Section) error {
+	return fmt.Errorf("object %d: the sequential bench takes no sections", o.obj)
+}
+
+func (o *syncObject) Finish() error { return o.emit(true) }
+
+func (o *syncObject) Abort() {
+	if o.cur != nil {
+		o.s.Release(o.cur)
+		o.cur = nil
+	}
 }
 
 func (s *syncSink) Acquire(context.Context) ([]byte, error) {

@@ -1,21 +1,41 @@
-package chunker
+package uploader
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"sort"
 	"sync"
 
+	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// partReader reads a part of an object written to files from its
+// extent is bytes of a part in a spill file. A checked one (bytes
+// written long before, a kept frame's) is checked against its CRC32C as
+// a request reads it.
+type extent struct {
+	file   *spill.File
+	off, n int64
+	check  bool
+	crc    uint32
+	what   string // names the bytes in an error; "": "bytes"
+}
+
+// changed is the error of e's bytes read with CRC32C got.
+func (e extent) changed(got uint32) error {
+	what := cmp.Or(e.what, "bytes")
+	return changedError{fmt.Sprintf("spill %s: %s at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
+		e.file.Name(), what, e.off, e.n, got, e.crc)}
+}
+
+// partReader reads a part of an object written from disk from its
 // extents, for any number of requests, side by side or one after
 // another, each from disk. The bytes of a kept frame copied in place are
-// checked against the CRC32C taken when it was kept: read in order by
-// whichever request gets there first, and a frame whose bytes changed on
-// disk fails every request that reads its end, so that no request can
-// store it.
+// checked against the CRC32C they were handed over with: read in order
+// by whichever request gets there first, and an extent whose bytes
+// changed on disk fails every request that reads its end, so that no
+// request can store it.
 type partReader struct {
 	exts []*partExtent
 	size int64
@@ -103,8 +123,7 @@ func (e *partExtent) read(b []byte, rel int64) error {
 		e.sum = store.UpdateCRC32C(e.sum, b[e.checked-rel:])
 		e.checked = end
 		if end == e.n && e.sum != e.crc {
-			e.bad = changedError{fmt.Sprintf("spill %s: frame of partition %d at offset %d (%d bytes) has CRC32C %08x, written as %08x: the spill file changed on disk",
-				e.file.Name(), e.partition, e.off, e.n, e.sum, e.crc)}
+			e.bad = e.changed(e.sum)
 			return e.bad
 		}
 	}

@@ -1,4 +1,4 @@
-package store_test
+package uploader_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // failingParts fails every UploadPart after the first n.
@@ -25,11 +26,12 @@ func (f *failingParts) UploadPart(ctx context.Context, key, uploadID string, n i
 	return f.Mem.UploadPart(ctx, key, uploadID, n, body)
 }
 
-// TestObjectWriter: an object under one part is one Put; a larger one is
+// TestObjectOfItsOwn: an object of NewObject (a pool of its own) under
+// one part is one Put; a larger one is
 // parts of PartBytes, whatever the sizes of the writes, with its bytes,
 // size and CRC32C as written; Discard after a failed part leaves no
 // upload, and Discard with a Deleter removes a written object.
-func TestObjectWriter(t *testing.T) {
+func TestObjectOfItsOwn(t *testing.T) {
 	ctx := context.Background()
 	data := make([]byte, 5*1000+123)
 	for i := range data {
@@ -46,24 +48,27 @@ func TestObjectWriter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &store.Mem{}
-			w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 2})
+			w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 2})
 			for b := data[:tc.size]; len(b) > 0; {
 				n := min(len(b), 333)
-				if _, err := w.Write(b[:n]); err != nil {
+				if err := w.Write(b[:n]); err != nil {
 					t.Fatal(err)
 				}
 				b = b[n:]
 			}
-			if err := w.Close(); err != nil {
+			res, err := w.Complete(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
-			w.Discard(nil) // after Close: nothing
+			if err := w.Discard(nil); err != nil { // after Complete: nothing
+				t.Fatal(err)
+			}
 			got, ok := m.Bytes("k")
 			if !ok || !bytes.Equal(got, data[:tc.size]) {
 				t.Fatalf("stored %d bytes (present %v), want the %d written", len(got), ok, tc.size)
 			}
-			if w.Size() != int64(tc.size) || w.CRC32C() != store.CRC32C(data[:tc.size]) || w.Parts() != tc.parts {
-				t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, %d", w.Size(), w.CRC32C(), w.Parts(), tc.size, store.CRC32C(data[:tc.size]), tc.parts)
+			if w.Size() != int64(tc.size) || w.CRC32C() != store.CRC32C(data[:tc.size]) || res.Parts != tc.parts {
+				t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, %d", w.Size(), w.CRC32C(), res.Parts, tc.size, store.CRC32C(data[:tc.size]), tc.parts)
 			}
 			if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
 				t.Fatalf("uploads left: %v", ups)
@@ -72,13 +77,13 @@ func TestObjectWriter(t *testing.T) {
 	}
 	t.Run("failed part", func(t *testing.T) {
 		m := &failingParts{Mem: &store.Mem{}, n: 2}
-		w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000})
-		_, werr := w.Write(data)
-		cerr := w.Close()
+		w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000})
+		werr := w.Write(data)
+		_, cerr := w.Complete(ctx)
 		if werr == nil && cerr == nil {
 			t.Fatal("no error from a part that failed")
 		}
-		w.Discard(m)
+		_ = w.Discard(m) // the abort of a failed upload has run already
 		if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
 			t.Fatalf("uploads left after Discard: %v", ups)
 		}
@@ -88,14 +93,16 @@ func TestObjectWriter(t *testing.T) {
 	})
 	t.Run("discard a written object", func(t *testing.T) {
 		m := &store.Mem{}
-		w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000})
-		if _, err := w.Write(data); err != nil {
+		w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000})
+		if err := w.Write(data); err != nil {
 			t.Fatal(err)
 		}
-		if err := w.Close(); err != nil {
+		if _, err := w.Complete(ctx); err != nil {
 			t.Fatal(err)
 		}
-		w.Discard(m)
+		if err := w.Discard(m); err != nil {
+			t.Fatal(err)
+		}
 		if _, ok := m.Bytes("k"); ok {
 			t.Fatal("the object is still there after Discard with a Deleter")
 		}
@@ -122,10 +129,10 @@ func (b *borrowingParts) UploadPart(ctx context.Context, key, uploadID string, n
 	return b.Mem.UploadPart(ctx, key, uploadID, n, body)
 }
 
-// TestObjectWriterFrom: WriteFrom stores the object as Write would, in
+// TestObjectWriteFrom: WriteFrom stores the object as Write would, in
 // parts that are slices of the caller's bytes (no copy), at most Inflight
 // at once; an object of one part is one Put; a second write is refused.
-func TestObjectWriterFrom(t *testing.T) {
+func TestObjectWriteFrom(t *testing.T) {
 	ctx := context.Background()
 	data := make([]byte, 10*1000+7)
 	for i := range data {
@@ -142,19 +149,20 @@ func TestObjectWriterFrom(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := &borrowingParts{Mem: &store.Mem{}}
-			w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 3})
+			w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 3})
 			if err := w.WriteFrom(data[:tc.size]); err != nil {
 				t.Fatal(err)
 			}
-			if err := w.Close(); err != nil {
+			res, err := w.Complete(ctx)
+			if err != nil {
 				t.Fatal(err)
 			}
 			got, ok := m.Bytes("k")
 			if !ok || !bytes.Equal(got, data[:tc.size]) {
 				t.Fatalf("stored %d bytes (present %v), want the %d written", len(got), ok, tc.size)
 			}
-			if w.Size() != int64(tc.size) || w.CRC32C() != store.CRC32C(data[:tc.size]) || w.Parts() != tc.parts {
-				t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, %d", w.Size(), w.CRC32C(), w.Parts(), tc.size, store.CRC32C(data[:tc.size]), tc.parts)
+			if w.Size() != int64(tc.size) || w.CRC32C() != store.CRC32C(data[:tc.size]) || res.Parts != tc.parts {
+				t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, %d", w.Size(), w.CRC32C(), res.Parts, tc.size, store.CRC32C(data[:tc.size]), tc.parts)
 			}
 			if tc.parts > 1 {
 				if len(m.bodies) != tc.parts || m.maxSeen > 3 || m.maxSeen < 2 {
@@ -169,8 +177,8 @@ func TestObjectWriterFrom(t *testing.T) {
 		})
 	}
 	t.Run("after Write", func(t *testing.T) {
-		w := store.NewObjectWriter(ctx, &store.Mem{}, "k", store.ObjectWriterOptions{PartBytes: 1000})
-		if _, err := w.Write(data[:10]); err != nil {
+		w := uploader.NewObject(ctx, &store.Mem{}, "k", uploader.ObjectOptions{PartBytes: 1000})
+		if err := w.Write(data[:10]); err != nil {
 			t.Fatal(err)
 		}
 		if err := w.WriteFrom(data); err == nil {
@@ -179,13 +187,13 @@ func TestObjectWriterFrom(t *testing.T) {
 	})
 	t.Run("failed part", func(t *testing.T) {
 		m := &failingParts{Mem: &store.Mem{}, n: 2}
-		w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 4})
+		w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 4})
 		werr := w.WriteFrom(data)
-		cerr := w.Close()
+		_, cerr := w.Complete(ctx)
 		if werr == nil && cerr == nil {
 			t.Fatal("no error from a part that failed")
 		}
-		w.Discard(m)
+		_ = w.Discard(m) // the abort of a failed upload has run already
 		if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
 			t.Fatalf("uploads left after Discard: %v", ups)
 		}
@@ -205,43 +213,50 @@ func within(data, b []byte) bool {
 	return false
 }
 
-// TestObjectWriterFromFile: WriteFromFile stores a file's bytes in parts
-// of PartBytes sent as sections, with the parts' and the object's
-// CRC32C; an object of one part, or a second write, is refused; a part
+// TestObjectWriteFile: WriteFile stores a file's bytes in parts of
+// PartBytes sent as sections, with the parts' and the object's CRC32C;
+// an object of one part is one part; a second write is refused; a part
 // that fails leaves nothing after Discard.
-func TestObjectWriterFromFile(t *testing.T) {
+func TestObjectWriteFile(t *testing.T) {
 	ctx := context.Background()
 	data := make([]byte, 10*1000+7)
 	for i := range data {
 		data[i] = byte(i * 31)
 	}
 	m := &store.Mem{}
-	w := store.NewObjectWriter(ctx, m, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 3})
-	if err := w.WriteFromFile(bytes.NewReader(data), int64(len(data))); err != nil {
+	w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 3})
+	if err := w.WriteFile(bytes.NewReader(data), int64(len(data))); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
+	res, err := w.Complete(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
 	got, ok := m.Bytes("k")
 	if !ok || !bytes.Equal(got, data) {
 		t.Fatalf("stored %d bytes (present %v), want the %d of the file", len(got), ok, len(data))
 	}
-	if w.Size() != int64(len(data)) || w.CRC32C() != store.CRC32C(data) || w.Parts() != 11 {
-		t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, 11", w.Size(), w.CRC32C(), w.Parts(), len(data), store.CRC32C(data))
+	if w.Size() != int64(len(data)) || w.CRC32C() != store.CRC32C(data) || res.Parts != 11 {
+		t.Fatalf("size %d, crc %08x, parts %d; want %d, %08x, 11", w.Size(), w.CRC32C(), res.Parts, len(data), store.CRC32C(data))
 	}
-	one := store.NewObjectWriter(ctx, m, "one", store.ObjectWriterOptions{PartBytes: 1000})
-	if err := one.WriteFromFile(bytes.NewReader(data), 1000); err == nil || !strings.Contains(err.Error(), "at least two") {
-		t.Fatalf("a file object of one part: %v, want a refusal", err)
+	one := uploader.NewObject(ctx, m, "one", uploader.ObjectOptions{PartBytes: 1000})
+	if err := one.WriteFile(bytes.NewReader(data), 1000); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := one.Complete(ctx); err != nil || res.Parts != 1 || !bytes.Equal(stored(t, m, "one"), data[:1000]) {
+		t.Fatalf("a file object of one part: %+v, %v; want one part of its bytes", res, err)
+	}
+	if err := one.WriteFile(bytes.NewReader(data), 1000); err == nil || !strings.Contains(err.Error(), "after 1000 bytes") {
+		t.Fatalf("a second WriteFile: %v, want a refusal", err)
 	}
 	f := &failingSections{Mem: &store.Mem{}, n: 4}
-	w = store.NewObjectWriter(ctx, f, "k", store.ObjectWriterOptions{PartBytes: 1000, Inflight: 2})
-	werr := w.WriteFromFile(bytes.NewReader(data), int64(len(data)))
-	cerr := w.Close()
+	w = uploader.NewObject(ctx, f, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 2})
+	werr := w.WriteFile(bytes.NewReader(data), int64(len(data)))
+	_, cerr := w.Complete(ctx)
 	if werr == nil && cerr == nil {
 		t.Fatal("no error from a section that failed")
 	}
-	w.Discard(f)
+	_ = w.Discard(f)
 	if ups, _ := f.ListUploads(ctx, ""); len(ups) != 0 {
 		t.Fatalf("uploads left after Discard: %v", ups)
 	}
@@ -261,4 +276,14 @@ func (f *failingSections) UploadPart(ctx context.Context, key, uploadID string, 
 		return store.Part{}, errors.New("injected section failure")
 	}
 	return f.Mem.UploadPart(ctx, key, uploadID, n, body)
+}
+
+// stored returns the bytes of key in m, failing t when it is missing.
+func stored(t *testing.T, m *store.Mem, key string) []byte {
+	t.Helper()
+	b, ok := m.Bytes(key)
+	if !ok {
+		t.Fatalf("%s is not stored", key)
+	}
+	return b
 }

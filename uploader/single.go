@@ -1,0 +1,162 @@
+package uploader
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// ObjectOptions size an Object written outside a writer's pool (a seal's
+// index, a combined object).
+type ObjectOptions struct {
+	// PartBytes is the size of every part but the last (at least
+	// store.MinPartSize for a store that enforces it), and of each
+	// buffer the object's bytes fill.
+	PartBytes int64
+	// Inflight is how many parts may upload at once (default 1). The
+	// object holds at most Inflight buffers of PartBytes; bytes of
+	// WriteFrom and WriteFile take none.
+	Inflight int
+	// SizeHint, when known, is the object's size: no buffer is made
+	// larger than it.
+	SizeHint int64
+}
+
+// NewObject starts the object at key, uploaded by a pool of its own
+// (opt.Inflight connections, opt.Inflight buffers): the same parts,
+// checksums, streaming and retries as a writer's objects. ctx bounds
+// every request. Whatever happens, the caller ends it with Complete, then
+// Discard unless the object is to stay.
+func NewObject(ctx context.Context, st Store, key string, opt ObjectOptions) *Object {
+	inflight := max(opt.Inflight, 1)
+	part := opt.PartBytes
+	if opt.SizeHint > 0 {
+		part = min(part, max(opt.SizeHint, 1))
+	}
+	p := New(st, Config{ChunkSize: part, Concurrency: inflight, MaxBuffered: inflight, Checksum: true,
+		MinPartSize: min(store.MinPartSize, part), CleanupTimeout: time.Minute}, nil)
+	o, _ := newObject(p, p.newUpload(ctx, key, nil), opt.SizeHint, false, nil)
+	o.own, o.sums = p, true
+	return o
+}
+
+// WriteFrom writes b, the whole object, without copying it: every part
+// is a slice of b, so b must stay unchanged until Complete returns (and
+// Discard, after a failure). An object of at most PartBytes is one put.
+// Only an object nothing was written to takes it.
+func (o *Object) WriteFrom(b []byte) error {
+	if o.size > 0 || o.part > 0 || o.cur != nil {
+		return fmt.Errorf("object %s: WriteFrom after %d bytes were written", o.up.key, o.size)
+	}
+	o.crc, o.size = store.CRC32C(b), int64(len(b))
+	chunk := o.pool.cfg.ChunkSize
+	for {
+		n := min(int64(len(b)), chunk)
+		o.part++
+		last := n == int64(len(b))
+		if err := o.up.submitChunk(o.part, b[:n:n], last, true); err != nil {
+			return err
+		}
+		if last {
+			o.ended = true
+			return nil
+		}
+		b = b[n:]
+	}
+}
+
+// WriteFile writes the object from r, its size bytes, without holding
+// them: parts of PartBytes (the last shorter), each a section of r that
+// every request reads again. r is read once first, for the parts' and
+// the object's CRC32C, and must stay unchanged until Complete returns.
+// Only an object nothing was written to takes it.
+func (o *Object) WriteFile(r io.ReaderAt, size int64) error {
+	if o.size > 0 || o.part > 0 || o.cur != nil {
+		return fmt.Errorf("object %s: WriteFile after %d bytes were written", o.up.key, o.size)
+	}
+	chunk := o.pool.cfg.ChunkSize
+	var sums []uint32
+	buf := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += chunk {
+		n := min(chunk, size-off)
+		sum := uint32(0)
+		for at := off; at < off+n; {
+			b := buf[:min(int64(len(buf)), off+n-at)]
+			if _, err := r.ReadAt(b, at); err != nil {
+				return fmt.Errorf("object %s: read %d bytes at %d of its file: %w", o.up.key, len(b), at, err)
+			}
+			sum = store.UpdateCRC32C(sum, b)
+			o.crc = store.UpdateCRC32C(o.crc, b)
+			at += int64(len(b))
+		}
+		sums = append(sums, sum)
+	}
+	o.size = size
+	for i, sum := range sums {
+		off := int64(i) * chunk
+		o.part++
+		last := i == len(sums)-1
+		if err := o.up.submitSection(o.part, io.NewSectionReader(r, off, min(chunk, size-off)), sum, last); err != nil {
+			return err
+		}
+	}
+	o.ended = true
+	return nil
+}
+
+// Size is the bytes written so far, and CRC32C their checksum (kept for
+// an object of NewObject only).
+func (o *Object) Size() int64 { return o.size }
+
+// CRC32C is the CRC32C of the bytes written so far (see Size).
+func (o *Object) CRC32C() uint32 { return o.crc }
+
+// Complete writes what is left and completes the object: one put when
+// it never filled a part, else the last part and the Complete. ctx
+// bounds the Complete. The object's own pool stops.
+func (o *Object) Complete(ctx context.Context) (Result, error) {
+	if !o.ended {
+		if err := o.Finish(); err != nil {
+			return Result{}, err
+		}
+	}
+	o.completing = true
+	res, err := o.up.Finish(ctx)
+	if err == nil {
+		o.completed = true
+	}
+	o.closePool()
+	return res, err
+}
+
+// Discard undoes the object once no part is in flight: it aborts an
+// unfinished upload and, given del, deletes the object if it was (or may
+// have been) completed, within a minute, on a context detached from the
+// caller's. After a Complete that failed, the upload is aborted already.
+func (o *Object) Discard(del store.Deleter) error {
+	o.Abort()
+	var errs []error
+	if !o.completed {
+		errs = append(errs, o.up.Abort())
+	}
+	if o.completing && del != nil {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(o.up.ctx), time.Minute)
+		defer cancel()
+		if err := del.Delete(ctx, o.up.key); err != nil && !store.IsNotFound(err) {
+			errs = append(errs, fmt.Errorf("delete %s: %w", o.up.key, err))
+		}
+	}
+	o.closePool()
+	return errors.Join(errs...)
+}
+
+// closePool stops the object's own pool, if it has one.
+func (o *Object) closePool() {
+	if o.own != nil {
+		o.own.Close()
+	}
+}
