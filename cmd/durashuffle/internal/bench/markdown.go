@@ -48,8 +48,16 @@ func UpdateMarkdown(path string, reports []*Report, chartDir string) error {
 		}
 		slices.SortStableFunc(all, func(a, b *Report) int { return indexOf(Scenarios, a.Scenario) - indexOf(Scenarios, b.Scenario) })
 	}
-	doc = replaceSection(doc, "targets", targetsTable(all))
+	// The targets table is S3's: a run on another store leaves it.
+	all = slices.DeleteFunc(all, func(r *Report) bool { return r.StoreKind != "" && r.StoreKind != KindS3 })
+	if len(all) > 0 {
+		doc = replaceSection(doc, "targets", targetsTable(all))
+	}
 	for _, rep := range reports {
+		if rep.StoreKind != "" && rep.StoreKind != KindS3 {
+			doc = replaceSection(doc, rep.Scenario+"-"+rep.StoreKind, storeMarkdown(rep))
+			continue
+		}
 		doc = replaceSection(doc, rep.Scenario, scenarioMarkdown(rep, rel))
 	}
 	return os.WriteFile(path, []byte(doc), 0o644)
@@ -156,6 +164,30 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 		fmt.Fprintf(&b, "\n![%s](%s)\n", rep.Scenario, filepath.ToSlash(filepath.Join(chartDir, rep.Scenario+".png")))
 	}
 	return b.String()
+}
+
+// storeMarkdown is the short table of a scenario run on a store other
+// than S3 (section NAME-KIND): against that store's SDK helpers.
+func storeMarkdown(rep *Report) string {
+	var b strings.Builder
+	s := rep.Setup
+	fmt.Fprintf(&b, "_%s, %s stored in %d partitions, chunk %s x %d over %.0f ms and %s/s per connection (limit %s MiB/s), %d round(s), medians._\n\n",
+		s.Store, sizeString(firstStored(rep)), s.Partitions, sizeString(s.ChunkSize), s.UploadConcurrency, rep.Link.LatencyMS,
+		sizeString(rep.Link.ConnBandwidthBytes), mibps(float64(rep.Link.LimitBytesPerS)), s.Rounds)
+	b.WriteString("| contender | seconds | stored MiB/s | of link | peak RSS MiB | PUT-class/GiB | requests |\n|---|---:|---:|---:|---:|---:|---|\n")
+	for _, r := range rep.Results {
+		fmt.Fprintf(&b, "| %s | %.2f | %s | %s | %.0f | %s | %s |\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), optFloat(r.LinkFraction),
+			float64(r.PeakRSSBytes)/(1<<20), optFloat(r.PutPerGiB), formatOps(r.Requests))
+	}
+	return b.String()
+}
+
+// firstStored is the stored bytes of the report's first result.
+func firstStored(rep *Report) int64 {
+	if len(rep.Results) == 0 {
+		return 0
+	}
+	return rep.Results[0].StoredBytes
 }
 
 func joinFloats(fs []float64) string {
