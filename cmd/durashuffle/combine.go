@@ -24,6 +24,11 @@ type combineSummary struct {
 	Key      string           `json:"key,omitempty"`
 	Seconds  float64          `json:"seconds"`
 	Requests map[string]int64 `json:"requests"`
+	// RequestPrices are the store's request classes and list prices;
+	// RequestsPredicted the plan's prediction with the combining tasks'
+	// objects stored as that store stores them (Plan.PredictOn).
+	RequestPrices     *combine.Prices     `json:"request_prices,omitempty"`
+	RequestsPredicted *combine.Prediction `json:"requests_predicted_on_store,omitempty"`
 }
 
 type combineTask struct {
@@ -105,6 +110,15 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 				return err
 			}
 			out := combineSummary{Query: sf.query, Stage: sf.stage, Plan: s.Plan()}
+			prices, err := storePrices(c.Config())
+			if err != nil {
+				return err
+			}
+			out.RequestPrices = &prices
+			if p := out.Plan; p != nil {
+				pr := p.PredictOn(prices)
+				out.RequestsPredicted = &pr
+			}
 			var tasks []*combine.Task
 			switch {
 			case plan:
@@ -167,12 +181,17 @@ must be given the same --groups, --buckets and sizes to make the same plan.`,
 
 func printCombine(w io.Writer, out combineSummary, m *manifest.Stage) {
 	if p := out.Plan; p != nil {
-		pr := p.Predict
+		pr, prices := p.Predict, *out.RequestPrices
+		if out.RequestsPredicted != nil {
+			pr = *out.RequestsPredicted
+		}
 		fmt.Fprintf(w, "plan %s of %s stage %d: %d tasks = %d groups x %d buckets over %d writer objects, %d partitions, %s; %d readers\n",
 			p.ID, out.Query, out.Stage, p.Tasks(), len(p.Groups), len(p.Buckets), p.Objects, p.Partitions, mib(p.Bytes), p.Readers)
-		fmt.Fprintf(w, "  direct:   readers %d GETs ($%.6f)\n", pr.Direct.GET, pr.Direct.Dollars())
-		fmt.Fprintf(w, "  combined: combining %d GETs and %d PUTs, readers %d GETs ($%.6f)\n",
-			pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, pr.Combine.Dollars()+pr.Combined.Dollars())
+		fmt.Fprintf(w, "  requests at %s\n", prices)
+		fmt.Fprintf(w, "  direct:   readers %d %s ($%.6f)\n", pr.Direct.GET, prices.ReadClass, prices.Dollars(pr.Direct))
+		fmt.Fprintf(w, "  combined: combining %d %s and %d %s, readers %d %s ($%.6f)\n",
+			pr.Combine.GET, prices.ReadClass, pr.Combine.PUT, prices.WriteClass, pr.Combined.GET, prices.ReadClass,
+			prices.Dollars(pr.Combine)+prices.Dollars(pr.Combined))
 		if pr.Pays {
 			fmt.Fprintln(w, "  combining pays")
 		} else {
