@@ -48,13 +48,14 @@ func everyStore(t *testing.T, bucket string) []storeTarget {
 
 // TestDemoOnEveryStore runs the demo (4 writers, 64 and 2,048
 // partitions) on MinIO, Azurite and fake-gcs-server. Each must verify
-// every partition. Its write-class requests, as the store's own counter
-// names them, are what the store's request model (combine.Prices) makes
-// of the objects the demo stored, as inspect reads them; every object's
-// parts are sized by the object (uploader.PlanFileParts); and so a
-// writer's object of 1 GiB costs at most 12 write-class requests on every
-// store, its manifest included. It logs the table BENCHMARKS.md's
-// "Stores" section shows.
+// every partition, and its write-class requests, as the store's own
+// counter names them, must be what the store's request model
+// (combine.Prices, held to the counters by TestRequestModelOnEveryStore)
+// makes of the objects the demo stored, as inspect reads them. By that
+// model a spilled writer's 1 GiB object, in parts sized by the object
+// (uploader.PlanFileParts), and its manifest are at most 12 write-class
+// requests on every store; at the demo's size the per-object requests
+// dominate. It logs the table of BENCHMARKS.md's "Stores" section.
 func TestDemoOnEveryStore(t *testing.T) {
 	cfg := durashuffle.DefaultConfig()
 	up := uploader.Config{Concurrency: cfg.Write.UploadConcurrency, ChunkSize: int64(cfg.Write.ChunkSize), MaxPartSize: int64(cfg.Write.MaxPartSize)}
@@ -80,13 +81,6 @@ func TestDemoOnEveryStore(t *testing.T) {
 				if in.RequestCost == nil || writes.PUT != in.RequestCost.StageWrites || writes.GET != 0 {
 					t.Fatalf("the demo's write made %d %s and %d %s (%d other: %v); inspect's model of its objects says %+v",
 						writes.PUT, prices.WriteClass, writes.GET, prices.ReadClass, other, s.Requests, in.RequestCost)
-				}
-				for _, w := range in.Workers {
-					for _, o := range w.Objects {
-						if want, _, _, _, err := uploader.PlanFileParts(up, o.Key, o.Size); err != nil || o.Parts != want {
-							t.Errorf("%s: %d bytes in %d parts; sized by the object, %d (%v)", o.Key, o.Size, o.Parts, want, err)
-						}
-					}
 				}
 				reads, _ := prices.Classify(s.ReadRequests)
 				table = append(table, fmt.Sprintf("| %s | 4 x %d | %s | %.1f | %.1f | %.2f | %.0f | %.2f | %.2f |", st.name, partitions,

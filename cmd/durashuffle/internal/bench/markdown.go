@@ -55,7 +55,7 @@ func UpdateMarkdown(path string, reports []*Report, chartDir string) error {
 	}
 	for _, rep := range reports {
 		if rep.StoreKind != "" && rep.StoreKind != KindS3 {
-			doc = replaceSection(doc, rep.Scenario+"-"+rep.StoreKind, storeMarkdown(rep))
+			doc = replaceSection(doc, rep.StoreKind, storeMarkdown(rep, sectionBody(doc, rep.StoreKind)))
 			continue
 		}
 		doc = replaceSection(doc, rep.Scenario, scenarioMarkdown(rep, rel))
@@ -147,16 +147,7 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 			}
 		}
 	}
-	if len(rep.Targets) > 0 {
-		b.WriteString("\n")
-		for _, t := range rep.Targets {
-			mark := "met"
-			if !t.OK {
-				mark = "**missed**"
-			}
-			fmt.Fprintf(&b, "- %s: **%.3f** (target %s): %s\n", t.Name, t.Got, t.Want, mark)
-		}
-	}
+	// The targets are in the targets table (targetsTable), not repeated here.
 	if rep.Recommendation != "" {
 		fmt.Fprintf(&b, "\nRecommended: %s.\n", rep.Recommendation)
 	}
@@ -166,18 +157,46 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 	return b.String()
 }
 
-// storeMarkdown is the short table of a scenario run on a store other
-// than S3 (section NAME-KIND): against that store's SDK helpers.
-func storeMarkdown(rep *Report) string {
+// sectionBody is the text of section name in doc ("" if there is none).
+func sectionBody(doc, name string) string {
+	open, end := "<!-- bench:"+name+" -->\n", "<!-- /bench:"+name+" -->"
+	i := strings.Index(doc, open)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return ""
+	}
+	return doc[i+len(open) : j]
+}
+
+// storeMarkdown is the section of a store other than S3 (named by its
+// kind): one short table of write's and read's contenders against the
+// store's SDK helpers, rep's rows replacing its scenario's in old (the
+// section as it was) and the other scenario's kept.
+func storeMarkdown(rep *Report, old string) string {
 	var b strings.Builder
 	s := rep.Setup
-	fmt.Fprintf(&b, "_%s, %s stored in %d partitions, chunk %s x %d over %.0f ms and %s/s per connection (limit %s MiB/s), %d round(s), medians._\n\n",
+	fmt.Fprintf(&b, "_%s: %s stored in %d partitions, chunk %s x %d, link %.0f ms and %s/s per connection (limit %s MiB/s), %d round(s), medians._\n",
 		s.Store, sizeString(firstStored(rep)), s.Partitions, sizeString(s.ChunkSize), s.UploadConcurrency, rep.Link.LatencyMS,
 		sizeString(rep.Link.ConnBandwidthBytes), mibps(float64(rep.Link.LimitBytesPerS)), s.Rounds)
-	b.WriteString("| contender | seconds | stored MiB/s | of link | peak RSS MiB | PUT-class/GiB | requests |\n|---|---:|---:|---:|---:|---:|---|\n")
+	b.WriteString("| scenario | contender | seconds | stored MiB/s | of link | peak RSS MiB | PUT-class/GiB | requests |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+	var rows []string
+	for _, line := range strings.Split(old, "\n") {
+		if cell, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " |"); ok && strings.HasPrefix(line, "| ") &&
+			cell != rep.Scenario && slices.Contains(Scenarios, cell) {
+			rows = append(rows, line)
+		}
+	}
 	for _, r := range rep.Results {
-		fmt.Fprintf(&b, "| %s | %.2f | %s | %s | %.0f | %s | %s |\n", r.Name, r.Seconds, mibps(r.StoredBytesPerS), optFloat(r.LinkFraction),
-			float64(r.PeakRSSBytes)/(1<<20), optFloat(r.PutPerGiB), formatOps(r.Requests))
+		rows = append(rows, fmt.Sprintf("| %s | %s | %.2f | %s | %s | %.0f | %s | %s |", rep.Scenario, r.Name, r.Seconds, mibps(r.StoredBytesPerS),
+			optFloat(r.LinkFraction), float64(r.PeakRSSBytes)/(1<<20), optFloat(r.PutPerGiB), formatOps(r.Requests)))
+	}
+	scenario := func(row string) int {
+		cell, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
+		return indexOf(Scenarios, cell)
+	}
+	slices.SortStableFunc(rows, func(x, y string) int { return scenario(x) - scenario(y) })
+	for _, r := range rows {
+		b.WriteString(r + "\n")
 	}
 	return b.String()
 }

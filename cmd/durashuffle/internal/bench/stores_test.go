@@ -82,6 +82,7 @@ func TestWriteAndReadOnEveryStore(t *testing.T) {
 				t.Errorf("targets %v: want durashuffle against %s alone", rep.Targets, baseline)
 			}
 
+			writeRep := rep
 			_, rep = runScenario(t, o, ScenarioRead)
 			var names []string
 			for _, r := range rep.Results {
@@ -100,6 +101,28 @@ func TestWriteAndReadOnEveryStore(t *testing.T) {
 			for _, tg := range rep.Targets {
 				if strings.HasPrefix(tg.Name, "metadata GETs") && !tg.OK {
 					t.Errorf("%s: %v", tg.Name, tg.Got)
+				}
+			}
+			// --markdown: one section per store, write's and read's rows
+			// kept from one run to the next; S3's targets table untouched.
+			md := filepath.Join(t.TempDir(), "B.md")
+			if err := os.WriteFile(md, []byte("<!-- bench:targets -->\nS3's\n<!-- /bench:targets -->\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range []*Report{writeRep, rep} {
+				if err := UpdateMarkdown(md, []*Report{r}, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mb, err := os.ReadFile(md)
+			if err != nil {
+				t.Fatal(err)
+			}
+			doc := string(mb)
+			for _, want := range []string{"\nS3's\n", "<!-- bench:" + cb.kind + " -->", "| write | durashuffle |", "| write | " + baseline + " |",
+				"| read | durashuffle |", "| read | " + baseline + " |"} {
+				if !strings.Contains(doc, want) {
+					t.Errorf("markdown lacks %q:\n%s", want, doc)
 				}
 			}
 		})
