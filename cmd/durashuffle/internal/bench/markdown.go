@@ -49,7 +49,7 @@ func UpdateMarkdown(path string, reports []*Report, chartDir string) error {
 		slices.SortStableFunc(all, func(a, b *Report) int { return indexOf(Scenarios, a.Scenario) - indexOf(Scenarios, b.Scenario) })
 	}
 	// The targets table is S3's: a run on another store leaves it.
-	all = slices.DeleteFunc(all, func(r *Report) bool { return r.StoreKind != "" && r.StoreKind != KindS3 })
+	all = slices.DeleteFunc(slices.Clone(all), func(r *Report) bool { return r.StoreKind != "" && r.StoreKind != KindS3 })
 	if len(all) > 0 {
 		doc = replaceSection(doc, "targets", targetsTable(all))
 	}
