@@ -24,6 +24,11 @@ func (p countRequests) Do(req *policy.Request) (*http.Response, error) {
 	return resp, err
 }
 
+// Operation names a Blob service request as the store's Counter does, so
+// that a program counting the requests of an azblob client of its own
+// names them alike.
+func Operation(r *http.Request) string { return operation(r) }
+
 // operation names a Blob service request as Azure's REST reference does,
 // from its method and its restype and comp parameters.
 func operation(r *http.Request) string {

@@ -21,6 +21,7 @@ import (
 	htransport "google.golang.org/api/transport/http"
 
 	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/store/azstore"
 )
 
 // The cloud stores' baselines: each SDK's own transfer helpers, on the
@@ -86,28 +87,6 @@ func (t sdkTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	return resp, err
 }
 
-// azureOp names the Blob service requests azblob's helpers send as
-// azstore names them.
-func azureOp(r *http.Request) string {
-	switch comp := r.URL.Query().Get("comp"); {
-	case comp == "block":
-		return "PutBlock"
-	case comp == "blocklist" && r.Method == http.MethodPut:
-		return "PutBlockList"
-	case comp != "":
-		return r.Method + " comp=" + comp
-	}
-	switch r.Method {
-	case http.MethodPut:
-		return "PutBlob"
-	case http.MethodGet:
-		return "GetBlob"
-	case http.MethodHead:
-		return "GetBlobProperties"
-	}
-	return r.Method
-}
-
 // gcsOp names the JSON API requests the storage client's Writer and
 // range readers send as gcsstore names them. A resumable upload is
 // started by its objects.insert; the requests carrying its chunks are
@@ -140,7 +119,7 @@ func sdkHTTP(j *Job, op func(*http.Request) string) (*http.Client, *store.Counte
 // azContainer is azblob's client of the job's container, on the link:
 // Shared Key from AZURE_STORAGE_KEY, else Azure's default credentials.
 func azContainer(j *Job) (*container.Client, *store.Counter, *dataClock, *http.Transport, error) {
-	hc, counter, clock, tr, err := sdkHTTP(j, azureOp)
+	hc, counter, clock, tr, err := sdkHTTP(j, azstore.Operation)
 	if err != nil {
 		return nil, nil, nil, nil, err
 	}
