@@ -37,8 +37,11 @@ type Prices struct {
 //   - azure: Azure Blob Storage block blobs, Hot tier, LRS, East US,
 //     https://azure.microsoft.com/pricing/details/storage/blobs/ (write
 //     operations, among them Put Blob, Put Block and Put Block List, and
-//     list and create-container operations $0.065 per 10,000; read and
-//     all other operations $0.005 per 10,000; Delete free).
+//     list and create-container operations $0.065 per 10,000; read
+//     operations and "all other operations", such as Get Blob
+//     Properties, $0.005 per 10,000; Delete Blob free), the operations'
+//     types as https://learn.microsoft.com/azure/storage/blobs/map-rest-apis-transaction-categories
+//     maps them for general-purpose v2 accounts.
 //   - gcs: Cloud Storage Standard, https://cloud.google.com/storage/pricing
 //     (Class A: objects.insert, objects.compose, objects.list $0.005 per
 //     1,000; Class B: objects.get $0.0004 per 1,000; objects.delete free).

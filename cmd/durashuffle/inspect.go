@@ -96,7 +96,9 @@ func (a *app) inspectCommand() *cobra.Command {
 otherwise) and shows its workers with their
 committed attempts and data objects (key, size, parts), every partition
 with its rows and logical and stored bytes, the compression ratio, and a
-histogram of per-partition stored bytes that makes skew visible.
+histogram of per-partition stored bytes that makes skew visible, and what
+storing the stage and the inspect itself cost in requests at the list
+prices of the store in use (its write and read classes).
 
 With --sidecar host:port it also asks that sidecar (the held action, with
 auth_token as its bearer token) which of the stage's workers its memory
