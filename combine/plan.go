@@ -64,14 +64,6 @@ const (
 	readerMinSpan = 1 << 20
 )
 
-// Request prices of S3 Standard (us-east-1), in dollars per request: a
-// GET, and a PUT, POST, COPY or LIST. The plan's dollars are these times
-// its predicted requests; transfer inside a region is free.
-const (
-	priceGET = 0.0004 / 1000
-	pricePUT = 0.005 / 1000
-)
-
 // Options tune a plan. The zero value means the defaults.
 type Options struct {
 	// TargetGetBytes is K, the GET size to aim for (default 32 MiB).
@@ -259,8 +251,9 @@ type Requests struct {
 	PUT int64 `json:"put"`
 }
 
-// Dollars prices the requests at S3 Standard's rates.
-func (r Requests) Dollars() float64 { return float64(r.GET)*priceGET + float64(r.PUT)*pricePUT }
+// Dollars prices the requests at S3 Standard's list prices (see
+// Prices.Dollars for another store's).
+func (r Requests) Dollars() float64 { return s3Prices.Dollars(r) }
 
 func (r Requests) add(o Requests) Requests { return Requests{r.GET + o.GET, r.PUT + o.PUT} }
 
@@ -538,14 +531,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 				}
 			}
 		}
-		size := p.TaskBytes[n]
-		switch pb := p.partBytes(size); {
-		case size == 0:
-		case size <= pb:
-			pr.Combine.PUT++
-		default:
-			pr.Combine.PUT += 2 + ceilDiv64(size, pb)
-		}
+		pr.Combine.PUT += p.taskWrites(s3Prices, p.TaskBytes[n])
 		pr.Combine.PUT++ // the task manifest
 	}
 	// Seal: the combined manifest (absent), a LIST of the task manifests,

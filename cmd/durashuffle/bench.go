@@ -99,6 +99,14 @@ part size and concurrency:
                  read time, requests, stored bytes, RSS and local disk
   all            every scenario; --out and --markdown write the charts and tables
 
+write and read also run on Azure Blob Storage and Google Cloud Storage,
+the store chosen as for every command (--store azure|gcs with
+--azure-account, --endpoint for Azurite or fake-gcs-server): their
+baselines are then the store's own SDK helpers, azblob (UploadStream,
+DownloadBuffer) and gcs-client (storage.Writer, NewRangeReader), with
+the same part size and concurrency; small-batches, encode, memory and
+sweep run on every store, partitions, fastpath and fan on S3 only.
+
 The link is toxiproxy, in process, in front of the endpoint (an in-memory
 S3 endpoint built for benchmarks unless --endpoint is given; --server
 embedded uses the demo's server): --latency per request round trip
@@ -131,7 +139,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.IntVar(&o.readers, "readers", 8, "partitions the durashuffle reader streams at once")
 	pf.StringVar(&o.smallRows, "small-rows", "128,8192", "small-batches: the two Write sizes in rows, small first")
 	pf.BoolVar(&o.smallOverLink, "small-over-link", false, "small-batches over the link instead of the null store")
-	pf.StringVar(&o.writeOnly, "write-contenders", "", "write: only these contenders, comma-separated (durashuffle, durashuffle-auto, durashuffle-spill-off, durashuffle-encode-only, sequential, transfermanager, manager); targets comparing one left out are not reported (default: all)")
+	pf.StringVar(&o.writeOnly, "write-contenders", "", "write: only these contenders, comma-separated (durashuffle, durashuffle-auto, durashuffle-spill-off, durashuffle-encode-only, sequential, and the store's baselines: transfermanager, manager on S3, azblob on Azure, gcs-client on GCS); targets comparing one left out are not reported (default: all)")
 	pf.StringVar(&o.writers, "writers", "1,"+strconv.Itoa(runtime.NumCPU()), "encode: writer goroutine counts")
 	pf.StringVar(&o.logical, "logical", "1GiB,4GiB", "memory: logical output sizes")
 	pf.StringVar(&o.chunkSizes, "chunk-sizes", "5MiB,8MiB,100MB", "sweep: chunk sizes")
@@ -157,8 +165,11 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 
 	examples := map[string]string{
 		bench.ScenarioWrite: `  durashuffle bench write --rounds 5 --plot write.png
-  durashuffle bench write --endpoint http://127.0.0.1:9000 --path-style --bucket bench`,
-		bench.ScenarioRead:         `  durashuffle bench read --readers 16 --json`,
+  durashuffle bench write --endpoint http://127.0.0.1:9000 --path-style --bucket bench
+  durashuffle bench write --store gcs --endpoint http://127.0.0.1:4443 --bucket bench`,
+		bench.ScenarioRead: `  durashuffle bench read --readers 16 --json
+  AZURE_STORAGE_KEY=... durashuffle bench read --store azure --azure-account devstoreaccount1 \
+    --endpoint http://127.0.0.1:10000/devstoreaccount1 --bucket bench`,
 		bench.ScenarioSmallBatches: `  durashuffle bench small-batches --small-rows 128,8192`,
 		bench.ScenarioEncode:       `  durashuffle bench encode --writers 1,2,4`,
 		bench.ScenarioMemory:       `  durashuffle bench memory --logical 1GiB,4GiB --memory-limit auto,off`,

@@ -26,6 +26,11 @@ type combineSummary struct {
 	Key      string           `json:"key,omitempty"`
 	Seconds  float64          `json:"seconds"`
 	Requests map[string]int64 `json:"requests"`
+	// RequestPrices are the store's request classes and list prices;
+	// RequestsPredicted the plan's prediction with the combining tasks'
+	// objects stored as that store stores them (Plan.PredictOn).
+	RequestPrices     *combine.Prices     `json:"request_prices,omitempty"`
+	RequestsPredicted *combine.Prediction `json:"requests_predicted_on_store,omitempty"`
 }
 
 // combineGroup is a group --group formed (or found formed).
@@ -143,6 +148,15 @@ groups hold exactly its workers.`,
 				return err
 			}
 			out := combineSummary{Query: sf.query, Stage: sf.stage, Plan: s.Plan()}
+			prices, err := storePrices(c.Config())
+			if err != nil {
+				return err
+			}
+			out.RequestPrices = &prices
+			if p := out.Plan; p != nil {
+				pr := p.PredictOn(prices)
+				out.RequestsPredicted = &pr
+			}
 			var tasks []*combine.Task
 			switch {
 			case plan:
@@ -217,12 +231,16 @@ groups hold exactly its workers.`,
 
 func printCombine(w io.Writer, out combineSummary, m *manifest.Stage) {
 	if p := out.Plan; p != nil {
-		pr := p.Predict
+		pr, prices := p.Predict, *out.RequestPrices
+		if out.RequestsPredicted != nil {
+			pr = *out.RequestsPredicted
+		}
 		fmt.Fprintf(w, "plan %s of %s stage %d: %d tasks = %d groups x %d buckets over %d writer objects, %d partitions, %s; %d readers\n",
 			p.ID, out.Query, out.Stage, p.Tasks(), len(p.Groups), len(p.Buckets), p.Objects, p.Partitions, mib(p.Bytes), p.Readers)
-		fmt.Fprintf(w, "  direct:   readers %d GETs ($%.6f)\n", pr.Direct.GET, pr.Direct.Dollars())
+		fmt.Fprintf(w, "  requests at %s (GETs: %s, PUTs: %s)\n", prices, prices.ReadClass, prices.WriteClass)
+		fmt.Fprintf(w, "  direct:   readers %d GETs ($%.6f)\n", pr.Direct.GET, prices.Dollars(pr.Direct))
 		fmt.Fprintf(w, "  combined: combining %d GETs and %d PUTs, readers %d GETs ($%.6f)\n",
-			pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, pr.Combine.Dollars()+pr.Combined.Dollars())
+			pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, prices.Dollars(pr.Combine)+prices.Dollars(pr.Combined))
 		if pr.Pays {
 			fmt.Fprintln(w, "  combining pays")
 		} else {

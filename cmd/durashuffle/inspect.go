@@ -13,6 +13,8 @@ import (
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/spf13/cobra"
 
+	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -73,6 +75,9 @@ type inspectOutput struct {
 	PartitionList []inspectPartition `json:"partition_stats"`
 	Skew          inspectSkew        `json:"skew"`
 	Requests      map[string]int64   `json:"requests"`
+	// RequestCost prices the stage's and this command's requests at the
+	// list prices of the store in use.
+	RequestCost *requestCost `json:"request_cost,omitempty"`
 	// Sidecar is the memory store of --sidecar (absent without it).
 	Sidecar *flightclient.HeldResult `json:"sidecar,omitempty"`
 }
@@ -91,7 +96,9 @@ func (a *app) inspectCommand() *cobra.Command {
 otherwise) and shows its workers with their
 committed attempts and data objects (key, size, parts), every partition
 with its rows and logical and stored bytes, the compression ratio, and a
-histogram of per-partition stored bytes that makes skew visible.
+histogram of per-partition stored bytes that makes skew visible, and what
+storing the stage and the inspect itself cost in requests at the list
+prices of the store in use (its write and read classes).
 
 With --sidecar host:port it also asks that sidecar (the held action, with
 auth_token as its bearer token) which of the stage's workers its memory
@@ -121,6 +128,9 @@ store holds, and shows each worker's advertised peer.`,
 			schema := reader.FromManifest(c.Store(), c.Layout(), m, reader.Options{}).Schema()
 			out := describeStage(m, schema, per, c.Layout())
 			out.Requests = c.Counter().Requests()
+			if out.RequestCost, err = costOf(c.Config(), m, out.Requests); err != nil {
+				return err
+			}
 			if sidecarAddr != "" {
 				h, err := sidecarHeld(cmd.Context(), sidecarAddr, c.Config().Sidecar.AuthToken, sf.query, sf.stage)
 				if err != nil {
@@ -146,6 +156,48 @@ store holds, and shows each worker's advertised peer.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the stage as JSON")
 	cmd.Flags().StringVar(&sidecarAddr, "sidecar", "", "also show which workers this sidecar (Flight host:port) holds in memory")
 	return cmd
+}
+
+// requestCost is what requests cost at a store's list prices, by the
+// store's request classes (combine.Prices).
+type requestCost struct {
+	Prices combine.Prices `json:"prices"`
+	// StageWrites is the write-class requests that stored the stage: each
+	// data object as the store's multipart upload stores one of its parts
+	// (Prices.ObjectWrites) and each worker's manifest put; the seal's
+	// few are not counted.
+	StageWrites  int64   `json:"stage_writes"`
+	StageDollars float64 `json:"stage_dollars"`
+	// Requests is this command's own requests by class, Other those of
+	// neither class (free or not priced).
+	Requests combine.Requests `json:"requests"`
+	Other    int64            `json:"other"`
+	Dollars  float64          `json:"dollars"`
+}
+
+// storePrices are the list prices of the store cfg names.
+func storePrices(cfg durashuffle.Config) (combine.Prices, error) {
+	return combine.PricesOf(cfg.Store.Type)
+}
+
+// costOf prices the writes that stored stage m and the requests ops (a
+// command's own) at the prices of cfg's store.
+func costOf(cfg durashuffle.Config, m *manifest.Stage, ops map[string]int64) (*requestCost, error) {
+	p, err := storePrices(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rc := &requestCost{Prices: p}
+	for _, w := range m.Workers {
+		rc.StageWrites++ // the worker manifest
+		for _, o := range w.Objects {
+			rc.StageWrites += p.ObjectWrites(int64(max(1, o.Parts)))
+		}
+	}
+	rc.StageDollars = p.Dollars(combine.Requests{PUT: rc.StageWrites})
+	rc.Requests, rc.Other = p.Classify(ops)
+	rc.Dollars = p.Dollars(rc.Requests)
+	return rc, nil
 }
 
 // sidecarHeld asks a sidecar which workers of a stage it holds.
@@ -291,6 +343,12 @@ func printInspect(w io.Writer, s *inspectOutput) {
 		mib(s.Skew.MinStored), mib(int64(s.Skew.MeanStored)), mib(s.Skew.MaxStored), s.Skew.MaxOverAvg)
 	for _, line := range histogram(partitionSizes(s.PartitionList), 8, 40) {
 		fmt.Fprintln(w, "  "+line)
+	}
+	if rc := s.RequestCost; rc != nil {
+		p := rc.Prices
+		fmt.Fprintf(w, "\nrequests at %s\n", p)
+		fmt.Fprintf(w, "  storing the stage: %d %s ($%.6f)\n", rc.StageWrites, p.WriteClass, rc.StageDollars)
+		fmt.Fprintf(w, "  this inspect: %d %s, %d %s, %d other ($%.6f)\n", rc.Requests.GET, p.ReadClass, rc.Requests.PUT, p.WriteClass, rc.Other, rc.Dollars)
 	}
 }
 

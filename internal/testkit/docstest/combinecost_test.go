@@ -93,6 +93,46 @@ func TestCombineCostTable(t *testing.T) {
 			t.Errorf("docs/combining.md lacks the row\n%s", line)
 		}
 	}
+	// The same layouts priced on each store: its PUT-class requests as its
+	// uploads make them (combine.Prices.UploadWrites, Plan.PredictOn), the
+	// GETs the same on every store.
+	var stores []combine.Prices
+	for _, kind := range []string{"s3", "azure", "gcs"} {
+		p, err := combine.PricesOf(kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stores = append(stores, p)
+	}
+	for _, r := range rows {
+		line := "| " + r.name + " |"
+		for _, n := range []int{1000, 10000} {
+			tib := int64(n / 1000)
+			p, err := combine.MakePlan(uniformStage(n, n, tib*TiB), r.c.o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, prices := range stores {
+				var put, get int64
+				switch {
+				case r.c.writers.Concurrency == 0:
+					put, get = int64(n)*int64(n), int64(n)*int64(n)
+				default:
+					pr := p.PredictOn(prices)
+					put = int64(n) * (prices.UploadWrites(writerParts(t, r.c.writers, tib*TiB/int64(n))) + 1)
+					get = pr.Direct.GET
+					if r.combined {
+						put += pr.Combine.PUT
+						get = pr.Combine.GET + pr.Combined.GET
+					}
+				}
+				line += fmt.Sprintf(" %s: **$%.3f** |", count(put/tib), prices.Dollars(combine.Requests{GET: get, PUT: put})/float64(tib))
+			}
+		}
+		if !strings.Contains(string(doc), line+"\n") {
+			t.Errorf("docs/combining.md lacks the row of the table by store\n%s", line)
+		}
+	}
 }
 
 // uniformStage is a stage of W workers of one object each and P

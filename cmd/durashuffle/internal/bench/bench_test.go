@@ -19,6 +19,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
+	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 )
 
 // TestMain lets the test binary act as a bench child process.
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	testenv.Main(m)
 }
 
 func smokeOptions(t *testing.T) *Options {

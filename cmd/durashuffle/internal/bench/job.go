@@ -420,6 +420,10 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeTM(ctx, j)
 	case j.Kind == "write" && j.Name == Manager:
 		return writeManager(ctx, j)
+	case j.Kind == "write" && j.Name == AzBlob:
+		return writeAzBlob(ctx, j)
+	case j.Kind == "write" && j.Name == GCSClient:
+		return writeGCSClient(ctx, j)
 	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
 		return readDurashuffle(ctx, j)
 	case j.Kind == "read" && j.Name == DurashuffleRanges:
@@ -428,6 +432,10 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return readTM(ctx, j)
 	case j.Kind == "read" && j.Name == Manager:
 		return readManager(ctx, j)
+	case j.Kind == "read" && j.Name == AzBlob:
+		return readAzBlob(ctx, j)
+	case j.Kind == "read" && j.Name == GCSClient:
+		return readGCSClient(ctx, j)
 	}
 	return nil, fmt.Errorf("unknown job %s/%s", j.Kind, j.Name)
 }

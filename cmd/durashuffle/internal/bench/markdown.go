@@ -48,8 +48,16 @@ func UpdateMarkdown(path string, reports []*Report, chartDir string) error {
 		}
 		slices.SortStableFunc(all, func(a, b *Report) int { return indexOf(Scenarios, a.Scenario) - indexOf(Scenarios, b.Scenario) })
 	}
-	doc = replaceSection(doc, "targets", targetsTable(all))
+	// The targets table is S3's: a run on another store leaves it.
+	all = slices.DeleteFunc(slices.Clone(all), func(r *Report) bool { return r.StoreKind != "" && r.StoreKind != KindS3 })
+	if len(all) > 0 {
+		doc = replaceSection(doc, "targets", targetsTable(all))
+	}
 	for _, rep := range reports {
+		if rep.StoreKind != "" && rep.StoreKind != KindS3 {
+			doc = replaceSection(doc, rep.StoreKind, storeMarkdown(rep, sectionBody(doc, rep.StoreKind)))
+			continue
+		}
 		doc = replaceSection(doc, rep.Scenario, scenarioMarkdown(rep, rel))
 	}
 	return os.WriteFile(path, []byte(doc), 0o644)
@@ -139,16 +147,7 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 			}
 		}
 	}
-	if len(rep.Targets) > 0 {
-		b.WriteString("\n")
-		for _, t := range rep.Targets {
-			mark := "met"
-			if !t.OK {
-				mark = "**missed**"
-			}
-			fmt.Fprintf(&b, "- %s: **%.3f** (target %s): %s\n", t.Name, t.Got, t.Want, mark)
-		}
-	}
+	// The targets are in the targets table (targetsTable), not repeated here.
 	if rep.Recommendation != "" {
 		fmt.Fprintf(&b, "\nRecommended: %s.\n", rep.Recommendation)
 	}
@@ -156,6 +155,58 @@ func scenarioMarkdown(rep *Report, chartDir string) string {
 		fmt.Fprintf(&b, "\n![%s](%s)\n", rep.Scenario, filepath.ToSlash(filepath.Join(chartDir, rep.Scenario+".png")))
 	}
 	return b.String()
+}
+
+// sectionBody is the text of section name in doc ("" if there is none).
+func sectionBody(doc, name string) string {
+	open, end := "<!-- bench:"+name+" -->\n", "<!-- /bench:"+name+" -->"
+	i := strings.Index(doc, open)
+	j := strings.Index(doc, end)
+	if i < 0 || j < i {
+		return ""
+	}
+	return doc[i+len(open) : j]
+}
+
+// storeMarkdown is the section of a store other than S3 (named by its
+// kind): one short table of write's and read's contenders against the
+// store's SDK helpers, rep's rows replacing its scenario's in old (the
+// section as it was) and the other scenario's kept.
+func storeMarkdown(rep *Report, old string) string {
+	var b strings.Builder
+	s := rep.Setup
+	fmt.Fprintf(&b, "_%s: %s stored in %d partitions, chunk %s x %d, link %.0f ms and %s/s per connection (limit %s MiB/s), %d round(s), medians._\n",
+		s.Store, sizeString(firstStored(rep)), s.Partitions, sizeString(s.ChunkSize), s.UploadConcurrency, rep.Link.LatencyMS,
+		sizeString(rep.Link.ConnBandwidthBytes), mibps(float64(rep.Link.LimitBytesPerS)), s.Rounds)
+	b.WriteString("| scenario | contender | seconds | stored MiB/s | of link | peak RSS MiB | PUT-class/GiB | requests |\n|---|---|---:|---:|---:|---:|---:|---|\n")
+	var rows []string
+	for _, line := range strings.Split(old, "\n") {
+		if cell, _, ok := strings.Cut(strings.TrimPrefix(line, "| "), " |"); ok && strings.HasPrefix(line, "| ") &&
+			cell != rep.Scenario && slices.Contains(Scenarios, cell) {
+			rows = append(rows, line)
+		}
+	}
+	for _, r := range rep.Results {
+		rows = append(rows, fmt.Sprintf("| %s | %s | %.2f | %s | %s | %.0f | %s | %s |", rep.Scenario, r.Name, r.Seconds, mibps(r.StoredBytesPerS),
+			optFloat(r.LinkFraction), float64(r.PeakRSSBytes)/(1<<20), optFloat(r.PutPerGiB), formatOps(r.Requests)))
+	}
+	scenario := func(row string) int {
+		cell, _, _ := strings.Cut(strings.TrimPrefix(row, "| "), " |")
+		return indexOf(Scenarios, cell)
+	}
+	slices.SortStableFunc(rows, func(x, y string) int { return scenario(x) - scenario(y) })
+	for _, r := range rows {
+		b.WriteString(r + "\n")
+	}
+	return b.String()
+}
+
+// firstStored is the stored bytes of the report's first result.
+func firstStored(rep *Report) int64 {
+	if len(rep.Results) == 0 {
+		return 0
+	}
+	return rep.Results[0].StoredBytes
 }
 
 func joinFloats(fs []float64) string {

@@ -4,11 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
-	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -27,18 +27,14 @@ func (e *Env) probeLink(ctx context.Context, conns int, part int64) (put, get fl
 	}
 	hc, tr := HTTPClient(e.Link.Addr, conns, tc)
 	defer tr.CloseIdleConnections()
-	opts := s3store.Options{Bucket: e.Bucket, Endpoint: e.Endpoint, Region: e.o.Config.Store.Region, PathStyle: e.o.Config.Store.PathStyle, HTTPClient: hc}
-	if e.Embedded {
-		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
-	}
-	st, err := s3store.New(ctx, opts)
+	st, err := openKind(ctx, e.o.Config, e.Endpoint, e.Bucket, e.Embedded, hc, &store.Counter{})
 	if err != nil {
 		return 0, 0, err
 	}
 	body := make([]byte, part)
 	const each = 2
 	q := e.query("probe")
-	key := func(c, i int) string { return fmt.Sprintf("%s/%s/p-%d-%d", e.o.Config.Store.Prefix, q, c, i) }
+	key := func(c, i int) string { return path.Join(e.o.Config.Store.Prefix, q, fmt.Sprintf("p-%d-%d", c, i)) }
 	defer e.cleanup(ctx, q)
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)

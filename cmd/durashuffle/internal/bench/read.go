@@ -75,7 +75,7 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 	res.Frames = t.Frames
 	res.Objects = t.Objects
 	res.RangedGets = ranges.Load()
-	res.ManifestGets = res.Requests["GetObject"] - res.RangedGets
+	res.ManifestGets = res.Requests[getOp(StoreKind(j.Config))] - res.RangedGets
 	if res.Rows != t.Rows {
 		return nil, fmt.Errorf("read %d rows, the stage has %d", res.Rows, t.Rows)
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/url"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -20,7 +21,6 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/store"
@@ -106,10 +106,12 @@ type Env struct {
 	Bucket   string
 	Embedded bool
 	direct   store.Store
-	workDir  string
-	server   string
-	stop     []func()
-	run      string
+	// serverTLS is the in-process S3 endpoint's TLS (nil: plain HTTP).
+	serverTLS *tls.Config
+	workDir   string
+	server    string
+	stop      []func()
+	run       string
 }
 
 // Start brings up the endpoint (the embedded server unless
@@ -125,18 +127,64 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 	}
 	e.workDir = dir
 	e.stop = append(e.stop, func() { os.RemoveAll(dir) })
-	opts := s3store.Options{Bucket: e.Bucket, Region: o.Config.Store.Region, PathStyle: o.Config.Store.PathStyle, InsecureSkipVerify: o.Config.Store.InsecureSkipVerify}
+	if StoreKind(o.Config) != KindS3 {
+		err = e.startCloud(ctx)
+	} else {
+		err = e.startS3(ctx, dir)
+	}
+	if err != nil {
+		e.Close()
+		return nil, err
+	}
+	if err := e.startLink(); err != nil {
+		e.Close()
+		return nil, err
+	}
+	return e, nil
+}
+
+// startCloud opens Azure Blob Storage or Google Cloud Storage, as the
+// configuration names it (an emulator at its endpoint, or the service),
+// and makes the container or bucket if it is missing.
+func (e *Env) startCloud(ctx context.Context) error {
+	o := e.o
+	if o.Config.Store.Endpoint == "" && o.Server != "" && o.Server != ServerMemory {
+		return fmt.Errorf("--server %s serves S3 only; store %s runs on its endpoint or its service", o.Server, StoreKind(o.Config))
+	}
+	url, err := serviceURL(o.Config)
+	if err != nil {
+		return err
+	}
+	st, err := openKind(ctx, o.Config, "", e.Bucket, false, nil, &store.Counter{})
+	if err != nil {
+		return err
+	}
+	if bm, ok := st.(store.BucketMaker); ok {
+		if err := bm.EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %s: %w", e.Bucket, err)
+		}
+	}
+	e.direct, e.Endpoint, e.server = st, url, storeLabel(o.Config, url)
+	// The in-process endpoint's certificate is S3's alone.
+	o.TLS = false
+	return nil
+}
+
+// startS3 brings up the in-process S3 endpoint unless one is configured,
+// and opens the store the parent cleans up with.
+func (e *Env) startS3(ctx context.Context, dir string) error {
+	o := e.o
+	var err error
 	var serverTLS *tls.Config
 	if o.TLS && e.Endpoint == "" {
 		if o.Server == ServerEmbedded {
-			e.Close()
-			return nil, fmt.Errorf("--tls needs --server memory: the embedded server speaks plain HTTP (use --tls=false)")
+			return fmt.Errorf("--tls needs --server memory: the embedded server speaks plain HTTP (use --tls=false)")
 		}
 		if serverTLS, o.Config.Store.CAFile, err = benchTLS(dir); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("bench certificate: %w", err)
+			return fmt.Errorf("bench certificate: %w", err)
 		}
 	}
+	e.serverTLS = serverTLS
 	if e.Endpoint == "" {
 		switch o.Server {
 		case ServerEmbedded:
@@ -144,16 +192,14 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 			srv, err := embedded.StartWith(embedded.Options{DataDir: filepath.Join(dir, "s3"), Buckets: []string{e.Bucket},
 				AccessKeyID: "durashuffle", SecretAccessKey: "durashuffle"})
 			if err != nil {
-				e.Close()
-				return nil, err
+				return err
 			}
 			e.stop = append(e.stop, func() { srv.Close() })
 			e.Endpoint, e.server = srv.Endpoint(), "embedded S3 server (gofakes3, in the parent process)"
 		case ServerMemory, "":
 			srv, err := StartMemServerTLS(serverTLS, e.Bucket)
 			if err != nil {
-				e.Close()
-				return nil, err
+				return err
 			}
 			e.stop = append(e.stop, func() { srv.Close() })
 			e.Endpoint, e.server = srv.Endpoint(), "in-memory S3 endpoint (in the parent process)"
@@ -161,41 +207,41 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 				e.server = "in-memory S3 endpoint over HTTPS (in the parent process)"
 			}
 		default:
-			e.Close()
-			return nil, fmt.Errorf("server %q: want memory or embedded", o.Server)
+			return fmt.Errorf("server %q: want memory or embedded", o.Server)
 		}
 		e.Embedded = true
 		o.Config.Store.PathStyle = true
-		opts.PathStyle = true
-		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
 	}
-	opts.Endpoint = e.Endpoint
-	opts.CAFile = o.Config.Store.CAFile
-	s3, err := s3store.New(ctx, opts)
+	s3, err := openKind(ctx, o.Config, e.Endpoint, e.Bucket, e.Embedded, nil, &store.Counter{})
 	if err != nil {
-		e.Close()
-		return nil, err
+		return err
 	}
 	if !e.Embedded {
-		if err := s3.EnsureBucket(ctx); err != nil {
-			e.Close()
-			return nil, fmt.Errorf("bucket %s: %w", e.Bucket, err)
+		if err := s3.(store.BucketMaker).EnsureBucket(ctx); err != nil {
+			return fmt.Errorf("bucket %s: %w", e.Bucket, err)
 		}
 	}
 	e.direct = s3
+	return nil
+}
+
+// startLink puts the fault proxy (if asked for) and the shaped link in
+// front of the endpoint.
+func (e *Env) startLink() error {
+	o := e.o
+	var err error
+	serverTLS := e.serverTLS
 	upstream := e.Endpoint
 	if o.Faults != nil {
 		var upstreamTLS *tls.Config
 		if serverTLS != nil {
 			if upstreamTLS, err = clientTLS(o.Config.Store.CAFile, false); err != nil {
-				e.Close()
-				return nil, err
+				return err
 			}
 		}
-		fp, err := faultproxy.StartTLS(e.Endpoint, *o.Faults, serverTLS, upstreamTLS)
+		fp, err := faultproxy.StartTLS(origin(e.Endpoint), *o.Faults, serverTLS, upstreamTLS)
 		if err != nil {
-			e.Close()
-			return nil, fmt.Errorf("fault proxy: %w", err)
+			return fmt.Errorf("fault proxy: %w", err)
 		}
 		e.stop = append(e.stop, func() {
 			e.logf("faults injected: %s", fp.Stats())
@@ -204,11 +250,20 @@ func Start(ctx context.Context, o *Options) (*Env, error) {
 		upstream = fp.URL()
 	}
 	if e.Link, err = StartLink(upstream, o.Latency, o.ConnBandwidth); err != nil {
-		e.Close()
-		return nil, err
+		return err
 	}
 	e.stop = append(e.stop, e.Link.Close)
-	return e, nil
+	return nil
+}
+
+// origin is endpoint less its path (Azure's names the account): what a
+// proxy in front of it forwards to, every request keeping its own path.
+func origin(endpoint string) string {
+	u, err := url.Parse(endpoint)
+	if err != nil || u.Host == "" {
+		return endpoint
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // Close stops the link and the server and removes temporary files.
@@ -227,10 +282,12 @@ func (e *Env) logf(format string, args ...any) {
 
 // Report is one scenario's outcome, as `--json` prints it.
 type Report struct {
-	Scenario string   `json:"scenario"`
-	Link     LinkInfo `json:"link"`
-	Results  []Result `json:"results"`
-	Targets  []Target `json:"targets,omitempty"`
+	Scenario string `json:"scenario"`
+	// StoreKind is the kind of store measured: s3, azure or gcs.
+	StoreKind string   `json:"store_kind,omitempty"`
+	Link      LinkInfo `json:"link"`
+	Results   []Result `json:"results"`
+	Targets   []Target `json:"targets,omitempty"`
 	// Setup says what was measured: data set, configuration, store.
 	Setup          Setup  `json:"setup"`
 	Recommendation string `json:"recommendation,omitempty"`
@@ -290,6 +347,22 @@ func round3(f float64) float64 { return math.Round(f*1000) / 1000 }
 
 // Run runs one scenario.
 func (e *Env) Run(ctx context.Context, scenario string) (*Report, error) {
+	rep, err := e.runScenario(ctx, scenario)
+	if rep != nil {
+		rep.StoreKind = StoreKind(e.o.Config)
+	}
+	return rep, err
+}
+
+// s3Only are the scenarios whose baselines are S3's alone (the
+// transfer managers, Druid's and Spark's layouts on S3) or that measure
+// S3's in-memory endpoint.
+var s3Only = []string{ScenarioPartitions, ScenarioFastpath, ScenarioFan}
+
+func (e *Env) runScenario(ctx context.Context, scenario string) (*Report, error) {
+	if kind := StoreKind(e.o.Config); kind != KindS3 && slices.Contains(s3Only, scenario) {
+		return nil, fmt.Errorf("scenario %s runs on S3 only, not on store %s (write, read, small-batches, encode, memory and sweep run on every store)", scenario, kind)
+	}
 	switch scenario {
 	case ScenarioWrite:
 		return e.runWrite(ctx)

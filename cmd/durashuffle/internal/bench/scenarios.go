@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -18,8 +19,9 @@ func (e *Env) data(stored int64, ratio float64) Data {
 	return d
 }
 
-// WriteContenders are write's contenders, in the order of its report.
-var WriteContenders = []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager}
+// WriteContenders are write's contenders, in the order of its report:
+// durashuffle's, then the baselines of the store in use (Baselines).
+var WriteContenders = []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager, AzBlob, GCSClient}
 
 // encodeFiles writes the data objects durashuffle's writer produces for
 // d and cfg to local files (untimed): what transfermanager and manager
@@ -56,7 +58,10 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return nil, err
 	}
 
-	names := slices.Clone(WriteContenders)
+	kind := StoreKind(cfg)
+	names := slices.DeleteFunc(slices.Clone(WriteContenders), func(n string) bool {
+		return isBaseline(n) && !slices.Contains(Baselines[kind], n)
+	})
 	if e.Link.Addr == "" {
 		// Unshaped, CPU-bound: what auto costs next to lz4; the
 		// baselines say nothing more there.
@@ -83,7 +88,7 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	// objects durashuffle's writer produces for the same rows and config.
 	var files []string
 	var encoded *Result
-	if ran(TransferManager) || ran(Manager) {
+	if slices.ContainsFunc(names, isBaseline) {
 		files, encoded, err = e.encodeFiles(ctx, cfg, d)
 		if err != nil {
 			return nil, err
@@ -105,13 +110,13 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 			c.Write.Spill = "off"
 		}
 		j := e.job("write", name, q, c, d)
-		switch name {
-		case TransferManager, Manager:
+		switch {
+		case isBaseline(name):
 			j.Files = files
 			for i := range files {
-				j.Keys = append(j.Keys, fmt.Sprintf("%s/%s/data-%d.arrows", cfg.Store.Prefix, q, i))
+				j.Keys = append(j.Keys, path.Join(cfg.Store.Prefix, q, fmt.Sprintf("data-%d.arrows", i)))
 			}
-		case DurashuffleEncodeOnly:
+		case name == DurashuffleEncodeOnly:
 			j.NullStore = true
 		}
 		if strings.HasPrefix(name, Durashuffle) {
@@ -119,7 +124,7 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		}
 		return j
 	}, func(name string, r *Result) {
-		if name == TransferManager || name == Manager {
+		if isBaseline(name) {
 			r.LogicalBytes = encoded.LogicalBytes
 			r.Rows = encoded.Rows
 			r.finish(secondsDuration(r.Seconds))
@@ -154,7 +159,7 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return rep, nil
 	}
 	off, enc := find(rep.Results, DurashuffleSpillOff), find(rep.Results, DurashuffleEncodeOnly)
-	seq, tm, mgr := find(rep.Results, Sequential), find(rep.Results, TransferManager), find(rep.Results, Manager)
+	seq, mgr := find(rep.Results, Sequential), find(rep.Results, Manager)
 	if limit > 0 {
 		target(atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95), Durashuffle)
 		target(atLeast("durashuffle-auto logical / link limit", ratio(auto.LogicalBytesPerS, limit), 2.0), DurashuffleAuto)
@@ -165,11 +170,13 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		target(atLeast("durashuffle stored / (time after input) / link limit", ds.AfterInputLinkFraction, 0.95), Durashuffle)
 		target(atLeast("durashuffle upload phase / link limit", ds.UploadLinkFraction, 0.95), Durashuffle)
 	}
-	target(atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0), Durashuffle, TransferManager)
-	target(atLeast("durashuffle / manager", ratio(ds.StoredBytesPerS, mgr.StoredBytesPerS), 1.0), Durashuffle, Manager)
+	for _, b := range Baselines[kind] {
+		target(atLeast("durashuffle / "+b, ratio(ds.StoredBytesPerS, find(rep.Results, b).StoredBytesPerS), 1.0), Durashuffle, b)
+	}
 	target(atLeast("durashuffle / sequential", ratio(ds.StoredBytesPerS, seq.StoredBytesPerS), 6.0), Durashuffle, Sequential)
-	target(atLeast("durashuffle-spill-off / transfermanager", ratio(off.StoredBytesPerS, tm.StoredBytesPerS), 1.0), DurashuffleSpillOff, TransferManager)
-	target(atLeast("durashuffle-spill-off / manager", ratio(off.StoredBytesPerS, mgr.StoredBytesPerS), 1.0), DurashuffleSpillOff, Manager)
+	for _, b := range Baselines[kind] {
+		target(atLeast("durashuffle-spill-off / "+b, ratio(off.StoredBytesPerS, find(rep.Results, b).StoredBytesPerS), 1.0), DurashuffleSpillOff, b)
+	}
 	// What the upload costs durashuffle (its CPU less the same write's on
 	// the null store) against all that manager spends uploading the same
 	// bytes, each per GiB stored.
@@ -209,7 +216,8 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
-	names := []string{Durashuffle, DurashuffleByPartition, TransferManager, Manager}
+	kind := StoreKind(cfg)
+	names := append([]string{Durashuffle, DurashuffleByPartition}, Baselines[kind]...)
 	rep.Results, err = e.rounds(ctx, names, func(name string, _ int) *Job {
 		c := cfg
 		if name == Durashuffle {
@@ -222,7 +230,7 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 		j.Keys = src.Keys
 		return j
 	}, func(name string, r *Result) {
-		if name == TransferManager || name == Manager {
+		if isBaseline(name) {
 			r.LogicalBytes = src.LogicalBytes
 			r.Rows = src.Rows
 			r.finish(secondsDuration(r.Seconds))
@@ -235,7 +243,7 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 	for i := range rep.Results {
 		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
 	}
-	ds, tm := find(rep.Results, Durashuffle), find(rep.Results, TransferManager)
+	ds := find(rep.Results, Durashuffle)
 	if ds.RangedGets > 0 {
 		ds.MeanGetBytes = float64(ds.StoredBytes) / float64(ds.RangedGets)
 		if bw := float64(rep.Link.ConnBandwidthBytes); bw > 0 {
@@ -245,10 +253,10 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 	if limit > 0 {
 		rep.Targets = append(rep.Targets, atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95))
 	}
-	mgr := find(rep.Results, Manager)
+	for _, b := range Baselines[kind] {
+		rep.Targets = append(rep.Targets, atLeast("durashuffle / "+b, ratio(ds.StoredBytesPerS, find(rep.Results, b).StoredBytesPerS), 1.0))
+	}
 	rep.Targets = append(rep.Targets,
-		atLeast("durashuffle / transfermanager", ratio(ds.StoredBytesPerS, tm.StoredBytesPerS), 1.0),
-		atLeast("durashuffle / manager", ratio(ds.StoredBytesPerS, mgr.StoredBytesPerS), 1.0),
 		Target{Name: "metadata GETs per stage (manifest, index)", Want: "= 2", Got: float64(ds.ManifestGets), Min: 2, Max: 2, OK: ds.ManifestGets == 2})
 	return rep, nil
 }

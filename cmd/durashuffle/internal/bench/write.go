@@ -17,14 +17,14 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/frame"
-	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
-// openStore is the raw store of a job: S3 over the link, or the null
-// store. The transport, when there is one, is the caller's to close.
+// openStore is the raw store of a job: the configured store over the
+// link, or the null store. The transport, when there is one, is the
+// caller's to close.
 func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.Transport, error) {
 	counter := &store.Counter{}
 	if j.NullStore {
@@ -34,22 +34,11 @@ func openStore(ctx context.Context, j *Job) (store.Store, *store.Counter, *http.
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	opts := s3store.Options{
-		Bucket:     j.Bucket,
-		Endpoint:   j.Endpoint,
-		Region:     j.Config.Store.Region,
-		PathStyle:  j.Config.Store.PathStyle,
-		Counter:    counter,
-		HTTPClient: hc,
-	}
-	if j.Embedded {
-		opts.AccessKeyID, opts.SecretAccessKey = "durashuffle", "durashuffle"
-	}
-	s3, err := s3store.New(ctx, opts)
+	st, err := openKind(ctx, j.Config, j.Endpoint, j.Bucket, j.Embedded, hc, counter)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	return j.metered(s3), counter, tr, nil
+	return j.metered(st), counter, tr, nil
 }
 
 func closeIdle(tr *http.Transport) {
