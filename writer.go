@@ -38,6 +38,9 @@ type Writer struct {
 	c      *Client
 	opt    WriterOptions
 	write  string // this writer's own ID in its data keys (manifest.NewWriteID)
+	// encryption is what the worker manifest records of the key its
+	// frames are sealed with; nil: they are not.
+	encryption *manifest.Encryption
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 	ch     *chunker.Writer
@@ -81,8 +84,13 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	if err != nil {
 		return nil, err
 	}
+	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID()}
+	sealer, err := w.sealer(ctx)
+	if err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
+	w.ctx, w.cancel = wctx, cancel
 	w.up = c.pool.NewSink(wctx, uploader.SinkOptions{
 		Key: func(obj int) string {
 			return c.layout.ObjectKey(opt.Query, opt.Stage, c.layout.DataKey(opt.Query, opt.Stage, opt.Worker, opt.Attempt, w.write, obj))
@@ -104,6 +112,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		MaxObjectSize:    int64(c.cfg.Write.MaxObjectSize),
 		Mem:              opt.Mem,
 		Spill:            sp,
+		Seal:             sealer,
 	}, w.up)
 	if err != nil {
 		cancel(err)
@@ -116,6 +125,26 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	// or not the caller aborts.
 	ch.OnFail(func(err error) { w.cancel(err) })
 	return w, nil
+}
+
+// sealer returns the sealer of the writer's frames, under its stage's
+// key with its write ID as every nonce's prefix; nil when the client
+// does not encrypt.
+func (w *Writer) sealer(ctx context.Context) (*frame.Sealer, error) {
+	key, e, err := w.c.stageKey(ctx, w.opt.Query, w.opt.Stage)
+	if err != nil || key == nil {
+		return nil, err
+	}
+	var id [frame.WriteIDSize]byte
+	if _, err := hex.Decode(id[:], []byte(w.write)); err != nil {
+		return nil, fmt.Errorf("write ID %q: %w", w.write, err)
+	}
+	s, err := frame.NewSealer(key, w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, id)
+	if err != nil {
+		return nil, err
+	}
+	w.encryption = e
+	return s, nil
 }
 
 // A spilling writer's object goes to the pool as file sections.
@@ -225,6 +254,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		ChunkSize:     int64(w.c.cfg.Write.ChunkSize),
 		Results:       w.opt.Results,
 		WriterVersion: version,
+		Encryption:    w.encryption,
 	}
 	var firstErr error
 	for i, o := range objs {

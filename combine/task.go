@@ -132,7 +132,8 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
 		Schema: s.level1.Schema, Partitions: s.level1.Partitions, Results: s.level1.Results,
 		Compression: compressionOf(s.level1), ChunkSize: partBytes,
-		WriterVersion: writerVersion, WrittenAt: time.Now().UTC()}
+		WriterVersion: writerVersion, WrittenAt: time.Now().UTC(),
+		Encryption: sealedBy(s.level1, grp.Lo, grp.Hi)}
 	var up *store.ObjectWriter
 	kept := false
 	if len(frames) > 0 {
@@ -240,6 +241,25 @@ func (s *Stage) commitTask(ctx context.Context, key string, enc []byte, w *manif
 		return w, nil
 	}
 	return got, nil
+}
+
+// sealedBy is the encryption of a task of workers [lo, hi) of level1:
+// the first level's (its workers agree, or seal refused them), with the
+// writers whose frames, copied sealed as they are, the task's object
+// holds; nil when level1 is not encrypted.
+func sealedBy(level1 *manifest.Stage, lo, hi int) *manifest.Encryption {
+	e := level1.Encrypted()
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Writers = nil
+	for _, w := range level1.Workers[lo:hi] {
+		if len(w.Objects) > 0 {
+			c.Writers = append(c.Writers, manifest.SealedBy{Write: manifest.WriteID(w.Objects[0].Key), Worker: w.Worker, Attempt: w.Attempt})
+		}
+	}
+	return &c
 }
 
 // planRuns groups frames by writer object and cuts each object's frames

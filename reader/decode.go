@@ -1,12 +1,15 @@
 package reader
 
 import (
+	"encoding/hex"
 	"fmt"
+	"slices"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -35,6 +38,11 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
 		}
 	}
+	if s.open != nil {
+		if b, err = openFrame(s, f, b); err != nil {
+			return nil, frameErr(s, f, err)
+		}
+	}
 	recs, err := s.dec.Decode(b, s.o.Mem)
 	if err != nil {
 		return nil, frameErr(s, f, err)
@@ -48,6 +56,30 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 		return nil, frameErr(s, f, fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows))
 	}
 	return slice(recs, f.Skip, f.Take), nil
+}
+
+// openFrame decrypts the encrypted frame b of f into a new buffer, as
+// the worker and attempt that sealed it. A first-level object's frames
+// are its worker's, and must carry its writer's write ID (the {write} of
+// data-{write}-{n}.arrows) in their nonces: a frame of another writer of
+// the same attempt fails too. A combined object's frames are opened as
+// the first-level writer their nonce names, which its worker's
+// encryption must list.
+func openFrame(s *Stage, f spanFrame, b []byte) ([]byte, error) {
+	w := &s.m.Workers[f.Worker]
+	id := frame.WriteID(b)
+	got := hex.EncodeToString(id[:])
+	worker, attempt := w.Worker, w.Attempt
+	if ws := w.Encryption.Writers; len(ws) > 0 {
+		i := slices.IndexFunc(ws, func(by manifest.SealedBy) bool { return by.Write == got })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: the frame was sealed by writer %s, which the combined worker %s does not list", frame.ErrCorrupt, got, w.Worker)
+		}
+		worker, attempt = ws[i].Worker, ws[i].Attempt
+	} else if want := manifest.WriteID(f.Key); want != got {
+		return nil, fmt.Errorf("%w: the frame was sealed by writer %s, the object is writer %q's", frame.ErrCorrupt, got, want)
+	}
+	return s.open.Open(b, worker, attempt, f.Frame.Partition)
 }
 
 // slice keeps rows [skip, skip+take) of recs (take < 0: to the end),
