@@ -35,15 +35,15 @@ type WriterOptions struct {
 // Writer is one worker attempt's output: Write from any number of
 // goroutines, then Commit or Abort once.
 type Writer struct {
-	c      *Client
-	opt    WriterOptions
-	write  string // this writer's own ID in its data keys (manifest.NewWriteID)
+	c     *Client
+	opt   WriterOptions
+	write string // this writer's own ID in its data keys (manifest.NewWriteID)
 	// encryption is what the worker manifest records of the key its
 	// frames are sealed with; nil: they are not.
 	encryption *manifest.Encryption
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	ch     *chunker.Writer
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	ch         *chunker.Writer
 	// up hands the chunker's chunks to the client's upload pool and
 	// holds the uploads of the attempt's data objects.
 	up *uploader.Sink
