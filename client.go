@@ -88,11 +88,12 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 		m = metrics.NewLibrary()
 		obs = teeObserver{obs, m}
 	}
-	kp, err := keyProvider(ctx, cfg, o)
+	c := newClient(st, cfg, o.counter, obs)
+	kp, err := keyProvider(ctx, cfg, o, c)
 	if err != nil {
+		c.Close()
 		return nil, err
 	}
-	c := newClient(st, cfg, o.counter, obs)
 	c.keys = kp
 	if m != nil {
 		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, metrics.CommitGuardStates, func() string { return string(c.CommitGuard().State) }); err != nil {

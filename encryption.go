@@ -20,7 +20,7 @@ func WithEncryptionKey(root []byte) Option {
 
 // keyProvider builds the client's source of root keys from cfg and the
 // options: nil when nothing is encrypted.
-func keyProvider(ctx context.Context, cfg Config, o options) (keys.Provider, error) {
+func keyProvider(ctx context.Context, cfg Config, o options, c *Client) (keys.Provider, error) {
 	var root []byte
 	var err error
 	switch {
@@ -37,7 +37,7 @@ func keyProvider(ctx context.Context, cfg Config, o options) (keys.Provider, err
 			return nil, fmt.Errorf("%w: encryption_key_file: %v", ErrInvalidConfig, err)
 		}
 	case cfg.Store.EncryptionKMSKeyID != "":
-		return kmsProvider(ctx, cfg, o)
+		return kmsProvider(ctx, cfg, o, c.st, c.layout)
 	default:
 		return nil, nil
 	}
