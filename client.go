@@ -364,7 +364,7 @@ func (c *Client) ReaderOptions() reader.Options {
 func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reader.Stage, error) {
 	o := c.ReaderOptions()
 	var err error
-	if o.Key, err = c.readKey(ctx, query, stage); err != nil {
+	if o.Key, err = c.ReaderKey(ctx, query, stage); err != nil {
 		return nil, err
 	}
 	return reader.Open(ctx, c.st, c.layout, query, stage, o)

@@ -50,20 +50,28 @@ func keyProvider(ctx context.Context, cfg Config, o options, c *Client) (keys.Pr
 
 // stageKey returns the key of query's stage and what its worker
 // manifests record; nil, nil when the client does not encrypt.
-func (c *Client) stageKey(ctx context.Context, query string, stage int) ([]byte, *manifest.Encryption, error) {
-	if c.keys == nil {
+func (c *Client) stageKey(ctx context.Context, query string, stage int, root []byte) ([]byte, *manifest.Encryption, error) {
+	p := c.keys
+	if root != nil {
+		var err error
+		if p, err = keys.NewStatic(root); err != nil {
+			return nil, nil, fmt.Errorf("key of %s stage %d: %w", query, stage, err)
+		}
+	}
+	if p == nil {
 		return nil, nil, nil
 	}
-	k, e, err := keys.Stage(ctx, c.keys, query, stage, true)
+	k, e, err := keys.Stage(ctx, p, query, stage, true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("key of %s stage %d: %w", query, stage, err)
 	}
 	return k, e, nil
 }
 
-// readKey returns the root key of query for its readers (nil when the
-// client does not encrypt).
-func (c *Client) readKey(ctx context.Context, query string, stage int) ([]byte, error) {
+// ReaderKey returns the root key of query that the client's readers of
+// its stage open it with (reader.Options.Key): nil when the client does
+// not encrypt. With KMS it costs one Decrypt per query per client.
+func (c *Client) ReaderKey(ctx context.Context, query string, stage int) ([]byte, error) {
 	if c.keys == nil {
 		return nil, nil
 	}

@@ -30,6 +30,12 @@ type WriterOptions struct {
 	// results_retention by gc rather than until the query is deleted).
 	Results bool
 	Mem     memory.Allocator
+	// Key, when set, is the root key of the query for this writer alone
+	// (32 bytes): its frames are sealed under the stage key derived from
+	// it, whatever the client's own key source (the sidecar takes it per
+	// call). Nil: the client's (WithEncryptionKey, encryption_key, its
+	// file, KMS), or no encryption.
+	Key []byte
 }
 
 // Writer is one worker attempt's output: Write from any number of
@@ -131,7 +137,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 // key with its write ID as every nonce's prefix; nil when the client
 // does not encrypt.
 func (w *Writer) sealer(ctx context.Context) (*frame.Sealer, error) {
-	key, e, err := w.c.stageKey(ctx, w.opt.Query, w.opt.Stage)
+	key, e, err := w.c.stageKey(ctx, w.opt.Query, w.opt.Stage, w.opt.Key)
 	if err != nil || key == nil {
 		return nil, err
 	}
