@@ -498,10 +498,12 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		bufs = append(bufs, buf)
 		b := buf.Bytes()
 		if e.seal != nil {
+			// The buffer is this merge's (bufs returns it): opened
+			// where it lies.
 			if k.piece {
-				b, err = e.seal.OpenPiece(b, j.partition)
+				b, err = e.seal.OpenPieceInPlace(b, j.partition)
 			} else {
-				b, err = e.seal.Open(b, j.partition)
+				b, err = e.seal.OpenInPlace(b, j.partition)
 			}
 			if err != nil {
 				return fmt.Errorf("merge the %d pieces kept for partition %d: one of %d bytes (spill offset %d when spilled): %w", len(j.pieces), j.partition, k.length, k.off, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
@@ -39,8 +40,23 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 		}
 	}
 	if s.open != nil {
-		if b, err = openFrame(s, f, b); err != nil {
+		// A compressed frame's records never point into its plain bytes
+		// (they are decompressed out of them), so those go back to a
+		// pool after the decode; an uncompressed one's keep theirs.
+		var scratch *[]byte
+		if compressed(b) {
+			scratch = plainPool.Get().(*[]byte)
+			defer plainPool.Put(scratch)
+		}
+		var dst []byte
+		if scratch != nil {
+			dst = *scratch
+		}
+		if b, err = openFrame(s, f, b, dst); err != nil {
 			return nil, frameErr(s, f, err)
+		}
+		if scratch != nil && cap(b) <= maxPooledPlain {
+			*scratch = b[:0]
 		}
 	}
 	recs, err := s.dec.Decode(b, s.o.Mem)
@@ -65,7 +81,7 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 // the same attempt fails too. A combined object's frames are opened as
 // the first-level writer their nonce names, which its worker's
 // encryption must list.
-func openFrame(s *Stage, f spanFrame, b []byte) ([]byte, error) {
+func openFrame(s *Stage, f spanFrame, b, dst []byte) ([]byte, error) {
 	w := &s.m.Workers[f.Worker]
 	id := frame.WriteID(b)
 	got := hex.EncodeToString(id[:])
@@ -79,7 +95,19 @@ func openFrame(s *Stage, f spanFrame, b []byte) ([]byte, error) {
 	} else if want := manifest.WriteID(f.Key); want != got {
 		return nil, fmt.Errorf("%w: the frame was sealed by writer %s, the object is writer %q's", frame.ErrCorrupt, got, want)
 	}
-	return s.open.Open(b, worker, attempt, f.Frame.Partition)
+	return s.open.OpenTo(dst, b, worker, attempt, f.Frame.Partition)
+}
+
+// plainPool keeps the buffers compressed frames are decrypted into, up
+// to maxPooledPlain bytes each.
+var plainPool = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledPlain = 16 << 20
+
+// compressed reports whether the frame b's header names a compressing
+// codec (its records are then decompressed out of its bytes).
+func compressed(b []byte) bool {
+	return len(b) >= frame.HeaderSize && frame.CodecName(b) != frame.None && frame.CodecName(b) != ""
 }
 
 // slice keeps rows [skip, skip+take) of recs (take < 0: to the end),

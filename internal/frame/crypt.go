@@ -73,10 +73,6 @@ type Sealer struct {
 	place []byte // the additional data up to the partition
 	id    [WriteIDSize]byte
 	next  atomic.Uint64
-	// open, worker, attempt: what reads back the writer's own frames
-	// and pieces.
-	open            *Opener
-	worker, attempt string
 }
 
 // NewSealer returns the sealer of one writer of worker's attempt of
@@ -87,20 +83,41 @@ func NewSealer(key []byte, query string, stage int, worker, attempt string, writ
 	if err != nil {
 		return nil, err
 	}
-	place := placeOf(query, stage)
-	return &Sealer{aead: aead, place: writerPlace(place, worker, attempt), id: writeID,
-		open: &Opener{aead: aead, place: place}, worker: worker, attempt: attempt}, nil
+	return &Sealer{aead: aead, place: writerPlace(placeOf(query, stage), worker, attempt), id: writeID}, nil
 }
 
-// Open opens a frame s sealed: a sorted writer reads its spilled frames
-// back with it.
-func (s *Sealer) Open(b []byte, partition int) ([]byte, error) {
-	return s.open.Open(b, s.worker, s.attempt, partition)
+// OpenInPlace opens a frame s sealed, decrypting it where it lies: the
+// plain frame it returns is b's own bytes (b is the caller's to spend:
+// a sorted writer's kept frame read back to be merged).
+func (s *Sealer) OpenInPlace(b []byte, partition int) ([]byte, error) {
+	if len(b) < HeaderSize+Overhead || b[1] != flagEncrypted {
+		return nil, fmt.Errorf("%w: a kept frame of %d bytes is not sealed", ErrCorrupt, len(b))
+	}
+	ad := additional(s.place, labelFrame, partition, b[:HeaderSize])
+	ct := b[HeaderSize+NonceSize:]
+	plain, err := s.aead.Open(ct[:0], b[HeaderSize:HeaderSize+NonceSize], ct, ad)
+	if err != nil {
+		return nil, ErrAuth
+	}
+	// The header goes right before the payload, over the nonce.
+	out := b[NonceSize : HeaderSize+NonceSize+len(plain)]
+	copy(out, b[:HeaderSize])
+	out[1] = 0
+	return out, nil
 }
 
-// OpenPiece opens a spill piece s sealed.
-func (s *Sealer) OpenPiece(b []byte, partition int) ([]byte, error) {
-	return s.open.OpenPiece(b, s.worker, s.attempt, partition)
+// OpenPieceInPlace opens a spill piece s sealed where it lies, as
+// OpenInPlace does a frame.
+func (s *Sealer) OpenPieceInPlace(b []byte, partition int) ([]byte, error) {
+	if len(b) < Overhead {
+		return nil, fmt.Errorf("%w: a sealed piece of %d bytes is shorter than its nonce and tag", ErrCorrupt, len(b))
+	}
+	ct := b[NonceSize:]
+	plain, err := s.aead.Open(ct[:0], b[:NonceSize], ct, additional(s.place, labelPiece, partition, nil))
+	if err != nil {
+		return nil, ErrAuth
+	}
+	return plain, nil
 }
 
 // Seal encrypts the frame at buf[start:] (one frame, as Encode appends
@@ -169,14 +186,23 @@ func NewOpener(key []byte, query string, stage int) (*Opener, error) {
 // b is not modified. A frame that is not encrypted, or whose tag does
 // not verify, fails with ErrCorrupt.
 func (o *Opener) Open(b []byte, worker, attempt string, partition int) ([]byte, error) {
+	return o.OpenTo(nil, b, worker, attempt, partition)
+}
+
+// OpenTo is Open writing the plain frame into dst's memory when it has
+// room (dst[:0]), else into a new buffer.
+func (o *Opener) OpenTo(dst, b []byte, worker, attempt string, partition int) ([]byte, error) {
 	if len(b) < HeaderSize+Overhead {
 		return nil, fmt.Errorf("%w: an encrypted frame of %d bytes is shorter than its header, nonce and tag (%d)", ErrCorrupt, len(b), HeaderSize+Overhead)
 	}
 	if b[1] != flagEncrypted {
 		return nil, fmt.Errorf("%w: frame header byte 1 is %d: the frame is not encrypted, and the stage is", ErrCorrupt, b[1])
 	}
-	out := make([]byte, HeaderSize, len(b)-Overhead)
-	copy(out, b[:HeaderSize])
+	out := dst[:0]
+	if cap(out) < len(b)-Overhead {
+		out = make([]byte, 0, len(b)-Overhead)
+	}
+	out = append(out, b[:HeaderSize]...)
 	out[1] = 0
 	nonce := b[HeaderSize : HeaderSize+NonceSize]
 	out, err := o.aead.Open(out, nonce, b[HeaderSize+NonceSize:], additional(writerPlace(o.place, worker, attempt), labelFrame, partition, b[:HeaderSize]))

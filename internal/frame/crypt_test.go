@@ -81,6 +81,13 @@ func TestSealedFrameOpensOnlyInItsPlace(t *testing.T) {
 			t.Errorf("%s: open gave %v, want ErrCorrupt", tc.name, err)
 		}
 	}
+	// The writer opens its own kept frame where it lies.
+	if got, err := s.OpenInPlace(append([]byte(nil), sealed...), 5); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("open in place: %v (equal %v)", err, bytes.Equal(got, plain))
+	}
+	if _, err := s.OpenInPlace(flip(sealed, len(sealed)-3), 5); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("open in place of a flipped tag: %v", err)
+	}
 	// The next frame gets the next nonce.
 	_, second := sealedFrame(t, s, 5)
 	if bytes.Equal(second[HeaderSize:HeaderSize+NonceSize], sealed[HeaderSize:HeaderSize+NonceSize]) {
@@ -99,16 +106,16 @@ func TestSealedPieceOpens(t *testing.T) {
 	if bytes.Contains(buf.Bytes(), []byte("rows")) {
 		t.Fatalf("the sealed piece holds the plaintext")
 	}
-	if got, err := s.OpenPiece(buf.Bytes(), 2); err != nil || string(got) != "rows of a piece" {
-		t.Fatalf("open piece: %q, %v", got, err)
-	}
-	if _, err := s.OpenPiece(buf.Bytes(), 3); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.OpenPieceInPlace(append([]byte(nil), buf.Bytes()...), 3); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("piece of partition 2 opened as partition 3's: %v", err)
 	}
-	// A piece does not open as a frame, nor a frame as a piece: the
-	// labels differ.
-	if _, err := s.Open(append(make([]byte, HeaderSize), buf.Bytes()...), 2); err == nil {
+	// A piece does not open as a frame: the labels differ.
+	asFrame := append([]byte{0, flagEncrypted, 0, 0, 0, 0, 0, 0}, buf.Bytes()...)
+	if _, err := s.OpenInPlace(asFrame, 2); err == nil {
 		t.Fatalf("a piece opened as a frame")
+	}
+	if got, err := s.OpenPieceInPlace(buf.Bytes(), 2); err != nil || string(got) != "rows of a piece" {
+		t.Fatalf("open piece: %q, %v", got, err)
 	}
 }
 
