@@ -27,7 +27,8 @@ func newKey(t *testing.T) []byte {
 }
 
 // TestPerCallKey: over TLS, a DoPut carrying a key commits a stage whose
-// frames are sealed under it, a DoGet with the key reads it back, and
+// frames are sealed under it, a DoGet with the key reads it back (from
+// the sidecar's memory store, then from the store once released), and
 // one with no key or another key is refused with PermissionDenied
 // naming the stage; over plaintext gRPC a call carrying a key is
 // refused before anything is written.
@@ -36,6 +37,7 @@ func TestPerCallKey(t *testing.T) {
 	p := testenv.NewPKI(t)
 	e := newEnv(t, testenv.Embedded(t), envOptions{cfg: func(c *durashuffle.Config) {
 		c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile = p.CertFile, p.KeyFile
+		c.Sidecar.MemoryStoreBytes = 64 * durashuffle.MiB
 	}})
 	key := newKey(t)
 	sc, err := flightclient.Dial(e.addr, flightclient.Options{TLS: &tls.Config{RootCAs: p.Roots}, Key: key})
@@ -66,9 +68,17 @@ func TestPerCallKey(t *testing.T) {
 	_, _, err = doGet(withKey(newKey(t)), tc, ticket)
 	wantCode(t, err, codes.PermissionDenied, "q-key stage 0", "wrong key")
 	// The right key again, after the wrong one: the stage it cached is
-	// still its own.
+	// still its own; and once the memory store let go of the frames,
+	// from the store.
+	if _, _, _, held := e.client.MemoryHeld("q-key", 0); len(held) != 1 {
+		t.Fatalf("the memory store holds %d workers of q-key, want 1", len(held))
+	}
 	if _, got, err = doGet(withKey(key), tc, ticket); err != nil || len(got) != len(want) {
 		t.Fatalf("DoGet with the key after a wrong one: %d rows, %v", len(got), err)
+	}
+	e.client.MemoryRelease("q-key", -1)
+	if _, got, err = doGet(withKey(key), tc, ticket); err != nil || len(got) != len(want) {
+		t.Fatalf("DoGet with the key from the store: %d rows, %v", len(got), err)
 	}
 
 	plain := newEnv(t, testenv.Embedded(t), envOptions{})
