@@ -409,7 +409,9 @@ func pieceItems(gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (fram
 	if err := gatherItems(gather, j.items, j.arena); err != nil {
 		return frame.Stats{}, err
 	}
-	frame.GrowTo(buf, gather.PieceSize())
+	// Room for a sealed piece's nonce and tag too, so that sealing it
+	// does not copy it into a larger buffer.
+	frame.GrowTo(buf, gather.PieceSize()+frame.Overhead)
 	*buf = *bytes.NewBuffer(gather.Piece(buf.AvailableBuffer()))
 	return frame.Stats{Rows: gather.Rows(), Bytes: j.bytes}, nil
 }
