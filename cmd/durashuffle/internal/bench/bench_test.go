@@ -334,8 +334,8 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 7 {
-		t.Fatalf("%d contenders finished, want 7", len(rep.Results))
+	if len(rep.Results) != len(WriteContenders) {
+		t.Fatalf("%d contenders finished, want %d", len(rep.Results), len(WriteContenders))
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())
