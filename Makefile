@@ -4,7 +4,7 @@ PKGS := ./... ./cmd/durashuffle/... ./store/azstore/... ./store/gcsstore/...
 # Packages whose concurrency is worth the race detector's time.
 RACE_PKGS := ./chunker ./uploader ./reader ./internal/hedge ./internal/retry ./internal/frame
 
-.PHONY: run test test-endpoint vet build minio versitygw azurite fakegcs docs clean
+.PHONY: run test test-endpoint vet build minio versitygw azurite fakegcs localkms docs clean
 
 ## run: the demo: write a stage on the embedded S3 server, read it back, verify.
 ## Built without the bench (-tags bench), so that a first run downloads
@@ -15,7 +15,7 @@ run:
 ## test: every test, MinIO- and versitygw-backed ones included (both are
 ## built once, then cached); the race detector's run is -short (smaller
 ## wide stages).
-test: minio versitygw azurite fakegcs vet
+test: minio versitygw azurite fakegcs localkms vet
 	bash scripts/gotest.sh -count=1 -timeout 20m $(PKGS)
 	bash scripts/gotest.sh -count=1 -race -short -timeout 10m $(RACE_PKGS)
 
@@ -80,6 +80,11 @@ azurite:
 ## emulator) the GCS store's tests start on loopback.
 fakegcs:
 	@bash localstack/fake-gcs-server.sh install >/dev/null
+
+## localkms: install the pinned local-kms (an AWS KMS emulator) the
+## encryption tests start on loopback.
+localkms:
+	@bash localstack/local-kms.sh install >/dev/null
 
 vet:
 	$(GO) vet $(PKGS)

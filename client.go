@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/durashuffle/durashuffle/internal/keys"
 	"github.com/durashuffle/durashuffle/internal/memstore"
 	"github.com/durashuffle/durashuffle/internal/metrics"
 	"github.com/durashuffle/durashuffle/internal/retry"
@@ -37,6 +38,9 @@ type Client struct {
 	guard     commitGuard
 	fast      fastPath  // memory store and peers (client_fast.go)
 	spill     *spillDir // nil: spill off
+	// keys gives each query's root key when the client encrypts its
+	// frames (encryption.go); nil: it does not.
+	keys keys.Provider
 }
 
 // Open returns a Client for cfg. cfg is validated first; an invalid key
@@ -89,6 +93,12 @@ func Open(ctx context.Context, cfg Config, opts ...Option) (*Client, error) {
 		}
 	}
 	c := newClient(st, cfg, o.counter, obs)
+	kp, err := keyProvider(ctx, cfg, o, c)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.keys = kp
 	if m != nil {
 		if err := m.Register(o.registerer, c.counter, c.pool.Concurrency, metrics.CommitGuardStates, func() string { return string(c.CommitGuard().State) }); err != nil {
 			c.Close()
@@ -121,6 +131,8 @@ type options struct {
 	aws         *aws.Config
 	httpClient  *http.Client
 	credentials aws.CredentialsProvider
+	// encryptionKey: WithEncryptionKey's root key.
+	encryptionKey []byte
 }
 
 // WithStore puts the client on st instead of an S3 store built from cfg
@@ -354,7 +366,12 @@ func (c *Client) ReaderOptions() reader.Options {
 // OpenStage opens a committed stage for reading: one GET when it is
 // sealed, a LIST and a GET per worker manifest when it is not.
 func (c *Client) OpenStage(ctx context.Context, query string, stage int) (*reader.Stage, error) {
-	return reader.Open(ctx, c.st, c.layout, query, stage, c.ReaderOptions())
+	o := c.ReaderOptions()
+	var err error
+	if o.Key, err = c.ReaderKey(ctx, query, stage); err != nil {
+		return nil, err
+	}
+	return reader.Open(ctx, c.st, c.layout, query, stage, o)
 }
 
 // observers sends each event to every observer that takes it: the

@@ -77,25 +77,29 @@ type Config struct {
 // trust the endpoint, what every object put carries, whether commits
 // are guarded, and how each request is retried and timed out.
 type StoreConfig struct {
-	Type               string   `yaml:"store" doc:"The object store: s3 (Amazon S3 and what speaks its API: MinIO, LocalStack), azure (Azure Blob Storage) or gcs (Google Cloud Storage). bucket names the S3 bucket, the Azure container or the GCS bucket. The library opens S3 itself; azure and gcs are opened by the command line, or by a program with store/azstore or store/gcsstore and WithStore, so that a program on S3 downloads neither cloud's SDK."`
-	AzureAccount       string   `yaml:"azure_account" doc:"Azure storage account (store azure). Credentials: AZURE_STORAGE_CONNECTION_STRING, else AZURE_STORAGE_KEY (the account's shared key), else Azure's default credential chain. endpoint overrides https://{account}.blob.core.windows.net (Azurite: http://127.0.0.1:10000/devstoreaccount1)."`
-	GCSProject         string   `yaml:"gcs_project" doc:"Google Cloud project (store gcs) in which create-bucket makes the bucket; reads and writes need none. Credentials: Google's application default credentials; an endpoint (fake-gcs-server) is used without any."`
-	Bucket             string   `yaml:"bucket" doc:"Bucket that holds every query's stages (the container, with store azure)."`
-	Prefix             string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
-	Endpoint           string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
-	Region             string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
-	PathStyle          bool     `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
-	InsecureSkipVerify bool     `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
-	CAFile             string   `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
-	SSE                string   `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
-	SSEKMSKeyID        string   `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
-	CommitGuard        string   `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
-	RetryMaxAttempts   int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
-	RetryBaseDelay     Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
-	RetryMaxDelay      Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
-	RequestTimeout     Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
-	ConnectTimeout     Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
-	FirstByteTimeout   Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte, or a response body without bringing one. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
+	Type                  string   `yaml:"store" doc:"The object store: s3 (Amazon S3 and what speaks its API: MinIO, LocalStack), azure (Azure Blob Storage) or gcs (Google Cloud Storage). bucket names the S3 bucket, the Azure container or the GCS bucket. The library opens S3 itself; azure and gcs are opened by the command line, or by a program with store/azstore or store/gcsstore and WithStore, so that a program on S3 downloads neither cloud's SDK."`
+	AzureAccount          string   `yaml:"azure_account" doc:"Azure storage account (store azure). Credentials: AZURE_STORAGE_CONNECTION_STRING, else AZURE_STORAGE_KEY (the account's shared key), else Azure's default credential chain. endpoint overrides https://{account}.blob.core.windows.net (Azurite: http://127.0.0.1:10000/devstoreaccount1)."`
+	GCSProject            string   `yaml:"gcs_project" doc:"Google Cloud project (store gcs) in which create-bucket makes the bucket; reads and writes need none. Credentials: Google's application default credentials; an endpoint (fake-gcs-server) is used without any."`
+	Bucket                string   `yaml:"bucket" doc:"Bucket that holds every query's stages (the container, with store azure)."`
+	Prefix                string   `yaml:"prefix" doc:"Key prefix under the bucket; durashuffle touches nothing outside it."`
+	Endpoint              string   `yaml:"endpoint" doc:"S3 endpoint URL, http:// or https:// with a host (MinIO, LocalStack: http://127.0.0.1:9000); empty follows the AWS chain (AWS_ENDPOINT_URL, profile). Anything else is a configuration error, as is an empty --endpoint."`
+	Region                string   `yaml:"region" doc:"Region; empty follows the AWS chain, then us-east-1."`
+	PathStyle             bool     `yaml:"path_style" doc:"Path-style addressing (bucket in the path), needed by MinIO and LocalStack."`
+	InsecureSkipVerify    bool     `yaml:"insecure_skip_verify" doc:"Skip TLS certificate verification, for trials against a server with a throwaway certificate. Off unless set explicitly; ca_file is the way to trust a private CA."`
+	CAFile                string   `yaml:"ca_file" doc:"PEM bundle of CA certificates trusted besides the system's roots (a private CA that signed the endpoint's certificate). Empty: the system's roots (and AWS_CA_BUNDLE)."`
+	SSE                   string   `yaml:"sse" doc:"Server-side encryption of every object written: empty (bucket default), AES256 (SSE-S3) or aws:kms (SSE-KMS)."`
+	SSEKMSKeyID           string   `yaml:"sse_kms_key_id" doc:"KMS key for sse aws:kms; empty uses the account's default key."`
+	EncryptionKey         string   `yaml:"encryption_key" doc:"Client-side encryption: a root key (64 hex digits, or base64 of 32 bytes) from which each stage's AES-256-GCM key is derived (HKDF-SHA256 with the query and stage). Every frame, and every spilled byte, is then sealed before it leaves the process, and readers need the same key. Costs about 28 bytes and one AES-GCM pass per frame. Prefer DURASHUFFLE_ENCRYPTION_KEY or encryption_key_file to a file others read. Empty: frames are stored as they are (sse still applies). At most one of encryption_key, encryption_key_file and encryption_kms_key_id." secret:"true"`
+	EncryptionKeyFile     string   `yaml:"encryption_key_file" doc:"File holding the root key of encryption_key (32 raw bytes, 64 hex digits or base64), readable by its owner alone (a file others may read is refused). Read once at open."`
+	EncryptionKMSKeyID    string   `yaml:"encryption_kms_key_id" doc:"KMS key (ID, ARN or alias) that wraps each query's data key: the first writer of a query makes one with GenerateDataKey and stores it wrapped beside the query ({query}/key.json, a conditional create, so racing writers agree on one key); every process unwraps it once per query (Decrypt) and keeps it, so KMS calls grow with processes and queries, not with objects or readers. KMS calls are retried by the AWS SDK's standard retryer (3 attempts, throttling included), their one retry layer; a KMS still throttling or down fails the writer or reader with an error naming the query, the stage and the call, before anything is written. Credentials follow the AWS chain, the region is region's."`
+	EncryptionKMSEndpoint string   `yaml:"encryption_kms_endpoint" doc:"KMS endpoint URL for encryption_kms_key_id (a local KMS for tests); empty follows the AWS chain."`
+	CommitGuard           string   `yaml:"commit_guard" doc:"on: before a client's first commit, check once that the store refuses a second PutObject with If-None-Match: * (two puts and a delete of a probe key under the prefix); where it does not, every commit fails and nothing is committed. off: skip the check, only for a store you vouch for: on a store that ignores the condition two attempts of a worker can both commit."`
+	RetryMaxAttempts      int      `yaml:"retry_max_attempts" doc:"Attempts per request, the first included, on retryable errors (5xx, SlowDown, resets, timeouts)."`
+	RetryBaseDelay        Duration `yaml:"retry_base_delay" doc:"First backoff; it doubles per attempt with full jitter, capped at retry_max_delay."`
+	RetryMaxDelay         Duration `yaml:"retry_max_delay" doc:"Longest single backoff."`
+	RequestTimeout        Duration `yaml:"request_timeout" doc:"Deadline of one request attempt; a stalled request is cut and retried. 0 means none."`
+	ConnectTimeout        Duration `yaml:"connect_timeout" doc:"Longest wait to connect to the endpoint: the TCP connect, then the TLS handshake, each. An endpoint that drops packets fails a request after retry_max_attempts connects and their backoffs, 51.3s with the defaults (8 x 5s + at most 11.3s of backoff), with an error naming the endpoint and this key. Shorter fails a dead endpoint sooner; too short fails on a slow network path."`
+	FirstByteTimeout      Duration `yaml:"first_byte_timeout" doc:"Longest wait for the first byte of a response, counted from when the request, body included, has been sent (a large part on a slow link has all the time it needs); and longest a request body may go without the endpoint taking one byte, or a response body without bringing one. A server that accepts connections and never answers fails a request after retry_max_attempts of these and their backoffs, 2m51.3s with the defaults. When it fires the pooled connections are dropped, so a peer that vanishes mid-run costs one such wait and then connect_timeout per attempt, 1m6.3s with the defaults. Too short cuts a slow server's answers (a gateway assembling a large multipart upload)."`
 }
 
 // WriteConfig is Config.Write: the write path, from Writer.Write to the uploaded parts:
@@ -324,6 +328,21 @@ func (c Config) Validate() error {
 				bad(k.key, "unset with store "+c.Store.Type+" (an S3 setting)", "a value")
 			}
 		}
+	}
+	var sources []string
+	for _, k := range []struct {
+		name string
+		set  bool
+	}{{"encryption_key", c.Store.EncryptionKey != ""}, {"encryption_key_file", c.Store.EncryptionKeyFile != ""}, {"encryption_kms_key_id", c.Store.EncryptionKMSKeyID != ""}} {
+		if k.set {
+			sources = append(sources, k.name)
+		}
+	}
+	if len(sources) > 1 {
+		bad(sources[1], "set alone: the stage key comes from one source", "it with "+sources[0])
+	}
+	if c.Store.EncryptionKMSEndpoint != "" && c.Store.EncryptionKMSKeyID == "" {
+		bad("encryption_kms_endpoint", "set only with encryption_kms_key_id", strconv.Quote(c.Store.EncryptionKMSEndpoint))
 	}
 	switch c.Store.SSE {
 	case "", "AES256", "aws:kms":

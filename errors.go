@@ -9,6 +9,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/manifest"
+	"github.com/durashuffle/durashuffle/reader"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -36,6 +37,12 @@ var (
 	// ErrBatch marks a Write of a batch that is not valid Arrow (see
 	// Writer.Write for what is checked).
 	ErrBatch = chunker.ErrBatch
+	// ErrKey marks an encryption key that does not fit the stage: none
+	// given for an encrypted stage, another key than its writers', one
+	// given for a stage that is not encrypted, or a key source (key
+	// file, KMS) that did not give one. Errors wrapping it name the stage
+	// or the query.
+	ErrKey = reader.ErrKey
 )
 
 // CleanupError is a writer failure (Commit or Abort) whose cleanup did not

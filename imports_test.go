@@ -39,6 +39,9 @@ var importLayers = [][]string{
 	{"chunker"},
 	{"uploader"},
 	{"manifest"},
+	// The stage keys: derived from a root key, or a query's data key
+	// from KMS stored beside the query; the manifests record them.
+	{"internal/keys"},
 	{"reader"},
 	// Combining a sealed stage's objects: over the reader's errors.
 	{"combine"},

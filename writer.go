@@ -30,17 +30,26 @@ type WriterOptions struct {
 	// results_retention by gc rather than until the query is deleted).
 	Results bool
 	Mem     memory.Allocator
+	// Key, when set, is the root key of the query for this writer alone
+	// (32 bytes): its frames are sealed under the stage key derived from
+	// it, whatever the client's own key source (the sidecar takes it per
+	// call). Nil: the client's (WithEncryptionKey, encryption_key, its
+	// file, KMS), or no encryption.
+	Key []byte
 }
 
 // Writer is one worker attempt's output: Write from any number of
 // goroutines, then Commit or Abort once.
 type Writer struct {
-	c      *Client
-	opt    WriterOptions
-	write  string // this writer's own ID in its data keys (manifest.NewWriteID)
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	ch     *chunker.Writer
+	c     *Client
+	opt   WriterOptions
+	write string // this writer's own ID in its data keys (manifest.NewWriteID)
+	// encryption is what the worker manifest records of the key its
+	// frames are sealed with; nil: they are not.
+	encryption *manifest.Encryption
+	ctx        context.Context
+	cancel     context.CancelCauseFunc
+	ch         *chunker.Writer
 	// up hands the chunker's chunks to the client's upload pool and
 	// holds the uploads of the attempt's data objects.
 	up *uploader.Sink
@@ -77,8 +86,13 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	if err != nil {
 		return nil, err
 	}
+	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID()}
+	sealer, err := w.sealer(ctx)
+	if err != nil {
+		return nil, err
+	}
 	wctx, cancel := context.WithCancelCause(ctx)
-	w := &Writer{c: c, opt: opt, write: manifest.NewWriteID(), ctx: wctx, cancel: cancel}
+	w.ctx, w.cancel = wctx, cancel
 	w.up = c.pool.NewSink(wctx, uploader.SinkOptions{
 		Key: func(obj int) string {
 			return c.layout.ObjectKey(opt.Query, opt.Stage, c.layout.DataKey(opt.Query, opt.Stage, opt.Worker, opt.Attempt, w.write, obj))
@@ -99,6 +113,7 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		Compression:      c.cfg.Write.Compression,
 		Mem:              opt.Mem,
 		Spill:            sp,
+		Seal:             sealer,
 	}, w.up)
 	if err != nil {
 		cancel(err)
@@ -111,6 +126,26 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 	// or not the caller aborts.
 	ch.OnFail(func(err error) { w.cancel(err) })
 	return w, nil
+}
+
+// sealer returns the sealer of the writer's frames, under its stage's
+// key with its write ID as every nonce's prefix; nil when the client
+// does not encrypt.
+func (w *Writer) sealer(ctx context.Context) (*frame.Sealer, error) {
+	key, e, err := w.c.stageKey(ctx, w.opt.Query, w.opt.Stage, w.opt.Key)
+	if err != nil || key == nil {
+		return nil, err
+	}
+	var id [frame.WriteIDSize]byte
+	if _, err := hex.Decode(id[:], []byte(w.write)); err != nil {
+		return nil, fmt.Errorf("write ID %q: %w", w.write, err)
+	}
+	s, err := frame.NewSealer(key, w.opt.Query, w.opt.Stage, w.opt.Worker, w.opt.Attempt, id)
+	if err != nil {
+		return nil, err
+	}
+	w.encryption = e
+	return s, nil
 }
 
 // MaxPartitions bounds the partition count of a stage (manifests refuse
@@ -217,6 +252,7 @@ func (w *Writer) Commit(ctx context.Context) (*manifest.Worker, error) {
 		ChunkSize:     int64(w.c.cfg.Write.ChunkSize),
 		Results:       w.opt.Results,
 		WriterVersion: version,
+		Encryption:    w.encryption,
 	}
 	var firstErr error
 	for i, o := range objs {

@@ -72,6 +72,10 @@ type Options struct {
 	// (sorted.go). Nil: each run goes to the object as it flushes, and
 	// a reader pays a GET per run.
 	Spill *spill.Dir
+	// Seal, when set, encrypts every frame the writer makes, and every
+	// piece it spills, before it leaves the encoder (frame.Sealer): no
+	// plaintext row reaches an object or the spill file.
+	Seal *frame.Sealer
 }
 
 // settle fills in the defaults of o's unset fields and checks what has
@@ -227,7 +231,7 @@ func (w *Writer) start(objs Objects, codec string, auto *autoCodec) {
 	var encoders sync.WaitGroup
 	for range opt.Encoders {
 		e := &encoder{ctx: w.ctx, q: w.q, results: results, compression: opt.Compression, codec: codec, auto: auto,
-			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}}
+			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}, seal: opt.Seal}
 		encoders.Go(e.run)
 	}
 	go func() {

@@ -270,6 +270,7 @@ type encoder struct {
 	enc    *frame.Encoder
 	gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
 	dec    *frame.Decoder     // a sorted writer's, for kept frames merged at Close
+	seal   *frame.Sealer      // Options.Seal: nil writes plain frames
 	// broken is the panic this encoder recovered from: its encoder and
 	// gatherer may be half-way through a frame, so it encodes no more
 	// (the writer has failed anyway once the appender sees it) and the
@@ -360,6 +361,15 @@ func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
 			e.auto.encoded(codec, res.buf.Len(), time.Since(start))
 		}
 	}
+	if res.err == nil && e.seal != nil && res.buf != nil && !res.crcSet {
+		// A new frame or piece; one taken as it is (crcSet) was sealed
+		// when it was kept.
+		if res.piece {
+			res.err = e.seal.SealPiece(res.buf, 0, j.partition)
+		} else {
+			res.err = e.seal.Seal(res.buf, 0, j.partition)
+		}
+	}
 	if res.err != nil {
 		res.err = fmt.Errorf("partition %d: %w", j.partition, res.err)
 	}
@@ -399,7 +409,9 @@ func pieceItems(gather *frame.Accumulator, buf *bytes.Buffer, j encodeJob) (fram
 	if err := gatherItems(gather, j.items, j.arena); err != nil {
 		return frame.Stats{}, err
 	}
-	frame.GrowTo(buf, gather.PieceSize())
+	// Room for a sealed piece's nonce and tag too, so that sealing it
+	// does not copy it into a larger buffer.
+	frame.GrowTo(buf, gather.PieceSize()+frame.Overhead)
 	*buf = *bytes.NewBuffer(gather.Piece(buf.AvailableBuffer()))
 	return frame.Stats{Rows: gather.Rows(), Bytes: j.bytes}, nil
 }

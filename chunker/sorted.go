@@ -488,8 +488,21 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		}
 		j.pieces[i].buf = nil // bufs returns it
 		bufs = append(bufs, buf)
+		b := buf.Bytes()
+		if e.seal != nil {
+			// The buffer is this merge's (bufs returns it): opened
+			// where it lies.
+			if k.piece {
+				b, err = e.seal.OpenPieceInPlace(b, j.partition)
+			} else {
+				b, err = e.seal.OpenInPlace(b, j.partition)
+			}
+			if err != nil {
+				return fmt.Errorf("merge the %d pieces kept for partition %d: one of %d bytes (spill offset %d when spilled): %w", len(j.pieces), j.partition, k.length, k.off, err)
+			}
+		}
 		if !k.piece {
-			frames = append(frames, buf.Bytes())
+			frames = append(frames, b)
 			continue
 		}
 		if err := decode(); err != nil {
@@ -498,7 +511,7 @@ func (e *encoder) encodeOutput(j *encodeJob, res *encoded) error {
 		if gather == nil {
 			return fmt.Errorf("merge the %d pieces kept for partition %d: a piece of %d rows, and no gatherer for the schema", len(j.pieces), j.partition, k.rows)
 		}
-		if err := gather.AppendPiece(buf.Bytes()); err != nil {
+		if err := gather.AppendPiece(b); err != nil {
 			return fmt.Errorf("merge the %d pieces kept for partition %d: piece of %d rows at offset %d of spill %s: %w", len(j.pieces), j.partition, k.rows, k.off, j.file.Name(), err)
 		}
 	}

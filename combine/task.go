@@ -144,7 +144,8 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
 		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
 		Compression: compressionOf(level), ChunkSize: partBytes,
-		WriterVersion: writerVersion, WrittenAt: time.Now().UTC()}
+		WriterVersion: writerVersion, WrittenAt: time.Now().UTC(),
+		Encryption: sealedBy(level, grp.Lo, grp.Hi)}
 	var up *uploader.Object
 	kept := false
 	if len(frames) > 0 {
@@ -253,6 +254,25 @@ func (s *Stage) commitTask(ctx context.Context, key string, enc []byte, w *manif
 		return w, nil
 	}
 	return got, nil
+}
+
+// sealedBy is the encryption of a task of workers [lo, hi) of level:
+// the first level's (its workers agree, or seal refused them), with the
+// writers whose frames, copied sealed as they are, the task's object
+// holds; nil when level is not encrypted.
+func sealedBy(level *manifest.Stage, lo, hi int) *manifest.Encryption {
+	e := level.Encrypted()
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Writers = nil
+	for _, w := range level.Workers[lo:hi] {
+		if len(w.Objects) > 0 {
+			c.Writers = append(c.Writers, manifest.SealedBy{Write: manifest.WriteID(w.Objects[0].Key), Worker: w.Worker, Attempt: w.Attempt})
+		}
+	}
+	return &c
 }
 
 // planRuns groups frames by writer object and cuts each object's frames

@@ -3,6 +3,7 @@ package flightclient
 import (
 	"context"
 	"crypto/tls"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -25,19 +26,36 @@ type Options struct {
 	// DialOptions are added after the client's own, so they win: other
 	// transport credentials, window sizes, message size limits.
 	DialOptions []grpc.DialOption
+	// Key is the root encryption key (32 bytes) of the queries the
+	// client writes and reads, sent with every call as KeyHeader
+	// metadata: the sidecar seals the frames of its DoPuts, and opens
+	// those of its DoGets, under the stage keys derived from it. Dial
+	// refuses it without TLS, as the sidecar refuses it over plaintext.
+	Key []byte
 }
+
+// KeyHeader is the gRPC metadata that carries a call's root encryption
+// key, in hex.
+const KeyHeader = "durashuffle-encryption-key"
 
 // Client speaks the sidecar protocol over one gRPC connection. Safe for
 // concurrent use.
 type Client struct {
 	fc    flight.Client
 	token string
+	key   string // Options.Key in hex; empty: none
 }
 
 // Dial returns a client of the sidecar at addr (host:port, or unix:path).
 // Like grpc.NewClient it connects lazily: an unreachable sidecar fails
 // the first call, with Unavailable.
 func Dial(addr string, o Options) (*Client, error) {
+	if o.Key != nil && o.TLS == nil {
+		return nil, fmt.Errorf("sidecar %s: an encryption key is sent over TLS only: set Options.TLS", addr)
+	}
+	if o.Key != nil && len(o.Key) != 32 {
+		return nil, fmt.Errorf("sidecar %s: an encryption key of %d bytes, want 32", addr, len(o.Key))
+	}
 	creds := insecure.NewCredentials()
 	if o.TLS != nil {
 		creds = credentials.NewTLS(o.TLS)
@@ -47,7 +65,7 @@ func Dial(addr string, o Options) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sidecar %s: %w", addr, err)
 	}
-	return &Client{fc: fc, token: o.Token}, nil
+	return &Client{fc: fc, token: o.Token, key: hex.EncodeToString(o.Key)}, nil
 }
 
 // Wrap returns a client that calls through fc, a Flight client the
@@ -64,8 +82,11 @@ func (c *Client) Flight() flight.Client { return c.fc }
 // Close closes the connection.
 func (c *Client) Close() error { return c.fc.Close() }
 
-// ctx adds the bearer token to the call's metadata.
+// ctx adds the bearer token and the key to the call's metadata.
 func (c *Client) ctx(ctx context.Context) context.Context {
+	if c.key != "" {
+		ctx = metadata.AppendToOutgoingContext(ctx, KeyHeader, c.key)
+	}
 	if c.token == "" {
 		return ctx
 	}

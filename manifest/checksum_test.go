@@ -213,7 +213,7 @@ func TestVersion2Refused(t *testing.T) {
 	// A 2.1 stage manifest: the JSON without the trailer, version 2.1.
 	mkey := testLayout.StageManifestKey("q", 0)
 	b, _ := st.Bytes(mkey)
-	v2 := bytes.Replace(b[:len(b)-stageTrailerLen], []byte(`"format_version":"3.0"`), []byte(`"format_version":"2.1"`), 1)
+	v2 := bytes.Replace(b[:len(b)-stageTrailerLen], []byte(`"format_version":"3.1"`), []byte(`"format_version":"2.1"`), 1)
 	st.Set(mkey, append(v2, '}'))
 	_, err = LoadStage(ctx, st, testLayout, "q", 0)
 	if !errors.Is(err, ErrVersion) || !strings.Contains(err.Error(), `format_version "2.1"; this reader understands 3.x`) {

@@ -167,6 +167,16 @@ func NewWriteID() string {
 	return hex.EncodeToString(b[:])
 }
 
+// WriteID returns the write ID of a writer's data key (DataKey, full or
+// relative): the {write} of data-{write}-{n}.arrows; "" for any other key.
+func WriteID(key string) string {
+	w, _, ok := parseDataName(key[strings.LastIndexByte(key, '/')+1:])
+	if !ok {
+		return ""
+	}
+	return w
+}
+
 // parseDataName reports whether name, the last element of a data key, is
 // a data object's: data-{write}-{n}.arrows, or data-{n}.arrows as
 // writers before write IDs named them (write is then empty).

@@ -46,6 +46,9 @@ func BuildLevel(ctx context.Context, st store.Store, l Layout, query string, sta
 		if string(w.w.Schema) != string(s.Schema) {
 			return nil, fmt.Errorf("%w: %s stage %d: worker %s (%s) has a different schema than worker %s", ErrCorrupt, query, stage, w.w.Worker, w.key, ws[0].w.Worker)
 		}
+		if err := SameEncryption(ws[0].w, w.w); err != nil {
+			return nil, fmt.Errorf("build level of %s stage %d: %w", query, stage, err)
+		}
 		s.Workers = append(s.Workers, *w.w)
 		s.Totals.add(w.w.Totals)
 	}

@@ -119,6 +119,9 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 		if string(w.w.Schema) != string(s.Schema) {
 			return nil, fmt.Errorf("%w: %s stage %d: worker %s wrote a different schema than worker %s", ErrCorrupt, query, stage, w.w.Worker, ws[0].w.Worker)
 		}
+		if err := SameEncryption(ws[0].w, w.w); err != nil {
+			return nil, fmt.Errorf("seal %s stage %d: %w", query, stage, err)
+		}
 		s.Workers = append(s.Workers, *w.w)
 		s.Totals.add(w.w.Totals)
 	}
@@ -190,6 +193,27 @@ func sealedAgain(old, s *Stage) (*Stage, error) {
 		return old, nil
 	}
 	return nil, fmt.Errorf("%w: seal %s stage %d: the stage manifest names other workers or attempts", ErrSealConflict, s.Query, s.Stage)
+}
+
+// SameEncryption fails, naming both workers, unless a and b are both
+// unencrypted or both sealed under the same key: a stage is read with one
+// key or none.
+func SameEncryption(a, b *Worker) error {
+	ea, eb := a.Encryption, b.Encryption
+	switch {
+	case ea == nil && eb == nil:
+		return nil
+	case ea != nil && eb != nil && ea.Cipher == eb.Cipher && ea.Source == eb.Source && ea.KMSKeyID == eb.KMSKeyID && ea.Fingerprint == eb.Fingerprint:
+		return nil
+	}
+	return fmt.Errorf("%w: worker %s is %s and worker %s is %s: a stage is sealed under one key or none", ErrCorrupt, a.Worker, describeEncryption(ea), b.Worker, describeEncryption(eb))
+}
+
+func describeEncryption(e *Encryption) string {
+	if e == nil {
+		return "not encrypted"
+	}
+	return "encrypted under key " + e.Fingerprint
 }
 
 func newSealID() string {

@@ -1,12 +1,16 @@
 package reader
 
 import (
+	"encoding/hex"
 	"fmt"
+	"slices"
+	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
 
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
+	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -35,6 +39,26 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
 		}
 	}
+	if s.open != nil {
+		// A compressed frame's records never point into its plain bytes
+		// (they are decompressed out of them), so those go back to a
+		// pool after the decode; an uncompressed one's keep theirs.
+		var scratch *[]byte
+		if compressed(b) {
+			scratch = plainPool.Get().(*[]byte)
+			defer plainPool.Put(scratch)
+		}
+		var dst []byte
+		if scratch != nil {
+			dst = *scratch
+		}
+		if b, err = openFrame(s, f, b, dst); err != nil {
+			return nil, frameErr(s, f, err)
+		}
+		if scratch != nil && cap(b) <= maxPooledPlain {
+			*scratch = b[:0]
+		}
+	}
 	recs, err := s.dec.Decode(b, s.o.Mem)
 	if err != nil {
 		return nil, frameErr(s, f, err)
@@ -48,6 +72,42 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 		return nil, frameErr(s, f, fmt.Errorf("%w: %d rows decoded, manifest says %d", frame.ErrCorrupt, rows, f.Frame.Rows))
 	}
 	return slice(recs, f.Skip, f.Take), nil
+}
+
+// openFrame decrypts the encrypted frame b of f into a new buffer, as
+// the worker and attempt that sealed it. A first-level object's frames
+// are its worker's, and must carry its writer's write ID (the {write} of
+// data-{write}-{n}.arrows) in their nonces: a frame of another writer of
+// the same attempt fails too. A combined object's frames are opened as
+// the first-level writer their nonce names, which its worker's
+// encryption must list.
+func openFrame(s *Stage, f spanFrame, b, dst []byte) ([]byte, error) {
+	w := &s.m.Workers[f.Worker]
+	id := frame.WriteID(b)
+	got := hex.EncodeToString(id[:])
+	worker, attempt := w.Worker, w.Attempt
+	if ws := w.Encryption.Writers; len(ws) > 0 {
+		i := slices.IndexFunc(ws, func(by manifest.SealedBy) bool { return by.Write == got })
+		if i < 0 {
+			return nil, fmt.Errorf("%w: the frame was sealed by writer %s, which the combined worker %s does not list", frame.ErrCorrupt, got, w.Worker)
+		}
+		worker, attempt = ws[i].Worker, ws[i].Attempt
+	} else if want := manifest.WriteID(f.Key); want != got {
+		return nil, fmt.Errorf("%w: the frame was sealed by writer %s, the object is writer %q's", frame.ErrCorrupt, got, want)
+	}
+	return s.open.OpenTo(dst, b, worker, attempt, f.Frame.Partition)
+}
+
+// plainPool keeps the buffers compressed frames are decrypted into, up
+// to maxPooledPlain bytes each.
+var plainPool = sync.Pool{New: func() any { return new([]byte) }}
+
+const maxPooledPlain = 16 << 20
+
+// compressed reports whether the frame b's header names a compressing
+// codec (its records are then decompressed out of its bytes).
+func compressed(b []byte) bool {
+	return len(b) >= frame.HeaderSize && frame.CodecName(b) != frame.None && frame.CodecName(b) != ""
 }
 
 // slice keeps rows [skip, skip+take) of recs (take < 0: to the end),

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/keys"
 )
 
 // Defaults of Options, as in the configuration (read_range_bytes,
@@ -36,6 +37,9 @@ var (
 	// chunker.ErrPartition, one sentinel for a partition outside the
 	// count a writer or a stage has.
 	ErrPartition = chunker.ErrPartition
+	// ErrKey: the stage is encrypted and no key, or another key, was
+	// given; or a key was given for a stage that is not encrypted.
+	ErrKey = keys.ErrKey
 )
 
 // errClosed is the cancellation cause of a stream its caller closed; it
@@ -93,6 +97,12 @@ type Options struct {
 	// Observer counts bytes by source and fallbacks by reason (nil: not
 	// counted).
 	Observer Observer
+	// Key is the root key of the stage's query (32 bytes) when its
+	// frames are encrypted: the stage key is derived from it and checked
+	// against the manifest's fingerprint before any frame is read. Nil
+	// for a stage that is not encrypted; a key for such a stage, or none
+	// for an encrypted one, fails with ErrKey naming the stage.
+	Key []byte
 }
 
 func (o Options) withDefaults() Options {

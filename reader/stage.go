@@ -8,6 +8,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/keys"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -23,7 +24,8 @@ type Stage struct {
 	schema    *arrow.Schema
 	schemaErr error
 	dec       decoder
-	keys      [][]string // keys[w][o]: full key of worker w's object o
+	open      *frame.Opener // the stage's frames are encrypted; nil: they are not
+	keys      [][]string    // keys[w][o]: full key of worker w's object o
 }
 
 // decoder decodes the stage's frames: a *frame.Decoder.
@@ -64,6 +66,9 @@ func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Optio
 			s.schemaErr = fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, s.schemaErr)
 		}
 	}
+	if s.schemaErr == nil {
+		s.open, s.schemaErr = openerOf(m, o.Key)
+	}
 	s.keys = make([][]string, len(m.Workers))
 	for i, w := range m.Workers {
 		s.keys[i] = make([]string, len(w.Objects))
@@ -72,6 +77,40 @@ func FromManifest(st store.Reader, l manifest.Layout, m *manifest.Stage, o Optio
 		}
 	}
 	return s
+}
+
+// openerOf checks key against the encryption m records and returns the
+// opener of its frames: nil for a stage that is not encrypted.
+func openerOf(m *manifest.Stage, key []byte) (*frame.Opener, error) {
+	for i := range m.Workers {
+		if err := manifest.SameEncryption(&m.Workers[0], &m.Workers[i]); err != nil {
+			return nil, fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, err)
+		}
+	}
+	e := m.Encrypted()
+	switch {
+	case e == nil && key == nil:
+		return nil, nil
+	case e == nil:
+		return nil, fmt.Errorf("%w: %s stage %d is not encrypted, and a key was given: refusing to read it in the clear", ErrKey, m.Query, m.Stage)
+	case key == nil:
+		return nil, fmt.Errorf("%w: %s stage %d is encrypted (%s, key %s%s), and no key was given", ErrKey, m.Query, m.Stage, e.Cipher, e.Fingerprint, kmsNote(e))
+	}
+	sk, err := keys.StageKey(key, m.Query, m.Stage)
+	if err != nil {
+		return nil, fmt.Errorf("%s stage %d: %w", m.Query, m.Stage, err)
+	}
+	if got := keys.Fingerprint(sk); got != e.Fingerprint {
+		return nil, fmt.Errorf("%w: %s stage %d is encrypted under key %s%s, and the key given derives key %s: wrong key", ErrKey, m.Query, m.Stage, e.Fingerprint, kmsNote(e), got)
+	}
+	return frame.NewOpener(sk, m.Query, m.Stage)
+}
+
+func kmsNote(e *manifest.Encryption) string {
+	if e.KMSKeyID == "" {
+		return ""
+	}
+	return " wrapped by KMS key " + e.KMSKeyID
 }
 
 // Manifest returns the stage's manifest: its workers' headers and, when

@@ -37,6 +37,7 @@ type stageCache struct {
 type stageKey struct {
 	query string
 	stage int
+	key   string // keyTag of the key the stage was opened with
 }
 
 type cachedStage struct {
@@ -91,11 +92,9 @@ func (c *stageCache) trimLocked() {
 // cached stage and its summary was loaded before; a loaded summary is
 // kept with the stage, counted against the bound.
 func (c *stageCache) summary(ctx context.Context, st *reader.Stage) ([]manifest.PartitionStats, error) {
-	m := st.Manifest()
-	k := stageKey{m.Query, m.Stage}
 	c.mu.Lock()
-	if e, ok := c.byKey[k]; ok {
-		if cs := e.Value.(*cachedStage); cs.st == st && cs.summary != nil {
+	if e := c.elementOf(st); e != nil {
+		if cs := e.Value.(*cachedStage); cs.summary != nil {
 			c.mu.Unlock()
 			return cs.summary, nil
 		}
@@ -107,8 +106,8 @@ func (c *stageCache) summary(ctx context.Context, st *reader.Stage) ([]manifest.
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.byKey[k]; ok {
-		if cs := e.Value.(*cachedStage); cs.st == st && cs.summary == nil {
+	if e := c.elementOf(st); e != nil {
+		if cs := e.Value.(*cachedStage); cs.summary == nil {
 			add := int64(len(sum)) * int64(unsafe.Sizeof(manifest.PartitionStats{}))
 			cs.summary = sum
 			cs.bytes += add
@@ -118,6 +117,18 @@ func (c *stageCache) summary(ctx context.Context, st *reader.Stage) ([]manifest.
 		}
 	}
 	return sum, nil
+}
+
+// elementOf returns st's element when st is cached (under whichever key
+// opened it), else nil. The caller holds c.mu.
+func (c *stageCache) elementOf(st *reader.Stage) *list.Element {
+	m := st.Manifest()
+	for k, e := range c.byKey {
+		if k.query == m.Query && k.stage == m.Stage && e.Value.(*cachedStage).st == st {
+			return e
+		}
+	}
+	return nil
 }
 
 // size returns the stages cached and their bytes, for tests.
@@ -149,8 +160,17 @@ func (c *stageCache) removeLocked(e *list.Element) {
 
 // openStage returns a stage ready to read: from the cache, or loaded (one
 // GET when sealed) and cached if sealed. cached says which.
+//
+// The stage is opened with the call's key (flightclient.KeyHeader), else, for an
+// encrypted stage, with the client's own; cached stages are told apart by
+// the key they were opened with, so a call never reads through a stage
+// another call's key opened.
 func (s *Server) openStage(ctx context.Context, query string, stage int) (st *reader.Stage, cached bool, err error) {
-	k := stageKey{query, stage}
+	key, err := s.callKey(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	k := stageKey{query, stage, keyTag(key)}
 	if st := s.stages.get(k); st != nil {
 		return st, true, nil
 	}
@@ -158,7 +178,14 @@ func (s *Server) openStage(ctx context.Context, query string, stage int) (st *re
 	if err != nil {
 		return nil, false, err
 	}
-	st = reader.FromManifest(s.st, s.c.Layout(), m, s.rd)
+	o := s.rd
+	o.Key = key
+	if key == nil && m.Encrypted() != nil {
+		if o.Key, err = s.c.ReaderKey(ctx, query, stage); err != nil {
+			return nil, false, err
+		}
+	}
+	st = reader.FromManifest(s.st, s.c.Layout(), m, o)
 	if st.Schema() == nil {
 		return nil, false, fmt.Errorf("%w: %s stage %d: its schema does not decode", manifest.ErrCorrupt, query, stage)
 	}

@@ -286,6 +286,8 @@ func codeOf(err error) codes.Code {
 		return codes.NotFound
 	case errors.Is(err, manifest.ErrAlreadyCommitted):
 		return codes.AlreadyExists
+	case errors.Is(err, durashuffle.ErrKey):
+		return codes.PermissionDenied
 	case errors.Is(err, manifest.ErrMissingWorkers), errors.Is(err, manifest.ErrVersion), errors.Is(err, manifest.ErrSealConflict),
 		errors.Is(err, durashuffle.ErrCommitGuard):
 		return codes.FailedPrecondition

@@ -52,12 +52,17 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	if err != nil {
 		return err
 	}
+	key, err := s.callKey(ctx)
+	if err != nil {
+		return err
+	}
 	release, err := s.acquire(ctx, "DoPut")
 	if err != nil {
 		return err
 	}
 	defer release()
 	w, err := s.c.NewWriter(ctx, durashuffle.WriterOptions{
+		Key:        key,
 		Query:      cmd.Query,
 		Stage:      cmd.Stage,
 		Worker:     string(cmd.Worker),

@@ -139,7 +139,7 @@ its child has encoded, uploaded or read; --quiet turns them off.`,
 	pf.IntVar(&o.readers, "readers", 8, "partitions the durashuffle reader streams at once")
 	pf.StringVar(&o.smallRows, "small-rows", "128,8192", "small-batches: the two Write sizes in rows, small first")
 	pf.BoolVar(&o.smallOverLink, "small-over-link", false, "small-batches over the link instead of the null store")
-	pf.StringVar(&o.writeOnly, "write-contenders", "", "write: only these contenders, comma-separated (durashuffle, durashuffle-auto, durashuffle-spill-off, durashuffle-encode-only, sequential, and the store's baselines: transfermanager, manager on S3, azblob on Azure, gcs-client on GCS); targets comparing one left out are not reported (default: all)")
+	pf.StringVar(&o.writeOnly, "write-contenders", "", "write: only these contenders, comma-separated (durashuffle, durashuffle-encrypted, durashuffle-auto, durashuffle-spill-off, durashuffle-encode-only, sequential, and the store's baselines: transfermanager, manager on S3, azblob on Azure, gcs-client on GCS); targets comparing one left out are not reported (default: all)")
 	pf.StringVar(&o.writers, "writers", "1,"+strconv.Itoa(runtime.NumCPU()), "encode: writer goroutine counts")
 	pf.StringVar(&o.logical, "logical", "1GiB,4GiB", "memory: logical output sizes")
 	pf.StringVar(&o.chunkSizes, "chunk-sizes", "5MiB,8MiB,100MB", "sweep: chunk sizes")

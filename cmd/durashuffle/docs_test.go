@@ -18,6 +18,7 @@ var useDocs = map[keyUse]string{
 	useGC:      "gc",
 	useSidecar: "the sidecar",
 	useAuth:    "the sidecar's token",
+	useKey:     "client-side encryption (`demo --encrypt`)",
 }
 
 // Between these markers the README has flagTable's text.
@@ -37,7 +38,7 @@ func flagTable(t *testing.T) string {
 	}
 	var b strings.Builder
 	b.WriteString("| keys | flags on |\n|---|---|\n")
-	for use := useStore; use <= useAuth; use <<= 1 {
+	for use := useStore; use <= useKey; use <<= 1 {
 		if useDocs[use] == "" {
 			t.Fatalf("use %d has no entry in useDocs", use)
 		}

@@ -49,6 +49,9 @@ const (
 	// useAuth: the sidecar's bearer token, which serve checks and
 	// inspect --sidecar sends.
 	useAuth
+	// useKey: the key frames are sealed and opened with (client-side
+	// encryption), for the commands that write or read frames.
+	useKey
 )
 
 // keyUses is the use of every key, one table: a key missing here gets no
@@ -81,23 +84,25 @@ var keyUses = map[string]keyUse{
 	"memory_store_bytes": useSidecar, "advertise_addr": useSidecar,
 
 	"auth_token": useAuth,
+
+	"encryption_key": useKey, "encryption_key_file": useKey, "encryption_kms_key_id": useKey, "encryption_kms_endpoint": useKey,
 }
 
 // commandUses are the uses of each command that takes configuration
 // flags: the keys its code reads.
 var commandUses = map[string]keyUse{
-	"demo":         useStore | usePut | useWrite | useRead | useHedge,
-	"write":        useStore | usePut | useWrite | useHedge,
+	"demo":         useStore | usePut | useWrite | useRead | useHedge, // --encrypt, or the encryption keys from the file or the environment
+	"write":        useStore | usePut | useWrite | useHedge | useKey,
 	"seal":         useStore | usePut,                      // puts the stage manifest and index
 	"combine":      useStore | usePut | useWrite | useRead, // spill_dir and spill_bytes hold tasks laid out on disk, key_spread names its objects; read_range_bytes and read_ahead size its predictions
-	"read":         useStore | useRead | useHedge,
+	"read":         useStore | useRead | useHedge | useKey,
 	"inspect":      useStore | useAuth, // manifests and the index, no frames
 	"ls":           useStore,
 	"gc":           useStore | useGC,
 	"delete-query": useStore,
-	"bench":        useStore | usePut | useWrite | useRead | useHedge,
+	"bench":        useStore | usePut | useWrite | useRead | useHedge | useKey,
 	// The sidecar writes, reads, runs gc and delete-query as actions.
-	"serve": useStore | usePut | useWrite | useRead | useHedge | useGC | useSidecar | useAuth,
+	"serve": useStore | usePut | useWrite | useRead | useHedge | useGC | useSidecar | useAuth | useKey,
 }
 
 // bindConfigFlags registers --config and one flag per key of the given

@@ -32,6 +32,7 @@ var useNames = []struct {
 	{useGC, "gc"},
 	{useSidecar, "sidecar"},
 	{useAuth, "token"},
+	{useKey, "encryption"},
 }
 
 func useName(u keyUse) string {

@@ -70,11 +70,12 @@ func CodecName(b []byte) string {
 
 // Copies reports whether decoding the frame in b leaves its records
 // pointing into memory of their own, never into b: true for a
-// compressed frame (its messages are decompressed into a new buffer),
+// compressed frame (its messages are decompressed into a new buffer) and
+// for an encrypted one (Opener.Open decrypts it into a new buffer),
 // false for an uncompressed one or bytes with no valid header. A caller
 // may reuse b after decoding only when Copies(b) held.
 func Copies(b []byte) bool {
-	return len(b) >= HeaderSize && (b[0] == codecLZ4 || b[0] == codecZstd)
+	return len(b) >= HeaderSize && (b[0] == codecLZ4 || b[0] == codecZstd || Encrypted(b))
 }
 
 // LogicalSize returns the uncompressed Arrow bytes of r's rows: exact for

@@ -12,19 +12,25 @@ import (
 
 // TestMemoryStoreServesOwnWrites: a library client with a memory store
 // reads what it committed from memory, with no data GET, and from the
-// store once released; a store too small for a worker declines it.
+// store once released, its frames sealed or not; a store too small for a
+// worker declines it.
 func TestMemoryStoreServesOwnWrites(t *testing.T) {
 	forEach(t, func(t *testing.T, st store.Store, counter *store.Counter) {
 		ctx := context.Background()
 		for _, tc := range []struct {
-			name   string
-			budget durashuffle.Size
-			held   bool
-		}{{"fits", 64 * durashuffle.MiB, true}, {"too-small", 1 * durashuffle.MiB, false}} {
+			name    string
+			budget  durashuffle.Size
+			held    bool
+			encrypt bool
+		}{{"fits", 64 * durashuffle.MiB, true, false}, {"too-small", 1 * durashuffle.MiB, false, false}, {"fits-encrypted", 64 * durashuffle.MiB, true, true}} {
 			t.Run(tc.name, func(t *testing.T) {
 				cfg := testConfig()
 				cfg.Sidecar.MemoryStoreBytes = tc.budget
-				c, err := durashuffle.Open(ctx, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
+				opts := []durashuffle.Option{durashuffle.WithStore(st), durashuffle.WithCounter(counter)}
+				if tc.encrypt {
+					opts = append(opts, durashuffle.WithEncryptionKey(rootKey()))
+				}
+				c, err := durashuffle.Open(ctx, cfg, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}

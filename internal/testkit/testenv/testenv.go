@@ -242,7 +242,7 @@ func Main(m *testing.M) {
 			}
 		}
 	}
-	for name, stop := range map[string]func() error{"Azurite": stopAzurite, "fake-gcs-server": StopFakeGCS} {
+	for name, stop := range map[string]func() error{"Azurite": stopAzurite, "fake-gcs-server": StopFakeGCS, "local-kms": stopLocalKMS} {
 		if err := stop(); err != nil {
 			fmt.Fprintf(os.Stderr, "testenv: stop %s: %v\n", name, err)
 			if code == 0 {

@@ -131,8 +131,13 @@ func TestSmokeWrite(t *testing.T) {
 			t.Errorf("result %v: peak RSS %v, seconds %v", r["name"], r["peak_rss_bytes"], r["seconds"])
 		}
 	}
-	if strings.Join(names, ",") != "durashuffle,durashuffle-auto,durashuffle-spill-off,durashuffle-encode-only,sequential,transfermanager,manager" {
+	if strings.Join(names, ",") != "durashuffle,durashuffle-encrypted,durashuffle-auto,durashuffle-spill-off,durashuffle-encode-only,sequential,transfermanager,manager" {
 		t.Fatalf("contenders %v", names)
+	}
+	// The encrypted writer writes the same rows, sealed: 28 bytes more a
+	// frame.
+	if enc := find(rep.Results, DurashuffleEncrypted); enc.Rows != find(rep.Results, Durashuffle).Rows || enc.StoredBytes <= find(rep.Results, Durashuffle).StoredBytes*99/100 {
+		t.Fatalf("durashuffle-encrypted wrote %d rows in %d bytes, durashuffle %d rows in %d", enc.Rows, enc.StoredBytes, find(rep.Results, Durashuffle).Rows, find(rep.Results, Durashuffle).StoredBytes)
 	}
 	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if auto := find(rep.Results, DurashuffleAuto); auto.Rows != ds.Rows || len(auto.Codecs) == 0 {
@@ -196,6 +201,7 @@ func TestSmokeWrite(t *testing.T) {
 		targets = append(targets, tg.Name)
 	}
 	for _, want := range []string{"durashuffle CRC32C / writer CPU", "durashuffle upload CPU per GiB stored / manager's",
+		"durashuffle-encrypted time / durashuffle time", "durashuffle-encrypted CPU / durashuffle CPU",
 		"durashuffle stored / (time after input) / link limit", "durashuffle upload phase / link limit",
 		"durashuffle-spill-off / link limit", "durashuffle-spill-off / transfermanager", "durashuffle-spill-off / manager"} {
 		if !slices.Contains(targets, want) {
@@ -246,6 +252,10 @@ func TestSmokeRead(t *testing.T) {
 	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
 	if ds.ManifestGets != 2 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes || mgr.StoredBytes != tm.StoredBytes {
 		t.Fatalf("durashuffle read %+v, transfermanager %+v, manager %+v", ds, tm, mgr)
+	}
+	// The encrypted contender reads its own sealed stage of the same rows.
+	if enc := find(rep.Results, DurashuffleEncrypted); enc.Rows != ds.Rows || enc.ManifestGets != 2 || enc.StoredBytes <= ds.StoredBytes {
+		t.Fatalf("durashuffle-encrypted read %d rows of %d bytes with %d metadata GETs; durashuffle %d rows of %d bytes", enc.Rows, enc.StoredBytes, enc.ManifestGets, ds.Rows, ds.StoredBytes)
 	}
 }
 
@@ -325,8 +335,8 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != 7 {
-		t.Fatalf("%d contenders finished, want 7", len(rep.Results))
+	if len(rep.Results) != len(WriteContenders) {
+		t.Fatalf("%d contenders finished, want %d", len(rep.Results), len(WriteContenders))
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())

@@ -35,6 +35,10 @@ const (
 	// DurashuffleSpillOff is durashuffle's writer with spill off: runs
 	// uploaded as they flush, while the input still comes (bench write).
 	DurashuffleSpillOff = "durashuffle-spill-off"
+	// DurashuffleEncrypted is durashuffle with client-side encryption:
+	// every frame sealed with AES-256-GCM under a key of the run's own
+	// (bench write), and the stage read back with it (bench read).
+	DurashuffleEncrypted = "durashuffle-encrypted"
 	// DurashuffleEncodeOnly is durashuffle's writer on the null store:
 	// everything but the upload, whose CPU bench write finds as
 	// durashuffle's less this one's.
@@ -412,7 +416,7 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return runFanJob(ctx, j)
 	case j.Kind == "encode-files":
 		return encodeFiles(ctx, j)
-	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff || j.Name == DurashuffleEncodeOnly):
+	case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff || j.Name == DurashuffleEncodeOnly || j.Name == DurashuffleEncrypted):
 		return writeDurashuffle(ctx, j)
 	case j.Kind == "write" && j.Name == Sequential:
 		return writeSequential(ctx, j)
@@ -424,7 +428,7 @@ func runJob(ctx context.Context, j *Job) (*Result, error) {
 		return writeAzBlob(ctx, j)
 	case j.Kind == "write" && j.Name == GCSClient:
 		return writeGCSClient(ctx, j)
-	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition):
+	case j.Kind == "read" && (j.Name == Durashuffle || j.Name == DurashuffleByPartition || j.Name == DurashuffleEncrypted):
 		return readDurashuffle(ctx, j)
 	case j.Kind == "read" && j.Name == DurashuffleRanges:
 		return readRanges(ctx, j)

@@ -102,7 +102,7 @@ func TestProgressSamples(t *testing.T) {
 			if last.Encoded != stored || last.Sent != 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded, nothing sent", what, last, stored)
 			}
-		case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff):
+		case j.Kind == "write" && (j.Name == Durashuffle || j.Name == DurashuffleAuto || j.Name == DurashuffleSpillOff || j.Name == DurashuffleEncrypted):
 			if last.Encoded != stored || last.Sent != stored || last.Buffers < 0 {
 				t.Errorf("%s: last sample %+v, stored %d: want it all encoded and sent", what, last, stored)
 			}
@@ -119,15 +119,16 @@ func TestProgressSamples(t *testing.T) {
 			}
 		}
 	}
-	want := "durashuffle 1/1 1/7,durashuffle-auto 1/1 2/7,durashuffle-spill-off 1/1 3/7,durashuffle-encode-only 1/1 4/7," +
-		"sequential 1/1 5/7,transfermanager 1/1 6/7,manager 1/1 7/7," +
-		"durashuffle 1/1 1/4,durashuffle-by-partition 1/1 2/4,transfermanager 1/1 3/4,manager 1/1 4/4"
+	want := "durashuffle 1/1 1/8,durashuffle-encrypted 1/1 2/8,durashuffle-auto 1/1 3/8,durashuffle-spill-off 1/1 4/8,durashuffle-encode-only 1/1 5/8," +
+		"sequential 1/1 6/8,transfermanager 1/1 7/8,manager 1/1 8/8," +
+		"durashuffle 1/1 1/5,durashuffle-encrypted 1/1 2/5,durashuffle-by-partition 1/1 3/5,transfermanager 1/1 4/5,manager 1/1 5/5"
 	if got := strings.Join(rounds, ","); got != want {
 		t.Errorf("rounds watched:\n%s\nwant\n%s", got, want)
 	}
-	// encode-files, the seven writers, the stage to read, the four readers.
-	if len(rec.runs) != 13 {
-		t.Errorf("%d children watched, want 13", len(rec.runs))
+	// encode-files, the eight writers, the two stages to read (plain and
+	// sealed), the five readers.
+	if len(rec.runs) != 16 {
+		t.Errorf("%d children watched, want 16", len(rec.runs))
 	}
 
 	// Without a watcher, a job says nothing of progress to its child.

@@ -42,7 +42,7 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 		ranges.Add(int64(rr.Ranges()))
 		return drainRecords(rr, &rows, &logical, what)
 	}
-	if j.Name == Durashuffle {
+	if j.Name == Durashuffle || j.Name == DurashuffleEncrypted {
 		rr, err := st.ReadStored(ctx, nil)
 		if err != nil {
 			return nil, err

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path"
@@ -19,9 +21,17 @@ func (e *Env) data(stored int64, ratio float64) Data {
 	return d
 }
 
+// encryptionKey returns a fresh root key, in hex, for the encrypted
+// contenders: a bench's stages are its own, and so are their keys.
+func (e *Env) encryptionKey() string {
+	k := make([]byte, 32)
+	_, _ = rand.Read(k)
+	return hex.EncodeToString(k)
+}
+
 // WriteContenders are write's contenders, in the order of its report:
 // durashuffle's, then the baselines of the store in use (Baselines).
-var WriteContenders = []string{Durashuffle, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager, AzBlob, GCSClient}
+var WriteContenders = []string{Durashuffle, DurashuffleEncrypted, DurashuffleAuto, DurashuffleSpillOff, DurashuffleEncodeOnly, Sequential, TransferManager, Manager, AzBlob, GCSClient}
 
 // encodeFiles writes the data objects durashuffle's writer produces for
 // d and cfg to local files (untimed): what transfermanager and manager
@@ -63,14 +73,14 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 		return isBaseline(n) && !slices.Contains(Baselines[kind], n)
 	})
 	if e.Link.Addr == "" {
-		// Unshaped, CPU-bound: what auto costs next to lz4; the
-		// baselines say nothing more there.
-		names = []string{Durashuffle, DurashuffleAuto}
+		// Unshaped, CPU-bound: what auto and encryption cost next to
+		// lz4; the baselines say nothing more there.
+		names = []string{Durashuffle, DurashuffleEncrypted, DurashuffleAuto}
 	}
 	if only := e.o.WriteContenders; len(only) > 0 {
 		names = slices.DeleteFunc(names, func(n string) bool { return !slices.Contains(only, n) })
 		if len(names) == 0 {
-			return nil, fmt.Errorf("write: none of the contenders %v runs here (unshaped, only %s and %s run)", only, Durashuffle, DurashuffleAuto)
+			return nil, fmt.Errorf("write: none of the contenders %v runs here (unshaped, only %s, %s and %s run)", only, Durashuffle, DurashuffleEncrypted, DurashuffleAuto)
 		}
 	}
 	// ran says whether every contender named ran: a target of one that
@@ -108,6 +118,8 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 			c.Write.Compression = "auto"
 		case DurashuffleSpillOff:
 			c.Write.Spill = "off"
+		case DurashuffleEncrypted:
+			c.Store.EncryptionKey = e.encryptionKey()
 		}
 		j := e.job("write", name, q, c, d)
 		switch {
@@ -154,11 +166,14 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	if w := ds.writerCPU(); w > 0 {
 		target(atMost("durashuffle CRC32C / writer CPU", ds.CPUByStage[StageCRC32C]/w, 0.03), Durashuffle)
 	}
+	enc := find(rep.Results, DurashuffleEncrypted)
+	target(atMost("durashuffle-encrypted time / durashuffle time", ratio(enc.Seconds, ds.Seconds), 1.05), Durashuffle, DurashuffleEncrypted)
+	target(atMost("durashuffle-encrypted CPU / durashuffle CPU", ratio(enc.CPUSeconds, ds.CPUSeconds), 1.05), Durashuffle, DurashuffleEncrypted)
 	if e.Link.Addr == "" {
 		target(atMost("durashuffle-auto time / durashuffle (lz4) time, unshaped", ratio(auto.Seconds, ds.Seconds), 1.05), Durashuffle, DurashuffleAuto)
 		return rep, nil
 	}
-	off, enc := find(rep.Results, DurashuffleSpillOff), find(rep.Results, DurashuffleEncodeOnly)
+	off, encOnly := find(rep.Results, DurashuffleSpillOff), find(rep.Results, DurashuffleEncodeOnly)
 	seq, mgr := find(rep.Results, Sequential), find(rep.Results, Manager)
 	if limit > 0 {
 		target(atLeast("durashuffle / link limit", ratio(ds.StoredBytesPerS, limit), 0.95), Durashuffle)
@@ -181,7 +196,7 @@ func (e *Env) runWrite(ctx context.Context) (*Report, error) {
 	// the null store) against all that manager spends uploading the same
 	// bytes, each per GiB stored.
 	if m := cpuPerGiB(mgr.CPUSeconds, mgr.StoredBytes); m > 0 && ds.StoredBytes > 0 {
-		upload := (ds.CPUSeconds - enc.CPUSeconds) / (float64(ds.StoredBytes) / (1 << 30))
+		upload := (ds.CPUSeconds - encOnly.CPUSeconds) / (float64(ds.StoredBytes) / (1 << 30))
 		target(atMost("durashuffle upload CPU per GiB stored / manager's", upload/m, 1.5), Durashuffle, DurashuffleEncodeOnly, Manager)
 		// The same from durashuffle's own profile: the stages only the
 		// upload runs (TLS, HTTP and the SDK, the checksums), free of the
@@ -216,16 +231,28 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 	if err := e.probe(ctx, rep, cfg); err != nil {
 		return nil, err
 	}
+	// The same rows written sealed, for durashuffle-encrypted to read
+	// with the key.
+	qe, ke := e.query("read-encrypted"), e.encryptionKey()
+	prepEnc := e.job("write", DurashuffleEncrypted, qe, cfg, d)
+	prepEnc.Config.Store.EncryptionKey, prepEnc.Dial = ke, ""
+	if _, err := e.o.Runner.Run(ctx, prepEnc); err != nil {
+		return nil, fmt.Errorf("write the encrypted stage to read: %w", err)
+	}
+	defer e.cleanup(ctx, qe)
 	kind := StoreKind(cfg)
-	names := append([]string{Durashuffle, DurashuffleByPartition}, Baselines[kind]...)
+	names := append([]string{Durashuffle, DurashuffleEncrypted, DurashuffleByPartition}, Baselines[kind]...)
 	rep.Results, err = e.rounds(ctx, names, func(name string, _ int) *Job {
-		c := cfg
-		if name == Durashuffle {
+		c, query := cfg, q
+		if name == Durashuffle || name == DurashuffleEncrypted {
 			// One stream in storage order: as many GETs in flight as
 			// transfermanager's concurrency.
 			c.Read.Ahead = cfg.Write.UploadConcurrency
 		}
-		j := e.job("read", name, q, c, d)
+		if name == DurashuffleEncrypted {
+			c.Store.EncryptionKey, query = ke, qe
+		}
+		j := e.job("read", name, query, c, d)
 		j.Readers = e.o.Readers
 		j.Keys = src.Keys
 		return j
@@ -244,6 +271,10 @@ func (e *Env) runRead(ctx context.Context) (*Report, error) {
 		rep.Results[i].LinkFraction = round3(ratio(rep.Results[i].StoredBytesPerS, limit))
 	}
 	ds := find(rep.Results, Durashuffle)
+	enc := find(rep.Results, DurashuffleEncrypted)
+	rep.Targets = append(rep.Targets,
+		atMost("durashuffle-encrypted time / durashuffle time", ratio(enc.Seconds, ds.Seconds), 1.05),
+		atMost("durashuffle-encrypted CPU / durashuffle CPU", ratio(enc.CPUSeconds, ds.CPUSeconds), 1.05))
 	if ds.RangedGets > 0 {
 		ds.MeanGetBytes = float64(ds.StoredBytes) / float64(ds.RangedGets)
 		if bw := float64(rep.Link.ConnBandwidthBytes); bw > 0 {
