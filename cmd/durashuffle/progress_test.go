@@ -176,10 +176,10 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 	t.Parallel()
 	stdout, term := onTerminal(t, nil, benchArgs...)
 	// The scenario bar names each run; the child's bar what it moved.
-	for _, want := range []string{"round 1/1 durashuffle, run 1 of 7", "round 1/1 durashuffle-auto, run 2 of 7",
-		"round 1/1 durashuffle-spill-off, run 3 of 7", "round 1/1 durashuffle-encode-only, run 4 of 7",
-		"round 1/1 sequential, run 5 of 7", "round 1/1 transfermanager, run 6 of 7", "round 1/1 manager, run 7 of 7",
-		"preparing (encode-files durashuffle)", "7 runs done", "took ",
+	for _, want := range []string{"round 1/1 durashuffle, run 1 of 8", "round 1/1 durashuffle-encrypted, run 2 of 8",
+		"round 1/1 durashuffle-auto, run 3 of 8", "round 1/1 durashuffle-spill-off, run 4 of 8", "round 1/1 durashuffle-encode-only, run 5 of 8",
+		"round 1/1 sequential, run 6 of 8", "round 1/1 transfermanager, run 7 of 8", "round 1/1 manager, run 8 of 8",
+		"preparing (encode-files durashuffle)", "8 runs done", "took ",
 		"ETA", "MiB encoded", "parts in flight", "buffers", "MiB/s"} {
 		if !strings.Contains(term, want) {
 			t.Errorf("terminal lacks %q:\n%s", want, term)
@@ -207,7 +207,7 @@ func TestBenchProgressOnTerminal(t *testing.T) {
 
 func TestNoBenchProgress(t *testing.T) {
 	t.Parallel()
-	bars := []string{"\x1b[", "run 1 of 7", "runs done", "MiB uploaded", "in flight", "ETA"}
+	bars := []string{"\x1b[", "run 1 of 8", "runs done", "MiB uploaded", "in flight", "ETA"}
 	check := func(t *testing.T, how, stdout, stderr string) {
 		for _, bar := range bars {
 			if strings.Contains(stderr, bar) {
