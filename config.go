@@ -122,7 +122,8 @@ type WriteConfig struct {
 
 // ReadConfig is Config.Read: the ranged GETs of stored frames.
 type ReadConfig struct {
-	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
+	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest range the reader buffers at once: neighbouring frames are read together in ranges of up to this size, each into a buffer of its size."`
+	SpanBytes  Size `yaml:"read_span_bytes" doc:"Largest ranged GET the reader issues: consecutive ranges of one object are read through one GET of up to this size, range by range, as read_ahead's buffers free, so it costs requests, not memory. Larger: fewer GETs (a TiB is 16,384 GETs at 64 MiB, 131,072 at 8 MiB), and an object's ranges move on one connection rather than read_ahead. read_range_bytes makes a GET per range."`
 	Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
 	GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
 }
@@ -202,6 +203,7 @@ func DefaultConfig() Config {
 	c.Write.CleanupTimeout = Duration(uploader.DefaultCleanupTimeout)
 
 	c.Read.RangeBytes = reader.DefaultRangeBytes
+	c.Read.SpanBytes = reader.DefaultSpanBytes
 	c.Read.Ahead = reader.DefaultReadAhead
 	c.Read.GapBytes = reader.DefaultGapBytes
 
@@ -339,6 +341,7 @@ func (c Config) Validate() error {
 		bad("checksum", "one of crc32c, none", strconv.Quote(c.Write.Checksum))
 	}
 	sizeIn("read_range_bytes", c.Read.RangeBytes, 64*KiB, 5*GiB)
+	sizeIn("read_span_bytes", c.Read.SpanBytes, c.Read.RangeBytes, 5*GiB)
 	intIn("read_ahead", c.Read.Ahead, 1, 256)
 	sizeIn("read_gap_bytes", c.Read.GapBytes, 0, c.Read.RangeBytes)
 	intIn("retry_max_attempts", c.Store.RetryMaxAttempts, 1, 100)

@@ -31,7 +31,7 @@ type Records struct {
 	bytes  *semaphore.Weighted // their stored bytes, ReadAhead x RangeBytes
 	gate   *decodeGate         // decoded frames not taken yet, as many logical bytes
 	budget int64
-	spans  int
+	gets   int // ranged GETs of the stream read to the end
 	plan   []Planned
 	failed atomic.Bool // a fetch failed: launch nothing after it
 	wg     sync.WaitGroup
@@ -73,8 +73,12 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 		budget: budget,
 		plan:   plannedGroups(groups),
 	}
-	for _, g := range groups {
-		r.spans += len(g.spans)
+	if s.o.SpanBytes > s.o.RangeBytes {
+		r.gets = chainRuns(cctx, groups, s.o.SpanBytes, s.o.GapBytes)
+	} else {
+		for _, g := range groups {
+			r.gets += len(g.spans)
+		}
 	}
 	r.refs.Store(1)
 	context.AfterFunc(cctx, r.gate.close)
@@ -85,7 +89,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 
 // Ranges is the number of ranged GETs the stream makes when read to the
 // end, for request accounting.
-func (r *Records) Ranges() int { return r.spans }
+func (r *Records) Ranges() int { return r.gets }
 
 // Planned is one frame a stream delivers, in delivery order: its
 // partition, the rows of it delivered (after a results page's skip and

@@ -1,0 +1,141 @@
+package reader
+
+import (
+	"context"
+	"io"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/retry"
+	"github.com/durashuffle/durashuffle/store"
+)
+
+// frameBytes is the stored bytes of the first n frames of worker 0.
+func frameBytes(s *Stage, n int) int64 {
+	var b int64
+	for _, f := range s.m.Workers[0].Frames[:n] {
+		b += f.Length
+	}
+	return b
+}
+
+// TestSpanReadsRangesInOneGET: ranges of one object, each in its own
+// buffer of at most RangeBytes, are read through one GET of up to
+// SpanBytes, in every read order, delivering the same rows as a GET per
+// range.
+func TestSpanReadsRangesInOneGET(t *testing.T) {
+	ctx := context.Background()
+	reads := map[string]func(s *Stage) (*Records, error){
+		"partitions": func(s *Stage) (*Records, error) { return s.ReadPartitions(ctx, nil) },
+		"partition":  func(s *Stage) (*Records, error) { return s.ReadPartitions(ctx, []int{1}) },
+		"stored":     func(s *Stage) (*Records, error) { return s.ReadStored(ctx, nil) },
+		"results":    func(s *Stage) (*Records, error) { return s.ReadResults(ctx, 30, 2000) },
+	}
+	for name, read := range reads {
+		t.Run(name, func(t *testing.T) {
+			st, m, _ := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(64, 4, 50)})
+			rangeBytes := frameBytes(FromManifest(st, testLayout, m, Options{}), 3)
+			perRange := FromManifest(st, testLayout, m, Options{RangeBytes: rangeBytes, SpanBytes: rangeBytes})
+			recs, err := read(perRange)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := collect(t, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ranges, _ := st.stats()
+			if ranges < 4 || recs.Ranges() != ranges {
+				t.Fatalf("a GET per range: %d GETs, %d planned; want 4 or more, as planned", ranges, recs.Ranges())
+			}
+
+			st.gets = 0
+			spanned := FromManifest(st, testLayout, m, Options{RangeBytes: rangeBytes, SpanBytes: 1 << 30})
+			recs, err = read(spanned)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := collect(t, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalRows(t, got, want)
+			if gets, _ := st.stats(); gets != 1 || recs.Ranges() != 1 {
+				t.Errorf("%d ranges of one object in %d GETs (%d planned), want 1", ranges, gets, recs.Ranges())
+			}
+		})
+	}
+}
+
+// cutStore serves memStore's bytes through bodies that break after cut
+// bytes, and records each GET's offset and what its body delivered.
+type cutStore struct {
+	store.Store // only GetRange is called
+	m           *memStore
+	cut         int64
+	mu          sync.Mutex
+	gets        [][2]int64 // offset, bytes delivered
+}
+
+func (c *cutStore) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	b, err := c.m.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.gets = append(c.gets, [2]int64{off, 0})
+	return &cutBody{ReadCloser: b, c: c, i: len(c.gets) - 1, left: c.cut}, nil
+}
+
+type cutBody struct {
+	io.ReadCloser
+	c    *cutStore
+	i    int
+	left int64
+}
+
+func (b *cutBody) Read(p []byte) (int, error) {
+	if b.left == 0 {
+		return 0, io.ErrUnexpectedEOF
+	}
+	n, err := b.ReadCloser.Read(p[:min(int64(len(p)), b.left)])
+	b.left -= int64(n)
+	b.c.mu.Lock()
+	b.c.gets[b.i][1] += int64(n)
+	b.c.mu.Unlock()
+	return n, err
+}
+
+// TestSpanBodyCutResumes: a span's body that breaks part-way is resumed
+// through the retry layer from the first byte not yet consumed, and the
+// rows arrive whole and checked.
+func TestSpanBodyCutResumes(t *testing.T) {
+	st, m, order := buildStage(t, 4, frame.LZ4, [][]fspec{manyFrames(64, 4, 50)})
+	rangeBytes := frameBytes(FromManifest(st, testLayout, m, Options{}), 3)
+	// A cut in the middle of the second frame of each GET.
+	cs := &cutStore{m: st, cut: frameBytes(FromManifest(st, testLayout, m, Options{}), 1) * 3 / 2}
+	rs := retry.Wrap(cs, retry.Policy{MaxAttempts: 1000, BaseDelay: time.Microsecond, MaxDelay: time.Microsecond}, nil)
+	s := FromManifest(rs, testLayout, m, Options{RangeBytes: rangeBytes, SpanBytes: 1 << 30})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect(t, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	if len(cs.gets) < 3 {
+		t.Fatalf("%d GETs: the body was not cut", len(cs.gets))
+	}
+	for i := 1; i < len(cs.gets); i++ {
+		if prev := cs.gets[i-1]; cs.gets[i][0] != prev[0]+prev[1] {
+			t.Fatalf("GET %d starts at %d; the one before delivered [%d, %d)", i, cs.gets[i][0], prev[0], prev[0]+prev[1])
+		}
+	}
+}
