@@ -51,13 +51,16 @@ type Options struct {
 	// more memory per range in flight; a frame larger than this is still
 	// a range of its own.
 	RangeBytes int64
-	// SpanBytes is the largest ranged GET (default 64 MiB): consecutive
-	// ranges of one object are read through one GET of up to this size,
-	// range by range into their own buffers as the window frees them, so
-	// a GET's size is not its memory. Larger spans mean fewer requests
-	// (a TiB read in 8 MiB GETs is 131,072 of them, in 64 MiB ones
-	// 16,384) and an object's ranges moving on one connection rather
-	// than ReadAhead; RangeBytes or less makes a GET per range.
+	// SpanBytes is the largest ranged GET of ReadPartitions (default 64
+	// MiB): consecutive ranges of one object are read through one GET of
+	// up to this size, range by range into their own buffers as the
+	// window frees them, so a GET's size is not its memory. Larger spans
+	// mean fewer requests (a TiB read in 8 MiB GETs is 131,072 of them,
+	// in 64 MiB ones 16,384) and the ranges of one object moving on one
+	// connection, one after another, rather than ReadAhead at once: a
+	// stream reading one object alone gets one connection's rate.
+	// RangeBytes or less makes a GET per range, as ReadStored and
+	// ReadResults always do.
 	SpanBytes int64
 	// ReadAhead is the window of ranges a stream holds: in flight,
 	// decoded and waiting, or being delivered (default 4). The range being

@@ -50,15 +50,19 @@ type Records struct {
 
 var _ array.RecordReader = (*Records)(nil)
 
+// stream reads spans in order, a GET each: its throughput is read_ahead
+// GETs in flight (ReadStored, ReadResults).
 func (s *Stage) stream(ctx context.Context, spans []span) *Records {
 	gs := make([]group, len(spans))
 	for i, sp := range spans {
 		gs[i] = group{spans: []span{sp}, length: sp.Length}
 	}
-	return s.streamGroups(ctx, gs)
+	return s.streamGroups(ctx, gs, false)
 }
 
-func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
+// streamGroups reads groups in order; spans joins each object's
+// consecutive spans into GETs of up to SpanBytes (chainRuns).
+func (s *Stage) streamGroups(ctx context.Context, groups []group, spans bool) *Records {
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
 	r := &Records{
@@ -73,7 +77,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 		budget: budget,
 		plan:   plannedGroups(groups),
 	}
-	if s.o.SpanBytes > s.o.RangeBytes {
+	if spans && s.o.SpanBytes > s.o.RangeBytes {
 		r.gets = chainRuns(cctx, groups, s.o.SpanBytes, s.o.GapBytes)
 	} else {
 		for _, g := range groups {
