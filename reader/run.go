@@ -89,15 +89,21 @@ func (r *getRun) hold(ctx context.Context, seq int) (pass func(), ok bool) {
 	}
 }
 
-// skip passes span seq's turn on once it comes, without waiting: the
-// span's bytes came from elsewhere (a Source), or it stopped.
+// skip passes span seq's turn on once it comes, without waiting (or
+// drops it once the stream ends): the span's bytes came from elsewhere
+// (a Source), or it stopped.
 func (r *getRun) skip(seq int) {
 	if r == nil {
 		return
 	}
 	go func() {
-		<-r.turns[seq]
-		r.pass(seq)
+		select {
+		case <-r.turns[seq]:
+			r.pass(seq)
+		case <-r.ctx.Done():
+			// The stream ended: no span reads the body any more, and
+			// the stream's context has aborted it.
+		}
 	}()
 }
 
