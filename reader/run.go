@@ -25,6 +25,7 @@ type getRun struct {
 	key    string
 	off    int64
 	end    int64
+	useful int64 // bytes of its spans' frames (chainRuns)
 	gap    int64 // the most bytes a span skips on the body rather than open a GET
 	turns  []chan struct{}
 	body   io.ReadCloser
@@ -35,8 +36,9 @@ type getRun struct {
 
 // chainRuns joins the spans of groups, in launch order, into runs: a
 // span joins the run last opened on its object when it starts at or
-// after the run's end with at most gapBytes between (read and dropped)
-// and the run stays within spanBytes. A run of one span is no run: the
+// after the run's end with at most gapBytes between (read and dropped;
+// no more than the frames of the run and the span) and the run stays
+// within spanBytes. A run of one span is no run: the
 // span makes its own GET, as without runs. It returns the GETs the
 // groups take.
 func chainRuns(ctx context.Context, groups []group, spanBytes, gapBytes int64) int {
@@ -46,7 +48,9 @@ func chainRuns(ctx context.Context, groups []group, spanBytes, gapBytes int64) i
 		for si := range groups[gi].spans {
 			sp := &groups[gi].spans[si]
 			r := open[sp.Key]
-			if r == nil || sp.Offset < r.end || sp.Offset-r.end > gapBytes || sp.Offset+sp.Length-r.off > spanBytes {
+			// As within a span, a gap is read only while it is no larger
+			// than the frames around it: at most half of a GET is dropped.
+			if r == nil || sp.Offset < r.end || sp.Offset-r.end > min(gapBytes, r.useful+sp.useful) || sp.Offset+sp.Length-r.off > spanBytes {
 				r = &getRun{ctx: ctx, key: sp.Key, off: sp.Offset, gap: gapBytes, turns: []chan struct{}{make(chan struct{})}}
 				close(r.turns[0])
 				open[sp.Key] = r
@@ -54,6 +58,7 @@ func chainRuns(ctx context.Context, groups []group, spanBytes, gapBytes int64) i
 				r.turns = append(r.turns, make(chan struct{}))
 			}
 			r.end = sp.Offset + sp.Length
+			r.useful += sp.useful
 			sp.run, sp.seq = r, len(r.turns)-1
 		}
 	}
