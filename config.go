@@ -123,7 +123,7 @@ type WriteConfig struct {
 // ReadConfig is Config.Read: the ranged GETs of stored frames.
 type ReadConfig struct {
 	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest range the reader buffers at once: neighbouring frames are read together in ranges of up to this size, each into a buffer of its size."`
-	SpanBytes  Size `yaml:"read_span_bytes" doc:"Largest ranged GET the reader issues: consecutive ranges of one object are read through one GET of up to this size, range by range, as read_ahead's buffers free, so it costs requests, not memory. Larger: fewer GETs (a TiB is 16,384 GETs at 64 MiB, 131,072 at 8 MiB), and an object's ranges move on one connection rather than read_ahead. read_range_bytes makes a GET per range."`
+	SpanBytes  Size `yaml:"read_span_bytes" doc:"Largest ranged GET of a partition read: an object's consecutive ranges are read through one GET of up to this size, range by range into read_ahead's buffers as they free, so it costs requests, not memory. Larger: fewer GETs (a TiB is 16,384 GETs at 64 MiB, 131,072 at 8 MiB), and an object's ranges move on one connection rather than read_ahead at once. read_range_bytes makes a GET per range, as reads in storage order and results pages always do (sizing.md#reads)."`
 	Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
 	GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
 }
