@@ -147,3 +147,68 @@ func TestSpanBodyCutResumes(t *testing.T) {
 		}
 	}
 }
+
+// stallOnce stalls the first GET whose range holds byte at, for good
+// (until its context ends).
+type stallOnce struct {
+	*memStore
+	at      int64
+	stalled bool
+}
+
+func (s *stallOnce) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	body, err := s.memStore.GetRange(ctx, key, off, length)
+	s.memStore.mu.Lock()
+	first := !s.stalled && off < s.at && s.at < off+length
+	s.stalled = s.stalled || first
+	s.memStore.mu.Unlock()
+	if err != nil || !first {
+		return body, err
+	}
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return nil, err
+	}
+	return &stalledBody{ctx: ctx, b: b, stall: int(s.at - off), resume: make(chan struct{})}, nil
+}
+
+// TestSpanHedgesARange: a range whose read from its span's GET is late
+// is hedged by a GET of that range alone; the hedge's bytes are
+// delivered, and the ranges after it read on through a new GET.
+func TestSpanHedgesARange(t *testing.T) {
+	for _, c := range []struct {
+		name                       string
+		partitions, rangeOf, ahead int
+	}{
+		{"partitions alone", 4, 3, 3},      // streamed range by range
+		{"groups of partitions", 16, 2, 8}, // groups of 4 partitions fetched whole
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, m, order := buildStage(t, c.partitions, frame.LZ4, [][]fspec{manyFrames(48, c.partitions, 50)})
+			plain := FromManifest(st, testLayout, m, Options{})
+			ss := &stallOnce{memStore: st, at: frameBytes(plain, 20) + 10} // inside frame 21
+			h := NewHedger(4, 200*time.Millisecond)
+			s := FromManifest(ss, testLayout, m, Options{RangeBytes: frameBytes(plain, c.rangeOf), SpanBytes: 1 << 30, ReadAhead: c.ahead, Hedge: h})
+			start := time.Now()
+			recs, err := s.ReadPartitions(context.Background(), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := collect(t, recs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			equalRows(t, got, order)
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("read took %v: the stuck range was not hedged", d)
+			}
+			if hedged, won := h.Stats(); hedged != 1 || won != 1 {
+				t.Fatalf("hedged %d, won %d; want 1 and 1", hedged, won)
+			}
+			// The span's GET, the hedge, and the GET the next range opens.
+			if gets, _ := st.stats(); gets != 3 {
+				t.Errorf("%d GETs, want 3: the span's, the hedge's and the one after it", gets)
+			}
+		})
+	}
+}
