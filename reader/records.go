@@ -78,7 +78,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group, spans bool) *R
 		plan:   plannedGroups(groups),
 	}
 	if spans && s.o.SpanBytes > s.o.RangeBytes {
-		r.gets = chainRuns(cctx, groups, s.o.SpanBytes, s.o.GapBytes)
+		r.gets = chainRuns(cctx, groups, s.o.SpanBytes, s.o.GapBytes, s.o.ReadAhead)
 	} else {
 		for _, g := range groups {
 			r.gets += len(g.spans)

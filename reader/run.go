@@ -3,6 +3,7 @@ package reader
 import (
 	"context"
 	"io"
+	"slices"
 
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -38,28 +39,39 @@ type getRun struct {
 // span joins the run last opened on its object when it starts at or
 // after the run's end with at most gapBytes between (read and dropped;
 // no more than the frames of the run and the span) and the run stays
-// within spanBytes. A run of one span is no run: the
-// span makes its own GET, as without runs. It returns the GETs the
-// groups take.
-func chainRuns(ctx context.Context, groups []group, spanBytes, gapBytes int64) int {
+// within spanBytes. At most open runs continue at once: a run waits,
+// its body open (and holding a connection), between its spans, so a
+// stream that reads many objects in turn (a range of partitions, group
+// by group, from more writers than that) ends the run it used least
+// recently and starts a new one when it comes back to that object. A
+// run of one span is no run: the span makes its own GET, as without
+// runs. It returns the GETs the groups take.
+func chainRuns(ctx context.Context, groups []group, spanBytes, gapBytes int64, open int) int {
 	gapBytes = max(gapBytes, 0)
-	open := map[string]*getRun{}
+	var live []*getRun // runs that may continue, least recently used first
 	for gi := range groups {
 		for si := range groups[gi].spans {
 			sp := &groups[gi].spans[si]
-			r := open[sp.Key]
+			i := slices.IndexFunc(live, func(r *getRun) bool { return r.key == sp.Key })
+			var r *getRun
+			if i >= 0 {
+				r = live[i]
+				live = slices.Delete(live, i, i+1)
+			}
 			// As within a span, a gap is read only while it is no larger
 			// than the frames around it: at most half of a GET is dropped.
 			if r == nil || sp.Offset < r.end || sp.Offset-r.end > min(gapBytes, r.useful+sp.useful) || sp.Offset+sp.Length-r.off > spanBytes {
 				r = &getRun{ctx: ctx, key: sp.Key, off: sp.Offset, gap: gapBytes, turns: []chan struct{}{make(chan struct{})}}
 				close(r.turns[0])
-				open[sp.Key] = r
 			} else {
 				r.turns = append(r.turns, make(chan struct{}))
 			}
 			r.end = sp.Offset + sp.Length
 			r.useful += sp.useful
 			sp.run, sp.seq = r, len(r.turns)-1
+			if live = append(live, r); len(live) > open {
+				live = live[1:]
+			}
 		}
 	}
 	gets := 0

@@ -212,3 +212,73 @@ func TestSpanHedgesARange(t *testing.T) {
 		})
 	}
 }
+
+// openBodies counts the bodies of GETs not yet closed.
+type openBodies struct {
+	*memStore
+	open, peak int
+}
+
+func (o *openBodies) GetRange(ctx context.Context, key string, off, length int64) (io.ReadCloser, error) {
+	b, err := o.memStore.GetRange(ctx, key, off, length)
+	if err != nil {
+		return nil, err
+	}
+	o.mu.Lock()
+	o.open++
+	o.peak = max(o.peak, o.open)
+	o.mu.Unlock()
+	return &countedBody{ReadCloser: b, o: o}, nil
+}
+
+type countedBody struct {
+	io.ReadCloser
+	o    *openBodies
+	once sync.Once
+}
+
+func (c *countedBody) Close() error {
+	c.once.Do(func() {
+		c.o.mu.Lock()
+		c.o.open--
+		c.o.mu.Unlock()
+	})
+	return c.ReadCloser.Close()
+}
+
+// TestSpansOpenAtOnce: a stream reading a range of partitions group by
+// group from more objects than ReadAhead keeps at most ReadAhead spans
+// open between their ranges, besides the GETs its window has in flight,
+// and closes every body it opened.
+func TestSpansOpenAtOnce(t *testing.T) {
+	const workers, ahead = 8, 2
+	var layout [][]fspec
+	for range workers {
+		layout = append(layout, manyFrames(32, 16, 50))
+	}
+	st, m, order := buildStage(t, 16, frame.LZ4, layout)
+	ob := &openBodies{memStore: st}
+	// Ranges of 2 frames: groups of a few partitions, each a range of
+	// every object.
+	rangeBytes := frameBytes(FromManifest(st, testLayout, m, Options{}), 2)
+	s := FromManifest(ob, testLayout, m, Options{RangeBytes: rangeBytes, SpanBytes: 1 << 30, ReadAhead: ahead})
+	recs, err := s.ReadPartitions(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := collect(t, recs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equalRows(t, got, order)
+	ob.mu.Lock()
+	defer ob.mu.Unlock()
+	// In flight: ahead groups of ahead GETs each; open between ranges:
+	// ahead spans.
+	if limit := ahead*ahead + ahead; ob.peak > limit {
+		t.Errorf("%d bodies open at once, want at most %d", ob.peak, limit)
+	}
+	if ob.open != 0 {
+		t.Errorf("%d bodies left open", ob.open)
+	}
+}
