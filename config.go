@@ -161,10 +161,11 @@ type SidecarConfig struct {
 }
 
 // StoreConns is how many connections a store keeps to its endpoint:
-// two per part in flight (one for a hedge), the ranged GETs of the
-// sidecar's streams, and a few for metadata.
+// two per part in flight (one for a hedge), two per ranged GET of the
+// sidecar's streams (read_ahead in flight and as many spans open
+// between their ranges, read_span_bytes), and a few for metadata.
 func (c Config) StoreConns() int {
-	return 2*c.Write.UploadConcurrency + c.Sidecar.MaxStreams*c.Read.Ahead + 16
+	return 2*c.Write.UploadConcurrency + 2*c.Sidecar.MaxStreams*c.Read.Ahead + 16
 }
 
 // DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16

@@ -453,20 +453,30 @@ func workerBytes(in Input) (wb []int64, objects int) {
 // A partition alone in its group whose GETs are fewer than read_ahead is
 // cut into up to read_ahead GETs of at least 1 MiB, at even offsets and
 // at its sources' ends. With read_span_bytes above read_range_bytes a
-// source's consecutive ranges share GETs of up to read_span_bytes
-// (its bytes for a reader lie together in it, across the groups).
+// source's consecutive ranges share GETs of up to read_span_bytes: its
+// bytes for a reader lie together in it, across the groups while the
+// reader has at most read_ahead sources (it keeps that many spans
+// open), else within each group.
 func readerGets(o Options, es []int64, rb int64, r Range) int64 {
+	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
+	groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
 	if o.ReaderSpanBytes > o.ReaderRangeBytes {
-		var gets int64
+		var gets, sources int64
 		for _, e := range es {
 			if e > 0 {
-				gets += ceilDiv64(e, o.ReaderSpanBytes)
+				sources++
+			}
+		}
+		if sources <= int64(o.ReaderReadAhead) {
+			groups = 1
+		}
+		for _, e := range es {
+			if e > 0 {
+				gets += groups * max(1, ceilDiv64(e, groups*o.ReaderSpanBytes))
 			}
 		}
 		return gets
 	}
-	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
-	groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
 	var spans int64
 	for _, e := range es {
 		if e > 0 {
