@@ -358,7 +358,7 @@ func (c *Client) ReaderOptions() reader.Options {
 	if gap == 0 {
 		gap = -1 // config 0: only directly adjacent frames share a GET
 	}
-	o := reader.Options{RangeBytes: int64(c.cfg.Read.RangeBytes), ReadAhead: c.cfg.Read.Ahead, GapBytes: gap, Hedge: c.readHedge}
+	o := reader.Options{RangeBytes: int64(c.cfg.Read.RangeBytes), SpanBytes: int64(c.cfg.Read.SpanBytes), ReadAhead: c.cfg.Read.Ahead, GapBytes: gap, Hedge: c.readHedge}
 	c.fast.readerOptions(&o)
 	return o
 }

@@ -32,6 +32,9 @@ func (c *Client) Combine(ctx context.Context, query string, stage int, o combine
 	if o.ReaderRangeBytes == 0 {
 		o.ReaderRangeBytes = ro.RangeBytes
 	}
+	if o.ReaderSpanBytes == 0 {
+		o.ReaderSpanBytes = ro.SpanBytes
+	}
 	if o.ReaderReadAhead == 0 {
 		o.ReaderReadAhead = ro.ReadAhead
 	}

@@ -126,7 +126,8 @@ type WriteConfig struct {
 
 // ReadConfig is Config.Read: the ranged GETs of stored frames.
 type ReadConfig struct {
-	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest ranged GET the reader issues; neighbouring frames are fetched together up to this size."`
+	RangeBytes Size `yaml:"read_range_bytes" doc:"Largest range the reader buffers at once: neighbouring frames are read together in ranges of up to this size, each into a buffer of its size."`
+	SpanBytes  Size `yaml:"read_span_bytes" doc:"Largest ranged GET of a partition read: an object's consecutive ranges are read through one GET of up to this size, range by range into read_ahead's buffers as they free, so it costs requests, not memory. Larger: fewer GETs (a TiB is 16,384 GETs at 64 MiB, 131,072 at 8 MiB), and an object's ranges move on one connection rather than read_ahead at once. read_range_bytes makes a GET per range, as reads in storage order and results pages always do (sizing.md#reads)."`
 	Ahead      int  `yaml:"read_ahead" doc:"Ranged GETs in flight per reader. Reader memory is about read_ahead x read_range_bytes of stored bytes, plus at most as many logical bytes of frames decoded ahead of the consumer (an eighth of that while the consumer is slower than decoding), plus the batches it holds."`
 	GapBytes   Size `yaml:"read_gap_bytes" doc:"Frames separated by at most this many bytes are fetched in one GET (the gap is read and dropped)."`
 }
@@ -164,10 +165,11 @@ type SidecarConfig struct {
 }
 
 // StoreConns is how many connections a store keeps to its endpoint:
-// two per part in flight (one for a hedge), the ranged GETs of the
-// sidecar's streams, and a few for metadata.
+// two per part in flight (one for a hedge), two per ranged GET of the
+// sidecar's streams (read_ahead in flight and as many spans open
+// between their ranges, read_span_bytes), and a few for metadata.
 func (c Config) StoreConns() int {
-	return 2*c.Write.UploadConcurrency + c.Sidecar.MaxStreams*c.Read.Ahead + 16
+	return 2*c.Write.UploadConcurrency + 2*c.Sidecar.MaxStreams*c.Read.Ahead + 16
 }
 
 // DefaultConfig returns the defaults: 8 MiB parts, 8 in flight and 16
@@ -206,6 +208,7 @@ func DefaultConfig() Config {
 	c.Write.CleanupTimeout = Duration(uploader.DefaultCleanupTimeout)
 
 	c.Read.RangeBytes = reader.DefaultRangeBytes
+	c.Read.SpanBytes = reader.DefaultSpanBytes
 	c.Read.Ahead = reader.DefaultReadAhead
 	c.Read.GapBytes = reader.DefaultGapBytes
 
@@ -358,6 +361,7 @@ func (c Config) Validate() error {
 		bad("checksum", "one of crc32c, none", strconv.Quote(c.Write.Checksum))
 	}
 	sizeIn("read_range_bytes", c.Read.RangeBytes, 64*KiB, 5*GiB)
+	sizeIn("read_span_bytes", c.Read.SpanBytes, c.Read.RangeBytes, 5*GiB)
 	intIn("read_ahead", c.Read.Ahead, 1, 256)
 	sizeIn("read_gap_bytes", c.Read.GapBytes, 0, c.Read.RangeBytes)
 	intIn("retry_max_attempts", c.Store.RetryMaxAttempts, 1, 100)

@@ -34,6 +34,6 @@ func ExampleMakePlan() {
 	// Output:
 	// 16 groups x 17 buckets = 272 tasks
 	// direct:   251000 GETs, $0.10
-	// combined: 9592 GETs and 1909 PUTs to combine, 19000 GETs to read, $0.02
+	// combined: 9592 GETs and 1909 PUTs to combine, 9000 GETs to read, $0.02
 	// pays: true
 }

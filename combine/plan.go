@@ -58,6 +58,7 @@ const (
 	// readerRangeBytes and readerReadAhead are the reader's defaults
 	// (read_range_bytes, read_ahead), for the predictions.
 	readerRangeBytes = reader.DefaultRangeBytes
+	readerSpanBytes  = reader.DefaultSpanBytes
 	readerReadAhead  = reader.DefaultReadAhead
 	// readerMinSpan is the reader's smallest GET when it spreads a
 	// partition over read_ahead connections.
@@ -80,9 +81,11 @@ type Options struct {
 	Readers int
 	// Groups and Buckets force G and J (0: sized from the bytes).
 	Groups, Buckets int
-	// ReaderRangeBytes and ReaderReadAhead are the readers' read_range_bytes
-	// and read_ahead, for the predictions (defaults 8 MiB and 4).
+	// ReaderRangeBytes, ReaderSpanBytes and ReaderReadAhead are the
+	// readers' read_range_bytes, read_span_bytes and read_ahead, for the
+	// predictions (defaults 8 MiB, 64 MiB and 4).
 	ReaderRangeBytes int64
+	ReaderSpanBytes  int64
 	ReaderReadAhead  int
 	// PartBytes is the part size of a combined object (default 128 MiB,
 	// at least S3's 5 MiB). A plan of fewer tasks than Uploads cuts its
@@ -148,6 +151,9 @@ func (o Options) withDefaults(partitions int) Options {
 	}
 	if o.ReaderRangeBytes <= 0 {
 		o.ReaderRangeBytes = readerRangeBytes
+	}
+	if o.ReaderSpanBytes <= 0 {
+		o.ReaderSpanBytes = readerSpanBytes
 	}
 	if o.ReaderReadAhead <= 0 {
 		o.ReaderReadAhead = readerReadAhead
@@ -439,10 +445,31 @@ func workerBytes(in Input) (wb []int64, objects int) {
 // read_range_bytes, a partition at least), each cut in read_range_bytes.
 // A partition alone in its group whose GETs are fewer than read_ahead is
 // cut into up to read_ahead GETs of at least 1 MiB, at even offsets and
-// at its sources' ends.
+// at its sources' ends. With read_span_bytes above read_range_bytes a
+// source's consecutive ranges share GETs of up to read_span_bytes: its
+// bytes for a reader lie together in it, across the groups while the
+// reader has at most read_ahead sources (it keeps that many spans
+// open), else within each group.
 func readerGets(o Options, es []int64, rb int64, r Range) int64 {
 	groupBudget := max(1, int64(o.ReaderReadAhead)*o.ReaderRangeBytes*3/4)
 	groups := clamp64(ceilDiv64(rb, groupBudget), 1, int64(r.Len()))
+	if o.ReaderSpanBytes > o.ReaderRangeBytes {
+		var gets, sources int64
+		for _, e := range es {
+			if e > 0 {
+				sources++
+			}
+		}
+		if sources <= int64(o.ReaderReadAhead) {
+			groups = 1
+		}
+		for _, e := range es {
+			if e > 0 {
+				gets += groups * max(1, ceilDiv64(e, groups*o.ReaderSpanBytes))
+			}
+		}
+		return gets
+	}
 	var spans int64
 	for _, e := range es {
 		if e > 0 {

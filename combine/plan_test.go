@@ -54,10 +54,10 @@ func TestPlanSizes(t *testing.T) {
 		// of a bucket of 34 partitions) to groups of 3 workers: readers
 		// make 40,340 GETs instead of 100,020, for 9,380 GETs and 2,692
 		// PUTs: it pays, barely.
-		{"cap raises G", uniform(1000, 100, 64*GiB), combine.Options{Readers: 10, TaskCapBytes: 64 * MiB}, 336, 4, true, 0, 0},
+		{"cap raises G", uniform(1000, 100, 64*GiB), combine.Options{Readers: 10, TaskCapBytes: 64 * MiB, ReaderSpanBytes: 8 * MiB}, 336, 4, true, 0, 0},
 		// Forced sizes are kept, even over the cap; 1 GiB tasks of 64
 		// parts cost more PUTs than the GETs they save.
-		{"forced", uniform(10, 10, 10*GiB), combine.Options{Groups: 2, Buckets: 5, TaskCapBytes: 512 * MiB}, 2, 5, false, 10, 10 * (2 + 10*13)},
+		{"forced", uniform(10, 10, 10*GiB), combine.Options{Groups: 2, Buckets: 5, TaskCapBytes: 512 * MiB}, 2, 5, false, 10, 10 * (2 + 10*2)},
 		// G and J stop at workers and partitions.
 		{"capped by shape", uniform(4, 3, 64*GiB), combine.Options{TaskCapBytes: 1 * GiB}, 4, 3, false, 12, 0},
 	} {
@@ -125,10 +125,19 @@ func TestPlanPrediction(t *testing.T) {
 		t.Errorf("direct %d GETs, want %d", pr.Direct.GET, R*(2+W))
 	}
 	// Each reader's partition of a task is 1 TiB / 1000 / 33 groups of
-	// 30 or 31 workers, 31 or 32.5 MiB: 4 or 5 GETs of 8 MiB
-	// (read_range_bytes) each.
-	if lo, hi := R*2+R*G*4, R*2+R*G*5; pr.Combined.GET < lo || pr.Combined.GET > hi {
-		t.Errorf("combined readers %d GETs, want %d to %d", pr.Combined.GET, lo, hi)
+	// 30 or 31 workers, 31 or 32.5 MiB: one GET of up to 64 MiB
+	// (read_span_bytes) each.
+	if want := R * (2 + G); pr.Combined.GET != want {
+		t.Errorf("combined readers %d GETs, want %d", pr.Combined.GET, want)
+	}
+	// With a GET per 8 MiB range (read_span_bytes at read_range_bytes),
+	// 4 or 5 GETs each.
+	p8, err := combine.MakePlan(uniform(1000, 1000, 1<<40), combine.Options{TaskCapBytes: 2 << 30, ReaderSpanBytes: 8 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo, hi, got := R*2+R*G*4, R*2+R*G*5, p8.Predict.Combined.GET; got < lo || got > hi {
+		t.Errorf("combined readers in GETs of 8 MiB: %d GETs, want %d to %d", got, lo, hi)
 	}
 	// Tasks: W x J data GETs, 2 metadata GETs each; the seal 2 per task.
 	if want := 3 + W*J + 2*G*J + 1 + 2*G*J; pr.Combine.GET != want {
@@ -221,7 +230,9 @@ func TestPlanSpreadReads(t *testing.T) {
 		{"2.5 MiB partitions, 2 groups", uniform(64, 64, 160*MiB), 64 * (2 + 64), 64 * (2 + 2)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			o := combine.Options{}
+			// A GET per range (read_span_bytes at read_range_bytes): the
+			// ranges a partition is cut into are GETs of their own.
+			o := combine.Options{ReaderSpanBytes: 8 * MiB}
 			if c.name == "2.5 MiB partitions, 2 groups" {
 				o.Groups = 2
 			}

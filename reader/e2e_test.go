@@ -346,7 +346,7 @@ func TestReadResultsPaging(t *testing.T) {
 		total := int64(len(order))
 		// RangeBytes of 1 puts every frame in a GET of its own, so the
 		// GET count is exactly the number of frames a page needs.
-		s := open(t, e, "pages", 0, reader.Options{RangeBytes: 1})
+		s := open(t, e, "pages", 0, reader.Options{RangeBytes: 1, SpanBytes: 1}) // a GET per frame
 		full, err := reader.WithFrames(ctx, e.raw, e.client.Layout(), s.Manifest())
 		if err != nil {
 			t.Fatal(err)

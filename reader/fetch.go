@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"golang.org/x/sync/semaphore"
@@ -132,6 +133,7 @@ func (r *Records) fetchGroup(f *fetch, s *Stage, g group) error {
 	for i, sp := range g.spans {
 		if sem.Acquire(ctx, 1) != nil {
 			raws[i] = rawSpan{err: context.Cause(ctx)}
+			sp.run.skip(sp.seq)
 			continue
 		}
 		wg.Go(func() {
@@ -221,15 +223,23 @@ func (r rawSpan) release() {
 // panic in either request fails the span.
 func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 	if r, ok := fetchFast(ctx, s, sp); ok {
+		sp.run.skip(sp.seq)
 		return r
 	}
+	pass, held := sp.run.hold(ctx, sp.seq)
+	if !held {
+		return rawSpan{err: context.Cause(ctx)}
+	}
+	defer pass()
 	if s.o.Hedge == nil {
-		r := getRange(ctx, s, sp)
+		r := getRange(ctx, s, sp, true)
 		s.served(SourceS3, r.got)
 		return r
 	}
+	// The request reads the run's GET; its hedge makes a GET of its own.
+	var hedged atomic.Bool
 	get := func(ctx context.Context) (rawSpan, error) {
-		r := getRange(ctx, s, sp)
+		r := getRange(ctx, s, sp, !hedged.Swap(true))
 		return r, r.err
 	}
 	o := hedge.Hedged(ctx, s.o.Hedge.h, hedge.Race[rawSpan]{First: get, Second: get,
@@ -262,6 +272,7 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 // frame, with the error of the GET that got furthest.
 func (r *Records) fetchSpan(f *fetch, s *Stage, sp span) error {
 	if rw, ok := fetchFast(r.ctx, s, sp); ok {
+		sp.run.skip(sp.seq)
 		return r.sendFast(f, s, sp, rw)
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
@@ -277,7 +288,13 @@ func (r *Records) fetchSpan(f *fetch, s *Stage, sp span) error {
 			t.mu.Unlock()
 			transferred <- err
 		}()
+		pass, held := sp.run.hold(ctx, sp.seq)
+		defer pass()
 		defer safe.Recover(&err, "the transfer of a range")
+		if !held {
+			err = context.Cause(ctx)
+			return
+		}
 		if s.o.Hedge == nil {
 			err = t.receive(ctx)
 			return
@@ -312,6 +329,9 @@ type spanTransfer struct {
 	cond *sync.Cond
 	gets []*spanGet
 	over bool // no GET receives any more, and none will start
+	// ran: a GET of the span started; the first reads the span's run,
+	// a hedge makes a GET of its own.
+	ran atomic.Bool
 }
 
 // spanGet is one GET of a span: its buffer, the bytes received into it,
@@ -324,7 +344,8 @@ type spanGet struct {
 }
 
 // receive is one ranged GET of the span into a buffer from spanBufs,
-// read at the link's pace; it reports each whole frame as it lands.
+// read at the link's pace (the first, from the span's run if it has
+// one); it reports each whole frame as it lands.
 func (t *spanTransfer) receive(ctx context.Context) (err error) {
 	sp := t.sp
 	g := &spanGet{buf: spanBufs.get(sp.Length)}
@@ -340,26 +361,41 @@ func (t *spanTransfer) receive(ctx context.Context) (err error) {
 	// A panic in the store's GET or body is this GET's error: the frames
 	// that arrived whole before it are still delivered.
 	defer safe.Recover(&err, "the store's ranged GET")
-	body, err := t.s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
-	if err != nil {
-		return err
+	var (
+		body io.Reader
+		done func(n int64, err error)
+	)
+	if sp.run != nil && !t.ran.Swap(true) {
+		if body, done, err = sp.run.section(ctx, t.s.st, sp); err != nil {
+			return err
+		}
+	} else {
+		rc, err := t.s.st.GetRange(ctx, sp.Key, sp.Offset, sp.Length)
+		if err != nil {
+			return err
+		}
+		defer rc.Close()
+		body = rc
 	}
-	defer body.Close()
 	var got int64
 	for _, f := range sp.Frames {
 		if end := f.At + f.Frame.Length; got < end {
-			n, err := io.ReadFull(body, g.buf[got:end])
+			n, rerr := io.ReadFull(body, g.buf[got:end])
 			got += int64(n)
 			t.mu.Lock()
 			g.got = got
 			t.cond.Broadcast()
 			t.mu.Unlock()
-			if err != nil {
-				return err
+			if rerr != nil {
+				err = rerr
+				break
 			}
 		}
 	}
-	return nil
+	if done != nil {
+		done(got, err)
+	}
+	return err
 }
 
 // deliverSpan sends the span's frames in order, each decoded from the

@@ -26,6 +26,10 @@ type span struct {
 	Length int64
 	Frames []spanFrame
 	useful int64 // bytes of Frames, the rest of Length is gaps
+	// run is the GET the span reads its bytes from, shared with its
+	// neighbours (chainRuns); nil: a GET of its own. seq is its turn.
+	run *getRun
+	seq int
 }
 
 // spanFrame is a frame inside a span; At is its offset within the span.

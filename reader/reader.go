@@ -13,9 +13,10 @@ import (
 )
 
 // Defaults of Options, as in the configuration (read_range_bytes,
-// read_ahead, read_gap_bytes).
+// read_span_bytes, read_ahead, read_gap_bytes).
 const (
 	DefaultRangeBytes = 8 << 20
+	DefaultSpanBytes  = 64 << 20
 	DefaultReadAhead  = 4
 	DefaultGapBytes   = 256 << 10
 )
@@ -48,10 +49,23 @@ var errClosed = errors.New("reader closed")
 
 // Options tune a Stage's reads. The zero value means the defaults.
 type Options struct {
-	// RangeBytes is the largest ranged GET (default 8 MiB). Larger ranges
-	// mean fewer requests and more memory per range in flight; a frame
-	// larger than this is still fetched whole, in a GET of its own.
+	// RangeBytes is the largest range a stream buffers at once (default
+	// 8 MiB): reads are planned in ranges of neighbouring frames of up to
+	// this size, each landing in a buffer of its size. Larger ranges mean
+	// more memory per range in flight; a frame larger than this is still
+	// a range of its own.
 	RangeBytes int64
+	// SpanBytes is the largest ranged GET of ReadPartitions (default 64
+	// MiB): consecutive ranges of one object are read through one GET of
+	// up to this size, range by range into their own buffers as the
+	// window frees them, so a GET's size is not its memory. Larger spans
+	// mean fewer requests (a TiB read in 8 MiB GETs is 131,072 of them,
+	// in 64 MiB ones 16,384) and the ranges of one object moving on one
+	// connection, one after another, rather than ReadAhead at once: a
+	// stream reading one object alone gets one connection's rate.
+	// RangeBytes or less makes a GET per range, as ReadStored and
+	// ReadResults always do.
+	SpanBytes int64
 	// ReadAhead is the window of ranges a stream holds: in flight,
 	// decoded and waiting, or being delivered (default 4). The range being
 	// delivered counts, so 1 fetches only when the caller asks and 4 keeps
@@ -108,6 +122,9 @@ type Options struct {
 func (o Options) withDefaults() Options {
 	if o.RangeBytes <= 0 {
 		o.RangeBytes = DefaultRangeBytes
+	}
+	if o.SpanBytes == 0 {
+		o.SpanBytes = DefaultSpanBytes
 	}
 	if o.ReadAhead <= 0 {
 		o.ReadAhead = DefaultReadAhead

@@ -31,7 +31,7 @@ type Records struct {
 	bytes  *semaphore.Weighted // their stored bytes, ReadAhead x RangeBytes
 	gate   *decodeGate         // decoded frames not taken yet, as many logical bytes
 	budget int64
-	spans  int
+	gets   int // ranged GETs of the stream read to the end
 	plan   []Planned
 	failed atomic.Bool // a fetch failed: launch nothing after it
 	wg     sync.WaitGroup
@@ -50,15 +50,19 @@ type Records struct {
 
 var _ array.RecordReader = (*Records)(nil)
 
+// stream reads spans in order, a GET each: its throughput is read_ahead
+// GETs in flight (ReadStored, ReadResults).
 func (s *Stage) stream(ctx context.Context, spans []span) *Records {
 	gs := make([]group, len(spans))
 	for i, sp := range spans {
 		gs[i] = group{spans: []span{sp}, length: sp.Length}
 	}
-	return s.streamGroups(ctx, gs)
+	return s.streamGroups(ctx, gs, false)
 }
 
-func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
+// streamGroups reads groups in order; spans joins each object's
+// consecutive spans into GETs of up to SpanBytes (chainRuns).
+func (s *Stage) streamGroups(ctx context.Context, groups []group, spans bool) *Records {
 	cctx, cancel := context.WithCancelCause(ctx)
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
 	r := &Records{
@@ -73,8 +77,12 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 		budget: budget,
 		plan:   plannedGroups(groups),
 	}
-	for _, g := range groups {
-		r.spans += len(g.spans)
+	if spans && s.o.SpanBytes > s.o.RangeBytes {
+		r.gets = chainRuns(cctx, groups, s.o.SpanBytes, s.o.GapBytes, s.o.ReadAhead)
+	} else {
+		for _, g := range groups {
+			r.gets += len(g.spans)
+		}
 	}
 	r.refs.Store(1)
 	context.AfterFunc(cctx, r.gate.close)
@@ -85,7 +93,7 @@ func (s *Stage) streamGroups(ctx context.Context, groups []group) *Records {
 
 // Ranges is the number of ranged GETs the stream makes when read to the
 // end, for request accounting.
-func (r *Records) Ranges() int { return r.spans }
+func (r *Records) Ranges() int { return r.gets }
 
 // Planned is one frame a stream delivers, in delivery order: its
 // partition, the rows of it delivered (after a results page's skip and

@@ -153,7 +153,7 @@ func fetchFast(ctx context.Context, s *Stage, sp span) (rawSpan, bool) {
 			return rawSpan{buf: b, got: int64(len(b)), from: from}, err
 		},
 		Second: func(ctx context.Context) (rawSpan, error) {
-			r := getRange(ctx, s, sp)
+			r := getRange(ctx, s, sp, false)
 			return r, r.err
 		},
 		FirstOp:  "the Source's Fetch",
@@ -241,11 +241,35 @@ func readInto(ctx context.Context, s *Stage, key string, off int64, p []byte) (n
 	return int64(got), err
 }
 
-// getRange is one ranged GET of a span into a buffer from spanBufs.
-func getRange(ctx context.Context, s *Stage, sp span) rawSpan {
+// getRange reads a span into a buffer from spanBufs: from its run's GET
+// when viaRun and it has one (the caller holds its turn), else in a
+// ranged GET of its own.
+func getRange(ctx context.Context, s *Stage, sp span, viaRun bool) rawSpan {
 	pb := &spanBuf{b: spanBufs.get(sp.Length)}
-	n, err := readInto(ctx, s, sp.Key, sp.Offset, pb.b)
+	var (
+		n   int64
+		err error
+	)
+	if viaRun && sp.run != nil {
+		n, err = readRun(ctx, s, sp, pb.b)
+	} else {
+		n, err = readInto(ctx, s, sp.Key, sp.Offset, pb.b)
+	}
 	return rawSpan{buf: pb.b, got: n, err: err, pooled: pb}
+}
+
+// readRun fills p with sp's bytes from its run's GET. A panic in the
+// store's GET or its body is its error (the run's next span then opens
+// a GET of its own).
+func readRun(ctx context.Context, s *Stage, sp span, p []byte) (n int64, err error) {
+	defer safe.Recover(&err, "the store's ranged GET")
+	body, done, err := sp.run.section(ctx, s.st, sp)
+	if err != nil {
+		return 0, err
+	}
+	got, err := io.ReadFull(body, p)
+	done(int64(got), err)
+	return int64(got), err
 }
 
 // sendFast decodes and sends the frames of a span fetchFast returned, as

@@ -144,16 +144,22 @@ func (s *Stage) Schema() *arrow.Schema { return s.schema }
 // neighbouring partitions lie together in each sorted run), ReadAhead
 // GETs at a time, and then decoded one by one as Next reaches them, in
 // the order above: a group holds its stored bytes and the records of
-// the frame being delivered. A range of partitions so costs about one
-// GET per writer object and run per group, not one per frame; a
-// partition larger than a group streams on its own.
+// the frame being delivered. A partition larger than a group streams on
+// its own. Each object's consecutive ranges, within a group and across
+// groups, are read through one GET of up to SpanBytes, range by range
+// into their own buffers (the stream's memory is its ranges', whatever
+// the GET's size): a range of partitions so costs about one GET per
+// object it reads and SpanBytes of it, not one per range or frame. The
+// ranges of one object sharing a GET move on one connection, one after
+// another: a stream reading a single object reads it at one
+// connection's rate (ReadStored keeps ReadAhead GETs in flight).
 func (s *Stage) ReadPartitions(ctx context.Context, partitions []int) (*Records, error) {
 	ws, err := s.partitionFrames(ctx, partitions)
 	if err != nil {
 		return nil, err
 	}
 	budget := int64(s.o.ReadAhead) * s.o.RangeBytes
-	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget*3/4, s.o.ReadAhead)), nil
+	return s.streamGroups(ctx, partitionGroups(ws, s.o.RangeBytes, s.o.GapBytes, budget*3/4, s.o.ReadAhead), true), nil
 }
 
 // partitionFrames lists the frames of the given partitions (nil or empty:
@@ -184,7 +190,9 @@ func (s *Stage) partitionFrames(ctx context.Context, partitions []int) ([]want, 
 // a ranged GET whatever their partition, so reading a whole stage, or a
 // partition range whose frames lie close together, takes GETs of
 // RangeBytes (as a whole-object download would) instead of one GET per
-// frame; the window (ReadAhead) is the number of GETs in flight. It is
+// frame; the window (ReadAhead) is the number of GETs in flight, each
+// range a GET of its own (not SpanBytes: one stream's rate is its GETs
+// in flight). It is
 // for consumers that do not need partition order (a hash aggregation, a
 // copy, a results download): Records.Partition says which partition each
 // batch belongs to. Every frame is CRC-checked and decoded as with

@@ -71,7 +71,7 @@ var keyUses = map[string]keyUse{
 	"compression": useWrite, "checksum": useWrite, "cleanup_timeout": useWrite,
 	"spill": useWrite, "spill_dir": useWrite, "spill_bytes": useWrite,
 
-	"read_range_bytes": useRead, "read_ahead": useRead, "read_gap_bytes": useRead,
+	"read_range_bytes": useRead, "read_span_bytes": useRead, "read_ahead": useRead, "read_gap_bytes": useRead,
 
 	"hedge_factor": useHedge, "hedge_min_delay": useHedge,
 

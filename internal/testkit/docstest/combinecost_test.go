@@ -41,7 +41,7 @@ func TestCombineCostTable(t *testing.T) {
 	// The defaults: spill on, so a plan's tasks have spill_dir for
 	// Scratch and its disk cap.
 	defaults := costConfig{writers: uploader.Config{Concurrency: 8, ChunkSize: 8 << 20, MaxPartSize: 512 << 20}, o: combine.Options{Scratch: noScratch{}}}
-	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30, ReaderRangeBytes: 64 << 20}}
+	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30}}
 	disk := cheap
 	disk.o.TaskCapBytes, disk.o.Scratch = 64<<30, noScratch{}
 	rows := []struct {
