@@ -22,6 +22,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
@@ -117,7 +118,7 @@ func readEach(t *testing.T, e *env, query string, P int) ([]partitionDigest, int
 		}
 		out[p] = digest(t, s, p)
 	}
-	d := store.Diff(e.counter.Requests(), before)
+	d := reqs.Diff(e.counter.Requests(), before)
 	if len(d) != 1 {
 		t.Errorf("readers made %v, want GETs only", d)
 	}
@@ -197,7 +198,7 @@ func TestCombineSameRowsFewerGETs(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		spent := store.Diff(e.counter.Requests(), before)
+		spent := reqs.Diff(e.counter.Requests(), before)
 		if !combine.IsCombined(sealed) || len(sealed.Workers) != G*J || sealed.Totals.Rows != int64(W*P*20) {
 			t.Fatalf("combined level: %d workers, %d rows", len(sealed.Workers), sealed.Totals.Rows)
 		}
@@ -338,7 +339,7 @@ func TestCombineConcurrentAttempts(t *testing.T) {
 		if err != nil || rerun.Wrote || rerun.Manifest.Attempt != got[0].Manifest.Attempt {
 			t.Fatalf("rerun: %v", err)
 		}
-		if d := store.Diff(e.counter.Requests(), before); fmt.Sprint(d) != "map[GetObject:1]" {
+		if d := reqs.Diff(e.counter.Requests(), before); fmt.Sprint(d) != "map[GetObject:1]" {
 			t.Errorf("a rerun of a committed task made %v, want one GET", d)
 		}
 	})
@@ -575,7 +576,7 @@ func TestCombineMeasured(t *testing.T) {
 			if _, err := cs.Seal(ctx); err != nil {
 				t.Fatal(err)
 			}
-			spent := store.Diff(e.counter.Requests(), before)
+			spent := reqs.Diff(e.counter.Requests(), before)
 			combined, combinedGETs := readEach(t, e, "q", c.P)
 			for p := range direct {
 				if direct[p] != combined[p] {
@@ -819,7 +820,7 @@ func TestCombineRuns(t *testing.T) {
 	if _, err := s.RunTask(ctx, 0); err != nil {
 		t.Fatal(err)
 	}
-	if d := store.Diff(counter.Requests(), before); d["GetObject"] != int64(2+runs) {
+	if d := reqs.Diff(counter.Requests(), before); d["GetObject"] != int64(2+runs) {
 		t.Errorf("task 0 made %d GETs, want 2 + one per run (%d)", d["GetObject"], runs)
 	}
 	if _, err := s.RunAll(ctx, 2); err != nil {
@@ -892,7 +893,7 @@ func TestCombineRefusals(t *testing.T) {
 	if _, err := c.RunTask(ctx, 4); err == nil || !strings.Contains(err.Error(), "task 4 outside the combined level's 4 tasks") {
 		t.Fatalf("task 4 of 4: %v", err)
 	}
-	if d := store.Diff(e.counter.Requests(), before); len(d) != 0 {
+	if d := reqs.Diff(e.counter.Requests(), before); len(d) != 0 {
 		t.Errorf("tasks of a combined stage made %v", d)
 	}
 }
@@ -933,7 +934,7 @@ func TestCombineSealAgain(t *testing.T) {
 				t.Errorf("%s: seal again returned index %s, %d workers, %d rows; want the combined level (index %s, 4 tasks, %d rows)",
 					what, m.Index.Key, len(m.Workers), m.Totals.Rows, sealed.Index.Key, W*P*10)
 			}
-			for op, n := range store.Diff(e.counter.Requests(), before) {
+			for op, n := range reqs.Diff(e.counter.Requests(), before) {
 				if op != "GetObject" {
 					t.Errorf("%s: seal again made %d %s, want GETs only", what, n, op)
 				}
@@ -1189,7 +1190,7 @@ func TestCombineOnDisk(t *testing.T) {
 		if _, err := s.Seal(ctx); err != nil {
 			t.Fatal(err)
 		}
-		spent := store.Diff(e.counter.Requests(), start)
+		spent := reqs.Diff(e.counter.Requests(), start)
 		puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
 		if pr := s.Plan().Predict; puts != pr.Combine.PUT || spent["GetObject"] != pr.Combine.GET {
 			t.Errorf("combining on disk made %d PUT-class requests and %d GETs, the plan predicted %d and %d", puts, spent["GetObject"], pr.Combine.PUT, pr.Combine.GET)

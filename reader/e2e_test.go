@@ -17,6 +17,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/testkit/storesuite"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -281,7 +282,7 @@ func TestReadStored(t *testing.T) {
 			before := e.counter.Requests()
 			recs, err := s.ReadStored(ctx, ps)
 			got := read(t, recs, err)
-			if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != int64(recs.Ranges())+wantIndex || len(d) > 1 {
+			if d := reqs.Diff(e.counter.Requests(), before); d["GetObject"] != int64(recs.Ranges())+wantIndex || len(d) > 1 {
 				t.Errorf("partitions %v: %v, want %d GetObject (and one of the index)", ps, d, recs.Ranges())
 			}
 			if len(got) != len(want) {
@@ -381,7 +382,7 @@ func TestReadResultsPaging(t *testing.T) {
 				recs, err := s.ReadResults(ctx, pg.off, pg.lim)
 				got := read(t, recs, err)
 				equalRows(t, got, order[min(pg.off, total):max(min(pg.off, total), end)])
-				diff := store.Diff(e.counter.Requests(), before)
+				diff := reqs.Diff(e.counter.Requests(), before)
 				// One GET of the index, then one per frame of the page.
 				if diff["GetObject"] != 1+int64(need) || len(diff) > 1 && need > 0 || recs.Ranges() != need {
 					t.Errorf("requests %v, %d ranges planned; page needs %d frames and the index", diff, recs.Ranges(), need)
@@ -395,7 +396,7 @@ func TestReadResultsPaging(t *testing.T) {
 		before := e.counter.Requests()
 		recs, err := s.ReadResults(ctx, 5, 300)
 		equalRows(t, read(t, recs, err), order[5:305])
-		if n := store.Diff(e.counter.Requests(), before)["GetObject"]; n != 1+int64(recs.Ranges()) || n < 2 {
+		if n := reqs.Diff(e.counter.Requests(), before)["GetObject"]; n != 1+int64(recs.Ranges()) || n < 2 {
 			t.Errorf("%d GETs, %d ranges planned", n, recs.Ranges())
 		}
 	})
@@ -417,12 +418,12 @@ func TestRequestBudget(t *testing.T) {
 		order := writeStage(t, e, "budget", 0, 3, 4, 4, nil, true)
 		before := e.counter.Requests()
 		s := open(t, e, "budget", 0, reader.Options{})
-		if d := store.Diff(e.counter.Requests(), before); len(d) != 1 || d["GetObject"] != 1 {
+		if d := reqs.Diff(e.counter.Requests(), before); len(d) != 1 || d["GetObject"] != 1 {
 			t.Fatalf("opening a sealed stage cost %v, want exactly one GetObject", d)
 		}
 		recs, err := s.ReadPartitions(ctx, nil)
 		equalRows(t, read(t, recs, err), order)
-		d := store.Diff(e.counter.Requests(), before)
+		d := reqs.Diff(e.counter.Requests(), before)
 		if len(d) != 1 || d["GetObject"] != 2+int64(recs.Ranges()) {
 			t.Errorf("reading every partition cost %v, want only GetObject: 1 manifest + 1 index + %d ranges", d, recs.Ranges())
 		}
@@ -453,7 +454,7 @@ func TestEmptyStage(t *testing.T) {
 		if got := read(t, recs, err); len(got) != 0 {
 			t.Errorf("%d rows from an empty stage", len(got))
 		}
-		if d := store.Diff(e.counter.Requests(), before); d["GetObject"] != 1 || len(d) != 1 {
+		if d := reqs.Diff(e.counter.Requests(), before); d["GetObject"] != 1 || len(d) != 1 {
 			t.Errorf("requests %v, want the manifest GET only", d)
 		}
 		if _, err := s.ReadPartitions(ctx, []int{9}); !errors.Is(err, reader.ErrPartition) {

@@ -34,7 +34,7 @@ type Upload struct {
 	state state // changed by toLocked alone
 	err   error // the first failure: the object is failed
 	// cut: a part's request was cut off by cancellation, so the abort
-	// is checked and repeated (see store.AbortAgain).
+	// is checked and repeated (see abortAgain).
 	cut bool
 	// abortErr is the failure of an abort that Finish ran, kept for the
 	// next Abort: Finish returns why the object failed, and the caller's
@@ -480,7 +480,7 @@ func (o *Upload) Abort() error {
 		if aerr := o.pool.st.AbortMultipart(ctx, o.key, id); aerr != nil && !store.IsNotFound(aerr) {
 			err = fmt.Errorf("abort multipart upload %s: %w", o.key, aerr)
 		} else if cut {
-			store.AbortAgain(ctx, o.pool.st, o.key, id)
+			abortAgain(ctx, o.pool.st, o.key, id)
 		}
 	}
 	return errors.Join(err, o.abortStrays(id))

@@ -28,6 +28,7 @@ import (
 	"github.com/durashuffle/durashuffle/cmd/durashuffle/internal/bench"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/embedded"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -216,7 +217,7 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 		}
 	}
 	step := func(before map[string]int64, in, out int64, start time.Time) combineBenchStep {
-		s := combineBenchCount(store.Diff(counter.Requests(), before), time.Since(start))
+		s := combineBenchCount(reqs.Diff(counter.Requests(), before), time.Since(start))
 		s.BytesIn, s.BytesOut = bytes.in.Load()-in, bytes.out.Load()-out
 		return s
 	}

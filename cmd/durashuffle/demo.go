@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // defaultDemoBucket is the bucket the demo uses when none is configured.
@@ -215,7 +215,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	start := time.Now()
 	written, workers, err := writeDemo(ctx, client, o)
 	sum.WriteSeconds = round(time.Since(start).Seconds())
-	sum.Requests = store.Diff(counter.Requests(), before)
+	sum.Requests = reqs.Diff(counter.Requests(), before)
 	if err != nil {
 		return fmt.Errorf("write %s stage 0: %w", o.query, err)
 	}
@@ -230,8 +230,8 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 		sum.BytesStored += t.BytesStored
 	}
 	sum.CompressRatio = ratio(float64(sum.BytesLogical), float64(sum.BytesStored))
-	sum.PutRequests = store.PutRequests(sum.Requests)
-	sum.PutPerGiB = store.PerGiB(sum.PutRequests, sum.BytesStored)
+	sum.PutRequests = reqs.PutRequests(sum.Requests)
+	sum.PutPerGiB = reqs.PerGiB(sum.PutRequests, sum.BytesStored)
 	sum.WriteMiBps = perSecond(sum.BytesLogical, sum.WriteSeconds)
 	sum.WriteStored = perSecond(sum.BytesStored, sum.WriteSeconds)
 	sum.PeakBuffered = client.Stats().PeakBuffered
@@ -247,7 +247,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 		return err
 	}
 	sum.Sealed = true
-	sum.SealRequests = store.Diff(counter.Requests(), before)
+	sum.SealRequests = reqs.Diff(counter.Requests(), before)
 
 	// Read back and verify.
 	a.log.Info("reading back", "query", o.query, "partitions", o.partitions)
@@ -257,7 +257,7 @@ func (a *app) runDemo(ctx context.Context, o *demoOptions) error {
 	read, ranges, err := readDemo(ctx, client, o)
 	sum.ReadRanges = ranges
 	sum.ReadSeconds = round(time.Since(start).Seconds())
-	sum.ReadRequests = store.Diff(counter.Requests(), before)
+	sum.ReadRequests = reqs.Diff(counter.Requests(), before)
 	if err != nil {
 		return fmt.Errorf("read %s stage 0: %w", o.query, err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
@@ -84,7 +85,7 @@ func TestDemoOnEveryStore(t *testing.T) {
 				}
 				reads, _ := prices.Classify(s.ReadRequests)
 				table = append(table, fmt.Sprintf("| %s | 4 x %d | %s | %.1f | %.1f | %.2f | %.0f | %.2f | %.2f |", st.name, partitions,
-					mib(s.BytesStored), store.PerGiB(writes.PUT, s.BytesStored), store.PerGiB(reads.GET, s.BytesStored),
+					mib(s.BytesStored), reqs.PerGiB(writes.PUT, s.BytesStored), reqs.PerGiB(reads.GET, s.BytesStored),
 					s.WriteSeconds, s.WriteStored, s.ReadSeconds, s.ReadStored))
 			})
 		}
@@ -170,7 +171,7 @@ func TestRequestModelOnEveryStore(t *testing.T) {
 			if err := st.Put(ctx, "single", []byte("one put"), store.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := prices.Classify(store.Diff(c.Requests(), before)); got.PUT != prices.ObjectWrites(1) {
+			if got, _ := prices.Classify(reqs.Diff(c.Requests(), before)); got.PUT != prices.ObjectWrites(1) {
 				t.Errorf("a single put: %d %s, the model says %d", got.PUT, prices.WriteClass, prices.ObjectWrites(1))
 			}
 			for _, n := range m.parts {
@@ -195,7 +196,7 @@ func TestRequestModelOnEveryStore(t *testing.T) {
 				if err := st.CompleteMultipart(ctx, key, id, done); err != nil {
 					t.Fatal(err)
 				}
-				ops := store.Diff(c.Requests(), before)
+				ops := reqs.Diff(c.Requests(), before)
 				if got, _ := prices.Classify(ops); got.PUT != prices.UploadWrites(int64(n)) {
 					t.Errorf("%d parts: %d %s (%v), the model says %d", n, got.PUT, prices.WriteClass, ops, prices.UploadWrites(int64(n)))
 				}

@@ -7,11 +7,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"github.com/durashuffle/durashuffle/internal/arrowipc"
 	"io"
 	"net"
 	"os"
 	"time"
+
+	"github.com/durashuffle/durashuffle/internal/arrowipc"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -22,7 +24,6 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/manifest"
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // arrowFileMagic opens (and ends) an Arrow IPC file; a stream has none.
@@ -212,7 +213,7 @@ func (a *app) runWrite(ctx context.Context, o *writeOptions) error {
 	sum.CompressRatio = ratio(float64(t.BytesLogical), float64(t.BytesStored))
 	sum.Seconds = round(time.Since(start).Seconds())
 	sum.MiBps = perSecond(t.BytesLogical, sum.Seconds)
-	sum.Requests = store.Diff(c.Counter().Requests(), guardRequests)
+	sum.Requests = reqs.Diff(c.Counter().Requests(), guardRequests)
 	sum.CommitGuard, sum.GuardRequests = c.CommitGuard().State, guardRequests
 	sum.Manifest = c.Layout().WorkerManifestKey(sum.Query, sum.Stage, sum.Worker)
 	prog.done()

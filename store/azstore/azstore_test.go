@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
@@ -118,12 +119,12 @@ func TestRequestCounts(t *testing.T) {
 	if err := st.Put(ctx, "whole", body[:1000], store.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	got := store.Diff(c.Requests(), before)
+	got := reqs.Diff(c.Requests(), before)
 	want := map[string]int64{"PutBlock": parts, "PutBlockList": 1, "PutBlob": 1}
 	if len(got) != len(want) || got["PutBlock"] != want["PutBlock"] || got["PutBlockList"] != want["PutBlockList"] || got["PutBlob"] != want["PutBlob"] {
 		t.Errorf("requests = %v, want %v", got, want)
 	}
-	if n := store.PutRequests(got); n != parts+2 {
+	if n := reqs.PutRequests(got); n != parts+2 {
 		t.Errorf("PUT-class requests = %d, want %d", n, parts+2)
 	}
 	if rc := read(t, st, "counted", partSize*parts-3, -1); !bytes.Equal(rc, body[partSize-3:]) {

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/store"
@@ -126,7 +127,7 @@ func TestComposeTree(t *testing.T) {
 	if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
 		t.Fatalf("CompleteMultipart of %d parts: %v", n, err)
 	}
-	ops := store.Diff(counter.Requests(), before)
+	ops := reqs.Diff(counter.Requests(), before)
 	// 70 parts: 3 intermediate composes (32, 32, 6) and the final one;
 	// then 70 parts and 3 intermediates deleted.
 	if ops["objects.compose"] != 4 || ops["objects.delete"] != n+3 {
@@ -213,8 +214,8 @@ func TestRequestsPerGiB(t *testing.T) {
 		if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
 			t.Fatal(err)
 		}
-		ops := store.Diff(counter.Requests(), before)
-		t.Logf("1 GiB in %d MiB parts: %v; Class A (objects.insert + objects.compose) %d", c.partMiB, ops, store.PutRequests(ops))
+		ops := reqs.Diff(counter.Requests(), before)
+		t.Logf("1 GiB in %d MiB parts: %v; Class A (objects.insert + objects.compose) %d", c.partMiB, ops, reqs.PutRequests(ops))
 		if ops["objects.insert"] != c.inserts || ops["objects.compose"] != c.composes || ops["objects.delete"] != c.deletes || len(ops) != 3 {
 			t.Errorf("%d parts of %d MiB: requests %v, want %d objects.insert, %d objects.compose, %d objects.delete and nothing else",
 				c.parts, c.partMiB, ops, c.inserts, c.composes, c.deletes)

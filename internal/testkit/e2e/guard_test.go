@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -26,7 +27,7 @@ func probed(t *testing.T, c *durashuffle.Client) map[string]int64 {
 		t.Fatalf("commit guard: %v", err)
 	}
 	after := c.Counter().Requests()
-	if d := store.Diff(after, before); fmt.Sprint(d) != "map[DeleteObjects:1 PutObject:2]" || c.CommitGuard().Probes != 1 {
+	if d := reqs.Diff(after, before); fmt.Sprint(d) != "map[DeleteObjects:1 PutObject:2]" || c.CommitGuard().Probes != 1 {
 		t.Fatalf("commit guard probe: requests %v and %d probes, want 2 PutObject, 1 DeleteObjects, 1 probe", d, c.CommitGuard().Probes)
 	}
 	return after

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/s3store"
 	"github.com/durashuffle/durashuffle/internal/spill"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
@@ -418,7 +419,7 @@ func TestSpillFlippedByteOnStore(t *testing.T) {
 				}
 				nothingCommitted(t, c, st, query)
 				// What the upload's absence means: there was one, with a part.
-				req := store.Diff(counter.Requests(), before)
+				req := reqs.Diff(counter.Requests(), before)
 				t.Logf("Commit: %v; requests %v", err, req)
 				if !tc.file && (req["UploadPart"] < 1 || req["AbortMultipartUpload"] < 1) {
 					t.Fatalf("requests %v: want the object's first part stored, then its upload aborted", req)

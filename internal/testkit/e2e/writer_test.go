@@ -18,6 +18,7 @@ import (
 	"github.com/apache/arrow-go/v18/arrow/memory"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -122,7 +123,7 @@ func TestWriteCutsExactParts(t *testing.T) {
 		for _, o := range m.Objects {
 			wantParts += ceilDiv(o.Size, int64(cfg.Write.ChunkSize))
 		}
-		req := store.Diff(counter.Requests(), before)
+		req := reqs.Diff(counter.Requests(), before)
 		// Over HTTPS parts stream while their chunks fill, and an
 		// object's last part, streamed with the chunk size as its length
 		// before the chunk ended short, is cut off (no answer) and sent
@@ -178,7 +179,7 @@ func TestSmallOutputIsOnePut(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := store.Diff(counter.Requests(), before)
+		req := reqs.Diff(counter.Requests(), before)
 		if req["PutObject"] != 2 || req["UploadPart"] != 0 || req["CreateMultipartUpload"] != 0 {
 			t.Fatalf("requests %v: want one data PutObject and one manifest PutObject", req)
 		}
@@ -210,7 +211,7 @@ func TestEmptyOutputCommits(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		req := store.Diff(counter.Requests(), before)
+		req := reqs.Diff(counter.Requests(), before)
 		if len(m.Objects) != 0 || len(m.Frames) != 0 || fmt.Sprint(req) != "map[PutObject:1]" {
 			t.Fatalf("empty output: %+v, requests %v", m.Totals, req)
 		}
@@ -620,7 +621,7 @@ func TestCompressibleOutputIsOnePut(t *testing.T) {
 		if len(m.Objects) != 1 || m.Objects[0].Parts != 1 || m.Objects[0].Size >= int64(cfg.Write.ChunkSize) {
 			t.Fatalf("objects %+v: want one object of one part under a chunk", m.Objects)
 		}
-		req := store.Diff(counter.Requests(), before)
+		req := reqs.Diff(counter.Requests(), before)
 		want := "map[PutObject:2]" // the data object and the manifest
 		if fmt.Sprint(req) != want {
 			t.Fatalf("requests %v, want %s", req, want)

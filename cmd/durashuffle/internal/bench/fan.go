@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/retry"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -566,7 +567,7 @@ func writeSorted(ctx context.Context, j *Job, counter *store.Counter, clock *dat
 		return nil, err
 	}
 	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
+	res.Requests = reqs.Diff(counter.Requests(), before)
 	res.Rows, res.LogicalBytes, res.StoredBytes = rows.Load(), logical.Load(), stored.Load()
 	res.Objects = workers * perWriter
 	res.LocalDiskBytes = disk.high()

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/durashuffle/durashuffle"
-	"github.com/durashuffle/durashuffle/store"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 )
 
 // Contender names, as they appear in results.
@@ -223,7 +223,7 @@ func (r *Result) finish(d time.Duration) {
 		r.CPUSeconds = round3(clockCPU)
 	}
 	r.Seconds = d.Seconds()
-	r.PutPerGiB = store.PerGiB(store.PutRequests(r.Requests), r.StoredBytes)
+	r.PutPerGiB = reqs.PerGiB(reqs.PutRequests(r.Requests), r.StoredBytes)
 	if r.Seconds > 0 {
 		r.StoredBytesPerS = float64(r.StoredBytes) / r.Seconds
 		r.LogicalBytesPerS = float64(r.LogicalBytes) / r.Seconds

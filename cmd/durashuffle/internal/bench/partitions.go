@@ -14,6 +14,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -348,7 +349,7 @@ func readEachRange(ctx context.Context, j *Job, counter *store.Counter, gets *ge
 		return nil, err
 	}
 	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
+	res.Requests = reqs.Diff(counter.Requests(), before)
 	res.Rows, res.LogicalBytes = rows.Load(), logical.Load()
 	res.DataGets, res.DataGetBytes = gets.data.Load(), gets.dataBytes.Load()
 	res.MetadataGets, res.MetadataBytes = gets.meta.Load(), gets.metaBytes.Load()

@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/reader"
-	"github.com/durashuffle/durashuffle/store"
 )
 
 // readDurashuffle reads every partition of the stage back, every record
@@ -67,7 +67,7 @@ func readDurashuffle(ctx context.Context, j *Job) (*Result, error) {
 		}
 	}
 	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
+	res.Requests = reqs.Diff(counter.Requests(), before)
 	t := st.Manifest().Totals
 	res.StoredBytes = t.BytesStored
 	res.LogicalBytes = logical.Load()

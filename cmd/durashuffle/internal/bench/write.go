@@ -17,6 +17,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/chunker"
 	"github.com/durashuffle/durashuffle/internal/frame"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/demo"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -120,7 +121,7 @@ func writeWith(ctx context.Context, j *Job, raw store.Store, counter *store.Coun
 		return nil, err
 	}
 	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
+	res.Requests = reqs.Diff(counter.Requests(), before)
 	for _, m := range manifests {
 		t := m.Sum()
 		res.StoredBytes += t.BytesStored
@@ -324,7 +325,7 @@ func writeSequential(ctx context.Context, j *Job) (*Result, error) {
 		return nil, err
 	}
 	elapsed := stopClock(start)
-	res.Requests = store.Diff(counter.Requests(), before)
+	res.Requests = reqs.Diff(counter.Requests(), before)
 	for _, r := range results {
 		res.LogicalBytes += r.Bytes
 		res.Rows += r.Rows

@@ -1,12 +1,14 @@
-package store
+package uploader
 
 import (
 	"context"
 	"slices"
 	"time"
+
+	"github.com/durashuffle/durashuffle/store"
 )
 
-// AbortAgain makes sure an aborted upload stays gone when parts of it
+// abortAgain makes sure an aborted upload stays gone when parts of it
 // were cut off in flight: a server may still be writing such a part when
 // the abort arrives and bring the upload back once it is done (S3 says
 // an abort may have to be repeated; versitygw does it). Over a store
@@ -14,8 +16,8 @@ import (
 // again while the upload is listed. Best effort, as the abort succeeded:
 // a listing or a repeated abort that fails is left to gc and the
 // bucket's lifecycle rule.
-func AbortAgain(ctx context.Context, st Writer, key, uploadID string) {
-	l, ok := As[Lister](st)
+func abortAgain(ctx context.Context, st store.Writer, key, uploadID string) {
+	l, ok := store.As[store.Lister](st)
 	if !ok {
 		return
 	}
@@ -28,10 +30,10 @@ func AbortAgain(ctx context.Context, st Writer, key, uploadID string) {
 		case <-t.C:
 		}
 		ups, err := l.ListUploads(ctx, key)
-		if err != nil || !slices.ContainsFunc(ups, func(x UploadInfo) bool { return x.Key == key && x.UploadID == uploadID }) {
+		if err != nil || !slices.ContainsFunc(ups, func(x store.UploadInfo) bool { return x.Key == key && x.UploadID == uploadID }) {
 			return
 		}
-		if err := st.AbortMultipart(ctx, key, uploadID); err != nil && !IsNotFound(err) {
+		if err := st.AbortMultipart(ctx, key, uploadID); err != nil && !store.IsNotFound(err) {
 			return
 		}
 	}
