@@ -3,7 +3,6 @@ package combine
 import (
 	"fmt"
 	"slices"
-	"strings"
 )
 
 // Prices are a store's request classes and their list prices, in dollars
@@ -99,17 +98,6 @@ func (p Prices) Classify(ops map[string]int64) (r Requests, other int64) {
 		}
 	}
 	return r, other
-}
-
-// String is the prices as one line: store, tier and each class's price
-// per 1,000 requests.
-func (p Prices) String() string {
-	return fmt.Sprintf("%s (%s): %s $%s, %s $%s per 1,000 requests", p.Store, p.Tier,
-		p.WriteClass, trimZeros(p.Write*1000), p.ReadClass, trimZeros(p.Read*1000))
-}
-
-func trimZeros(f float64) string {
-	return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.6f", f), "0"), ".")
 }
 
 // ObjectWrites is the write-class requests that store an object of

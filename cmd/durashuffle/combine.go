@@ -237,7 +237,7 @@ func printCombine(w io.Writer, out combineSummary, m *manifest.Stage) {
 		}
 		fmt.Fprintf(w, "plan %s of %s stage %d: %d tasks = %d groups x %d buckets over %d writer objects, %d partitions, %s; %d readers\n",
 			p.ID, out.Query, out.Stage, p.Tasks(), len(p.Groups), len(p.Buckets), p.Objects, p.Partitions, mib(p.Bytes), p.Readers)
-		fmt.Fprintf(w, "  requests at %s (GETs: %s, PUTs: %s)\n", prices, prices.ReadClass, prices.WriteClass)
+		fmt.Fprintf(w, "  requests at %s (GETs: %s, PUTs: %s)\n", priceLine(prices), prices.ReadClass, prices.WriteClass)
 		fmt.Fprintf(w, "  direct:   readers %d GETs ($%.6f)\n", pr.Direct.GET, prices.Dollars(pr.Direct))
 		fmt.Fprintf(w, "  combined: combining %d GETs and %d PUTs, readers %d GETs ($%.6f)\n",
 			pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, prices.Dollars(pr.Combine)+prices.Dollars(pr.Combined))

@@ -175,6 +175,15 @@ type requestCost struct {
 	Dollars  float64          `json:"dollars"`
 }
 
+// priceLine is p as one line: store, tier and each class's price per
+// 1,000 requests.
+func priceLine(p combine.Prices) string {
+	per1000 := func(f float64) string {
+		return strings.TrimRight(strings.TrimRight(fmt.Sprintf("%.6f", f*1000), "0"), ".")
+	}
+	return fmt.Sprintf("%s (%s): %s $%s, %s $%s per 1,000 requests", p.Store, p.Tier, p.WriteClass, per1000(p.Write), p.ReadClass, per1000(p.Read))
+}
+
 // storePrices are the list prices of the store cfg names.
 func storePrices(cfg durashuffle.Config) (combine.Prices, error) {
 	return combine.PricesOf(cfg.Store.Type)
@@ -346,7 +355,7 @@ func printInspect(w io.Writer, s *inspectOutput) {
 	}
 	if rc := s.RequestCost; rc != nil {
 		p := rc.Prices
-		fmt.Fprintf(w, "\nrequests at %s\n", p)
+		fmt.Fprintf(w, "\nrequests at %s\n", priceLine(p))
 		fmt.Fprintf(w, "  storing the stage: %d %s ($%.6f)\n", rc.StageWrites, p.WriteClass, rc.StageDollars)
 		fmt.Fprintf(w, "  this inspect: %d %s, %d %s, %d other ($%.6f)\n", rc.Requests.GET, p.ReadClass, rc.Requests.PUT, p.WriteClass, rc.Other, rc.Dollars)
 	}
