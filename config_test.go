@@ -200,6 +200,7 @@ var everyKey = []struct {
 	{"cleanup_timeout", "7s", "9s", func(c *Config) any { return c.Write.CleanupTimeout }, Duration(7 * time.Second), Duration(9 * time.Second)},
 
 	{"read_range_bytes", "4MiB", "16MiB", func(c *Config) any { return c.Read.RangeBytes }, 4 * MiB, 16 * MiB},
+	{"read_span_bytes", "32MiB", "128MiB", func(c *Config) any { return c.Read.SpanBytes }, 32 * MiB, 128 * MiB},
 	{"read_ahead", "7", "9", func(c *Config) any { return c.Read.Ahead }, 7, 9},
 	{"read_gap_bytes", "64KiB", "128KiB", func(c *Config) any { return c.Read.GapBytes }, 64 * KiB, 128 * KiB},
 

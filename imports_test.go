@@ -29,7 +29,10 @@ var importLayers = [][]string{
 	// Leaf utilities; flightclient, the sidecar's public client and wire
 	// types; internal/entry, what the chunker produces and the manifest
 	// stores: they import nothing of durashuffle's but arrowcheck.
-	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry"},
+	// internal/stall, the stores' cut of a body that makes no progress;
+	// internal/opname, Azure's and GCS's operation names; internal/reqs,
+	// request-count arithmetic for the command line.
+	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry", "internal/stall", "internal/opname", "internal/reqs"},
 	{"store", "internal/hedge"},
 	// Utilities over a store, and the metrics (which observe the layers
 	// above through small interfaces of theirs, asserted by the root
@@ -51,6 +54,9 @@ var importLayers = [][]string{
 	{""}, // the root package
 	{"sidecar"},
 	// Test helpers: imported by tests only, they may use the whole library.
+	// The servers and the fault proxy come first: the store suite runs
+	// over them.
+	{"internal/testkit/testenv", "internal/testkit/faultproxy"},
 	{"internal/testkit/..."},
 }
 

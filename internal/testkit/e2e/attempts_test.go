@@ -23,7 +23,10 @@ func TestRacingAttemptsCommitOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	st, counter := testenv.MinIO(t).NewStore(t)
-	cfg := testConfig()
+	// Spill off: each attempt's object goes in chunk-sized parts, so the
+	// attempts race through multipart uploads (with spill on, four
+	// objects sharing the pool each take one part).
+	cfg := uploadingConfig()
 	cfg.Hedge.Factor = 0
 	c := testenv.Client(t, cfg, durashuffle.WithStore(st), durashuffle.WithCounter(counter))
 	defer c.Close()
