@@ -119,8 +119,8 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 	}
 	orphans := len(objs)
 	ups, _ := st.ListUploads(ctx, prefix)
-	if len(ups) == 0 || orphans < 2 {
-		t.Fatalf("after the kill: %d uploads, %d objects; want an open upload and stored objects", len(ups), orphans)
+	if len(ups) == 0 || len(ups)+orphans < 2 {
+		t.Fatalf("after the kill: %d uploads, %d objects; want open uploads, or an open upload and stored objects", len(ups), orphans)
 	}
 	r := tg.run(t, nil, "read", "-q", q, "-s", "0", "--format", "jsonl")
 	if r.code != 1 || !strings.Contains(r.stderr, "stage not found") {
@@ -148,7 +148,7 @@ func TestKilledWriterIsCleanedUp(t *testing.T) {
 	}
 
 	tg.run(t, nil, "gc", "--older-than", "0s", "--json").must(t).decode(t, &rep)
-	if rep.DryRun || rep.Totals.UploadsAborted != len(ups) || rep.Totals.OrphanObjects != orphans || rep.Totals.OrphanBytes < 8<<20 {
+	if rep.DryRun || rep.Totals.UploadsAborted != len(ups) || rep.Totals.OrphanObjects != orphans || (orphans > 0) != (rep.Totals.OrphanBytes > 0) {
 		t.Fatalf("gc: %+v", rep.Totals)
 	}
 	t.Logf("gc after SIGKILL: aborted %d uploads, deleted %d orphan objects (%d bytes)", rep.Totals.UploadsAborted, rep.Totals.OrphanObjects, rep.Totals.OrphanBytes)

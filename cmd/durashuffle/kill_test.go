@@ -149,7 +149,10 @@ func killMidUpload(t *testing.T, tg target, st store.Store, prefix string, args 
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(ups) > 0 && len(objs) >= 2 {
+		// An open upload and at least one more object under way: stored,
+		// or in an upload of its own (a writer completes its uploads at
+		// Commit, so mid-write there may be no stored object yet).
+		if len(ups) > 0 && len(ups)+len(objs) >= 2 {
 			break
 		}
 		select {
@@ -168,5 +171,31 @@ func killMidUpload(t *testing.T, tg target, st store.Store, prefix string, args 
 	var ee *exec.ExitError
 	if !errors.As(werr, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 		t.Fatalf("writer did not die of SIGKILL: %v", werr)
+	}
+	// Requests the writer had sent may still land (a part's body that
+	// was on the wire, a create): wait until what the store holds stops
+	// changing, so that the callers' counts are what gc will find.
+	snapshot := func() string {
+		ups, err := st.ListUploads(ctx, prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs, _, err := st.List(ctx, prefix, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprint(ups, objs)
+	}
+	last := snapshot()
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		time.Sleep(500 * time.Millisecond)
+		now := snapshot()
+		if now == last {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the store still changes 30s after the writer was killed:\n%s", now)
+		}
+		last = now
 	}
 }

@@ -253,8 +253,11 @@ func TestSmokeRead(t *testing.T) {
 	if ds.ManifestGets != 2 || ds.Rows == 0 || ds.StoredBytes != tm.StoredBytes || mgr.StoredBytes != tm.StoredBytes {
 		t.Fatalf("durashuffle read %+v, transfermanager %+v, manager %+v", ds, tm, mgr)
 	}
-	// The encrypted contender reads its own sealed stage of the same rows.
-	if enc := find(rep.Results, DurashuffleEncrypted); enc.Rows != ds.Rows || enc.ManifestGets != 2 || enc.StoredBytes <= ds.StoredBytes {
+	// The encrypted contender reads its own sealed stage of the same rows
+	// (written apart, so its frames, and so its bytes, may be cut
+	// otherwise: within a tenth of the plain stage's).
+	if enc := find(rep.Results, DurashuffleEncrypted); enc.Rows != ds.Rows || enc.ManifestGets != 2 ||
+		enc.StoredBytes < ds.StoredBytes*9/10 || enc.StoredBytes > ds.StoredBytes*11/10 {
 		t.Fatalf("durashuffle-encrypted read %d rows of %d bytes with %d metadata GETs; durashuffle %d rows of %d bytes", enc.Rows, enc.StoredBytes, enc.ManifestGets, ds.Rows, ds.StoredBytes)
 	}
 }
@@ -335,8 +338,12 @@ func TestSmokeWriteUnderFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Results) != len(WriteContenders) {
-		t.Fatalf("%d contenders finished, want %d", len(rep.Results), len(WriteContenders))
+	// Every contender of write on S3: durashuffle's and S3's baselines.
+	want := slices.DeleteFunc(slices.Clone(WriteContenders), func(n string) bool {
+		return isBaseline(n) && !slices.Contains(Baselines[StoreKind(o.Config)], n)
+	})
+	if len(rep.Results) != len(want) {
+		t.Fatalf("%d contenders finished, want %d (%v)", len(rep.Results), len(want), want)
 	}
 	if !strings.Contains(log.String(), "faults injected") || strings.Contains(log.String(), "faults 0") {
 		t.Fatalf("no faults were injected:\n%s", log.String())

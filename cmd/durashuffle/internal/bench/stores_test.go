@@ -88,7 +88,7 @@ func TestWriteAndReadOnEveryStore(t *testing.T) {
 			for _, r := range rep.Results {
 				names = append(names, r.Name)
 			}
-			if want := []string{Durashuffle, DurashuffleByPartition, baseline}; !slices.Equal(names, want) {
+			if want := []string{Durashuffle, DurashuffleEncrypted, DurashuffleByPartition, baseline}; !slices.Equal(names, want) {
 				t.Fatalf("read contenders %v, want %v", names, want)
 			}
 			ds, b = find(rep.Results, Durashuffle), find(rep.Results, baseline)

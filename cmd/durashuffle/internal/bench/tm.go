@@ -43,7 +43,8 @@ func tmClient(ctx context.Context, j *Job) (*transfermanager.Client, *store.Coun
 }
 
 // sdkClient is the S3 client of the SDK's transfer libraries: the job's
-// HTTP client on the link, its endpoint and credentials, requests counted
+// HTTP client on the link, its endpoint and credentials, retry_max_attempts
+// attempts per request, requests counted
 // and data requests timed (by the returned counter and clock); no
 // "Expect: 100-continue".
 func sdkClient(ctx context.Context, j *Job) (*s3.Client, *store.Counter, *dataClock, *http.Transport, error) {
@@ -70,6 +71,9 @@ func sdkClient(ctx context.Context, j *Job) (*s3.Client, *store.Counter, *dataCl
 		}
 		o.UsePathStyle = j.Config.Store.PathStyle
 		o.HTTPClient = hc
+		// The SDK's own retryer, with durashuffle's budget of attempts, so
+		// that under faults both sides give up alike.
+		o.RetryMaxAttempts = j.Config.Store.RetryMaxAttempts
 		o.ContinueHeaderThresholdBytes = -1
 		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
 			return s.Deserialize.Add(countMiddleware{counter, clock, j.live}, middleware.After)
