@@ -66,12 +66,12 @@ func TestSpanReadsRangesInOneGET(t *testing.T) {
 				t.Fatal(err)
 			}
 			equalRows(t, got, want)
-			wantGets := ranges
-			if c.one {
-				wantGets = 1
-			}
-			if gets, _ := st.stats(); gets != wantGets || recs.Ranges() != wantGets {
-				t.Errorf("%d ranges of one object in %d GETs (%d planned), want %d", ranges, gets, recs.Ranges(), wantGets)
+			if gets, _ := st.stats(); c.one && (recs.Ranges() != 1 || gets > 2) || !c.one && (gets != ranges || recs.Ranges() != ranges) {
+				// One GET is planned; a span whose read is cut (its
+				// attempt's context ended while it read) reopens the body
+				// from its own offset, which the race detector on a loaded
+				// machine was seen to cause once: at most one such reopen.
+				t.Errorf("%d ranges of one object in %d GETs (%d planned), want %s", ranges, gets, recs.Ranges(), map[bool]string{true: "1 planned, at most 2 sent", false: "one per range"}[c.one])
 			}
 		})
 	}
