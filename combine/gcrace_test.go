@@ -3,6 +3,7 @@ package combine_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,14 @@ import (
 )
 
 // hookStore runs before the put of the combined level's manifest, and
-// after it (or, afterPublish, after the put of the stage manifest), once.
+// after it (or, afterPublish, after the put of the stage manifest), once;
+// answer, if set, is the error the combined level's put returns once
+// stored, once (its answer lost).
 type hookStore struct {
 	store.Store
 	before, after func()
 	afterPublish  bool
+	answer        error
 }
 
 func (s *hookStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
@@ -33,7 +37,64 @@ func (s *hookStore) Put(ctx context.Context, key string, body []byte, o store.Pu
 		s.after()
 		s.after = nil
 	}
+	if combined && err == nil && s.answer != nil {
+		err, s.answer = s.answer, nil
+	}
 	return err
+}
+
+// TestCombineSealLostAnswer: a combined level's put that lands and is
+// answered with an error (a lost answer, or the 412 its retry meets) is
+// this seal's own commit: the seal publishes it, its index stays, and
+// the stage reads combined with every row.
+func TestCombineSealLostAnswer(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	for i, answer := range []error{
+		&store.Error{Op: "PutObject", Status: 412, Code: "PreconditionFailed", Err: store.ErrPreconditionFailed},
+		&store.Error{Op: "PutObject", Status: 500, Code: "InternalError", Retryable: true},
+	} {
+		t.Run(fmt.Sprint(answer), func(t *testing.T) {
+			query := fmt.Sprintf("lost%d", i)
+			writeStage(t, e, query, 4, 4, 20, 1000)
+			want, _ := readEach(t, e, query, 4)
+			hs := &hookStore{Store: e.st, answer: answer}
+			s, err := combine.Open(ctx, hs, e.c.Layout(), query, 0, combine.Options{Groups: 2, Buckets: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.RunAll(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			sealed, err := s.Seal(ctx)
+			if hs.answer != nil {
+				t.Fatal("the combined level's put was never made")
+			}
+			if errors.Is(answer, store.ErrPreconditionFailed) && err != nil {
+				t.Fatalf("seal whose own put landed: %v", err)
+			}
+			if err != nil {
+				// A transient answer is an unknown outcome: a seal run
+				// again learns it.
+				if sealed, err = s.Seal(ctx); err != nil {
+					t.Fatalf("seal again after a lost answer: %v", err)
+				}
+			}
+			m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0)
+			if err != nil || !combine.IsCombined(m) || m.Index.Key != sealed.Index.Key {
+				t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
+			}
+			if _, err := e.st.GetRange(ctx, e.c.Layout().ObjectKey(query, 0, m.Index.Key), 0, 1); err != nil {
+				t.Fatalf("the index the combined level names: %v", err)
+			}
+			got, _ := readEach(t, e, query, 4)
+			for p := range want {
+				if got[p] != want[p] {
+					t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+				}
+			}
+		})
+	}
 }
 
 // TestCombineSealRacesGC: a gc that finds a plan's keys older than

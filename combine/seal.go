@@ -123,14 +123,18 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 			}
 			return nil, fmt.Errorf("%s: write %s: %w", what, ckey, err)
 		}
-		// Another seal won: its level stands, this index goes.
-		s.deleteIndex(ctx, indexKey)
+		// Taken: the level that stands is this seal's own (a put whose
+		// answer was lost landed, and its retry was refused) or another
+		// seal's, and this index goes.
 		wb, key, err := getCombined(ctx, s.st, s.l, s.query, s.stage)
 		if err != nil || wb == nil {
 			return nil, fmt.Errorf("%s: %s was taken and cannot be read: %w", what, ckey, err)
 		}
 		if s.combined, err = manifest.DecodeStage(key, wb); err != nil {
 			return nil, err
+		}
+		if s.combined.Index == nil || s.combined.Index.Key != indexRel {
+			s.deleteIndex(ctx, indexKey)
 		}
 		return s.finish(ctx)
 	}

@@ -30,9 +30,10 @@ const (
 var (
 	// ErrAlreadyCommitted: another attempt of the worker committed first.
 	ErrAlreadyCommitted = errors.New("another attempt already committed this worker's output")
-	// ErrCommitUnknown: the worker manifest's put may or may not have
-	// stored it, and reading it back failed. The attempt's objects must
-	// stay: the manifest may refer to them.
+	// ErrCommitUnknown: a worker or stage manifest's put may or may not
+	// have stored it, and reading it back failed. What it names (the
+	// attempt's objects, the seal's index) must stay: gc removes them if
+	// the manifest never lands.
 	ErrCommitUnknown = errors.New("commit outcome unknown")
 	// ErrStageNotFound: the stage has neither a stage nor a worker manifest.
 	ErrStageNotFound = errors.New("stage not found")

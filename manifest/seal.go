@@ -151,26 +151,50 @@ func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int
 		return nil, err
 	}
 	mkey := l.StageManifestKey(query, stage)
-	err = st.Put(ctx, mkey, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
-	if err != nil {
-		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
-		defer cancel()
-		derr := st.Delete(dctx, key)
-		if errors.Is(err, store.ErrPreconditionFailed) {
-			old, lerr := LoadStageManifest(ctx, st, l, query, stage)
-			if lerr != nil {
-				return nil, lerr
-			}
-			return sealedAgain(old, s)
-		}
-		if derr != nil {
-			err = errors.Join(err, fmt.Errorf("delete index %s: %w", key, derr))
-		}
-		return nil, fmt.Errorf("write stage manifest %s: %w", mkey, err)
+	if err := st.Put(ctx, mkey, b, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"}); err != nil {
+		return putLost(ctx, st, l, s, key, err)
 	}
 	s.Sealed = true
 	s.encoded = len(b)
 	return s, nil
+}
+
+// putLost is the answer to a seal whose stage manifest put failed with
+// perr, its index already written at indexKey. The manifest that stands
+// decides: this seal's own (a put whose answer was lost, then refused on
+// retry because it had landed) is the sealed stage, index kept; another
+// seal's is sealedAgain, this index deleted. The index is deleted only
+// when no manifest can name it: a put refused before it was stored, or
+// taken by another seal. When the outcome cannot be learnt the index
+// stays (the manifest may name it; gc removes it if it does not).
+func putLost(ctx context.Context, st store.Store, l Layout, s *Stage, indexKey string, perr error) (*Stage, error) {
+	mkey := l.StageManifestKey(s.Query, s.Stage)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), readBackTimeout)
+	defer cancel()
+	deleteIndex := func(err error) error {
+		if derr := st.Delete(rctx, indexKey); derr != nil {
+			return errors.Join(err, fmt.Errorf("delete index %s: %w", indexKey, derr))
+		}
+		return err
+	}
+	taken := errors.Is(perr, store.ErrPreconditionFailed)
+	if !taken && !mayHaveStored(ctx, perr) {
+		return nil, deleteIndex(fmt.Errorf("write stage manifest %s: %w", mkey, perr))
+	}
+	old, err := LoadStageManifest(rctx, st, l, s.Query, s.Stage)
+	switch {
+	case err == nil && old.Index != nil && old.Index.Key == s.Index.Key:
+		return old, nil // this seal's put landed
+	case err == nil:
+		if derr := deleteIndex(nil); derr != nil {
+			return nil, derr
+		}
+		return sealedAgain(old, s)
+	case store.IsNotFound(err) && taken:
+		return nil, fmt.Errorf("write stage manifest %s: %w, and it is not there: %w", mkey, perr, err)
+	}
+	return nil, fmt.Errorf("%w: seal %s stage %d: the stage manifest put failed (%w), and reading %s back failed: %w; index %s kept",
+		ErrCommitUnknown, s.Query, s.Stage, perr, mkey, err, indexKey)
 }
 
 // missingError is ErrMissingWorkers with how many of how many workers
