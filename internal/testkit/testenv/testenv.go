@@ -234,26 +234,27 @@ func external() (Endpoint, bool) {
 func Main(m *testing.M) {
 	mainRunning.Store(true)
 	code := m.Run()
-	for _, s := range []*server{minio, versitygw} {
-		if err := s.stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: stop %s: %v\n", s.name, err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	for name, stop := range map[string]func() error{"Azurite": stopAzurite, "fake-gcs-server": StopFakeGCS, "local-kms": stopLocalKMS} {
-		if err := stop(); err != nil {
-			fmt.Fprintf(os.Stderr, "testenv: stop %s: %v\n", name, err)
-			if code == 0 {
-				code = 1
-			}
+	if err := stopServers(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
 		}
 	}
 	os.Exit(code)
 }
 
 var mainRunning atomic.Bool
+
+// stopServers stops every server this test binary started.
+func stopServers() error {
+	var errs []error
+	for _, s := range []*server{minio, versitygw, azurite, fakeGCS, localKMS} {
+		if err := s.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("testenv: stop %s: %w", s.name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
 
 // Test credentials of the servers this package starts. Both servers get
 // the same pair, so the AWS environment variables set for subprocesses
@@ -263,14 +264,14 @@ const (
 	testSecretKey = "durashuffle-test-secret"
 )
 
-// server is a real S3 implementation started by one of localstack's
-// scripts, once per test binary.
+// server is a real server (an S3 implementation or a cloud emulator)
+// started by one of localstack's scripts, once per test binary.
 type server struct {
 	name     string   // for messages
 	script   string   // under localstack/
 	stateEnv string   // the script's state dir variable
 	watchEnv string   // the script's watched-pid variable
-	credEnv  []string // the script's credential variables: access key, secret
+	credEnv  []string // an S3 server's credential variables: access key, secret; nil: none
 	certsEnv string   // the script's certificate dir variable; empty: plain HTTP
 
 	once   sync.Once
@@ -290,6 +291,17 @@ var (
 		credEnv: []string{"ROOT_ACCESS_KEY", "ROOT_SECRET_KEY"}}
 )
 
+// running starts the server on first use and returns its URL; the test
+// fails, never skips, if the server cannot start.
+func (s *server) running(t testing.TB) string {
+	t.Helper()
+	s.once.Do(s.startWithRetries)
+	if s.err != nil {
+		t.Fatalf("testenv: start %s: %v", s.name, s.err)
+	}
+	return s.url
+}
+
 // endpoint starts the server on first use and returns a fresh bucket on it.
 func (s *server) endpoint(t testing.TB) Endpoint {
 	t.Helper()
@@ -297,11 +309,8 @@ func (s *server) endpoint(t testing.TB) Endpoint {
 		t.Fatalf("testenv: %s starts a server for the whole test binary and needs testenv.Main to stop it: "+
 			"add `func TestMain(m *testing.M) { testenv.Main(m) }` to the package's tests", s.name)
 	}
-	s.once.Do(s.startWithRetries)
-	if s.err != nil {
-		t.Fatalf("testenv: start %s: %v", s.name, s.err)
-	}
-	return withBucket(t, Endpoint{URL: s.url, Region: "us-east-1", PathStyle: true, CAFile: s.caFile, certsDir: s.certsDir()}, "")
+	url := s.running(t)
+	return withBucket(t, Endpoint{URL: url, Region: "us-east-1", PathStyle: true, CAFile: s.caFile, certsDir: s.certsDir()}, "")
 }
 
 // startWithRetries tries a few times: on a loaded machine a start can
@@ -343,9 +352,10 @@ func (s *server) start() {
 		// If this binary dies without running Main's cleanup (a test
 		// timeout panics), the script's watchdog stops the server.
 		s.watchEnv+"="+strconv.Itoa(os.Getpid()),
-		s.credEnv[0]+"="+testAccessKey,
-		s.credEnv[1]+"="+testSecretKey,
 	)
+	if s.credEnv != nil {
+		cmd.Env = append(cmd.Env, s.credEnv[0]+"="+testAccessKey, s.credEnv[1]+"="+testSecretKey)
+	}
 	if s.certsEnv != "" {
 		certs := filepath.Join(state, "certs")
 		if s.caFile, err = serverCertsDir(certs); err != nil {
@@ -368,6 +378,9 @@ func (s *server) start() {
 	}
 	if s.url == "" {
 		s.err = fmt.Errorf("localstack/%s start printed no endpoint=: %q\n%s", s.script, out, stderr.String())
+		return
+	}
+	if s.credEnv == nil {
 		return
 	}
 	// Through the environment rather than only the Endpoint, so code under
