@@ -80,9 +80,19 @@ func BenchmarkEncryption(b *testing.B) {
 			}
 		})
 		b.Run("read/"+name, func(b *testing.B) {
-			c := open(b, &store.Mem{}, encrypted)
+			st := &store.Mem{}
+			c := open(b, st, encrypted)
 			defer c.Close()
 			write(b, c, "q")
+			objs, _, err := st.List(ctx, "", "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			var stored int64
+			for _, o := range objs {
+				stored += o.Size
+			}
+			b.SetBytes(stored)
 			b.ReportAllocs()
 			for b.Loop() {
 				s, err := c.OpenStage(ctx, "q", 0)
