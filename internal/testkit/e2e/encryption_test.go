@@ -372,7 +372,8 @@ func readErr(c *durashuffle.Client, query string) error {
 // Each read fails naming the object, the partition and the offset, as
 // corrupt; a byte changed with the checksums left stale fails as a
 // checksum mismatch. A wrong key, no key, or a key for a plain stage
-// fail naming the stage.
+// fail naming the stage; workers written under two keys, or a key and
+// none, fail the seal, which commits nothing.
 func TestEncryptedFramesRefuseTampering(t *testing.T) {
 	const n, partitions = 3000, 3
 	for _, b := range backends {
@@ -483,6 +484,39 @@ func TestEncryptedFramesRefuseTampering(t *testing.T) {
 				}
 				if err := readErr(c, "enc"); err != nil {
 					t.Fatalf("the right key: %v", err)
+				}
+				// Workers of one stage under two keys, or under a key and
+				// none: seal refuses them, naming both, and commits no stage.
+				for _, other := range []struct {
+					name string
+					c    *durashuffle.Client
+				}{{"wrong-key", wrongC}, {"no-key", plainC}} {
+					q := "mixed-" + other.name
+					writeWorkers(t, c, q, 0, 1, 300, partitions, nil)
+					w, err := other.c.NewWriter(ctx, durashuffle.WriterOptions{Query: q, Worker: "1", Attempt: "a", Partitions: partitions})
+					if err != nil {
+						t.Fatal(err)
+					}
+					rec := batch(0, 100)
+					err = w.Write(0, rec)
+					rec.Release()
+					if err == nil {
+						_, err = w.Commit(ctx)
+					}
+					if err != nil {
+						t.Fatal(err)
+					}
+					_, err = c.Seal(ctx, q, 0, 2)
+					if err == nil || !strings.Contains(err.Error(), "one key or none") || !strings.Contains(err.Error(), "worker 0") || !strings.Contains(err.Error(), "worker 1") {
+						t.Errorf("%s: seal of workers under different keys: %v, want a refusal naming both workers", other.name, err)
+					}
+					rc, err := st.GetRange(ctx, c.Layout().StageManifestKey(q, 0), 0, -1)
+					if err == nil {
+						rc.Close()
+					}
+					if !store.IsNotFound(err) {
+						t.Errorf("%s: the refused seal's stage manifest: %v, want not found", other.name, err)
+					}
 				}
 			})
 		})
