@@ -254,19 +254,7 @@ func TestKMSKeyLivesWithItsQuery(t *testing.T) {
 			c := kmsClient(t, st, "lives", endpoint, arn)
 			defer c.Close()
 			writeWorkers(t, c, "q", 0, 1, 600, 2, nil)
-			w, err := c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Stage: 1, Worker: "0", Partitions: 2, Results: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			rec := batch(0, 100)
-			err = w.Write(1, rec)
-			rec.Release()
-			if err == nil {
-				_, err = w.Commit(ctx)
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
+			writeOne(t, c, durashuffle.WriterOptions{Query: "q", Stage: 1, Worker: "0", Partitions: 2, Results: true})
 			for stage := range 2 {
 				if _, err := c.Seal(ctx, "q", stage, 1); err != nil {
 					t.Fatal(err)

@@ -172,6 +172,25 @@ func writeWorkers(t *testing.T, c *durashuffle.Client, query string, stage, work
 	}
 }
 
+// writeOne commits the writer o names with rows [0, 100) in partition 0.
+func writeOne(t *testing.T, c *durashuffle.Client, o durashuffle.WriterOptions) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := c.NewWriter(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := batch(0, 100)
+	err = w.Write(0, rec)
+	rec.Release()
+	if err == nil {
+		_, err = w.Commit(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestEncryptedStageReadsBack: a stage written under a key, spill on
 // and off, reads back exactly, sealed and combined, and neither its
 // stored objects nor a spilling writer's spill file hold 16 bytes of
@@ -493,20 +512,8 @@ func TestEncryptedFramesRefuseTampering(t *testing.T) {
 				}{{"wrong-key", wrongC}, {"no-key", plainC}} {
 					q := "mixed-" + other.name
 					writeWorkers(t, c, q, 0, 1, 300, partitions, nil)
-					w, err := other.c.NewWriter(ctx, durashuffle.WriterOptions{Query: q, Worker: "1", Attempt: "a", Partitions: partitions})
-					if err != nil {
-						t.Fatal(err)
-					}
-					rec := batch(0, 100)
-					err = w.Write(0, rec)
-					rec.Release()
-					if err == nil {
-						_, err = w.Commit(ctx)
-					}
-					if err != nil {
-						t.Fatal(err)
-					}
-					_, err = c.Seal(ctx, q, 0, 2)
+					writeOne(t, other.c, durashuffle.WriterOptions{Query: q, Worker: "1", Attempt: "a", Partitions: partitions})
+					_, err := c.Seal(ctx, q, 0, 2)
 					if err == nil || !strings.Contains(err.Error(), "one key or none") || !strings.Contains(err.Error(), "worker 0") || !strings.Contains(err.Error(), "worker 1") {
 						t.Errorf("%s: seal of workers under different keys: %v, want a refusal naming both workers", other.name, err)
 					}
