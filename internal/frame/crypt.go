@@ -68,10 +68,11 @@ func WriteID(b []byte) (id [WriteIDSize]byte) {
 }
 
 // Sealer encrypts the frames and spill pieces of one writer: one stage
-// key, one write ID as every nonce's prefix, one counter. Its nonces
-// never repeat under the key: the counter is the writer's, shared by its
-// encoders, and refuses to wrap; another writer of the stage draws
-// another 64-bit write ID. Safe for concurrent use.
+// key, one write ID as every nonce's prefix, one counter. Its own nonces
+// never repeat: the counter is the writer's, shared by its encoders, and
+// refuses to wrap. Another writer of the stage has another random 64-bit
+// write ID, so two writers share nonces only if they drew the same one
+// (docs/format.md gives the odds). Safe for concurrent use.
 type Sealer struct {
 	aead  cipher.AEAD
 	place []byte // the additional data up to the partition
