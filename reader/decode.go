@@ -20,8 +20,9 @@ func frameErr(s *Stage, f spanFrame, err error) *FrameError {
 }
 
 // decodeChecked verifies b against the manifest (its CRC32C unless the
-// bytes already passed it: checked) and decodes it, applying the frame's
-// Skip and Take. A panic in the decoder (a bug; the bytes are as
+// bytes already passed it: checked; an encrypted frame by its tag, and
+// by its CRC32C only to name the failure when the tag does not verify)
+// and decodes it, applying the frame's Skip and Take. A panic in the decoder (a bug; the bytes are as
 // written, their CRC32C matched) fails the frame with a *safe.PanicError
 // naming it. It is not a *FrameError: the data is not known to be
 // damaged, and reading it again would meet the same bug.
@@ -34,9 +35,18 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 				f.Frame.Partition, f.Frame.Offset, f.Key, f.Frame.Length, s.m.Workers[f.Worker].Worker)
 		}
 	}()
-	if !checked {
+	// An encrypted frame's GCM tag covers every byte its CRC32C does:
+	// the CRC32C is computed only for a frame that does not open, to
+	// name a checksum mismatch as it is named for a plain frame.
+	badCRC := func(b []byte) error {
 		if got := store.CRC32C(b); got != f.Frame.CRC32C {
-			return nil, frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+			return frameErr(s, f, fmt.Errorf("%w: stored bytes have CRC32C %08x, manifest says %08x", ErrChecksum, got, f.Frame.CRC32C))
+		}
+		return nil
+	}
+	if !checked && s.open == nil {
+		if err := badCRC(b); err != nil {
+			return nil, err
 		}
 	}
 	if s.open != nil {
@@ -52,7 +62,13 @@ func decodeChecked(s *Stage, f spanFrame, b []byte, checked bool) (out []arrow.R
 		if scratch != nil {
 			dst = *scratch
 		}
-		if b, err = openFrame(s, f, b, dst); err != nil {
+		stored := b
+		if b, err = openFrame(s, f, stored, dst); err != nil {
+			if !checked {
+				if bad := badCRC(stored); bad != nil {
+					return nil, bad
+				}
+			}
 			return nil, frameErr(s, f, err)
 		}
 		if scratch != nil && cap(b) <= maxPooledPlain {

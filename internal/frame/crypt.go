@@ -10,10 +10,14 @@ import (
 )
 
 // An encrypted frame (docs/format.md, "Encrypted frames") is the frame's
-// header with flagEncrypted set in byte 1, a 12-byte nonce, the
-// compressed payload sealed with AES-256-GCM, and the 16-byte tag:
+// header with flagEncrypted set in byte 1, the compressed payload sealed
+// with AES-256-GCM, the 16-byte tag and the 12-byte nonce:
 //
-//	header (8) | nonce (12) | ciphertext (as long as the payload) | tag (16)
+//	header (8) | ciphertext (as long as the payload) | tag (16) | nonce (12)
+//
+// The nonce goes last so that sealing and opening work where the payload
+// lies: GCM writes the ciphertext over the plaintext (and back), and
+// nothing is moved to make room.
 //
 // The additional data binds the frame to its place: the query, the
 // stage, the worker and attempt that wrote it, the partition and the
@@ -55,19 +59,20 @@ func Encrypted(b []byte) bool {
 }
 
 // WriteID returns the write ID in the nonce of the encrypted frame b
-// (zeros when b is too short to hold one).
+// (zeros when b is too short to hold a header, tag and nonce).
 func WriteID(b []byte) (id [WriteIDSize]byte) {
-	if len(b) >= HeaderSize+NonceSize {
-		copy(id[:], b[HeaderSize:])
+	if len(b) >= HeaderSize+Overhead {
+		copy(id[:], b[len(b)-NonceSize:])
 	}
 	return id
 }
 
 // Sealer encrypts the frames and spill pieces of one writer: one stage
-// key, one write ID as every nonce's prefix, one counter. Its nonces
-// never repeat under the key: the counter is the writer's, shared by its
-// encoders, and refuses to wrap; another writer of the stage draws
-// another 64-bit write ID. Safe for concurrent use.
+// key, one write ID as every nonce's prefix, one counter. Its own nonces
+// never repeat: the counter is the writer's, shared by its encoders, and
+// refuses to wrap. Another writer of the stage has another random 64-bit
+// write ID, so two writers share nonces only if they drew the same one
+// (docs/format.md gives the odds). Safe for concurrent use.
 type Sealer struct {
 	aead  cipher.AEAD
 	place []byte // the additional data up to the partition
@@ -94,16 +99,13 @@ func (s *Sealer) OpenInPlace(b []byte, partition int) ([]byte, error) {
 		return nil, fmt.Errorf("%w: a kept frame of %d bytes is not sealed", ErrCorrupt, len(b))
 	}
 	ad := additional(s.place, labelFrame, partition, b[:HeaderSize])
-	ct := b[HeaderSize+NonceSize:]
-	plain, err := s.aead.Open(ct[:0], b[HeaderSize:HeaderSize+NonceSize], ct, ad)
+	nonce, ct := b[len(b)-NonceSize:], b[HeaderSize:len(b)-NonceSize]
+	plain, err := s.aead.Open(ct[:0], nonce, ct, ad)
 	if err != nil {
 		return nil, ErrAuth
 	}
-	// The header goes right before the payload, over the nonce.
-	out := b[NonceSize : HeaderSize+NonceSize+len(plain)]
-	copy(out, b[:HeaderSize])
-	out[1] = 0
-	return out, nil
+	b[1] = 0
+	return b[:HeaderSize+len(plain)], nil
 }
 
 // OpenPieceInPlace opens a spill piece s sealed where it lies, as
@@ -112,8 +114,8 @@ func (s *Sealer) OpenPieceInPlace(b []byte, partition int) ([]byte, error) {
 	if len(b) < Overhead {
 		return nil, fmt.Errorf("%w: a sealed piece of %d bytes is shorter than its nonce and tag", ErrCorrupt, len(b))
 	}
-	ct := b[NonceSize:]
-	plain, err := s.aead.Open(ct[:0], b[:NonceSize], ct, additional(s.place, labelPiece, partition, nil))
+	nonce, ct := b[len(b)-NonceSize:], b[:len(b)-NonceSize]
+	plain, err := s.aead.Open(ct[:0], nonce, ct, additional(s.place, labelPiece, partition, nil))
 	if err != nil {
 		return nil, ErrAuth
 	}
@@ -121,8 +123,7 @@ func (s *Sealer) OpenPieceInPlace(b []byte, partition int) ([]byte, error) {
 }
 
 // Seal encrypts the frame at buf[start:] (one frame, as Encode appends
-// it) of partition in place: the nonce is inserted after its header and
-// the tag appended.
+// it) of partition where it lies, and appends the tag and the nonce.
 func (s *Sealer) Seal(buf *bytes.Buffer, start, partition int) error {
 	b := buf.Bytes()
 	if len(b)-start < HeaderSize {
@@ -135,32 +136,29 @@ func (s *Sealer) Seal(buf *bytes.Buffer, start, partition int) error {
 	return s.seal(buf, start, HeaderSize, labelFrame, partition)
 }
 
-// SealPiece encrypts the spill piece at buf[start:] of partition in
-// place: nonce, ciphertext, tag.
+// SealPiece encrypts the spill piece at buf[start:] of partition where
+// it lies, and appends the tag and the nonce.
 func (s *Sealer) SealPiece(buf *bytes.Buffer, start, partition int) error {
 	return s.seal(buf, start, 0, labelPiece, partition)
 }
 
-// seal makes room for the nonce after the first head bytes of the frame
-// at buf[start:], and encrypts the rest with those head bytes in the
-// additional data.
+// seal encrypts the frame at buf[start:] after its first head bytes,
+// which go into the additional data, over its own bytes (GCM's in-place
+// form), then appends the tag and the nonce.
 func (s *Sealer) seal(buf *bytes.Buffer, start, head int, label string, partition int) error {
 	n := s.next.Add(1) - 1
 	if n > 1<<32-1 {
 		return fmt.Errorf("seal a frame of partition %d: the writer sealed 2^32 frames, its nonces are spent", partition)
 	}
-	body := buf.Len() - start - head
 	GrowTo(buf, Overhead)
-	b := buf.AvailableBuffer()[:Overhead]
-	buf.Write(b) // room for the nonce and the tag
-	b = buf.Bytes()[start:]
-	copy(b[head+NonceSize:], b[head:head+body])
-	nonce := b[head : head+NonceSize]
+	b := buf.Bytes()[start:]
+	plain := b[head:]
+	// The nonce is written where it will stay, past the tag's room.
+	nonce := b[len(b)+TagSize : len(b)+Overhead]
 	copy(nonce, s.id[:])
 	binary.BigEndian.PutUint32(nonce[WriteIDSize:], uint32(n))
-	plain := b[head+NonceSize : head+NonceSize+body]
-	ad := additional(s.place, label, partition, b[:head])
-	s.aead.Seal(plain[:0], nonce, plain, ad)
+	s.aead.Seal(plain[:0], nonce, plain, additional(s.place, label, partition, b[:head]))
+	buf.Write(buf.AvailableBuffer()[:Overhead]) // keep the tag and the nonce
 	return nil
 }
 
@@ -204,8 +202,8 @@ func (o *Opener) OpenTo(dst, b []byte, worker, attempt string, partition int) ([
 	}
 	out = append(out, b[:HeaderSize]...)
 	out[1] = 0
-	nonce := b[HeaderSize : HeaderSize+NonceSize]
-	out, err := o.aead.Open(out, nonce, b[HeaderSize+NonceSize:], additional(writerPlace(o.place, worker, attempt), labelFrame, partition, b[:HeaderSize]))
+	nonce, ct := b[len(b)-NonceSize:], b[HeaderSize:len(b)-NonceSize]
+	out, err := o.aead.Open(out, nonce, ct, additional(writerPlace(o.place, worker, attempt), labelFrame, partition, b[:HeaderSize]))
 	if err != nil {
 		return nil, ErrAuth
 	}
@@ -218,7 +216,7 @@ func (o *Opener) OpenPiece(b []byte, worker, attempt string, partition int) ([]b
 	if len(b) < Overhead {
 		return nil, fmt.Errorf("%w: a sealed piece of %d bytes is shorter than its nonce and tag", ErrCorrupt, len(b))
 	}
-	out, err := o.aead.Open(nil, b[:NonceSize], b[NonceSize:], additional(writerPlace(o.place, worker, attempt), labelPiece, partition, nil))
+	out, err := o.aead.Open(nil, b[len(b)-NonceSize:], b[:len(b)-NonceSize], additional(writerPlace(o.place, worker, attempt), labelPiece, partition, nil))
 	if err != nil {
 		return nil, ErrAuth
 	}

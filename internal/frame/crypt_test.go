@@ -72,9 +72,10 @@ func TestSealedFrameOpensOnlyInItsPlace(t *testing.T) {
 		{"wrong key", wrongKey, sealed, "w0", "a1", 5},
 		{"cut tag", o, sealed[:len(sealed)-1], "w0", "a1", 5},
 		{"flipped header", o, flip(sealed, 4), "w0", "a1", 5},
-		{"flipped nonce", o, flip(sealed, HeaderSize+2), "w0", "a1", 5},
-		{"flipped ciphertext", o, flip(sealed, HeaderSize+NonceSize+3), "w0", "a1", 5},
-		{"flipped tag", o, flip(sealed, len(sealed)-1), "w0", "a1", 5},
+		{"flipped nonce", o, flip(sealed, len(sealed)-NonceSize+2), "w0", "a1", 5},
+		{"flipped counter", o, flip(sealed, len(sealed)-1), "w0", "a1", 5},
+		{"flipped ciphertext", o, flip(sealed, HeaderSize+3), "w0", "a1", 5},
+		{"flipped tag", o, flip(sealed, len(sealed)-NonceSize-1), "w0", "a1", 5},
 		{"plain frame", o, plain, "w0", "a1", 5},
 	} {
 		if _, err := tc.o.Open(tc.b, tc.w, tc.a, tc.p); !errors.Is(err, ErrCorrupt) {
@@ -85,12 +86,12 @@ func TestSealedFrameOpensOnlyInItsPlace(t *testing.T) {
 	if got, err := s.OpenInPlace(append([]byte(nil), sealed...), 5); err != nil || !bytes.Equal(got, plain) {
 		t.Fatalf("open in place: %v (equal %v)", err, bytes.Equal(got, plain))
 	}
-	if _, err := s.OpenInPlace(flip(sealed, len(sealed)-3), 5); !errors.Is(err, ErrCorrupt) {
+	if _, err := s.OpenInPlace(flip(sealed, len(sealed)-NonceSize-3), 5); !errors.Is(err, ErrCorrupt) {
 		t.Fatalf("open in place of a flipped tag: %v", err)
 	}
 	// The next frame gets the next nonce.
 	_, second := sealedFrame(t, s, 5)
-	if bytes.Equal(second[HeaderSize:HeaderSize+NonceSize], sealed[HeaderSize:HeaderSize+NonceSize]) {
+	if bytes.Equal(second[len(second)-NonceSize:], sealed[len(sealed)-NonceSize:]) {
 		t.Fatalf("two frames of one writer share a nonce")
 	}
 }

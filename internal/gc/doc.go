@@ -8,7 +8,9 @@
 // combine: {query}/stage-{n}/combined.json, {query}/stage-{n}/combine-{plan}/...
 // and combined objects spread under a shard prefix), and deletes
 // manifests before the data they point to, so no manifest is ever left
-// naming an object gc removed.
+// naming an object gc removed. A query's wrapped KMS data key
+// ({query}/key.json) is not a stage's: gc leaves it for as long as the
+// query lives, and DeleteQuery deletes it with the query.
 //
 // Combined stages. A results stage that expires goes with its combined
 // level: the combined level's manifest first, then the stage manifest,

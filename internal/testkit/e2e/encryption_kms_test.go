@@ -11,10 +11,13 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/durashuffle/durashuffle"
+	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/keys"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -231,6 +234,69 @@ func TestKMSFaultsCommitNothing(t *testing.T) {
 			_, err := r.OpenStage(ctx, "q", 0)
 			if !errors.Is(err, durashuffle.ErrKey) || !strings.Contains(err.Error(), "KMS Decrypt") || !strings.Contains(err.Error(), "q stage 0") {
 				t.Fatalf("reader with KMS throttling: %v, want ErrKey naming the stage and KMS Decrypt", err)
+			}
+		})
+	}
+}
+
+// TestKMSKeyLivesWithItsQuery: a query's wrapped key ({query}/key.json)
+// outlives every gc run while a stage of the query remains (gc takes
+// the expired results stage and leaves the key, and the intermediate
+// stage reads back in a new process), and goes with the query at
+// delete-query, which leaves nothing of the query in the bucket.
+func TestKMSKeyLivesWithItsQuery(t *testing.T) {
+	endpoint, arn := testenv.LocalKMS(t)
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			ctx := context.Background()
+			e := b.Start(t)
+			st, _ := e.NewStore(t)
+			c := kmsClient(t, st, "lives", endpoint, arn)
+			defer c.Close()
+			writeWorkers(t, c, "q", 0, 1, 600, 2, nil)
+			writeOne(t, c, durashuffle.WriterOptions{Query: "q", Stage: 1, Worker: "0", Partitions: 2, Results: true})
+			for stage := range 2 {
+				if _, err := c.Seal(ctx, "q", stage, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keyJSON := c.Layout().QueryPrefix("q") + keys.KeyName
+			stored := func() error {
+				rc, err := st.GetRange(ctx, keyJSON, 0, -1)
+				if err == nil {
+					rc.Close()
+				}
+				return err
+			}
+			if err := stored(); err != nil {
+				t.Fatalf("the query's wrapped key %s: %v", keyJSON, err)
+			}
+
+			r, err := gc.Run(ctx, st, c.Layout(), gc.Options{Now: func() time.Time { return time.Now().Add(time.Hour) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Totals.StagesDeleted != 1 {
+				t.Fatalf("gc deleted %d stages, want the results stage", r.Totals.StagesDeleted)
+			}
+			if err := stored(); err != nil {
+				t.Fatalf("after gc took the results stage, the query's wrapped key is gone: %v", err)
+			}
+			fresh := kmsClient(t, st, "lives", endpoint, arn)
+			defer fresh.Close()
+			if err := readErr(fresh, "q"); err != nil {
+				t.Fatalf("stage 0 after gc, read by a new process: %v", err)
+			}
+
+			if _, err := gc.DeleteQuery(ctx, st, c.Layout(), "q"); err != nil {
+				t.Fatal(err)
+			}
+			if err := stored(); !store.IsNotFound(err) {
+				t.Fatalf("after delete-query, the query's wrapped key: %v, want not found", err)
+			}
+			objs, _, err := st.List(ctx, c.Layout().Root(), "")
+			if err != nil || len(objs) != 0 {
+				t.Fatalf("after delete-query, %d objects left (%v): %v", len(objs), err, objs)
 			}
 		})
 	}

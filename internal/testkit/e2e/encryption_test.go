@@ -15,6 +15,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/reader"
@@ -168,6 +169,25 @@ func writeWorkers(t *testing.T, c *durashuffle.Client, query string, stage, work
 		if _, err := w.Commit(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// writeOne commits the writer o names with rows [0, 100) in partition 0.
+func writeOne(t *testing.T, c *durashuffle.Client, o durashuffle.WriterOptions) {
+	t.Helper()
+	ctx := context.Background()
+	w, err := c.NewWriter(ctx, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := batch(0, 100)
+	err = w.Write(0, rec)
+	rec.Release()
+	if err == nil {
+		_, err = w.Commit(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -367,9 +387,12 @@ func readErr(c *durashuffle.Client, query string) error {
 // (object CRC32C, frame CRC32C, worker manifest): a flipped ciphertext
 // byte, a frame of another worker of the stage, of another partition, a
 // cut tag; or makes a worker's objects those of another worker, or of
-// the same worker in another stage, under keys that name their writer. Each read fails naming the object, the
-// partition and the offset, and delivers none of the frame's rows. A
-// wrong key, no key, or a key for a plain stage fail naming the stage.
+// the same worker in another stage, under keys that name their writer.
+// Each read fails naming the object, the partition and the offset, as
+// corrupt; a byte changed with the checksums left stale fails as a
+// checksum mismatch. A wrong key, no key, or a key for a plain stage
+// fail naming the stage; workers written under two keys, or a key and
+// none, fail the seal, which commits nothing.
 func TestEncryptedFramesRefuseTampering(t *testing.T) {
 	const n, partitions = 3000, 3
 	for _, b := range backends {
@@ -379,36 +402,51 @@ func TestEncryptedFramesRefuseTampering(t *testing.T) {
 			for _, tc := range []struct {
 				name   string
 				tamper func(t *testing.T, c *durashuffle.Client, query string) frameAt
+				want   error // ErrCorrupt unless set
 			}{
 				{"flipped-byte", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					fr, b := firstFrame(t, c, q, 0, "0", 1)
 					b[len(b)/2] ^= 0x10
 					replaceFrame(t, c, fr, b)
 					return fr
-				}},
+				}, nil},
+				// A byte changed in the store, its checksums left as they
+				// were: named a checksum mismatch, as in a plain stage.
+				{"flipped-byte-stale-crc", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
+					fr, _ := firstFrame(t, c, q, 0, "0", 1)
+					f := fr.w.Frames[fr.i]
+					obj := getObject(t, c.Store(), fr.key)
+					obj[f.Offset+f.Length/2] ^= 0x10
+					if err := c.Store().Put(context.Background(), fr.key, obj, store.PutOptions{}); err != nil {
+						t.Fatal(err)
+					}
+					return fr
+				}, reader.ErrChecksum},
 				{"other-worker", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					fr, _ := firstFrame(t, c, q, 0, "0", 1)
 					_, other := firstFrame(t, c, q, 0, "1", 1)
 					replaceFrame(t, c, fr, other)
 					return fr
-				}},
+				}, nil},
 				{"other-stage", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					return transplant(t, c, q, 1, "0", "0")
-				}},
+				}, nil},
 				{"other-worker-renamed", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					return transplant(t, c, q, 0, "1", "0")
-				}},
+				}, nil},
 				{"other-partition", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					fr, _ := firstFrame(t, c, q, 0, "0", 1)
 					_, other := firstFrame(t, c, q, 0, "0", 2)
 					replaceFrame(t, c, fr, other)
 					return fr
-				}},
+				}, nil},
 				{"cut-tag", func(t *testing.T, c *durashuffle.Client, q string) frameAt {
 					fr, b := firstFrame(t, c, q, 0, "0", 1)
-					replaceFrame(t, c, fr, b[:len(b)-1])
+					// The tag's last byte cut, the nonce after it kept.
+					tail := len(b) - frame.NonceSize
+					replaceFrame(t, c, fr, append(b[:tail-1:tail-1], b[tail:]...))
 					return fr
-				}},
+				}, nil},
 			} {
 				t.Run(tc.name, func(t *testing.T) {
 					st, counter := e.NewStore(t)
@@ -425,8 +463,12 @@ func TestEncryptedFramesRefuseTampering(t *testing.T) {
 					err := readErr(c, "q")
 					var fe *reader.FrameError
 					f := fr.w.Frames[fr.i]
-					if !errors.As(err, &fe) || !errors.Is(err, reader.ErrCorrupt) || fe.Key != fr.key || fe.Partition != f.Partition || fe.Offset != f.Offset {
-						t.Fatalf("tampered frame of partition %d at offset %d of %s: read error %v, want a corrupt frame naming them", f.Partition, f.Offset, fr.key, err)
+					want := tc.want
+					if want == nil {
+						want = reader.ErrCorrupt
+					}
+					if !errors.As(err, &fe) || !errors.Is(err, want) || fe.Key != fr.key || fe.Partition != f.Partition || fe.Offset != f.Offset {
+						t.Fatalf("tampered frame of partition %d at offset %d of %s: read error %v, want %v naming them", f.Partition, f.Offset, fr.key, err, want)
 					}
 					t.Logf("refused: %v", err)
 				})
@@ -461,6 +503,27 @@ func TestEncryptedFramesRefuseTampering(t *testing.T) {
 				}
 				if err := readErr(c, "enc"); err != nil {
 					t.Fatalf("the right key: %v", err)
+				}
+				// Workers of one stage under two keys, or under a key and
+				// none: seal refuses them, naming both, and commits no stage.
+				for _, other := range []struct {
+					name string
+					c    *durashuffle.Client
+				}{{"wrong-key", wrongC}, {"no-key", plainC}} {
+					q := "mixed-" + other.name
+					writeWorkers(t, c, q, 0, 1, 300, partitions, nil)
+					writeOne(t, other.c, durashuffle.WriterOptions{Query: q, Worker: "1", Attempt: "a", Partitions: partitions})
+					_, err := c.Seal(ctx, q, 0, 2)
+					if err == nil || !strings.Contains(err.Error(), "one key or none") || !strings.Contains(err.Error(), "worker 0") || !strings.Contains(err.Error(), "worker 1") {
+						t.Errorf("%s: seal of workers under different keys: %v, want a refusal naming both workers", other.name, err)
+					}
+					rc, err := st.GetRange(ctx, c.Layout().StageManifestKey(q, 0), 0, -1)
+					if err == nil {
+						rc.Close()
+					}
+					if !store.IsNotFound(err) {
+						t.Errorf("%s: the refused seal's stage manifest: %v, want not found", other.name, err)
+					}
 				}
 			})
 		})
