@@ -11,9 +11,10 @@ import (
 
 // RunAll runs every task of the plan, parallel at a time (at least 1),
 // and returns them in task order; the first failure stops starting
-// tasks and is returned. Tasks laid out on disk run only as many at once
-// as their expected bytes fit in Options.ScratchBytes (one at least). Tasks already committed cost one GET each. It
-// does not seal: call Seal. A plan made while the stage is written forms
+// tasks and is returned. Tasks laid out on disk run only as many at
+// once as their expected bytes fit in Options.ScratchBytes (one at
+// least). Tasks already committed cost one GET each. It does not seal:
+// call Seal. A plan made while the stage is written forms
 // its groups first, in order, and fails with ErrGroupNotReady while a
 // group's workers have not all committed.
 func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
