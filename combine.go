@@ -20,7 +20,8 @@ import (
 //
 // With spill on, a task of more than o.MemoryBytes (512 MiB) lays its
 // object out in a file in spill_dir, counted against spill_bytes, rather
-// than in memory.
+// than in memory, and RunAll runs no more such tasks at once than
+// spill_bytes holds.
 //
 // Tasks and the seal commit with If-None-Match, so the commit guard is
 // checked first, as for Seal.
@@ -40,6 +41,9 @@ func (c *Client) Combine(ctx context.Context, query string, stage int, o combine
 	}
 	if o.Scratch == nil && c.spill != nil {
 		o.Scratch = combineScratch{c.spill}
+		if o.ScratchBytes == 0 {
+			o.ScratchBytes = c.spill.limit
+		}
 	}
 	return combine.Open(ctx, c.st, c.layout, query, stage, o)
 }

@@ -1201,3 +1201,41 @@ func TestCombineOnDisk(t *testing.T) {
 		}
 	})
 }
+
+// TestRunAllDiskRoom: RunAll starts a task on disk only when the
+// expected bytes of those running fit in ScratchBytes: two tasks of
+// about 12 MiB, run two at a time on a spill directory of 18 MiB (the
+// ScratchBytes given), run one after the other and both commit, where
+// side by side one would find no room.
+func TestRunAllDiskRoom(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		writeStage(t, e, "q", 3, 2, 40, 100_000)
+		const room = 18 << 20
+		d, err := spill.Open(t.TempDir(), room)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer d.Close()
+		sc := &countingScratch{d: d}
+		s, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 1, Buckets: 2, MemoryBytes: 1 << 20, Scratch: sc, ScratchBytes: room})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for n, b := range s.Plan().TaskBytes {
+			if b <= 10<<20 || 2*b <= room {
+				t.Fatalf("task %d of %d bytes: want two tasks on disk that do not fit in %d bytes together", n, b, room)
+			}
+		}
+		tasks, err := s.RunAll(ctx, 2)
+		if err != nil {
+			t.Fatalf("two tasks on disk in %d bytes of room: %v", room, err)
+		}
+		if len(tasks) != 2 || len(sc.sizes) != 2 {
+			t.Fatalf("%d tasks committed, %d files made; want 2 and 2", len(tasks), len(sc.sizes))
+		}
+		if _, err := s.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+}

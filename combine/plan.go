@@ -24,17 +24,26 @@ const (
 	DefaultTaskCapBytes = 512 << 20
 	// DefaultDiskTaskCapBytes bounds a task's bytes given Scratch (with
 	// spill on, Client.Combine gives spill_dir): a task over MemoryBytes
-	// lays its object out on disk, so this is its disk. Four tasks at a
-	// time (the command line's --parallel) fill the default spill_bytes
-	// of 32 GiB. Larger tasks mean fewer of them, and fewer GETs: a stage
-	// of B bytes needs at least B / cap tasks.
-	DefaultDiskTaskCapBytes = 8 << 30
+	// lays its object out on disk, so this is its disk. Two tasks at a
+	// time fill the default spill_bytes of 32 GiB (RunAll runs no more
+	// tasks on disk at once than ScratchBytes holds). Larger tasks mean
+	// fewer of them, and fewer GETs: a stage of B bytes needs at least B
+	// / cap tasks, and its tasks' and readers' GETs are at least 2 x
+	// sqrt(W x R x B / cap).
+	DefaultDiskTaskCapBytes = 16 << 30
 	// DefaultPartBytes is the largest part of a combined object's
-	// multipart upload (one PutObject when the object is no larger than
-	// its part size). Parts are PUTs, which cost 12.5 times a GET: at 16
-	// MiB the parts of 1 TiB would cost more than the GETs that combining
-	// saves at 1,000 x 1,000.
+	// multipart upload held in memory (one PutObject when the object is
+	// no larger than its part size). Parts are PUTs, which cost 12.5
+	// times a GET: at 16 MiB the parts of 1 TiB would cost more than the
+	// GETs that combining saves at 1,000 x 1,000.
 	DefaultPartBytes = 128 << 20
+	// DefaultDiskPartBytes is the largest part of a combined object laid
+	// out on disk: a part is a section of the task's file, so its size
+	// costs no memory, and a task of the disk cap is 16 parts, on 16
+	// connections at once. Every request, a retry's too, sends its part
+	// whole within the store's request timeout: 1 GiB in 5 minutes needs
+	// 3.4 MiB/s per connection.
+	DefaultDiskPartBytes = 1 << 30
 	// fetches is the ranged GETs a task keeps in flight. A task
 	// moves its bytes twice, in and out, where a reader moves them once,
 	// so it takes more connections than a reader's read_ahead: the
@@ -68,9 +77,14 @@ const (
 // Options tune a plan. The zero value means the defaults.
 type Options struct {
 	// TargetGetBytes is K, the GET size to aim for (default 32 MiB).
+	// Unset, given Scratch, a plan whose tasks at K would be laid out on
+	// disk (over MemoryBytes) aims instead at the fewest tasks under the
+	// disk cap: a task on disk costs its parts, create, complete and
+	// manifest whatever its size, and its memory is a few buffers, so
+	// the largest tasks the cap allows cost the fewest requests.
 	TargetGetBytes int64
 	// TaskCapBytes bounds the bytes of one task, and so its memory
-	// (default 512 MiB), or given Scratch its disk (default 8 GiB,
+	// (default 512 MiB), or given Scratch its disk (default 16 GiB,
 	// DefaultDiskTaskCapBytes). Buckets and groups are raised until each task's
 	// share of the stage is under it; a single partition of one writer
 	// larger than the cap still makes a task of its own.
@@ -87,10 +101,10 @@ type Options struct {
 	ReaderRangeBytes int64
 	ReaderSpanBytes  int64
 	ReaderReadAhead  int
-	// PartBytes is the part size of a combined object (default 128 MiB,
-	// at least S3's 5 MiB). A plan of fewer tasks than Uploads cuts its
-	// objects in about Uploads parts of at most this, none under 5 MiB
-	// but the last.
+	// PartBytes is the part size of a combined object (default 128 MiB
+	// in memory and 1 GiB on disk, DefaultDiskPartBytes; at least S3's 5
+	// MiB). A plan of fewer tasks than Uploads cuts its objects in about
+	// Uploads parts of at most this, none under 5 MiB but the last.
 	PartBytes int64
 	// Uploads is the parts of a task's object in flight (default 32).
 	// They are slices of the task's input, which is the combined object
@@ -107,6 +121,11 @@ type Options struct {
 	// Without it every task holds its bytes in memory, and TaskCapBytes
 	// is its memory.
 	Scratch Scratch
+	// ScratchBytes is the most bytes Scratch holds at once (spill_bytes,
+	// given by Client.Combine; 0: no bound): RunAll starts a task on disk
+	// only when the expected bytes of those running fit in it, however
+	// many tasks it may run at once.
+	ScratchBytes int64
 	// GapBytes: frames of a bucket at most this far apart in a writer
 	// object share one GET (default 256 KiB; negative: only adjacent
 	// frames).
@@ -134,11 +153,18 @@ type Options struct {
 	// ErrGroupConflict, naming the worker, unless the groups hold exactly
 	// its workers and attempts.
 	Expected *Input
+
+	// diskPartBytes is PartBytes for an object on disk.
+	diskPartBytes int64
+	// floor: no TargetGetBytes was set and the plan has Scratch, so a
+	// plan whose tasks would be on disk aims at the fewest under the cap.
+	floor bool
 }
 
 func (o Options) withDefaults(partitions int) Options {
 	if o.TargetGetBytes <= 0 {
 		o.TargetGetBytes = DefaultTargetGetBytes
+		o.floor = o.Scratch != nil
 	}
 	if o.TaskCapBytes <= 0 {
 		o.TaskCapBytes = DefaultTaskCapBytes
@@ -158,10 +184,12 @@ func (o Options) withDefaults(partitions int) Options {
 	if o.ReaderReadAhead <= 0 {
 		o.ReaderReadAhead = readerReadAhead
 	}
+	o.diskPartBytes = o.PartBytes
 	if o.PartBytes <= 0 {
-		o.PartBytes = DefaultPartBytes
+		o.PartBytes, o.diskPartBytes = DefaultPartBytes, DefaultDiskPartBytes
 	}
 	o.PartBytes = max(o.PartBytes, store.MinPartSize)
+	o.diskPartBytes = max(o.diskPartBytes, store.MinPartSize)
 	if o.Uploads <= 0 {
 		o.Uploads = defaultUploads
 	}
@@ -182,15 +210,19 @@ func (o Options) withDefaults(partitions int) Options {
 // that its upload takes the time its GETs took rather than Uploads times
 // longer; that costs at most Uploads x Uploads PUTs more per stage.
 //
-// An object laid out on disk (onDisk) is never one put, which would need
-// it in memory: it takes at least two parts.
+// An object laid out on disk (onDisk) takes parts of the disk part size,
+// and is never one put, which would need it in memory: it takes at
+// least two parts.
 func (p *Plan) partBytes(size int64) int64 {
 	o := p.opts
-	pb := o.PartBytes
-	if p.Tasks() < o.Uploads {
-		pb = clamp64(ceilDiv64(size, int64(o.Uploads)), store.MinPartSize, o.PartBytes)
+	pb, disk := o.PartBytes, p.onDisk(size)
+	if disk {
+		pb = o.diskPartBytes
 	}
-	if p.onDisk(size) {
+	if p.Tasks() < o.Uploads {
+		pb = clamp64(ceilDiv64(size, int64(o.Uploads)), store.MinPartSize, pb)
+	}
+	if disk {
 		pb = min(pb, ceilDiv64(size, 2))
 	}
 	return pb
@@ -340,7 +372,11 @@ func (p *Plan) taskID(n int) string {
 // G = ceil(B / (R x K)) groups make each reader's range of a task about
 // K bytes (R x G GETs). Both are then raised until each task's bytes are
 // under the cap, in the proportion that keeps W x J + R x G least.
-// J is at most the partitions and G at most the workers.
+// J is at most the partitions and G at most the workers. Given Scratch
+// and no K, a plan whose largest task would be laid out on disk starts
+// from one bucket and one group instead: the fewest tasks under the
+// disk cap, G x J balanced for the fewest GETs (the cost floor, 2 x
+// sqrt(W x R x B / cap) of the tasks' and readers' GETs).
 func MakePlan(in Input, o Options) (*Plan, error) {
 	P := in.Partitions
 	if P < 1 || len(in.PartitionBytes) != P {
@@ -370,17 +406,41 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	if G == 0 {
 		G = clamp(ceilDiv(B, int64(R)*o.TargetGetBytes), 1, len(in.Workers))
 	}
-	// Raise J and G until the largest task is under the cap, by the
-	// ratio by which it is over (buckets and groups are whole partitions
-	// and workers, so the largest task is above the average). For a
-	// product G x J of T tasks, W x J + R x G is least at J = sqrt(T x
-	// R / W): the increase goes where it costs fewer GETs.
-	var buckets, groups []Range
+	buckets, groups, worst := fitCap(in, wb, B, W, R, J, G, o)
+	if o.floor && worst > o.MemoryBytes {
+		// Tasks on disk: the fewest the cap allows, from one bucket and
+		// one group (or those asked for) up.
+		buckets, groups, _ = fitCap(in, wb, B, W, R, max(o.Buckets, 1), max(o.Groups, 1), o)
+	}
+	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
+	p.Buckets, p.Groups = buckets, groups
+	p.TaskBytes = make([]int64, p.Tasks())
+	for n := range p.TaskBytes {
+		g, j := p.Task(n)
+		p.TaskBytes[n] = share(sum(wb, p.Groups[g]), B, sum(in.PartitionBytes, p.Buckets[j]))
+		if p.TaskBytes[n] > o.TaskCapBytes {
+			p.OverCap = append(p.OverCap, n)
+		}
+	}
+	p.ID = planID(in.IndexKey, p.Buckets, p.Groups)
+	p.Predict = predict(in, p, wb)
+	return p, nil
+}
+
+// fitCap raises J buckets and G groups until the largest task is under
+// the cap, by the ratio by which it is over (buckets and groups are
+// whole partitions and workers, so the largest task is above the
+// average), and returns the buckets, the groups and the largest task's
+// bytes. For a product G x J of T tasks, W x J + R x G is least at J =
+// sqrt(T x R / W): the increase goes where it costs fewer GETs. J and
+// G forced by o stay.
+func fitCap(in Input, wb []int64, B int64, W, R, J, G int, o Options) (buckets, groups []Range, worst int64) {
+	P := in.Partitions
 	for {
 		buckets, groups = balance(in.PartitionBytes, J), balance(wb, G)
-		worst := share(maxSum(wb, groups), B, maxSum(in.PartitionBytes, buckets))
+		worst = share(maxSum(wb, groups), B, maxSum(in.PartitionBytes, buckets))
 		if worst <= o.TaskCapBytes {
-			break
+			return buckets, groups, worst
 		}
 		canJ, canG := o.Buckets == 0 && J < P, o.Groups == 0 && G < len(in.Workers)
 		target := float64(G) * float64(J) * float64(worst) / float64(o.TaskCapBytes)
@@ -389,6 +449,8 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 		case canJ && canG:
 			nj = clamp(int(math.Ceil(math.Sqrt(target*float64(R)/float64(max(W, 1))))), J, P)
 			ng = clamp(int(math.Ceil(target/float64(nj))), G, len(in.Workers))
+			// G at its least already: J need only make up the rest.
+			nj = clamp(int(math.Ceil(target/float64(ng))), J, nj)
 		case canJ:
 			nj = clamp(int(math.Ceil(target/float64(G))), J+1, P)
 		case canG:
@@ -404,23 +466,10 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 			}
 		}
 		if nj == J && ng == G {
-			break // single partitions of single workers over the cap
+			return buckets, groups, worst // single partitions of single workers over the cap
 		}
 		J, G = nj, ng
 	}
-	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
-	p.Buckets, p.Groups = buckets, groups
-	p.TaskBytes = make([]int64, p.Tasks())
-	for n := range p.TaskBytes {
-		g, j := p.Task(n)
-		p.TaskBytes[n] = share(sum(wb, p.Groups[g]), B, sum(in.PartitionBytes, p.Buckets[j]))
-		if p.TaskBytes[n] > o.TaskCapBytes {
-			p.OverCap = append(p.OverCap, n)
-		}
-	}
-	p.ID = planID(in.IndexKey, p.Buckets, p.Groups)
-	p.Predict = predict(in, p, wb)
-	return p, nil
 }
 
 // workerBytes is each worker's bytes, and the count of writer objects.

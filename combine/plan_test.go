@@ -48,8 +48,9 @@ func TestPlanSizes(t *testing.T) {
 		{"1000x1000 of 1 TiB, default cap", uniform(1000, 1000, 1<<40), combine.Options{}, 46, 47, true, 0, 1000 * (2 + 1000)},
 		// J = 21 and G = 3 by size; under a cap of 256 MiB J, which
 		// costs W = 100 GETs a bucket, rises more than G, which costs R
-		// = 1000: at most 20 partitions by 17 workers, 222 MiB.
-		{"cap raises J", uniform(100, 1000, 64*GiB), combine.Options{TaskCapBytes: 256 * MiB}, 6, 52, true, 0, 1000 * (2 + 100)},
+		// = 1000 (J only as far as G's rise leaves it to): at most 22
+		// partitions by 17 workers, 245 MiB.
+		{"cap raises J", uniform(100, 1000, 64*GiB), combine.Options{TaskCapBytes: 256 * MiB}, 6, 46, true, 0, 1000 * (2 + 100)},
 		// W > R: groups rise instead, from 205 (up to 5 workers, 111 MiB
 		// of a bucket of 34 partitions) to groups of 3 workers: readers
 		// make 40,340 GETs instead of 100,020, for 9,380 GETs and 2,692
@@ -196,6 +197,11 @@ func TestPlanParts(t *testing.T) {
 		// two parts of 300 MiB each, as a file object is never one put.
 		{"in memory", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 32*(1+1) + 5},
 		{"on disk", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 32*(2+2+1) + 5},
+		// Thirty-two tasks of 3 GiB on disk at the default part sizes:
+		// three parts of 1 GiB each (DefaultDiskPartBytes), where in
+		// memory they would be 24 of 128 MiB.
+		{"on disk, default parts", uniform(64, 64, 32*3<<30), combine.Options{Groups: 1, Buckets: 32, Scratch: noScratch{}}, 32*(2+3+1) + 5},
+		{"in memory, default parts", uniform(64, 64, 32*3<<30), combine.Options{Groups: 1, Buckets: 32, TaskCapBytes: 4 << 30}, 32*(2+24+1) + 5},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := combine.MakePlan(c.in, c.o)
@@ -244,5 +250,67 @@ func TestPlanSpreadReads(t *testing.T) {
 				t.Fatalf("G=%d: predicted %d GETs as written and %d combined, want %d and %d", len(p.Groups), pr.Direct.GET, pr.Combined.GET, c.direct, c.combined)
 			}
 		})
+	}
+}
+
+// TestPlanOnDiskAimsAtTheFloor: given Scratch and no TargetGetBytes, a
+// stage whose tasks at 32 MiB GETs would be laid out on disk is cut in
+// the fewest tasks under the disk cap, G x J balanced, and costs fewer
+// requests than the plan that aims for 32 MiB GETs; a stage whose tasks
+// fit in memory keeps the plan it has without Scratch.
+func TestPlanOnDiskAimsAtTheFloor(t *testing.T) {
+	const GiB = 1 << 30
+	for _, c := range []struct {
+		name string
+		in   combine.Input
+		g, j int
+	}{
+		// 1 TiB / 16 GiB = 64 tasks: 8 x 8 (at 32 MiB GETs, 33 x 33
+		// tasks of 1 GiB, on disk).
+		{"1000x1000 of 1 TiB", uniform(1000, 1000, 1<<40), 8, 8},
+		// 10 TiB / 16 GiB = 640 tasks: 26 x 25, balanced (W = R).
+		{"10000x10000 of 10 TiB", uniform(10000, 10000, 10<<40), 25, 26},
+		// 64 GiB over 100 writers and 1000 readers: J costs W = 100 GETs
+		// a bucket and G costs R = 1000, so G stays 1 and J is the 4
+		// tasks the cap needs.
+		{"100x1000 of 64 GiB", uniform(100, 1000, 64*GiB), 1, 4},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			floor, err := combine.MakePlan(c.in, combine.Options{Scratch: noScratch{}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, err := combine.MakePlan(c.in, combine.Options{Scratch: noScratch{}, TargetGetBytes: combine.DefaultTargetGetBytes})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(floor.Groups) != c.g || len(floor.Buckets) != c.j {
+				t.Fatalf("G=%d J=%d, want %d and %d", len(floor.Groups), len(floor.Buckets), c.g, c.j)
+			}
+			for n, b := range floor.TaskBytes {
+				if b > combine.DefaultDiskTaskCapBytes {
+					t.Fatalf("task %d of %d bytes, over the disk cap", n, b)
+				}
+			}
+			cost := func(p *combine.Plan) float64 { return p.Predict.Combine.Dollars() + p.Predict.Combined.Dollars() }
+			if cost(floor) >= cost(k) || floor.Tasks() >= k.Tasks() {
+				t.Errorf("%d tasks cost $%.2f; at 32 MiB GETs %d tasks cost $%.2f", floor.Tasks(), cost(floor), k.Tasks(), cost(k))
+			}
+		})
+	}
+	// In memory at 32 MiB GETs: 2 x 2 tasks of 256 MiB, with Scratch as
+	// without.
+	small := uniform(16, 16, GiB)
+	b, err := combine.MakePlan(small, combine.Options{Scratch: noScratch{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := combine.MakePlan(small, combine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b.ID != c.ID || b.Tasks() != 4 {
+		t.Errorf("tasks in memory: %d x %d with Scratch, %d x %d without; want 2 x 2 both",
+			len(b.Groups), len(b.Buckets), len(c.Groups), len(c.Buckets))
 	}
 }

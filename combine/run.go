@@ -4,14 +4,17 @@ import (
 	"context"
 
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/durashuffle/durashuffle/internal/safe"
 )
 
 // RunAll runs every task of the plan, parallel at a time (at least 1),
 // and returns them in task order; the first failure stops starting
-// tasks and is returned. Tasks already committed cost one GET each. It
-// does not seal: call Seal. A plan made while the stage is written forms
+// tasks and is returned. Tasks laid out on disk run only as many at
+// once as their expected bytes fit in Options.ScratchBytes (one at
+// least). Tasks already committed cost one GET each. It does not seal:
+// call Seal. A plan made while the stage is written forms
 // its groups first, in order, and fails with ErrGroupNotReady while a
 // group's workers have not all committed.
 func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
@@ -33,12 +36,19 @@ func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 	out := make([]*Task, n)
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, parallel))
+	disk := s.diskRoom()
 	for i := range n {
 		if gctx.Err() != nil {
 			break
 		}
 		eg.Go(func() (err error) {
 			defer safe.Recover(&err, "combine task %d of %s stage %d", i, s.query, s.stage)
+			if w := s.diskWeight(i); disk != nil && w > 0 {
+				if err := disk.Acquire(gctx, w); err != nil {
+					return context.Cause(gctx)
+				}
+				defer disk.Release(w)
+			}
 			out[i], err = s.RunTask(gctx, i)
 			return err
 		})
@@ -47,4 +57,24 @@ func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 		return nil, err
 	}
 	return out, ctx.Err()
+}
+
+// diskRoom is the room of the plan's Scratch that its tasks on disk take
+// while they run, or nil when it is not bounded.
+func (s *Stage) diskRoom() *semaphore.Weighted {
+	if s.plan == nil || s.plan.opts.Scratch == nil || s.plan.opts.ScratchBytes <= 0 {
+		return nil
+	}
+	return semaphore.NewWeighted(s.plan.opts.ScratchBytes)
+}
+
+// diskWeight is task n's expected bytes on disk, at most ScratchBytes (a
+// task larger than the room runs alone, and its Scratch says whether it
+// fits), or 0 when it holds its bytes in memory.
+func (s *Stage) diskWeight(n int) int64 {
+	p := s.plan
+	if p == nil || n >= len(p.TaskBytes) || !p.onDisk(p.TaskBytes[n]) {
+		return 0
+	}
+	return min(p.TaskBytes[n], p.opts.ScratchBytes)
 }

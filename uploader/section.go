@@ -23,37 +23,39 @@ import (
 // from disk, so no part's bytes are held in the pool's memory whatever
 // its size, and the file parts take no chunk buffers.
 
-// DefaultMaxPartSize is Config.MaxPartSize when it is 0.
-const DefaultMaxPartSize = 512 << 20
+// DefaultMaxPartSize is Config.MaxPartSize when it is 0: a writer's
+// object of up to 2 GiB goes in one part when the pool's connections are
+// busy with other objects from disk (PlanFileParts with sharing), and a
+// part costs no memory however large (its body is a file section). A
+// part is sent whole by every request, a retry's too, within
+// request_timeout: 2 GiB in the default 5 minutes needs 6.8 MiB/s on
+// its connection (a slower link wants a smaller max_part_size).
+const DefaultMaxPartSize = 2 << 30
 
 // PlanFileParts is how a pool of cfg cuts a spilled writer's object of
-// about size bytes, uploaded from its file (alone in its pool): parts in
-// all, the first part's size (0: none of its own), the least and most
-// part sizes. key names the object in the error of one too large.
+// about size bytes, uploaded from its file while sharing objects from
+// disk (this one among them; 1: alone in its pool) upload at once:
+// parts in all, the first part's size (0: none of its own), the least
+// and most part sizes. key names the object in the error of one too
+// large.
 //
-// The size is split in Config.Concurrency parts but none smaller than
-// Config.ChunkSize (so never more parts than chunks), none but the last
-// under least (Config.MinPartSize, S3's 5 MiB), none over most
-// (Config.MaxPartSize), and no more than store.MaxParts; and, when that
-// makes two parts or more each of at least twice least, one more in
-// front of them, the first, of least bytes. The first part leaves as
-// soon as least bytes are merged rather than a whole part's worth, and
-// its answer tells the rate a connection sends at (Pool.sendRate), from
-// which the parts cut after it are sized; the connection that sent it
-// takes the last part, which is that much smaller. An object of more
-// than MaxPartSize x store.MaxParts bytes is refused with an error
-// naming it, its size and the limit; nothing of it is stored, or asked
-// for, then.
-func PlanFileParts(cfg Config, key string, size int64) (parts int, first, least, most int64, err error) {
-	return planFileParts(cfg, key, size, 1)
-}
-
-// planFileParts is PlanFileParts for an object whose pool uploads
-// sharing objects from disk at once, this one among them: the pool's
-// connections are divided among them (share), so each takes fewer,
-// larger parts with no loss of time, the connections being busy anyway;
-// a first part apart only for an object alone.
-func planFileParts(cfg Config, key string, size int64, sharing int) (parts int, first, least, most int64, err error) {
+// The pool's connections are divided among the objects (share: at
+// least one each), and the size is split in as many parts, but none
+// smaller than Config.ChunkSize (so never more parts than chunks), none
+// but the last under least (Config.MinPartSize, S3's 5 MiB), none over
+// most (Config.MaxPartSize), and no more than store.MaxParts: an object
+// needs many parts only to keep connections busy that no other object
+// does, so objects that share the pool take fewer, larger parts with no
+// loss of time. An object alone, when that makes two parts or more each
+// of at least twice least, takes one more in front of them, the first,
+// of least bytes: it leaves as soon as least bytes are merged rather
+// than a whole part's worth, and its answer tells the rate a connection
+// sends at (Pool.sendRate), from which the parts cut after it are
+// sized; the connection that sent it takes the last part, which is that
+// much smaller. An object of more than MaxPartSize x store.MaxParts
+// bytes is refused with an error naming it, its size and the limit;
+// nothing of it is stored, or asked for, then.
+func PlanFileParts(cfg Config, key string, size int64, sharing int) (parts int, first, least, most int64, err error) {
 	least = cfg.MinPartSize
 	if least <= 0 {
 		least = store.MinPartSize

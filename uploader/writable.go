@@ -236,7 +236,7 @@ type diskParts struct {
 // the other objects from disk the pool uploads now, and counts it among
 // them until its upload ends.
 func planDisk(p *Pool, up *Upload, size int64) (*diskParts, error) {
-	parts, first, least, most, err := planFileParts(p.cfg, up.key, size, int(p.fromDisk.Load())+1)
+	parts, first, least, most, err := PlanFileParts(p.cfg, up.key, size, int(p.fromDisk.Load())+1)
 	if err != nil {
 		return nil, err
 	}

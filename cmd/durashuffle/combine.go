@@ -57,9 +57,9 @@ func (a *app) combineCommand() *cobra.Command {
 		seal     bool
 		plan     bool
 		asJSON   bool
-		target   = durashuffle.Size(combine.DefaultTargetGetBytes)
+		target   durashuffle.Size
 		taskCap  durashuffle.Size
-		partSize = durashuffle.Size(combine.DefaultPartBytes)
+		partSize durashuffle.Size
 		memBytes = durashuffle.Size(combine.DefaultMemoryBytes)
 		// A plan made while the stage is written.
 		expWorkers, expParts int
@@ -126,12 +126,14 @@ groups hold exactly its workers.`,
 				return usagef("--parallel must be at least 1, got %d", parallel)
 			case fs.Changed("task") && task < 0:
 				return usagef("--task must be at least 0, got %d", task)
-			case partSize < store.MinPartSize || partSize > store.MaxPartSize:
+			case fs.Changed("part-bytes") && (partSize < store.MinPartSize || partSize > store.MaxPartSize):
 				return usagef("--part-bytes must be from %d bytes (5MiB) to %d bytes (5GiB), got %d", store.MinPartSize, int64(store.MaxPartSize), int64(partSize))
 			}
+			// Unset, the plan's defaults: they depend on whether tasks
+			// go to disk.
 			o.TargetGetBytes, o.PartBytes, o.MemoryBytes = int64(target), int64(partSize), int64(memBytes)
 			if fs.Changed("task-cap-bytes") {
-				o.TaskCapBytes = int64(taskCap) // else 512MiB, or with spill on 8GiB on disk
+				o.TaskCapBytes = int64(taskCap) // else 512MiB, or with spill on 16GiB on disk
 			}
 			if fs.Changed("expect-workers") {
 				o.Expected = combine.Expect(expWorkers, expParts, int64(expBytes))
@@ -214,11 +216,13 @@ groups hold exactly its workers.`,
 	fs.IntVar(&parallel, "parallel", 4, "tasks run at once without --task")
 	fs.BoolVar(&seal, "seal", false, "only seal: publish the combined level once every task has committed")
 	fs.BoolVar(&plan, "plan", false, "only print the plan and the predicted requests")
-	fs.Var(sizeFlag(&target), "target-get-bytes", "GET size K the plan sizes buckets and groups for, e.g. 64MiB")
+	fs.Var(sizeFlag(&target), "target-get-bytes", fmt.Sprintf("GET size K the plan sizes buckets and groups for (default %v; unset, with spill on, a plan whose tasks would be over --memory-bytes takes the fewest tasks under --task-cap-bytes instead), e.g. 64MiB",
+		durashuffle.Size(combine.DefaultTargetGetBytes)))
 	fs.Var(sizeFlag(&taskCap), "task-cap-bytes", fmt.Sprintf("largest task: its memory (default %v), or with spill on its disk in spill_dir when over --memory-bytes (default %v)",
 		durashuffle.Size(combine.DefaultTaskCapBytes), durashuffle.Size(combine.DefaultDiskTaskCapBytes)))
 	fs.Var(sizeFlag(&memBytes), "memory-bytes", "largest task held in memory; with spill on, a larger one is laid out in a file in spill_dir (counted against spill_bytes), e.g. 1GiB")
-	fs.Var(sizeFlag(&partSize), "part-bytes", "part size of a combined object (a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB")
+	fs.Var(sizeFlag(&partSize), "part-bytes", fmt.Sprintf("part size of a combined object (default %v in memory, %v on disk; a plan of fewer than 32 tasks cuts each in 32 parts of at most this), e.g. 512MiB",
+		durashuffle.Size(combine.DefaultPartBytes), durashuffle.Size(combine.DefaultDiskPartBytes)))
 	fs.IntVar(&o.Readers, "readers", 0, "readers R expected, each reading a range of partitions (default: one per partition)")
 	fs.IntVar(&expWorkers, "expect-workers", 0, "plan while the stage is written: the stage's N workers")
 	fs.IntVar(&expParts, "expect-partitions", 0, "plan while the stage is written: the stage's partitions")

@@ -90,7 +90,7 @@ func TestDemoOnEveryStore(t *testing.T) {
 			})
 		}
 		const gib = 1 << 30
-		parts, _, _, _, err := uploader.PlanFileParts(up, "1 GiB object", gib)
+		parts, _, _, _, err := uploader.PlanFileParts(up, "1 GiB object", gib, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

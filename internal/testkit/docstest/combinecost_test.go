@@ -6,23 +6,27 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/uploader"
 )
 
 // costConfig is one row of combining.md's table of what combining
-// costs per TiB: the writers' upload pool and the plan's options.
+// costs per TiB: the writers' upload pool, the writers' objects it
+// uploads from disk at once, and the plan's options.
 type costConfig struct {
 	writers uploader.Config // nil-valued: Druid's layout
+	sharing int
 	o       combine.Options
 }
 
 // writerParts is the parts of a writer's object of size bytes (spilled:
-// one partition-sorted run) as its upload pool cuts it: the one place
-// the writers' part count enters the table, for the uploader decides it.
-func writerParts(t *testing.T, c uploader.Config, size int64) int64 {
+// one partition-sorted run) as its upload pool cuts it with sharing
+// objects uploading from disk at once: the one place the writers' part
+// count enters the table, for the uploader decides it.
+func writerParts(t *testing.T, c costConfig, size int64) int64 {
 	t.Helper()
-	parts, _, _, _, err := uploader.PlanFileParts(c, "writer object", size)
+	parts, _, _, _, err := uploader.PlanFileParts(c.writers, "writer object", size, c.sharing)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,9 +43,15 @@ func TestCombineCostTable(t *testing.T) {
 	}
 	const TiB = int64(1) << 40
 	// The defaults: spill on, so a plan's tasks have spill_dir for
-	// Scratch and its disk cap.
-	defaults := costConfig{writers: uploader.Config{Concurrency: 8, ChunkSize: 8 << 20, MaxPartSize: 512 << 20}, o: combine.Options{Scratch: noScratch{}}}
-	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30}}
+	// Scratch and its disk cap; a process runs as many writers at once
+	// as it has upload connections, their objects uploading from disk
+	// together (an engine's executor running several tasks), or one.
+	cfg := durashuffle.DefaultConfig()
+	pool := uploader.Config{Concurrency: cfg.Write.UploadConcurrency, ChunkSize: int64(cfg.Write.ChunkSize), MaxPartSize: int64(cfg.Write.MaxPartSize)}
+	defaults := costConfig{writers: pool, sharing: cfg.Write.UploadConcurrency, o: combine.Options{Scratch: noScratch{}}}
+	alone := defaults
+	alone.sharing = 1
+	cheap := costConfig{writers: uploader.Config{Concurrency: 1, ChunkSize: 8 << 20, MaxPartSize: 2 << 30}, sharing: 1, o: combine.Options{TaskCapBytes: 8 << 30, TargetGetBytes: 128 << 20, PartBytes: 1 << 30}}
 	disk := cheap
 	disk.o.TaskCapBytes, disk.o.Scratch = 64<<30, noScratch{}
 	rows := []struct {
@@ -51,6 +61,8 @@ func TestCombineCostTable(t *testing.T) {
 	}{
 		{"as written, defaults", defaults, false},
 		{"combined, default plan", defaults, true},
+		{"as written, defaults, each writer alone", alone, false},
+		{"combined, default plan, each writer alone", alone, true},
 		{"as written, the cheaper settings", cheap, false},
 		{"combined, the cheaper settings", cheap, true},
 		{"combined, the cheaper settings, tasks on disk", disk, true},
@@ -77,7 +89,7 @@ func TestCombineCostTable(t *testing.T) {
 			}
 			// Each writer: its parts, the create and the complete, and its
 			// manifest's conditional put.
-			put := int64(n) * (writerParts(t, r.c.writers, tib*TiB/int64(n)) + 3)
+			put := int64(n) * (writerParts(t, r.c, tib*TiB/int64(n)) + 3)
 			get := pr.Direct.GET
 			if r.combined {
 				put += pr.Combine.PUT
@@ -85,6 +97,14 @@ func TestCombineCostTable(t *testing.T) {
 			}
 			dollars := combine.Requests{GET: get, PUT: put}.Dollars() / float64(tib)
 			line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
+			// The target at the defaults: a combined stage at most $0.05
+			// per TiB, the writers' requests at most $0.02 of it.
+			if r.name == "combined, default plan" {
+				writers := combine.Requests{PUT: int64(n) * (writerParts(t, r.c, tib*TiB/int64(n)) + 3)}.Dollars() / float64(tib)
+				if dollars > 0.05 || writers > 0.02 {
+					t.Errorf("%d x %d at the defaults: $%.4f per TiB combined, the writers' $%.4f; want at most $0.05 and $0.02", n, n, dollars, writers)
+				}
+			}
 			if r.combined {
 				line = strings.TrimSuffix(line, " |") + fmt.Sprintf(" (%d x %d) |", len(p.Groups), len(p.Buckets))
 			}
@@ -119,7 +139,7 @@ func TestCombineCostTable(t *testing.T) {
 					put, get = int64(n)*int64(n), int64(n)*int64(n)
 				default:
 					pr := p.PredictOn(prices)
-					put = int64(n) * (prices.UploadWrites(writerParts(t, r.c.writers, tib*TiB/int64(n))) + 1)
+					put = int64(n) * (prices.UploadWrites(writerParts(t, r.c, tib*TiB/int64(n))) + 1)
 					get = pr.Direct.GET
 					if r.combined {
 						put += pr.Combine.PUT
