@@ -243,7 +243,7 @@ func fetchRaw(ctx context.Context, s *Stage, sp span) rawSpan {
 		return r, r.err
 	}
 	o := hedge.Hedged(ctx, s.o.Hedge.h, hedge.Race[rawSpan]{First: get, Second: get,
-		FirstOp: "a request", SecondOp: "the hedge of a request", Release: rawSpan.release})
+		FirstOp: "a request", SecondOp: "the hedge of a request", Bytes: sp.Length, Release: rawSpan.release})
 	if o.Panic != nil {
 		return rawSpan{err: o.Panic}
 	}
@@ -299,7 +299,7 @@ func (r *Records) fetchSpan(f *fetch, s *Stage, sp span) error {
 			err = t.receive(ctx)
 			return
 		}
-		err = s.o.Hedge.h.Do(ctx, t.receive)
+		err = s.o.Hedge.h.DoSized(ctx, sp.Length, t.receive)
 	}()
 	err := r.deliverSpan(f, t)
 	cancel()

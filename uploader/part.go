@@ -173,7 +173,7 @@ func (o *Upload) send(ctx context.Context, pt *part) error {
 		mu    sync.Mutex
 		answer
 	}
-	err = o.pool.hedged(ctx, func(ctx context.Context) error {
+	err = o.pool.hedged(ctx, size, func(ctx context.Context) error {
 		a, err := o.request(ctx, pt.n, id, single, b, int(won.calls.Add(1))-1)
 		if err == nil {
 			won.mu.Lock()

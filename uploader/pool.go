@@ -177,12 +177,14 @@ func (p *Pool) Hedged() (hedged, won int64) {
 	return p.hdg.Stats()
 }
 
-// hedged runs fn under the pool's hedger, if any.
-func (p *Pool) hedged(ctx context.Context, fn func(context.Context) error) error {
+// hedged runs fn, a request of bytes bytes, under the pool's hedger, if
+// any: it is late against recent parts scaled to its size, so a large
+// part is not sent twice for being larger than the parts before it.
+func (p *Pool) hedged(ctx context.Context, bytes int64, fn func(context.Context) error) error {
 	if p.hdg == nil {
 		return fn(ctx)
 	}
-	return p.hdg.Do(ctx, fn)
+	return p.hdg.DoSized(ctx, bytes, fn)
 }
 
 // Config returns the pool's sizing.

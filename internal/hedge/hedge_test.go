@@ -20,7 +20,7 @@ import (
 // goroutine has, however loaded the machine.
 func warm(h *Hedger, d time.Duration) {
 	for range h.Warmup {
-		h.observe(d)
+		h.observe(d, 0)
 	}
 }
 
@@ -171,4 +171,35 @@ func TestPanicFailsDo(t *testing.T) {
 		}
 	})
 	leaktest.Settled(t, base)
+}
+
+// TestDelayScalesWithSize: a request larger than its peers is late only
+// against their latencies scaled to its size, so a large part taking as
+// long per byte as small ones is sent once; a smaller or unsized request
+// is late against their latencies as they are.
+func TestDelayScalesWithSize(t *testing.T) {
+	h := New(3, time.Millisecond)
+	for range h.Warmup {
+		h.observe(20*time.Millisecond, 8<<20)
+	}
+	for _, tc := range []struct {
+		bytes int64
+		want  time.Duration
+	}{{0, 60 * time.Millisecond}, {1 << 20, 60 * time.Millisecond}, {8 << 20, 60 * time.Millisecond}, {64 << 20, 480 * time.Millisecond}} {
+		if d := h.DelayFor(tc.bytes); d != tc.want {
+			t.Errorf("delay of a request of %d bytes: %v, want %v", tc.bytes, d, tc.want)
+		}
+	}
+	var calls atomic.Int32
+	err := h.DoSized(context.Background(), 64<<20, func(context.Context) error {
+		calls.Add(1)
+		time.Sleep(150 * time.Millisecond) // 7.5x its peers' latency, as fast per byte
+		return nil
+	})
+	if err != nil || calls.Load() != 1 {
+		t.Fatalf("a request 8x its peers' size taking 7.5x their time: err %v, %d calls, want 1", err, calls.Load())
+	}
+	if hedged, _ := h.Stats(); hedged != 0 {
+		t.Fatalf("%d hedged, want 0", hedged)
+	}
 }

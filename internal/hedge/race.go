@@ -27,6 +27,9 @@ type Race[T any] struct {
 	// runs and First runs on the caller's goroutine. A fixed value, or an
 	// adaptive one from a Hedger (Hedged, Hedger.Delay).
 	Delay time.Duration
+	// Bytes is the request's size for a Hedger's delay and samples
+	// (Hedged); 0: not sized.
+	Bytes int64
 	// OnSecond, if set, is called as Second starts.
 	OnSecond func()
 	// h, set by Hedged, counts the second attempt.
@@ -225,15 +228,15 @@ func (r Race[T]) release(t *Try[T]) {
 	t.Value = zero
 }
 
-// Hedged runs r with h's adaptive delay (none until h has samples) and
-// keeps h's record: the winner's latency is a sample, a second attempt
+// Hedged runs r with h's adaptive delay for its size (none until h has
+// samples) and keeps h's record: the winner's latency is a sample, a second attempt
 // counts as hedged (h.OnHedge is called), and a second attempt that wins
 // counts as won. r.Delay is h's to set.
 func Hedged[T any](ctx context.Context, h *Hedger, r Race[T]) Outcome[T] {
-	r.Delay, r.h = h.Delay(), h
+	r.Delay, r.h = h.DelayFor(r.Bytes), h
 	o := r.Run(ctx)
 	if o.Won != None {
-		h.observe(o.Elapsed)
+		h.observe(o.Elapsed, r.Bytes)
 	}
 	if o.Won == Second {
 		h.mu.Lock()
