@@ -102,6 +102,14 @@ func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query s
 	if s.plan, err = MakePlan(in, o); err != nil {
 		return nil, err
 	}
+	if len(s.plan.Groups) < 2 && o.Groups == 0 && len(in.Workers) >= 2 {
+		// One group would start its tasks after the last commit: two
+		// let the first group's run while the second's writers write.
+		o.Groups = 2
+		if s.plan, err = MakePlan(in, o); err != nil {
+			return nil, err
+		}
+	}
 	s.plan.Overlap = true
 	wb, _ := workerBytes(in)
 	s.plan.Predict = predict(in, s.plan, wb)

@@ -372,3 +372,39 @@ func TestCombineOverlapKilledTask(t *testing.T) {
 		}
 	})
 }
+
+// TestCombineOverlapTwoGroups: a stage small enough for one task is
+// planned, while it is written, in two groups, so that the first group's
+// tasks run while the second's writers write; a plan made after the
+// seal, or with Groups forced, keeps its one group.
+func TestCombineOverlapTwoGroups(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const W, P = 64, 64
+	bytes := int64(256 << 20)
+	for _, tc := range []struct {
+		name   string
+		groups int
+		want   int
+	}{{"sized", 0, 2}, {"forced", 1, 1}} {
+		s, err := e.c.Combine(ctx, "q-"+tc.name, 0, combine.Options{Groups: tc.groups, Expected: combine.Expect(W, P, bytes)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p := s.Plan(); len(p.Groups) != tc.want || p.Groups[0].Lo != 0 || p.Groups[len(p.Groups)-1].Hi != W {
+			t.Errorf("%s: overlapped plan of %d workers has groups %v, want %d covering them all", tc.name, W, p.Groups, tc.want)
+		}
+	}
+	in := combine.Expect(W, P, bytes)
+	in.PartitionBytes = make([]int64, P)
+	for p := range in.PartitionBytes {
+		in.PartitionBytes[p] = bytes / P
+	}
+	p, err := combine.MakePlan(*in, combine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Groups) != 1 {
+		t.Errorf("the plan of the sealed stage has %d groups, want 1: the test's stage is no longer one task's", len(p.Groups))
+	}
+}

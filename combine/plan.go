@@ -138,7 +138,10 @@ type Options struct {
 	// (PartitionBytes; nil spreads the workers' bytes evenly). The plan
 	// fixes the buckets and the groups' sizes before any writer commits,
 	// and every process given the same Expected and options makes the
-	// same plan, with the same ID.
+	// same plan, with the same ID. Unless Groups forces G, such a plan
+	// of two workers or more has at least two groups: with one, its
+	// tasks could start only once every writer has committed, as after
+	// the seal, and nothing would overlap the map stage.
 	//
 	// Group g is then the next Groups[g].Len() workers to commit after
 	// those of groups 0..g-1: Stage.FormGroup fixes it (the engine naming
