@@ -37,13 +37,13 @@ const (
 	// times a GET: at 16 MiB the parts of 1 TiB would cost more than the
 	// GETs that combining saves at 1,000 x 1,000.
 	DefaultPartBytes = 128 << 20
-	// defaultDiskPartBytes is the largest part of a combined object laid
+	// DefaultDiskPartBytes is the largest part of a combined object laid
 	// out on disk: a part is a section of the task's file, so its size
 	// costs no memory, and a task of the disk cap is 16 parts, on 16
 	// connections at once. Every request, a retry's too, sends its part
 	// whole within the store's request timeout: 1 GiB in 5 minutes needs
 	// 3.4 MiB/s per connection.
-	defaultDiskPartBytes = 1 << 30
+	DefaultDiskPartBytes = 1 << 30
 	// fetches is the ranged GETs a task keeps in flight. A task
 	// moves its bytes twice, in and out, where a reader moves them once,
 	// so it takes more connections than a reader's read_ahead: the
@@ -102,7 +102,7 @@ type Options struct {
 	ReaderSpanBytes  int64
 	ReaderReadAhead  int
 	// PartBytes is the part size of a combined object (default 128 MiB
-	// in memory and 1 GiB on disk, defaultDiskPartBytes; at least S3's 5
+	// in memory and 1 GiB on disk, DefaultDiskPartBytes; at least S3's 5
 	// MiB). A plan of fewer tasks than Uploads cuts its objects in about
 	// Uploads parts of at most this, none under 5 MiB but the last.
 	PartBytes int64
@@ -189,7 +189,7 @@ func (o Options) withDefaults(partitions int) Options {
 	}
 	o.diskPartBytes = o.PartBytes
 	if o.PartBytes <= 0 {
-		o.PartBytes, o.diskPartBytes = DefaultPartBytes, defaultDiskPartBytes
+		o.PartBytes, o.diskPartBytes = DefaultPartBytes, DefaultDiskPartBytes
 	}
 	o.PartBytes = max(o.PartBytes, store.MinPartSize)
 	o.diskPartBytes = max(o.diskPartBytes, store.MinPartSize)

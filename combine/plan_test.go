@@ -198,7 +198,7 @@ func TestPlanParts(t *testing.T) {
 		{"in memory", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30}, 32*(1+1) + 5},
 		{"on disk", uniform(64, 64, 32*600*MiB), combine.Options{Groups: 1, Buckets: 32, PartBytes: 1 << 30, TaskCapBytes: 1 << 30, Scratch: noScratch{}}, 32*(2+2+1) + 5},
 		// Thirty-two tasks of 3 GiB on disk at the default part sizes:
-		// three parts of 1 GiB each (defaultDiskPartBytes), where in
+		// three parts of 1 GiB each (DefaultDiskPartBytes), where in
 		// memory they would be 24 of 128 MiB.
 		{"on disk, default parts", uniform(64, 64, 32*3<<30), combine.Options{Groups: 1, Buckets: 32, Scratch: noScratch{}}, 32*(2+3+1) + 5},
 		{"in memory, default parts", uniform(64, 64, 32*3<<30), combine.Options{Groups: 1, Buckets: 32, TaskCapBytes: 4 << 30}, 32*(2+24+1) + 5},
