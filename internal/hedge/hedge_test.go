@@ -191,13 +191,15 @@ func TestDelayScalesWithSize(t *testing.T) {
 		}
 	}
 	var calls atomic.Int32
-	err := h.DoSized(context.Background(), 64<<20, func(context.Context) error {
+	// 32x its peers' size, 20x their latency: faster per byte, and 1.5 s
+	// short of its delay (1.92 s), however loaded the machine.
+	err := h.DoSized(context.Background(), 256<<20, func(context.Context) error {
 		calls.Add(1)
-		time.Sleep(150 * time.Millisecond) // 7.5x its peers' latency, as fast per byte
+		time.Sleep(400 * time.Millisecond)
 		return nil
 	})
 	if err != nil || calls.Load() != 1 {
-		t.Fatalf("a request 8x its peers' size taking 7.5x their time: err %v, %d calls, want 1", err, calls.Load())
+		t.Fatalf("a request 32x its peers' size taking 20x their time: err %v, %d calls, want 1", err, calls.Load())
 	}
 	if hedged, _ := h.Stats(); hedged != 0 {
 		t.Fatalf("%d hedged, want 0", hedged)
