@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 
+	"github.com/durashuffle/durashuffle/internal/stall"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -520,32 +521,14 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 		out.Body.Close()
 		return nil, &store.Error{Op: "GetObject", Key: key, Err: fmt.Errorf("server ignored Range %s", *in.Range)}
 	}
-	b := &body{r: out.Body, rc: out.Body, key: key}
+	var r io.Reader = out.Body
 	if length > 0 {
 		// Never more than asked for, even from a server that sent the
 		// whole object for a range starting at 0.
-		b.r = io.LimitReader(out.Body, length)
+		r = io.LimitReader(out.Body, length)
 	}
-	return b, nil
+	return stall.Classified(out.Body, r, func(err error) error { return classify("GetObject", key, err) }), nil
 }
-
-// body classifies errors met while reading a GET response, so a reader
-// cut off mid-stream learns it may retry the rest.
-type body struct {
-	r   io.Reader
-	rc  io.ReadCloser
-	key string
-}
-
-func (b *body) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = classify("GetObject", b.key, fmt.Errorf("read body: %w", err))
-	}
-	return n, err
-}
-
-func (b *body) Close() error { return b.rc.Close() }
 
 // List implements store.Lister.
 func (s *Store) List(ctx context.Context, prefix, delimiter string) ([]store.ObjectInfo, []string, error) {

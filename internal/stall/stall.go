@@ -157,3 +157,27 @@ func (b *body) Close() error {
 	b.cancel()
 	return err
 }
+
+// Classified returns rc, read through r (rc itself, or a limit on it),
+// with every error met while reading but io.EOF passed through classify:
+// a store names it as its own, so that a reader cut off mid-stream learns
+// that it may retry the rest. Closing it closes rc.
+func Classified(rc io.ReadCloser, r io.Reader, classify func(error) error) io.ReadCloser {
+	return &classified{r: r, rc: rc, classify: classify}
+}
+
+type classified struct {
+	r        io.Reader
+	rc       io.ReadCloser
+	classify func(error) error
+}
+
+func (b *classified) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = b.classify(fmt.Errorf("read body: %w", err))
+	}
+	return n, err
+}
+
+func (b *classified) Close() error { return b.rc.Close() }

@@ -255,11 +255,11 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 			return nil, err
 		}
 	}
-	b := &body{r: resp.Body, rc: resp.Body, key: key}
+	var body io.Reader = resp.Body
 	if length > 0 {
-		b.r = io.LimitReader(resp.Body, length)
+		body = io.LimitReader(resp.Body, length)
 	}
-	return b, nil
+	return stall.Classified(resp.Body, body, func(err error) error { return classify("GetBlob", key, err) }), nil
 }
 
 // checkRange checks a ranged Get Blob's Content-Range ("bytes
@@ -282,24 +282,6 @@ func checkRange(key string, off int64, contentRange *string) error {
 	}
 	return nil
 }
-
-// body classifies errors met while reading a Get Blob response, so a
-// reader cut off mid-stream learns it may retry the rest.
-type body struct {
-	r   io.Reader
-	rc  io.ReadCloser
-	key string
-}
-
-func (b *body) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = classify("GetBlob", b.key, fmt.Errorf("read body: %w", err))
-	}
-	return n, err
-}
-
-func (b *body) Close() error { return b.rc.Close() }
 
 // List implements store.Lister with List Blobs: flat without a delimiter,
 // hierarchical with one. Blobs with only uncommitted blocks (open

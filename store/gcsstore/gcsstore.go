@@ -18,6 +18,7 @@ import (
 	"google.golang.org/api/option"
 	htransport "google.golang.org/api/transport/http"
 
+	"github.com/durashuffle/durashuffle/internal/stall"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -262,25 +263,8 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 		r.Close()
 		return nil, &store.Error{Op: "objects.get", Key: key, Err: fmt.Errorf("asked for bytes from %d, got from %d", off, r.Attrs.StartOffset)}
 	}
-	return &reader{r: r, key: key}, nil
+	return stall.Classified(r, r, func(err error) error { return classify("objects.get", key, err) }), nil
 }
-
-// reader classifies errors met while reading a response, so a reader cut
-// off mid-stream learns it may retry the rest.
-type reader struct {
-	r   *storage.Reader
-	key string
-}
-
-func (b *reader) Read(p []byte) (int, error) {
-	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF {
-		err = classify("objects.get", b.key, fmt.Errorf("read body: %w", err))
-	}
-	return n, err
-}
-
-func (b *reader) Close() error { return b.r.Close() }
 
 // List implements store.Lister: objects.list pages of up to 1000. The
 // part objects of multipart uploads (under a reserved prefix) are never
