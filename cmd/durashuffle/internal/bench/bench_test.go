@@ -135,8 +135,10 @@ func TestSmokeWrite(t *testing.T) {
 		t.Fatalf("contenders %v", names)
 	}
 	// The encrypted writer writes the same rows, sealed: 28 bytes more a
-	// frame.
-	if enc := find(rep.Results, DurashuffleEncrypted); enc.Rows != find(rep.Results, Durashuffle).Rows || enc.StoredBytes <= find(rep.Results, Durashuffle).StoredBytes*99/100 {
+	// frame. Its frames are cut in a run of their own (where batches fall
+	// between frames depends on timing), so its stored bytes are those
+	// of durashuffle's run within a few percent, not to the byte.
+	if enc, plain := find(rep.Results, DurashuffleEncrypted), find(rep.Results, Durashuffle); enc.Rows != plain.Rows || enc.StoredBytes < plain.StoredBytes*95/100 || enc.StoredBytes > plain.StoredBytes*110/100 {
 		t.Fatalf("durashuffle-encrypted wrote %d rows in %d bytes, durashuffle %d rows in %d", enc.Rows, enc.StoredBytes, find(rep.Results, Durashuffle).Rows, find(rep.Results, Durashuffle).StoredBytes)
 	}
 	ds, tm, mgr := find(rep.Results, Durashuffle), find(rep.Results, TransferManager), find(rep.Results, Manager)
