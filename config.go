@@ -262,176 +262,203 @@ func (c Config) Encoders() int {
 // Validate checks every key and returns all violations, each naming the
 // key, the allowed range and the value.
 func (c Config) Validate() error {
-	var errs []error
-	bad := func(key, want string, got any) {
-		errs = append(errs, fmt.Errorf("%w: %s must be %s, got %v", ErrInvalidConfig, key, want, got))
+	var k checks
+	c.Store.validate(&k)
+	c.Write.validate(&k)
+	c.Read.validate(&k)
+	c.Hedge.validate(&k)
+	if c.GC.ResultsRetention < 0 {
+		k.bad("results_retention", "0 or positive", c.GC.ResultsRetention)
 	}
-	sizeIn := func(key string, v, lo, hi Size) {
-		if v < lo || v > hi {
-			bad(key, fmt.Sprintf("between %v and %v", lo, hi), v)
-		}
+	c.Sidecar.validate(&k)
+	return errors.Join(k.errs...)
+}
+
+// checks collects a configuration's errors, each naming its key, the
+// values it may take and the value it was given.
+type checks struct{ errs []error }
+
+func (k *checks) bad(key, want string, got any) {
+	k.errs = append(k.errs, fmt.Errorf("%w: %s must be %s, got %v", ErrInvalidConfig, key, want, got))
+}
+
+func (k *checks) sizeIn(key string, v, lo, hi Size) {
+	if v < lo || v > hi {
+		k.bad(key, fmt.Sprintf("between %v and %v", lo, hi), v)
 	}
-	intIn := func(key string, v, lo, hi int) {
-		if v < lo || v > hi {
-			bad(key, fmt.Sprintf("between %d and %d", lo, hi), v)
-		}
+}
+
+func (k *checks) intIn(key string, v, lo, hi int) {
+	if v < lo || v > hi {
+		k.bad(key, fmt.Sprintf("between %d and %d", lo, hi), v)
 	}
-	sizeIn("chunk_size", c.Write.ChunkSize, minPartSize, maxPartSize)
-	intIn("upload_concurrency", c.Write.UploadConcurrency, 1, 1024)
-	sizeIn("max_part_size", c.Write.MaxPartSize, minPartSize, maxPartSize)
-	if c.Write.MaxBufferedChunks != 0 {
-		intIn("max_buffered_chunks", c.Write.MaxBufferedChunks, 1, 65536)
-	}
-	if c.Write.KeySpread != 0 && (c.Write.KeySpread < 2 || c.Write.KeySpread > maxKeySpread) {
-		bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", maxKeySpread), c.Write.KeySpread)
-	}
-	if c.Write.MaxObjectSize != 0 && c.Write.MaxObjectSize < c.Write.ChunkSize {
-		bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.Write.ChunkSize), c.Write.MaxObjectSize)
-	}
-	sizeIn("frame_target_bytes", c.Write.FrameTargetBytes, 4*KiB, 1*GiB)
-	if c.Write.CoalesceBudget < c.Write.FrameTargetBytes {
-		bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.Write.FrameTargetBytes), c.Write.CoalesceBudget)
-	}
-	switch c.Write.Spill {
-	case "on", "off":
-	default:
-		bad("spill", "on or off", strconv.Quote(c.Write.Spill))
-	}
-	if c.Write.SpillBytes < 1 {
-		bad("spill_bytes", "at least 1", c.Write.SpillBytes)
-	}
-	if c.Write.MemoryLimit > 0 && Size(c.Write.MemoryLimit) < minMemoryLimit {
-		bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.Write.MemoryLimit)
-	}
-	intIn("encode_concurrency", c.Write.EncodeConcurrency, 0, 1024)
-	switch c.Write.Compression {
-	case "lz4", "zstd", "none", "auto":
-	default:
-		bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Write.Compression))
-	}
-	switch c.Store.Type {
+}
+
+func (c StoreConfig) validate(k *checks) {
+	switch c.Type {
 	case "", "s3", "azure", "gcs": // empty: s3
 	default:
-		bad("store", "one of s3, azure, gcs", strconv.Quote(c.Store.Type))
+		k.bad("store", "one of s3, azure, gcs", strconv.Quote(c.Type))
 	}
-	if c.Store.Type != "azure" && c.Store.AzureAccount != "" {
-		bad("azure_account", "set only with store azure", "an account with store "+strconv.Quote(c.Store.Type))
+	if c.Type != "azure" && c.AzureAccount != "" {
+		k.bad("azure_account", "set only with store azure", "an account with store "+strconv.Quote(c.Type))
 	}
-	if c.Store.Type != "gcs" && c.Store.GCSProject != "" {
-		bad("gcs_project", "set only with store gcs", "a project with store "+strconv.Quote(c.Store.Type))
+	if c.Type != "gcs" && c.GCSProject != "" {
+		k.bad("gcs_project", "set only with store gcs", "a project with store "+strconv.Quote(c.Type))
 	}
-	if c.Store.Type == "azure" || c.Store.Type == "gcs" {
+	if c.Type == "azure" || c.Type == "gcs" {
 		// S3's own keys say something S3 alone does: refused rather than
 		// silently dropped on another store.
-		for _, k := range []struct {
+		for _, s3 := range []struct {
 			key string
 			set bool
-		}{{"region", c.Store.Region != ""}, {"path_style", c.Store.PathStyle}, {"sse", c.Store.SSE != ""}, {"sse_kms_key_id", c.Store.SSEKMSKeyID != ""}} {
-			if k.set {
-				bad(k.key, "unset with store "+c.Store.Type+" (an S3 setting)", "a value")
+		}{{"region", c.Region != ""}, {"path_style", c.PathStyle}, {"sse", c.SSE != ""}, {"sse_kms_key_id", c.SSEKMSKeyID != ""}} {
+			if s3.set {
+				k.bad(s3.key, "unset with store "+c.Type+" (an S3 setting)", "a value")
 			}
 		}
 	}
 	var sources []string
-	for _, k := range []struct {
+	for _, src := range []struct {
 		name string
 		set  bool
-	}{{"encryption_key", c.Store.EncryptionKey != ""}, {"encryption_key_file", c.Store.EncryptionKeyFile != ""}, {"encryption_kms_key_id", c.Store.EncryptionKMSKeyID != ""}} {
-		if k.set {
-			sources = append(sources, k.name)
+	}{{"encryption_key", c.EncryptionKey != ""}, {"encryption_key_file", c.EncryptionKeyFile != ""}, {"encryption_kms_key_id", c.EncryptionKMSKeyID != ""}} {
+		if src.set {
+			sources = append(sources, src.name)
 		}
 	}
 	if len(sources) > 1 {
-		bad(sources[1], "set alone: the stage key comes from one source", "it with "+sources[0])
+		k.bad(sources[1], "set alone: the stage key comes from one source", "it with "+sources[0])
 	}
-	if c.Store.EncryptionKMSEndpoint != "" && c.Store.EncryptionKMSKeyID == "" {
-		bad("encryption_kms_endpoint", "set only with encryption_kms_key_id", strconv.Quote(c.Store.EncryptionKMSEndpoint))
+	if c.EncryptionKMSEndpoint != "" && c.EncryptionKMSKeyID == "" {
+		k.bad("encryption_kms_endpoint", "set only with encryption_kms_key_id", strconv.Quote(c.EncryptionKMSEndpoint))
 	}
-	switch c.Store.SSE {
+	switch c.SSE {
 	case "", "AES256", "aws:kms":
 	default:
-		bad("sse", "empty, AES256 or aws:kms", strconv.Quote(c.Store.SSE))
+		k.bad("sse", "empty, AES256 or aws:kms", strconv.Quote(c.SSE))
 	}
-	if c.Store.SSEKMSKeyID != "" && c.Store.SSE != "aws:kms" {
-		bad("sse_kms_key_id", "set only with sse aws:kms", "a key with sse "+strconv.Quote(c.Store.SSE))
+	if c.SSEKMSKeyID != "" && c.SSE != "aws:kms" {
+		k.bad("sse_kms_key_id", "set only with sse aws:kms", "a key with sse "+strconv.Quote(c.SSE))
 	}
-	switch c.Write.Checksum {
-	case "crc32c", "none":
-	default:
-		bad("checksum", "one of crc32c, none", strconv.Quote(c.Write.Checksum))
+	k.intIn("retry_max_attempts", c.RetryMaxAttempts, 1, 100)
+	if c.RetryBaseDelay < 0 || c.RetryBaseDelay.D() > time.Minute {
+		k.bad("retry_base_delay", "between 0s and 1m0s", c.RetryBaseDelay)
 	}
-	sizeIn("read_range_bytes", c.Read.RangeBytes, 64*KiB, 5*GiB)
-	sizeIn("read_span_bytes", c.Read.SpanBytes, c.Read.RangeBytes, 5*GiB)
-	intIn("read_ahead", c.Read.Ahead, 1, 256)
-	sizeIn("read_gap_bytes", c.Read.GapBytes, 0, c.Read.RangeBytes)
-	intIn("retry_max_attempts", c.Store.RetryMaxAttempts, 1, 100)
-	if c.Store.RetryBaseDelay < 0 || c.Store.RetryBaseDelay.D() > time.Minute {
-		bad("retry_base_delay", "between 0s and 1m0s", c.Store.RetryBaseDelay)
+	if c.RetryMaxDelay < c.RetryBaseDelay || c.RetryMaxDelay.D() > 10*time.Minute {
+		k.bad("retry_max_delay", fmt.Sprintf("between retry_base_delay (%v) and 10m0s", c.RetryBaseDelay), c.RetryMaxDelay)
 	}
-	if c.Store.RetryMaxDelay < c.Store.RetryBaseDelay || c.Store.RetryMaxDelay.D() > 10*time.Minute {
-		bad("retry_max_delay", fmt.Sprintf("between retry_base_delay (%v) and 10m0s", c.Store.RetryBaseDelay), c.Store.RetryMaxDelay)
+	if c.RequestTimeout < 0 {
+		k.bad("request_timeout", "0 (none) or positive", c.RequestTimeout)
 	}
-	if c.Store.RequestTimeout < 0 {
-		bad("request_timeout", "0 (none) or positive", c.Store.RequestTimeout)
+	if c.ConnectTimeout.D() < 100*time.Millisecond || c.ConnectTimeout.D() > 5*time.Minute {
+		k.bad("connect_timeout", "between 100ms and 5m0s", c.ConnectTimeout)
 	}
-	if c.Store.ConnectTimeout.D() < 100*time.Millisecond || c.Store.ConnectTimeout.D() > 5*time.Minute {
-		bad("connect_timeout", "between 100ms and 5m0s", c.Store.ConnectTimeout)
+	if c.FirstByteTimeout.D() < time.Second || c.FirstByteTimeout.D() > time.Hour {
+		k.bad("first_byte_timeout", "between 1s and 1h0m0s", c.FirstByteTimeout)
 	}
-	if c.Store.FirstByteTimeout.D() < time.Second || c.Store.FirstByteTimeout.D() > time.Hour {
-		bad("first_byte_timeout", "between 1s and 1h0m0s", c.Store.FirstByteTimeout)
+	if c.Endpoint != "" && !validEndpoint(c.Endpoint) {
+		k.bad("endpoint", "empty (the AWS chain) or an http:// or https:// URL with a host, such as http://127.0.0.1:9000", strconv.Quote(c.Endpoint))
 	}
-	if c.Store.Endpoint != "" && !validEndpoint(c.Store.Endpoint) {
-		bad("endpoint", "empty (the AWS chain) or an http:// or https:// URL with a host, such as http://127.0.0.1:9000", strconv.Quote(c.Store.Endpoint))
-	}
-	if c.Write.CleanupTimeout.D() < time.Second || c.Write.CleanupTimeout.D() > time.Hour {
-		bad("cleanup_timeout", "between 1s and 1h0m0s", c.Write.CleanupTimeout)
-	}
-	if c.GC.ResultsRetention < 0 {
-		bad("results_retention", "0 or positive", c.GC.ResultsRetention)
-	}
-	switch c.Store.CommitGuard {
+	switch c.CommitGuard {
 	case commitGuardOn, commitGuardOff:
 	default:
-		bad("commit_guard", "on or off", strconv.Quote(c.Store.CommitGuard))
+		k.bad("commit_guard", "on or off", strconv.Quote(c.CommitGuard))
 	}
-	if c.Hedge.Factor != 0 && (c.Hedge.Factor < 1.5 || c.Hedge.Factor > 100) {
-		bad("hedge_factor", "0 (off) or between 1.5 and 100", c.Hedge.Factor)
+	if strings.HasPrefix(c.Prefix, "/") || strings.Contains(c.Prefix, "..") {
+		k.bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Prefix))
 	}
-	if c.Hedge.MinDelay < 0 {
-		bad("hedge_min_delay", "0 or positive", c.Hedge.MinDelay)
+}
+
+func (c WriteConfig) validate(k *checks) {
+	k.sizeIn("chunk_size", c.ChunkSize, minPartSize, maxPartSize)
+	k.intIn("upload_concurrency", c.UploadConcurrency, 1, 1024)
+	k.sizeIn("max_part_size", c.MaxPartSize, minPartSize, maxPartSize)
+	if c.MaxBufferedChunks != 0 {
+		k.intIn("max_buffered_chunks", c.MaxBufferedChunks, 1, 65536)
 	}
-	intIn("max_streams", c.Sidecar.MaxStreams, 1, 100000)
-	sizeIn("max_message_bytes", c.Sidecar.MaxMessageBytes, 1*MiB, 2*GiB-1)
-	if c.Sidecar.ShutdownGrace < 0 {
-		bad("shutdown_grace", "0 or positive", c.Sidecar.ShutdownGrace)
+	if c.KeySpread != 0 && (c.KeySpread < 2 || c.KeySpread > maxKeySpread) {
+		k.bad("key_spread", fmt.Sprintf("0 (off) or 2 to %d", maxKeySpread), c.KeySpread)
+	}
+	if c.MaxObjectSize != 0 && c.MaxObjectSize < c.ChunkSize {
+		k.bad("max_object_size", fmt.Sprintf("0 or at least chunk_size (%v)", c.ChunkSize), c.MaxObjectSize)
+	}
+	k.sizeIn("frame_target_bytes", c.FrameTargetBytes, 4*KiB, 1*GiB)
+	if c.CoalesceBudget < c.FrameTargetBytes {
+		k.bad("coalesce_budget", fmt.Sprintf("at least frame_target_bytes (%v)", c.FrameTargetBytes), c.CoalesceBudget)
+	}
+	switch c.Spill {
+	case "on", "off":
+	default:
+		k.bad("spill", "on or off", strconv.Quote(c.Spill))
+	}
+	if c.SpillBytes < 1 {
+		k.bad("spill_bytes", "at least 1", c.SpillBytes)
+	}
+	if c.MemoryLimit > 0 && Size(c.MemoryLimit) < minMemoryLimit {
+		k.bad("memory_limit", fmt.Sprintf("auto, off or at least %v", minMemoryLimit), c.MemoryLimit)
+	}
+	k.intIn("encode_concurrency", c.EncodeConcurrency, 0, 1024)
+	switch c.Compression {
+	case "lz4", "zstd", "none", "auto":
+	default:
+		k.bad("compression", "one of lz4, zstd, none, auto", strconv.Quote(c.Compression))
+	}
+	switch c.Checksum {
+	case "crc32c", "none":
+	default:
+		k.bad("checksum", "one of crc32c, none", strconv.Quote(c.Checksum))
+	}
+	if c.CleanupTimeout.D() < time.Second || c.CleanupTimeout.D() > time.Hour {
+		k.bad("cleanup_timeout", "between 1s and 1h0m0s", c.CleanupTimeout)
+	}
+}
+
+func (c ReadConfig) validate(k *checks) {
+	k.sizeIn("read_range_bytes", c.RangeBytes, 64*KiB, 5*GiB)
+	k.sizeIn("read_span_bytes", c.SpanBytes, c.RangeBytes, 5*GiB)
+	k.intIn("read_ahead", c.Ahead, 1, 256)
+	k.sizeIn("read_gap_bytes", c.GapBytes, 0, c.RangeBytes)
+}
+
+func (c HedgeConfig) validate(k *checks) {
+	if c.Factor != 0 && (c.Factor < 1.5 || c.Factor > 100) {
+		k.bad("hedge_factor", "0 (off) or between 1.5 and 100", c.Factor)
+	}
+	if c.MinDelay < 0 {
+		k.bad("hedge_min_delay", "0 or positive", c.MinDelay)
+	}
+}
+
+func (c SidecarConfig) validate(k *checks) {
+	k.intIn("max_streams", c.MaxStreams, 1, 100000)
+	k.sizeIn("max_message_bytes", c.MaxMessageBytes, 1*MiB, 2*GiB-1)
+	if c.ShutdownGrace < 0 {
+		k.bad("shutdown_grace", "0 or positive", c.ShutdownGrace)
 	}
 	for _, d := range []struct {
 		key string
 		v   Duration
-	}{{"stream_first_message_timeout", c.Sidecar.StreamFirstMessageTimeout}, {"stream_idle_timeout", c.Sidecar.StreamIdleTimeout}} {
+	}{{"stream_first_message_timeout", c.StreamFirstMessageTimeout}, {"stream_idle_timeout", c.StreamIdleTimeout}} {
 		if d.v != 0 && (d.v.D() < 10*time.Millisecond || d.v.D() > 24*time.Hour) {
-			bad(d.key, "0 (off) or between 10ms and 24h0m0s", d.v)
+			k.bad(d.key, "0 (off) or between 10ms and 24h0m0s", d.v)
 		}
 	}
-	if (c.Sidecar.TLSCertFile == "") != (c.Sidecar.TLSKeyFile == "") {
-		bad("tls_cert_file and tls_key_file", "both set or both empty",
-			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.Sidecar.TLSCertFile, c.Sidecar.TLSKeyFile))
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		k.bad("tls_cert_file and tls_key_file", "both set or both empty",
+			fmt.Sprintf("tls_cert_file %q and tls_key_file %q", c.TLSCertFile, c.TLSKeyFile))
 	}
-	if c.Sidecar.TLSClientCAFile != "" && c.Sidecar.TLSCertFile == "" {
-		bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.Sidecar.TLSClientCAFile))
+	if c.TLSClientCAFile != "" && c.TLSCertFile == "" {
+		k.bad("tls_client_ca_file", "set only with tls_cert_file and tls_key_file (mutual TLS needs TLS)", strconv.Quote(c.TLSClientCAFile))
 	}
-	if c.Sidecar.MemoryStoreBytes < 0 {
-		bad("memory_store_bytes", "0 (off) or a size", c.Sidecar.MemoryStoreBytes)
+	if c.MemoryStoreBytes < 0 {
+		k.bad("memory_store_bytes", "0 (off) or a size", c.MemoryStoreBytes)
 	}
-	if c.Sidecar.AdvertiseAddr != "" {
-		if _, port, err := net.SplitHostPort(c.Sidecar.AdvertiseAddr); err != nil || port == "" || port == "0" {
-			bad("advertise_addr", "empty or host:port with a fixed port", strconv.Quote(c.Sidecar.AdvertiseAddr))
+	if c.AdvertiseAddr != "" {
+		if _, port, err := net.SplitHostPort(c.AdvertiseAddr); err != nil || port == "" || port == "0" {
+			k.bad("advertise_addr", "empty or host:port with a fixed port", strconv.Quote(c.AdvertiseAddr))
 		}
 	}
-	if strings.HasPrefix(c.Store.Prefix, "/") || strings.Contains(c.Store.Prefix, "..") {
-		bad("prefix", "a relative key prefix without '..'", strconv.Quote(c.Store.Prefix))
-	}
-	return errors.Join(errs...)
 }
 
 // validEndpoint: an absolute http or https URL with a host (and a port
