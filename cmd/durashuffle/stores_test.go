@@ -173,6 +173,24 @@ func cloudTargets(t *testing.T) []cloudTarget {
 	}
 }
 
+// serveTarget is how `durashuffle serve` reaches bucket of tg through
+// url (the emulator's or a proxy's): the store, its account and
+// endpoint as flags, its secrets in the environment.
+func (tg cloudTarget) serveTarget(url, bucket string) target {
+	sc := target{flags: []string{"--store", tg.name, "--endpoint", url + tg.account, "--bucket", bucket,
+		"--retry-base-delay", "5ms", "--retry-max-delay", "50ms"}}
+	for k, v := range tg.env {
+		switch k {
+		case "DURASHUFFLE_AZURE_ACCOUNT":
+			sc.flags = append(sc.flags, "--azure-account", v)
+		case "DURASHUFFLE_STORE":
+		default:
+			sc.env = append(sc.env, k+"="+v)
+		}
+	}
+	return sc
+}
+
 // runCloud runs the scenario on a new bucket of tg through a fault proxy
 // with spec, every request audited (none may go around the retry
 // layer); it returns what each step did and the bucket's store.
@@ -315,18 +333,7 @@ func TestSidecarOnEveryStore(t *testing.T) {
 					t.Fatal(err)
 				}
 				t.Cleanup(func() { p.Close() })
-				sc := target{flags: []string{"--store", tg.name, "--endpoint", p.URL() + tg.account, "--bucket", bucket,
-					"--retry-base-delay", "5ms", "--retry-max-delay", "50ms"}}
-				for k, v := range tg.env {
-					switch k {
-					case "DURASHUFFLE_AZURE_ACCOUNT":
-						sc.flags = append(sc.flags, "--azure-account", v)
-					case "DURASHUFFLE_STORE":
-					default:
-						sc.env = append(sc.env, k+"="+v)
-					}
-				}
-				s := startFast(t, sc, "0", "-", "")
+				s := startFast(t, tg.serveTarget(p.URL(), bucket), "0", "-", "")
 				const q, partitions = "sq", 8
 				want := writeStage(t, ctx, s, q, partitions, 20000)
 				info, err := s.fc.Describe(ctx, q, 0)
@@ -361,5 +368,70 @@ func TestSidecarOnEveryStore(t *testing.T) {
 				assertEmpty(t, st, "bucket "+bucket)
 			})
 		}
+	}
+}
+
+// TestFastPathOnEveryStore runs the sidecars' fast path on Azure Blob
+// Storage (Azurite) and Google Cloud Storage (fake-gcs-server): sidecar
+// A holds the workers it committed in its memory store and serves them
+// with no data read from the store; sidecar B reads them from A over
+// Flight; after A releases the stage, B reads it from the store. Every
+// read returns the rows written, and delete-query leaves the bucket
+// empty.
+func TestFastPathOnEveryStore(t *testing.T) {
+	for _, tg := range cloudTargets(t) {
+		t.Run(tg.name, func(t *testing.T) {
+			bucket := fmt.Sprintf("fast-%d", containers.Add(1))
+			st := tg.open(t, bucket)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			if err := st.(store.BucketMaker).EnsureBucket(ctx); err != nil {
+				t.Fatal(err)
+			}
+			sc := tg.serveTarget(tg.upstream, bucket)
+			a := startFast(t, sc, "256MiB", "", "")
+			b := startFast(t, sc, "256MiB", "", "")
+			const q, partitions = "fq", 8
+			want := writeStage(t, ctx, a, q, partitions, 20000)
+			if got := a.heldWorkers(ctx, q); len(got) != 2 {
+				t.Fatalf("a holds workers %v, want 0 and 1", got)
+			}
+			served := func(s *fastSidecar, source string) float64 {
+				return s.metric("durashuffle_served_bytes_total", "source="+source)
+			}
+
+			got, err := a.getAll(ctx, q, partitions, nil)
+			if err != nil {
+				t.Fatalf("DoGet from a: %v\n%s", err, a.stderr.String())
+			}
+			sameRows(t, got, want)
+			mem := served(a, "memory")
+			if mem == 0 || served(a, "s3") != 0 {
+				t.Fatalf("a served %v bytes from memory and %v from the store; want all from memory", mem, served(a, "s3"))
+			}
+
+			if got, err = b.getAll(ctx, q, partitions, nil); err != nil {
+				t.Fatalf("DoGet from b: %v\n%s", err, b.stderr.String())
+			}
+			sameRows(t, got, want)
+			if peer := served(b, "peer"); peer != mem || served(b, "s3") != 0 {
+				t.Fatalf("b served %v bytes from its peer (a served %v from memory) and %v from the store", peer, mem, served(b, "s3"))
+			}
+
+			if rel, err := a.fc.Release(ctx, q, 0); err != nil || rel.Workers != 2 {
+				t.Fatalf("release: %+v, %v", rel, err)
+			}
+			if got, err = b.getAll(ctx, q, partitions, nil); err != nil {
+				t.Fatalf("DoGet from b after release: %v\n%s", err, b.stderr.String())
+			}
+			sameRows(t, got, want)
+			if served(b, "s3") == 0 {
+				t.Fatalf("after a released the stage, b served nothing from the store")
+			}
+			if _, err := a.fc.DeleteQuery(ctx, q); err != nil {
+				t.Fatalf("delete-query: %v", err)
+			}
+			assertEmpty(t, st, "bucket "+bucket)
+		})
 	}
 }
