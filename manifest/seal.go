@@ -79,7 +79,7 @@ type sealWorker struct {
 // offset table), then walks the partitions in blocks, fetching every
 // worker's entries of a block by ranged GET, merging them in (partition,
 // worker, write) order and streaming the index object out as a multipart
-// upload (one Put when it is small). The index is written under a fresh
+// upload (one Put when it is at most sealPartBytes). The index is written under a fresh
 // name first; the stage manifest, written with If-None-Match: *, is the
 // commit point. A seal that loses that race deletes its index.
 func Seal(ctx context.Context, st store.Store, l Layout, query string, stage int, workers []string) (*Stage, error) {
@@ -407,8 +407,9 @@ func writeIndex(ctx context.Context, st store.Store, key string, s *Stage, ws []
 		return n
 	}
 	// The index goes out in parts of sealPartBytes, one connection's
-	// worth: the uploader's object, streamed as each part fills where
-	// the store streams parts.
+	// worth: the uploader's object, each part after the first streamed
+	// as it fills where the store streams parts, so that an index of at
+	// most one part is one Put.
 	up := uploader.NewObject(ctx, st, key, uploader.ObjectOptions{PartBytes: sealPartBytes})
 	defer func() { _ = up.Discard(nil) }() // aborts an unfinished upload; after Complete, nothing
 

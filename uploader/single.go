@@ -28,9 +28,12 @@ type ObjectOptions struct {
 
 // NewObject starts the object at key, uploaded by a pool of its own
 // (opt.Inflight connections, opt.Inflight buffers): the same parts,
-// checksums, streaming and retries as a writer's objects. ctx bounds
-// every request. Whatever happens, the caller ends it with Complete, then
-// Discard unless the object is to stay.
+// checksums, streaming and retries as a writer's objects, except that
+// its first part streams only once full, so that an object of at most
+// PartBytes is one put on every store (a seal's index: one request, not
+// three, and one round trip). ctx bounds every request. Whatever
+// happens, the caller ends it with Complete, then Discard unless the
+// object is to stay.
 func NewObject(ctx context.Context, st Store, key string, opt ObjectOptions) *Object {
 	inflight := max(opt.Inflight, 1)
 	part := opt.PartBytes
@@ -38,7 +41,7 @@ func NewObject(ctx context.Context, st Store, key string, opt ObjectOptions) *Ob
 		part = min(part, max(opt.SizeHint, 1))
 	}
 	p := New(st, Config{ChunkSize: part, Concurrency: inflight, MaxBuffered: inflight, Checksum: true,
-		MinPartSize: min(store.MinPartSize, part), CleanupTimeout: time.Minute}, nil)
+		MinPartSize: min(store.MinPartSize, part), CleanupTimeout: time.Minute, streamAfter: part}, nil)
 	o, _ := newObject(p, p.newUpload(ctx, key, nil), opt.SizeHint, false, nil)
 	o.own, o.sums = p, true
 	return o

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -310,4 +311,55 @@ func TestStreamedParts(t *testing.T) {
 			t.Fatalf("%d buffers still held", n)
 		}
 	})
+}
+
+// TestObjectOfItsOwnOnePutWhenStreaming: an object of NewObject no
+// larger than PartBytes is one put even where the store streams parts
+// and the object is written in many small writes past the 1 MiB at
+// which a writer's object starts streaming: a seal's index of a few MiB
+// is one request, not a multipart upload of one part (three).
+func TestObjectOfItsOwnOnePutWhenStreaming(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name       string
+		size       int
+		puts, mpus int
+	}{{"3 MiB", 3 << 20, 1, 0}, {"a part and a tail", 8<<20 + 5, 0, 1}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newStreamingMem()
+			st := &putCounter{streamingMem: m}
+			o := NewObject(ctx, st, "index", ObjectOptions{PartBytes: 8 << 20})
+			data := bytes.Repeat([]byte("0123456789abcdef"), tc.size/16+1)[:tc.size]
+			for b := data; len(b) > 0; b = b[min(len(b), 4096):] {
+				if err := o.Write(b[:min(len(b), 4096)]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := o.Complete(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got, _ := m.Bytes("index"); !bytes.Equal(got, data) {
+				t.Fatalf("stored %d bytes, want the %d written", len(got), len(data))
+			}
+			if puts, mpus := int(st.puts.Load()), int(st.mpus.Load()); puts != tc.puts || mpus != tc.mpus {
+				t.Fatalf("%d bytes in parts of 8 MiB: %d puts and %d multipart uploads; want %d and %d", tc.size, puts, mpus, tc.puts, tc.mpus)
+			}
+		})
+	}
+}
+
+// putCounter counts a streaming store's puts and multipart uploads.
+type putCounter struct {
+	*streamingMem
+	puts, mpus atomic.Int32
+}
+
+func (p *putCounter) Put(ctx context.Context, key string, body []byte, opts store.PutOptions) error {
+	p.puts.Add(1)
+	return p.streamingMem.Put(ctx, key, body, opts)
+}
+
+func (p *putCounter) CreateMultipart(ctx context.Context, key string) (string, error) {
+	p.mpus.Add(1)
+	return p.streamingMem.CreateMultipart(ctx, key)
 }
