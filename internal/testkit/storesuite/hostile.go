@@ -25,70 +25,109 @@ import (
 // came before the refusal is every row of the frames before the damaged
 // one, in order.
 func Hostile(t *testing.T, tg Target) {
-	ctx := context.Background()
 	cfg := config(t, "on")
 	// Small frames: a few hundred rows make dozens of them.
 	cfg.Write.FrameTargetBytes = 16 * durashuffle.KiB
 	ev := newEnv(t, tg, cfg, nil)
-	c := ev.client
-	const q = "dmg"
+	d := &damaged{ctx: context.Background(), ev: ev, q: "dmg"}
 	sh := shape{workers: 2, partitions: 3, rows: 600, batchRows: 20}
-	wrote, err := writeStage(ctx, c, q, sh, false)
+	wrote, err := writeStage(d.ctx, ev.client, d.q, sh, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	all := wrote.partitionOrder(nil)
-	get := func(key string) []byte {
-		t.Helper()
-		body, err := ev.direct.GetRange(ctx, key, 0, -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer body.Close()
-		b, err := io.ReadAll(body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
+	d.all = wrote.partitionOrder(nil)
+	d.frameDamage(t)
+	t.Run("worker manifest tampered", func(t *testing.T) {
+		d.manifestDamage(t, ev.client.Layout().WorkerManifestKey(d.q, 0, "0"))
+	})
+	if _, err := ev.client.Seal(d.ctx, d.q, 0, sh.workers); err != nil {
+		t.Fatal(err)
 	}
-	put := func(key string, b []byte) {
-		t.Helper()
-		if err := ev.direct.Put(ctx, key, b, store.PutOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// readAll reads the whole stage and returns its rows up to the error.
-	readAll := func() ([]row, error) {
-		s, err := c.OpenStage(ctx, q, 0)
-		if err != nil {
-			return nil, err
-		}
-		recs, err := s.ReadPartitions(ctx, nil)
-		if err != nil {
-			return nil, err
-		}
-		return collect(recs)
-	}
-	refused := func(t *testing.T, err error, sentinel error, key string, more ...string) {
-		t.Helper()
-		if !errors.Is(err, sentinel) {
-			t.Fatalf("read of the damaged stage: %v, want %v", err, sentinel)
-		}
-		for _, s := range append(more, key) {
-			if !strings.Contains(err.Error(), s) {
-				t.Errorf("error %q does not say %q", err, s)
-			}
-		}
-	}
+	t.Run("stage manifest tampered", func(t *testing.T) {
+		d.manifestDamage(t, ev.client.Layout().StageManifestKey(d.q, 0))
+	})
+	d.restored(t, "the sealed stage restored")
+}
 
-	s, err := c.OpenStage(ctx, q, 0)
+// damaged is a committed stage that Hostile damages and restores, object
+// by object, through a store beside the client's.
+type damaged struct {
+	ctx context.Context
+	ev  *env
+	q   string
+	all []row // every row of the stage, in partition order
+}
+
+// get reads object key whole.
+func (d *damaged) get(t *testing.T, key string) []byte {
+	t.Helper()
+	body, err := d.ev.direct.GetRange(d.ctx, key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer body.Close()
+	b, err := io.ReadAll(body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// put replaces object key with b.
+func (d *damaged) put(t *testing.T, key string, b []byte) {
+	t.Helper()
+	if err := d.ev.direct.Put(d.ctx, key, b, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readAll reads the whole stage and returns its rows up to the error.
+func (d *damaged) readAll() ([]row, error) {
+	s, err := d.ev.client.OpenStage(d.ctx, d.q, 0)
+	if err != nil {
+		return nil, err
+	}
+	recs, err := s.ReadPartitions(d.ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	return collect(recs)
+}
+
+// restored checks that the stage reads back whole.
+func (d *damaged) restored(t *testing.T, what string) {
+	t.Helper()
+	got, err := d.readAll()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	sameRows(t, what, got, d.all)
+}
+
+// refused checks that err is sentinel and names key and each of more.
+func refused(t *testing.T, err error, sentinel error, key string, more ...string) {
+	t.Helper()
+	if !errors.Is(err, sentinel) {
+		t.Fatalf("read of the damaged stage: %v, want %v", err, sentinel)
+	}
+	for _, s := range append(more, key) {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("error %q does not say %q", err, s)
+		}
+	}
+}
+
+// frameDamage flips a byte of a frame, then cuts its object short, and
+// checks each read stops at that frame with every row before it.
+func (d *damaged) frameDamage(t *testing.T) {
+	s, err := d.ev.client.OpenStage(d.ctx, d.q, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	// Worker 1's first object, at its last frame: cutting it there cuts
 	// nothing a reader gets before the frame.
 	w := s.Manifest().Workers[1]
-	key := c.Layout().ObjectKey(q, 0, w.Objects[0].Key)
+	key := d.ev.client.Layout().ObjectKey(d.q, 0, w.Objects[0].Key)
 	idx := 0
 	for i, fr := range w.Frames {
 		if fr.Object == 0 && fr.Offset > w.Frames[idx].Offset {
@@ -96,8 +135,8 @@ func Hostile(t *testing.T, tg Target) {
 		}
 	}
 	f := w.Frames[idx]
-	before := all[:rowsBefore(s.Manifest(), 1, idx)]
-	orig := get(key)
+	before := d.all[:rowsBefore(s.Manifest(), 1, idx)]
+	orig := d.get(t, key)
 	for _, tc := range []struct {
 		name     string
 		object   []byte
@@ -112,9 +151,9 @@ func Hostile(t *testing.T, tg Target) {
 		{"truncated object", orig[:f.Offset+f.Length/3], reader.ErrTruncated, []string{"truncated", fmt.Sprintf("expected %d bytes", f.Length)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			put(key, tc.object)
-			defer put(key, orig)
-			got, err := readAll()
+			d.put(t, key, tc.object)
+			defer d.put(t, key, orig)
+			got, err := d.readAll()
 			refused(t, err, tc.sentinel, key, append(tc.says, fmt.Sprintf("offset %d", f.Offset), fmt.Sprintf("partition %d", f.Partition))...)
 			var fe *reader.FrameError
 			if !errors.As(err, &fe) || fe.Key != key || fe.Offset != f.Offset || fe.Partition != int(f.Partition) {
@@ -123,46 +162,23 @@ func Hostile(t *testing.T, tg Target) {
 			sameRows(t, "rows before the refusal", got, before)
 		})
 	}
-	if got, err := readAll(); err != nil {
-		t.Fatalf("the stage restored: %v", err)
-	} else {
-		sameRows(t, "the stage restored", got, all)
-	}
+	d.restored(t, "the stage restored")
+}
 
-	t.Run("worker manifest tampered", func(t *testing.T) {
-		wkey := c.Layout().WorkerManifestKey(q, 0, "0")
-		b := get(wkey)
-		tampered := bytes.Clone(b)
-		tampered[len(b)/2] ^= 0x10
-		put(wkey, tampered)
-		defer put(wkey, b)
-		got, err := readAll()
-		refused(t, err, manifest.ErrCorrupt, wkey)
-		if len(got) != 0 {
-			t.Fatalf("%d rows delivered from a stage whose worker manifest is corrupt", len(got))
-		}
-	})
-	if _, err := c.Seal(ctx, q, 0, sh.workers); err != nil {
-		t.Fatal(err)
+// manifestDamage flips a bit in manifest key and checks that the read is
+// refused as corrupt, naming it, with no row delivered; the manifest is
+// restored after.
+func (d *damaged) manifestDamage(t *testing.T, key string) {
+	b := d.get(t, key)
+	tampered := bytes.Clone(b)
+	tampered[len(b)/2] ^= 0x10
+	d.put(t, key, tampered)
+	defer d.put(t, key, b)
+	got, err := d.readAll()
+	refused(t, err, manifest.ErrCorrupt, key)
+	if len(got) != 0 {
+		t.Fatalf("%d rows delivered from a stage whose manifest %s is corrupt", len(got), key)
 	}
-	t.Run("stage manifest tampered", func(t *testing.T) {
-		mkey := c.Layout().StageManifestKey(q, 0)
-		b := get(mkey)
-		tampered := bytes.Clone(b)
-		tampered[len(b)/2] ^= 0x10
-		put(mkey, tampered)
-		defer put(mkey, b)
-		got, err := readAll()
-		refused(t, err, manifest.ErrCorrupt, mkey)
-		if len(got) != 0 {
-			t.Fatalf("%d rows delivered from a stage whose manifest is corrupt", len(got))
-		}
-	})
-	got, err := readAll()
-	if err != nil {
-		t.Fatalf("the sealed stage restored: %v", err)
-	}
-	sameRows(t, "the sealed stage restored", got, all)
 }
 
 // rowsBefore counts the rows a read of every partition of the unsealed
