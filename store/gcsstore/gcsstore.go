@@ -263,7 +263,13 @@ func (s *Store) GetRange(ctx context.Context, key string, off, length int64) (io
 		r.Close()
 		return nil, &store.Error{Op: "objects.get", Key: key, Err: fmt.Errorf("asked for bytes from %d, got from %d", off, r.Attrs.StartOffset)}
 	}
-	return stall.Classified(r, r, func(err error) error { return classify("objects.get", key, err) }), nil
+	// From offset 0 the SDK takes a whole object answered for a range;
+	// the caller asked for length bytes and gets no more.
+	var body io.Reader = r
+	if length > 0 {
+		body = io.LimitReader(r, length)
+	}
+	return stall.Classified(r, body, func(err error) error { return classify("objects.get", key, err) }), nil
 }
 
 // List implements store.Lister: objects.list pages of up to 1000. The

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -383,4 +384,136 @@ func read(t *testing.T, s store.Reader, key string) []byte {
 		t.Fatalf("read %s: %v", key, err)
 	}
 	return b
+}
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(r *http.Request) (*http.Response, error) { return f(r) }
+
+// newStoreVia is newStore with every request sent through rt, which
+// wraps the default transport.
+func newStoreVia(t *testing.T, rt func(next http.RoundTripper) http.RoundTripper) *gcsstore.Store {
+	t.Helper()
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	s, err := gcsstore.New(t.Context(), gcsstore.Options{
+		Bucket:        "ds-" + hex.EncodeToString(b[:]),
+		Endpoint:      testenv.FakeGCS(t),
+		HTTPTransport: rt(http.DefaultTransport.(*http.Transport).Clone()),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	if err := s.EnsureBucket(t.Context()); err != nil {
+		t.Fatalf("EnsureBucket: %v", err)
+	}
+	return s
+}
+
+// TestPartReplacedBeforeComplete sends part 1 twice, as a hedge or a
+// retry after a lost answer does, and completes with the answer of the
+// first: the second request landed last and replaced the generation the
+// first answered. With every part's CRC32C the compose names the part
+// objects without a generation (the service checks the combined CRC32C
+// instead), so the Complete holds on a service that drops replaced
+// generations; without CRC32Cs each part is composed at the generation
+// its ETag names.
+func TestPartReplacedBeforeComplete(t *testing.T) {
+	var mu sync.Mutex
+	var composes []string
+	s := newStoreVia(t, func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if strings.HasSuffix(r.URL.Path, "/compose") && r.Body != nil {
+				b, err := io.ReadAll(r.Body)
+				if err != nil {
+					return nil, err
+				}
+				r.Body = io.NopCloser(bytes.NewReader(b))
+				mu.Lock()
+				composes = append(composes, string(b))
+				mu.Unlock()
+			}
+			return next.RoundTrip(r)
+		})
+	})
+	ctx := t.Context()
+	for _, withCRC := range []bool{true, false} {
+		t.Run(fmt.Sprintf("crc32c=%v", withCRC), func(t *testing.T) {
+			mu.Lock()
+			composes = nil
+			mu.Unlock()
+			key := fmt.Sprintf("stage/replaced-%v", withCRC)
+			id, err := s.CreateMultipart(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bodies := [][]byte{bytes.Repeat([]byte("a"), 1000), []byte("second part")}
+			body := func(b []byte) store.Body {
+				if withCRC {
+					return store.BytesBody(b).WithCRC32C(store.CRC32C(b))
+				}
+				return store.BytesBody(b)
+			}
+			parts := make([]store.Part, len(bodies))
+			for i, b := range bodies {
+				if parts[i], err = s.UploadPart(ctx, key, id, int32(i+1), body(b)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			again, err := s.UploadPart(ctx, key, id, 1, body(bodies[0]))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if again.ETag == parts[0].ETag {
+				t.Fatalf("part 1 sent twice has one generation %s", again.ETag)
+			}
+			if err := s.CompleteMultipart(ctx, key, id, parts); err != nil {
+				t.Fatalf("Complete with the first answer of part 1: %v", err)
+			}
+			if got, want := read(t, s, key), append(bytes.Clone(bodies[0]), bodies[1]...); !bytes.Equal(got, want) {
+				t.Fatalf("object is %d bytes, want %d", len(got), len(want))
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(composes) != 1 {
+				t.Fatalf("%d compose requests, want 1", len(composes))
+			}
+			if pinned := strings.Contains(composes[0], `"generation"`); pinned != !withCRC {
+				t.Errorf("compose request %s: generations named = %v, want %v", composes[0], pinned, !withCRC)
+			}
+		})
+	}
+}
+
+// TestRangeFromZeroCapped reads a range from offset 0 through a proxy
+// that drops the Range header, so the whole object comes back: the store
+// hands out the bytes asked for and no more.
+func TestRangeFromZeroCapped(t *testing.T) {
+	s := newStoreVia(t, func(next http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(r *http.Request) (*http.Response, error) {
+			if r.Method == http.MethodGet {
+				r = r.Clone(r.Context())
+				r.Header.Del("Range")
+			}
+			return next.RoundTrip(r)
+		})
+	})
+	ctx := t.Context()
+	if err := s.Put(ctx, "whole", []byte("0123456789"), store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rc, err := s.GetRange(ctx, "whole", 0, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != "0123" {
+		t.Fatalf("GetRange(0, 4) through a proxy that drops Range = %q, want %q", got, "0123")
+	}
 }

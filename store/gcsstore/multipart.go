@@ -89,8 +89,8 @@ func (s *Store) CreateMultipart(ctx context.Context, key string) (string, error)
 // UploadPart implements store.Writer: one objects.insert of the part
 // object, with the body's CRC32C (if it has one) for the service to
 // check. The part's ETag is the part object's generation, which
-// CompleteMultipart composes exactly. A streamed body is refused: the
-// store is no PartStreamer.
+// CompleteMultipart composes exactly when the part has no CRC32C. A
+// streamed body is refused: the store is no PartStreamer.
 func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, body store.Body) (store.Part, error) {
 	fail := func(status int, err error) (store.Part, error) {
 		return store.Part{}, classify("objects.insert", key, &store.Error{Op: "objects.insert", Key: key, Status: status,
@@ -122,10 +122,10 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 }
 
 // CompleteMultipart implements store.Writer. It composes the parts, in
-// the order given (ascending numbers, or a 400 InvalidPartOrder), each at
-// the generation its ETag names, into key: one objects.compose for up to
-// 32 parts, else a tree (groups of 32 into intermediate objects, level by
-// level). When every part carries a CRC32C the final compose sends their
+// the order given (ascending numbers, or a 400 InvalidPartOrder), into
+// key (each at the generation its ETag names when a part has no CRC32C):
+// one objects.compose for up to 32 parts, else a tree (groups of 32 into
+// intermediate objects, level by level). When every part carries a CRC32C the final compose sends their
 // combination, which the service checks against the composite it built,
 // and the composite's is checked here too. The part and intermediate
 // objects are then deleted; if a delete fails, so does the Complete (as
@@ -144,6 +144,7 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		return refuse("MalformedXML", errors.New("no parts"))
 	}
 	srcs := make([]*storage.ObjectHandle, len(parts))
+	gens := make([]int64, len(parts))
 	var size int64
 	crc, haveCRC := uint32(0), true
 	for i, p := range parts {
@@ -154,7 +155,7 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		if err != nil || p.Number < 1 || p.Number > store.MaxParts {
 			return refuse("InvalidPart", fmt.Errorf("%w: part %d with ETag %q is not one UploadPart returned", store.ErrPartRejected, p.Number, p.ETag))
 		}
-		srcs[i] = s.bucket.Object(partName(key, uploadID, p.Number)).Generation(gen)
+		gens[i] = gen
 		size += p.Size
 		if p.CRC32C == nil {
 			haveCRC = false
@@ -162,9 +163,21 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 			crc = store.CombineCRC32C(crc, *p.CRC32C, p.Size)
 		}
 	}
+	// With every part's CRC32C the sources are the part objects as they
+	// are, whatever their generation, since the service checks the
+	// composite against the combined CRC32C: two requests of one part (a
+	// hedge, or a retry after a lost answer) carry the same bytes, and
+	// the one that landed last replaced the generation the other
+	// answered. Without, each is the generation its ETag names.
 	var want *uint32
 	if haveCRC {
 		want = &crc
+	}
+	for i, p := range parts {
+		srcs[i] = s.bucket.Object(partName(key, uploadID, p.Number))
+		if !haveCRC {
+			srcs[i] = srcs[i].Generation(gens[i])
+		}
 	}
 	var inter []string
 	for level := 0; len(srcs) > maxComposeSources; level++ {
