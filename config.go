@@ -106,10 +106,10 @@ type StoreConfig struct {
 // chunks and their uploads, objects, frames, encoders, spilled runs, a
 // failed writer's cleanup, and the memory limit of a process that writes.
 type WriteConfig struct {
-	ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests."`
+	ChunkSize         Size        `yaml:"chunk_size" doc:"Bytes per multipart part. Each buffered chunk costs this much memory; larger chunks mean fewer requests. 5MiB to 5GiB (at most 4000MiB with store azure, whose part is one Put Block)."`
 	UploadConcurrency int         `yaml:"upload_concurrency" doc:"Parts in flight across the process. The link limit is this times the per-connection bandwidth."`
 	MaxBufferedChunks int         `yaml:"max_buffered_chunks" doc:"Chunks held in memory, queued or in flight: the memory bound (this x chunk_size). 0 means 2 x upload_concurrency."`
-	MaxPartSize       Size        `yaml:"max_part_size" doc:"Largest part of a spilled writer's object (spill on, output past coalesce_budget). Such an object is uploaded from disk at Commit (the frames taken as they are from the runs' spill file, the frames merged at Commit from a file of the object's own in spill_dir) in about as many parts as it has connections to itself: upload_concurrency alone, upload_concurrency / N when N objects of the process upload from disk at once (at least one, then one part of up to this), at least 5MiB each, cut for the connections to end together. Each part is read from disk by every request, so a part costs no memory: far fewer requests than one per chunk_size. Every request, a retry's too, sends its part whole within request_timeout: 2GiB in 5m needs 6.8MiB/s per connection; lower it on a slower link. At most 5GiB; an object of more than this x 10,000 bytes is refused, naming the object, its size and the limit."`
+	MaxPartSize       Size        `yaml:"max_part_size" doc:"Largest part of a spilled writer's object (spill on, output past coalesce_budget). Such an object is uploaded from disk at Commit (the frames taken as they are from the runs' spill file, the frames merged at Commit from a file of the object's own in spill_dir) in about as many parts as it has connections to itself: upload_concurrency alone, upload_concurrency / N when N objects of the process upload from disk at once (at least one, then one part of up to this), at least 5MiB each, cut for the connections to end together. Each part is read from disk by every request, so a part costs no memory: far fewer requests than one per chunk_size. Every request, a retry's too, sends its part whole within request_timeout: 2GiB in 5m needs 6.8MiB/s per connection; lower it on a slower link. At most 5GiB (4000MiB with store azure); an object of more than this x 10,000 bytes is refused, naming the object, its size and the limit."`
 	MaxObjectSize     Size        `yaml:"max_object_size" doc:"Roll over to a new data object past this size. 0 means only the 10,000-part limit."`
 	KeySpread         int         `yaml:"key_spread" doc:"Spread data objects over this many key prefixes ({prefix}/~{shard}/{query}/...), so that a stage's PUTs and GETs meet S3's per-prefix request rates that many times over. 0: every object under its stage's prefix. Costs delete-query one LIST per shard prefix; readers and gc need no setting."`
 	FrameTargetBytes  Size        `yaml:"frame_target_bytes" doc:"The size of a frame: a partition's rows in a sorted run are cut into frames of about this many logical bytes (a run's last rows of a partition, under a quarter of it, join its last frame: up to 1.25 times this). Smaller frames mean more index entries and more, smaller reads; larger ones more memory per frame decoded."`
@@ -237,6 +237,10 @@ const (
 	maxPartSize = Size(store.MaxPartSize)
 )
 
+// azureMaxBlock is Azure's largest block: a part on Azure Blob Storage
+// is one Put Block.
+const azureMaxBlock = 4000 * MiB
+
 // The values of commit_guard (off: see GuardOff).
 const (
 	commitGuardOn  = "on"
@@ -265,6 +269,16 @@ func (c Config) Validate() error {
 	var k checks
 	c.Store.validate(&k)
 	c.Write.validate(&k)
+	if c.Store.Type == "azure" {
+		for _, part := range []struct {
+			key string
+			v   Size
+		}{{"chunk_size", c.Write.ChunkSize}, {"max_part_size", c.Write.MaxPartSize}} {
+			if part.v > azureMaxBlock {
+				k.bad(part.key, fmt.Sprintf("at most %v with store azure (a part is one Put Block)", azureMaxBlock), part.v)
+			}
+		}
+	}
 	c.Read.validate(&k)
 	c.Hedge.validate(&k)
 	if c.GC.ResultsRetention < 0 {

@@ -85,6 +85,8 @@ func TestValidate(t *testing.T) {
 		{"gcs project on azure", func(c *Config) { c.Store.Type, c.Store.GCSProject = "azure", "p" }, `gcs_project must be set only with store gcs, got a project with store "azure"`},
 		{"region on gcs", func(c *Config) { c.Store.Type, c.Store.Region = "gcs", "eu-west-1" }, `region must be unset with store gcs (an S3 setting), got a value`},
 		{"sse on azure", func(c *Config) { c.Store.Type, c.Store.SSE = "azure", "AES256" }, `sse must be unset with store azure (an S3 setting), got a value`},
+		{"part over azure's largest block", func(c *Config) { c.Store.Type, c.Write.MaxPartSize = "azure", 4*GiB }, `max_part_size must be at most 4000MiB with store azure (a part is one Put Block), got 4GiB`},
+		{"chunk over azure's largest block", func(c *Config) { c.Store.Type, c.Write.ChunkSize = "azure", 4001*MiB }, `chunk_size must be at most 4000MiB with store azure (a part is one Put Block), got 4001MiB`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -81,7 +81,7 @@ func TestConditionalComplete(t *testing.T) {
 		if err != nil {
 			t.Fatalf("upload %d: UploadPart: %v", i+1, err)
 		}
-		_, err = st.commit(ctx, key, []string{pt.ETag}, true)
+		_, err = st.commit(ctx, key, []string{pt.ETag}, true, nil)
 		err = classify("PutBlockList", key, err)
 		if i == 0 && err != nil {
 			t.Fatalf("first conditional complete: %v", err)

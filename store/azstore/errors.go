@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strings"
 
@@ -27,8 +28,9 @@ var (
 
 	// Codes worth retrying whatever their status. Throttling codes
 	// (store.IsThrottlingCode: ServerBusy, OperationTimedOut) are
-	// retried too.
-	retryableCodes = map[string]bool{"InternalError": true}
+	// retried too; ContainerBeingDeleted (409) passes within about 30
+	// seconds of a container's deletion.
+	retryableCodes = map[string]bool{"InternalError": true, "ContainerBeingDeleted": true}
 )
 
 // classify turns an error from the SDK (or from reading a response body)
@@ -43,14 +45,16 @@ func classify(op, key string, err error) error {
 	if errors.As(err, &already) {
 		return err
 	}
-	e := &store.Error{Op: op, Key: key, Err: err}
+	e := &store.Error{Op: op, Key: key, Err: redactURL(err)}
 	var re *azcore.ResponseError
 	if errors.As(err, &re) {
 		e.Status, e.Code = re.StatusCode, re.ErrorCode
 		e.Err = &serviceError{msg: serviceMessage(err, re), err: err}
 	}
 	switch {
-	case notFoundCodes[e.Code], e.Status == 404 && e.Code != "ContainerNotFound":
+	// A 404 with another code (ContainerNotFound, or ResourceNotFound from
+	// an endpoint that names no account) is a configuration error.
+	case notFoundCodes[e.Code], e.Status == 404 && e.Code == "":
 		e.Err = fmt.Errorf("%w: %w", store.ErrNotFound, e.Err)
 	case preconditionCodes[e.Code], e.Status == 412:
 		e.Err = fmt.Errorf("%w: %w", store.ErrPreconditionFailed, e.Err)
@@ -61,6 +65,23 @@ func classify(op, key string, err error) error {
 	}
 	e.Retryable = retryable(e.Status, e.Code, err)
 	return e
+}
+
+// redactURL is err with the query of the URL in an error from the HTTP
+// client (a request that got no answer: reset, stalled, refused) hidden
+// from its message, where a connection string's shared access signature
+// would otherwise reach every log that prints it.
+func redactURL(err error) error {
+	var ue *url.Error
+	if !errors.As(err, &ue) || !strings.Contains(ue.URL, "?") {
+		return err
+	}
+	hidden := "(a URL that does not parse)"
+	if u, perr := url.Parse(ue.URL); perr == nil {
+		u.RawQuery = "REDACTED"
+		hidden = u.String()
+	}
+	return &serviceError{msg: strings.ReplaceAll(err.Error(), ue.URL, hidden), err: err}
 }
 
 // serviceError is an SDK response error told in one line: the SDK's own

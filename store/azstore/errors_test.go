@@ -4,15 +4,19 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/streaming"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blob"
 	"github.com/Azure/azure-sdk-for-go/sdk/storage/azblob/blockblob"
@@ -157,5 +161,49 @@ func TestThrottling(t *testing.T) {
 				t.Errorf("GetBlob requests answered %d = %d, want 3 (%v)", c.status, got, requests.Statuses())
 			}
 		})
+	}
+}
+
+// TestClassifyOffline: errors that need no server to tell. A request
+// that got no answer names its URL without the query, where a shared
+// access signature would be; a container being deleted passes; a 404
+// that names no blob is not a missing key.
+func TestClassifyOffline(t *testing.T) {
+	const secret = "sv=2024-11-04&sig=c2VjcmV0LXNpZ25hdHVyZQ%3D%3D"
+	err := classify("PutBlock", "k", fmt.Errorf("part 1: %w", &url.Error{Op: "Put", URL: "https://acct.blob.core.windows.net/c/k?" + secret, Err: io.ErrUnexpectedEOF}))
+	if msg := err.Error(); strings.Contains(msg, "sig=") || strings.Contains(msg, "c2VjcmV0") || !strings.Contains(msg, "acct.blob.core.windows.net/c/k") {
+		t.Errorf("error of a request with no answer = %q: want its URL without the signature", msg)
+	}
+	if !store.IsTransient(err) {
+		t.Errorf("a cut connection is not retryable: %v", err)
+	}
+	wantStoreError(t, "ContainerBeingDeleted", classify("CreateContainer", "", &azcore.ResponseError{StatusCode: 409, ErrorCode: "ContainerBeingDeleted"}), 409, "ContainerBeingDeleted", nil, true)
+	se := wantStoreError(t, "a 404 naming no blob", classify("GetBlob", "k", &azcore.ResponseError{StatusCode: 404, ErrorCode: "ResourceNotFound"}), 404, "ResourceNotFound", nil, false)
+	if errors.Is(se, store.ErrNotFound) {
+		t.Errorf("a 404 ResourceNotFound reads as a missing key: %v", se)
+	}
+	wantStoreError(t, "a 404 with no code", classify("GetBlobProperties", "k", &azcore.ResponseError{StatusCode: 404}), 404, "", store.ErrNotFound, false)
+}
+
+// TestPartOverBlockLimit: a part larger than Azure's largest block is
+// refused before any request, naming the limit.
+func TestPartOverBlockLimit(t *testing.T) {
+	st, counter := newStore(t)
+	f, err := os.CreateTemp(t.TempDir(), "part")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := f.Truncate(maxBlockSize + 1); err != nil { // sparse
+		t.Fatal(err)
+	}
+	before := counter.Total()
+	_, err = st.UploadPart(t.Context(), "big", "0123456789abcdef0123456789abcdef", 1, store.FileBody(io.NewSectionReader(f, 0, maxBlockSize+1)))
+	wantStoreError(t, "a part over the block limit", err, 413, "RequestBodyTooLarge", nil, false)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprint(maxBlockSize)) {
+		t.Errorf("error %v does not name the limit %d", err, maxBlockSize)
+	}
+	if n := counter.Total() - before; n != 0 {
+		t.Errorf("%d requests sent for a part over the limit, want 0", n)
 	}
 }

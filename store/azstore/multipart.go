@@ -11,6 +11,7 @@ import (
 	"hash/crc32"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -92,6 +93,10 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, b
 	if body.Streamed() {
 		return store.Part{}, &store.Error{Op: "PutBlock", Key: key, Err: fmt.Errorf("part %d (%s): the Azure store takes no streamed parts (Put Block needs the body's MD5 before its bytes)", n, body)}
 	}
+	if body.Size() > maxBlockSize {
+		return store.Part{}, &store.Error{Op: "PutBlock", Key: key, Status: 413, Code: "RequestBodyTooLarge",
+			Err: fmt.Errorf("part %d (%s) is %d bytes, more than Azure's largest block of %d bytes: lower max_part_size and chunk_size", n, body, body.Size(), maxBlockSize)}
+	}
 	rs, ok := body.Reader().(io.ReadSeeker)
 	if !ok {
 		return store.Part{}, &store.Error{Op: "PutBlock", Key: key, Err: fmt.Errorf("part %d (%s): body reader cannot seek", n, body)}
@@ -150,7 +155,7 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 				Err: fmt.Errorf("%w: part %d's ETag %q is not its block ID %q", store.ErrPartRejected, p.Number, p.ETag, ids[i])}
 		}
 	}
-	_, err := s.commit(ctx, key, ids, false)
+	_, err := s.commit(ctx, key, ids, false, nil)
 	if err != nil {
 		return classify("PutBlockList", key, fmt.Errorf("%d parts: %w", len(parts), err))
 	}
@@ -158,10 +163,10 @@ func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 }
 
 // commit sends Put Block List of ids, conditional on no committed blob at
-// key when ifNoneMatch.
-func (s *Store) commit(ctx context.Context, key string, ids []string, conditional bool) (*azcore.ETag, error) {
+// key when conditional, with the blob's metadata meta (nil: none).
+func (s *Store) commit(ctx context.Context, key string, ids []string, conditional bool, meta map[string]*string) (*azcore.ETag, error) {
 	ct := "application/octet-stream"
-	in := &blockblob.CommitBlockListOptions{HTTPHeaders: &blob.HTTPHeaders{BlobContentType: &ct}}
+	in := &blockblob.CommitBlockListOptions{HTTPHeaders: &blob.HTTPHeaders{BlobContentType: &ct}, Metadata: meta}
 	if conditional {
 		in.AccessConditions = ifNoneMatch
 	}
@@ -169,25 +174,61 @@ func (s *Store) commit(ctx context.Context, key string, ids []string, conditiona
 	return resp.ETag, err
 }
 
+// maxBlockSize is Azure's largest block, and so the largest part the
+// store takes (S3 takes 5 GiB).
+const maxBlockSize = 4000 << 20
+
+// abortMeta is the metadata name an abort's empty blob carries, its value
+// the upload ID: the mark that tells it from a blob a writer committed.
+const abortMeta = "durashuffleabort"
+
+// abortedUpload is the upload ID an abort's empty blob names, if the blob
+// (of size bytes, with metadata meta) is one.
+func abortedUpload(size int64, meta map[string]*string) (string, bool) {
+	if size != 0 {
+		return "", false
+	}
+	for k, v := range meta {
+		if strings.EqualFold(k, abortMeta) {
+			return deref(v), true
+		}
+	}
+	return "", false
+}
+
 // AbortMultipart implements store.Writer. Azure has no abort (it drops
 // uncommitted blocks a week after the last change), so the store makes
 // one: it commits an empty block list on condition that no blob is
 // committed at key, which discards every uncommitted block there, and
 // deletes the empty blob. It discards every upload's blocks at key, not
-// only uploadID's; durashuffle writes each key from one upload. Where a
-// blob is committed at key the upload no longer exists: the blob is left
-// alone and the answer is ErrNotFound.
+// only uploadID's; durashuffle writes each key from one upload. The empty
+// blob carries a mark (metadata abortMeta), so that an abort cut off
+// before its delete, or retried after it, finds its blob and deletes it,
+// and ListUploads reports such a blob for gc to abort again. Where a blob
+// a writer committed is at key the upload no longer exists: the blob is
+// left alone and the answer is ErrNotFound.
 func (s *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	etag, err := s.commit(ctx, key, nil, true)
+	etag, err := s.commit(ctx, key, nil, true, map[string]*string{abortMeta: &uploadID})
 	if err != nil {
 		e := classify("PutBlockList", key, fmt.Errorf("abort upload %s: %w", uploadID, err)).(*store.Error)
-		if errors.Is(e, store.ErrPreconditionFailed) {
-			e.Err = fmt.Errorf("%w: upload %s: a blob is committed at the key", store.ErrNotFound, uploadID)
+		if !errors.Is(e, store.ErrPreconditionFailed) {
+			return e
 		}
-		return e
+		props, perr := s.blob(key).GetProperties(ctx, nil)
+		if perr != nil {
+			pe := classify("GetBlobProperties", key, fmt.Errorf("abort upload %s: %w", uploadID, perr))
+			if errors.Is(pe, store.ErrNotFound) {
+				return nil // an earlier attempt's delete landed
+			}
+			return pe
+		}
+		if _, ok := abortedUpload(deref(props.ContentLength), props.Metadata); !ok {
+			e.Err = fmt.Errorf("%w: upload %s: a blob is committed at the key", store.ErrNotFound, uploadID)
+			return e
+		}
+		etag = props.ETag // an abort's empty blob, left by an attempt cut off before its delete
 	}
-	// Only the empty blob just committed, not one a writer committed
-	// since.
+	// Only the empty blob of an abort, not one a writer committed since.
 	_, err = s.blob(key).Delete(ctx, &blob.DeleteOptions{AccessConditions: &blob.AccessConditions{
 		ModifiedAccessConditions: &blob.ModifiedAccessConditions{IfMatch: etag},
 	}})
@@ -204,20 +245,28 @@ func (s *Store) AbortMultipart(ctx context.Context, key, uploadID string) error 
 // ListUploads implements store.Lister: the blobs under prefix that hold
 // uncommitted blocks and no committed content, one upload per upload ID
 // among their block IDs (Get Block List), initiated when the blob was
-// created. It lists prefix twice (with and without uncommitted blobs) and
-// asks each open blob for its blocks.
+// created; and an abort's empty blob left by an abort cut off before its
+// delete, as the upload it names, for gc to abort again. It lists prefix
+// twice (with and without uncommitted blobs) and asks each open blob for
+// its blocks.
 func (s *Store) ListUploads(ctx context.Context, prefix string) ([]store.UploadInfo, error) {
 	committed := map[string]bool{}
-	for p := s.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &prefix}); p.More(); {
+	var uploads []store.UploadInfo
+	for p := s.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{Prefix: &prefix, Include: container.ListBlobsInclude{Metadata: true}}); p.More(); {
 		page, err := p.NextPage(ctx)
 		if err != nil {
 			return nil, classify("ListBlobs", prefix, err)
 		}
 		for _, b := range page.Segment.BlobItems {
-			committed[deref(b.Name)] = true
+			key := deref(b.Name)
+			committed[key] = true
+			if p := b.Properties; p != nil {
+				if id, ok := abortedUpload(deref(p.ContentLength), b.Metadata); ok {
+					uploads = append(uploads, store.UploadInfo{Key: key, UploadID: id, Initiated: deref(p.LastModified)})
+				}
+			}
 		}
 	}
-	var uploads []store.UploadInfo
 	all := s.container.NewListBlobsFlatPager(&container.ListBlobsFlatOptions{
 		Prefix:  &prefix,
 		Include: container.ListBlobsInclude{UncommittedBlobs: true},

@@ -152,3 +152,51 @@ func TestBlockID(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortCutBeforeDelete: an abort commits an empty, marked blob and
+// then deletes it. One cut off between the two (a crash, a timeout, a
+// failed delete) leaves the empty blob; ListUploads reports it as the
+// upload it names, and an abort, again, deletes it. A blob a writer
+// committed, even an empty one, is neither reported nor deleted.
+func TestAbortCutBeforeDelete(t *testing.T) {
+	st, _ := newStore(t)
+	ctx := t.Context()
+	const key, kept = "stage/worker-2/data-0.arrows", "stage/worker-3/empty"
+	id, err := st.CreateMultipart(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.UploadPart(ctx, key, id, 1, store.BytesBody(bytes.Repeat([]byte{7}, 1000))); err != nil {
+		t.Fatal(err)
+	}
+	// The abort's first request, and no second.
+	if _, err := st.commit(ctx, key, nil, true, map[string]*string{abortMeta: &id}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Put(ctx, kept, nil, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ups, err := st.ListUploads(ctx, "stage/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ups) != 1 || ups[0].Key != key || ups[0].UploadID != id || ups[0].Initiated.IsZero() {
+		t.Fatalf("ListUploads = %+v, want the upload {%s %s} the cut abort left, with a time", ups, key, id)
+	}
+	if err := st.AbortMultipart(ctx, key, id); err != nil {
+		t.Fatalf("AbortMultipart again: %v", err)
+	}
+	if got := listed(t, st, "stage/"); !slices.Equal(got, []string{kept}) {
+		t.Errorf("blobs after the abort = %q, want only %s", got, kept)
+	}
+	if ups, err := st.ListUploads(ctx, "stage/"); err != nil || len(ups) != 0 {
+		t.Errorf("ListUploads after the abort = %v, %v; want none", ups, err)
+	}
+	// A writer's empty blob is no abort's.
+	if err := st.AbortMultipart(ctx, kept, id); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("AbortMultipart on a committed empty blob = %v, want ErrNotFound", err)
+	}
+	if got := listed(t, st, "stage/"); !slices.Equal(got, []string{kept}) {
+		t.Errorf("blobs after aborting at a committed key = %q, want %s kept", got, kept)
+	}
+}
