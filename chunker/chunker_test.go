@@ -582,3 +582,85 @@ func TestIndexFillsBudget(t *testing.T) {
 		t.Fatalf("%d chunk buffers still held after the failure", held)
 	}
 }
+
+// TestLargeBatchAfterCopiedRows: a partition's rows stay in input order
+// when a batch large enough to be retained fills a frame while frames of
+// copied rows (small batches, or small shares of scattered ones) wait for
+// their run: the full frame of retained rows waits behind them rather
+// than go to the encoders first. Spill off and on, by Write and by
+// WritePartitioned.
+func TestLargeBatchAfterCopiedRows(t *testing.T) {
+	mem := memory.DefaultAllocator
+	for _, sorted := range []bool{false, true} {
+		for _, scatter := range []bool{false, true} {
+			t.Run(fmt.Sprintf("spill=%v/scatter=%v", sorted, scatter), func(t *testing.T) {
+				o := opts(2)
+				var w *Writer
+				var sink *memSink
+				if sorted {
+					w, sink = newSorted(t, o, openSpill(t, 1<<30))
+				} else {
+					sink = newSink(t, 100_000, 4)
+					var err error
+					if w, err = New(context.Background(), o, sink); err != nil {
+						t.Fatal(err)
+					}
+				}
+				write := func(rec arrow.RecordBatch, into []int32) {
+					t.Helper()
+					var err error
+					if scatter {
+						err = w.WritePartitioned(rec, into)
+					} else {
+						err = w.Write(int(into[0]), rec)
+					}
+					rec.Release()
+					if err != nil {
+						t.Fatal(err)
+					}
+				}
+				// Small writes copied into the arena: more than a frame's
+				// worth for partition 0, which waits for the run.
+				id := 0
+				for range 700 {
+					n := 4
+					into := make([]int32, n)
+					if scatter {
+						// Most rows to partition 1: partition 0's share of
+						// each batch is small, so it is copied.
+						n = 40
+						into = make([]int32, n)
+						for i := range into {
+							into[i] = 1
+						}
+						into[0] = 0
+					}
+					write(rows(mem, id, n), into)
+					id += n
+				}
+				// One batch whose rows nearly all go to partition 0:
+				// retained, and a full frame by itself.
+				into := make([]int32, 4000)
+				if scatter {
+					into[3999] = 1
+				}
+				write(rows(mem, id, 4000), into)
+				res, err := w.Close()
+				if err != nil {
+					t.Fatal(err)
+				}
+				got := decodeAll(t, sink, res)
+				for p, ids := range got {
+					for i := 1; i < len(ids); i++ {
+						if ids[i] < ids[i-1] {
+							t.Fatalf("partition %d: row %d (id %d) follows id %d: rows out of input order", p, i, ids[i], ids[i-1])
+						}
+					}
+				}
+				if len(got[0]) < 4000 {
+					t.Fatalf("partition 0 holds %d rows, want at least 4000", len(got[0]))
+				}
+			})
+		}
+	}
+}

@@ -248,13 +248,14 @@ func (c *coalescer) filled(partition int) {
 }
 
 // frameFull ends partition's open frame once it holds frame_target_bytes:
-// a frame of retained batches goes to the encoders now, one with arena
-// rows waits for its run.
+// a frame of retained batches goes to the encoders now, unless frames of
+// the partition wait for the run before it (its rows would be stored
+// ahead of theirs); one with arena rows waits for its run.
 func (c *coalescer) frameFull(partition int) {
 	p := &c.parts[partition]
 	f := &p.open
 	if f.bytes >= c.frameTarget {
-		if f.arena == 0 {
+		if f.arena == 0 && len(p.done) == 0 {
 			// A full frame of retained batches needs nothing from the
 			// run: it is encoded and uploaded now, while input still
 			// arrives (a frame of a full frame_target_bytes costs a GET
