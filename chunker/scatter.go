@@ -70,6 +70,10 @@ func (w *Writer) WriteKeyed(rec arrow.RecordBatch, key int) error {
 	return w.scatter(rec, sc.parts, sc)
 }
 
+// scatterShare: a scatter copies a batch's rows into the run's arena in
+// pieces of at most about 1/scatterShare of coalesce_budget.
+const scatterShare = 4
+
 // errNoArena: the writer's schema has a type its arena does not copy;
 // the rows are selected into batches instead.
 var errNoArena = errors.New("no arena for the schema")
@@ -148,19 +152,31 @@ func (c *coalescer) scatter(rec arrow.RecordBatch, size int64, starts, rows []in
 			large = append(large, int32(p))
 		}
 	}
-	small := rows
-	if len(large) > 0 {
-		small = make([]int32, 0, len(rows))
-		for p := range c.partitions {
-			if !slices.Contains(large, int32(p)) {
+	// The other partitions' rows are copied in pieces of whole
+	// partitions, each at most about 1/scatterShare of coalesce_budget,
+	// so that a large batch is copied within the budget, flushing runs
+	// between pieces, rather than all at once.
+	piece := c.limit / scatterShare
+	var small []int32
+	lo := 0
+	for p := range c.partitions {
+		if !slices.Contains(large, int32(p)) {
+			if len(large) == 0 {
+				small = rows[starts[lo]:starts[p+1]]
+			} else {
 				small = append(small, rows[starts[p]:starts[p+1]]...)
 			}
 		}
-	}
-	if len(small) > 0 {
-		if err := c.addArenaRows(rec, size*int64(len(small))/n, starts, small, large); err != nil {
-			return err
+		est := size * int64(len(small)) / n
+		if p+1 < c.partitions && est < piece {
+			continue
 		}
+		if len(small) > 0 {
+			if err := c.addArenaRows(rec, est, starts, small, large, lo, p+1); err != nil {
+				return err
+			}
+		}
+		lo, small = p+1, small[:0]
 	}
 	for _, p := range large {
 		if err := c.addSelected(int(p), rec, rows[starts[p]:starts[p+1]]); err != nil {
@@ -172,14 +188,20 @@ func (c *coalescer) scatter(rec arrow.RecordBatch, size int64, starts, rows []in
 
 // addArenaRows copies the rows of rec at small (est logical bytes) into
 // the run's arena, once the budget has room, and adds each partition's
-// (those of starts not in large, in partition order) to its open frame,
-// their logical bytes apportioned by rows. The run flushes first if the
-// rows would not fit beside it, and after, if the buffers are full.
-func (c *coalescer) addArenaRows(rec arrow.RecordBatch, est int64, starts, small, large []int32) error {
+// (those of starts in [pLo, pHi) not in large, in partition order) to
+// its open frame, their logical bytes apportioned by rows. The run
+// flushes first if the rows would not fit beside it, and after, if the
+// buffers are full.
+func (c *coalescer) addArenaRows(rec arrow.RecordBatch, est int64, starts, small, large []int32, pLo, pHi int) error {
 	if err := c.waitRoom(); err != nil {
 		return err
 	}
-	touched := int64(c.partitions - len(large))
+	touched := int64(pHi - pLo)
+	for _, p := range large {
+		if int(p) >= pLo && int(p) < pHi {
+			touched--
+		}
+	}
 	if c.buffered > 0 && c.buffered+c.b.fixed+est+c.arena.Growth()+c.indexGrowth(c.unflushed+touched) >= c.limit {
 		c.run()
 		if err := c.waitRoom(); err != nil {
@@ -189,7 +211,7 @@ func (c *coalescer) addArenaRows(rec arrow.RecordBatch, est int64, starts, small
 	seg, lo, grew, added, err := c.arena.AppendRows(rec, small)
 	c.buffered += grew
 	at, total := int64(0), int64(len(small))
-	for p := range c.partitions {
+	for p := pLo; p < pHi; p++ {
 		k := int64(starts[p+1] - starts[p])
 		if k == 0 || slices.Contains(large, int32(p)) {
 			continue

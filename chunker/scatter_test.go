@@ -386,3 +386,46 @@ func TestScatterRefusesHostileBatches(t *testing.T) {
 		})
 	}
 }
+
+// TestScatterWithinBudget: a batch of many times coalesce_budget,
+// scattered over many partitions, is copied into the run's arena in
+// pieces of whole partitions, with runs flushed between them, not all
+// at once; every partition's rows still come back whole, in order.
+func TestScatterWithinBudget(t *testing.T) {
+	const parts, n = 2048, 150_000
+	sink := newSink(t, 100_000, 4)
+	o := opts(parts)
+	w, err := New(context.Background(), o, sink)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := rows(memory.DefaultAllocator, 0, n)
+	defer rec.Release()
+	size := frame.LogicalSize(rec)
+	if size < 8*o.CoalesceBudget {
+		t.Fatalf("batch of %d bytes, want at least 8x the %d-byte budget", size, o.CoalesceBudget)
+	}
+	vec := scatterOf(0, n, parts)
+	want := map[int][]int64{}
+	for i, p := range vec {
+		want[int(p)] = append(want[int(p)], int64(i))
+	}
+	if err := w.WritePartitioned(rec, vec); err != nil {
+		t.Fatal(err)
+	}
+	// Each run holds at most the budget: the batch took about
+	// size / budget runs, not one.
+	if runs, least := w.co.runs, int(size/o.CoalesceBudget)/2; runs < least {
+		t.Errorf("a %d-byte batch took %d runs of a %d-byte budget, want at least %d: copied all at once", size, runs, o.CoalesceBudget, least)
+	}
+	res, err := w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := decodeAll(t, sink, res)
+	for p := range parts {
+		if fmt.Sprint(got[p]) != fmt.Sprint(want[p]) {
+			t.Fatalf("partition %d: %d rows, want %d, or out of order", p, len(got[p]), len(want[p]))
+		}
+	}
+}
