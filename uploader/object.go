@@ -225,9 +225,13 @@ func (o *Upload) settle(pt *part, err error) error {
 		if err == nil {
 			err = safe.Call(func() error { took = o.keepChunk(c); return nil }, "keep of chunk %d of %s", c.n, o.key)
 		}
-		if took {
+		switch f := pt.body.fill; {
+		case took:
 			o.pool.forget() // the buffer now belongs to the object's Keeper
-		} else {
+		case f != nil && f.chunk == c && f.releaseLater():
+			// A part that failed while its chunk fills: the writer
+			// still appends to the buffer, and hands it back.
+		default:
 			o.pool.release(c.buf)
 		}
 	}
@@ -282,10 +286,11 @@ func (o *Upload) ensureUpload() (string, error) {
 			id, err = o.pool.st.CreateMultipart(retry.CountAttempts(o.ctx, &attempts), o.key)
 			return err
 		}, "the store's CreateMultipart")
-		// A create that panicked may have created the upload all the
-		// same, under an ID never seen: Abort looks for it as for a
-		// retried create.
-		o.mp.strays = attempts.Load() > 1 || safe.IsPanic(err)
+		// A create retried, or one that failed (its answer lost, cut
+		// off by the object's cancellation, or a panic), may have
+		// created an upload all the same, under an ID never seen: Abort
+		// (or the Complete) looks for it.
+		o.mp.strays = attempts.Load() > 1 || err != nil
 		if err != nil {
 			o.mp.err = fmt.Errorf("create multipart upload %s: %w", o.key, err)
 			return

@@ -327,6 +327,24 @@ func TestObjectStates(t *testing.T) {
 		}
 	})
 
+	t.Run("a create cut off once by cancellation aborts the upload it may have made", func(t *testing.T) {
+		st := newScripted()
+		st.createErr = []error{context.Canceled} // the create happened; its answer never came
+		p := newTestPool(st)
+		defer p.Close()
+		o := p.newUpload(context.Background(), "k", nil)
+		write(t, p, o, 2)
+		if _, err := o.Finish(context.Background()); err == nil {
+			t.Fatal("Finish of an object whose create failed: nil error")
+		}
+		if err := o.Abort(); err != nil {
+			t.Fatal(err)
+		}
+		if st.count("Create") != 1 || st.count("ListUploads k") != 1 || st.count("Abort u1") != 1 || len(st.uploads) != 0 {
+			t.Fatalf("calls %v, uploads left %v: want the upload the failed create made aborted", st.calls, st.uploads)
+		}
+	})
+
 	t.Run("Abort after parts aborts the upload on a detached context", func(t *testing.T) {
 		st := newScripted()
 		p := newTestPool(st)

@@ -40,6 +40,30 @@ type filling struct {
 	err     error // errAbandoned
 	started bool  // a streamed request was sent
 	stop    context.CancelCauseFunc
+	// owed: the part is settled (it failed) while the writer still
+	// fills the chunk; the buffer goes back to the pool at finish or
+	// abandon, once nothing writes to it.
+	owed bool
+}
+
+// releaseLater says whether the chunk's buffer, whose part is settled,
+// must wait for finish or abandon to go back to the pool: the writer
+// has not handed the chunk back yet and may still append to it.
+func (f *filling) releaseLater() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.final || f.err != nil {
+		return false
+	}
+	f.owed = true
+	return true
+}
+
+// handBack releases the buffer owed to the pool, if it is.
+func (f *filling) handBack(owed bool) {
+	if owed {
+		f.obj.pool.release(f.buf[:0])
+	}
 }
 
 // begin hands chunk buf (from Pool.acquire, empty) to the pool as part
@@ -84,12 +108,13 @@ func (f *filling) finish(last bool) {
 	f.final = true
 	f.obj.finishChunk(f, last)
 	short := f.n < cap(f.buf)
-	stop := f.stop
+	stop, owed := f.stop, f.owed
 	f.mu.Unlock()
 	if short && stop != nil {
 		stop(errShort)
 	}
 	f.cond.Broadcast()
+	f.handBack(owed)
 }
 
 // finishChunk records the bytes of f's chunk, now complete (under f.mu,
@@ -119,12 +144,13 @@ func (o *Upload) finishChunk(f *filling, last bool) {
 func (f *filling) abandon() {
 	f.mu.Lock()
 	f.err = errAbandoned
-	stop := f.stop
+	stop, owed := f.stop, f.owed
 	f.mu.Unlock()
 	if stop != nil {
 		stop(errAbandoned)
 	}
 	f.cond.Broadcast()
+	f.handBack(owed)
 }
 
 // waitFor blocks until the chunk holds at least n bytes, is final or is

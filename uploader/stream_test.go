@@ -25,6 +25,7 @@ type streamingMem struct {
 	attempts map[int32]int
 	streamed map[int32]bool // a streamed attempt completed
 	failOnce map[int32]bool
+	refuse   string // a key whose streamed parts are refused for good after their first byte
 }
 
 func newStreamingMem() *streamingMem {
@@ -62,6 +63,9 @@ func (s *streamingMem) UploadPart(ctx context.Context, key, id string, n int32, 
 	case <-s.startedCh(n):
 	default:
 		close(s.startedCh(n))
+	}
+	if key == s.refuse {
+		return store.Part{}, &store.Error{Op: "UploadPart", Key: key, Status: 403, Code: "AccessDenied", Err: errors.New("access denied")}
 	}
 	if fail {
 		if _, err := io.ReadFull(r, b[1:size/2]); err != nil {
@@ -362,4 +366,53 @@ func (p *putCounter) Put(ctx context.Context, key string, body []byte, opts stor
 func (p *putCounter) CreateMultipart(ctx context.Context, key string) (string, error) {
 	p.mpus.Add(1)
 	return p.streamingMem.CreateMultipart(ctx, key)
+}
+
+// TestFailedStreamedPartKeepsItsBuffer: a streamed part that fails for
+// good while its writer still fills the chunk does not give the buffer
+// back to the pool, where another object would take it while the writer
+// still appends to it; the writer's abandon (or finish) gives it back.
+func TestFailedStreamedPartKeepsItsBuffer(t *testing.T) {
+	st := newStreamingMem()
+	st.refuse = "a"
+	p := New(st, Config{ChunkSize: testChunk, Concurrency: 2, MaxBuffered: 1, Checksum: true,
+		streamAfter: 1, CleanupTimeout: time.Second}, nil)
+	defer p.Close()
+	a := p.newUpload(context.Background(), "a", nil)
+	f := fill(t, p, a, 1, pattern(testChunk/4, 1), 64)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		a.mu.Lock()
+		failed := a.err != nil
+		a.mu.Unlock()
+		if failed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the refused part did not fail its object")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// The writer of a has not handed its chunk back: the one buffer is
+	// still its.
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if buf, err := p.acquire(ctx); err == nil {
+		p.release(buf)
+		t.Fatal("the buffer a's writer still fills went back to the pool when its part failed")
+	}
+	f.abandon()
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel2()
+	buf, err := p.acquire(ctx2)
+	if err != nil {
+		t.Fatalf("the buffer is not back after the writer abandoned its chunk: %v", err)
+	}
+	p.release(buf)
+	if err := a.Abort(); err != nil {
+		t.Logf("abort of the failed object: %v", err)
+	}
+	if n := p.Stats().Buffered; n != 0 {
+		t.Fatalf("%d buffers still held", n)
+	}
 }
