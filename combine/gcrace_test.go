@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -205,5 +206,156 @@ func TestCombineSealRacesGC(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCombineSealGCAndRerun: between the seal's read of the task
+// manifests and its put, gc deletes the plan's keys (older than
+// --older-than) and the tasks run again, committing manifests of the
+// same names that name new objects. The seal sees that the manifests
+// there are not the ones it read, withdraws, and fails naming the tasks,
+// rather than publish a level naming the objects gc deleted; the stage
+// reads its first level, and a seal run again combines the new run.
+func TestCombineSealGCAndRerun(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	gco := gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }}
+	const query = "rerun"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	want, _ := readEach(t, e, query, 4)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	hs := &hookStore{Store: e.st}
+	var hookErr error
+	var report gc.Report
+	hs.before = func() {
+		if report, hookErr = gc.Run(ctx, e.st, e.c.Layout(), gco); hookErr != nil {
+			return
+		}
+		time.Sleep(1100 * time.Millisecond) // manifests written again get another time
+		again, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+		if err != nil {
+			hookErr = err
+			return
+		}
+		_, hookErr = again.RunAll(ctx, 2)
+	}
+	s, err := combine.Open(ctx, hs, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Seal(ctx)
+	if hookErr != nil {
+		t.Fatal(hookErr)
+	}
+	if len(report.Orphans) == 0 {
+		t.Fatal("gc deleted nothing of the plan; the race was not run")
+	}
+	if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "written again") {
+		t.Fatalf("seal whose task manifests gc deleted and a rerun wrote again: %v, want ErrMissingTasks", err)
+	}
+	if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix(query, 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
+		t.Fatalf("%s left after a withdrawn seal: %v", combine.CombinedName, err)
+	}
+	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
+		t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
+	}
+	got, _ := readEach(t, e, query, 4)
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+		}
+	}
+	s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); err != nil {
+		t.Fatalf("seal of the tasks run again: %v", err)
+	}
+	got, _ = readEach(t, e, query, 4)
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d combined from the rerun: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+		}
+	}
+}
+
+// hooked calls put before each Put and get after each GetRange; either
+// may answer in the store's place with an error.
+type hooked struct {
+	store.Store
+	put func(key string) error
+	get func(key string)
+}
+
+func (s *hooked) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	if s.put != nil {
+		if err := s.put(key); err != nil {
+			return err
+		}
+	}
+	return s.Store.Put(ctx, key, body, o)
+}
+
+func (s *hooked) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, err := s.Store.GetRange(ctx, key, off, n)
+	if s.get != nil {
+		s.get(key)
+	}
+	return rc, err
+}
+
+// TestCombineSealFindsLevelWithdrawn: a seal finds combined.json
+// committed by another seal that has not yet published it, and then
+// finds it gone (that seal withdrew it): it fails, rather than report a
+// level the stage manifest does not name.
+func TestCombineSealFindsLevelWithdrawn(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "withdrawn"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+	// The first seal commits combined.json and stops before publishing.
+	first := &hooked{Store: e.st, put: func(key string) error {
+		if strings.HasSuffix(key, "/manifest.json") {
+			return &store.Error{Op: "PutObject", Key: key, Status: 403, Code: "AccessDenied"}
+		}
+		return nil
+	}}
+	s, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); err == nil {
+		t.Fatal("seal whose publish was refused: nil error")
+	}
+	// The second finds it, and it is withdrawn before it looks again.
+	gets := 0
+	second := &hooked{Store: e.st, get: func(key string) {
+		if key == ckey {
+			if gets++; gets == 1 {
+				if err := e.st.Delete(ctx, ckey); err != nil {
+					t.Error(err)
+				}
+			}
+		}
+	}}
+	s, err = combine.Open(ctx, second, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Seal(ctx)
+	if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "withdrawn") {
+		t.Fatalf("seal of a level withdrawn under it: %v, want ErrMissingTasks saying it was withdrawn", err)
+	}
+	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
+		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
 	}
 }

@@ -67,8 +67,10 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		return nil, fmt.Errorf("%s: list %s: %w", what, dir, err)
 	}
 	have := map[string]bool{}
+	read := map[string]store.ObjectInfo{}
 	for _, o := range objs {
 		have[o.Key] = true
+		read[o.Key] = o
 	}
 	var missing []string
 	ids := make([]string, p.Tasks())
@@ -141,7 +143,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if s.combined, err = manifest.DecodeStage(ckey, b); err != nil {
 		return nil, err
 	}
-	if err := s.verify(ctx, p.ID, p.Tasks()); err != nil {
+	if err := s.verify(ctx, p.ID, p.Tasks(), read); err != nil {
 		s.withdraw(ctx, ckey, indexKey)
 		s.combined = nil
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -151,25 +153,31 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 
 // verify checks, once combined.json is committed and before the stage
 // manifest names the level, that every task manifest of the plan is
-// still there (one LIST). gc deletes a plan's task manifests before it
-// looks for combined.json, and deletes the plan's objects only when it
-// finds none: so when the manifests are all there after combined.json
-// was committed, no gc can delete what the level names, and when one is
-// missing a gc may be deleting its objects, and the level must not be
-// published.
-func (s *Stage) verify(ctx context.Context, planID string, tasks int) error {
+// still there (one LIST), and, given read (the manifests as this seal's
+// first LIST found them), that each is the one it read: the same size
+// and time. gc deletes a plan's task manifests before it looks for
+// combined.json, and deletes the plan's objects only when it finds none:
+// so when the manifests the level was built from are all there after
+// combined.json was committed, no gc can delete what the level names;
+// when one is missing, or was written again since (a task run anew after
+// a gc deleted the first run's manifest and is deleting its objects), the
+// level must not be published.
+func (s *Stage) verify(ctx context.Context, planID string, tasks int, read map[string]store.ObjectInfo) error {
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(planID))
 	objs, _, err := s.st.List(ctx, dir, "/")
 	if err != nil {
 		return fmt.Errorf("list %s: %w", dir, err)
 	}
-	have := map[string]bool{}
+	have := map[string]store.ObjectInfo{}
 	for _, o := range objs {
-		have[o.Key] = true
+		have[o.Key] = o
 	}
 	var missing []string
 	for n := range tasks {
-		if !have[s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(planID, n))] {
+		key := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(planID, n))
+		now, ok := have[key]
+		was, known := read[key]
+		if !ok || known && (now.Size != was.Size || !now.LastModified.Equal(was.LastModified)) {
 			missing = append(missing, fmt.Sprint(n))
 		}
 	}
@@ -180,7 +188,7 @@ func (s *Stage) verify(ctx context.Context, planID string, tasks int) error {
 	if len(missing) > sealListed {
 		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
 	}
-	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than) after the seal read them: tasks %s; run them again and seal",
+	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than), or written again, after the seal read them: tasks %s; run them again and seal",
 		ErrMissingTasks, len(missing), tasks, dir, named)
 }
 
@@ -213,13 +221,24 @@ func (s *Stage) finish(ctx context.Context) (*manifest.Stage, error) {
 	if err := eg.Wait(); err != nil {
 		return nil, fmt.Errorf("seal of combined %s stage %d: %w", s.query, s.stage, err)
 	}
-	if want == nil || bytes.Equal(want, have) {
+	if bytes.Equal(want, have) {
 		return s.combined, nil
+	}
+	plan := combinedPlan(s.combined)
+	if want == nil {
+		// combined.json is gone: withdrawn by the seal that committed it
+		// (gc deleted task manifests it read), or expired. The level
+		// stands only if the stage manifest names it.
+		if m, err := manifest.DecodeStage(s.l.StageManifestKey(s.query, s.stage), have); err == nil && combinedPlan(m) == plan &&
+			m.Index != nil && s.combined.Index != nil && m.Index.Key == s.combined.Index.Key {
+			return s.combined, nil
+		}
+		return nil, fmt.Errorf("%w: seal of combined %s stage %d (plan %s): %s was withdrawn before the stage manifest named it; run the tasks again and seal",
+			ErrMissingTasks, s.query, s.stage, plan, CombinedName)
 	}
 	// Not published yet: as a seal that commits, check first that no gc
 	// is deleting what the level names.
-	plan := combinedPlan(s.combined)
-	if err := s.verify(ctx, plan, len(s.combined.Workers)); err != nil {
+	if err := s.verify(ctx, plan, len(s.combined.Workers), nil); err != nil {
 		ckey := s.l.StagePrefix(s.query, s.stage) + CombinedName
 		s.withdraw(ctx, ckey, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
 		return nil, fmt.Errorf("seal of combined %s stage %d (plan %s): %w", s.query, s.stage, plan, err)
