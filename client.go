@@ -234,7 +234,7 @@ func newClient(raw store.Store, cfg Config, counter *store.Counter, obs Observer
 		Concurrency: cfg.Write.UploadConcurrency,
 		MaxBuffered: cfg.BufferedChunks(),
 		Checksum:    cfg.Write.Checksum == "crc32c",
-		HedgeFactor: cfg.Hedge.Factor,
+		HedgeFactor: partHedge(cfg),
 		HedgeMin:    cfg.Hedge.MinDelay.D(),
 		MaxPartSize: int64(cfg.Write.MaxPartSize),
 
@@ -413,4 +413,20 @@ func (os observers) MemstoreEvicted(n int64) {
 }
 func (os observers) MemstoreReleased(n int64) {
 	each(os, func(o memstore.Observer) { o.MemstoreReleased(n) })
+}
+
+// partHedge is the hedge factor of part uploads: none where two requests
+// of one part's bytes may be answered with different names for it, since
+// the one the store keeps is the one that landed last, which the client
+// cannot tell: S3 with SSE-KMS (a part's ETag is no digest of its
+// bytes), and GCS without CRC32Cs (the part is composed at the
+// generation its answer named). Range reads are hedged either way.
+func partHedge(cfg Config) float64 {
+	switch {
+	case cfg.Store.SSE == "aws:kms":
+		return 0
+	case cfg.Store.Type == "gcs" && cfg.Write.Checksum != "crc32c":
+		return 0
+	}
+	return cfg.Hedge.Factor
 }

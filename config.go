@@ -134,7 +134,7 @@ type ReadConfig struct {
 
 // HedgeConfig is Config.Hedge: hedged part uploads and range reads.
 type HedgeConfig struct {
-	Factor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 of its peers (each scaled to its size when it is larger: a 2 GiB part is late against the time its peers take per byte, not against theirs) is sent once more; first success wins. 0 disables."`
+	Factor   float64  `yaml:"hedge_factor" doc:"A part upload or range read running longer than this times the recent p90 of its peers (each scaled to its size when it is larger: a 2 GiB part is late against the time its peers take per byte, not against theirs) is sent once more; first success wins. Parts are not hedged with sse aws:kms, nor on store gcs with checksum none: there two requests of a part may name it differently, and the one the store keeps cannot be told. 0 disables."`
 	MinDelay Duration `yaml:"hedge_min_delay" doc:"Never hedge a request younger than this, so fast requests are never doubled."`
 }
 

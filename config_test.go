@@ -357,3 +357,27 @@ func TestOpenCloudStoreNeedsItsPackage(t *testing.T) {
 		}
 	}
 }
+
+// TestPartHedge: parts are hedged with the configured factor, except
+// where two requests of one part may name it differently (S3 with
+// SSE-KMS, GCS without CRC32Cs).
+func TestPartHedge(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mut  func(*Config)
+		want bool
+	}{
+		{"s3", func(*Config) {}, true},
+		{"s3 sse-s3", func(c *Config) { c.Store.SSE = "AES256" }, true},
+		{"s3 sse-kms", func(c *Config) { c.Store.SSE = "aws:kms" }, false},
+		{"gcs crc32c", func(c *Config) { c.Store.Type = "gcs" }, true},
+		{"gcs no checksum", func(c *Config) { c.Store.Type, c.Write.Checksum = "gcs", "none" }, false},
+		{"azure no checksum", func(c *Config) { c.Store.Type, c.Write.Checksum = "azure", "none" }, true},
+	} {
+		cfg := DefaultConfig()
+		c.mut(&cfg)
+		if got := partHedge(cfg); (got == cfg.Hedge.Factor && got > 0) != c.want {
+			t.Errorf("%s: part hedge factor %v (configured %v), want hedged %v", c.name, got, cfg.Hedge.Factor, c.want)
+		}
+	}
+}
