@@ -3,6 +3,7 @@ package chunker
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"slices"
 	"sync"
 
@@ -148,7 +149,7 @@ func (c *coalescer) scatter(rec arrow.RecordBatch, size int64, starts, rows []in
 	n := rec.NumRows()
 	var large []int32
 	for p := range c.partitions {
-		if k := int64(starts[p+1] - starts[p]); k > 0 && size*k/n >= c.frameTarget/copiedUnder {
+		if k := int64(starts[p+1] - starts[p]); k > 0 && shareOf(size, k, n) >= c.frameTarget/copiedUnder {
 			large = append(large, int32(p))
 		}
 	}
@@ -167,7 +168,7 @@ func (c *coalescer) scatter(rec arrow.RecordBatch, size int64, starts, rows []in
 				small = append(small, rows[starts[p]:starts[p+1]]...)
 			}
 		}
-		est := size * int64(len(small)) / n
+		est := shareOf(size, int64(len(small)), n)
 		if p+1 < c.partitions && est < piece {
 			continue
 		}
@@ -229,7 +230,7 @@ func (c *coalescer) addArenaRows(rec arrow.RecordBatch, est int64, starts, small
 		if len(f.items) == 0 {
 			c.unflushed++
 		}
-		sz := added*(at+k)/total - added*at/total
+		sz := shareOf(added, at+k, total) - shareOf(added, at, total)
 		c.taken += sz
 		c.arenaItem(f, seg, lo+at, lo+at+k, sz)
 		f.bytes += sz
@@ -252,4 +253,12 @@ func (c *coalescer) addSelected(partition int, rec arrow.RecordBatch, rows []int
 	sel := acc.Finish()
 	defer sel.Release()
 	return c.write(partition, sel, frame.LogicalSize(sel))
+}
+
+// shareOf is bytes x k / n, for k of n rows (0 <= k <= n, n > 0),
+// without overflow whatever the bytes.
+func shareOf(bytes, k, n int64) int64 {
+	hi, lo := bits.Mul64(uint64(bytes), uint64(k))
+	q, _ := bits.Div64(hi, lo, uint64(n))
+	return int64(q)
 }

@@ -429,3 +429,19 @@ func TestScatterWithinBudget(t *testing.T) {
 		}
 	}
 }
+
+// TestShareOf: a batch's bytes apportioned to k of its n rows, exact
+// where bytes x k passes int64.
+func TestShareOf(t *testing.T) {
+	for _, c := range []struct{ bytes, k, n, want int64 }{
+		{100, 1, 4, 25},
+		{0, 3, 7, 0},
+		{10 << 30, 1 << 30, 1 << 31, 5 << 30},          // 10 GiB x 2^30 passes int64
+		{1<<62 + 7, 3, 3, 1<<62 + 7},                   // all of it
+		{1 << 40, (1 << 31) - 1, 1 << 31, 1<<40 - 512}, // all but one row
+	} {
+		if got := shareOf(c.bytes, c.k, c.n); got != c.want {
+			t.Errorf("shareOf(%d, %d, %d) = %d, want %d", c.bytes, c.k, c.n, got, c.want)
+		}
+	}
+}

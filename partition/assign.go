@@ -2,6 +2,7 @@ package partition
 
 import (
 	"fmt"
+	"math"
 	"sync"
 
 	"github.com/apache/arrow-go/v18/arrow"
@@ -23,8 +24,8 @@ var keyBuffers = sync.Pool{New: func() any { return new([]uint64) }}
 // an error naming the type. Assign only reads key and is safe for
 // concurrent use.
 func Assign(key arrow.Array, count int, dst []int32) ([]int32, error) {
-	if count < 1 {
-		return nil, fmt.Errorf("partition count must be at least 1, got %d", count)
+	if count < 1 || count > math.MaxInt32 {
+		return nil, fmt.Errorf("partition count must be between 1 and %d, got %d", math.MaxInt32, count)
 	}
 	n := key.Len()
 	kb := keyBuffers.Get().(*[]uint64)

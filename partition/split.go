@@ -3,6 +3,7 @@ package partition
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/apache/arrow-go/v18/arrow"
 	"github.com/apache/arrow-go/v18/arrow/array"
@@ -59,8 +60,11 @@ func Split(rec arrow.RecordBatch, partitions []int32, count int, mem memory.Allo
 
 // Check says whether partitions holds one partition in [0, count) for
 // each of rows rows, and if not, which row is out of range or how the
-// lengths differ.
+// lengths differ; a batch of more rows than an int32 counts is refused.
 func Check(partitions []int32, rows, count int) error {
+	if rows > math.MaxInt32 {
+		return fmt.Errorf("a batch of %d rows: at most %d rows are scattered at once", rows, math.MaxInt32)
+	}
 	if len(partitions) != rows {
 		return fmt.Errorf("a vector of %d partitions for a batch of %d rows: want one partition per row", len(partitions), rows)
 	}

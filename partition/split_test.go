@@ -1,6 +1,7 @@
 package partition
 
 import (
+	"math"
 	"slices"
 	"strconv"
 	"testing"
@@ -220,5 +221,18 @@ func TestGroup(t *testing.T) {
 	starts2, rows2 := Group(parts, 5, starts, rows)
 	if !slices.Equal(starts2, []int32{0, 2, 2, 5, 6, 6}) || !slices.Equal(rows2, []int32{1, 4, 0, 2, 5, 3}) {
 		t.Fatalf("with reused storage: starts %v rows %v", starts2, rows2)
+	}
+}
+
+// TestBeyondInt32: a batch of more rows, or a count of more partitions,
+// than an int32 holds is refused by name, rather than wrap around.
+func TestBeyondInt32(t *testing.T) {
+	if err := Check(nil, math.MaxInt32+1, 4); err == nil || err.Error() != "a batch of 2147483648 rows: at most 2147483647 rows are scattered at once" {
+		t.Errorf("Check of 2^31 rows: %v", err)
+	}
+	key := fromJSON(t, arrow.PrimitiveTypes.Int64, `[1, 2, 3]`)
+	defer key.Release()
+	if _, err := Assign(key, math.MaxInt32+1, nil); err == nil || err.Error() != "partition count must be between 1 and 2147483647, got 2147483648" {
+		t.Errorf("Assign over 2^31 partitions: %v", err)
 	}
 }
