@@ -408,3 +408,25 @@ func TestCombineOverlapTwoGroups(t *testing.T) {
 		t.Errorf("the plan of the sealed stage has %d groups, want 1: the test's stage is no longer one task's", len(p.Groups))
 	}
 }
+
+// TestCombineOverlapTaskOverCap: an overlapped plan's buckets come from
+// the engine's estimate; a task that meets more bytes than the task cap
+// (partitions more skewed, or a stage larger, than expected) fails
+// naming the task, its bytes and the cap, rather than hold them all.
+func TestCombineOverlapTaskOverCap(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const W, P, rows, blob = 2, 4, 20, 8000
+	const limit = 256 << 10
+	s, err := e.c.Combine(ctx, "cap", 0, combine.Options{Groups: 2, Buckets: 1, TaskCapBytes: limit, Expected: combine.Expect(W, P, 64<<10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := commitWorker(t, e, "cap", 0, P, rows, blob); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.RunTask(ctx, 0)
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than the task cap of %d bytes", limit)) || !strings.Contains(err.Error(), "combine task 0 (group 0, bucket 0)") {
+		t.Fatalf("task of %d bytes over a %d-byte cap: %v, want an error naming the task and the cap", P*rows*blob, limit, err)
+	}
+}

@@ -122,6 +122,13 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		at[i] = size
 		size += f.Length
 	}
+	if size > p.opts.TaskCapBytes {
+		// Only an overlapped plan, whose buckets come from an estimate,
+		// can meet more than it planned: partitions more skewed than
+		// expected.
+		return nil, fmt.Errorf("%s: %d bytes in %d frames, more than the task cap of %d bytes (TaskCapBytes): the stage's partitions are more skewed than the plan's estimate; combine after the seal, whose plan sizes tasks from the stage, or raise the cap",
+			what, size, len(frames), p.opts.TaskCapBytes)
+	}
 	dst := &taskBytes{}
 	if p.onDisk(size) {
 		file, err := p.opts.Scratch.Create(size, what)
