@@ -164,7 +164,7 @@ func (o *Upload) queueUnlock() error {
 	case need > 0 && o.pool.q.push(o, need):
 		o.queued += need
 	case need > 0:
-		return o.dropReadyUnlock(errClosed)
+		return o.dropReadyUnlock(fmt.Errorf("object %s: %d parts not sent: %w", o.key, need, errClosed))
 	case need < 0:
 		need = -o.pool.q.withdraw(o, -need)
 		o.queued += need
