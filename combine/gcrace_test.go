@@ -176,18 +176,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 			if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "were deleted (by gc") {
 				t.Fatalf("seal racing gc: %v, want ErrMissingTasks naming the tasks gc deleted", err)
 			}
-			if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix(query, 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
-				t.Fatalf("%s left after a withdrawn seal: %v", combine.CombinedName, err)
-			}
-			if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
-				t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
-			}
-			got, _ := readEach(t, e, query, 4)
-			for p := range want {
-				if got[p] != want[p] {
-					t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-				}
-			}
+			withdrawn(t, e, query, want)
 			// Run again: the same plan, its tasks written anew, sealed.
 			s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
 			if err != nil {
@@ -199,7 +188,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 			if _, err := s.Seal(ctx); err != nil {
 				t.Fatal(err)
 			}
-			got, _ = readEach(t, e, query, 4)
+			got, _ := readEach(t, e, query, 4)
 			for p := range want {
 				if got[p] != want[p] {
 					t.Errorf("partition %d combined after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
@@ -256,18 +245,7 @@ func TestCombineSealGCAndRerun(t *testing.T) {
 	if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "written again") {
 		t.Fatalf("seal whose task manifests gc deleted and a rerun wrote again: %v, want ErrMissingTasks", err)
 	}
-	if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix(query, 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
-		t.Fatalf("%s left after a withdrawn seal: %v", combine.CombinedName, err)
-	}
-	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
-		t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
-	}
-	got, _ := readEach(t, e, query, 4)
-	for p := range want {
-		if got[p] != want[p] {
-			t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-		}
-	}
+	withdrawn(t, e, query, want)
 	s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
 	if err != nil {
 		t.Fatal(err)
@@ -275,7 +253,7 @@ func TestCombineSealGCAndRerun(t *testing.T) {
 	if _, err := s.Seal(ctx); err != nil {
 		t.Fatalf("seal of the tasks run again: %v", err)
 	}
-	got, _ = readEach(t, e, query, 4)
+	got, _ := readEach(t, e, query, 4)
 	for p := range want {
 		if got[p] != want[p] {
 			t.Errorf("partition %d combined from the rerun: %d rows, want %d", p, got[p].Rows, want[p].Rows)
@@ -357,5 +335,25 @@ func TestCombineSealFindsLevelWithdrawn(t *testing.T) {
 	}
 	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
 		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
+	}
+}
+
+// withdrawn checks that a seal that lost its race left no combined.json
+// and the stage manifest at the first level, whose partitions read as
+// want.
+func withdrawn(t *testing.T, e *env, query string, want []partitionDigest) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.st.GetRange(ctx, e.c.Layout().StagePrefix(query, 0)+combine.CombinedName, 0, -1); !store.IsNotFound(err) {
+		t.Fatalf("%s left after a withdrawn seal: %v", combine.CombinedName, err)
+	}
+	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
+		t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
+	}
+	got, _ := readEach(t, e, query, 4)
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+		}
 	}
 }
