@@ -175,8 +175,12 @@ func (s *Stage) loadGroup(ctx context.Context, g int) (*groupRecord, error) {
 		return nil, fmt.Errorf("combine group %d of %s stage %d: %w", g, s.query, s.stage, err)
 	}
 	var rec groupRecord
-	if err := json.Unmarshal(b, &rec); err != nil || rec.Plan != s.plan.ID || rec.Group != g || len(rec.Workers) != s.plan.Groups[g].Len() {
-		return nil, fmt.Errorf("%w: %s is not group %d of plan %s with %d workers (%v)", manifest.ErrCorrupt, key, g, s.plan.ID, s.plan.Groups[g].Len(), err)
+	if err := json.Unmarshal(b, &rec); err != nil {
+		return nil, fmt.Errorf("%w: %s is not a group record: %w", manifest.ErrCorrupt, key, err)
+	}
+	if rec.Plan != s.plan.ID || rec.Group != g || len(rec.Workers) != s.plan.Groups[g].Len() {
+		return nil, fmt.Errorf("%w: %s is group %d of plan %s with %d workers, want group %d of plan %s with %d",
+			manifest.ErrCorrupt, key, rec.Group, rec.Plan, len(rec.Workers), g, s.plan.ID, s.plan.Groups[g].Len())
 	}
 	s.keep(g, &rec, nil)
 	return &rec, nil
@@ -452,16 +456,17 @@ func (s *Stage) checkGroups(ctx context.Context) error {
 // checks against. Not sealed, it names the workers of 0..N-1 that have
 // not committed, for the first level's seal needs them.
 func (s *Stage) sealedFirstLevel(ctx context.Context) (*manifest.Stage, error) {
+	what := fmt.Sprintf("seal of combined %s stage %d (plan %s)", s.query, s.stage, s.plan.ID)
 	m, err := manifest.LoadStageManifest(ctx, s.st, s.l, s.query, s.stage)
 	if err == nil {
 		return m, nil
 	}
 	if !store.IsNotFound(err) {
-		return nil, err
+		return nil, fmt.Errorf("%s: the first level: %w", what, err)
 	}
 	committed, lerr := s.commitOrder(ctx)
 	if lerr != nil {
-		return nil, lerr
+		return nil, fmt.Errorf("%s: the workers committed: %w", what, lerr)
 	}
 	have := map[string]bool{}
 	for _, id := range committed {

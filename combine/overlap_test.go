@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -428,5 +429,67 @@ func TestCombineOverlapTaskOverCap(t *testing.T) {
 	_, err = s.RunTask(ctx, 0)
 	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("more than the task cap of %d bytes", limit)) || !strings.Contains(err.Error(), "combine task 0 (group 0, bucket 0)") {
 		t.Fatalf("task of %d bytes over a %d-byte cap: %v, want an error naming the task and the cap", P*rows*blob, limit, err)
+	}
+}
+
+// TestCombineOverlapGroupRecordDamaged: a group record that does not
+// parse, or that is another group's, is refused as corrupt by a process
+// that loads it, naming the key and what it holds against what the plan
+// wants.
+func TestCombineOverlapGroupRecordDamaged(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const W, P, rows, blob = 4, 4, 10, 100
+	o := combine.Options{Groups: 2, Buckets: 1, Expected: combine.Expect(W, P, W*P*rows*blob)}
+	s, err := e.c.Combine(ctx, "grp", 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for w := range W {
+		if err := commitWorker(t, e, "grp", w, P, rows, blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for g := range 2 {
+		if _, err := s.FormGroup(ctx, g, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := e.c.Layout().ObjectKey("grp", 0, manifest.PlanDir(s.Plan().ID))
+	read := func(key string) []byte {
+		t.Helper()
+		rc, err := e.st.GetRange(ctx, key, 0, -1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rc.Close()
+		b, err := io.ReadAll(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	g0, g1 := dir+"group-0.json", dir+"group-1.json"
+	for _, c := range []struct {
+		name string
+		body []byte
+		says string
+	}{
+		{"not json", []byte("{not json"), g0 + " is not a group record"},
+		{"another group's", read(g1), fmt.Sprintf("%s is group 1 of plan %s with 2 workers, want group 0 of plan %s with 2", g0, s.Plan().ID, s.Plan().ID)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if err := e.st.Put(ctx, g0, c.body, store.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			other, err := e.c.Combine(ctx, "grp", 0, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = other.FormGroup(ctx, 0, nil)
+			if !errors.Is(err, manifest.ErrCorrupt) || !strings.Contains(err.Error(), c.says) {
+				t.Fatalf("group 0's record %s: %v, want ErrCorrupt saying %q", c.name, err, c.says)
+			}
+		})
 	}
 }
