@@ -134,14 +134,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 					}
 				}
 			}
-			s, err := combine.Open(ctx, hs, e.c.Layout(), query, 0, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.RunAll(ctx, 2); err != nil {
-				t.Fatal(err)
-			}
-			_, err = s.Seal(ctx)
+			err := runAndSeal(t, hs, e, query, o)
 			if gcErr != nil {
 				t.Fatal(gcErr)
 			}
@@ -178,14 +171,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 			}
 			withdrawn(t, e, query, want)
 			// Run again: the same plan, its tasks written anew, sealed.
-			s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.RunAll(ctx, 2); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Seal(ctx); err != nil {
+			if err := runAndSeal(t, e.st, e, query, o); err != nil {
 				t.Fatal(err)
 			}
 			got, _ := readEach(t, e, query, 4)
@@ -228,14 +214,7 @@ func TestCombineSealGCAndRerun(t *testing.T) {
 		}
 		_, hookErr = again.RunAll(ctx, 2)
 	}
-	s, err := combine.Open(ctx, hs, e.c.Layout(), query, 0, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RunAll(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	_, err = s.Seal(ctx)
+	err := runAndSeal(t, hs, e, query, o)
 	if hookErr != nil {
 		t.Fatal(hookErr)
 	}
@@ -246,7 +225,7 @@ func TestCombineSealGCAndRerun(t *testing.T) {
 		t.Fatalf("seal whose task manifests gc deleted and a rerun wrote again: %v, want ErrMissingTasks", err)
 	}
 	withdrawn(t, e, query, want)
-	s, err = combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+	s, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -304,14 +283,7 @@ func TestCombineSealFindsLevelWithdrawn(t *testing.T) {
 		}
 		return nil
 	}}
-	s, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.RunAll(ctx, 2); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Seal(ctx); err == nil {
+	if err := runAndSeal(t, first, e, query, o); err == nil {
 		t.Fatal("seal whose publish was refused: nil error")
 	}
 	// The second finds it, and it is withdrawn before it looks again.
@@ -325,7 +297,7 @@ func TestCombineSealFindsLevelWithdrawn(t *testing.T) {
 			}
 		}
 	}}
-	s, err = combine.Open(ctx, second, e.c.Layout(), query, 0, o)
+	s, err := combine.Open(ctx, second, e.c.Layout(), query, 0, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,4 +328,20 @@ func withdrawn(t *testing.T, e *env, query string, want []partitionDigest) {
 			t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
 		}
 	}
+}
+
+// runAndSeal opens query's stage 0 through st with o, runs every task
+// and returns the seal's error.
+func runAndSeal(t *testing.T, st store.Store, e *env, query string, o combine.Options) error {
+	t.Helper()
+	ctx := context.Background()
+	s, err := combine.Open(ctx, st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Seal(ctx)
+	return err
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"sync"
 	"testing"
@@ -456,19 +455,6 @@ func TestCombineOverlapGroupRecordDamaged(t *testing.T) {
 		}
 	}
 	dir := e.c.Layout().ObjectKey("grp", 0, manifest.PlanDir(s.Plan().ID))
-	read := func(key string) []byte {
-		t.Helper()
-		rc, err := e.st.GetRange(ctx, key, 0, -1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer rc.Close()
-		b, err := io.ReadAll(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
 	g0, g1 := dir+"group-0.json", dir+"group-1.json"
 	for _, c := range []struct {
 		name string
@@ -476,7 +462,7 @@ func TestCombineOverlapGroupRecordDamaged(t *testing.T) {
 		says string
 	}{
 		{"not json", []byte("{not json"), g0 + " is not a group record"},
-		{"another group's", read(g1), fmt.Sprintf("%s is group 1 of plan %s with 2 workers, want group 0 of plan %s with 2", g0, s.Plan().ID, s.Plan().ID)},
+		{"another group's", getBytes(t, e, g1), fmt.Sprintf("%s is group 1 of plan %s with 2 workers, want group 0 of plan %s with 2", g0, s.Plan().ID, s.Plan().ID)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if err := e.st.Put(ctx, g0, c.body, store.PutOptions{}); err != nil {

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"testing"
 
@@ -56,21 +55,6 @@ type damaged struct {
 	ev  *env
 	q   string
 	all []row // every row of the stage, in partition order
-}
-
-// get reads object key whole.
-func (d *damaged) get(t *testing.T, key string) []byte {
-	t.Helper()
-	body, err := d.ev.direct.GetRange(d.ctx, key, 0, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer body.Close()
-	b, err := io.ReadAll(body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // put replaces object key with b.
@@ -136,7 +120,7 @@ func (d *damaged) frameDamage(t *testing.T) {
 	}
 	f := w.Frames[idx]
 	before := d.all[:rowsBefore(s.Manifest(), 1, idx)]
-	orig := d.get(t, key)
+	orig := readAll(t, d.ev.direct, key)
 	for _, tc := range []struct {
 		name     string
 		object   []byte
@@ -169,7 +153,7 @@ func (d *damaged) frameDamage(t *testing.T) {
 // refused as corrupt, naming it, with no row delivered; the manifest is
 // restored after.
 func (d *damaged) manifestDamage(t *testing.T, key string) {
-	b := d.get(t, key)
+	b := readAll(t, d.ev.direct, key)
 	tampered := bytes.Clone(b)
 	tampered[len(b)/2] ^= 0x10
 	d.put(t, key, tampered)
