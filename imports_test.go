@@ -31,8 +31,9 @@ var importLayers = [][]string{
 	// stores: they import nothing of durashuffle's but arrowcheck.
 	// internal/stall, the stores' cut of a body that makes no progress;
 	// internal/opname, Azure's and GCS's operation names; internal/reqs,
-	// request-count arithmetic for the command line.
-	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry", "internal/stall", "internal/opname", "internal/reqs"},
+	// request-count arithmetic for the command line; internal/gchold,
+	// the mark gc holds a stage's combined.json by while it deletes.
+	{"internal/safe", "internal/spill", "internal/memstore", "internal/testkit/demo", "flightclient", "internal/entry", "internal/stall", "internal/opname", "internal/reqs", "internal/gchold"},
 	{"store", "internal/hedge"},
 	// Utilities over a store, and the metrics (which observe the layers
 	// above through small interfaces of theirs, asserted by the root

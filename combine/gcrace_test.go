@@ -1,16 +1,20 @@
 package combine_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/gchold"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -99,14 +103,15 @@ func TestCombineSealLostAnswer(t *testing.T) {
 }
 
 // TestCombineSealRacesGC: a gc that finds a plan's keys older than
-// --older-than runs while the plan's seal commits. Whether gc deletes
-// everything just before the seal's put, or plans before the put and
-// deletes after it, the seal publishes nothing, fails naming the tasks
-// gc deleted, and leaves no combined.json; the stage reads its first
-// level as before, and running the tasks again and sealing combines it.
-// A gc that plans before the put and deletes after the seal has
-// published finds combined.json and deletes only the task manifests: the
-// combined level reads whole.
+// --older-than runs while the plan's seal commits. A gc that deletes
+// everything just before the seal's put leaves the seal nothing to
+// publish: it fails naming the tasks gc deleted and leaves no
+// combined.json; the stage reads its first level as before, and running
+// the tasks again and sealing combines it. A gc that planned before the
+// put and applies after it (before the seal's check, or after its
+// publish) finds the level at combined.json when it goes to hold it,
+// deletes nothing of the plan and says so: the combined level reads
+// whole.
 func TestCombineSealRacesGC(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t))
 	ctx := context.Background()
@@ -138,25 +143,22 @@ func TestCombineSealRacesGC(t *testing.T) {
 			if gcErr != nil {
 				t.Fatal(gcErr)
 			}
-			if len(report.Orphans) == 0 {
-				t.Fatalf("gc deleted nothing of the plan; the race was not run")
-			}
-			if i == 2 {
-				if err != nil {
-					t.Fatalf("seal published before gc applied: %v", err)
-				}
-				mine := 0
-				for _, o := range report.Orphans {
-					if !strings.HasPrefix(o.Key, e.c.Layout().StagePrefix(query, 0)) {
-						continue // the stages before
-					}
+			mine := 0
+			for _, o := range report.Orphans {
+				if strings.HasPrefix(o.Key, e.c.Layout().StagePrefix(query, 0)) {
 					mine++
-					if !strings.HasSuffix(o.Key, ".bin") || !strings.Contains(o.Key, "/task-") {
-						t.Errorf("gc deleted %s of a plan whose seal had published", o.Key)
-					}
 				}
-				if mine == 0 {
-					t.Fatalf("gc deleted nothing of the plan; the race was not run")
+			}
+			if i > 0 {
+				if err != nil {
+					t.Fatalf("seal whose level gc found committed: %v", err)
+				}
+				if mine != 0 {
+					t.Errorf("gc deleted %d keys of a plan whose level was at %s", mine, combine.CombinedName)
+				}
+				ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+				if !slices.ContainsFunc(report.Skipped, func(s string) bool { return strings.HasPrefix(s, ckey+": committed") }) {
+					t.Fatalf("gc's report does not say it found %s committed: %q", ckey, report.Skipped)
 				}
 				got, _ := readEach(t, e, query, 4)
 				for p := range want {
@@ -165,6 +167,9 @@ func TestCombineSealRacesGC(t *testing.T) {
 					}
 				}
 				return
+			}
+			if mine == 0 {
+				t.Fatalf("gc deleted nothing of the plan; the race was not run")
 			}
 			if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "were deleted (by gc") {
 				t.Fatalf("seal racing gc: %v, want ErrMissingTasks naming the tasks gc deleted", err)
@@ -344,4 +349,233 @@ func runAndSeal(t *testing.T, st store.Store, e *env, query string, o combine.Op
 	}
 	_, err = s.Seal(ctx)
 	return err
+}
+
+// pausing runs hooks around the Puts of one party of a race: before,
+// once, before the first Put of a key with suffix beforeKey; after, once,
+// after the first Put of a key with suffix afterKey; onDelete, once,
+// after its first Delete.
+type pausing struct {
+	store.Store
+	beforeKey, afterKey string
+	before, after       func()
+	onDelete            func()
+}
+
+func (p *pausing) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	if p.before != nil && strings.HasSuffix(key, p.beforeKey) {
+		f := p.before
+		p.before = nil
+		f()
+	}
+	err := p.Store.Put(ctx, key, body, o)
+	if p.after != nil && strings.HasSuffix(key, p.afterKey) {
+		f := p.after
+		p.after = nil
+		f()
+	}
+	return err
+}
+
+func (p *pausing) Delete(ctx context.Context, keys ...string) error {
+	err := p.Store.Delete(ctx, keys...)
+	if p.onDelete != nil {
+		f := p.onDelete
+		p.onDelete = nil
+		f()
+	}
+	return err
+}
+
+// TestCombineTwoSealsRaceGC: two seals of one plan, and a gc that found
+// the plan older than --older-than before either committed. The first
+// seal commits combined.json and pauses; the second finds the level,
+// checks the task manifests and pauses before it publishes; then gc
+// applies, and the first seal goes on once gc has deleted something (or
+// once gc is done). Whatever gc does, no stage manifest may name an
+// object gc deleted: gc finds the level at combined.json when it goes to
+// hold it and deletes nothing of the plan, and both seals publish the
+// same level, which reads whole.
+func TestCombineTwoSealsRaceGC(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "twoseals"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	want, _ := readEach(t, e, query, 4)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	gco := gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }}
+
+	var plan *gc.Plan
+	var planErr error
+	committed, resumeFirst, firstDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var resumeOnce sync.Once
+	resume := func() { resumeOnce.Do(func() { close(resumeFirst) }) }
+	first := &pausing{Store: e.st, beforeKey: "/" + combine.CombinedName, afterKey: "/" + combine.CombinedName,
+		before: func() { plan, planErr = gc.NewPlan(ctx, e.st, e.c.Layout(), gco) },
+		after:  func() { close(committed); <-resumeFirst }}
+	s1, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s1.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	var firstErr error
+	go func() {
+		defer close(firstDone)
+		_, firstErr = s1.Seal(ctx)
+	}()
+	<-committed
+	if planErr != nil {
+		t.Fatal(planErr)
+	}
+
+	ready, resumeSecond, secondDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	second := &pausing{Store: e.st, beforeKey: "/manifest.json", before: func() { close(ready); <-resumeSecond }}
+	var secondErr error
+	go func() {
+		defer close(secondDone)
+		s2, err := combine.Open(ctx, second, e.c.Layout(), query, 0, o)
+		if err == nil {
+			_, err = s2.Seal(ctx)
+		}
+		secondErr = err
+	}()
+	select {
+	case <-ready:
+	case <-secondDone:
+		t.Fatalf("the second seal ended before it published: %v", secondErr)
+	}
+
+	gcStore := &pausing{Store: e.st, onDelete: func() { resume(); <-firstDone }}
+	report, err := plan.Apply(ctx, gcStore)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resume()
+	<-firstDone
+	close(resumeSecond)
+	<-secondDone
+
+	for _, o := range report.Orphans {
+		if strings.HasPrefix(o.Key, e.c.Layout().StagePrefix(query, 0)) || strings.Contains(o.Key, "/"+query+"/") {
+			t.Errorf("gc deleted %s of a plan whose level was at %s", o.Key, combine.CombinedName)
+		}
+	}
+	if firstErr != nil || secondErr != nil {
+		t.Fatalf("seals: %v; %v", firstErr, secondErr)
+	}
+	m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0)
+	if err != nil || !combine.IsCombined(m) {
+		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
+	}
+	for _, w := range m.Workers {
+		for _, obj := range w.Objects {
+			if _, err := e.st.GetRange(ctx, e.c.Layout().ObjectKey(query, 0, obj.Key), 0, 1); err != nil {
+				t.Errorf("object %s the published level names: %v", obj.Key, err)
+			}
+		}
+	}
+	got, _ := readEach(t, e, query, 4)
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+		}
+	}
+}
+
+// TestCombineSealsAgree: a seal finishing a level another seal committed
+// checks the task manifests against the level's record of them, as the
+// committing seal does: a task manifest written again after the level
+// was built (same bytes, a later time) makes it fail and withdraw the
+// level rather than publish what the committing seal would withdraw.
+func TestCombineSealsAgree(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "agree"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	want, _ := readEach(t, e, query, 4)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	first := &hooked{Store: e.st, put: func(key string) error {
+		if strings.HasSuffix(key, "/manifest.json") {
+			return &store.Error{Op: "PutObject", Key: key, Status: 403, Code: "AccessDenied"}
+		}
+		return nil
+	}}
+	s, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); err == nil {
+		t.Fatal("seal whose publish was refused: nil error")
+	}
+	key := e.c.Layout().ObjectKey(query, 0, manifest.TaskManifestName(s.Plan().ID, 1))
+	body, err := e.st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(body)
+	body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a later time, whole seconds on some stores
+	if err := e.st.Put(ctx, key, b, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := again.Seal(ctx); !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "written again") {
+		t.Fatalf("seal of a level whose task manifest was written again: %v, want ErrMissingTasks", err)
+	}
+	withdrawn(t, e, query, want)
+}
+
+// TestCombineSealMeetsHoldAtPut: gc takes combined.json between a seal's
+// look at it and its put: the put is refused, and the seal fails naming
+// gc's hold, deletes its index and leaves the hold alone.
+func TestCombineSealMeetsHoldAtPut(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "heldatput"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+	_, hold := gchold.New([]string{"0123456789abcdef"}, time.Now())
+	hs := &hookStore{Store: e.st, before: func() {
+		if err := e.st.Put(context.Background(), ckey, hold, store.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Error(err)
+		}
+	}}
+	o := combine.Options{Groups: 2, Buckets: 2}
+	err := runAndSeal(t, hs, e, query, o)
+	if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "held by gc") {
+		t.Fatalf("seal whose put met gc's hold: %v, want ErrMissingTasks naming the hold", err)
+	}
+	body, err := e.st.GetRange(ctx, ckey, 0, -1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, _ := io.ReadAll(body)
+	body.Close()
+	if !bytes.Equal(got, hold) {
+		t.Fatalf("%s is %q after the seal, want gc's hold", ckey, got)
+	}
+	s, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, _, err := e.st.List(ctx, e.c.Layout().ObjectKey(query, 0, manifest.PlanDir(s.Plan().ID)), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.Contains(o.Key, "/index-") {
+			t.Errorf("index %s left by a seal that did not commit", o.Key)
+		}
+	}
 }

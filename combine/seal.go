@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -31,7 +32,9 @@ const sealListed = 32
 // it; nothing is written. Sealing a stage already combined by this plan
 // is a no-op that returns the combined level (and completes the copy to
 // manifest.json if a seal stopped before it); one combined by another
-// plan is ErrAlreadyCombined.
+// plan is ErrAlreadyCombined. gc holds combined.json while it deletes
+// plans left over (older than its --older-than): a seal that finds it
+// held fails with ErrMissingTasks naming the hold, and deletes its index.
 func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if s.combined != nil {
 		return s.finish(ctx)
@@ -110,6 +113,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	}
 	c.SealedAt = time.Now().UTC()
 	c.Combines = manifest.OriginOf(s.level1)
+	c.Combines.Tasks = s.taskDigest(p.ID, p.Tasks(), read)
 	b, err := c.Encode()
 	if err != nil {
 		s.deleteIndex(ctx, indexKey)
@@ -129,6 +133,11 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		// answer was lost landed, and its retry was refused) or another
 		// seal's, and this index goes.
 		wb, key, err := getCombined(ctx, s.st, s.l, s.query, s.stage)
+		var held *heldError
+		if errors.As(err, &held) {
+			s.deleteIndex(ctx, indexKey)
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
 		if err != nil || wb == nil {
 			return nil, fmt.Errorf("%s: %s was taken and cannot be read: %w", what, ckey, err)
 		}
@@ -143,26 +152,39 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if s.combined, err = manifest.DecodeStage(ckey, b); err != nil {
 		return nil, err
 	}
-	if err := s.verify(ctx, p.ID, p.Tasks(), read); err != nil {
-		s.withdraw(ctx, ckey, indexKey)
+	if err := s.verify(ctx, p.ID, p.Tasks(), c.Combines.Tasks); err != nil {
+		s.withdraw(ctx, ckey, b, indexKey)
 		s.combined = nil
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return s.combined, s.publish(ctx, b)
 }
 
-// verify checks, once combined.json is committed and before the stage
-// manifest names the level, that every task manifest of the plan is
-// still there (one LIST), and, given read (the manifests as this seal's
-// first LIST found them), that each is the one it read: the same size
-// and time. gc deletes a plan's task manifests before it looks for
-// combined.json, and deletes the plan's objects only when it finds none:
-// so when the manifests the level was built from are all there after
-// combined.json was committed, no gc can delete what the level names;
-// when one is missing, or was written again since (a task run anew after
-// a gc deleted the first run's manifest and is deleting its objects), the
-// level must not be published.
-func (s *Stage) verify(ctx context.Context, planID string, tasks int, read map[string]store.ObjectInfo) error {
+// taskDigest is the digest of the plan's task manifests as a LIST found
+// them (Origin.Tasks): each one's stage-relative key, size and time, in
+// task order.
+func (s *Stage) taskDigest(planID string, tasks int, listed map[string]store.ObjectInfo) string {
+	h := sha256.New()
+	for n := range tasks {
+		rel := manifest.TaskManifestName(planID, n)
+		o := listed[s.l.ObjectKey(s.query, s.stage, rel)]
+		fmt.Fprintf(h, "%s %d %d\n", rel, o.Size, o.LastModified.UnixNano())
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// verify checks, once combined.json holds the level and before the
+// stage manifest names it, that the plan's task manifests are still the
+// ones the level was built from: every one there (one LIST), and, given
+// the level's digest of them (Origin.Tasks), each the same size and time
+// as the first seal's LIST found it. gc deletes a plan's keys only while
+// it holds combined.json itself (package gchold), so while the level is
+// there they cannot change, and every seal of the level that checks
+// while it is there decides alike: none publishes a level another
+// withdraws. A manifest missing or written again since (gc deleted the
+// plan's keys before the put, and a task ran anew) means the level names
+// objects gc deleted: it must not be published.
+func (s *Stage) verify(ctx context.Context, planID string, tasks int, digest string) error {
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(planID))
 	objs, _, err := s.st.List(ctx, dir, "/")
 	if err != nil {
@@ -174,30 +196,34 @@ func (s *Stage) verify(ctx context.Context, planID string, tasks int, read map[s
 	}
 	var missing []string
 	for n := range tasks {
-		key := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(planID, n))
-		now, ok := have[key]
-		was, known := read[key]
-		if !ok || known && (now.Size != was.Size || !now.LastModified.Equal(was.LastModified)) {
+		if _, ok := have[s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(planID, n))]; !ok {
 			missing = append(missing, fmt.Sprint(n))
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		if digest == "" || s.taskDigest(planID, tasks, have) == digest {
+			return nil
+		}
+		return fmt.Errorf("%w: the %d task manifests under %s were written again (by tasks run anew after a gc deleted the plan's keys, the plan being older than --older-than) since the seal read them; seal again",
+			ErrMissingTasks, tasks, dir)
 	}
 	named := strings.Join(missing[:min(len(missing), sealListed)], ", ")
 	if len(missing) > sealListed {
 		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
 	}
-	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than), or written again, after the seal read them: tasks %s; run them again and seal",
+	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than) after the seal read them: tasks %s; run them again and seal",
 		ErrMissingTasks, len(missing), tasks, dir, named)
 }
 
 // withdraw deletes a combined level that must not be published: its
-// manifest at combined.json, then its index.
-func (s *Stage) withdraw(ctx context.Context, ckey, indexKey string) {
+// manifest at combined.json, if combined.json still holds it (b) rather
+// than gc's hold or another level, then its index.
+func (s *Stage) withdraw(ctx context.Context, ckey string, b []byte, indexKey string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	_ = s.st.Delete(dctx, ckey)
+	if now, _, err := getCombined(dctx, s.st, s.l, s.query, s.stage); err == nil && bytes.Equal(now, b) {
+		_ = s.st.Delete(dctx, ckey)
+	}
 	_ = s.st.Delete(dctx, indexKey)
 }
 
@@ -236,11 +262,25 @@ func (s *Stage) finish(ctx context.Context) (*manifest.Stage, error) {
 		return nil, fmt.Errorf("%w: seal of combined %s stage %d (plan %s): %s was withdrawn before the stage manifest named it; run the tasks again and seal",
 			ErrMissingTasks, s.query, s.stage, plan, CombinedName)
 	}
-	// Not published yet: as a seal that commits, check first that no gc
-	// is deleting what the level names.
-	if err := s.verify(ctx, plan, len(s.combined.Workers), nil); err != nil {
-		ckey := s.l.StagePrefix(s.query, s.stage) + CombinedName
-		s.withdraw(ctx, ckey, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
+	// Not published yet: check, as the seal that committed it does, that
+	// its task manifests are those it was built from, and then that
+	// combined.json held the level all along (its bytes, which name an
+	// index of this seal's own, are never put twice): the check then
+	// saw what every other seal of the level sees, and none withdraws
+	// it.
+	digest := ""
+	if s.combined.Combines != nil {
+		digest = s.combined.Combines.Tasks
+	}
+	ckey := s.l.StagePrefix(s.query, s.stage) + CombinedName
+	if err := s.verify(ctx, plan, len(s.combined.Workers), digest); err != nil {
+		s.withdraw(ctx, ckey, want, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
+		return nil, fmt.Errorf("seal of combined %s stage %d (plan %s): %w", s.query, s.stage, plan, err)
+	}
+	if now, _, err := getCombined(ctx, s.st, s.l, s.query, s.stage); err != nil || !bytes.Equal(now, want) {
+		if err == nil {
+			err = fmt.Errorf("%w: %s was withdrawn (or replaced) while this seal checked it; run the tasks again and seal", ErrMissingTasks, ckey)
+		}
 		return nil, fmt.Errorf("seal of combined %s stage %d (plan %s): %w", s.query, s.stage, plan, err)
 	}
 	return s.combined, s.publish(ctx, want)

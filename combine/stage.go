@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/durashuffle/durashuffle/internal/gchold"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -163,20 +164,44 @@ func (s *Stage) Plan() *Plan { return s.plan }
 // Open found it absent).
 func (s *Stage) Combined() *manifest.Stage { return s.combined }
 
-// loadCombined GETs the combined level's manifest; nil when absent.
+// loadCombined GETs the combined level's manifest; nil when absent, or
+// when gc holds combined.json (no level is committed then).
 func loadCombined(ctx context.Context, st store.Reader, l manifest.Layout, query string, stage int) (*manifest.Stage, error) {
 	b, key, err := getCombined(ctx, st, l, query, stage)
+	var held *heldError
+	if errors.As(err, &held) {
+		return nil, nil
+	}
 	if err != nil || b == nil {
 		return nil, err
 	}
 	return manifest.DecodeStage(key, b)
 }
 
+// getCombined GETs combined.json: nil when absent, a *heldError when gc
+// holds it (package gchold), else a level's manifest.
 func getCombined(ctx context.Context, st store.Reader, l manifest.Layout, query string, stage int) ([]byte, string, error) {
 	key := l.StagePrefix(query, stage) + CombinedName
 	b, err := readAll(ctx, st, key, manifest.MaxManifestBytes)
 	if store.IsNotFound(err) {
 		return nil, key, nil
 	}
+	if h, ok := gchold.Parse(b); ok && err == nil {
+		return nil, key, &heldError{key: key, hold: h}
+	}
 	return b, key, err
 }
+
+// heldError: gc holds combined.json while it deletes the keys of plans
+// left over (package gchold), so no level can be committed; the plan's
+// task manifests may be among what it deletes (ErrMissingTasks).
+type heldError struct {
+	key  string
+	hold gchold.Hold
+}
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("%s is %v; once it is done, run the plan's tasks again and seal (a hold older than gc's --older-than is taken over and removed by the next gc)", e.key, e.hold)
+}
+
+func (e *heldError) Unwrap() error { return ErrMissingTasks }

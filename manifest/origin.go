@@ -24,6 +24,13 @@ type Origin struct {
 	// Attempts is the hex SHA-256 of each worker's ID, a space and its
 	// attempt, and a newline, in the same order.
 	Attempts string `json:"attempts_sha256"`
+	// Tasks, in a combined level, is the hex SHA-256 of the task
+	// manifests it was built from as the seal's LIST of them found them
+	// (package combine): each one's key, size and time. Every seal of
+	// the level checks the plan's task manifests against it before it
+	// publishes the level, so that all of them decide alike. Empty in a
+	// level written before it was recorded.
+	Tasks string `json:"tasks_sha256,omitempty"`
 }
 
 // OriginOf describes a sealed stage as the origin of a second level.

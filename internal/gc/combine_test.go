@@ -2,6 +2,7 @@ package gc_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -14,6 +15,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/internal/gc"
+	"github.com/durashuffle/durashuffle/internal/gchold"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
@@ -400,4 +402,137 @@ func planKeys(t *testing.T, st store.Store, plan string) []string {
 		}
 	}
 	return out
+}
+
+// holdHook calls after once, after its first Put of a combined.json.
+type holdHook struct {
+	store.Store
+	after func()
+}
+
+func (h *holdHook) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	err := h.Store.Put(ctx, key, body, o)
+	if h.after != nil && strings.HasSuffix(key, "/"+combine.CombinedName) {
+		f := h.after
+		h.after = nil
+		f()
+	}
+	return err
+}
+
+// TestCombineHold: on every backend, gc deletes a plan left over while
+// it holds the stage's combined.json. A seal of the plan meanwhile fails
+// naming the hold (the plan itself can be made); once gc is done the
+// hold is gone. Another gc's hold younger than --older-than makes gc
+// leave the stage's leftovers alone and say so; one older (a gc killed
+// while it held the stage) is taken over and removed, with or without
+// leftovers. The stage then combines.
+func TestCombineHold(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.Name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			c, raw, _ := combineClient(t, b, 0)
+			l := c.Layout()
+			const query = "qh"
+			sealStage(t, c, query, 0, false, 0)
+			want, err := content(t, c, query, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ckey := l.StagePrefix(query, 0) + combine.CombinedName
+			base := time.Now()
+			gcAt := func(st store.Store, at time.Duration) gc.Report {
+				t.Helper()
+				r, err := gc.Run(ctx, st, l, gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return base.Add(at) }})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return r
+			}
+			leftOver := func() string {
+				t.Helper()
+				cs, err := c.Combine(ctx, query, 0, combine.Options{Groups: 2, Buckets: 2})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := cs.RunAll(ctx, 2); err != nil {
+					t.Fatal(err)
+				}
+				return cs.Plan().ID
+			}
+			putHold := func(plans []string, at time.Time) []byte {
+				t.Helper()
+				_, hb := gchold.New(plans, at)
+				if err := raw.Put(ctx, ckey, hb, store.PutOptions{IfNoneMatch: true}); err != nil {
+					t.Fatal(err)
+				}
+				return hb
+			}
+			absent := func(when string) {
+				t.Helper()
+				if _, err := raw.GetRange(ctx, ckey, 0, -1); !store.IsNotFound(err) {
+					t.Fatalf("%s: %s: %v, want it gone", when, ckey, err)
+				}
+			}
+
+			// A seal while gc holds the stage: refused, naming the hold.
+			plan := leftOver()
+			var sealErr, openErr error
+			hooked := &holdHook{Store: raw, after: func() {
+				cs, err := c.Combine(ctx, query, 0, combine.Options{Groups: 2, Buckets: 2})
+				if openErr = err; err == nil {
+					_, sealErr = cs.Seal(ctx)
+				}
+			}}
+			if r := gcAt(hooked, 2*time.Hour); r.Totals.OrphanObjects == 0 {
+				t.Fatalf("gc deleted nothing of plan %s: %+v", plan, r)
+			}
+			if openErr != nil {
+				t.Fatalf("a plan made while gc holds the stage: %v", openErr)
+			}
+			if !errors.Is(sealErr, combine.ErrMissingTasks) || !strings.Contains(sealErr.Error(), "held by gc") {
+				t.Fatalf("a seal while gc holds the stage: %v, want ErrMissingTasks naming the hold", sealErr)
+			}
+			absent("after gc")
+			if n := len(planKeys(t, raw, plan)); n != 0 {
+				t.Fatalf("plan %s keeps %d keys after gc", plan, n)
+			}
+
+			// Another gc's hold, younger than --older-than: nothing goes.
+			plan = leftOver()
+			fresh := putHold([]string{plan}, base.Add(2*time.Hour))
+			kept := planKeys(t, raw, plan)
+			r := gcAt(raw, 2*time.Hour)
+			if !slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.HasPrefix(s, ckey+": held by gc") }) {
+				t.Errorf("gc beside another's hold: skipped %q, want the hold named", r.Skipped)
+			}
+			if got := planKeys(t, raw, plan); !slices.Equal(got, kept) {
+				t.Errorf("gc beside another's hold deleted keys of plan %s: %v left of %v", plan, got, kept)
+			}
+			if got := getAll(t, raw, ckey); !slices.Equal(got, fresh) {
+				t.Errorf("the other gc's hold is now %q", got)
+			}
+
+			// The same hold, older than --older-than: taken over, the plan
+			// deleted, the hold removed.
+			gcAt(raw, 50*time.Hour)
+			absent("after a stale hold was taken over")
+			if n := len(planKeys(t, raw, plan)); n != 0 {
+				t.Fatalf("plan %s keeps %d keys after its stale hold was taken over", plan, n)
+			}
+			// A stale hold and nothing of a plan: removed.
+			putHold(nil, base)
+			gcAt(raw, 50*time.Hour)
+			absent("a stale hold alone")
+
+			if got, err := content(t, c, query, 0); err != nil || got != want {
+				t.Fatalf("first level after the holds: %s, %v; want %s", got, err, want)
+			}
+			combineAll(t, c, query, 0, 2, 2)
+			if got, err := content(t, c, query, 0); err != nil || got != want {
+				t.Fatalf("combined after the holds: %s, %v; want %s", got, err, want)
+			}
+		})
+	}
 }

@@ -27,12 +27,15 @@
 // object, index) and newest open upload under it are at or before the
 // cutoff (OlderThan), and only while the stage has no combined level's
 // manifest (combined.json) and its stage manifest, if any, is the first
-// level's and decodes. A plan that is still being combined writes a task
-// manifest or starts an upload at least every OlderThan, and its seal
-// comes within OlderThan of its last task commit; its older tasks are
-// then kept, being what its seal will name. A combined seal that comes
-// later than that may find tasks gone (its seal then fails naming them,
-// and the tasks run again) or, if it runs while gc deletes them, commit
-// a level naming deleted objects: OlderThan must exceed those pauses as
-// it exceeds a writer's run.
+// level's and decodes. gc deletes them while it holds combined.json
+// itself (package gchold: taken with If-None-Match, as a seal commits a
+// level there, and deleted after), so that no seal commits a level
+// while it deletes, and it deletes nothing while a level is there. A
+// hold left by a gc that was killed is taken over by the first gc that
+// finds it older than its cutoff. A plan that is still being combined
+// writes a task manifest or starts an upload at least every OlderThan,
+// and its seal comes within OlderThan of its last task commit; its older
+// tasks are then kept, being what its seal will name. A combined seal
+// that comes later than that may find tasks gone: it fails naming them,
+// and the tasks run again.
 package gc

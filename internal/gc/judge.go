@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/gchold"
 	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
@@ -127,17 +129,17 @@ type verdict struct {
 }
 
 // leftovers are the keys of combining a stage that is not combined
-// (combineLeftovers), deleted apart from the rest: its task manifests
-// first, then, only if the stage still has no combined level's manifest
-// (the key combined), its objects, indexes and group records. A combined
-// seal checks after committing combined.json that every task manifest
-// is still there, and publishes nothing otherwise: so either the seal
-// sees the manifests gone, or this sees combined.json, and no published
-// level names a deleted object.
+// (combineLeftovers), deleted apart from the rest, while gc holds the
+// stage's combined.json (see apply): its task manifests first, then its
+// objects, indexes and group records.
 type leftovers struct {
 	combined  string
+	plans     []string // whose keys these are
 	manifests []store.ObjectInfo
 	rest      []store.ObjectInfo
+	// takeover is a hold at combined.json older than the cutoff, left by
+	// a gc that was killed: this gc replaces it with its own.
+	takeover []byte
 }
 
 // splitManifests takes the worker and task manifests out of objs, so
@@ -192,8 +194,15 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 	}
 	v.skipped = r.skipped
 	combineOrphans := r.combineOrphans(s, cutoff)
-	if left := r.combineLeftovers(s, cutoff); len(left) > 0 {
-		v.leftovers = &leftovers{combined: l.StagePrefix(s.id.query, s.id.stage) + combine.CombinedName}
+	stale := r.hold != nil && !r.hold.HeldAt.After(cutoff)
+	if r.hold != nil && !stale {
+		v.skipped = append(v.skipped, fmt.Sprintf("%s: %v; this stage's combining left over is that gc's", s.combined.Key, r.hold))
+	}
+	if left, plans := r.combineLeftovers(s, cutoff, stale); len(left) > 0 || stale {
+		v.leftovers = &leftovers{combined: s.combinedKey(l), plans: plans}
+		if stale {
+			v.leftovers.takeover = r.holdBytes
+		}
 		v.leftovers.manifests, v.leftovers.rest = splitManifests(l, left)
 	}
 	committedAt := s.newest()
@@ -246,7 +255,16 @@ type refs struct {
 	committed  int       // manifests that decoded
 	keepIndex  bool      // the stage manifest did not decode: its index may be in use
 	combinedAt time.Time // the combined seal, for a combined stage
+	// hold is gc's hold at combined.json (package gchold), if that is
+	// what it is, and holdBytes its bytes.
+	hold      *gchold.Hold
+	holdBytes []byte
 }
+
+// maxHoldBytes: a combined.json of at most this many bytes is read to
+// tell gc's hold from a level's manifest (a hold names its plans in a
+// few hundred bytes).
+const maxHoldBytes = 64 << 10
 
 // loadRefs reads the stage manifest and every worker manifest of s,
 // eight at a time.
@@ -287,6 +305,23 @@ func loadRefs(ctx context.Context, st store.Reader, l manifest.Layout, s *stageK
 				r.skipped = append(r.skipped, fmt.Sprintf("%s: %v", s.manifest.Key, err))
 			default:
 				return fmt.Errorf("gc: %w", err)
+			}
+			return nil
+		})
+	}
+	if s.combined != nil && s.combined.Size <= maxHoldBytes {
+		g.Go(func() error {
+			b, err := readSmall(gctx, st, s.combined.Key, maxHoldBytes)
+			if store.IsNotFound(err) || errors.Is(err, errLarger) {
+				return nil // gone, or a level's manifest
+			}
+			if err != nil {
+				return fmt.Errorf("gc: read %s: %w", s.combined.Key, err)
+			}
+			if h, ok := gchold.Parse(b); ok {
+				mu.Lock()
+				r.hold, r.holdBytes = &h, b
+				mu.Unlock()
 			}
 			return nil
 		})
@@ -394,18 +429,20 @@ func expire(v *verdict, s *stageKeys, data []dataKey, indexes []store.ObjectInfo
 }
 
 // combineLeftovers are the keys of combining a stage that is not
-// combined: of every plan whose newest key (task manifests, task
-// objects, indexes of a seal that did not commit) and newest open
-// upload are at or before cutoff, all of its keys. The age is the
-// plan's, not each key's: a plan with a task that committed or an upload
-// that began after cutoff is still being combined, and its older task
-// manifests and objects are what its seal will name. A stage whose
+// combined, and their plans: of every plan whose newest key (task
+// manifests, task objects, indexes of a seal that did not commit) and
+// newest open upload are at or before cutoff, all of its keys. The age
+// is the plan's, not each key's: a plan with a task that committed or an
+// upload that began after cutoff is still being combined, and its older
+// task manifests and objects are what its seal will name. A stage whose
 // combined level's manifest exists (a combined seal that has not yet
-// written the stage manifest) or whose stage manifest does not decode
-// has no leftovers: gc cannot tell what its level names.
-func (r *refs) combineLeftovers(s *stageKeys, cutoff time.Time) []store.ObjectInfo {
-	if !r.combinedAt.IsZero() || s.combined != nil || r.keepIndex || len(s.combine) == 0 {
-		return nil
+// written the stage manifest), or a hold of another gc not older than
+// cutoff (staleHold false), or whose stage manifest does not decode, has
+// no leftovers: gc cannot tell what its level names, or another gc is
+// deleting them.
+func (r *refs) combineLeftovers(s *stageKeys, cutoff time.Time, staleHold bool) ([]store.ObjectInfo, []string) {
+	if !r.combinedAt.IsZero() || s.combined != nil && !staleHold || r.keepIndex || len(s.combine) == 0 {
+		return nil, nil
 	}
 	newest := map[string]time.Time{}
 	for plan, t := range s.uploads {
@@ -417,12 +454,38 @@ func (r *refs) combineLeftovers(s *stageKeys, cutoff time.Time) []store.ObjectIn
 		}
 	}
 	var out []store.ObjectInfo
+	var plans []string
 	for _, c := range s.combine {
 		if !newest[c.plan].After(cutoff) {
 			out = append(out, c.obj)
+			plans = append(plans, c.plan)
 		}
 	}
-	return out
+	slices.Sort(plans)
+	return out, slices.Compact(plans)
+}
+
+// combinedKey is the stage's combined.json.
+func (s *stageKeys) combinedKey(l manifest.Layout) string {
+	return l.StagePrefix(s.id.query, s.id.stage) + combine.CombinedName
+}
+
+// errLarger: an object read by readSmall is larger than its limit.
+var errLarger = errors.New("larger than the limit")
+
+// readSmall reads key whole; one of more than limit bytes is errLarger,
+// with its first bytes.
+func readSmall(ctx context.Context, st store.Reader, key string, limit int64) ([]byte, error) {
+	body, err := st.GetRange(ctx, key, 0, -1)
+	if err != nil {
+		return nil, err
+	}
+	defer body.Close()
+	b, err := io.ReadAll(io.LimitReader(body, limit+1))
+	if err == nil && int64(len(b)) > limit {
+		err = fmt.Errorf("%s: %w of %d bytes", key, errLarger, limit)
+	}
+	return b, err
 }
 
 // firstLevel lists the first level of a combined stage for deletion:
