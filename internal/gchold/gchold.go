@@ -32,7 +32,7 @@ var prefix = []byte(`{"kind":"` + Kind + `"`)
 
 // PrefixLen is how many bytes of an object Parse needs to tell a hold
 // from a level's manifest (IsHold).
-const PrefixLen = len(`{"kind":"`+Kind+`"`)
+const PrefixLen = len(`{"kind":"` + Kind + `"`)
 
 // Hold is gc's mark at combined.json.
 type Hold struct {
