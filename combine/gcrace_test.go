@@ -513,15 +513,7 @@ func TestCombineSealsAgree(t *testing.T) {
 		t.Fatal("seal whose publish was refused: nil error")
 	}
 	key := e.c.Layout().ObjectKey(query, 0, manifest.TaskManifestName(s.Plan().ID, 1))
-	body, err := e.st.GetRange(ctx, key, 0, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(body)
-	body.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := getBytes(t, e, key)
 	time.Sleep(1100 * time.Millisecond) // a later time, whole seconds on some stores
 	if err := e.st.Put(ctx, key, b, store.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -556,13 +548,7 @@ func TestCombineSealMeetsHoldAtPut(t *testing.T) {
 	if !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "held by gc") {
 		t.Fatalf("seal whose put met gc's hold: %v, want ErrMissingTasks naming the hold", err)
 	}
-	body, err := e.st.GetRange(ctx, ckey, 0, -1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, _ := io.ReadAll(body)
-	body.Close()
-	if !bytes.Equal(got, hold) {
+	if got := getBytes(t, e, ckey); !bytes.Equal(got, hold) {
 		t.Fatalf("%s is %q after the seal, want gc's hold", ckey, got)
 	}
 	s, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
