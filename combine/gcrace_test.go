@@ -351,40 +351,101 @@ func runAndSeal(t *testing.T, st store.Store, e *env, query string, o combine.Op
 	return err
 }
 
-// pausing runs hooks around the Puts of one party of a race: before,
-// once, before the first Put of a key with suffix beforeKey; after, once,
-// after the first Put of a key with suffix afterKey; onDelete, once,
-// after its first Delete.
-type pausing struct {
+// raceStore runs one party's hooks of a race, each once, for the first
+// key with a given suffix: beforePut before its Put, afterPut after it,
+// afterGet once its body is read (the caller gets what was there),
+// afterDelete after its Delete, afterList after a LIST of a prefix with
+// that suffix; listErr, if set, answers every LIST in the store's place
+// when it returns an error.
+type raceStore struct {
 	store.Store
-	beforeKey, afterKey string
-	before, after       func()
-	onDelete            func()
+	mu                                                    sync.Mutex
+	beforePut, afterPut, afterGet, afterDelete, afterList map[string]func()
+	listErr                                               func(prefix string) error
 }
 
-func (p *pausing) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
-	if p.before != nil && strings.HasSuffix(key, p.beforeKey) {
-		f := p.before
-		p.before = nil
+func (s *raceStore) hook(m map[string]func(), key string) {
+	s.mu.Lock()
+	var f func()
+	for suffix, g := range m {
+		if strings.HasSuffix(key, suffix) {
+			f = g
+			delete(m, suffix)
+			break
+		}
+	}
+	s.mu.Unlock()
+	if f != nil {
 		f()
 	}
-	err := p.Store.Put(ctx, key, body, o)
-	if p.after != nil && strings.HasSuffix(key, p.afterKey) {
-		f := p.after
-		p.after = nil
-		f()
+}
+
+func (s *raceStore) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
+	s.hook(s.beforePut, key)
+	err := s.Store.Put(ctx, key, body, o)
+	s.hook(s.afterPut, key)
+	return err
+}
+
+func (s *raceStore) GetRange(ctx context.Context, key string, off, n int64) (io.ReadCloser, error) {
+	rc, err := s.Store.GetRange(ctx, key, off, n)
+	if err == nil && s.afterGet != nil {
+		b, rerr := io.ReadAll(rc)
+		rc.Close()
+		if rerr != nil {
+			return nil, rerr
+		}
+		rc = io.NopCloser(bytes.NewReader(b))
+	}
+	s.hook(s.afterGet, key)
+	return rc, err
+}
+
+func (s *raceStore) Delete(ctx context.Context, keys ...string) error {
+	err := s.Store.Delete(ctx, keys...)
+	for _, k := range keys {
+		s.hook(s.afterDelete, k)
 	}
 	return err
 }
 
-func (p *pausing) Delete(ctx context.Context, keys ...string) error {
-	err := p.Store.Delete(ctx, keys...)
-	if p.onDelete != nil {
-		f := p.onDelete
-		p.onDelete = nil
-		f()
+func (s *raceStore) List(ctx context.Context, prefix, delim string) ([]store.ObjectInfo, []string, error) {
+	if s.listErr != nil {
+		if err := s.listErr(prefix); err != nil {
+			return nil, nil, err
+		}
 	}
-	return err
+	objs, dirs, err := s.Store.List(ctx, prefix, delim)
+	s.hook(s.afterList, prefix)
+	return objs, dirs, err
+}
+
+// publishedWhole checks that query's stage manifest is combined, names
+// no missing object, and reads as want.
+func publishedWhole(t *testing.T, e *env, query string, want []partitionDigest) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0)
+	if err != nil || !combine.IsCombined(m) {
+		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
+	}
+	keys := []string{m.Index.Key}
+	for _, w := range m.Workers {
+		for _, obj := range w.Objects {
+			keys = append(keys, obj.Key)
+		}
+	}
+	for _, k := range keys {
+		if _, err := e.st.GetRange(ctx, e.c.Layout().ObjectKey(query, 0, k), 0, 1); err != nil {
+			t.Errorf("%s, which the published level names: %v", k, err)
+		}
+	}
+	got, _ := readEach(t, e, query, 4)
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
+		}
+	}
 }
 
 // TestCombineTwoSealsRaceGC: two seals of one plan, and a gc that found
@@ -410,9 +471,9 @@ func TestCombineTwoSealsRaceGC(t *testing.T) {
 	committed, resumeFirst, firstDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	var resumeOnce sync.Once
 	resume := func() { resumeOnce.Do(func() { close(resumeFirst) }) }
-	first := &pausing{Store: e.st, beforeKey: "/" + combine.CombinedName, afterKey: "/" + combine.CombinedName,
-		before: func() { plan, planErr = gc.NewPlan(ctx, e.st, e.c.Layout(), gco) },
-		after:  func() { close(committed); <-resumeFirst }}
+	first := &raceStore{Store: e.st,
+		beforePut: map[string]func(){"/" + combine.CombinedName: func() { plan, planErr = gc.NewPlan(ctx, e.st, e.c.Layout(), gco) }},
+		afterPut:  map[string]func(){"/" + combine.CombinedName: func() { close(committed); <-resumeFirst }}}
 	s1, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
 	if err != nil {
 		t.Fatal(err)
@@ -431,7 +492,7 @@ func TestCombineTwoSealsRaceGC(t *testing.T) {
 	}
 
 	ready, resumeSecond, secondDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	second := &pausing{Store: e.st, beforeKey: "/manifest.json", before: func() { close(ready); <-resumeSecond }}
+	second := &raceStore{Store: e.st, beforePut: map[string]func(){"/manifest.json": func() { close(ready); <-resumeSecond }}}
 	var secondErr error
 	go func() {
 		defer close(secondDone)
@@ -447,7 +508,7 @@ func TestCombineTwoSealsRaceGC(t *testing.T) {
 		t.Fatalf("the second seal ended before it published: %v", secondErr)
 	}
 
-	gcStore := &pausing{Store: e.st, onDelete: func() { resume(); <-firstDone }}
+	gcStore := &raceStore{Store: e.st, afterDelete: map[string]func(){"": func() { resume(); <-firstDone }}}
 	report, err := plan.Apply(ctx, gcStore)
 	if err != nil {
 		t.Fatal(err)
@@ -465,23 +526,7 @@ func TestCombineTwoSealsRaceGC(t *testing.T) {
 	if firstErr != nil || secondErr != nil {
 		t.Fatalf("seals: %v; %v", firstErr, secondErr)
 	}
-	m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0)
-	if err != nil || !combine.IsCombined(m) {
-		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
-	}
-	for _, w := range m.Workers {
-		for _, obj := range w.Objects {
-			if _, err := e.st.GetRange(ctx, e.c.Layout().ObjectKey(query, 0, obj.Key), 0, 1); err != nil {
-				t.Errorf("object %s the published level names: %v", obj.Key, err)
-			}
-		}
-	}
-	got, _ := readEach(t, e, query, 4)
-	for p := range want {
-		if got[p] != want[p] {
-			t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-		}
-	}
+	publishedWhole(t, e, query, want)
 }
 
 // TestCombineSealsAgree: a seal finishing a level another seal committed
@@ -564,4 +609,215 @@ func TestCombineSealMeetsHoldAtPut(t *testing.T) {
 			t.Errorf("index %s left by a seal that did not commit", o.Key)
 		}
 	}
+}
+
+// TestCombineSealCheckFails: a seal that finds the level committed by
+// another and cannot check the task manifests (its LIST fails, or it is
+// cancelled after the other published) fails and leaves the level as
+// it is: the other seal's publish stands and the stage reads whole.
+func TestCombineSealCheckFails(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	o := combine.Options{Groups: 2, Buckets: 2}
+	for i, how := range []string{"list fails", "cancelled after the publish"} {
+		t.Run(how, func(t *testing.T) {
+			query := []string{"listfails", "cancelled"}[i]
+			writeStage(t, e, query, 4, 4, 20, 1000)
+			want, _ := readEach(t, e, query, 4)
+			var secondErr error
+			committed, publish, firstDone := make(chan struct{}), make(chan struct{}), make(chan struct{})
+			first := &raceStore{Store: e.st, afterPut: map[string]func(){"/" + combine.CombinedName: func() { close(committed) }},
+				beforePut: map[string]func(){"/manifest.json": func() { <-publish }}}
+			s1, err := combine.Open(ctx, first, e.c.Layout(), query, 0, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s1.RunAll(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			var firstErr error
+			go func() {
+				defer close(firstDone)
+				_, firstErr = s1.Seal(ctx)
+			}()
+			<-committed
+			sctx, cancel := context.WithCancel(ctx)
+			defer cancel()
+			second := &raceStore{Store: e.st}
+			if i == 0 {
+				second.listErr = func(prefix string) error {
+					return &store.Error{Op: "ListObjectsV2", Key: prefix, Status: 503, Code: "SlowDown", Retryable: true}
+				}
+			} else {
+				second.afterGet = map[string]func(){"/manifest.json": func() { close(publish); <-firstDone; cancel() }}
+				second.listErr = func(string) error { return sctx.Err() }
+			}
+			s2, err := combine.Open(sctx, second, e.c.Layout(), query, 0, o)
+			if err == nil {
+				_, secondErr = s2.Seal(sctx)
+			}
+			if i == 0 {
+				close(publish)
+			}
+			<-firstDone
+			if firstErr != nil {
+				t.Fatal(firstErr)
+			}
+			if secondErr == nil || !strings.Contains(secondErr.Error(), "stays") {
+				t.Fatalf("a seal that could not check: %v, want the LIST's error saying the level stays", secondErr)
+			}
+			publishedWhole(t, e, query, want)
+		})
+	}
+}
+
+// TestCombineSealFindsLevelGoneAfterCheck: a seal finishing a level
+// another committed checks the task manifests and then finds
+// combined.json gone (withdrawn, or removed by a delete that raced it):
+// it fails rather than publish a level it could not check while it
+// stood.
+func TestCombineSealFindsLevelGoneAfterCheck(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "goneaftercheck"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+	first := &hooked{Store: e.st, put: func(key string) error {
+		if strings.HasSuffix(key, "/manifest.json") {
+			return &store.Error{Op: "PutObject", Key: key, Status: 403, Code: "AccessDenied"}
+		}
+		return nil
+	}}
+	if err := runAndSeal(t, first, e, query, o); err == nil {
+		t.Fatal("seal whose publish was refused: nil error")
+	}
+	second := &raceStore{Store: e.st, afterList: map[string]func(){"/": func() {
+		if err := e.st.Delete(ctx, ckey); err != nil {
+			t.Error(err)
+		}
+	}}}
+	s, err := combine.Open(ctx, second, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "withdrawn") {
+		t.Fatalf("seal of a level gone after its check: %v, want ErrMissingTasks saying it was withdrawn", err)
+	}
+	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
+		t.Fatalf("the stage manifest: combined %v, %v", combine.IsCombined(m), err)
+	}
+}
+
+// TestCombineWithdrawLeavesHold: a seal withdrawing its level finds
+// gc's hold at combined.json instead (the level was withdrawn by another
+// seal, and gc took the key): it deletes its index and leaves the hold.
+func TestCombineWithdrawLeavesHold(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "withdrawhold"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+	_, hold := gchold.New([]string{"0123456789abcdef"}, time.Now())
+	var planID string
+	st := &raceStore{Store: e.st, afterPut: map[string]func(){"/" + combine.CombinedName: func() {
+		task := e.c.Layout().ObjectKey(query, 0, manifest.TaskManifestName(planID, 0))
+		if err := e.st.Delete(ctx, task, ckey); err != nil {
+			t.Error(err)
+		}
+		if err := e.st.Put(ctx, ckey, hold, store.PutOptions{IfNoneMatch: true}); err != nil {
+			t.Error(err)
+		}
+	}}}
+	s, err := combine.Open(ctx, st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	planID = s.Plan().ID
+	if _, err := s.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Seal(ctx); !errors.Is(err, combine.ErrMissingTasks) || !strings.Contains(err.Error(), "were deleted") {
+		t.Fatalf("seal whose task manifest went: %v, want ErrMissingTasks", err)
+	}
+	if got := getBytes(t, e, ckey); !bytes.Equal(got, hold) {
+		t.Fatalf("%s is %q after the seal withdrew, want gc's hold", ckey, got)
+	}
+	objs, _, err := e.st.List(ctx, e.c.Layout().ObjectKey(query, 0, manifest.PlanDir(planID)), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.Contains(o.Key, "/index-") {
+			t.Errorf("index %s left by a withdrawn seal", o.Key)
+		}
+	}
+}
+
+// TestCombineTwoGCsUnderStaleHold: two gcs find the same stale hold (a
+// killed gc's) over a plan left over. The first works under it, deletes
+// the plan and removes the hold; a seal of the plan then fails naming
+// the tasks gone; the second, which read the hold before all that, goes
+// on under it and deletes nothing the stage manifest names. The stage
+// reads its first level, and combines again.
+func TestCombineTwoGCsUnderStaleHold(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const query = "twogcs"
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	want, _ := readEach(t, e, query, 4)
+	o := combine.Options{Groups: 2, Buckets: 2}
+	s0, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s0.RunAll(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	ckey := e.c.Layout().StagePrefix(query, 0) + combine.CombinedName
+	_, stale := gchold.New([]string{s0.Plan().ID}, time.Now())
+	if err := e.st.Put(ctx, ckey, stale, store.PutOptions{IfNoneMatch: true}); err != nil {
+		t.Fatal(err)
+	}
+	gco := gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }}
+	p1, err := gc.NewPlan(ctx, e.st, e.c.Layout(), gco)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := gc.NewPlan(ctx, e.st, e.c.Layout(), gco)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read, resume, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
+	var err2 error
+	g2 := &raceStore{Store: e.st, afterGet: map[string]func(){ckey: func() { close(read); <-resume }}}
+	go func() {
+		defer close(done)
+		_, err2 = p2.Apply(ctx, g2)
+	}()
+	<-read
+	var sealErr error
+	g1 := &raceStore{Store: e.st, afterDelete: map[string]func(){ckey: func() {
+		s, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
+		if err == nil {
+			_, sealErr = s.Seal(ctx)
+		}
+		close(resume)
+		<-done
+	}}}
+	if _, err := p1.Apply(ctx, g1); err != nil {
+		t.Fatal(err)
+	}
+	if err2 != nil {
+		t.Fatal(err2)
+	}
+	if !errors.Is(sealErr, combine.ErrMissingTasks) {
+		t.Fatalf("a seal of the plan gc deleted: %v, want ErrMissingTasks", sealErr)
+	}
+	withdrawn(t, e, query, want)
+	if err := runAndSeal(t, e.st, e, query, o); err != nil {
+		t.Fatal(err)
+	}
+	publishedWhole(t, e, query, want)
 }

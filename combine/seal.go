@@ -138,8 +138,12 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 			s.deleteIndex(ctx, indexKey)
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		if err != nil || wb == nil {
+		if err != nil {
 			return nil, fmt.Errorf("%s: %s was taken and cannot be read: %w", what, ckey, err)
+		}
+		if wb == nil {
+			s.deleteIndex(ctx, indexKey)
+			return nil, fmt.Errorf("%w: %s: %s was taken, then withdrawn, while this seal put its level; seal again", ErrMissingTasks, what, ckey)
 		}
 		if s.combined, err = manifest.DecodeStage(key, wb); err != nil {
 			return nil, err
@@ -152,9 +156,12 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if s.combined, err = manifest.DecodeStage(ckey, b); err != nil {
 		return nil, err
 	}
-	if err := s.verify(ctx, p.ID, p.Tasks(), c.Combines.Tasks); err != nil {
-		s.withdraw(ctx, ckey, b, indexKey)
-		s.combined = nil
+	if changed, err := s.verify(ctx, p.ID, p.Tasks(), c.Combines.Tasks); changed != nil || err != nil {
+		if changed != nil {
+			s.withdraw(ctx, ckey, b, indexKey)
+			s.combined = nil
+			err = changed
+		}
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	return s.combined, s.publish(ctx, b)
@@ -183,12 +190,14 @@ func (s *Stage) taskDigest(planID string, tasks int, listed map[string]store.Obj
 // while it is there decides alike: none publishes a level another
 // withdraws. A manifest missing or written again since (gc deleted the
 // plan's keys before the put, and a task ran anew) means the level names
-// objects gc deleted: it must not be published.
-func (s *Stage) verify(ctx context.Context, planID string, tasks int, digest string) error {
+// objects gc deleted: it must not be published (changed, an
+// ErrMissingTasks). A LIST that fails decides nothing (err): the level
+// stays for a seal run again to check.
+func (s *Stage) verify(ctx context.Context, planID string, tasks int, digest string) (changed, err error) {
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(planID))
 	objs, _, err := s.st.List(ctx, dir, "/")
 	if err != nil {
-		return fmt.Errorf("list %s: %w", dir, err)
+		return nil, fmt.Errorf("list %s: %w; the level at %s stays, for a seal run again to check", dir, err, CombinedName)
 	}
 	have := map[string]store.ObjectInfo{}
 	for _, o := range objs {
@@ -202,27 +211,36 @@ func (s *Stage) verify(ctx context.Context, planID string, tasks int, digest str
 	}
 	if len(missing) == 0 {
 		if digest == "" || s.taskDigest(planID, tasks, have) == digest {
-			return nil
+			return nil, nil
 		}
 		return fmt.Errorf("%w: the %d task manifests under %s were written again (by tasks run anew after a gc deleted the plan's keys, the plan being older than --older-than) since the seal read them; seal again",
-			ErrMissingTasks, tasks, dir)
+			ErrMissingTasks, tasks, dir), nil
 	}
 	named := strings.Join(missing[:min(len(missing), sealListed)], ", ")
 	if len(missing) > sealListed {
 		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
 	}
 	return fmt.Errorf("%w: %d of %d task manifests under %s were deleted (by gc, the plan being older than --older-than) after the seal read them: tasks %s; run them again and seal",
-		ErrMissingTasks, len(missing), tasks, dir, named)
+		ErrMissingTasks, len(missing), tasks, dir, named), nil
 }
 
 // withdraw deletes a combined level that must not be published: its
 // manifest at combined.json, if combined.json still holds it (b) rather
-// than gc's hold or another level, then its index.
+// than gc's hold or another level, and then, once combined.json is
+// known not to name it, its index. Whatever it cannot tell is left
+// (to a seal run again, or gc).
 func (s *Stage) withdraw(ctx context.Context, ckey string, b []byte, indexKey string) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if now, _, err := getCombined(dctx, s.st, s.l, s.query, s.stage); err == nil && bytes.Equal(now, b) {
-		_ = s.st.Delete(dctx, ckey)
+	now, _, err := getCombined(dctx, s.st, s.l, s.query, s.stage)
+	var held *heldError
+	if err != nil && !errors.As(err, &held) {
+		return
+	}
+	if bytes.Equal(now, b) {
+		if err := s.st.Delete(dctx, ckey); err != nil {
+			return
+		}
 	}
 	_ = s.st.Delete(dctx, indexKey)
 }
@@ -273,8 +291,11 @@ func (s *Stage) finish(ctx context.Context) (*manifest.Stage, error) {
 		digest = s.combined.Combines.Tasks
 	}
 	ckey := s.l.StagePrefix(s.query, s.stage) + CombinedName
-	if err := s.verify(ctx, plan, len(s.combined.Workers), digest); err != nil {
-		s.withdraw(ctx, ckey, want, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
+	if changed, err := s.verify(ctx, plan, len(s.combined.Workers), digest); changed != nil || err != nil {
+		if changed != nil {
+			s.withdraw(ctx, ckey, want, s.l.ObjectKey(s.query, s.stage, s.combined.Index.Key))
+			err = changed
+		}
 		return nil, fmt.Errorf("seal of combined %s stage %d (plan %s): %w", s.query, s.stage, plan, err)
 	}
 	if now, _, err := getCombined(ctx, s.st, s.l, s.query, s.stage); err != nil || !bytes.Equal(now, want) {

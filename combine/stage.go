@@ -38,7 +38,7 @@ var (
 
 // The keys of a combined level, relative to the stage prefix:
 //
-//	combined.json                                    the combined level's stage manifest: its commit point
+//	combined.json                                    the combined level's stage manifest: its commit point (or gc's hold, package gchold)
 //	combine-{plan}/task-{n}.bin                      task n's manifest (a worker manifest container)
 //	combine-{plan}/task-{n}/data-{write}.arrows      task n's combined object
 //	combine-{plan}/index-{seal}.bin                  the combined level's index
@@ -201,7 +201,7 @@ type heldError struct {
 }
 
 func (e *heldError) Error() string {
-	return fmt.Sprintf("%s is %v; once it is done, run the plan's tasks again and seal (a hold older than gc's --older-than is taken over and removed by the next gc)", e.key, e.hold)
+	return fmt.Sprintf("%s is %v; seal again once it is done, running the plan's tasks again if it deleted them (a hold left by a killed gc is removed by the first gc that finds it older than its --older-than)", e.key, e.hold)
 }
 
 func (e *heldError) Unwrap() error { return ErrMissingTasks }

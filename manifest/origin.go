@@ -29,7 +29,8 @@ type Origin struct {
 	// (package combine): each one's key, size and time. Every seal of
 	// the level checks the plan's task manifests against it before it
 	// publishes the level, so that all of them decide alike. Empty in a
-	// level written before it was recorded.
+	// level written before it was recorded (its seals then check only
+	// that each task manifest is there).
 	Tasks string `json:"tasks_sha256,omitempty"`
 }
 

@@ -47,7 +47,7 @@ func (p *Plan) Apply(ctx context.Context, st store.Store) (Report, error) {
 		r.expired(x.stage)
 	}
 	for _, lo := range p.leftovers {
-		if err := lo.apply(ctx, st, &r); err != nil {
+		if err := lo.apply(ctx, st, &r, p.applyNow()); err != nil {
 			return r, err
 		}
 	}
@@ -76,100 +76,102 @@ func deleteKeys(ctx context.Context, st store.Deleter, keys []string) error {
 
 // apply deletes a stage's leftovers of combining while it holds the
 // stage's combined.json (package gchold): it takes it with
-// If-None-Match, as a seal commits a level there, so that no level can be
-// committed while it deletes, and it deletes nothing of a plan while a
+// If-None-Match, as a seal commits a level there, so that no level can
+// be committed while it deletes, and it deletes nothing of a plan while a
 // level is there. Then the task manifests, then (if combined.json is
-// still its hold) the objects, indexes and group records, then the
-// hold. A hold older than --older-than, left by a gc that was killed,
-// is taken over (takeover).
-func (lo leftovers) apply(ctx context.Context, st store.Store, r *Report) error {
-	_, hold := gchold.New(lo.plans, r.Now)
-	taken, err := lo.take(ctx, st, hold, r)
-	if err != nil || !taken {
+// still the hold) the objects, indexes and group records, then the
+// hold. A hold older than the plan's hold cutoff, left by a gc that was
+// killed (takeover), is worked under as it is and removed at the end.
+// A hold that cannot be removed is reported: it keeps the stage from
+// being combined until a later gc takes it over.
+func (lo leftovers) apply(ctx context.Context, st store.Store, r *Report, now time.Time) error {
+	_, mine := gchold.New(lo.plans, now)
+	hold, err := lo.take(ctx, st, mine, r)
+	if err != nil || hold == nil {
 		return err
 	}
 	if err := deleteKeys(ctx, st, keysOf(lo.manifests)); err != nil {
-		lo.release(ctx, st, hold)
+		lo.release(ctx, st, hold, r)
 		return fmt.Errorf("gc: delete %d task manifests of combining left over: %w", len(lo.manifests), err)
 	}
 	r.orphaned(lo.manifests)
 	if ok, err := lo.holds(ctx, st, hold); err != nil || !ok {
-		if err == nil {
-			r.Skipped = append(r.Skipped, fmt.Sprintf("%s: taken from this gc's hold while it deleted the task manifests of combining left over; %d other keys stay", lo.combined, len(lo.rest)))
+		if err != nil {
+			lo.release(ctx, st, hold, r)
+			return fmt.Errorf("gc: read %s before deleting combining left over: %w", lo.combined, err)
 		}
-		return err
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: no longer gc's hold after gc deleted the task manifests of combining left over; %d other keys stay", lo.combined, len(lo.rest)))
+		return nil
 	}
 	if err := deleteKeys(ctx, st, keysOf(lo.rest)); err != nil {
-		lo.release(ctx, st, hold)
+		lo.release(ctx, st, hold, r)
 		return fmt.Errorf("gc: delete %d objects of combining left over: %w", len(lo.rest), err)
 	}
 	r.orphaned(lo.rest)
-	lo.release(ctx, st, hold)
+	lo.release(ctx, st, hold, r)
 	return nil
 }
 
-// take puts hold at combined.json with If-None-Match, and says whether
-// gc now holds it. Found taken: by this hold (a put whose answer was
-// lost), it is held; by the stale hold the plan found (takeover), that
-// one is deleted and the put made once more; by a level or another
-// hold, the stage is skipped, reported, and its keys stay.
-func (lo leftovers) take(ctx context.Context, st store.Store, hold []byte, r *Report) (bool, error) {
+// take puts mine at combined.json with If-None-Match, and returns the
+// bytes of the hold gc then works under: mine, or the stale hold the
+// plan found (takeover), or nil when the stage is skipped (a level, or
+// another gc's hold, is there; reported, and its keys stay). A put whose
+// answer was lost finds mine there.
+func (lo leftovers) take(ctx context.Context, st store.Store, mine []byte, r *Report) ([]byte, error) {
 	for try := 0; ; try++ {
-		err := st.Put(ctx, lo.combined, hold, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
+		err := st.Put(ctx, lo.combined, mine, store.PutOptions{IfNoneMatch: true, ContentType: "application/json"})
 		if err == nil {
-			return true, nil
+			return mine, nil
 		}
 		if !errors.Is(err, store.ErrPreconditionFailed) {
-			lo.release(ctx, st, hold) // a put cut off may have landed
-			return false, fmt.Errorf("gc: hold %s before deleting combining left over: %w", lo.combined, err)
+			lo.release(ctx, st, mine, r) // a put cut off may have landed
+			return nil, fmt.Errorf("gc: hold %s before deleting combining left over: %w", lo.combined, err)
 		}
-		b, err := readSmall(ctx, st, lo.combined, maxHoldBytes)
+		b, err := readHold(ctx, st, lo.combined)
 		switch {
 		case store.IsNotFound(err):
 			if try == 0 {
 				continue // withdrawn meanwhile: try once more
 			}
 			r.Skipped = append(r.Skipped, fmt.Sprintf("%s: changed twice while gc took it; combining left over stays for the next gc", lo.combined))
-			return false, nil
-		case err != nil && !errors.Is(err, errLarger):
-			return false, fmt.Errorf("gc: read %s: %w", lo.combined, err)
-		case bytes.Equal(b, hold):
-			return true, nil
-		case try == 0 && lo.takeover != nil && bytes.Equal(b, lo.takeover):
-			if err := st.Delete(ctx, lo.combined); err != nil {
-				return false, fmt.Errorf("gc: delete the stale hold at %s: %w", lo.combined, err)
-			}
-			continue
+			return nil, nil
+		case err != nil:
+			lo.release(ctx, st, mine, r)
+			return nil, fmt.Errorf("gc: read %s: %w", lo.combined, err)
+		case bytes.Equal(b, mine):
+			return mine, nil
+		case lo.takeover != nil && bytes.Equal(b, lo.takeover):
+			return lo.takeover, nil
 		}
 		if h, ok := gchold.Parse(b); ok {
 			r.Skipped = append(r.Skipped, fmt.Sprintf("%s: %v; its %d keys of combining left over are that gc's", lo.combined, h, len(lo.manifests)+len(lo.rest)))
 		} else {
 			r.Skipped = append(r.Skipped, fmt.Sprintf("%s: committed while gc planned to delete combining left over; its %d keys stay", lo.combined, len(lo.manifests)+len(lo.rest)))
 		}
-		return false, nil
+		return nil, nil
 	}
 }
 
 // holds says whether combined.json is still hold.
 func (lo leftovers) holds(ctx context.Context, st store.Store, hold []byte) (bool, error) {
-	b, err := readSmall(ctx, st, lo.combined, maxHoldBytes)
+	b, err := readHold(ctx, st, lo.combined)
 	if store.IsNotFound(err) {
 		return false, nil
 	}
-	if err != nil && !errors.Is(err, errLarger) {
-		return false, fmt.Errorf("gc: read %s: %w", lo.combined, err)
-	}
-	return err == nil && bytes.Equal(b, hold), nil
+	return err == nil && bytes.Equal(b, hold), err
 }
 
 // release deletes the hold if combined.json is still it, on a context
-// of its own: a hold left behind keeps the stage from being combined
-// until a gc takes it over.
-func (lo leftovers) release(ctx context.Context, st store.Store, hold []byte) {
+// of its own; a hold it could not remove is reported.
+func (lo leftovers) release(ctx context.Context, st store.Store, hold []byte, r *Report) {
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	if ok, _ := lo.holds(dctx, st, hold); ok {
-		_ = st.Delete(dctx, lo.combined)
+	ok, err := lo.holds(dctx, st, hold)
+	if err == nil && ok {
+		err = st.Delete(dctx, lo.combined)
+	}
+	if err != nil {
+		r.Skipped = append(r.Skipped, fmt.Sprintf("%s: gc's hold may be left (%v): the stage cannot be combined until a gc takes it over, once it is older than --older-than (at least %v)", lo.combined, err, minHoldAge))
 	}
 }
 

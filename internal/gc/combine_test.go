@@ -404,10 +404,20 @@ func planKeys(t *testing.T, st store.Store, plan string) []string {
 	return out
 }
 
-// holdHook calls after once, after its first Put of a combined.json.
+// holdHook calls after once, after its first Put of a combined.json,
+// and del after each Delete of task manifests.
 type holdHook struct {
 	store.Store
 	after func()
+	del   func()
+}
+
+func (h *holdHook) Delete(ctx context.Context, keys ...string) error {
+	err := h.Store.Delete(ctx, keys...)
+	if h.del != nil && len(keys) > 0 && strings.HasSuffix(keys[0], ".bin") && strings.Contains(keys[0], "/task-") {
+		h.del()
+	}
+	return err
 }
 
 func (h *holdHook) Put(ctx context.Context, key string, body []byte, o store.PutOptions) error {
@@ -525,6 +535,54 @@ func TestCombineHold(t *testing.T) {
 			putHold(nil, base)
 			gcAt(raw, 50*time.Hour)
 			absent("a stale hold alone")
+			// A hold of another make, larger than the bytes gc reads of
+			// combined.json, that does not decode from them: stale, and
+			// removed.
+			big := []byte(`{"kind":"gc-hold","id":"0000000000000000","plans":["` + strings.Repeat("0123456789abcdef", 2*gchold.ReadBytes) + `"]}`)
+			if err := raw.Put(ctx, ckey, big, store.PutOptions{IfNoneMatch: true}); err != nil {
+				t.Fatal(err)
+			}
+			gcAt(raw, 50*time.Hour)
+			absent("a hold larger than gc reads")
+
+			// gc finds combined.json no longer its hold once it has
+			// deleted the task manifests (a delete that raced the hold, and
+			// a seal's put): it deletes nothing more, and says so.
+			plan = leftOver()
+			stand := []byte(`{"format_version":"3.0","kind":"stage"}`)
+			replaced := &holdHook{Store: raw}
+			var deleted bool
+			replaced.del = func() {
+				if deleted {
+					return
+				}
+				deleted = true
+				if err := raw.Delete(ctx, ckey); err != nil {
+					t.Error(err)
+				}
+				if err := raw.Put(ctx, ckey, stand, store.PutOptions{IfNoneMatch: true}); err != nil {
+					t.Error(err)
+				}
+			}
+			r = gcAt(replaced, 2*time.Hour)
+			if !slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.HasPrefix(s, ckey+": no longer gc's hold") }) {
+				t.Errorf("gc whose hold was replaced: skipped %q", r.Skipped)
+			}
+			if got := getAll(t, raw, ckey); !slices.Equal(got, stand) {
+				t.Errorf("%s is %q after gc, want what replaced its hold", ckey, got)
+			}
+			for _, k := range planKeys(t, raw, plan) {
+				if strings.HasSuffix(k, "/task-0.bin") {
+					t.Errorf("task manifest %s left: gc deletes them first", k)
+				}
+			}
+			if n := len(planKeys(t, raw, plan)); n == 0 {
+				t.Errorf("gc whose hold was replaced deleted every key of plan %s", plan)
+			}
+			if err := raw.Delete(ctx, ckey); err != nil {
+				t.Fatal(err)
+			}
+			gcAt(raw, 2*time.Hour) // the rest of the plan
 
 			if got, err := content(t, c, query, 0); err != nil || got != want {
 				t.Fatalf("first level after the holds: %s, %v; want %s", got, err, want)

@@ -186,7 +186,7 @@ var expiryGroups = [4]string{"combined level's manifest", "stage manifest", "wor
 // every combine plan whose newest key and open upload are at or before
 // cutoff: tasks killed, or a plan whose seal never came (see
 // combineLeftovers).
-func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff time.Time) (verdict, error) {
+func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys, cutoff, resultsCutoff, combinedCutoff, holdCutoff time.Time) (verdict, error) {
 	var v verdict
 	r, err := loadRefs(ctx, st, l, s)
 	if err != nil {
@@ -194,7 +194,7 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 	}
 	v.skipped = r.skipped
 	combineOrphans := r.combineOrphans(s, cutoff)
-	stale := r.hold != nil && !r.hold.HeldAt.After(cutoff)
+	stale := r.hold != nil && !r.hold.HeldAt.After(holdCutoff)
 	if r.hold != nil && !stale {
 		v.skipped = append(v.skipped, fmt.Sprintf("%s: %v; this stage's combining left over is that gc's", s.combined.Key, r.hold))
 	}
@@ -261,10 +261,9 @@ type refs struct {
 	holdBytes []byte
 }
 
-// maxHoldBytes: a combined.json of at most this many bytes is read to
-// tell gc's hold from a level's manifest (a hold names its plans in a
-// few hundred bytes).
-const maxHoldBytes = 64 << 10
+// minHoldAge is the youngest hold gc takes over, whatever its
+// --older-than: a gc run holds a stage for seconds.
+const minHoldAge = 15 * time.Minute
 
 // loadRefs reads the stage manifest and every worker manifest of s,
 // eight at a time.
@@ -309,11 +308,11 @@ func loadRefs(ctx context.Context, st store.Reader, l manifest.Layout, s *stageK
 			return nil
 		})
 	}
-	if s.combined != nil && s.combined.Size <= maxHoldBytes {
+	if s.combined != nil {
 		g.Go(func() error {
-			b, err := readSmall(gctx, st, s.combined.Key, maxHoldBytes)
-			if store.IsNotFound(err) || errors.Is(err, errLarger) {
-				return nil // gone, or a level's manifest
+			b, err := readHold(gctx, st, s.combined.Key)
+			if store.IsNotFound(err) {
+				return nil
 			}
 			if err != nil {
 				return fmt.Errorf("gc: read %s: %w", s.combined.Key, err)
@@ -470,22 +469,15 @@ func (s *stageKeys) combinedKey(l manifest.Layout) string {
 	return l.StagePrefix(s.id.query, s.id.stage) + combine.CombinedName
 }
 
-// errLarger: an object read by readSmall is larger than its limit.
-var errLarger = errors.New("larger than the limit")
-
-// readSmall reads key whole; one of more than limit bytes is errLarger,
-// with its first bytes.
-func readSmall(ctx context.Context, st store.Reader, key string, limit int64) ([]byte, error) {
-	body, err := st.GetRange(ctx, key, 0, -1)
+// readHold reads the first gchold.ReadBytes of key: a hold whole, or
+// the first bytes of a level's manifest.
+func readHold(ctx context.Context, st store.Reader, key string) ([]byte, error) {
+	body, err := st.GetRange(ctx, key, 0, gchold.ReadBytes)
 	if err != nil {
 		return nil, err
 	}
 	defer body.Close()
-	b, err := io.ReadAll(io.LimitReader(body, limit+1))
-	if err == nil && int64(len(b)) > limit {
-		err = fmt.Errorf("%s: %w of %d bytes", key, errLarger, limit)
-	}
-	return b, err
+	return io.ReadAll(body)
 }
 
 // firstLevel lists the first level of a combined stage for deletion:

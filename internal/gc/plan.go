@@ -26,7 +26,11 @@ type Plan struct {
 	manifests []store.ObjectInfo
 	orphans   []store.ObjectInfo // unreferenced data, indexes and guard probes old enough to delete
 	leftovers []leftovers        // of combining stages not combined, by stage
+	planned   time.Time          // the wall clock when the plan was made
 }
+
+// applyNow is the plan's clock (head.Now) when Apply gets to it.
+func (p *Plan) applyNow() time.Time { return p.head.Now.Add(time.Since(p.planned)) }
 
 // expiry is an expired results stage and its keys in deletion order
 // (expiryGroups): the combined level's manifest, the stage manifest,
@@ -60,7 +64,7 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	p := &Plan{head: Report{
 		Prefix: l.Root(), Now: t,
 		Cutoff: t.Add(-o.OlderThan), ResultsCutoff: t.Add(-o.ResultsRetention),
-	}}
+	}, planned: time.Now()}
 	r := &p.head
 	root := l.Root()
 	var combinedCutoff time.Time // zero: first levels stay
@@ -162,6 +166,11 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	}
 	r.Scanned.Stages = len(stages)
 
+	// A hold at combined.json older than this is a killed gc's.
+	holdCutoff := r.Cutoff
+	if c := t.Add(-minHoldAge); c.Before(holdCutoff) {
+		holdCutoff = c
+	}
 	ordered := make([]*stageKeys, 0, len(stages))
 	for _, s := range stages {
 		ordered = append(ordered, s)
@@ -174,7 +183,7 @@ func NewPlan(ctx context.Context, st store.Store, l manifest.Layout, o Options) 
 	g.SetLimit(8)
 	for i, s := range ordered {
 		g.Go(func() (err error) {
-			verdicts[i], err = judge(gctx, st, l, s, r.Cutoff, r.ResultsCutoff, combinedCutoff)
+			verdicts[i], err = judge(gctx, st, l, s, r.Cutoff, r.ResultsCutoff, combinedCutoff, holdCutoff)
 			return err
 		})
 	}

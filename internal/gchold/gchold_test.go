@@ -29,8 +29,28 @@ func TestParse(t *testing.T) {
 			t.Errorf("%q parsed as a hold", level)
 		}
 	}
+	many := make([]string, 4000)
+	for i := range many {
+		many[i] = "0123456789abcdef"
+	}
+	h, b = New(many, at)
+	if len(b) > ReadBytes || len(h.Plans) != MaxNamed || h.PlanCount != len(many) || !strings.Contains(h.String(), " and 3968 more") {
+		t.Fatalf("a hold of %d plans: %d bytes (at most %d), %d named, %d counted: %s", len(many), len(b), ReadBytes, len(h.Plans), h.PlanCount, h)
+	}
+	if _, b = New(nil, at); !strings.Contains(mustParse(t, b).String(), "deleting no plan") {
+		t.Fatalf("a hold of no plan: %s", mustParse(t, b))
+	}
 	bad, ok := Parse([]byte(`{"kind":"gc-hold","held_at":"yesterday"}`))
 	if !ok || !bad.HeldAt.IsZero() {
 		t.Fatalf("a hold that does not decode: %+v, %v", bad, ok)
 	}
+}
+
+func mustParse(t *testing.T, b []byte) Hold {
+	t.Helper()
+	h, ok := Parse(b)
+	if !ok {
+		t.Fatalf("%s is not a hold", b)
+	}
+	return h
 }
