@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/durashuffle/durashuffle/internal/gchold"
@@ -85,9 +86,14 @@ func deleteKeys(ctx context.Context, st store.Deleter, keys []string) error {
 // A hold that cannot be removed is reported: it keeps the stage from
 // being combined until a later gc takes it over.
 func (lo leftovers) apply(ctx context.Context, st store.Store, r *Report, now time.Time) error {
+	lo.manifests, lo.rest = slices.Clone(lo.manifests), slices.Clone(lo.rest) // the plan stays as it was made
 	_, mine := gchold.New(lo.plans, now)
 	hold, err := lo.take(ctx, st, mine, r)
 	if err != nil || hold == nil {
+		return err
+	}
+	if err := lo.dropActive(ctx, st, r); err != nil {
+		lo.release(ctx, st, hold, r)
 		return err
 	}
 	if err := deleteKeys(ctx, st, keysOf(lo.manifests)); err != nil {
@@ -150,6 +156,38 @@ func (lo leftovers) take(ctx context.Context, st store.Store, mine []byte, r *Re
 		}
 		return nil, nil
 	}
+}
+
+// dropActive lists each plan's folder again, now that gc holds the
+// stage, and takes out of lo the keys of every plan with a key newer
+// than the cutoff there: a task that committed (or a group formed) since
+// the plan was made. Deleting the rest of such a plan would leave its
+// new task manifests beside group records formed anew.
+func (lo *leftovers) dropActive(ctx context.Context, st store.Store, r *Report) error {
+	active := map[string]bool{}
+	for _, plan := range lo.plans {
+		objs, _, err := st.List(ctx, lo.dirs[plan], "")
+		if err != nil {
+			return fmt.Errorf("gc: list %s before deleting combining left over: %w", lo.dirs[plan], err)
+		}
+		for _, o := range objs {
+			if o.LastModified.After(lo.cutoff) {
+				active[plan] = true
+				r.Skipped = append(r.Skipped, fmt.Sprintf("%s: written since gc planned to delete plan %s (newer than --older-than); the plan's keys stay", o.Key, plan))
+				break
+			}
+		}
+	}
+	if len(active) == 0 {
+		return nil
+	}
+	keep := func(o store.ObjectInfo) bool {
+		_, plan, _, ok := parseCombineKey(lo.layout, o.Key)
+		return ok && active[plan]
+	}
+	lo.manifests = slices.DeleteFunc(lo.manifests, keep)
+	lo.rest = slices.DeleteFunc(lo.rest, keep)
+	return nil
 }
 
 // holds says whether combined.json is still hold.

@@ -435,8 +435,11 @@ func (h *holdHook) Put(ctx context.Context, key string, body []byte, o store.Put
 // naming the hold (the plan itself can be made); once gc is done the
 // hold is gone. Another gc's hold younger than --older-than makes gc
 // leave the stage's leftovers alone and say so; one older (a gc killed
-// while it held the stage) is taken over and removed, with or without
-// leftovers. The stage then combines.
+// while it held the stage), or one that does not decode, is taken over
+// and removed, with or without leftovers. A gc that finds its hold
+// replaced after deleting the task manifests deletes nothing more; one
+// that finds a plan written since it planned leaves that plan's keys.
+// The stage then combines.
 func TestCombineHold(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.Name, func(t *testing.T) {
@@ -583,6 +586,40 @@ func TestCombineHold(t *testing.T) {
 				t.Fatal(err)
 			}
 			gcAt(raw, 2*time.Hour) // the rest of the plan
+
+			// A task of the plan commits between gc's plan and its hold:
+			// once it holds the stage, gc lists the plan again and leaves
+			// all of its keys.
+			cs, err := c.Combine(ctx, query, 0, combine.Options{Groups: 2, Buckets: 2})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for n := range 2 {
+				if _, err := cs.RunTask(ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			old := time.Now()
+			time.Sleep(3 * time.Second) // LastModified may be whole seconds
+			p, err := gc.NewPlan(ctx, raw, l, gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return old.Add(time.Hour + 1500*time.Millisecond) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := cs.RunTask(ctx, 2); err != nil {
+				t.Fatal(err)
+			}
+			before := planKeys(t, raw, cs.Plan().ID)
+			if r, err = p.Apply(ctx, raw); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.Contains(s, "written since gc planned to delete plan "+cs.Plan().ID) }) {
+				t.Errorf("gc of a plan written since it planned: skipped %q", r.Skipped)
+			}
+			if got := planKeys(t, raw, cs.Plan().ID); !slices.Equal(got, before) {
+				t.Errorf("gc of a plan written since it planned left %v of %v", got, before)
+			}
+			absent("after gc left a plan written since it planned")
+			gcAt(raw, 50*time.Hour)
 
 			if got, err := content(t, c, query, 0); err != nil || got != want {
 				t.Fatalf("first level after the holds: %s, %v; want %s", got, err, want)

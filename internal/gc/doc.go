@@ -30,7 +30,9 @@
 // level's and decodes. gc deletes them while it holds combined.json
 // itself (package gchold: taken with If-None-Match, as a seal commits a
 // level there, and deleted after), so that no seal commits a level
-// while it deletes, and it deletes nothing while a level is there. A
+// while it deletes, and it deletes nothing while a level is there; once
+// it holds it, it lists each plan's folder again and leaves a plan
+// written to since it planned. A
 // hold left by a gc that was killed is taken over by the first gc that
 // finds it older than its cutoff. A plan that is still being combined
 // writes a task manifest or starts an upload at least every OlderThan,

@@ -135,6 +135,12 @@ type verdict struct {
 type leftovers struct {
 	combined  string
 	plans     []string // whose keys these are
+	// dirs are the plans' folders, listed again under the hold: a plan
+	// with a key newer than cutoff there is being combined again, and
+	// its keys stay.
+	dirs      map[string]string
+	cutoff    time.Time
+	layout    manifest.Layout
 	manifests []store.ObjectInfo
 	rest      []store.ObjectInfo
 	// takeover is a hold at combined.json older than the cutoff, left by
@@ -199,7 +205,10 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 		v.skipped = append(v.skipped, fmt.Sprintf("%s: %v; this stage's combining left over is that gc's", s.combined.Key, r.hold))
 	}
 	if left, plans := r.combineLeftovers(s, cutoff, stale); len(left) > 0 || stale {
-		v.leftovers = &leftovers{combined: s.combinedKey(l), plans: plans}
+		v.leftovers = &leftovers{combined: s.combinedKey(l), plans: plans, dirs: map[string]string{}, cutoff: cutoff, layout: l}
+		for _, plan := range plans {
+			v.leftovers.dirs[plan] = l.ObjectKey(s.id.query, s.id.stage, manifest.PlanDir(plan))
+		}
 		if stale {
 			v.leftovers.takeover = r.holdBytes
 		}
