@@ -612,7 +612,9 @@ func TestCombineHold(t *testing.T) {
 			if r, err = p.Apply(ctx, raw); err != nil {
 				t.Fatal(err)
 			}
-			if !slices.ContainsFunc(r.Skipped, func(s string) bool { return strings.Contains(s, "written since gc planned to delete plan "+cs.Plan().ID) }) {
+			if !slices.ContainsFunc(r.Skipped, func(s string) bool {
+				return strings.Contains(s, "written since gc planned to delete plan "+cs.Plan().ID)
+			}) {
 				t.Errorf("gc of a plan written since it planned: skipped %q", r.Skipped)
 			}
 			if got := planKeys(t, raw, cs.Plan().ID); !slices.Equal(got, before) {

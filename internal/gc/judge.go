@@ -133,8 +133,8 @@ type verdict struct {
 // stage's combined.json (see apply): its task manifests first, then its
 // objects, indexes and group records.
 type leftovers struct {
-	combined  string
-	plans     []string // whose keys these are
+	combined string
+	plans    []string // whose keys these are
 	// dirs are the plans' folders, listed again under the hold: a plan
 	// with a key newer than cutoff there is being combined again, and
 	// its keys stay.
