@@ -198,6 +198,9 @@ func judge(ctx context.Context, st store.Reader, l manifest.Layout, s *stageKeys
 	if err != nil {
 		return v, err
 	}
+	if err := r.loadHold(ctx, st, s); err != nil {
+		return v, err
+	}
 	v.skipped = r.skipped
 	combineOrphans := r.combineOrphans(s, cutoff)
 	stale := r.hold != nil && !r.hold.HeldAt.After(holdCutoff)
@@ -317,23 +320,6 @@ func loadRefs(ctx context.Context, st store.Reader, l manifest.Layout, s *stageK
 			return nil
 		})
 	}
-	if s.combined != nil {
-		g.Go(func() error {
-			b, err := readHold(gctx, st, s.combined.Key)
-			if store.IsNotFound(err) {
-				return nil
-			}
-			if err != nil {
-				return fmt.Errorf("gc: read %s: %w", s.combined.Key, err)
-			}
-			if h, ok := gchold.Parse(b); ok {
-				mu.Lock()
-				r.hold, r.holdBytes = &h, b
-				mu.Unlock()
-			}
-			return nil
-		})
-	}
 	for worker, obj := range s.workers {
 		g.Go(func() error {
 			w, err := manifest.LoadWorker(gctx, st, l, s.id.query, s.id.stage, worker)
@@ -357,6 +343,26 @@ func loadRefs(ctx context.Context, st store.Reader, l manifest.Layout, s *stageK
 	}
 	slices.Sort(r.skipped)
 	return r, nil
+}
+
+// loadHold reads combined.json of a stage that is not combined (its
+// stage manifest names no combined level): a level committed but not
+// published, or gc's hold (r.hold). A combined stage's is its level's.
+func (r *refs) loadHold(ctx context.Context, st store.Reader, s *stageKeys) error {
+	if s.combined == nil || !r.combinedAt.IsZero() {
+		return nil
+	}
+	b, err := readHold(ctx, st, s.combined.Key)
+	if store.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("gc: read %s: %w", s.combined.Key, err)
+	}
+	if h, ok := gchold.Parse(b); ok {
+		r.hold, r.holdBytes = &h, b
+	}
+	return nil
 }
 
 // combineOrphans are, once the stage is combined, the keys of every
