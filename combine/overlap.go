@@ -3,6 +3,8 @@ package combine
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -42,6 +44,18 @@ type groupRecord struct {
 type groupMember struct {
 	Worker  string `json:"worker"`
 	Attempt string `json:"attempt"`
+}
+
+// digest is the hex SHA-256 of the record's plan, group, workers and
+// attempts: what a task of the group records it read
+// (manifest.Worker.GroupSHA256).
+func (r *groupRecord) digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%s %d\n", r.Plan, r.Group)
+	for _, m := range r.Workers {
+		fmt.Fprintf(h, "%s %s\n", m.Worker, m.Attempt)
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (r *groupRecord) ids() []string {
@@ -190,6 +204,9 @@ func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
 	o := s.overlap
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if old := o.records[g]; old != nil && !slices.Equal(old.Workers, rec.Workers) {
+		delete(o.members, g) // the record was formed anew (gc deleted the plan's)
+	}
 	o.records[g] = rec
 	if ws != nil {
 		o.members[g] = ws
@@ -205,36 +222,90 @@ func (s *Stage) formNamed(ctx context.Context, g int, workers []string) (*groupR
 	if d := firstDuplicate(workers); d != "" {
 		return nil, fmt.Errorf("%w: %s: worker %s named twice", ErrGroupConflict, what, d)
 	}
+	conflict := func(rec *groupRecord) error {
+		if have, named := slices.Sorted(slices.Values(rec.ids())), slices.Sorted(slices.Values(workers)); slices.Equal(have, named) {
+			return nil
+		}
+		return fmt.Errorf("%w: %s was formed with workers %s, and now named with %s", ErrGroupConflict, what, strings.Join(rec.ids(), ","), strings.Join(workers, ","))
+	}
 	if rec, err := s.record(ctx, g, false); err != nil || rec != nil {
-		if err == nil && !slices.Equal(rec.ids(), workers) {
-			err = fmt.Errorf("%w: %s was formed with workers %s, and now named with %s", ErrGroupConflict, what, strings.Join(rec.ids(), ","), strings.Join(workers, ","))
+		if err == nil {
+			err = conflict(rec)
 		}
 		return rec, err
+	}
+	// A worker another group holds would be in two groups: the plan
+	// could never seal.
+	held, _, err := s.formedGroups(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	for _, id := range workers {
+		if k, ok := held[id]; ok && k != g {
+			return nil, fmt.Errorf("%w: %s: worker %s is in group %d already", ErrGroupConflict, what, id, k)
+		}
 	}
 	ws, err := s.loadWorkers(ctx, what, workers)
 	if err != nil {
 		return nil, err
 	}
-	return s.commitGroup(ctx, what, g, ws)
+	rec, err := s.commitGroup(ctx, what, g, ws)
+	if err == nil {
+		err = conflict(rec) // another process formed it first, with other workers
+	}
+	return rec, err
+}
+
+// formedGroups LISTs the plan's group records and returns the groups
+// formed, and their workers by the group that holds them.
+func (s *Stage) formedGroups(ctx context.Context) (held map[string]int, formed map[int]*groupRecord, err error) {
+	prefix := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(s.plan.ID)+"group-")
+	objs, _, err := s.st.List(ctx, prefix, "/")
+	if err != nil {
+		return nil, nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	held, formed = map[string]int{}, map[int]*groupRecord{}
+	for _, o := range objs {
+		k, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(o.Key, prefix), ".json"))
+		if err != nil || k < 0 || k >= len(s.plan.Groups) {
+			continue
+		}
+		rec, err := s.record(ctx, k, false)
+		if err != nil {
+			return nil, nil, err
+		}
+		if rec == nil {
+			continue
+		}
+		formed[k] = rec
+		for _, id := range rec.ids() {
+			held[id] = k
+		}
+	}
+	return held, formed, nil
 }
 
 // formListed forms group g, and the groups before it that no process
 // has formed, from the committed workers in commit order.
 func (s *Stage) formListed(ctx context.Context, g int) (*groupRecord, error) {
 	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
+	// The workers of every formed group are taken, a later one's too
+	// (an engine may name a later group first).
+	held, formed, err := s.formedGroups(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if rec := formed[g]; rec != nil {
+		return rec, nil // formed by another process meanwhile
+	}
 	taken := map[string]bool{}
+	for id := range held {
+		taken[id] = true
+	}
 	var earlier []int
 	for k := range g {
-		rec, err := s.record(ctx, k, false)
-		if err != nil {
-			return nil, err
-		}
-		if rec == nil {
+		if formed[k] == nil {
 			earlier = append(earlier, k)
-			continue
-		}
-		for _, id := range rec.ids() {
-			taken[id] = true
 		}
 	}
 	committed, err := s.commitOrder(ctx)
@@ -361,33 +432,33 @@ func (s *Stage) commitGroup(ctx context.Context, what string, g int, ws []*manif
 	return got, nil
 }
 
-// members returns group g's workers' manifests, forming the group from
-// the listing when no process has.
-func (s *Stage) members(ctx context.Context, g int) ([]*manifest.Worker, error) {
+// members returns group g's record and its workers' manifests, forming
+// the group from the listing when no process has.
+func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.Worker, error) {
 	rec, err := s.record(ctx, g, true)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	o := s.overlap
 	o.mu.Lock()
 	ws := o.members[g]
 	o.mu.Unlock()
 	if ws != nil {
-		return ws, nil
+		return rec, ws, nil
 	}
 	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
 	if ws, err = s.loadWorkers(ctx, what, rec.ids()); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	// A worker manifest is committed with If-None-Match: the attempt the
 	// group recorded is the worker's for good.
 	for i, w := range ws {
 		if w.Attempt != rec.Workers[i].Attempt {
-			return nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
+			return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
 		}
 	}
 	s.keep(g, rec, ws)
-	return ws, nil
+	return rec, ws, nil
 }
 
 // groupLevel is a group's workers as a level of their own, their frames
@@ -402,20 +473,22 @@ func (s *Stage) groupLevel(ws []*manifest.Worker) *manifest.Stage {
 
 // checkGroups is the combined seal's check of an overlapped plan
 // against the sealed first level: every worker of the level in exactly
-// one group, with the attempt the level names, and no other worker.
-func (s *Stage) checkGroups(ctx context.Context) error {
+// one group, with the attempt the level names, and no other worker. It
+// reads the group records from the store, not this process's, and
+// returns them for the check of the tasks (checkTaskGroups).
+func (s *Stage) checkGroups(ctx context.Context) ([]*groupRecord, error) {
 	what := fmt.Sprintf("seal of combined %s stage %d (plan %s)", s.query, s.stage, s.plan.ID)
 	recs := make([]*groupRecord, len(s.plan.Groups))
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(16)
 	for g := range recs {
 		eg.Go(func() (err error) {
-			recs[g], err = s.record(gctx, g, false)
+			recs[g], err = s.loadGroup(gctx, g)
 			return err
 		})
 	}
 	if err := eg.Wait(); err != nil {
-		return err
+		return nil, err
 	}
 	level := map[string]string{}
 	for _, w := range s.level1.Workers {
@@ -432,21 +505,41 @@ func (s *Stage) checkGroups(ctx context.Context) error {
 			attempt, ok := level[m.Worker]
 			switch prev, twice := in[m.Worker]; {
 			case twice:
-				return fmt.Errorf("%w: %s: worker %s is in groups %d and %d", ErrGroupConflict, what, m.Worker, prev, g)
+				return nil, fmt.Errorf("%w: %s: worker %s is in groups %d and %d", ErrGroupConflict, what, m.Worker, prev, g)
 			case !ok:
-				return fmt.Errorf("%w: %s: worker %s of group %d is not in the sealed first level (%d workers)", ErrGroupConflict, what, m.Worker, g, len(s.level1.Workers))
+				return nil, fmt.Errorf("%w: %s: worker %s of group %d is not in the sealed first level (%d workers)", ErrGroupConflict, what, m.Worker, g, len(s.level1.Workers))
 			case attempt != m.Attempt:
-				return fmt.Errorf("%w: %s: group %d read worker %s's attempt %s, the first level names attempt %s", ErrGroupConflict, what, g, m.Worker, m.Attempt, attempt)
+				return nil, fmt.Errorf("%w: %s: group %d read worker %s's attempt %s, the first level names attempt %s", ErrGroupConflict, what, g, m.Worker, m.Attempt, attempt)
 			}
 			in[m.Worker] = g
 		}
 	}
 	if len(unformed) > 0 {
-		return fmt.Errorf("%w: %s: %d of %d groups have not formed: %s", ErrMissingTasks, what, len(unformed), len(recs), strings.Join(unformed, ", "))
+		return nil, fmt.Errorf("%w: %s: %d of %d groups have not formed: %s", ErrMissingTasks, what, len(unformed), len(recs), strings.Join(unformed, ", "))
 	}
 	for _, w := range s.level1.Workers {
 		if _, ok := in[w.Worker]; !ok {
-			return fmt.Errorf("%w: %s: worker %s of the first level is in no group", ErrGroupConflict, what, w.Worker)
+			return nil, fmt.Errorf("%w: %s: worker %s of the first level is in no group", ErrGroupConflict, what, w.Worker)
+		}
+	}
+	return recs, nil
+}
+
+// checkTaskGroups is the combined seal's check that every task of an
+// overlapped plan was made from its group as recs record it: a task
+// made from a record gc deleted, and formed anew since with other
+// workers, holds other rows than the record says, whatever the totals.
+func (s *Stage) checkTaskGroups(c *manifest.Stage, recs []*groupRecord) error {
+	byID := map[string]*manifest.Worker{}
+	for i := range c.Workers {
+		byID[c.Workers[i].Worker] = &c.Workers[i]
+	}
+	for n := range s.plan.Tasks() {
+		g, j := s.plan.Task(n)
+		w := byID[s.plan.taskID(n)]
+		if w == nil || w.GroupSHA256 != recs[g].digest() {
+			return fmt.Errorf("%w: seal of combined %s stage %d (plan %s): task %d (group %d, bucket %d) was made from other workers of group %d than its record names now (%s): the record was formed anew after gc deleted the plan's keys; this plan cannot seal, combine the sealed stage with a plan made after the seal",
+				ErrGroupConflict, s.query, s.stage, s.plan.ID, n, g, j, g, strings.Join(recs[g].ids(), ","))
 		}
 	}
 	return nil

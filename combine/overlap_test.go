@@ -237,7 +237,14 @@ func TestCombineOverlapFaults(t *testing.T) {
 		if _, err := r.FormGroup(ctx, 0, []string{"0", "1"}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := r.FormGroup(ctx, 1, []string{"1", "2"}); err != nil {
+		if _, err := r.FormGroup(ctx, 1, []string{"1", "2"}); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "worker 1 is in group 0 already") {
+			t.Fatalf("group 1 named with a worker of group 0: %v, want ErrGroupConflict naming it", err)
+		}
+		// Two processes naming at once can still commit such records:
+		// group 1's is put as a racing process would.
+		rec := fmt.Sprintf(`{"plan":%q,"group":1,"workers":[{"worker":"1","attempt":%q},{"worker":"2","attempt":%q}]}`,
+			r.Plan().ID, attemptOf(t, e, "r", "1"), attemptOf(t, e, "r", "2"))
+		if err := e.st.Put(ctx, e.c.Layout().ObjectKey("r", 0, manifest.PlanDir(r.Plan().ID)+"group-1.json"), []byte(rec), store.PutOptions{IfNoneMatch: true}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := r.RunAll(ctx, 2); err != nil {
@@ -478,4 +485,14 @@ func TestCombineOverlapGroupRecordDamaged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// attemptOf is worker w's committed attempt in query's stage 0.
+func attemptOf(t *testing.T, e *env, query, w string) string {
+	t.Helper()
+	m, err := manifest.LoadWorker(context.Background(), e.st, e.c.Layout(), query, 0, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m.Attempt
 }

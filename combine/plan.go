@@ -588,15 +588,16 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 	if p.Overlap {
 		// Made while the stage is written, run in one process (RunAll):
 		// no stage manifest or index to open; per group its record
-		// (absent), a LIST of the committed workers, their manifests and
-		// the record's put; per task its manifest (absent). The seal
-		// reads the first level's stage manifest.
+		// (absent), a LIST of the formed groups' records, a LIST of the
+		// committed workers, their manifests and the record's put; per
+		// task its manifest (absent). The seal reads the first level's
+		// stage manifest and every group's record.
 		open, perTask = 1, 1
 		for _, g := range p.Groups {
 			pr.Combine.GET += 1 + int64(g.Len())
-			pr.Combine.PUT += 2
+			pr.Combine.PUT += 3
 		}
-		pr.Combine.GET++
+		pr.Combine.GET += 1 + int64(len(p.Groups))
 	}
 	pr.Combine.GET += open
 	for n := range p.Tasks() {

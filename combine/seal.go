@@ -59,9 +59,11 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 			}
 			s.level1 = m
 		}
-		if err := s.checkGroups(ctx); err != nil {
+		groups, err := s.checkGroups(ctx)
+		if err != nil {
 			return nil, err
 		}
+		s.groups = groups
 	}
 	// The task manifests, by one LIST of the plan's folder.
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(p.ID))
@@ -104,6 +106,12 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		}
 		s.deleteIndex(ctx, indexKey)
 		return nil, fmt.Errorf("%s: %w", what, err)
+	}
+	if s.overlap != nil {
+		if err := s.checkTaskGroups(c, s.groups); err != nil {
+			s.deleteIndex(ctx, indexKey)
+			return nil, err
+		}
 	}
 	// The combined level holds every frame of the first, and no other.
 	if c.Totals.Rows != s.level1.Totals.Rows || c.Totals.Frames != s.level1.Totals.Frames || c.Totals.BytesStored != s.level1.Totals.BytesStored {

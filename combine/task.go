@@ -83,13 +83,13 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	// The level the task reads: the sealed first level and the group's
 	// range of its workers, or, while the map stage runs, the group's
 	// committed worker manifests (their frames in memory).
-	level, grp := s.level1, p.Groups[g]
+	level, grp, group := s.level1, p.Groups[g], ""
 	if s.overlap != nil {
-		ws, err := s.members(ctx, g)
+		rec, ws, err := s.members(ctx, g)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
-		level, grp = s.groupLevel(ws), Range{0, len(ws)}
+		level, grp, group = s.groupLevel(ws), Range{0, len(ws)}, rec.digest()
 	}
 	// The bucket's frames, in delivery order (partition, worker, write
 	// order), of the group's workers.
@@ -152,7 +152,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
 		Compression: compressionOf(level), ChunkSize: partBytes,
 		WriterVersion: writerVersion, WrittenAt: time.Now().UTC(),
-		Encryption: sealedBy(level, grp.Lo, grp.Hi)}
+		Encryption: sealedBy(level, grp.Lo, grp.Hi), GroupSHA256: group}
 	var up *uploader.Object
 	kept := false
 	if len(frames) > 0 {

@@ -101,6 +101,11 @@ type Worker struct {
 	// CRC32Cs, before falling back to the store. Empty: read the store.
 	// Added in format 2.1; older readers ignore it.
 	Peer string `json:"peer,omitempty"`
+	// GroupSHA256, in the manifest of a combine task of a plan made
+	// while the stage is written (package combine), is the hex SHA-256
+	// of the group record its inputs came from: the combined seal
+	// requires it to be the record it checks against the first level.
+	GroupSHA256 string `json:"group_sha256,omitempty"`
 	// Checksums of the stored worker manifest (format 3), written by
 	// Encode and verified by every decoder: the CRC32C of the offset
 	// table, and of each block of EntryBlock entries (LE u32 each,
