@@ -66,6 +66,9 @@ func checkFrame(f *Frame, objs []Object) error {
 		return fmt.Errorf("names object %d of %d", f.Object, len(objs))
 	}
 	o := objs[f.Object]
+	if f.Length > maxFrameLength {
+		return fmt.Errorf("is %d bytes long, more than a frame can be (%d)", f.Length, int64(maxFrameLength))
+	}
 	if f.Offset < 0 || f.Length <= 0 || f.Offset > o.Size-f.Length {
 		return fmt.Errorf("[%d, +%d) lies outside object %s of %d bytes", f.Offset, f.Length, o.Key, o.Size)
 	}
@@ -74,6 +77,13 @@ func checkFrame(f *Frame, objs []Object) error {
 	}
 	return nil
 }
+
+// maxFrameLength bounds a frame's stored bytes: its header names a
+// payload of at most 2^32 - 1 decompressed bytes, which LZ4 or zstd store
+// in at most 1/255 more, plus the header and a sealed frame's nonce and
+// tag. A reader allocates a frame's bytes before they arrive: a longer
+// claim is a damaged or hostile manifest, not a frame.
+const maxFrameLength = 1<<32 + 1<<25
 
 // sortByPartition orders frames by partition, keeping write order within
 // a partition, unless they already are.

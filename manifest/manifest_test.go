@@ -65,6 +65,13 @@ func TestDecodeRejects(t *testing.T) {
 		{"past object end", mutate(func(w *Worker) { w.Frames[1].Length = 201 }), ErrCorrupt, "frame 1 [100, +201) lies outside object worker-3/attempt-a1/data-00000000000000ab-0.arrows of 300 bytes"},
 		{"totals disagree", mutate(func(w *Worker) { w.Totals.Rows++ }), ErrCorrupt, "totals say"},
 		{"missing object", mutate(func(w *Worker) { w.Frames[0].Object = 1 }), ErrCorrupt, "frame 0 names object 1 of 1"},
+		// A reader allocates a frame's bytes before they arrive: a frame
+		// longer than the format allows, inside an object that claims to
+		// hold it, is refused before any read.
+		{"frame past the format's length", mutate(func(w *Worker) {
+			w.Objects[0].Size, w.Frames[1].Length = 1<<42, 1<<42-100
+			w.Totals = w.Sum()
+		}), ErrCorrupt, "frame 1 is 4398046511004 bytes long, more than a frame can be (4328521728)"},
 		{"bad id", mutate(func(w *Worker) { w.Worker = "../x" }), ErrCorrupt, "worker ID"},
 		{"bad compression", mutate(func(w *Worker) { w.Compression = "brotli" }), ErrCorrupt, `unknown compression "brotli"`},
 		{"escaping key", mutate(func(w *Worker) { w.Objects[0].Key = "../../other" }), ErrCorrupt, "object 0"},

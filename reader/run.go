@@ -144,19 +144,34 @@ func (r *getRun) section(ctx context.Context, st store.Reader, sp span) (body io
 	if r.busy {
 		r.close() // a read of it panicked: where it stands is not known
 	}
+	// The attempt's end aborts whatever this waits on: the gap's read,
+	// and a new GET until it answers (a hedge that won must be able to
+	// cut off the loser, which holds the run's turn).
 	if r.body != nil && r.pos < sp.Offset && sp.Offset-r.pos <= r.gap {
+		stop := context.AfterFunc(ctx, r.cancel)
 		n, err := io.CopyN(io.Discard, r.body, sp.Offset-r.pos)
 		r.pos += n
-		if err != nil {
+		if !stop() || err != nil {
 			r.close()
 		}
 	}
 	if r.body != nil && r.pos != sp.Offset {
 		r.close()
 	}
+	if err := context.Cause(ctx); err != nil {
+		return nil, nil, err
+	}
 	if r.body == nil {
 		bctx, cancel := context.WithCancel(r.ctx)
+		stop := context.AfterFunc(ctx, cancel)
 		b, err := st.GetRange(bctx, r.key, sp.Offset, r.end-sp.Offset)
+		if !stop() {
+			if err == nil {
+				b.Close()
+			}
+			cancel()
+			return nil, nil, context.Cause(ctx)
+		}
 		if err != nil {
 			cancel()
 			return nil, nil, err
