@@ -402,6 +402,13 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 		return nil, fmt.Errorf("%w: %s stage %d: %d buckets and %d groups asked for; at most %d buckets (partitions) and %d groups (workers)",
 			ErrInvalidPlan, in.Query, in.Stage, o.Buckets, o.Groups, P, len(in.Workers))
 	}
+	// A plan has at most maxPlanTasks tasks: refused before any work
+	// when its bytes need more tasks of TaskCapBytes, or its asked sizes
+	// make more.
+	if need := B / o.TaskCapBytes; need >= maxPlanTasks || int64(max(o.Buckets, 1))*int64(max(o.Groups, 1)) > maxPlanTasks {
+		return nil, fmt.Errorf("%w: %s stage %d: %d bytes in tasks of at most %d bytes (TaskCapBytes), %d buckets x %d groups asked for: more than the %d tasks a plan may have",
+			ErrInvalidPlan, in.Query, in.Stage, B, o.TaskCapBytes, o.Buckets, o.Groups, maxPlanTasks)
+	}
 	J, G := o.Buckets, o.Groups
 	if J == 0 {
 		J = clamp(ceilDiv(B, int64(max(W, 1))*o.TargetGetBytes), 1, P)
@@ -414,6 +421,11 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 		// Tasks on disk: the fewest the cap allows, from one bucket and
 		// one group (or those asked for) up.
 		buckets, groups, _ = fitCap(in, wb, B, W, R, max(o.Buckets, 1), max(o.Groups, 1), o)
+	}
+	tasks := int64(len(buckets)) * int64(len(groups))
+	if work := int64(min(P, R)) * (int64(W) + tasks); tasks > maxPlanTasks || work > maxPredictWork {
+		return nil, fmt.Errorf("%w: %s stage %d: %d tasks for %d readers of %d writer objects: a plan has at most %d tasks, and at most %d readers x (objects + tasks)",
+			ErrInvalidPlan, in.Query, in.Stage, tasks, min(P, R), W, maxPlanTasks, int64(maxPredictWork))
 	}
 	p := &Plan{Query: in.Query, Stage: in.Stage, Partitions: P, Bytes: B, Objects: W, Readers: R, opts: o}
 	p.Buckets, p.Groups = buckets, groups
@@ -429,6 +441,15 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 	p.Predict = predict(in, p, wb)
 	return p, nil
 }
+
+// maxPlanTasks bounds a plan's tasks (G x J), and maxPredictWork the
+// work of predicting its readers' requests (readers x (writer objects +
+// tasks)), so that no plan asked for, by a caller or a hostile request,
+// holds more memory or CPU than a plan of a 10,000 x 10,000 stage.
+const (
+	maxPlanTasks   = 1 << 20
+	maxPredictWork = 1 << 28
+)
 
 // fitCap raises J buckets and G groups until the largest task is under
 // the cap, by the ratio by which it is over (buckets and groups are

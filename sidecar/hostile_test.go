@@ -499,3 +499,29 @@ func TestHostileSealWorkers(t *testing.T) {
 		readsBack(t, e, query, want)
 	})
 }
+
+// TestHostileCombinePlan: combine actions that only plan, on a stage
+// that does not exist, each value within its own limit, whose plans
+// would have millions of tasks or take minutes to predict: each is
+// InvalidArgument at once, naming the bound, and the sidecar serves on.
+func TestHostileCombinePlan(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for _, req := range []flightclient.CombineRequest{
+		{ExpectWorkers: 100_000, ExpectPartitions: 1 << 20, ExpectBytes: 1 << 62},
+		{ExpectWorkers: 2000, ExpectPartitions: 2000, ExpectBytes: 1 << 40, Groups: 2000, Buckets: 2000},
+		{ExpectWorkers: 100_000, ExpectPartitions: 100_000, ExpectBytes: 1 << 40},
+	} {
+		req.Query, req.Plan = "nosuch", true
+		start := time.Now()
+		_, err := e.sc.Combine(ctx, req)
+		wantCode(t, err, codes.InvalidArgument, "1048576 tasks")
+		if took := time.Since(start); took > 10*time.Second {
+			t.Errorf("a refused plan took %v", took)
+		}
+	}
+	if _, err := e.sc.Combine(ctx, flightclient.CombineRequest{Query: "nosuch", Plan: true, ExpectWorkers: 64, ExpectPartitions: 64, ExpectBytes: 1 << 30}); err != nil {
+		t.Fatalf("a plan of a stage of ordinary size: %v", err)
+	}
+}

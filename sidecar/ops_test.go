@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"runtime"
@@ -583,5 +584,34 @@ func TestMemoryBounded(t *testing.T) {
 	}
 	if peak.Load() > bound {
 		t.Errorf("heap in use peaked at %d MiB, above the bound of %d MiB", peak.Load()>>20, bound>>20)
+	}
+}
+
+// TestShutdownSilentConnection: a TCP connection to the Flight port
+// that sends nothing (a port scan, a load balancer's TCP check) does not
+// hold a shutdown past its grace when no call runs.
+func TestShutdownSilentConnection(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{})
+	conn, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	time.Sleep(100 * time.Millisecond) // accepted
+	const grace = 2 * time.Second
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	done := make(chan error, 1)
+	start := time.Now()
+	go func() { done <- e.srv.Shutdown(ctx) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("shutdown with no call in flight: %v", err)
+		}
+	case <-time.After(grace + 3*time.Second):
+		conn.Close()
+		<-done
+		t.Fatalf("a shutdown with a %v grace had not returned after %v, held by a silent connection", grace, time.Since(start))
 	}
 }

@@ -63,6 +63,12 @@ const (
 	keepaliveMinClientPing = 10 * time.Second
 )
 
+// handshakeTimeout is how long a new connection has to finish its TLS
+// and HTTP/2 handshakes: one that sends nothing (a port scan, a load
+// balancer's TCP check) is closed then rather than held, and a shutdown
+// does not wait on it.
+const handshakeTimeout = 10 * time.Second
+
 // Options configure a Server beyond the client's configuration.
 type Options struct {
 	// Logger receives stream outcomes and lifecycle events; nil discards.
@@ -194,6 +200,7 @@ func New(c *durashuffle.Client, o Options) (*Server, error) {
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: keepaliveTime, Timeout: keepaliveTimeout}),
+		grpc.ConnectionTimeout(handshakeTimeout),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: keepaliveMinClientPing, PermitWithoutStream: true}),
 	}
 	if tc != nil {
@@ -378,7 +385,21 @@ func (s *Server) shutdown(ctx context.Context) error {
 	)
 	select {
 	case <-idle:
-		<-stopped
+		select {
+		case <-stopped:
+		case <-cut.Done():
+			// No call runs: GracefulStop waits on a connection that has
+			// not finished its handshake (one that sends nothing), and
+			// so does Stop, until handshakeTimeout: neither is waited
+			// for beyond the reserve.
+			go s.grpc.Stop()
+			t := time.NewTimer(reserve)
+			defer t.Stop()
+			select {
+			case <-stopped:
+			case <-t.C:
+			}
+		}
 	case <-cut.Done():
 		s.mu.Lock()
 		left := s.active
