@@ -116,6 +116,10 @@ func (c *Client) NewWriter(ctx context.Context, opt WriterOptions) (*Writer, err
 		Seal:             sealer,
 	}, w.up)
 	if err != nil {
+		// The options do not fit (the partitions' state past half of
+		// coalesce_budget): the configuration's, or the caller's
+		// partition count.
+		err = fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		cancel(err)
 		return nil, err
 	}

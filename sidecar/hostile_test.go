@@ -398,6 +398,15 @@ func TestHostilePartitionsLimit(t *testing.T) {
 		!strings.Contains(err.Error(), fmt.Sprint(durashuffle.MaxPartitions)) {
 		t.Fatalf("NewWriter with %d partitions: %v, want ErrPartitionCount naming the limit", over, err)
 	}
+	// Within MaxPartitions, but more partitions than coalesce_budget
+	// holds the state of: the client's to fix, not the server's.
+	rec, _ = genBatch("z", 0, 10, 8)
+	_, err = doPut(ctx, e.fc, putCmd("q-parts", 0, "z", "", 500_000), testSchema, batches([]putBatch{{rec, partMD(0)}}))
+	wantCode(t, err, codes.InvalidArgument, "500000 partitions", "coalesce_budget")
+	e.nothingLeft("q-parts", 0, "z")
+	if logs := e.logs.String(); strings.Contains(logs, "level=ERROR") {
+		t.Errorf("partitions the budget cannot hold are logged as a server error:\n%s", logs)
+	}
 	want := putRows(t, e, "q-parts", "y", 3, 2)
 	readsBack(t, e, "q-parts", want)
 }
