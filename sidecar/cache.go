@@ -32,6 +32,17 @@ type stageCache struct {
 	max   int64      // 0: stageCacheBytes
 	ll    *list.List // of *cachedStage, most recent first
 	byKey map[stageKey]*list.Element
+	// evictions counts evict calls: a stage loaded before one (a
+	// combine seal's, a delete's) may be the level it dropped, and is
+	// not cached (put's since).
+	evictions uint64
+}
+
+// generation is the evictions so far, for put's since.
+func (c *stageCache) generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.evictions
 }
 
 type stageKey struct {
@@ -64,13 +75,16 @@ func (c *stageCache) get(k stageKey) *reader.Stage {
 	return nil
 }
 
-func (c *stageCache) put(k stageKey, st *reader.Stage) {
+func (c *stageCache) put(k stageKey, st *reader.Stage, since uint64) {
 	n := st.Manifest().MemSize()
 	if n > c.limit() {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.evictions != since {
+		return // loaded before an eviction: perhaps what it dropped
+	}
 	if c.ll == nil {
 		c.ll, c.byKey = list.New(), map[stageKey]*list.Element{}
 	}
@@ -145,6 +159,7 @@ func (c *stageCache) size() (stages int, bytes int64) {
 func (c *stageCache) evict(query string, stage int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.evictions++
 	for k, e := range c.byKey {
 		if k.query == query && (stage < 0 || k.stage == stage) {
 			c.removeLocked(e)
@@ -174,6 +189,7 @@ func (s *Server) openStage(ctx context.Context, query string, stage int) (st *re
 	if st := s.stages.get(k); st != nil {
 		return st, true, nil
 	}
+	gen := s.stages.generation()
 	m, err := manifest.LoadStage(ctx, s.st, s.c.Layout(), query, stage)
 	if err != nil {
 		return nil, false, err
@@ -190,7 +206,7 @@ func (s *Server) openStage(ctx context.Context, query string, stage int) (st *re
 		return nil, false, fmt.Errorf("%w: %s stage %d: its schema does not decode", manifest.ErrCorrupt, query, stage)
 	}
 	if m.Sealed {
-		s.stages.put(k, st)
+		s.stages.put(k, st, gen)
 	}
 	return st, false, nil
 }

@@ -26,7 +26,7 @@ func TestStageCacheBoundedInBytes(t *testing.T) {
 	one := stage(0, 10, 4).Manifest().MemSize()
 	c := &stageCache{max: 3*one + one/2}
 	for n := range 5 {
-		c.put(stageKey{"q", n, ""}, stage(n, 10, 4))
+		c.put(stageKey{"q", n, ""}, stage(n, 10, 4), 0)
 	}
 	if stages, bytes := c.size(); stages != 3 || bytes > c.max {
 		t.Fatalf("%d stages of %d bytes cached, bound %d", stages, bytes, c.max)
@@ -39,7 +39,7 @@ func TestStageCacheBoundedInBytes(t *testing.T) {
 	// A loaded summary counts: 1,000 partitions of 32 bytes push the
 	// least recent stage out.
 	big := stage(9, 10, 1000)
-	c.put(stageKey{"q", 9, ""}, big)
+	c.put(stageKey{"q", 9, ""}, big, 0)
 	if _, err := c.summary(context.Background(), big); err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestStageCacheBoundedInBytes(t *testing.T) {
 		t.Fatalf("after a summary: %d stages of %d bytes, bound %d", stages, bytes, c.max)
 	}
 	// A stage larger than the bound is never cached.
-	c.put(stageKey{"q", 10, ""}, stage(10, 1000, 4))
+	c.put(stageKey{"q", 10, ""}, stage(10, 1000, 4), 0)
 	if c.get(stageKey{"q", 10, ""}) != nil {
 		t.Fatal("a stage larger than the bound was cached")
 	}
