@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"math"
 	"testing"
 	"time"
 
@@ -184,6 +185,14 @@ func TestFlightClient(t *testing.T) {
 	}
 	_, err = c.Fetch(ctx, flightclient.FetchRequest{Query: query, Stage: 0, Worker: "1", Attempt: "other", Length: 1})
 	wantCode(t, err, codes.NotFound)
+	// Ranges past the object, or whose end passes int64, or a negative
+	// offset: refused, never answered with no bytes.
+	_, err = c.Fetch(ctx, flightclient.FetchRequest{Query: query, Stage: 0, Worker: "1", Attempt: wm.Attempt, Offset: math.MaxInt64 - 10, Length: 100})
+	wantCode(t, err, codes.NotFound)
+	_, err = c.Fetch(ctx, flightclient.FetchRequest{Query: query, Stage: 0, Worker: "1", Attempt: wm.Attempt, Offset: obj.Size - 1, Length: 2})
+	wantCode(t, err, codes.NotFound)
+	_, err = c.Fetch(ctx, flightclient.FetchRequest{Query: query, Stage: 0, Worker: "1", Attempt: wm.Attempt, Offset: -1, Length: 2})
+	wantCode(t, err, codes.InvalidArgument, "offset -1")
 
 	rel, err := c.Release(ctx, query, 0)
 	if err != nil || rel.Workers != 2 || rel.BytesReleased == 0 {

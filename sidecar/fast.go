@@ -36,20 +36,28 @@ func (s *Server) fetch(ctx context.Context, body []byte, stream flight.FlightSer
 	if req.Length < 0 || req.Length > flightclient.MaxFetchBytes {
 		return invalidf("fetch: length %d out of range [0, %d]", req.Length, flightclient.MaxFetchBytes)
 	}
-	b, err := s.c.MemoryRead(req.Query, req.Stage, req.Worker, req.Attempt, req.Object, req.Offset, req.Length)
-	if err != nil {
-		return status.Error(codes.NotFound, err.Error())
+	if req.Offset < 0 {
+		return invalidf("fetch: offset %d is negative", req.Offset)
 	}
-	for len(b) > 0 {
+	// Read and sent a result at a time: a range of many chunks is not
+	// gathered whole while a slow caller reads it.
+	for sent := int64(0); sent < req.Length || sent == 0; {
 		if ctx.Err() != nil {
 			return toStatus(context.Cause(ctx))
 		}
-		n := min(len(b), flightclient.MaxResultBytes)
-		if err := stream.Send(&flight.Result{Body: b[:n]}); err != nil {
+		n := min(req.Length-sent, flightclient.MaxResultBytes)
+		b, err := s.c.MemoryRead(req.Query, req.Stage, req.Worker, req.Attempt, req.Object, req.Offset+sent, n)
+		if err != nil {
+			return status.Error(codes.NotFound, err.Error())
+		}
+		if n == 0 {
+			return nil
+		}
+		if err := stream.Send(&flight.Result{Body: b}); err != nil {
 			return err
 		}
-		s.m.PeerSent(int64(n))
-		b = b[n:]
+		s.m.PeerSent(n)
+		sent += n
 	}
 	return nil
 }

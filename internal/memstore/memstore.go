@@ -194,7 +194,7 @@ func (s *Store) Read(k Key, obj int, off, n int64) ([]byte, error) {
 		s.read.MoveToFront(el)
 	}
 	s.mu.Unlock()
-	if obj < 0 || obj >= len(e.objects) || off < 0 || n < 0 || off+n > e.sizes[obj] {
+	if obj < 0 || obj >= len(e.objects) || off < 0 || n < 0 || off > e.sizes[obj] || n > e.sizes[obj]-off {
 		return nil, fmt.Errorf("%s: bytes [%d, %d) of object %d: %w (the worker has %d objects)", k, off, off+n, obj, ErrMiss, len(e.objects))
 	}
 	chunks := e.objects[obj]
