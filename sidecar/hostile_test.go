@@ -391,6 +391,9 @@ func TestHostilePartitionsLimit(t *testing.T) {
 	_, err := doPut(ctx, e.fc, putCmd("q-parts", 0, "x", "", over), testSchema, batches([]putBatch{{rec, partMD(0)}}))
 	wantCode(t, err, codes.InvalidArgument, fmt.Sprintf("partitions %d", over), fmt.Sprint(durashuffle.MaxPartitions), "MaxPartitions")
 	e.nothingLeft("q-parts", 0, "x")
+	if n := gauge(t, e.m, metrics.SidecarAbortsTotal, nil); n != 1 {
+		t.Errorf("a DoPut refused for its descriptor: %s = %v, want 1", metrics.SidecarAbortsTotal, n)
+	}
 	if logs := e.logs.String(); strings.Contains(logs, "level=ERROR") {
 		t.Errorf("a client's bad descriptor is logged as a server error:\n%s", logs)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/flightclient"
 	"github.com/durashuffle/durashuffle/internal/ipcguard"
+	"github.com/durashuffle/durashuffle/manifest"
 )
 
 // DoPut writes one worker attempt's output: the descriptor names it, each
@@ -41,6 +42,10 @@ import (
 func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	ctx := stream.Context()
 	start := time.Now()
+	// Every DoPut counts, as a commit or an abort: one refused before
+	// its writer started too.
+	var committed bool
+	defer func() { s.m.PutDone(committed) }()
 
 	in := &putStream{stream: stream, mem: s.mem}
 	rdr, err := flight.NewRecordReader(in, ipc.WithAllocator(s.decodeAllocator()))
@@ -77,12 +82,8 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	}
 	opt := w.Options()
 	log := s.log.With("query", opt.Query, "stage", opt.Stage, "worker", opt.Worker, "attempt", opt.Attempt)
-	var (
-		batches, rows int64
-		committed     bool
-	)
+	var batches, rows int64
 	defer func() {
-		s.m.PutDone(committed)
 		s.m.Rows("DoPut", rows)
 		if committed {
 			return
@@ -95,6 +96,10 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 		}
 		if s.hard.Err() != nil {
 			s.cut.Add(1) // cut off when the shutdown grace ended
+		}
+		if errors.Is(err, manifest.ErrCommitUnknown) {
+			log.Warn("put's commit outcome unknown: its objects are kept, and its manifest may have landed", "batches", batches, "rows", rows, "err", err)
+			return
 		}
 		log.Warn("put aborted, nothing committed", "batches", batches, "rows", rows, "err", err)
 	}()
