@@ -537,3 +537,24 @@ func TestHostileCombinePlan(t *testing.T) {
 		t.Fatalf("a plan of a stage of ordinary size: %v", err)
 	}
 }
+
+// TestHostileTicketSize: a ticket larger than a partition list of
+// MaxPartitions, or naming more partitions than that, is InvalidArgument
+// before it is decoded whole or takes a slot.
+func TestHostileTicketSize(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t), envOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	get := func(b []byte) error {
+		stream, err := e.fc.DoGet(ctx, &flight.Ticket{Ticket: b})
+		if err != nil {
+			return err
+		}
+		_, err = stream.Recv()
+		return err
+	}
+	big := []byte(`{"query":"q","stage":0,"partitions":[` + strings.Repeat("1,", 5*manifest.MaxPartitions) + `1]}`)
+	wantCode(t, get(big), codes.InvalidArgument, "ticket of", "at most")
+	many := []byte(`{"query":"q","stage":0,"partitions":[` + strings.Repeat("0,", manifest.MaxPartitions) + `0]}`)
+	wantCode(t, get(many), codes.InvalidArgument, fmt.Sprintf("names %d partitions", manifest.MaxPartitions+1), "MaxPartitions")
+}

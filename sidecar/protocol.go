@@ -161,10 +161,22 @@ func partitionOf(md []byte, partitions int, n int64) (int, error) {
 	return int(p), nil
 }
 
+// maxTicketBytes bounds a ticket before it is decoded: room for every
+// partition of the widest stage ("1048575," each) and the rest, so that
+// a ticket's partition list costs a bounded []int before any slot is
+// taken.
+const maxTicketBytes = 8*manifest.MaxPartitions + 4096
+
 func parseTicket(b []byte) (flightclient.Ticket, []int, error) {
 	var t flightclient.Ticket
+	if len(b) > maxTicketBytes {
+		return t, nil, invalidf("ticket of %d bytes: at most %d (a partition list of MaxPartitions)", len(b), maxTicketBytes)
+	}
 	if err := decodeStrict("ticket", b, &t); err != nil {
 		return t, nil, err
+	}
+	if len(t.Partitions) > manifest.MaxPartitions {
+		return t, nil, invalidf("ticket names %d partitions: at most %d (MaxPartitions)", len(t.Partitions), manifest.MaxPartitions)
 	}
 	if err := manifest.ValidateID("query", t.Query); err != nil {
 		return t, nil, invalidf("ticket: %v", err)

@@ -226,7 +226,10 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 		if len(fd.DataHeader) == 0 {
 			if p.n == 0 {
 				p.n++
-				return fd, nil // the reader takes the descriptor from it
+				// The reader takes the descriptor from it and keeps it while
+				// the stream waits for a slot: nothing else of it.
+				fd.DataBody, fd.AppMetadata = nil, nil
+				return fd, nil
 			}
 			c, ok, err := parseCommit(fd.AppMetadata)
 			if err != nil {
@@ -240,6 +243,9 @@ func (p *putStream) Recv() (*flight.FlightData, error) {
 		}
 		switch messageType(fd.DataHeader) {
 		case ipc.MessageSchema:
+			// A schema message has no body, and its app_metadata is no
+			// batch's: neither is kept while the stream waits for a slot.
+			fd.DataBody, fd.AppMetadata = nil, nil
 			if p.schema == nil {
 				p.schema = bytes.Clone(fd.DataHeader)
 				break
