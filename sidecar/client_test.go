@@ -193,6 +193,8 @@ func TestFlightClient(t *testing.T) {
 	wantCode(t, err, codes.NotFound)
 	_, err = c.Fetch(ctx, flightclient.FetchRequest{Query: query, Stage: 0, Worker: "1", Attempt: wm.Attempt, Offset: -1, Length: 2})
 	wantCode(t, err, codes.InvalidArgument, "offset -1")
+	_, err = c.Held(ctx, query, -5)
+	wantCode(t, err, codes.InvalidArgument, "stage -5")
 
 	rel, err := c.Release(ctx, query, 0)
 	if err != nil || rel.Workers != 2 || rel.BytesReleased == 0 {

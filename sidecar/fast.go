@@ -22,7 +22,7 @@ func peerTLS(server *tls.Config) *tls.Config {
 	if server == nil {
 		return nil
 	}
-	return &tls.Config{Certificates: server.Certificates, RootCAs: server.ClientCAs, MinVersion: tls.VersionTLS12}
+	return &tls.Config{Certificates: server.Certificates, RootCAs: server.RootCAs, MinVersion: tls.VersionTLS12}
 }
 
 // fetch serves a peer's FetchRequest from the memory store: Results of
@@ -93,7 +93,9 @@ func (s *Server) held(body []byte) (*flightclient.HeldResult, error) {
 	}
 	stage := -1
 	if req.Stage != nil {
-		stage = *req.Stage
+		if stage = *req.Stage; stage < 0 && stage != flightclient.AllStages {
+			return nil, invalidf("held: stage %d: want a stage (at least 0), or %d for every stage", stage, flightclient.AllStages)
+		}
 	}
 	budget, h, r, held := s.c.MemoryHeld(req.Query, stage)
 	res := &flightclient.HeldResult{AdvertiseAddr: s.cfg.Sidecar.AdvertiseAddr, BudgetBytes: budget, HeldBytes: h, ReservedBytes: r, Workers: []flightclient.HeldWorker{}}

@@ -282,7 +282,7 @@ func (s *Server) Serve(ln net.Listener) error {
 // ServeMetrics serves /metrics, /healthz and /readyz on ln until Shutdown
 // (over TLS when the server has it); it then returns nil.
 func (s *Server) ServeMetrics(ln net.Listener) error {
-	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second,
+	srv := &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug)} // failed handshakes: a scanner is no error
 	if s.tls != nil {
 		ln = tls.NewListener(ln, s.tls)
