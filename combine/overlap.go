@@ -222,6 +222,11 @@ func (s *Stage) formNamed(ctx context.Context, g int, workers []string) (*groupR
 	if d := firstDuplicate(workers); d != "" {
 		return nil, fmt.Errorf("%w: %s: worker %s named twice", ErrGroupConflict, what, d)
 	}
+	for _, id := range workers {
+		if !s.expected(id) {
+			return nil, fmt.Errorf("%w: %s: worker %q is not one of the plan's workers 0..%d", ErrInvalidPlan, what, id, s.overlap.workers-1)
+		}
+	}
 	conflict := func(rec *groupRecord) error {
 		if have, named := slices.Sorted(slices.Values(rec.ids())), slices.Sorted(slices.Values(workers)); slices.Equal(have, named) {
 			return nil
@@ -358,7 +363,9 @@ func (s *Stage) commitOrder(ctx context.Context) ([]string, error) {
 	}
 	var cs []committed
 	for _, o := range objs {
-		if k, ok := s.l.Parse(o.Key); ok && k.Kind == manifest.KeyWorkerManifest && k.Query == s.query && k.Stage == s.stage {
+		// Only the expected workers, 0..N-1, as the first level's seal
+		// names them: a stray worker would take a group's place.
+		if k, ok := s.l.Parse(o.Key); ok && k.Kind == manifest.KeyWorkerManifest && k.Query == s.query && k.Stage == s.stage && s.expected(k.Worker) {
 			cs = append(cs, committed{k.Worker, o})
 		}
 	}
@@ -575,8 +582,18 @@ func (s *Stage) sealedFirstLevel(ctx context.Context) (*manifest.Stage, error) {
 	if len(missing) > sealListed {
 		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
 	}
+	if len(missing) == 0 {
+		named = "every worker has committed: seal it with --workers " + strconv.Itoa(s.overlap.workers)
+	}
 	return nil, fmt.Errorf("%w: seal of combined %s stage %d: no stage manifest at %s; seal the first level first (%d of workers 0..%d have not committed: %s)",
 		ErrNotSealed, s.query, s.stage, s.l.StageManifestKey(s.query, s.stage), len(missing), s.overlap.workers-1, named)
+}
+
+// expected says whether id is one of the workers 0..N-1 an overlapped
+// plan expects, written as a seal of N workers names them.
+func (s *Stage) expected(id string) bool {
+	n, err := strconv.Atoi(id)
+	return err == nil && n >= 0 && n < s.overlap.workers && strconv.Itoa(n) == id
 }
 
 // compareIDs orders worker IDs as seals do: decimal IDs numerically,

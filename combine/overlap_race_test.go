@@ -122,9 +122,21 @@ func TestCombineOverlapNamedThenListed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// A stray worker, not one of 0..3: never taken into a group, and
+	// refused when named.
+	stray, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: "q", Worker: "stray", Partitions: P, Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := stray.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
 	engine, err := combine.Open(ctx, wholeSeconds{e.st}, e.c.Layout(), "q", 0, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if _, err := engine.FormGroup(ctx, 1, []string{"3", "stray"}); !errors.Is(err, combine.ErrInvalidPlan) || !strings.Contains(err.Error(), `worker "stray" is not one of the plan's workers 0..3`) {
+		t.Fatalf("naming a stray worker: %v", err)
 	}
 	if _, err := engine.FormGroup(ctx, 1, []string{"3", "1"}); err != nil {
 		t.Fatal(err)
