@@ -448,7 +448,7 @@ func MakePlan(in Input, o Options) (*Plan, error) {
 // holds more memory or CPU than a plan of a 10,000 x 10,000 stage.
 const (
 	maxPlanTasks   = 1 << 20
-	maxPredictWork = 1 << 28
+	maxPredictWork = 1 << 29
 )
 
 // fitCap raises J buckets and G groups until the largest task is under
