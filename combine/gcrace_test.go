@@ -92,12 +92,7 @@ func TestCombineSealLostAnswer(t *testing.T) {
 			if _, err := e.st.GetRange(ctx, e.c.Layout().ObjectKey(query, 0, m.Index.Key), 0, 1); err != nil {
 				t.Fatalf("the index the combined level names: %v", err)
 			}
-			got, _ := readEach(t, e, query, 4)
-			for p := range want {
-				if got[p] != want[p] {
-					t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-				}
-			}
+			readsAs(t, e, query, want, "combined")
 		})
 	}
 }
@@ -160,12 +155,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 				if !slices.ContainsFunc(report.Skipped, func(s string) bool { return strings.HasPrefix(s, ckey+": committed") }) {
 					t.Fatalf("gc's report does not say it found %s committed: %q", ckey, report.Skipped)
 				}
-				got, _ := readEach(t, e, query, 4)
-				for p := range want {
-					if got[p] != want[p] {
-						t.Errorf("partition %d combined, gc after: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-					}
-				}
+				readsAs(t, e, query, want, "combined, gc after")
 				return
 			}
 			if mine == 0 {
@@ -179,12 +169,7 @@ func TestCombineSealRacesGC(t *testing.T) {
 			if err := runAndSeal(t, e.st, e, query, o); err != nil {
 				t.Fatal(err)
 			}
-			got, _ := readEach(t, e, query, 4)
-			for p := range want {
-				if got[p] != want[p] {
-					t.Errorf("partition %d combined after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-				}
-			}
+			readsAs(t, e, query, want, "combined after the race")
 		})
 	}
 }
@@ -237,12 +222,7 @@ func TestCombineSealGCAndRerun(t *testing.T) {
 	if _, err := s.Seal(ctx); err != nil {
 		t.Fatalf("seal of the tasks run again: %v", err)
 	}
-	got, _ := readEach(t, e, query, 4)
-	for p := range want {
-		if got[p] != want[p] {
-			t.Errorf("partition %d combined from the rerun: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-		}
-	}
+	readsAs(t, e, query, want, "combined from the rerun")
 }
 
 // hooked calls put before each Put and get after each GetRange; either
@@ -327,12 +307,7 @@ func withdrawn(t *testing.T, e *env, query string, want []partitionDigest) {
 	if m, err := manifest.LoadStageManifest(ctx, e.st, e.c.Layout(), query, 0); err != nil || combine.IsCombined(m) {
 		t.Fatalf("the stage manifest after a withdrawn seal: combined %v, %v", combine.IsCombined(m), err)
 	}
-	got, _ := readEach(t, e, query, 4)
-	for p := range want {
-		if got[p] != want[p] {
-			t.Errorf("partition %d after the race: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-		}
-	}
+	readsAs(t, e, query, want, "after the race")
 }
 
 // runAndSeal opens query's stage 0 through st with o, runs every task
@@ -440,12 +415,7 @@ func publishedWhole(t *testing.T, e *env, query string, want []partitionDigest) 
 			t.Errorf("%s, which the published level names: %v", k, err)
 		}
 	}
-	got, _ := readEach(t, e, query, 4)
-	for p := range want {
-		if got[p] != want[p] {
-			t.Errorf("partition %d combined: %d rows, want %d", p, got[p].Rows, want[p].Rows)
-		}
-	}
+	readsAs(t, e, query, want, "combined")
 }
 
 // TestCombineTwoSealsRaceGC: two seals of one plan, and a gc that found
@@ -600,15 +570,7 @@ func TestCombineSealMeetsHoldAtPut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	objs, _, err := e.st.List(ctx, e.c.Layout().ObjectKey(query, 0, manifest.PlanDir(s.Plan().ID)), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if strings.Contains(o.Key, "/index-") {
-			t.Errorf("index %s left by a seal that did not commit", o.Key)
-		}
-	}
+	noIndexLeft(t, e, query, s.Plan().ID, "seal that did not commit")
 }
 
 // TestCombineSealCheckFails: a seal that finds the level committed by
@@ -744,15 +706,7 @@ func TestCombineWithdrawLeavesHold(t *testing.T) {
 	if got := getBytes(t, e, ckey); !bytes.Equal(got, hold) {
 		t.Fatalf("%s is %q after the seal withdrew, want gc's hold", ckey, got)
 	}
-	objs, _, err := e.st.List(ctx, e.c.Layout().ObjectKey(query, 0, manifest.PlanDir(planID)), "/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if strings.Contains(o.Key, "/index-") {
-			t.Errorf("index %s left by a withdrawn seal", o.Key)
-		}
-	}
+	noIndexLeft(t, e, query, planID, "withdrawn seal")
 }
 
 // TestCombineTwoGCsUnderStaleHold: two gcs find the same stale hold (a
@@ -820,4 +774,31 @@ func TestCombineTwoGCsUnderStaleHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishedWhole(t, e, query, want)
+}
+
+// readsAs checks that query's stage 0 reads, partition by partition, as
+// want (what says which read).
+func readsAs(t *testing.T, e *env, query string, want []partitionDigest, what string) {
+	t.Helper()
+	got, _ := readEach(t, e, query, len(want))
+	for p := range want {
+		if got[p] != want[p] {
+			t.Errorf("partition %d %s: %d rows, want %d", p, what, got[p].Rows, want[p].Rows)
+		}
+	}
+}
+
+// noIndexLeft checks that no index is left in query's plan folder by a
+// seal (what) that did not commit.
+func noIndexLeft(t *testing.T, e *env, query, planID, what string) {
+	t.Helper()
+	objs, _, err := e.st.List(context.Background(), e.c.Layout().ObjectKey(query, 0, manifest.PlanDir(planID)), "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if strings.Contains(o.Key, "/index-") {
+			t.Errorf("index %s left by a %s", o.Key, what)
+		}
+	}
 }
