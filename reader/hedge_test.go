@@ -113,89 +113,60 @@ func TestHedgeKeepsPartialFrames(t *testing.T) {
 }
 
 // TestHedgeCutsOffStuckRunGET: ReadPartitions with runs (SpanBytes >
-// RangeBytes, spans sharing one GET). The run's opening GET hangs until
-// its context ends; the span's hedge wins, and the win cuts the stuck
-// GET off, so the read goes on and delivers every row.
+// RangeBytes, spans sharing one GET), of one partition's frames and of a
+// group of partitions. The run's opening GET hangs until its context
+// ends; the span's hedge wins, and the win cuts the stuck GET off, so
+// the read goes on and delivers every row.
 func TestHedgeCutsOffStuckRunGET(t *testing.T) {
-	st, m, order := buildStage(t, 1, frame.LZ4, [][]fspec{manyFrames(16, 1, 50)})
-	ss := &stallStore{memStore: st}
-	h := NewHedger(4, 100*time.Millisecond)
-	rb := frameBytes(FromManifest(st, testLayout, m, Options{}), 1)
-	// Warm the hedger: a GET per span, no runs.
-	warm := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: rb, ReadAhead: 2, Hedge: h})
-	for range 2 {
-		recs, err := warm.ReadPartitions(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := collect(t, recs); err != nil {
-			t.Fatal(err)
-		}
-		recs.Release()
+	var group []fspec
+	for p := range 12 {
+		group = append(group, fspec{P: p, Rows: 50})
 	}
-	if d := h.h.DelayFor(rb); d == 0 {
-		t.Fatal("hedger not warm")
+	for _, c := range []struct {
+		name              string
+		partitions, ahead int
+		frames            []fspec
+	}{
+		{"one partition", 1, 2, manyFrames(16, 1, 50)},
+		{"a group of partitions", 12, 4, group},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, m, order := buildStage(t, c.partitions, frame.LZ4, [][]fspec{c.frames})
+			ss := &stallStore{memStore: st}
+			h := NewHedger(4, 100*time.Millisecond)
+			rb := frameBytes(FromManifest(st, testLayout, m, Options{}), 1)
+			// Warm the hedger: a GET per span, no runs.
+			warm := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: rb, ReadAhead: c.ahead, Hedge: h})
+			for range 2 {
+				recs, err := warm.ReadPartitions(context.Background(), nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := collect(t, recs); err != nil {
+					t.Fatal(err)
+				}
+				recs.Release()
+			}
+			if h.h.DelayFor(rb) == 0 {
+				t.Fatal("hedger not warm")
+			}
+			ss.mu.Lock()
+			ss.stall = ss.n + 1 // the run's opening GET
+			ss.mu.Unlock()
+			s := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: 1 << 30, ReadAhead: c.ahead, Hedge: h})
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			recs, err := s.ReadPartitions(ctx, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := collect(t, recs)
+			recs.Release()
+			if hedged, won := h.Stats(); err != nil || won == 0 {
+				t.Fatalf("a hedged span's stuck run GET: after %v (hedged %d, won %d): %v; %d of %d rows", time.Since(start), hedged, won, err, len(got), len(order))
+			}
+			equalRows(t, got, order)
+		})
 	}
-	ss.mu.Lock()
-	ss.stall = ss.n + 1 // the run's opening GET
-	ss.mu.Unlock()
-	s := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: 1 << 30, ReadAhead: 2, Hedge: h})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	recs, err := s.ReadPartitions(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := collect(t, recs)
-	recs.Release()
-	if hedged, won := h.Stats(); err != nil || won == 0 {
-		t.Fatalf("a hedged span's stuck run GET: after %v (hedged %d, won %d): %v; %d of %d rows", time.Since(start), hedged, won, err, len(got), len(order))
-	}
-	equalRows(t, got, order)
-}
-
-// TestHedgeCutsOffStuckRunGETInGroup: as TestHedgeCutsOffStuckRunGET,
-// for a group of several partitions whose spans share a run.
-func TestHedgeCutsOffStuckRunGETInGroup(t *testing.T) {
-	const parts = 12
-	var fs []fspec
-	for p := range parts {
-		fs = append(fs, fspec{P: p, Rows: 50})
-	}
-	st, m, order := buildStage(t, parts, frame.LZ4, [][]fspec{fs})
-	ss := &stallStore{memStore: st}
-	h := NewHedger(4, 100*time.Millisecond)
-	rb := frameBytes(FromManifest(st, testLayout, m, Options{}), 1)
-	warm := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: rb, ReadAhead: 4, Hedge: h})
-	for range 2 {
-		recs, err := warm.ReadPartitions(context.Background(), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := collect(t, recs); err != nil {
-			t.Fatal(err)
-		}
-		recs.Release()
-	}
-	if h.h.DelayFor(rb) == 0 {
-		t.Fatal("hedger not warm")
-	}
-	ss.mu.Lock()
-	ss.stall = ss.n + 1
-	ss.mu.Unlock()
-	s := FromManifest(ss, testLayout, m, Options{RangeBytes: rb, SpanBytes: 1 << 30, ReadAhead: 4, Hedge: h})
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	start := time.Now()
-	recs, err := s.ReadPartitions(ctx, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := collect(t, recs)
-	recs.Release()
-	if hedged, won := h.Stats(); err != nil || won == 0 {
-		t.Fatalf("a hedged group span's stuck run GET: after %v (hedged %d, won %d): %v; %d of %d rows", time.Since(start), hedged, won, err, len(got), len(order))
-	}
-	equalRows(t, got, order)
 }
