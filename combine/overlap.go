@@ -86,7 +86,7 @@ func Expect(workers, partitions int, bytes int64) *Input {
 // (Options.Expected): see Options.Expected.
 func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query string, stage int, in Input, o Options) (*Stage, error) {
 	in.Query, in.Stage = query, stage
-	o.Expected = nil
+	o.Expected, o.expected = nil, true
 	if in.Partitions < 1 || len(in.Workers) == 0 {
 		return nil, fmt.Errorf("%w: combine %s stage %d while it is written: %d partitions and %d workers; both must be at least 1", ErrInvalidPlan, in.Query, in.Stage, in.Partitions, len(in.Workers))
 	}
@@ -544,6 +544,9 @@ func (s *Stage) checkTaskGroups(c *manifest.Stage, recs []*groupRecord) error {
 	for n := range s.plan.Tasks() {
 		g, j := s.plan.Task(n)
 		w := byID[s.plan.taskID(n)]
+		if w != nil && w.GroupSHA256 == "" {
+			continue // written before tasks recorded their group: the checks of the groups and totals stand
+		}
 		if w == nil || w.GroupSHA256 != recs[g].digest() {
 			return fmt.Errorf("%w: seal of combined %s stage %d (plan %s): task %d (group %d, bucket %d) was made from other workers of group %d than its record names now (%s): the record was formed anew after gc deleted the plan's keys; this plan cannot seal, combine the sealed stage with a plan made after the seal",
 				ErrGroupConflict, s.query, s.stage, s.plan.ID, n, g, j, g, strings.Join(recs[g].ids(), ","))
@@ -583,7 +586,8 @@ func (s *Stage) sealedFirstLevel(ctx context.Context) (*manifest.Stage, error) {
 		named += fmt.Sprintf(" and %d more", len(missing)-sealListed)
 	}
 	if len(missing) == 0 {
-		named = "every worker has committed: seal it with --workers " + strconv.Itoa(s.overlap.workers)
+		return nil, fmt.Errorf("%w: seal of combined %s stage %d: no stage manifest at %s; every worker 0..%d has committed: seal the first level first (seal --workers %d)",
+			ErrNotSealed, s.query, s.stage, s.l.StageManifestKey(s.query, s.stage), s.overlap.workers-1, s.overlap.workers)
 	}
 	return nil, fmt.Errorf("%w: seal of combined %s stage %d: no stage manifest at %s; seal the first level first (%d of workers 0..%d have not committed: %s)",
 		ErrNotSealed, s.query, s.stage, s.l.StageManifestKey(s.query, s.stage), len(missing), s.overlap.workers-1, named)

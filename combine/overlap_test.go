@@ -105,7 +105,7 @@ func TestCombineOverlap(t *testing.T) {
 				t.Errorf("group %d: %v %v, want workers %s (commit order)", g, ids, err, want)
 			}
 		}
-		if _, err := other.Seal(ctx); !errors.Is(err, combine.ErrNotSealed) || !strings.Contains(err.Error(), "seal the first level first (0 of workers 0..7 have not committed") {
+		if _, err := other.Seal(ctx); !errors.Is(err, combine.ErrNotSealed) || !strings.Contains(err.Error(), "every worker 0..7 has committed: seal the first level first (seal --workers 8)") {
 			t.Fatalf("combined seal before the first level's: %v", err)
 		}
 		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {

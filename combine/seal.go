@@ -49,6 +49,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		}
 		return s.finish(ctx)
 	}
+	var groups []*groupRecord
 	if s.overlap != nil {
 		// Made while the stage was written: the first level must be
 		// sealed, and the groups must hold exactly its workers.
@@ -59,11 +60,10 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 			}
 			s.level1 = m
 		}
-		groups, err := s.checkGroups(ctx)
-		if err != nil {
+		var err error
+		if groups, err = s.checkGroups(ctx); err != nil {
 			return nil, err
 		}
-		s.groups = groups
 	}
 	// The task manifests, by one LIST of the plan's folder.
 	dir := s.l.ObjectKey(s.query, s.stage, manifest.PlanDir(p.ID))
@@ -108,7 +108,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if s.overlap != nil {
-		if err := s.checkTaskGroups(c, s.groups); err != nil {
+		if err := s.checkTaskGroups(c, groups); err != nil {
 			s.deleteIndex(ctx, indexKey)
 			return nil, err
 		}

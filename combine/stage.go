@@ -86,9 +86,6 @@ type Stage struct {
 	// overlap is set for a plan made while the stage is written
 	// (Options.Expected): level1 is then nil until its seal loads it.
 	overlap *overlap
-	// groups are the overlapped plan's group records as its seal read
-	// them from the store.
-	groups []*groupRecord
 }
 
 // Open reads a sealed stage and plans its combining: a GET of the

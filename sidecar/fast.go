@@ -15,14 +15,16 @@ import (
 )
 
 // peerTLS is the client side of TLS for peer calls: the sidecar's own
-// certificate (for peers that require mutual TLS), and as roots the
-// system's plus tls_client_ca_file's, the CA that signs the cluster's
-// sidecars.
+// certificate (for peers that require mutual TLS), and as roots
+// tls_client_ca_file's alone, the CA that signs the cluster's sidecars,
+// when it is set (else the system's). A worker manifest names its peer:
+// with the cluster's CA alone, a peer field pointing elsewhere gets no
+// bearer token from a host with a publicly trusted certificate.
 func peerTLS(server *tls.Config) *tls.Config {
 	if server == nil {
 		return nil
 	}
-	return &tls.Config{Certificates: server.Certificates, RootCAs: server.RootCAs, MinVersion: tls.VersionTLS12}
+	return &tls.Config{Certificates: server.Certificates, RootCAs: server.ClientCAs, MinVersion: tls.VersionTLS12}
 }
 
 // fetch serves a peer's FetchRequest from the memory store: Results of

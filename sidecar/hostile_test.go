@@ -520,15 +520,19 @@ func TestHostileCombinePlan(t *testing.T) {
 	e := newEnv(t, testenv.Embedded(t), envOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	for _, req := range []flightclient.CombineRequest{
-		{ExpectWorkers: 100_000, ExpectPartitions: 1 << 20, ExpectBytes: 1 << 62},
-		{ExpectWorkers: 2000, ExpectPartitions: 2000, ExpectBytes: 1 << 40, Groups: 2000, Buckets: 2000},
-		{ExpectWorkers: 100_000, ExpectPartitions: 100_000, ExpectBytes: 1 << 40},
+	for _, c := range []struct {
+		req  flightclient.CombineRequest
+		want string
+	}{
+		{flightclient.CombineRequest{ExpectWorkers: 100_000, ExpectPartitions: 1 << 20, ExpectBytes: 1 << 62}, "more than the 1048576 a plan may have"},
+		{flightclient.CombineRequest{ExpectWorkers: 2000, ExpectPartitions: 2000, ExpectBytes: 1 << 40, Groups: 2000, Buckets: 2000}, "4000000 tasks, more than the 1048576"},
+		{flightclient.CombineRequest{ExpectWorkers: 100_000, ExpectPartitions: 100_000, ExpectBytes: 1 << 40}, "steps to predict, more than 536870912"},
 	} {
+		req := c.req
 		req.Query, req.Plan = "nosuch", true
 		start := time.Now()
 		_, err := e.sc.Combine(ctx, req)
-		wantCode(t, err, codes.InvalidArgument, "1048576 tasks")
+		wantCode(t, err, codes.InvalidArgument, c.want)
 		if took := time.Since(start); took > 10*time.Second {
 			t.Errorf("a refused plan took %v", took)
 		}

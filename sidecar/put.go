@@ -83,6 +83,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	opt := w.Options()
 	log := s.log.With("query", opt.Query, "stage", opt.Stage, "worker", opt.Worker, "attempt", opt.Attempt)
 	var batches, rows int64
+	var commitErr error // Commit's own, before it became a status
 	defer func() {
 		s.m.Rows("DoPut", rows)
 		if committed {
@@ -97,7 +98,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 		if s.hard.Err() != nil {
 			s.cut.Add(1) // cut off when the shutdown grace ended
 		}
-		if errors.Is(err, manifest.ErrCommitUnknown) {
+		if errors.Is(commitErr, manifest.ErrCommitUnknown) {
 			log.Warn("put's commit outcome unknown: its objects are kept, and its manifest may have landed", "batches", batches, "rows", rows, "err", err)
 			return
 		}
@@ -139,6 +140,7 @@ func (s *Server) DoPut(stream flight.FlightService_DoPutServer) (err error) {
 	}
 	m, err := w.Commit(ctx)
 	if err != nil {
+		commitErr = err
 		return toStatus(err)
 	}
 	committed = true

@@ -36,14 +36,6 @@ func loadTLS(cfg durashuffle.Config) (*tls.Config, error) {
 			return nil, fmt.Errorf("%w: tls_client_ca_file %s holds no PEM certificate", durashuffle.ErrInvalidConfig, cfg.Sidecar.TLSClientCAFile)
 		}
 		tc.ClientCAs, tc.ClientAuth = pool, tls.RequireAndVerifyClientCert
-		// A server's RootCAs go unused: they are the roots of its peer
-		// calls (peerTLS), the system's and the client CA's.
-		roots, err := x509.SystemCertPool()
-		if err != nil {
-			roots = x509.NewCertPool()
-		}
-		roots.AppendCertsFromPEM(pem)
-		tc.RootCAs = roots
 	}
 	return tc, nil
 }
