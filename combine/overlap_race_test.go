@@ -229,3 +229,55 @@ func TestCombineOverlapNamedLosesRace(t *testing.T) {
 		t.Fatalf("naming group 0 after another process formed it: %v, %v; want ErrGroupConflict naming workers 0,1", ids, err)
 	}
 }
+
+// TestCombineOverlapTaskWithoutGroupDigest: a task manifest written
+// before tasks recorded their group record's digest (none) is checked as
+// it was then, by the groups against the first level and the totals:
+// the plan seals.
+func TestCombineOverlapTaskWithoutGroupDigest(t *testing.T) {
+	e := newEnv(t, testenv.Embedded(t))
+	ctx := context.Background()
+	const W, P, rows, blob = 4, 4, 4, 1000
+	o := combine.Options{Groups: 2, Buckets: 1, Expected: combine.Expect(W, P, W*P*rows*blob)}
+	for w := range W {
+		if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := e.c.Combine(ctx, "q", 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tasks, err := s.RunAll(ctx, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Task 0 as it was written before: no group_sha256.
+	w := *tasks[0].Manifest
+	w.GroupSHA256 = ""
+	enc, err := w.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := e.c.Layout().ObjectKey("q", 0, manifest.TaskManifestName(s.Plan().ID, 0))
+	if err := e.st.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.st.Put(ctx, key, enc, store.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+		t.Fatal(err)
+	}
+	// Another process seals: the same plan ID.
+	s2, err := e.c.Combine(ctx, "q", 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s2.RunAll(ctx, 2); err != nil { // the old task stands
+		t.Fatal(err)
+	}
+	if _, err := s2.Seal(ctx); err != nil {
+		t.Fatalf("seal with a task manifest without its group's digest: %v", err)
+	}
+}

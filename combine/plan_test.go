@@ -159,6 +159,8 @@ func TestPlanRefuses(t *testing.T) {
 		{uniform(4, 4, MiB), combine.Options{Groups: 9}, "at most 4 buckets (partitions) and 4 groups (workers)"},
 		{combine.Input{Query: "q", Partitions: 3, PartitionBytes: []int64{1}}, combine.Options{}, "3 partitions with 1 partition sizes"},
 		{combine.Input{Query: "q", Partitions: 1, PartitionBytes: []int64{1}}, combine.Options{}, "no workers"},
+		{uniform(4, 4, 1<<62), combine.Options{}, "need at least 8589934592 tasks of at most 536870912 bytes (TaskCapBytes), more than the 1048576 a plan may have"},
+		{uniform(2000, 2000, 1<<40), combine.Options{Groups: 2000, Buckets: 2000}, "2000 buckets x 2000 groups asked for, 4000000 tasks, more than the 1048576"},
 	} {
 		_, err := combine.MakePlan(c.in, c.o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -312,5 +314,24 @@ func TestPlanOnDiskAimsAtTheFloor(t *testing.T) {
 	if b.ID != c.ID || b.Tasks() != 4 {
 		t.Errorf("tasks in memory: %d x %d with Scratch, %d x %d without; want 2 x 2 both",
 			len(b.Groups), len(b.Buckets), len(c.Groups), len(c.Buckets))
+	}
+}
+
+// TestPlanOfAStageThatExists: the bound on a prediction's work holds for
+// the sizes a request expects, not for a stage that exists: 10,000
+// workers of 4 objects each by 10,000 partitions, 10 TiB (6 x 10^8 steps
+// to predict, over the bound of an expected stage) is planned.
+func TestPlanOfAStageThatExists(t *testing.T) {
+	in := uniform(10_000, 10_000, 10<<40)
+	for w := range in.Workers {
+		o := in.Workers[w].Objects[0] / 4
+		in.Workers[w].Objects = []int64{o, o, o, o}
+	}
+	p, err := combine.MakePlan(in, combine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Tasks() < 10_000 {
+		t.Fatalf("%d tasks for 10 TiB", p.Tasks())
 	}
 }
