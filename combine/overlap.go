@@ -269,22 +269,35 @@ func (s *Stage) formedGroups(ctx context.Context) (held map[string]int, formed m
 	if err != nil {
 		return nil, nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	held, formed = map[string]int{}, map[int]*groupRecord{}
+	// The records not read yet, 16 at a time (a process that forms
+	// group g may not have read the g before it).
+	var ks []int
 	for _, o := range objs {
 		k, err := strconv.Atoi(strings.TrimSuffix(strings.TrimPrefix(o.Key, prefix), ".json"))
-		if err != nil || k < 0 || k >= len(s.plan.Groups) {
-			continue
+		if err == nil && k >= 0 && k < len(s.plan.Groups) {
+			ks = append(ks, k)
 		}
-		rec, err := s.record(ctx, k, false)
-		if err != nil {
-			return nil, nil, err
-		}
+	}
+	recs := make([]*groupRecord, len(ks))
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.SetLimit(16)
+	for i, k := range ks {
+		eg.Go(func() (err error) {
+			recs[i], err = s.record(gctx, k, false)
+			return err
+		})
+	}
+	if err := eg.Wait(); err != nil {
+		return nil, nil, err
+	}
+	held, formed = map[string]int{}, map[int]*groupRecord{}
+	for i, rec := range recs {
 		if rec == nil {
 			continue
 		}
-		formed[k] = rec
+		formed[ks[i]] = rec
 		for _, id := range rec.ids() {
-			held[id] = k
+			held[id] = ks[i]
 		}
 	}
 	return held, formed, nil
