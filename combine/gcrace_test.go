@@ -428,11 +428,9 @@ func publishedWhole(t *testing.T, e *env, query string, want []partitionDigest) 
 // hold it and deletes nothing of the plan, and both seals publish the
 // same level, which reads whole.
 func TestCombineTwoSealsRaceGC(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t))
 	ctx := context.Background()
 	const query = "twoseals"
-	writeStage(t, e, query, 4, 4, 20, 1000)
-	want, _ := readEach(t, e, query, 4)
+	e, want := raceEnv(t, query)
 	o := combine.Options{Groups: 2, Buckets: 2}
 	gco := gc.Options{OlderThan: time.Hour, ResultsRetention: 24 * time.Hour, Now: func() time.Time { return time.Now().Add(2 * time.Hour) }}
 
@@ -505,11 +503,9 @@ func TestCombineTwoSealsRaceGC(t *testing.T) {
 // was built (same bytes, a later time) makes it fail and withdraw the
 // level rather than publish what the committing seal would withdraw.
 func TestCombineSealsAgree(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t))
 	ctx := context.Background()
 	const query = "agree"
-	writeStage(t, e, query, 4, 4, 20, 1000)
-	want, _ := readEach(t, e, query, 4)
+	e, want := raceEnv(t, query)
 	o := combine.Options{Groups: 2, Buckets: 2}
 	first := &hooked{Store: e.st, put: func(key string) error {
 		if strings.HasSuffix(key, "/manifest.json") {
@@ -716,11 +712,9 @@ func TestCombineWithdrawLeavesHold(t *testing.T) {
 // on under it and deletes nothing the stage manifest names. The stage
 // reads its first level, and combines again.
 func TestCombineTwoGCsUnderStaleHold(t *testing.T) {
-	e := newEnv(t, testenv.Embedded(t))
 	ctx := context.Background()
 	const query = "twogcs"
-	writeStage(t, e, query, 4, 4, 20, 1000)
-	want, _ := readEach(t, e, query, 4)
+	e, want := raceEnv(t, query)
 	o := combine.Options{Groups: 2, Buckets: 2}
 	s0, err := combine.Open(ctx, e.st, e.c.Layout(), query, 0, o)
 	if err != nil {
@@ -801,4 +795,14 @@ func noIndexLeft(t *testing.T, e *env, query, planID, what string) {
 			t.Errorf("index %s left by a %s", o.Key, what)
 		}
 	}
+}
+
+// raceEnv is a fresh embedded env holding query's stage 0 of 4 workers x
+// 4 partitions, sealed, and how each partition reads.
+func raceEnv(t *testing.T, query string) (*env, []partitionDigest) {
+	t.Helper()
+	e := newEnv(t, testenv.Embedded(t))
+	writeStage(t, e, query, 4, 4, 20, 1000)
+	want, _ := readEach(t, e, query, 4)
+	return e, want
 }

@@ -278,16 +278,8 @@ func (s *Stage) formedGroups(ctx context.Context) (held map[string]int, formed m
 			ks = append(ks, k)
 		}
 	}
-	recs := make([]*groupRecord, len(ks))
-	eg, gctx := errgroup.WithContext(ctx)
-	eg.SetLimit(16)
-	for i, k := range ks {
-		eg.Go(func() (err error) {
-			recs[i], err = s.record(gctx, k, false)
-			return err
-		})
-	}
-	if err := eg.Wait(); err != nil {
+	recs, err := s.records(ctx, ks, false)
+	if err != nil {
 		return nil, nil, err
 	}
 	held, formed = map[string]int{}, map[int]*groupRecord{}
@@ -390,6 +382,26 @@ func (s *Stage) commitOrder(ctx context.Context) ([]string, error) {
 		out[i] = c.id
 	}
 	return out, nil
+}
+
+// records returns groups ks's records, 16 at a time: this process's
+// or the store's (record), or the store's alone (fresh, loadGroup); nil
+// for a group not formed.
+func (s *Stage) records(ctx context.Context, ks []int, fresh bool) ([]*groupRecord, error) {
+	recs := make([]*groupRecord, len(ks))
+	eg, gctx := errgroup.WithContext(ctx)
+	eg.SetLimit(16)
+	for i, k := range ks {
+		eg.Go(func() (err error) {
+			if fresh {
+				recs[i], err = s.loadGroup(gctx, k)
+			} else {
+				recs[i], err = s.record(gctx, k, false)
+			}
+			return err
+		})
+	}
+	return recs, eg.Wait()
 }
 
 // loadWorkers GETs the workers' manifests, frames included.
@@ -498,16 +510,12 @@ func (s *Stage) groupLevel(ws []*manifest.Worker) *manifest.Stage {
 // returns them for the check of the tasks (checkTaskGroups).
 func (s *Stage) checkGroups(ctx context.Context) ([]*groupRecord, error) {
 	what := fmt.Sprintf("seal of combined %s stage %d (plan %s)", s.query, s.stage, s.plan.ID)
-	recs := make([]*groupRecord, len(s.plan.Groups))
-	eg, gctx := errgroup.WithContext(ctx)
-	eg.SetLimit(16)
-	for g := range recs {
-		eg.Go(func() (err error) {
-			recs[g], err = s.loadGroup(gctx, g)
-			return err
-		})
+	all := make([]int, len(s.plan.Groups))
+	for g := range all {
+		all[g] = g
 	}
-	if err := eg.Wait(); err != nil {
+	recs, err := s.records(ctx, all, true)
+	if err != nil {
 		return nil, err
 	}
 	level := map[string]string{}

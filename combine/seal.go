@@ -71,10 +71,8 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: list %s: %w", what, dir, err)
 	}
-	have := map[string]bool{}
 	read := map[string]store.ObjectInfo{}
 	for _, o := range objs {
-		have[o.Key] = true
 		read[o.Key] = o
 	}
 	var missing []string
@@ -84,7 +82,7 @@ func (s *Stage) Seal(ctx context.Context) (*manifest.Stage, error) {
 		ids[n] = p.taskID(n)
 		key := s.l.ObjectKey(s.query, s.stage, manifest.TaskManifestName(p.ID, n))
 		keys[ids[n]] = key
-		if !have[key] {
+		if _, ok := read[key]; !ok {
 			g, j := p.Task(n)
 			b := p.Buckets[j]
 			missing = append(missing, fmt.Sprintf("task %d (group %d, bucket %d: partitions [%d, %d))", n, g, j, b.Lo, b.Hi))

@@ -56,12 +56,8 @@ func (p *Plan) Apply(ctx context.Context, st store.Store) (Report, error) {
 		what string
 		objs []store.ObjectInfo
 	}{{"worker and task manifests", p.manifests}, {"orphan objects", p.orphans}} {
-		keys := make([]string, len(objs.objs))
-		for i, obj := range objs.objs {
-			keys[i] = obj.Key
-		}
-		if err := deleteKeys(ctx, st, keys); err != nil {
-			return r, fmt.Errorf("gc: delete %d %s: %w", len(keys), objs.what, err)
+		if err := deleteKeys(ctx, st, keysOf(objs.objs)); err != nil {
+			return r, fmt.Errorf("gc: delete %d %s: %w", len(objs.objs), objs.what, err)
 		}
 		r.orphaned(objs.objs)
 	}

@@ -29,10 +29,6 @@ const Kind = "gc-hold"
 // prefix starts every encoded hold (Kind is the first field).
 var prefix = []byte(`{"kind":"` + Kind + `"`)
 
-// PrefixLen is how many bytes of an object Parse needs to tell a hold
-// from a level's manifest (IsHold).
-const PrefixLen = len(`{"kind":"` + Kind + `"`)
-
 // Hold is gc's mark at combined.json.
 type Hold struct {
 	Kind string `json:"kind"`
@@ -64,15 +60,15 @@ func New(plans []string, now time.Time) (Hold, []byte) {
 	return h, enc
 }
 
-// IsHold says whether b, the first bytes of combined.json (at least
-// PrefixLen, or all of it), are a hold's.
-func IsHold(b []byte) bool { return bytes.HasPrefix(b, prefix) }
+// isHold says whether b, the first bytes of combined.json (at least
+// len(prefix), or all of it), are a hold's.
+func isHold(b []byte) bool { return bytes.HasPrefix(b, prefix) }
 
 // Parse decodes a hold; ok is false when b is not one (a level's
 // manifest). A hold that does not decode is still a hold, of no known
 // time: the zero HeldAt, which any gc takes as old.
 func Parse(b []byte) (h Hold, ok bool) {
-	if !IsHold(b) {
+	if !isHold(b) {
 		return Hold{}, false
 	}
 	if err := json.Unmarshal(b, &h); err != nil {

@@ -18,8 +18,8 @@ func TestParse(t *testing.T) {
 	if !ok || got.ID != h.ID || !got.HeldAt.Equal(at) || strings.Join(got.Plans, ",") != "00000000000000aa,00000000000000bb" {
 		t.Fatalf("parse of %s: %+v, %v", b, got, ok)
 	}
-	if !IsHold(b[:PrefixLen]) || IsHold(b[:PrefixLen-1]) {
-		t.Fatalf("IsHold of the first %d bytes of %s", PrefixLen, b)
+	if !isHold(b[:len(prefix)]) || isHold(b[:len(prefix)-1]) {
+		t.Fatalf("isHold of the first %d bytes of %s", len(prefix), b)
 	}
 	if !strings.Contains(got.String(), "since 2026-01-02T03:04:05Z") {
 		t.Fatalf("String: %s", got)
