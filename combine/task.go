@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -140,23 +141,15 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	} else {
 		dst.mem = make([]byte, size)
 	}
-	codecs := make([]byte, len(frames))
-	if err := s.fetch(ctx, what, level, runs, frames, at, dst, codecs); err != nil {
-		return nil, err
-	}
-
+	// The object's upload runs beside the GETs: each part goes as soon
+	// as every byte of it has arrived and passed its frame's CRC32C.
 	write := manifest.NewWriteID()
 	partBytes := p.partBytes(size)
-	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
-		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
-		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
-		Compression: compressionOf(level), ChunkSize: partBytes,
-		WriterVersion: writerVersion, WrittenAt: time.Now().UTC(),
-		Encryption: sealedBy(level, grp.Lo, grp.Hi), GroupSHA256: group}
+	rel := s.l.TaskDataKey(s.query, s.stage, p.ID, n, write)
 	var up *uploader.Object
+	var fill *filling
 	kept := false
 	if len(frames) > 0 {
-		rel := s.l.TaskDataKey(s.query, s.stage, p.ID, n, write)
 		up = uploader.NewObject(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
 			uploader.ObjectOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
 		// Unless kept, what the task wrote goes (a cancelled task too).
@@ -165,6 +158,25 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 				_ = up.Discard(s.st)
 			}
 		}()
+		hand, err := dst.handTo(up, size)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		fill = newFilling(size, partBytes, hand)
+		defer fill.stop() // before the Discard above
+	}
+	codecs := make([]byte, len(frames))
+	if err := s.fetch(ctx, what, level, runs, frames, at, dst, codecs, fill); err != nil {
+		return nil, err
+	}
+
+	w := &manifest.Worker{FormatVersion: manifest.FormatVersion, Kind: manifest.KindWorker,
+		Query: s.query, Stage: s.stage, Worker: p.taskID(n), Attempt: write,
+		Schema: level.Schema, Partitions: level.Partitions, Results: level.Results,
+		Compression: compressionOf(level), ChunkSize: partBytes,
+		WriterVersion: writerVersion, WrittenAt: time.Now().UTC(),
+		Encryption: sealedBy(level, grp.Lo, grp.Hi), GroupSHA256: group}
+	if len(frames) > 0 {
 		count := map[string]int{}
 		for i, f := range frames {
 			count[codecName(codecs[i])]++
@@ -172,7 +184,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 			nf.Worker, nf.Object, nf.Offset = 0, 0, at[i]
 			w.Frames = append(w.Frames, nf)
 		}
-		if err := dst.upload(up, size); err != nil {
+		if err := fill.stop(); err != nil {
 			return nil, fmt.Errorf("%s: %w", what, err)
 		}
 		res, err := up.Complete(ctx)
@@ -329,7 +341,7 @@ func planRuns(frames []manifest.Frame, keyOf func(manifest.Frame) string, gap in
 // into its place in dst (frame i at at[i]), checking its CRC32C on the
 // way and noting its codec byte in codecs[i]; the bytes between a run's
 // frames are read and dropped.
-func (s *Stage) fetch(ctx context.Context, what string, level *manifest.Stage, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
+func (s *Stage) fetch(ctx context.Context, what string, level *manifest.Stage, runs []*run, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte, fill *filling) error {
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(fetches)
 	for _, r := range runs {
@@ -343,7 +355,7 @@ func (s *Stage) fetch(ctx context.Context, what string, level *manifest.Stage, r
 				return fmt.Errorf("%s: get %s bytes [%d, %d): %w", what, r.key, r.off, r.off+r.n, err)
 			}
 			defer body.Close()
-			return readRun(what, level.Workers[r.worker].Worker, r, body, frames, at, dst, codecs)
+			return readRun(what, level.Workers[r.worker].Worker, r, body, frames, at, dst, codecs, fill)
 		})
 	}
 	if err := eg.Wait(); err != nil {
@@ -356,8 +368,9 @@ func (s *Stage) fetch(ctx context.Context, what string, level *manifest.Stage, r
 }
 
 // readRun reads run r's frames from body, which starts at the run's
-// first byte, into dst; worker names the run's writer in errors.
-func readRun(what, worker string, r *run, body io.Reader, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte) error {
+// first byte, into dst, and tells fill (if any) of each frame checked;
+// worker names the run's writer in errors.
+func readRun(what, worker string, r *run, body io.Reader, frames []manifest.Frame, at []int64, dst *taskBytes, codecs []byte, fill *filling) error {
 	pos := r.off
 	var buf []byte
 	if dst.file != nil {
@@ -390,6 +403,11 @@ func readRun(what, worker string, r *run, body io.Reader, frames []manifest.Fram
 			return fmt.Errorf("%s: writer object %s: %w", what, r.key, fe)
 		}
 		pos = f.Offset + f.Length
+		if fill != nil {
+			if err := fill.landed(at[i], f.Length); err != nil {
+				return fmt.Errorf("%s: upload: %w", what, err)
+			}
+		}
 	}
 	return nil
 }
@@ -436,17 +454,118 @@ func (t *taskBytes) read(r io.Reader, off, n int64, buf []byte) (crc uint32, cod
 	return crc, codec, nil
 }
 
-// upload writes the object through up: from memory without a copy, or
-// from the file in sections.
-func (t *taskBytes) upload(up *uploader.Object, size int64) error {
+// handTo returns what hands the object's bytes [off, off+n) to up, in
+// order: slices of the memory, without a copy, or sections of the file.
+func (t *taskBytes) handTo(up *uploader.Object, size int64) (func(off, n int64) error, error) {
 	if t.file == nil {
-		return up.WriteFrom(t.mem)
+		return func(off, n int64) error { return up.WriteFrom(t.mem[off : off+n]) }, nil
 	}
 	sec, err := t.file.Section(0, size)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return up.WriteFile(sec, size)
+	return func(_, n int64) error { return up.WriteFile(sec, n) }, nil
+}
+
+// filling hands a task's object to its upload part by part as the GETs
+// fill it, so that the upload runs beside them rather than after: a part
+// goes once every byte of it has arrived and passed its frame's CRC32C
+// (landed), parts in order, each run of consecutive ready parts in one
+// hand-over. The hand-overs run on a goroutine of their own: a part
+// from a file is read for its CRC32C first, and the GETs do not wait
+// for that.
+type filling struct {
+	part, size int64
+	hand       func(off, n int64) error
+
+	mu   sync.Mutex
+	left []int64 // per part, bytes not yet landed
+	next int     // parts queued for hand-over
+	err  error   // the first hand-over that failed
+
+	queue   chan [2]int64 // [off, n) to hand over, in order
+	stopped sync.Once
+	done    chan struct{} // closed when the hand-overs end
+}
+
+func newFilling(size, partBytes int64, hand func(off, n int64) error) *filling {
+	// The object's parts, as uploader.NewObject cuts them.
+	part := max(min(partBytes, size), 1)
+	left := make([]int64, max(1, ceilDiv64(size, part)))
+	for i := range left {
+		left[i] = min(part, size-int64(i)*part)
+	}
+	f := &filling{part: part, size: size, hand: hand, left: left,
+		queue: make(chan [2]int64, len(left)), done: make(chan struct{})}
+	go f.run()
+	return f
+}
+
+func (f *filling) run() {
+	defer close(f.done)
+	for r := range f.queue {
+		f.mu.Lock()
+		failed := f.err != nil
+		f.mu.Unlock()
+		if failed {
+			continue
+		}
+		if err := f.hand(r[0], r[1]); err != nil {
+			f.mu.Lock()
+			f.err = err
+			f.mu.Unlock()
+		}
+	}
+}
+
+// landed records that the object's bytes [off, off+n) arrived, and
+// queues the parts it completes; it returns the failure of an earlier
+// hand-over (the upload failed: the GETs can stop). Safe for concurrent
+// use.
+func (f *filling) landed(off, n int64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for n > 0 {
+		i := off / f.part
+		k := min(n, (i+1)*f.part-off)
+		f.left[i] -= k
+		off, n = off+k, n-k
+	}
+	from := f.next
+	for f.next < len(f.left) && f.left[f.next] == 0 {
+		f.next++
+	}
+	if f.next > from && f.err == nil {
+		lo := int64(from) * f.part
+		f.queue <- [2]int64{lo, min(int64(f.next)*f.part, f.size) - lo}
+	}
+	return f.err
+}
+
+// stop ends the hand-overs, once every queued one is done, and reports
+// why the object is not whole: a hand-over failed, or bytes never
+// landed. An object of no bytes is handed over here. Idempotent.
+func (f *filling) stop() error {
+	f.stopped.Do(func() {
+		if f.size == 0 {
+			_ = f.landed(0, 0)
+		}
+		close(f.queue)
+	})
+	<-f.done
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return f.err
+	}
+	if f.next < len(f.left) {
+		var missing int64
+		for _, b := range f.left {
+			missing += b
+		}
+		return fmt.Errorf("%d of the object's %d bytes never arrived (%d of %d parts handed to the upload)", missing, f.size, f.next, len(f.left))
+	}
+	return nil
 }
 
 // compressionOf is the combined level's compression: the workers' own

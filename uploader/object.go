@@ -127,7 +127,9 @@ func (o *Upload) submitChunk(n int32, buf []byte, last, borrowed bool) error {
 	o.ready = append(o.ready, &part{obj: o, n: n, body: body{segs: [][]byte{buf}}, chunks: []*chunk{c}, queued: time.Now()})
 	o.wg.Add(1)
 	if last {
-		o.lastLocked(n == 1, true)
+		// A borrowed chunk's parts are the caller's cut, kept as they
+		// are (Object.WriteFrom).
+		o.lastLocked(n == 1, !borrowed)
 	}
 	return o.queueUnlock()
 }

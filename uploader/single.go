@@ -43,24 +43,35 @@ func NewObject(ctx context.Context, st Store, key string, opt ObjectOptions) *Ob
 	p := New(st, Config{ChunkSize: part, Concurrency: inflight, MaxBuffered: inflight, Checksum: true,
 		MinPartSize: min(store.MinPartSize, part), CleanupTimeout: time.Minute, streamAfter: part}, nil)
 	o, _ := newObject(p, p.newUpload(ctx, key, nil), opt.SizeHint, false, nil)
-	o.own, o.sums = p, true
+	o.own, o.sums, o.hint = p, true, opt.SizeHint
 	return o
 }
 
-// WriteFrom writes b, the whole object, without copying it: every part
-// is a slice of b, so b must stay unchanged until Complete returns (and
-// Discard, after a failure). An object of at most PartBytes is one put.
-// Only an object nothing was written to takes it.
+// WriteFrom writes b without copying it: every part is a slice of b,
+// so b must stay unchanged until Complete returns (and Discard, after a
+// failure). An object of at most PartBytes is one put. Without
+// ObjectOptions.SizeHint, b is the whole object. With it, the object may
+// come in several calls, in order, as its bytes become ready (a combined
+// object while its GETs still run, so that its upload runs beside them):
+// each call hands over whole parts of PartBytes but the one that ends
+// the object at SizeHint bytes. Parts handed over this way are sent as
+// they are, never re-cut, so the object's parts are the same however
+// its bytes arrive.
 func (o *Object) WriteFrom(b []byte) error {
-	if o.size > 0 || o.part > 0 || o.cur != nil {
-		return fmt.Errorf("object %s: WriteFrom after %d bytes were written", o.up.key, o.size)
+	end, err := o.next(int64(len(b)), "WriteFrom")
+	if err != nil {
+		return err
 	}
-	o.crc, o.size = store.CRC32C(b), int64(len(b))
+	o.crc = store.UpdateCRC32C(o.crc, b)
+	o.size += int64(len(b))
 	chunk := o.pool.cfg.ChunkSize
 	for {
 		n := min(int64(len(b)), chunk)
+		if n == 0 && !end {
+			return nil
+		}
 		o.part++
-		last := n == int64(len(b))
+		last := end && n == int64(len(b))
 		if err := o.up.submitChunk(o.part, b[:n:n], last, true); err != nil {
 			return err
 		}
@@ -72,20 +83,44 @@ func (o *Object) WriteFrom(b []byte) error {
 	}
 }
 
-// WriteFile writes the object from r, its size bytes, without holding
-// them: parts of PartBytes (the last shorter), each a section of r that
-// every request reads again. r is read once first, for the parts' and
-// the object's CRC32C, and must stay unchanged until Complete returns.
-// Only an object nothing was written to takes it.
+// next checks that n more bytes may be handed over by verb (WriteFrom,
+// WriteFile) and says whether they end the object: see WriteFrom.
+func (o *Object) next(n int64, verb string) (end bool, err error) {
+	hint, chunk := o.hint, o.pool.cfg.ChunkSize
+	switch {
+	case o.ended:
+		return false, fmt.Errorf("object %s: %s after the object ended, after %d bytes", o.up.key, verb, o.size)
+	case o.cur != nil || o.disk != nil:
+		return false, fmt.Errorf("object %s: %s after bytes were written by Write or WriteSection", o.up.key, verb)
+	case hint <= 0 && o.size > 0:
+		return false, fmt.Errorf("object %s: %s after %d bytes were written to an object of no size hint", o.up.key, verb, o.size)
+	case hint > 0 && o.size+n > hint:
+		return false, fmt.Errorf("object %s: %s of %d bytes at %d passes the object's %d bytes (its size hint)", o.up.key, verb, n, o.size, hint)
+	}
+	end = hint <= 0 || o.size+n == hint
+	if !end && n%chunk != 0 {
+		return false, fmt.Errorf("object %s: %s of %d bytes at %d, before the object's end at %d: not whole parts of %d bytes", o.up.key, verb, n, o.size, hint, chunk)
+	}
+	return end, nil
+}
+
+// WriteFile writes the object's next size bytes from r, at the object's
+// offset Size() in r, without holding them: parts of PartBytes (the last
+// shorter), each a section of r that every request reads again. Their
+// bytes are read once first, for the parts' and the object's CRC32C, and
+// must stay unchanged until Complete returns. As for WriteFrom, an
+// object of a size hint may come in several calls, in order.
 func (o *Object) WriteFile(r io.ReaderAt, size int64) error {
-	if o.size > 0 || o.part > 0 || o.cur != nil {
-		return fmt.Errorf("object %s: WriteFile after %d bytes were written", o.up.key, o.size)
+	end, err := o.next(size, "WriteFile")
+	if err != nil {
+		return err
 	}
 	chunk := o.pool.cfg.ChunkSize
+	start := o.size
 	var sums []uint32
 	buf := make([]byte, min(size, 1<<20))
-	for off := int64(0); off < size; off += chunk {
-		n := min(chunk, size-off)
+	for off := start; off < start+size; off += chunk {
+		n := min(chunk, start+size-off)
 		sum := uint32(0)
 		for at := off; at < off+n; {
 			b := buf[:min(int64(len(buf)), off+n-at)]
@@ -98,16 +133,18 @@ func (o *Object) WriteFile(r io.ReaderAt, size int64) error {
 		}
 		sums = append(sums, sum)
 	}
-	o.size = size
+	o.size += size
 	for i, sum := range sums {
-		off := int64(i) * chunk
+		off := start + int64(i)*chunk
 		o.part++
-		last := i == len(sums)-1
-		if err := o.up.submitSection(o.part, io.NewSectionReader(r, off, min(chunk, size-off)), sum, last); err != nil {
+		last := end && i == len(sums)-1
+		if err := o.up.submitSection(o.part, io.NewSectionReader(r, off, min(chunk, start+size-off)), sum, last); err != nil {
 			return err
 		}
 	}
-	o.ended = true
+	if end {
+		o.ended = true
+	}
 	return nil
 }
 

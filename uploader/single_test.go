@@ -129,6 +129,13 @@ func (b *borrowingParts) UploadPart(ctx context.Context, key, uploadID string, n
 	return b.Mem.UploadPart(ctx, key, uploadID, n, body)
 }
 
+// sent is how many parts were sent.
+func (b *borrowingParts) sent() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.bodies)
+}
+
 // TestObjectWriteFrom: WriteFrom stores the object as Write would, in
 // parts that are slices of the caller's bytes (no copy), at most Inflight
 // at once; an object of one part is one Put; a second write is refused.
@@ -286,4 +293,86 @@ func stored(t *testing.T, m *store.Mem, key string) []byte {
 		t.Fatalf("%s is not stored", key)
 	}
 	return b
+}
+
+// TestObjectInCalls: an object of a size hint written by WriteFrom or
+// WriteFile in several calls, in order (whole parts, then the end),
+// stores the bytes, parts and CRC32C of one call; a part under way is
+// sent before the next call; a call of part of a part before the end,
+// one past the hint, and one after the end are refused, naming the
+// bytes and the limit.
+func TestObjectInCalls(t *testing.T) {
+	ctx := context.Background()
+	data := make([]byte, 10*1000+7)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	size := int64(len(data))
+	calls := [][2]int64{{0, 3000}, {3000, 0}, {3000, 1000}, {4000, size - 4000}}
+	for _, verb := range []string{"WriteFrom", "WriteFile"} {
+		t.Run(verb, func(t *testing.T) {
+			m := &borrowingParts{Mem: &store.Mem{}}
+			w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, Inflight: 3, SizeHint: size})
+			write := func(off, n int64) error {
+				if verb == "WriteFrom" {
+					return w.WriteFrom(data[off : off+n])
+				}
+				return w.WriteFile(bytes.NewReader(data), n)
+			}
+			for i, c := range calls {
+				if err := write(c[0], c[1]); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if i == 0 && verb == "WriteFrom" {
+					// The first call's parts go without waiting for the rest.
+					deadline := time.Now().Add(10 * time.Second)
+					for m.sent() < 3 && time.Now().Before(deadline) {
+						time.Sleep(time.Millisecond)
+					}
+					if got := m.sent(); got < 3 {
+						t.Fatalf("%d parts sent after the first call of 3 whole parts, want 3", got)
+					}
+				}
+			}
+			res, err := w.Complete(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := stored(t, m.Mem, "k"); !bytes.Equal(got, data) || res.Parts != 11 || w.Size() != size || w.CRC32C() != store.CRC32C(data) {
+				t.Fatalf("stored %d bytes in %d parts, size %d, crc %08x; want the %d written in 11 parts, crc %08x", len(got), res.Parts, w.Size(), w.CRC32C(), size, store.CRC32C(data))
+			}
+		})
+	}
+	for _, tc := range []struct {
+		name  string
+		calls [][2]int64
+		want  string
+	}{
+		{"part of a part", [][2]int64{{0, 1500}}, "not whole parts of 1000 bytes"},
+		{"past the hint", [][2]int64{{0, 1000}, {1000, size}}, "passes the object's 10007 bytes"},
+		{"after the end", [][2]int64{{0, size}, {0, 1000}}, "after the object ended, after 10007 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &store.Mem{}
+			w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, SizeHint: size})
+			var err error
+			for _, c := range tc.calls {
+				b := make([]byte, c[1])
+				if c[0]+c[1] <= size {
+					b = data[c[0] : c[0]+c[1]]
+				}
+				if err = w.WriteFrom(b); err != nil {
+					break
+				}
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want a refusal saying %q", err, tc.want)
+			}
+			_, _ = w.Complete(ctx)
+			_ = w.Discard(m)
+			if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
+				t.Fatalf("uploads left after Discard: %v", ups)
+			}
+		})
+	}
 }

@@ -44,6 +44,7 @@ type Object struct {
 	sums                  bool
 	size                  int64
 	crc                   uint32
+	hint                  int64 // ObjectOptions.SizeHint
 	completing, completed bool
 }
 
