@@ -102,6 +102,13 @@ func (a *appender) take(r encoded) {
 			r.rows.release()
 		}
 	}
+	if r.spilled != nil && a.ctx.Err() == nil && a.keep != nil {
+		m, err := a.keepSpilledGuarded(r)
+		if err != nil {
+			a.cancel(err)
+		}
+		mem = m
+	}
 	if r.inPlace != nil && a.ctx.Err() == nil {
 		if err := a.appendGuarded(r); err != nil {
 			a.cancel(err)
@@ -135,6 +142,16 @@ func (a *appender) keepGuarded(r encoded) (mem int64, kept bool, err error) {
 		}
 	}()
 	return a.keep.keep(r)
+}
+
+// keepSpilledGuarded is keepSpilled with a panic turned into its error.
+func (a *appender) keepSpilledGuarded(r encoded) (mem int64, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = safe.Recovered(v, "keep of a piece of partition %d", r.partition)
+		}
+	}()
+	return a.keep.keepSpilled(r)
 }
 
 // keepRowsGuarded is keepRows with a panic turned into its error.

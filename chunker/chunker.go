@@ -228,10 +228,18 @@ func New(ctx context.Context, opt Options, objs Objects) (*Writer, error) {
 func (w *Writer) start(objs Objects, codec string, auto *autoCodec) {
 	opt := w.opt
 	results := make(chan encoded, opt.Encoders)
+	var keep *keeper
+	var pieces *spill.File // where the encoders write spilled pieces
+	if opt.Spill != nil {
+		keep = &keeper{b: w.b, file: opt.Spill.Create()}
+		if opt.Seal == nil {
+			pieces = keep.file
+		}
+	}
 	var encoders sync.WaitGroup
 	for range opt.Encoders {
 		e := &encoder{ctx: w.ctx, q: w.q, results: results, compression: opt.Compression, codec: codec, auto: auto,
-			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}, seal: opt.Seal}
+			parent: opt.Mem, mem: &reuseAllocator{parent: opt.Mem}, seal: opt.Seal, spill: pieces}
 		encoders.Go(e.run)
 	}
 	go func() {
@@ -240,8 +248,8 @@ func (w *Writer) start(objs Objects, codec string, auto *autoCodec) {
 	}()
 	a := &appender{ctx: w.ctx, cancel: w.cancel, b: w.b, q: w.q, objs: objs, auto: auto,
 		maxObject: opt.maxObject(objs, false), partitions: opt.Partitions, frameTarget: opt.FrameTargetBytes}
-	if opt.Spill != nil {
-		a.keep = &keeper{b: w.b, file: opt.Spill.Create()}
+	if keep != nil {
+		a.keep = keep
 		if objs.Limit(true) > 0 {
 			a.spillDir = opt.Spill
 			a.maxFileObject = opt.maxObject(objs, true)

@@ -12,6 +12,7 @@ import (
 	"github.com/durashuffle/durashuffle/internal/frame"
 	"github.com/durashuffle/durashuffle/internal/safe"
 	"github.com/durashuffle/durashuffle/internal/spill"
+	"github.com/durashuffle/durashuffle/store"
 )
 
 // encodeJob is one frame to encode, or the end of a sorted writer's
@@ -83,7 +84,10 @@ type encoded struct {
 	crc       uint32 // the frame's CRC32C, when crcSet
 	crcSet    bool
 	piece     bool // buf holds a piece (frame.Accumulator.Piece), not a frame
-	end       bool // encodeJob.end
+	// spilled: a piece the encoder wrote to the spill file (spillPiece);
+	// buf is nil.
+	spilled *spilledPiece
+	end     bool // encodeJob.end
 	// rows: an encodeJob.keepRows frame's rows, not encoded; the
 	// appender keeps them (or releases them).
 	rows *keptRows
@@ -271,6 +275,13 @@ type encoder struct {
 	gather *frame.Accumulator // the frame's rows, gathered from the arena and its batches
 	dec    *frame.Decoder     // a sorted writer's, for kept frames merged at Close
 	seal   *frame.Sealer      // Options.Seal: nil writes plain frames
+	// spill: a sorted writer's spill file, which the encoder writes a
+	// spilled run's pieces to itself (spillPiece); nil when frames are
+	// sealed (a sealed piece is a buffer of its own) or the writer does
+	// not spill.
+	spill *spill.File
+	hdr   []byte   // spillPiece's scratch: a piece's uvarints
+	vecs  [][]byte // and its slices
 	// broken is the panic this encoder recovered from: its encoder and
 	// gatherer may be half-way through a frame, so it encodes no more
 	// (the writer has failed anyway once the appender sees it) and the
@@ -349,6 +360,9 @@ func (e *encoder) encode(j *encodeJob, schema *arrow.Schema, res *encoded) {
 			res.kept += k.length
 		}
 		res.err = e.encodeOutput(j, res)
+	} else if res.err == nil && j.raw && e.gather != nil && e.spill != nil {
+		res.stats, res.spilled, res.err = e.spillPiece(*j)
+		res.piece = true
 	} else if res.err == nil && j.raw && e.gather != nil {
 		res.buf = bufPool.Get()
 		res.stats, res.err = pieceItems(e.gather, res.buf, *j)
@@ -398,6 +412,35 @@ func encodeItems(enc *frame.Encoder, gather *frame.Accumulator, buf *bytes.Buffe
 	rec := gather.View()
 	defer rec.Release()
 	return enc.Encode(buf, []arrow.RecordBatch{rec})
+}
+
+// spilledPiece is where spillPiece wrote a piece in the spill file.
+type spilledPiece struct {
+	off, length int64
+	crc         uint32
+}
+
+// spillPiece gathers j's rows and writes them to the spill file as a
+// piece, straight from the gatherer's buffers (one vectored write, no
+// copy into a buffer of the piece's own): the spill is the only place a
+// spilled run's piece goes. The appender's keeper records it.
+func (e *encoder) spillPiece(j encodeJob) (frame.Stats, *spilledPiece, error) {
+	e.gather.Reset()
+	if err := gatherItems(e.gather, j.items, j.arena); err != nil {
+		return frame.Stats{}, nil, err
+	}
+	var n int
+	e.vecs, e.hdr, n = e.gather.PieceVecs(e.hdr, e.vecs)
+	var crc uint32
+	for _, b := range e.vecs {
+		crc = store.UpdateCRC32C(crc, b)
+	}
+	off, err := e.spill.AppendVec(e.vecs, int64(n))
+	clear(e.vecs) // no hold on the gatherer's buffers past the write
+	if err != nil {
+		return frame.Stats{}, nil, err
+	}
+	return frame.Stats{Rows: e.gather.Rows(), Bytes: j.bytes}, &spilledPiece{off: off, length: int64(n), crc: crc}, nil
 }
 
 // pieceItems writes j's rows into buf as a piece (frame.Accumulator.Piece):

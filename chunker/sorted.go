@@ -25,8 +25,9 @@ import (
 // flushed. A spilled run's frames under half of frame_target_bytes,
 // nearly all of them at many partitions, are not encoded at all (raw):
 // the spill takes their rows' column buffers as a piece
-// (frame.Accumulator.Piece), which Close copies into the merged frame as
-// they are, so their bytes are compressed once, at Close, and no IPC
+// (frame.Accumulator.Piece), which the encoder writes from the buffers it
+// gathered the rows into (spillPiece, one vectored write), and which
+// Close copies into the merged frame as they are, so their bytes are compressed once, at Close, and no IPC
 // frame is built for them nor parsed back, at the cost of spilling about
 // the logical bytes. The last run's small frames, after spilled ones,
 // are not encoded either: their rows stay in the run's arena (keptRows)
@@ -164,6 +165,26 @@ func (k *keeper) keep(r encoded) (mem int64, kept bool, err error) {
 	}
 	k.kept = append(k.kept, f)
 	return mem, kept, nil
+}
+
+// keepSpilled takes a piece an encoder wrote to the spill file
+// (r.spilled). While the writer spills, the frames kept in memory go to
+// the spill first, as keep sends them; a piece of a spilled run that
+// arrives after the last run began stays where it is, on disk.
+func (k *keeper) keepSpilled(r encoded) (mem int64, err error) {
+	if k.b.isSpilling() {
+		if mem, err = k.spillKept(); err != nil {
+			return mem, err
+		}
+	}
+	p := r.spilled
+	k.spilled += p.length
+	if len(k.kept) == cap(k.kept) {
+		k.kept = growTo(k.kept, k.b.reserved())
+	}
+	k.kept = append(k.kept, keptFrame{partition: r.partition, rows: r.stats.Rows, bytes: r.stats.Bytes, crc: p.crc,
+		length: p.length, off: p.off, raw: true, piece: true})
+	return mem, nil
 }
 
 // keepRows takes a last-run frame's rows (r.rows), kept in memory until

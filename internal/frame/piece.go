@@ -66,6 +66,82 @@ func (c *growCol) piece(dst []byte) []byte {
 	return dst
 }
 
+// PieceVecs returns the piece Piece would append as slices, for a
+// vectored write (spill.File.AppendVec) that copies nothing: its
+// uvarints, kept in hdr (grown when too small; returned for the next
+// call), and the accumulator's own buffers. The slices are valid until
+// the accumulator changes. n is the piece's length.
+func (a *Accumulator) PieceVecs(hdr []byte, vecs [][]byte) (_ [][]byte, _ []byte, n int) {
+	cols := 0
+	for _, c := range a.cols {
+		cols += c.count()
+	}
+	// Every uvarint fits in hdr as it is: slices of it stay valid.
+	if need := binary.MaxVarintLen64 * (1 + 5*cols); cap(hdr) < need {
+		hdr = make([]byte, 0, need)
+	}
+	v := pieceVecs{hdr: hdr[:0], vecs: vecs[:0]}
+	v.uvarint(a.rows)
+	for _, c := range a.cols {
+		c.pieceVecs(&v)
+	}
+	v.flush()
+	return v.vecs, v.hdr, v.n
+}
+
+// pieceVecs collects a piece's slices: the uvarints not yet handed out
+// are hdr[from:].
+type pieceVecs struct {
+	hdr  []byte
+	from int
+	vecs [][]byte
+	n    int
+}
+
+func (v *pieceVecs) uvarint(x int64) { v.hdr = binary.AppendUvarint(v.hdr, uint64(x)) }
+
+func (v *pieceVecs) flush() {
+	if len(v.hdr) > v.from {
+		v.vecs = append(v.vecs, v.hdr[v.from:len(v.hdr):len(v.hdr)])
+		v.n += len(v.hdr) - v.from
+		v.from = len(v.hdr)
+	}
+}
+
+func (v *pieceVecs) buf(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	v.flush()
+	v.vecs = append(v.vecs, b)
+	v.n += len(b)
+}
+
+func (c *growCol) pieceVecs(v *pieceVecs) {
+	valid := c.valid
+	if !c.hasV {
+		valid = nil
+	}
+	for _, x := range [...]int{c.n, c.nulls, len(valid), len(c.offs), len(c.vals)} {
+		v.uvarint(int64(x))
+	}
+	v.buf(valid)
+	v.buf(c.offs)
+	v.buf(c.vals)
+	for _, k := range c.kids {
+		k.pieceVecs(v)
+	}
+}
+
+// count is the columns c is, its children's included.
+func (c *growCol) count() int {
+	n := 1
+	for _, k := range c.kids {
+		n += k.count()
+	}
+	return n
+}
+
 // AppendPiece copies the rows of piece b (made by Piece from an
 // accumulator of the same schema) after the accumulated ones. A piece
 // that does not parse fails, with the accumulator unchanged.

@@ -26,6 +26,7 @@ func TestPieceEveryType(t *testing.T) {
 		merged, _ := NewAccumulator(types)
 		gather, _ := NewAccumulator(types)
 		var pieces [][]byte
+		var hdr []byte
 		// Pieces of 1 to 60 rows, and one of none.
 		for lo, n := int64(0), int64(1); lo < a.NumRows(); lo, n = lo+n, n%60+7 {
 			s := a.NewSlice(lo, min(lo+n, a.NumRows()))
@@ -40,6 +41,12 @@ func TestPieceEveryType(t *testing.T) {
 			p := gather.Piece(nil)
 			if len(p) > gather.PieceSize() {
 				t.Fatalf("a piece of %d bytes, PieceSize said %d", len(p), gather.PieceSize())
+			}
+			var vecs [][]byte
+			var n int
+			vecs, hdr, n = gather.PieceVecs(hdr, vecs)
+			if joined := bytes.Join(vecs, nil); n != len(p) || !bytes.Equal(joined, p) {
+				t.Fatalf("PieceVecs: %d bytes (%d said) in %d slices; Piece: %d bytes", len(joined), n, len(vecs), len(p))
 			}
 			pieces = append(pieces, p)
 		}

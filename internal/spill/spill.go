@@ -149,14 +149,25 @@ func (d *Dir) unreserve(n int64) {
 }
 
 // File is one writer's spill: bytes appended at its end and read back at
-// any offset. Append is for one goroutine; ReadAt is safe for concurrent
-// use with itself (not with Append).
+// any offset. Its methods are safe for concurrent use: appends take the
+// file in turn, each while it writes; a read (ReadAt, a Section) is of
+// bytes an append wrote already, and runs beside the appends.
 type File struct {
 	d     *Dir
-	f     *os.File
-	wr    io.WriterAt // f; tests put a full disk here
-	size  int64
 	sized bool // made by CreateSized: written in place, not appended
+
+	mu   sync.Mutex
+	f    *os.File
+	wr   io.WriterAt // f; tests put a full disk here
+	size int64
+	gone bool // removed: appends fail rather than make it again
+}
+
+// open returns the file and its size, under the lock.
+func (f *File) open() (*os.File, int64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.f, f.size
 }
 
 // Create opens a new, empty file in the directory. Nothing touches the
@@ -207,23 +218,57 @@ func (f *File) WriteAt(b []byte, off int64) (int, error) {
 
 // Name is the file's path ("" before the first Append).
 func (f *File) Name() string {
-	if f.f == nil {
-		return ""
+	if fh, _ := f.open(); fh != nil {
+		return fh.Name()
 	}
-	return f.f.Name()
+	return ""
 }
 
 // Size is the bytes appended so far.
-func (f *File) Size() int64 { return f.size }
+func (f *File) Size() int64 {
+	_, size := f.open()
+	return size
+}
 
 // Append writes b at the end of the file and returns its offset. It
 // fails, naming the file, the bytes and the limit, when the process's
 // limit would be passed or the disk refuses (full, removed).
 func (f *File) Append(b []byte) (int64, error) {
+	return f.append(int64(len(b)), func(off int64) error {
+		_, err := f.wr.WriteAt(b, off)
+		return err
+	})
+}
+
+// AppendVec is Append of bufs' n bytes, back to back, in vectored writes
+// that copy none of them (one pwritev where the system has it). bufs
+// (the slice, not the bytes) is the file's to change.
+func (f *File) AppendVec(bufs [][]byte, n int64) (int64, error) {
+	return f.append(n, func(off int64) error {
+		if fh, ok := f.wr.(*os.File); ok {
+			return writeVec(fh, bufs, off)
+		}
+		for _, b := range bufs {
+			if _, err := f.wr.WriteAt(b, off); err != nil {
+				return err
+			}
+			off += int64(len(b))
+		}
+		return nil
+	})
+}
+
+// append writes n bytes at the end of the file with write.
+func (f *File) append(n int64, write func(off int64) error) (int64, error) {
 	if f.sized {
-		return 0, fmt.Errorf("append to spill %s: a file of %d bytes made to be written in place", f.Name(), f.size)
+		return 0, fmt.Errorf("append to spill %s: a file of %d bytes made to be written in place", f.Name(), f.Size())
 	}
-	if err := f.d.reserve(int64(len(b))); err != nil {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return 0, fmt.Errorf("append %d bytes to spill: the file was removed", n)
+	}
+	if err := f.d.reserve(n); err != nil {
 		return 0, err
 	}
 	if f.f == nil {
@@ -234,28 +279,29 @@ func (f *File) Append(b []byte) (int64, error) {
 		d.mu.Unlock()
 		fh, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			f.d.unreserve(int64(len(b)))
+			f.d.unreserve(n)
 			return 0, fmt.Errorf("spill to %s (spill_dir %s): %w", name, d.root, err)
 		}
 		f.f, f.wr = fh, fh
 	}
 	off := f.size
-	if _, err := f.wr.WriteAt(b, off); err != nil {
-		f.d.unreserve(int64(len(b)))
+	if err := write(off); err != nil {
+		f.d.unreserve(n)
 		return 0, fmt.Errorf("spill %d bytes to %s at offset %d (spill_dir %s, %d of %d bytes used): %w",
-			len(b), f.f.Name(), off, f.d.root, f.d.Used(), f.d.limit, err)
+			n, f.f.Name(), off, f.d.root, f.d.Used(), f.d.limit, err)
 	}
-	f.size += int64(len(b))
+	f.size += n
 	return off, nil
 }
 
 // ReadAt reads len(b) bytes at off.
 func (f *File) ReadAt(b []byte, off int64) error {
-	if f.f == nil || off+int64(len(b)) > f.size {
-		return fmt.Errorf("read %d bytes at %d of spill %s: it holds %d bytes", len(b), off, f.Name(), f.size)
+	fh, size := f.open()
+	if fh == nil || off+int64(len(b)) > size {
+		return fmt.Errorf("read %d bytes at %d of spill %s: it holds %d bytes", len(b), off, f.Name(), size)
 	}
-	if _, err := f.f.ReadAt(b, off); err != nil {
-		return fmt.Errorf("read %d bytes at %d of spill %s: %w", len(b), off, f.f.Name(), err)
+	if _, err := fh.ReadAt(b, off); err != nil {
+		return fmt.Errorf("read %d bytes at %d of spill %s: %w", len(b), off, fh.Name(), err)
 	}
 	return nil
 }
@@ -265,10 +311,11 @@ func (f *File) ReadAt(b []byte, off int64) error {
 // past off+n, and each reads the disk again: a section holds no bytes of
 // its own. It fails once the file is removed.
 func (f *File) Section(off, n int64) (*io.SectionReader, error) {
-	if f.f == nil || off < 0 || n < 0 || off+n > f.size {
-		return nil, fmt.Errorf("section of %d bytes at %d of spill %s: it holds %d bytes", n, off, f.Name(), f.size)
+	fh, size := f.open()
+	if fh == nil || off < 0 || n < 0 || off+n > size {
+		return nil, fmt.Errorf("section of %d bytes at %d of spill %s: it holds %d bytes", n, off, f.Name(), size)
 	}
-	return io.NewSectionReader(f.f, off, n), nil
+	return io.NewSectionReader(fh, off, n), nil
 }
 
 // Room is the bytes the process's files may still take (spill_bytes less
@@ -282,6 +329,9 @@ func (d *Dir) Room() int64 {
 // Remove deletes the file and gives its bytes back to the limit.
 // Idempotent.
 func (f *File) Remove() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.gone = true
 	if f.f != nil {
 		name := f.f.Name()
 		f.f.Close()

@@ -2,11 +2,13 @@ package spill
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -231,4 +233,45 @@ func TestCreateSized(t *testing.T) {
 	if d.Used() != 0 {
 		t.Fatalf("used %d bytes after the removal, want 0", d.Used())
 	}
+}
+
+// TestAppendVec: AppendVec writes its slices back to back at the file's
+// end, as one Append of them joined would: empty slices, and more slices
+// than one vectored write takes (2,500, past IOV_MAX), included; a disk
+// that refuses fails it as it fails Append, counting nothing.
+func TestAppendVec(t *testing.T) {
+	d, err := Open(t.TempDir(), 1<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	f := d.Create()
+	if _, err := f.Append([]byte("head")); err != nil {
+		t.Fatal(err)
+	}
+	var bufs [][]byte
+	for i := range 2500 {
+		bufs = append(bufs, bytes.Repeat([]byte{byte(i)}, i%7))
+	}
+	want := bytes.Join(bufs, nil)
+	off, err := f.AppendVec(slices.Clone(bufs), int64(len(want)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, len(want))
+	if err := f.ReadAt(got, off); err != nil {
+		t.Fatal(err)
+	}
+	if off != 4 || !bytes.Equal(got, want) || f.Size() != int64(4+len(want)) || d.Used() != f.Size() {
+		t.Fatalf("at %d, read back equal %v, size %d, used %d; want at 4 the %d bytes joined", off, bytes.Equal(got, want), f.Size(), d.Used(), len(want))
+	}
+	f.wr = fullDisk{}
+	_, err = f.AppendVec([][]byte{make([]byte, 100), make([]byte, 28)}, 128)
+	if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "128 bytes") || !strings.Contains(err.Error(), "spill_dir") {
+		t.Fatalf("a vectored append to a full disk: %v, want ENOSPC naming 128 bytes and spill_dir", err)
+	}
+	if d.Used() != f.Size() {
+		t.Fatalf("used %d bytes after a refused write, want the %d written before", d.Used(), f.Size())
+	}
+	f.Remove()
 }
