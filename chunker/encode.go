@@ -421,7 +421,7 @@ type spilledPiece struct {
 }
 
 // spillPiece gathers j's rows and writes them to the spill file as a
-// piece, straight from the gatherer's buffers (one vectored write, no
+// piece, straight from the gatherer's buffers (vectored writes, no
 // copy into a buffer of the piece's own): the spill is the only place a
 // spilled run's piece goes. The appender's keeper records it.
 func (e *encoder) spillPiece(j encodeJob) (frame.Stats, *spilledPiece, error) {

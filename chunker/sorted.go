@@ -26,8 +26,9 @@ import (
 // nearly all of them at many partitions, are not encoded at all (raw):
 // the spill takes their rows' column buffers as a piece
 // (frame.Accumulator.Piece), which the encoder writes from the buffers it
-// gathered the rows into (spillPiece, one vectored write), and which
-// Close copies into the merged frame as they are, so their bytes are compressed once, at Close, and no IPC
+// gathered the rows into (spillPiece, vectored writes), and which Close
+// copies into the merged frame as they are, so their bytes are
+// compressed once, at Close, and no IPC
 // frame is built for them nor parsed back, at the cost of spilling about
 // the logical bytes. The last run's small frames, after spilled ones,
 // are not encoded either: their rows stay in the run's arena (keptRows)
@@ -113,9 +114,10 @@ const keptSize = int64(unsafe.Sizeof(keptFrame{}))
 
 // keeper is a sorted writer's frames of the writing phase, part of the
 // appender's state: only the appending goroutine touches it while the
-// writer runs, then Close or Abort. Its spill file is read by the
-// encoders merging the output frames, which the appender queues only
-// once it has appended the last frame to it.
+// writer runs, then Close or Abort. The encoders append spilled pieces
+// to its spill file too (spillPiece; the file takes appends in turn),
+// and read it when they merge the output frames, which the appender
+// queues only once it has appended the last frame to it.
 type keeper struct {
 	b    *budget // whether to spill, and the index capacity reserved
 	file *spill.File

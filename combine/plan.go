@@ -250,7 +250,9 @@ type Scratch interface {
 }
 
 // ScratchFile is one task's object on disk: written at any offset from
-// many goroutines at once, read back in sections, and removed when the
+// many goroutines at once, read back in sections (a section's reads
+// run while other offsets are still being written: the upload starts
+// with the first part whose bytes are all there), and removed when the
 // task ends.
 type ScratchFile interface {
 	io.WriterAt

@@ -150,20 +150,28 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 	var fill *filling
 	kept := false
 	if len(frames) > 0 {
-		up = uploader.NewObject(ctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
+		// The upload's own context: a task that fails stops the parts in
+		// flight at once, rather than send them to be aborted.
+		uctx, ucancel := context.WithCancelCause(ctx)
+		defer ucancel(nil)
+		up = uploader.NewObject(uctx, s.st, s.l.ObjectKey(s.query, s.stage, rel),
 			uploader.ObjectOptions{PartBytes: partBytes, Inflight: p.opts.Uploads, SizeHint: size})
-		// Unless kept, what the task wrote goes (a cancelled task too).
+		hand, err := dst.handTo(up, size)
+		if err != nil {
+			_ = up.Discard(s.st)
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		fill = newFilling(what, size, partBytes, hand)
+		// Unless kept, what the task wrote goes (a cancelled task too):
+		// no part is handed over or sent after the failure, and the
+		// upload is aborted or the object deleted.
 		defer func() {
 			if !kept {
+				ucancel(errTaskEnded)
+				fill.abandon()
 				_ = up.Discard(s.st)
 			}
 		}()
-		hand, err := dst.handTo(up, size)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", what, err)
-		}
-		fill = newFilling(size, partBytes, hand)
-		defer fill.stop() // before the Discard above
 	}
 	codecs := make([]byte, len(frames))
 	if err := s.fetch(ctx, what, level, runs, frames, at, dst, codecs, fill); err != nil {
@@ -475,27 +483,32 @@ func (t *taskBytes) handTo(up *uploader.Object, size int64) (func(off, n int64) 
 // from a file is read for its CRC32C first, and the GETs do not wait
 // for that.
 type filling struct {
+	what       string // the task, in errors
 	part, size int64
 	hand       func(off, n int64) error
 
-	mu   sync.Mutex
-	left []int64 // per part, bytes not yet landed
-	next int     // parts queued for hand-over
-	err  error   // the first hand-over that failed
+	mu        sync.Mutex
+	left      []int64 // per part, bytes not yet landed
+	next      int     // parts queued for hand-over
+	err       error   // the first hand-over that failed
+	abandoned bool    // the task failed: queued hand-overs are dropped
 
 	queue   chan [2]int64 // [off, n) to hand over, in order
 	stopped sync.Once
 	done    chan struct{} // closed when the hand-overs end
 }
 
-func newFilling(size, partBytes int64, hand func(off, n int64) error) *filling {
+// errTaskEnded cancels the upload of a task that failed or lost.
+var errTaskEnded = errors.New("combine task ended without its object")
+
+func newFilling(what string, size, partBytes int64, hand func(off, n int64) error) *filling {
 	// The object's parts, as uploader.NewObject cuts them.
 	part := max(min(partBytes, size), 1)
 	left := make([]int64, max(1, ceilDiv64(size, part)))
 	for i := range left {
 		left[i] = min(part, size-int64(i)*part)
 	}
-	f := &filling{part: part, size: size, hand: hand, left: left,
+	f := &filling{what: what, part: part, size: size, hand: hand, left: left,
 		queue: make(chan [2]int64, len(left)), done: make(chan struct{})}
 	go f.run()
 	return f
@@ -505,17 +518,29 @@ func (f *filling) run() {
 	defer close(f.done)
 	for r := range f.queue {
 		f.mu.Lock()
-		failed := f.err != nil
+		skip := f.err != nil || f.abandoned
 		f.mu.Unlock()
-		if failed {
+		if skip {
 			continue
 		}
-		if err := f.hand(r[0], r[1]); err != nil {
+		// A panic (a Scratch's reads are the caller's) fails the task,
+		// as one on the task's own goroutine does.
+		err := safe.Call(func() error { return f.hand(r[0], r[1]) }, "%s: hand-over of bytes [%d, %d) to the upload", f.what, r[0], r[0]+r[1])
+		if err != nil {
 			f.mu.Lock()
 			f.err = err
 			f.mu.Unlock()
 		}
 	}
+}
+
+// abandon stops the hand-overs of a task that failed: those queued are
+// dropped, and it returns once the one under way (if any) is done.
+func (f *filling) abandon() {
+	f.mu.Lock()
+	f.abandoned = true
+	f.mu.Unlock()
+	_ = f.stop()
 }
 
 // landed records that the object's bytes [off, off+n) arrived, and

@@ -22,7 +22,9 @@ type ObjectOptions struct {
 	// WriteFrom and WriteFile take none.
 	Inflight int
 	// SizeHint, when known, is the object's size: no buffer is made
-	// larger than it.
+	// larger than it. An object written by WriteFrom or WriteFile holds
+	// exactly this many bytes: they may come in several calls, and a
+	// call past it, or a Complete short of it, fails.
 	SizeHint int64
 }
 
@@ -106,21 +108,21 @@ func (o *Object) next(n int64, verb string) (end bool, err error) {
 
 // WriteFile writes the object's next size bytes from r, at the object's
 // offset Size() in r, without holding them: parts of PartBytes (the last
-// shorter), each a section of r that every request reads again. Their
-// bytes are read once first, for the parts' and the object's CRC32C, and
-// must stay unchanged until Complete returns. As for WriteFrom, an
-// object of a size hint may come in several calls, in order.
+// shorter), each a section of r that every request reads again. Each
+// part's bytes are read once first, for its and the object's CRC32C, and
+// the part goes before the next is read; they must stay unchanged until
+// Complete returns. As for WriteFrom, an object of a size hint may come
+// in several calls, in order.
 func (o *Object) WriteFile(r io.ReaderAt, size int64) error {
 	end, err := o.next(size, "WriteFile")
 	if err != nil {
 		return err
 	}
 	chunk := o.pool.cfg.ChunkSize
-	start := o.size
-	var sums []uint32
+	stop := o.size + size
 	buf := make([]byte, min(size, 1<<20))
-	for off := start; off < start+size; off += chunk {
-		n := min(chunk, start+size-off)
+	for off := o.size; off < stop; off += chunk {
+		n := min(chunk, stop-off)
 		sum := uint32(0)
 		for at := off; at < off+n; {
 			b := buf[:min(int64(len(buf)), off+n-at)]
@@ -131,14 +133,10 @@ func (o *Object) WriteFile(r io.ReaderAt, size int64) error {
 			o.crc = store.UpdateCRC32C(o.crc, b)
 			at += int64(len(b))
 		}
-		sums = append(sums, sum)
-	}
-	o.size += size
-	for i, sum := range sums {
-		off := start + int64(i)*chunk
+		o.size += n
 		o.part++
-		last := end && i == len(sums)-1
-		if err := o.up.submitSection(o.part, io.NewSectionReader(r, off, min(chunk, start+size-off)), sum, last); err != nil {
+		last := end && off+n == stop
+		if err := o.up.submitSection(o.part, io.NewSectionReader(r, off, n), sum, last); err != nil {
 			return err
 		}
 	}
@@ -159,6 +157,9 @@ func (o *Object) CRC32C() uint32 { return o.crc }
 // it never filled a part, else the last part and the Complete. ctx
 // bounds the Complete. The object's own pool stops.
 func (o *Object) Complete(ctx context.Context) (Result, error) {
+	if !o.ended && o.hint > 0 && o.size > 0 && o.cur == nil && o.disk == nil {
+		return Result{}, fmt.Errorf("object %s: completed at %d bytes, short of its %d (its size hint)", o.up.key, o.size, o.hint)
+	}
 	if !o.ended {
 		if err := o.Finish(); err != nil {
 			return Result{}, err

@@ -343,6 +343,23 @@ func TestObjectInCalls(t *testing.T) {
 			}
 		})
 	}
+	t.Run("complete short", func(t *testing.T) {
+		m := &store.Mem{}
+		w := uploader.NewObject(ctx, m, "k", uploader.ObjectOptions{PartBytes: 1000, SizeHint: size})
+		if err := w.WriteFrom(data[:2000]); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Complete(ctx); err == nil || !strings.Contains(err.Error(), "completed at 2000 bytes, short of its 10007") {
+			t.Fatalf("Complete at 2000 of 10007 bytes: %v, want a refusal naming both", err)
+		}
+		_ = w.Discard(m)
+		if ups, _ := m.ListUploads(ctx, ""); len(ups) != 0 {
+			t.Fatalf("uploads left after Discard: %v", ups)
+		}
+		if _, ok := m.Bytes("k"); ok {
+			t.Fatal("an object short of its size was stored")
+		}
+	})
 	for _, tc := range []struct {
 		name  string
 		calls [][2]int64

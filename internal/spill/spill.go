@@ -150,8 +150,10 @@ func (d *Dir) unreserve(n int64) {
 
 // File is one writer's spill: bytes appended at its end and read back at
 // any offset. Its methods are safe for concurrent use: appends take the
-// file in turn, each while it writes; a read (ReadAt, a Section) is of
-// bytes an append wrote already, and runs beside the appends.
+// file in turn, each holding it while it writes; a read (ReadAt, a
+// Section) is of bytes an append wrote already, and takes the file only
+// to learn its size (waiting for an append under way), not while it
+// reads.
 type File struct {
 	d     *Dir
 	sized bool // made by CreateSized: written in place, not appended
@@ -241,8 +243,9 @@ func (f *File) Append(b []byte) (int64, error) {
 }
 
 // AppendVec is Append of bufs' n bytes, back to back, in vectored writes
-// that copy none of them (one pwritev where the system has it). bufs
-// (the slice, not the bytes) is the file's to change.
+// that copy none of them (pwritev, of up to 1,024 slices each, where the
+// system has it; elsewhere a write per slice). bufs (the slice, not the
+// bytes) is the file's to change.
 func (f *File) AppendVec(bufs [][]byte, n int64) (int64, error) {
 	return f.append(n, func(off int64) error {
 		if fh, ok := f.wr.(*os.File); ok {
@@ -266,7 +269,7 @@ func (f *File) append(n int64, write func(off int64) error) (int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gone {
-		return 0, fmt.Errorf("append %d bytes to spill: the file was removed", n)
+		return 0, fmt.Errorf("append %d bytes to a spill file in %s (spill_dir %s): the file was removed", n, f.d.path, f.d.root)
 	}
 	if err := f.d.reserve(n); err != nil {
 		return 0, err
