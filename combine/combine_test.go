@@ -151,6 +151,29 @@ func digest(t *testing.T, s *reader.Stage, p int) partitionDigest {
 	return d
 }
 
+// sealAsPredicted seals s and checks that combining, since start, made
+// the requests its plan predicted, and that the stage's 2 partitions
+// read as before.
+func sealAsPredicted(t *testing.T, e *env, s *combine.Stage, start map[string]int64, before []partitionDigest, what string) {
+	t.Helper()
+	if _, err := s.Seal(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	spent := reqs.Diff(e.counter.Requests(), start)
+	if pr := s.Plan().Predict; putClass(spent) != pr.Combine.PUT || spent["GetObject"] != pr.Combine.GET {
+		t.Errorf("%s made %d PUT-class requests and %d GETs, the plan predicted %d and %d", what, putClass(spent), spent["GetObject"], pr.Combine.PUT, pr.Combine.GET)
+	}
+	if after, _ := readEach(t, e, s.Plan().Query, len(before)); !slices.Equal(after, before) {
+		t.Errorf("%s: %+v, as written: %+v", what, after, before)
+	}
+}
+
+// putClass is the PUT-class requests among spent, as the plan predicts
+// them (LISTs are PUT-class).
+func putClass(spent map[string]int64) int64 {
+	return spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
+}
+
 // within says whether got is within 10% of want.
 func within(got, want int64) bool {
 	diff := got - want
@@ -215,7 +238,7 @@ func TestCombineSameRowsFewerGETs(t *testing.T) {
 			t.Errorf("readers made %d GETs direct, %d combined; want %d and %d", directGETs, combinedGETs, P*(2+W), P*(2+G))
 		}
 		pr := plan.Predict
-		puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
+		puts := putClass(spent)
 		t.Logf("%d x %d, G=%d J=%d: readers %d GETs direct (predicted %d), %d combined (predicted %d); combining %d GETs (predicted %d), %d PUT-class (predicted %d): %v",
 			W, P, G, J, directGETs, pr.Direct.GET, combinedGETs, pr.Combined.GET, spent["GetObject"], pr.Combine.GET, puts, pr.Combine.PUT, spent)
 		for _, c := range []struct {
@@ -589,7 +612,7 @@ func TestCombineMeasured(t *testing.T) {
 				t.Errorf("combined readers made %d GETs, want %d (G = %d per partition)", combinedGETs, want, G)
 			}
 			pr := p.Predict
-			puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
+			puts := putClass(spent)
 			t.Logf("%d x %d, G=%d J=%d: readers %d GETs direct (predicted %d), %d combined (predicted %d); combining %d GETs (predicted %d) and %d PUT-class (predicted %d); pays: %v",
 				c.W, c.P, G, len(p.Buckets), directGETs, pr.Direct.GET, combinedGETs, pr.Combined.GET, spent["GetObject"], pr.Combine.GET, puts, pr.Combine.PUT, pr.Pays)
 			for _, x := range []struct {
@@ -1187,18 +1210,7 @@ func TestCombineOnDisk(t *testing.T) {
 		if ups, err := e.st.ListUploads(ctx, ""); err != nil || len(ups) != 0 {
 			t.Errorf("uploads left: %v %v", ups, err)
 		}
-		if _, err := s.Seal(ctx); err != nil {
-			t.Fatal(err)
-		}
-		spent := reqs.Diff(e.counter.Requests(), start)
-		puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
-		if pr := s.Plan().Predict; puts != pr.Combine.PUT || spent["GetObject"] != pr.Combine.GET {
-			t.Errorf("combining on disk made %d PUT-class requests and %d GETs, the plan predicted %d and %d", puts, spent["GetObject"], pr.Combine.PUT, pr.Combine.GET)
-		}
-		after, _ := readEach(t, e, "q", 2)
-		if !slices.Equal(after, before) {
-			t.Errorf("combined on disk: %+v, as written: %+v", after, before)
-		}
+		sealAsPredicted(t, e, s, start, before, "combining on disk")
 	})
 }
 

@@ -3,7 +3,6 @@ package combine_test
 import (
 	"context"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -98,21 +97,7 @@ func TestCombineUploadsWhileFetching(t *testing.T) {
 			if want := int((obj.Size + 5<<20 - 1) / (5 << 20)); obj.Parts != want {
 				t.Errorf("the task's object of %d bytes has %d parts, want %d of 5 MiB", obj.Size, obj.Parts, want)
 			}
-			if _, err := s.Seal(ctx); err != nil {
-				t.Fatal(err)
-			}
-			spent := e.counter.Requests()
-			for k, v := range start {
-				spent[k] -= v
-			}
-			puts := spent["PutObject"] + spent["CreateMultipartUpload"] + spent["UploadPart"] + spent["CompleteMultipartUpload"] + spent["ListObjectsV2"]
-			if pr := s.Plan().Predict; puts != pr.Combine.PUT || spent["GetObject"] != pr.Combine.GET {
-				t.Errorf("combining made %d PUT-class requests and %d GETs, the plan predicted %d and %d", puts, spent["GetObject"], pr.Combine.PUT, pr.Combine.GET)
-			}
-			after, _ := readEach(t, e, "q", 2)
-			if !slices.Equal(after, before) {
-				t.Errorf("combined: %+v, as written: %+v", after, before)
-			}
+			sealAsPredicted(t, e, s, start, before, "combining "+name)
 		})
 	}
 }
