@@ -247,18 +247,18 @@ func (f *File) Append(b []byte) (int64, error) {
 // system has it; elsewhere a write per slice). bufs (the slice, not the
 // bytes) is the file's to change.
 func (f *File) AppendVec(bufs [][]byte, n int64) (int64, error) {
-	return f.append(n, func(off int64) error {
-		if fh, ok := f.wr.(*os.File); ok {
-			return writeVec(fh, bufs, off)
+	return f.append(n, func(off int64) error { return writeVec(f.wr, bufs, off) })
+}
+
+// writeEach writes bufs back to back at off of w, one write each.
+func writeEach(w io.WriterAt, bufs [][]byte, off int64) error {
+	for _, b := range bufs {
+		if _, err := w.WriteAt(b, off); err != nil {
+			return err
 		}
-		for _, b := range bufs {
-			if _, err := f.wr.WriteAt(b, off); err != nil {
-				return err
-			}
-			off += int64(len(b))
-		}
-		return nil
-	})
+		off += int64(len(b))
+	}
+	return nil
 }
 
 // append writes n bytes at the end of the file with write.

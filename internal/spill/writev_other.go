@@ -2,15 +2,9 @@
 
 package spill
 
-import "os"
+import "io"
 
-// writeVec writes bufs back to back at off of f, one write each.
-func writeVec(f *os.File, bufs [][]byte, off int64) error {
-	for _, b := range bufs {
-		if _, err := f.WriteAt(b, off); err != nil {
-			return err
-		}
-		off += int64(len(b))
-	}
-	return nil
+// writeVec writes bufs back to back at off of w, one write each.
+func writeVec(w io.WriterAt, bufs [][]byte, off int64) error {
+	return writeEach(w, bufs, off)
 }

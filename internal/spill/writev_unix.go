@@ -12,9 +12,14 @@ import (
 // iovMax is the most slices one pwritev takes (Linux's IOV_MAX).
 const iovMax = 1024
 
-// writeVec writes bufs back to back at off of f in vectored writes,
-// none copied; bufs (the slice, not the bytes) is scratch.
-func writeVec(f *os.File, bufs [][]byte, off int64) error {
+// writeVec writes bufs back to back at off of w: in vectored writes,
+// none copied, when w is a file; bufs (the slice, not the bytes) is
+// scratch.
+func writeVec(w io.WriterAt, bufs [][]byte, off int64) error {
+	f, ok := w.(*os.File)
+	if !ok {
+		return writeEach(w, bufs, off)
+	}
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
