@@ -436,6 +436,61 @@ func TestSortedAbortDuringClose(t *testing.T) {
 	}
 }
 
+// TestSortedAbortWhileSpilling: Abort once a writer of many partitions
+// spills, while Write still takes rows and the encoders write spilled
+// runs' pieces to the spill file, at any point of it: the Write under
+// way and every later one fail with the abort's cause (or ErrClosed),
+// the object is never finished, and every chunk buffer, the spill file
+// and its bytes are given back.
+func TestSortedAbortWhileSpilling(t *testing.T) {
+	d := openSpill(t, 1<<30)
+	const partitions = 2000
+	for i, delay := range []time.Duration{0, 100 * time.Microsecond, time.Millisecond, 5 * time.Millisecond, 20 * time.Millisecond} {
+		w, sink := newSorted(t, opts(partitions), d)
+		cause := fmt.Errorf("abort %d", i)
+		wrote := make(chan error, 1)
+		go func() {
+			var err error
+			for lo := 0; err == nil; lo += 4 {
+				rec := rows(memory.DefaultAllocator, lo, 4)
+				err = w.Write((lo*7919/4)%partitions, rec)
+				rec.Release()
+			}
+			wrote <- err
+		}()
+		deadline := time.Now().Add(time.Minute)
+		for d.Used() == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the writer never spilled")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		time.Sleep(delay)
+		used := d.Used()
+		w.Abort(cause)
+		select {
+		case err := <-wrote:
+			if !errors.Is(err, cause) && !errors.Is(err, ErrClosed) {
+				t.Fatalf("abort after %v: Write returned %v, want the abort's cause or ErrClosed", delay, err)
+			}
+		case <-time.After(time.Minute):
+			t.Fatalf("abort after %v: Write did not return", delay)
+		}
+		if _, err := w.Close(); !errors.Is(err, ErrClosed) {
+			t.Fatalf("abort after %v: Close after Abort returned %v, want ErrClosed", delay, err)
+		}
+		sink.mu.Lock()
+		held, finished := sink.held, sink.last[0]
+		sink.mu.Unlock()
+		if held != 0 || finished {
+			t.Fatalf("abort after %v: %d chunk buffers still held, object finished %v", delay, held, finished)
+		}
+		if files := spillFiles(t, d); len(files) != 0 || d.Used() != 0 {
+			t.Fatalf("abort after %v (%d bytes spilled then): the spill holds %v (%d bytes counted)", delay, used, files, d.Used())
+		}
+	}
+}
+
 // writeMixed writes n rows to partitions in a scattered order, as
 // batches of 4 rows (copied into the run's arena) and, every fifth, of
 // 700 rows (retained as they are, yet under half a frame), allocated
