@@ -29,6 +29,11 @@ type overlap struct {
 	mu      sync.Mutex
 	records map[int]*groupRecord       // groups this process has read or formed
 	members map[int][]*manifest.Worker // their workers' manifests, frames included
+	// done is the tasks this process found committed, by group: once
+	// all of a group's are, its members are dropped, so that a process
+	// running a plan's tasks group by group holds the frames of the
+	// groups under way, not of every group it has run.
+	done map[int]map[int]bool
 }
 
 // groupRecord is group g's workers and the attempts that committed,
@@ -104,7 +109,7 @@ func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	in.IndexKey = fmt.Sprintf("commit order of %d workers", len(in.Workers))
 	s := &Stage{st: st, l: l, query: in.Query, stage: in.Stage,
-		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}}}
+		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}, done: map[int]map[int]bool{}}}
 	c, err := loadCombined(ctx, st, l, in.Query, in.Stage)
 	if err != nil {
 		return nil, err
@@ -491,6 +496,26 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 	}
 	s.keep(g, rec, ws)
 	return rec, ws, nil
+}
+
+// taskDone records that task n is committed; once every task of its
+// group is, the group's worker manifests are dropped (a later task of
+// the group, after a gc, loads them again).
+func (s *Stage) taskDone(n int) {
+	o := s.overlap
+	if o == nil {
+		return
+	}
+	g, _ := s.plan.Task(n)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done[g] == nil {
+		o.done[g] = map[int]bool{}
+	}
+	o.done[g][n] = true
+	if len(o.done[g]) == len(s.plan.Buckets) {
+		delete(o.members, g)
+	}
 }
 
 // groupLevel is a group's workers as a level of their own, their frames

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
@@ -133,6 +134,63 @@ func TestCombineOverlap(t *testing.T) {
 		if err != nil || again.Combines == nil {
 			t.Fatalf("first-level seal after the combined seal: %v", err)
 		}
+	})
+}
+
+// TestCombineOverlapRunAllGroupByGroup: RunAll of a plan made while the
+// stage was written runs its tasks group by group, forming each group as
+// its first task comes up and dropping its workers' manifests after its
+// last: with 2 tasks at once over 2 buckets it holds at most 3 groups'
+// manifests of 8 (a run that formed every group first held all 8 to the
+// end), none once it returns; it reads each worker manifest once, as the
+// plan predicts, and the combined stage reads back the rows as written.
+func TestCombineOverlapRunAllGroupByGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P, rows, blob = 16, 4, 10, 1000
+		for w := range W {
+			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		direct, _ := readEach(t, e, "q", P)
+		start := e.counter.Requests()
+		s, err := e.c.Combine(ctx, "q", 0, combine.Options{Groups: 8, Buckets: 2, Expected: combine.Expect(W, P, W*P*rows*blob)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var most int
+		stop, polled := make(chan struct{}), make(chan struct{})
+		go func() {
+			defer close(polled)
+			for {
+				most = max(most, combine.HeldGroups(s))
+				select {
+				case <-stop:
+					return
+				case <-time.After(50 * time.Microsecond):
+				}
+			}
+		}()
+		tasks, err := s.RunAll(ctx, 2)
+		close(stop)
+		<-polled
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(tasks) != 16 {
+			t.Fatalf("%d tasks, want 8 groups x 2 buckets", len(tasks))
+		}
+		if most > 3 || most == 0 {
+			t.Errorf("RunAll held the manifests of up to %d groups at once, want 1 to 3", most)
+		}
+		if held := combine.HeldGroups(s); held != 0 {
+			t.Errorf("after RunAll %d groups' manifests are still held", held)
+		}
+		sealAsPredicted(t, e, s, start, direct, "a run group by group")
 	})
 }
 

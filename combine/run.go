@@ -14,9 +14,16 @@ import (
 // tasks and is returned. Tasks laid out on disk run only as many at
 // once as their expected bytes fit in Options.ScratchBytes (one at
 // least). Tasks already committed cost one GET each. It does not seal:
-// call Seal. A plan made while the stage is written forms
-// its groups first, in order, and fails with ErrGroupNotReady while a
-// group's workers have not all committed.
+// call Seal.
+//
+// A plan made while the stage is written runs its tasks group by group,
+// in group order, forming each group (FormGroup) when its first task
+// comes up: a group's worker manifests, frames included, are held from
+// then until its last task ends, so that the run holds the groups under
+// way (at most parallel / buckets + 2 of them: a group forms while the
+// tasks before it still run) rather than every group of the stage. A group whose workers have not all committed stops the run
+// there with ErrGroupNotReady; the tasks of the groups before it stay
+// committed, and a later run finds them at one GET each.
 func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 	n := 0
 	if s.plan != nil {
@@ -24,22 +31,26 @@ func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 	} else if s.combined != nil {
 		n = len(s.combined.Workers)
 	}
-	if s.overlap != nil && s.plan != nil {
-		// Groups form in order, each from the workers committed after
-		// the last group's: a group not ready stops the run.
-		for g := range s.plan.Groups {
-			if _, err := s.FormGroup(ctx, g, nil); err != nil {
-				return nil, err
-			}
-		}
-	}
+	overlapped := s.overlap != nil && s.plan != nil
 	out := make([]*Task, n)
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(max(1, parallel))
 	disk := s.diskRoom()
-	for i := range n {
+	var formErr error
+	for k := range n {
 		if gctx.Err() != nil {
 			break
+		}
+		i := k
+		if overlapped {
+			// Group-major: task n is group n % G, bucket n / G.
+			G := len(s.plan.Groups)
+			g, j := k/len(s.plan.Buckets), k%len(s.plan.Buckets)
+			if i = j*G + g; j == 0 {
+				if _, formErr = s.FormGroup(gctx, g, nil); formErr != nil {
+					break
+				}
+			}
 		}
 		eg.Go(func() (err error) {
 			defer safe.Recover(&err, "combine task %d of %s stage %d", i, s.query, s.stage)
@@ -55,6 +66,9 @@ func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
 	}
 	if err := eg.Wait(); err != nil {
 		return nil, err
+	}
+	if formErr != nil {
+		return nil, formErr
 	}
 	return out, ctx.Err()
 }

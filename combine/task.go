@@ -78,6 +78,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		return nil, fmt.Errorf("%s: %w", what, err)
 	} else if w != nil {
 		t.Manifest = w
+		s.taskDone(n)
 		return t, nil
 	}
 
@@ -222,6 +223,7 @@ func (s *Stage) RunTask(ctx context.Context, n int) (*Task, error) {
 		kept = true
 	}
 	t.Manifest = won
+	s.taskDone(n)
 	return t, nil
 }
 
