@@ -34,6 +34,9 @@ type overlap struct {
 	// running a plan's tasks group by group holds the frames of the
 	// groups under way, not of every group it has run.
 	done map[int]map[int]bool
+	// handed is the committed worker manifests the engine handed over
+	// (Stage.Committed) that no group formed here has taken yet.
+	handed map[string]*manifest.Worker
 }
 
 // groupRecord is group g's workers and the attempts that committed,
@@ -109,7 +112,7 @@ func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	in.IndexKey = fmt.Sprintf("commit order of %d workers", len(in.Workers))
 	s := &Stage{st: st, l: l, query: in.Query, stage: in.Stage,
-		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}, done: map[int]map[int]bool{}}}
+		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}, done: map[int]map[int]bool{}, handed: map[string]*manifest.Worker{}}}
 	c, err := loadCombined(ctx, st, l, in.Query, in.Stage)
 	if err != nil {
 		return nil, err
@@ -215,7 +218,59 @@ func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
 	o.records[g] = rec
 	if ws != nil {
 		o.members[g] = ws
+		for _, w := range ws {
+			delete(o.handed, w.Worker) // held as the group's now
+		}
 	}
+}
+
+// Committed hands the stage the manifests of workers that committed, as
+// the engine got them (Writer.Commit's result, or a worker manifest it
+// decoded from what a remote writer reported), so that the group each
+// joins forms, and its tasks run, without a GET of it: the last group
+// forms the moment its last worker commits. Each must be a worker
+// manifest of this stage, frames included, of one of the plan's workers
+// 0..N-1; a worker handed twice must be handed at one attempt. A
+// manifest is held until the group that takes it has run its tasks
+// here. The attempt a group records is checked against the first
+// level's at the combined seal, as for a group formed from the store
+// (ErrGroupConflict). Plan with Options.CommitsHanded for the
+// prediction to count no GET of a worker manifest.
+func (s *Stage) Committed(ws ...*manifest.Worker) error {
+	if s.overlap == nil || s.plan == nil {
+		return fmt.Errorf("%w: combine %s stage %d: commits are handed only to a plan made while the stage is written (Options.Expected)", ErrInvalidPlan, s.query, s.stage)
+	}
+	o := s.overlap
+	for _, w := range ws {
+		what := fmt.Sprintf("combine %s stage %d: committed manifest", s.query, s.stage)
+		if w == nil {
+			return fmt.Errorf("%w: %s: nil", ErrInvalidPlan, what)
+		}
+		what += " of worker " + w.Worker
+		if err := w.Check(what); err != nil {
+			return err
+		}
+		switch {
+		case w.Query != s.query || w.Stage != s.stage:
+			return fmt.Errorf("%w: %s is of %s stage %d", ErrInvalidPlan, what, w.Query, w.Stage)
+		case !s.expected(w.Worker):
+			return fmt.Errorf("%w: %s: worker %q is not one of the plan's workers 0..%d", ErrInvalidPlan, what, w.Worker, o.workers-1)
+		case w.Partitions != s.plan.Partitions:
+			return fmt.Errorf("%w: %s: %d partitions, the plan has %d", ErrInvalidPlan, what, w.Partitions, s.plan.Partitions)
+		case int64(len(w.Frames)) != int64(w.Totals.Frames):
+			return fmt.Errorf("%w: %s holds %d frames of its %d: hand the manifest Commit returned, frames included", ErrInvalidPlan, what, len(w.Frames), w.Totals.Frames)
+		}
+		o.mu.Lock()
+		old := o.handed[w.Worker]
+		if old == nil {
+			o.handed[w.Worker] = w
+		}
+		o.mu.Unlock()
+		if old != nil && old.Attempt != w.Attempt {
+			return fmt.Errorf("%w: %s: handed at attempt %s, and before at attempt %s", ErrGroupConflict, what, w.Attempt, old.Attempt)
+		}
+	}
+	return nil
 }
 
 // formNamed forms group g from the workers the engine names.
@@ -409,12 +464,19 @@ func (s *Stage) records(ctx context.Context, ks []int, fresh bool) ([]*groupReco
 	return recs, eg.Wait()
 }
 
-// loadWorkers GETs the workers' manifests, frames included.
+// loadWorkers returns the workers' manifests, frames included: those
+// the engine handed over (Committed) as they are, the others by GET.
 func (s *Stage) loadWorkers(ctx context.Context, what string, ids []string) ([]*manifest.Worker, error) {
 	ws := make([]*manifest.Worker, len(ids))
 	eg, gctx := errgroup.WithContext(ctx)
 	eg.SetLimit(16)
 	for i, id := range ids {
+		s.overlap.mu.Lock()
+		ws[i] = s.overlap.handed[id]
+		s.overlap.mu.Unlock()
+		if ws[i] != nil {
+			continue
+		}
 		eg.Go(func() (err error) {
 			defer safe.Recover(&err, "%s: load of worker %s", what, id)
 			w, err := manifest.LoadWorker(gctx, s.st, s.l, s.query, s.stage, id)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/durashuffle/durashuffle"
 	"github.com/durashuffle/durashuffle/combine"
+	"github.com/durashuffle/durashuffle/internal/reqs"
 	"github.com/durashuffle/durashuffle/internal/testkit/faultproxy"
 	"github.com/durashuffle/durashuffle/internal/testkit/testenv"
 	"github.com/durashuffle/durashuffle/manifest"
@@ -192,6 +193,142 @@ func TestCombineOverlapRunAllGroupByGroup(t *testing.T) {
 		}
 		sealAsPredicted(t, e, s, start, direct, "a run group by group")
 	})
+}
+
+// TestCombineOverlapCommitsHanded: an engine that hands the stage its
+// writers' committed manifests (Writer.Commit's results) forms every
+// group and runs every task with no GET of a worker manifest, as the
+// plan made with CommitsHanded predicts to the request, and the combined
+// stage reads back the rows as written. A manifest of another stage, of
+// a worker outside the plan, without its frames, or a worker handed at
+// two attempts is refused by name; a handed attempt that is not the one
+// stored fails the combined seal, naming the worker.
+func TestCombineOverlapCommitsHanded(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P, rows, blob = 8, 4, 10, 1000
+		o := combine.Options{Groups: 2, Buckets: 2, CommitsHanded: true, Expected: combine.Expect(W, P, W*P*rows*blob)}
+		// The client's one check of the store's conditional writes is
+		// not combining's.
+		if err := e.c.CheckCommitGuard(ctx); err != nil {
+			t.Fatal(err)
+		}
+		start := e.counter.Requests()
+		s, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The writers' requests, the first level's seal and the direct
+		// reads are not combining's.
+		notCombining := func(fn func()) {
+			before := e.counter.Requests()
+			fn()
+			for op, n := range reqs.Diff(e.counter.Requests(), before) {
+				start[op] += n
+			}
+		}
+		var handed []*manifest.Worker
+		for w := range W {
+			notCombining(func() { handed = append(handed, commitHanded(t, e, "q", 0, w, P, rows, blob)) })
+			if err := s.Committed(handed[w]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := s.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		var direct []partitionDigest
+		notCombining(func() {
+			if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+				t.Fatal(err)
+			}
+			direct, _ = readEach(t, e, "q", P)
+		})
+		sealAsPredicted(t, e, s, start, direct, "groups of handed commits")
+
+		// Refusals, each naming what is wrong.
+		r, err := e.c.Combine(ctx, "r", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		other := *handed[1]
+		other.Stage = 1
+		headerOnly := *handed[2]
+		headerOnly.Frames = nil
+		outside := *handed[3]
+		outside.Worker = "8"
+		for _, c := range []struct {
+			m    *manifest.Worker
+			is   error
+			want string
+		}{
+			{handed[0], combine.ErrInvalidPlan, "is of q stage 0"},
+			{&other, combine.ErrInvalidPlan, "is of r stage 1"},
+			{&headerOnly, combine.ErrInvalidPlan, "holds 0 frames of its"},
+			{&outside, combine.ErrInvalidPlan, `worker "8" is not one of the plan's workers 0..7`},
+		} {
+			m := *c.m
+			m.Query = "r"
+			if c.m == handed[0] {
+				m.Query = "q"
+			}
+			if err := r.Committed(&m); !errors.Is(err, c.is) || !strings.Contains(err.Error(), c.want) {
+				t.Errorf("handing %s stage %d worker %s with %d frames: %v, want %v saying %q", m.Query, m.Stage, m.Worker, len(m.Frames), err, c.is, c.want)
+			}
+		}
+
+		// Worker 0 of query r commits; an engine hands it twice, at its
+		// attempt and at another: the second is refused. Handing another
+		// attempt first makes a group the first level's seal refuses.
+		ms := make([]*manifest.Worker, W)
+		for w := range W {
+			ms[w] = commitHanded(t, e, "r", 0, w, P, rows, blob)
+		}
+		wrong := *ms[0]
+		wrong.Attempt = "not-" + ms[0].Attempt
+		if err := r.Committed(&wrong); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Committed(ms[0]); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "handed at attempt "+ms[0].Attempt+", and before at attempt "+wrong.Attempt) {
+			t.Fatalf("worker 0 handed at two attempts: %v, want ErrGroupConflict naming both", err)
+		}
+		if err := r.Committed(ms[1:]...); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.RunAll(ctx, 2); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.c.Seal(ctx, "r", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Seal(ctx); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "group 0 read worker 0's attempt "+wrong.Attempt+", the first level names attempt "+ms[0].Attempt) {
+			t.Fatalf("combined seal of a group formed from a wrong attempt: %v, want ErrGroupConflict naming worker 0", err)
+		}
+	})
+}
+
+// commitHanded writes and commits worker w of query's stage, as
+// commitWorker does, and returns the manifest Commit returned.
+func commitHanded(t *testing.T, e *env, query string, stage, w, P, rows, blob int) *manifest.Worker {
+	t.Helper()
+	ctx := context.Background()
+	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: stage, Worker: fmt.Sprint(w), Partitions: P})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := range P {
+		rec := batch(int64((w*P+p)*rows), rows, blob)
+		err := wr.Write(p, rec)
+		rec.Release()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	m, err := wr.Commit(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
 }
 
 // TestCombineOverlapFaults: a worker retried after a task read its first

@@ -156,6 +156,11 @@ type Options struct {
 	// ErrGroupConflict, naming the worker, unless the groups hold exactly
 	// its workers and attempts.
 	Expected *Input
+	// CommitsHanded, with Expected, says the engine hands every worker's
+	// committed manifest to Stage.Committed (Writer.Commit's result)
+	// before its group forms in this process: groups then form with no
+	// GET of a worker manifest, and the plan's prediction counts none.
+	CommitsHanded bool
 
 	// diskPartBytes is PartBytes for an object on disk.
 	diskPartBytes int64
@@ -633,7 +638,10 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		// stage manifest and every group's record.
 		open, perTask = 1, 1
 		for _, g := range p.Groups {
-			pr.Combine.GET += 1 + int64(g.Len())
+			pr.Combine.GET++
+			if !o.CommitsHanded {
+				pr.Combine.GET += int64(g.Len())
+			}
 			pr.Combine.PUT += 3
 		}
 		pr.Combine.GET += 1 + int64(len(p.Groups))

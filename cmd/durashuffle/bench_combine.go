@@ -29,6 +29,7 @@ import (
 	"github.com/durashuffle/durashuffle/combine"
 	"github.com/durashuffle/durashuffle/embedded"
 	"github.com/durashuffle/durashuffle/internal/reqs"
+	"github.com/durashuffle/durashuffle/manifest"
 	"github.com/durashuffle/durashuffle/store"
 )
 
@@ -128,8 +129,8 @@ instead, behind the same link, under a fresh query ID.
 
 With --overlap it then writes the stage again with its combine tasks
 running while the writers do (a plan made before any writer commits,
-groups formed in commit order, each group's tasks started once its
-writers have committed) and reports the stage's time (write, combine,
+groups formed in commit order from the manifests the writers' commits
+return, each group's tasks started once its writers have committed) and reports the stage's time (write, combine,
 read) against writing and reading it as written, the map stage's own
 time with and without the tasks beside it, the GETs against reading as
 written, the predictions, and whether every partition reads back the
@@ -306,6 +307,7 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 	oq := query + "-overlap"
 	oo := co
 	oo.Expected = combine.Expect(W, P, res.StoredBytes)
+	oo.CommitsHanded = true
 	b0, i0, o0, t0 = mark()
 	cs, err = c.Combine(ctx, oq, 0, oo)
 	if err != nil {
@@ -313,7 +315,7 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 	}
 	op := cs.Plan()
 	ov.Groups, ov.Buckets, ov.Predicted = len(op.Groups), len(op.Buckets), op.Predict
-	committed := make(chan struct{}, W)
+	committed := make(chan *manifest.Worker, W)
 	bctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	tasks, tctx := errgroup.WithContext(bctx)
@@ -326,7 +328,12 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 		for next < len(op.Groups) {
 			if commits < op.Groups[next].Hi {
 				select {
-				case <-committed:
+				case m := <-committed:
+					// The engine hands each commit's manifest over: its
+					// group forms without reading it back.
+					if err := cs.Committed(m); err != nil {
+						return err
+					}
 					commits++
 					continue
 				case <-tctx.Done():
@@ -385,9 +392,9 @@ func runCombineBench(ctx context.Context, o *benchOptions, base durashuffle.Conf
 }
 
 // combineBenchWrite runs W writers of P partitions, 8 at a time, rows
-// rows per partition each; a send on committed (when not nil) follows
-// each commit.
-func combineBenchWrite(ctx context.Context, c *durashuffle.Client, query string, W, P, rows int, committed chan<- struct{}) error {
+// rows per partition each; each commit's manifest is sent on committed
+// (when not nil).
+func combineBenchWrite(ctx context.Context, c *durashuffle.Client, query string, W, P, rows int, committed chan<- *manifest.Worker) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for w := range W {
@@ -404,8 +411,9 @@ func combineBenchWrite(ctx context.Context, c *durashuffle.Client, query string,
 					return err
 				}
 			}
-			if _, err = wr.Commit(gctx); err == nil && committed != nil {
-				committed <- struct{}{}
+			m, err := wr.Commit(gctx)
+			if err == nil && committed != nil {
+				committed <- m
 			}
 			return err
 		})
