@@ -22,8 +22,16 @@ import (
 // blob bytes in each partition, ids unique per worker) and commits it.
 func commitWorker(t *testing.T, e *env, query string, w, P, rows, blob int) error {
 	t.Helper()
+	_, err := commitStageWorker(t, e, query, 0, w, P, rows, blob)
+	return err
+}
+
+// commitStageWorker is commitWorker of any stage, returning the manifest
+// Commit returned.
+func commitStageWorker(t *testing.T, e *env, query string, stage, w, P, rows, blob int) (*manifest.Worker, error) {
+	t.Helper()
 	ctx := context.Background()
-	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: 0, Worker: fmt.Sprint(w), Partitions: P})
+	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: stage, Worker: fmt.Sprint(w), Partitions: P})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,8 +43,7 @@ func commitWorker(t *testing.T, e *env, query string, w, P, rows, blob int) erro
 			t.Fatal(err)
 		}
 	}
-	_, err = wr.Commit(ctx)
-	return err
+	return wr.Commit(ctx)
 }
 
 // TestCombineOverlap: tasks of a plan made while the stage is written
@@ -307,24 +314,11 @@ func TestCombineOverlapCommitsHanded(t *testing.T) {
 	})
 }
 
-// commitHanded writes and commits worker w of query's stage, as
-// commitWorker does, and returns the manifest Commit returned.
+// commitHanded commits worker w as commitWorker does and returns the
+// manifest Commit returned.
 func commitHanded(t *testing.T, e *env, query string, stage, w, P, rows, blob int) *manifest.Worker {
 	t.Helper()
-	ctx := context.Background()
-	wr, err := e.c.NewWriter(ctx, durashuffle.WriterOptions{Query: query, Stage: stage, Worker: fmt.Sprint(w), Partitions: P})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for p := range P {
-		rec := batch(int64((w*P+p)*rows), rows, blob)
-		err := wr.Write(p, rec)
-		rec.Release()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	m, err := wr.Commit(ctx)
+	m, err := commitStageWorker(t, e, query, stage, w, P, rows, blob)
 	if err != nil {
 		t.Fatal(err)
 	}
