@@ -29,14 +29,48 @@ type overlap struct {
 	mu      sync.Mutex
 	records map[int]*groupRecord       // groups this process has read or formed
 	members map[int][]*manifest.Worker // their workers' manifests, frames included
+	loading map[int]chan struct{}      // groups whose manifests a task is loading; closed when done
+	// grouped is the group of every worker of a record in records.
+	grouped map[string]int
 	// done is the tasks this process found committed, by group: once
 	// all of a group's are, its members are dropped, so that a process
 	// running a plan's tasks group by group holds the frames of the
 	// groups under way, not of every group it has run.
 	done map[int]map[int]bool
 	// handed is the committed worker manifests the engine handed over
-	// (Stage.Committed) that no group formed here has taken yet.
+	// (Stage.Committed) that no group here has taken yet, and order
+	// their workers in the order handed.
 	handed map[string]*manifest.Worker
+	order  []string
+}
+
+func newOverlap(workers int) *overlap {
+	return &overlap{workers: workers, records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{},
+		loading: map[int]chan struct{}{}, grouped: map[string]int{}, done: map[int]map[int]bool{}, handed: map[string]*manifest.Worker{}}
+}
+
+// groupedAt is the attempt at which a group known here holds worker id.
+// Under o.mu.
+func (o *overlap) groupedAt(id string) (string, bool) {
+	g, ok := o.grouped[id]
+	if !ok {
+		return "", false
+	}
+	for _, m := range o.records[g].Workers {
+		if m.Worker == id {
+			return m.Attempt, true
+		}
+	}
+	return "", false
+}
+
+// take drops the handed manifests of workers ids: a group holds them
+// now, or is done with them. Under o.mu.
+func (o *overlap) take(ids []string) {
+	for _, id := range ids {
+		delete(o.handed, id)
+	}
+	o.order = slices.DeleteFunc(o.order, func(id string) bool { return o.handed[id] == nil })
 }
 
 // groupRecord is group g's workers and the attempts that committed,
@@ -112,7 +146,7 @@ func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query s
 	}
 	in.IndexKey = fmt.Sprintf("commit order of %d workers", len(in.Workers))
 	s := &Stage{st: st, l: l, query: in.Query, stage: in.Stage,
-		overlap: &overlap{workers: len(in.Workers), records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{}, done: map[int]map[int]bool{}, handed: map[string]*manifest.Worker{}}}
+		overlap: newOverlap(len(in.Workers))}
 	c, err := loadCombined(ctx, st, l, in.Query, in.Stage)
 	if err != nil {
 		return nil, err
@@ -213,14 +247,19 @@ func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if old := o.records[g]; old != nil && !slices.Equal(old.Workers, rec.Workers) {
-		delete(o.members, g) // the record was formed anew (gc deleted the plan's)
+		// The record was formed anew (gc deleted the plan's).
+		delete(o.members, g)
+		delete(o.done, g)
 	}
 	o.records[g] = rec
+	for _, m := range rec.Workers {
+		o.grouped[m.Worker] = g
+	}
 	if ws != nil {
-		o.members[g] = ws
-		for _, w := range ws {
-			delete(o.handed, w.Worker) // held as the group's now
+		if len(o.done[g]) < len(s.plan.Buckets) {
+			o.members[g] = ws // until its tasks here are done
 		}
+		o.take(rec.ids())
 	}
 }
 
@@ -228,47 +267,71 @@ func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
 // the engine got them (Writer.Commit's result, or a worker manifest it
 // decoded from what a remote writer reported), so that the group each
 // joins forms, and its tasks run, without a GET of it: the last group
-// forms the moment its last worker commits. Each must be a worker
-// manifest of this stage, frames included, of one of the plan's workers
-// 0..N-1; a worker handed twice must be handed at one attempt. A
-// manifest is held until the group that takes it has run its tasks
-// here. The attempt a group records is checked against the first
-// level's at the combined seal, as for a group formed from the store
-// (ErrGroupConflict). Plan with Options.CommitsHanded for the
-// prediction to count no GET of a worker manifest.
+// forms the moment its last worker commits. A group formed here from
+// the listing (FormGroup with no workers named) takes the next workers
+// handed, in the order handed, when this process holds enough of them,
+// with no LIST of the committed workers; otherwise it takes them from
+// the listing, and reads those not handed.
+//
+// Each must be a worker manifest of this stage, frames included, of one
+// of the plan's workers 0..N-1; none is taken unless all are. A worker
+// handed again at its attempt changes nothing; at another attempt than
+// it was handed at, or than a group known here records, it is
+// ErrGroupConflict. A manifest is held until a group formed or run here
+// takes it, and then until that group's tasks here are done. The
+// attempt a group records is checked against the first level's at the
+// combined seal, as for a group formed from the store. Plan with
+// Options.CommitsHanded for the prediction to count neither the GETs
+// nor the LISTs.
 func (s *Stage) Committed(ws ...*manifest.Worker) error {
 	if s.overlap == nil || s.plan == nil {
 		return fmt.Errorf("%w: combine %s stage %d: commits are handed only to a plan made while the stage is written (Options.Expected)", ErrInvalidPlan, s.query, s.stage)
 	}
 	o := s.overlap
+	what := func(w *manifest.Worker) string {
+		return fmt.Sprintf("combine %s stage %d: committed manifest of worker %s", s.query, s.stage, w.Worker)
+	}
 	for _, w := range ws {
-		what := fmt.Sprintf("combine %s stage %d: committed manifest", s.query, s.stage)
 		if w == nil {
-			return fmt.Errorf("%w: %s: nil", ErrInvalidPlan, what)
+			return fmt.Errorf("%w: combine %s stage %d: a nil committed manifest", ErrInvalidPlan, s.query, s.stage)
 		}
-		what += " of worker " + w.Worker
-		if err := w.Check(what); err != nil {
+		if err := w.Check(what(w)); err != nil {
 			return err
 		}
 		switch {
 		case w.Query != s.query || w.Stage != s.stage:
-			return fmt.Errorf("%w: %s is of %s stage %d", ErrInvalidPlan, what, w.Query, w.Stage)
+			return fmt.Errorf("%w: %s is of %s stage %d", ErrInvalidPlan, what(w), w.Query, w.Stage)
 		case !s.expected(w.Worker):
-			return fmt.Errorf("%w: %s: worker %q is not one of the plan's workers 0..%d", ErrInvalidPlan, what, w.Worker, o.workers-1)
+			return fmt.Errorf("%w: %s: worker %q is not one of the plan's workers 0..%d", ErrInvalidPlan, what(w), w.Worker, o.workers-1)
 		case w.Partitions != s.plan.Partitions:
-			return fmt.Errorf("%w: %s: %d partitions, the plan has %d", ErrInvalidPlan, what, w.Partitions, s.plan.Partitions)
-		case int64(len(w.Frames)) != int64(w.Totals.Frames):
-			return fmt.Errorf("%w: %s holds %d frames of its %d: hand the manifest Commit returned, frames included", ErrInvalidPlan, what, len(w.Frames), w.Totals.Frames)
+			return fmt.Errorf("%w: %s: %d partitions, the plan has %d", ErrInvalidPlan, what(w), w.Partitions, s.plan.Partitions)
+		case int64(len(w.Frames)) != int64(w.Totals.Frames) || w.Sum() != w.Totals:
+			sum := w.Sum()
+			return fmt.Errorf("%w: %s holds %d frames of %d rows and %d bytes, its totals say %d, %d and %d: hand the manifest Commit returned, frames included",
+				ErrInvalidPlan, what(w), len(w.Frames), sum.Rows, sum.BytesStored, w.Totals.Frames, w.Totals.Rows, w.Totals.BytesStored)
 		}
-		o.mu.Lock()
-		old := o.handed[w.Worker]
-		if old == nil {
-			o.handed[w.Worker] = w
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for i, w := range ws {
+		if a, ok := o.groupedAt(w.Worker); ok && a != w.Attempt {
+			return fmt.Errorf("%w: %s: handed at attempt %s, and a group holds it at attempt %s", ErrGroupConflict, what(w), w.Attempt, a)
 		}
-		o.mu.Unlock()
-		if old != nil && old.Attempt != w.Attempt {
-			return fmt.Errorf("%w: %s: handed at attempt %s, and before at attempt %s", ErrGroupConflict, what, w.Attempt, old.Attempt)
+		if old := o.handed[w.Worker]; old != nil && old.Attempt != w.Attempt {
+			return fmt.Errorf("%w: %s: handed at attempt %s, and before at attempt %s", ErrGroupConflict, what(w), w.Attempt, old.Attempt)
 		}
+		for _, v := range ws[:i] {
+			if v.Worker == w.Worker && v.Attempt != w.Attempt {
+				return fmt.Errorf("%w: %s: handed at attempts %s and %s at once", ErrGroupConflict, what(w), v.Attempt, w.Attempt)
+			}
+		}
+	}
+	for _, w := range ws {
+		if g, ok := o.grouped[w.Worker]; o.handed[w.Worker] != nil || ok && (o.members[g] != nil || len(o.done[g]) == len(s.plan.Buckets)) {
+			continue // held already, or its group's manifests are here or done with
+		}
+		o.handed[w.Worker] = w
+		o.order = append(o.order, w.Worker)
 	}
 	return nil
 }
@@ -378,18 +441,34 @@ func (s *Stage) formListed(ctx context.Context, g int) (*groupRecord, error) {
 			earlier = append(earlier, k)
 		}
 	}
-	committed, err := s.commitOrder(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", what, err)
+	ks, need := append(earlier, g), 0
+	for _, k := range ks {
+		need += s.plan.Groups[k].Len()
 	}
-	free := committed[:0:0]
-	for _, id := range committed {
+	// The workers handed over (Committed), in the order handed, when
+	// they are enough; else the listing, in commit order.
+	var free []string
+	s.overlap.mu.Lock()
+	for _, id := range s.overlap.order {
 		if !taken[id] {
 			free = append(free, id)
 		}
 	}
+	s.overlap.mu.Unlock()
+	if len(free) < need {
+		committed, err := s.commitOrder(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", what, err)
+		}
+		free = free[:0]
+		for _, id := range committed {
+			if !taken[id] {
+				free = append(free, id)
+			}
+		}
+	}
 	var rec *groupRecord
-	for _, k := range append(earlier, g) {
+	for _, k := range ks {
 		n := s.plan.Groups[k].Len()
 		if len(free) < n {
 			return nil, fmt.Errorf("%w: %s: group %d needs %d more workers to commit; %d of them have (after the %d workers of formed groups)",
@@ -532,21 +611,43 @@ func (s *Stage) commitGroup(ctx context.Context, what string, g int, ws []*manif
 }
 
 // members returns group g's record and its workers' manifests, forming
-// the group from the listing when no process has.
+// the group from the listing when no process has. The tasks of a group
+// that start together load its manifests once: one loads, the others
+// wait for it.
 func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.Worker, error) {
 	rec, err := s.record(ctx, g, true)
 	if err != nil {
 		return nil, nil, err
 	}
 	o := s.overlap
-	o.mu.Lock()
-	ws := o.members[g]
-	o.mu.Unlock()
-	if ws != nil {
-		return rec, ws, nil
+	for {
+		o.mu.Lock()
+		ws, wait := o.members[g], o.loading[g]
+		if ws == nil && wait == nil {
+			o.loading[g] = make(chan struct{})
+		}
+		o.mu.Unlock()
+		if ws != nil {
+			return rec, ws, nil
+		}
+		if wait == nil {
+			break // this task loads them
+		}
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, nil, context.Cause(ctx)
+		}
 	}
+	defer func() {
+		o.mu.Lock()
+		close(o.loading[g])
+		delete(o.loading, g)
+		o.mu.Unlock()
+	}()
 	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
-	if ws, err = s.loadWorkers(ctx, what, rec.ids()); err != nil {
+	ws, err := s.loadWorkers(ctx, what, rec.ids())
+	if err != nil {
 		return nil, nil, err
 	}
 	// A worker manifest is committed with If-None-Match: the attempt the
@@ -577,6 +678,9 @@ func (s *Stage) taskDone(n int) {
 	o.done[g][n] = true
 	if len(o.done[g]) == len(s.plan.Buckets) {
 		delete(o.members, g)
+		if rec := o.records[g]; rec != nil {
+			o.take(rec.ids())
+		}
 	}
 }
 

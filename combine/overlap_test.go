@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -252,6 +253,19 @@ func TestCombineOverlapCommitsHanded(t *testing.T) {
 			direct, _ = readEach(t, e, "q", P)
 		})
 		sealAsPredicted(t, e, s, start, direct, "groups of handed commits")
+		if n := combine.HandedCount(s); n != 0 {
+			t.Errorf("after every group ran, %d handed manifests are still held", n)
+		}
+		// Handed again once its group ran: nothing held; at another
+		// attempt: refused, naming the group's.
+		if err := s.Committed(handed[5]); err != nil || combine.HandedCount(s) != 0 {
+			t.Errorf("worker 5 handed again at its attempt: %v, %d held", err, combine.HandedCount(s))
+		}
+		again := *handed[5]
+		again.Attempt = "not-" + handed[5].Attempt
+		if err := s.Committed(&again); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "a group holds it at attempt "+handed[5].Attempt) {
+			t.Errorf("worker 5 handed at another attempt after its group formed: %v, want ErrGroupConflict", err)
+		}
 
 		// Refusals, each naming what is wrong.
 		r, err := e.c.Combine(ctx, "r", 0, o)
@@ -271,7 +285,7 @@ func TestCombineOverlapCommitsHanded(t *testing.T) {
 		}{
 			{handed[0], combine.ErrInvalidPlan, "is of q stage 0"},
 			{&other, combine.ErrInvalidPlan, "is of r stage 1"},
-			{&headerOnly, combine.ErrInvalidPlan, "holds 0 frames of its"},
+			{&headerOnly, combine.ErrInvalidPlan, "holds 0 frames of 0 rows and"},
 			{&outside, combine.ErrInvalidPlan, `worker "8" is not one of the plan's workers 0..7`},
 		} {
 			m := *c.m
@@ -310,6 +324,55 @@ func TestCombineOverlapCommitsHanded(t *testing.T) {
 		}
 		if _, err := r.Seal(ctx); !errors.Is(err, combine.ErrGroupConflict) || !strings.Contains(err.Error(), "group 0 read worker 0's attempt "+wrong.Attempt+", the first level names attempt "+ms[0].Attempt) {
 			t.Fatalf("combined seal of a group formed from a wrong attempt: %v, want ErrGroupConflict naming worker 0", err)
+		}
+	})
+}
+
+// TestCombineOverlapTasksLoadGroupOnce: a process that runs the tasks of
+// groups another process formed loads each group's worker manifests
+// once, however many of its tasks start together: its GETs are the
+// plan's prediction for one process (a record read for each record
+// formed).
+func TestCombineOverlapTasksLoadGroupOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, e *env) {
+		ctx := context.Background()
+		const W, P, rows, blob = 16, 4, 10, 1000
+		for w := range W {
+			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
+				t.Fatal(err)
+			}
+		}
+		o := combine.Options{Groups: 4, Buckets: 4, Expected: combine.Expect(W, P, W*P*rows*blob)}
+		former, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for g := range 4 {
+			if _, err := former.FormGroup(ctx, g, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
+			t.Fatal(err)
+		}
+		direct, _ := readEach(t, e, "q", P)
+		start := e.counter.Requests()
+		runner, err := e.c.Combine(ctx, "q", 0, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runner.RunAll(ctx, 4); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := runner.Seal(ctx); err != nil {
+			t.Fatal(err)
+		}
+		spent := reqs.Diff(e.counter.Requests(), start)
+		if got, want := spent["GetObject"], runner.Plan().Predict.Combine.GET; got != want {
+			t.Errorf("the runner made %d GETs, want the %d of one worker manifest read per worker", got, want)
+		}
+		if got, _ := readEach(t, e, "q", P); !slices.Equal(got, direct) {
+			t.Errorf("combined %+v, as written %+v", got, direct)
 		}
 	})
 }

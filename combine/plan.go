@@ -158,8 +158,10 @@ type Options struct {
 	Expected *Input
 	// CommitsHanded, with Expected, says the engine hands every worker's
 	// committed manifest to Stage.Committed (Writer.Commit's result)
-	// before its group forms in this process: groups then form with no
-	// GET of a worker manifest, and the plan's prediction counts none.
+	// before its group forms in this process: the plan's prediction then
+	// counts no GET of a worker manifest and no LIST of the committed
+	// workers (a group forms from the workers handed). A group formed
+	// from workers not handed makes them anyway, beyond the prediction.
 	CommitsHanded bool
 
 	// diskPartBytes is PartBytes for an object on disk.
@@ -633,16 +635,18 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 		// Made while the stage is written, run in one process (RunAll):
 		// no stage manifest or index to open; per group its record
 		// (absent), a LIST of the formed groups' records, a LIST of the
-		// committed workers, their manifests and the record's put; per
-		// task its manifest (absent). The seal reads the first level's
+		// committed workers and their manifests (neither when commits
+		// are handed over), and the record's put; per task its manifest
+		// (absent). The seal reads the first level's
 		// stage manifest and every group's record.
 		open, perTask = 1, 1
 		for _, g := range p.Groups {
 			pr.Combine.GET++
+			pr.Combine.PUT += 2
 			if !o.CommitsHanded {
 				pr.Combine.GET += int64(g.Len())
+				pr.Combine.PUT++
 			}
-			pr.Combine.PUT += 3
 		}
 		pr.Combine.GET += 1 + int64(len(p.Groups))
 	}

@@ -19,9 +19,10 @@ import (
 // A plan made while the stage is written runs its tasks group by group,
 // in group order, forming each group (FormGroup) when its first task
 // comes up: a group's worker manifests, frames included, are held from
-// then until its last task ends, so that the run holds the groups under
-// way (at most parallel / buckets + 2 of them: a group forms while the
-// tasks before it still run) rather than every group of the stage. A group whose workers have not all committed stops the run
+// then until its last task ends, and its tasks load them once, so that
+// the run holds the groups under way rather than every group of the
+// stage: about parallel / buckets + 2 while tasks take alike (a group
+// forms while the tasks before it still run), at most parallel + 1. A group whose workers have not all committed stops the run
 // there with ErrGroupNotReady; the tasks of the groups before it stay
 // committed, and a later run finds them at one GET each.
 func (s *Stage) RunAll(ctx context.Context, parallel int) ([]*Task, error) {
