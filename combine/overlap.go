@@ -621,7 +621,10 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 	}
 	o := s.overlap
 	for {
+		// The record and its workers are read together: a record formed
+		// anew (gc deleted the plan's) drops the workers of the old one.
 		o.mu.Lock()
+		rec = cmp.Or(o.records[g], rec)
 		ws, wait := o.members[g], o.loading[g]
 		if ws == nil && wait == nil {
 			o.loading[g] = make(chan struct{})
@@ -657,7 +660,12 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 			return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
 		}
 	}
-	s.keep(g, rec, ws)
+	o.mu.Lock()
+	if o.records[g] == rec && len(o.done[g]) < len(s.plan.Buckets) {
+		o.members[g] = ws // unless the record was formed anew meanwhile
+		o.take(rec.ids())
+	}
+	o.mu.Unlock()
 	return rec, ws, nil
 }
 
