@@ -26,10 +26,15 @@ func ExampleMakePlan() {
 		return
 	}
 	pr := p.Predict
+	s3, err := combine.PricesOf("s3") // the predictions are S3's; Plan.PredictOn prices another store's
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
 	fmt.Printf("%d groups x %d buckets = %d tasks\n", len(p.Groups), len(p.Buckets), p.Tasks())
-	fmt.Printf("direct:   %d GETs, $%.2f\n", pr.Direct.GET, pr.Direct.Dollars())
+	fmt.Printf("direct:   %d GETs, $%.2f\n", pr.Direct.GET, s3.Dollars(pr.Direct))
 	fmt.Printf("combined: %d GETs and %d PUTs to combine, %d GETs to read, $%.2f\n",
-		pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, pr.Combine.Dollars()+pr.Combined.Dollars())
+		pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, s3.Dollars(pr.Combine)+s3.Dollars(pr.Combined))
 	fmt.Println("pays:", pr.Pays)
 	// Output:
 	// 16 groups x 17 buckets = 272 tasks

@@ -305,10 +305,6 @@ type Requests struct {
 	PUT int64 `json:"put"`
 }
 
-// Dollars prices the requests at S3 Standard's list prices (see
-// Prices.Dollars for another store's).
-func (r Requests) Dollars() float64 { return s3Prices.Dollars(r) }
-
 func (r Requests) add(o Requests) Requests { return Requests{r.GET + o.GET, r.PUT + o.PUT} }
 
 // Prediction compares reading the stage as it is with combining it
@@ -677,7 +673,7 @@ func predict(in Input, p *Plan, wb []int64) Prediction {
 	}
 	pr.Combine.GET += 1 + int64(p.Tasks()) + nonEmpty
 	pr.Combine.PUT += 2 + 3
-	pr.Pays = pr.Combine.add(pr.Combined).Dollars() < pr.Direct.Dollars()
+	pr.Pays = s3Prices.Dollars(pr.Combine.add(pr.Combined)) < s3Prices.Dollars(pr.Direct)
 	return pr
 }
 

@@ -120,7 +120,7 @@ func TestPlanPrediction(t *testing.T) {
 	}
 	pr := p.Predict
 	t.Logf("1000 x 1000, 1 TiB: G=%d J=%d: direct %+v $%.3f; combine %+v + combined %+v = $%.3f",
-		len(p.Groups), len(p.Buckets), pr.Direct, pr.Direct.Dollars(), pr.Combine, pr.Combined, pr.Combine.Dollars()+pr.Combined.Dollars())
+		len(p.Groups), len(p.Buckets), pr.Direct, s3Dollars(t, pr.Direct), pr.Combine, pr.Combined, s3Dollars(t, pr.Combine)+s3Dollars(t, pr.Combined))
 	W, R, G, J := int64(1000), int64(1000), int64(len(p.Groups)), int64(len(p.Buckets))
 	if pr.Direct.GET != R*(2+W) {
 		t.Errorf("direct %d GETs, want %d", pr.Direct.GET, R*(2+W))
@@ -144,7 +144,7 @@ func TestPlanPrediction(t *testing.T) {
 	if want := 3 + W*J + 2*G*J + 1 + 2*G*J; pr.Combine.GET != want {
 		t.Errorf("combining %d GETs, want %d", pr.Combine.GET, want)
 	}
-	if d, c := pr.Direct.Dollars(), pr.Combine.Dollars()+pr.Combined.Dollars(); !(c < d/2) || !pr.Pays {
+	if d, c := s3Dollars(t, pr.Direct), s3Dollars(t, pr.Combine)+s3Dollars(t, pr.Combined); !(c < d/2) || !pr.Pays {
 		t.Errorf("direct $%.2f, combined $%.2f", d, c)
 	}
 }
@@ -294,7 +294,9 @@ func TestPlanOnDiskAimsAtTheFloor(t *testing.T) {
 					t.Fatalf("task %d of %d bytes, over the disk cap", n, b)
 				}
 			}
-			cost := func(p *combine.Plan) float64 { return p.Predict.Combine.Dollars() + p.Predict.Combined.Dollars() }
+			cost := func(p *combine.Plan) float64 {
+				return s3Dollars(t, p.Predict.Combine) + s3Dollars(t, p.Predict.Combined)
+			}
 			if cost(floor) >= cost(k) || floor.Tasks() >= k.Tasks() {
 				t.Errorf("%d tasks cost $%.2f; at 32 MiB GETs %d tasks cost $%.2f", floor.Tasks(), cost(floor), k.Tasks(), cost(k))
 			}
@@ -334,4 +336,14 @@ func TestPlanOfAStageThatExists(t *testing.T) {
 	if p.Tasks() < 10_000 {
 		t.Fatalf("%d tasks for 10 TiB", p.Tasks())
 	}
+}
+
+// s3Dollars prices r at S3's list prices, as the plans' predictions are.
+func s3Dollars(t *testing.T, r combine.Requests) float64 {
+	t.Helper()
+	s3, err := combine.PricesOf("s3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s3.Dollars(r)
 }

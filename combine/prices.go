@@ -59,8 +59,7 @@ var storePrices = []Prices{
 		readOps:  []string{"objects.get", "buckets.get"}},
 }
 
-// s3Prices are S3 Standard's, which Requests.Dollars and the plan's Pays
-// use.
+// s3Prices are S3 Standard's, which the plan's Pays uses.
 var s3Prices = storePrices[0]
 
 // PricesOf returns the prices of store kind (s3, azure or gcs; empty is

@@ -99,8 +99,12 @@ GETs and cost with and without.`,
 			}
 			if plan != nil && !out.Combined {
 				pr := plan.Predict
+				s3, err := combine.PricesOf("s3")
+				if err != nil {
+					return err
+				}
 				fmt.Fprintf(a.stdout, "not combined: combining does not pay: readers %d GETs ($%.6f) as written; combining %d GETs and %d PUTs and readers %d GETs ($%.6f) combined (plan %s, %d x %d)\n",
-					pr.Direct.GET, pr.Direct.Dollars(), pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, pr.Combine.Dollars()+pr.Combined.Dollars(), plan.ID, len(plan.Groups), len(plan.Buckets))
+					pr.Direct.GET, s3.Dollars(pr.Direct), pr.Combine.GET, pr.Combine.PUT, pr.Combined.GET, s3.Dollars(pr.Combine)+s3.Dollars(pr.Combined), plan.ID, len(plan.Groups), len(plan.Buckets))
 			}
 			if s.Combines != nil {
 				fmt.Fprintf(a.stdout, "sealed %s stage %d, combined from %d workers: %d tasks, %d partitions, %d rows, %s stored in %d objects (%s)\n",

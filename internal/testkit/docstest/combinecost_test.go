@@ -72,6 +72,10 @@ func TestCombineCostTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	s3, err := combine.PricesOf("s3")
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range rows {
 		line := "| " + r.name + " |"
 		for _, n := range []int{1000, 10000} {
@@ -83,7 +87,7 @@ func TestCombineCostTable(t *testing.T) {
 			pr := p.Predict
 			if r.c.writers.Concurrency == 0 { // Druid's: an object per writer and partition, a GET per writer per reader
 				put, get := int64(n)*int64(n), int64(n)*int64(n)
-				dollars := combine.Requests{GET: get, PUT: put}.Dollars() / float64(tib)
+				dollars := s3.Dollars(combine.Requests{GET: get, PUT: put}) / float64(tib)
 				line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
 				continue
 			}
@@ -95,12 +99,12 @@ func TestCombineCostTable(t *testing.T) {
 				put += pr.Combine.PUT
 				get = pr.Combine.GET + pr.Combined.GET
 			}
-			dollars := combine.Requests{GET: get, PUT: put}.Dollars() / float64(tib)
+			dollars := s3.Dollars(combine.Requests{GET: get, PUT: put}) / float64(tib)
 			line += fmt.Sprintf(" %s + %s: **$%.3f** |", count(put/tib), count(get/tib), dollars)
 			// The target at the defaults: a combined stage at most $0.05
 			// per TiB, the writers' requests at most $0.02 of it.
 			if r.name == "combined, default plan" {
-				writers := combine.Requests{PUT: int64(n) * (writerParts(t, r.c, tib*TiB/int64(n)) + 3)}.Dollars() / float64(tib)
+				writers := s3.Dollars(combine.Requests{PUT: int64(n) * (writerParts(t, r.c, tib*TiB/int64(n)) + 3)}) / float64(tib)
 				if dollars > 0.05 || writers > 0.02 {
 					t.Errorf("%d x %d at the defaults: $%.4f per TiB combined, the writers' $%.4f; want at most $0.05 and $0.02", n, n, dollars, writers)
 				}
