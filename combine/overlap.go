@@ -29,7 +29,7 @@ type overlap struct {
 	mu      sync.Mutex
 	records map[int]*groupRecord       // groups this process has read or formed
 	members map[int][]*manifest.Worker // their workers' manifests, frames included
-	loading map[int]chan struct{}      // groups whose manifests a task is loading; closed when done
+	flights map[flight]chan struct{}   // steps under way (see lead); closed when done
 	// grouped is the group of every worker of a record in records.
 	grouped map[string]int
 	// done is the tasks this process found committed, by group: once
@@ -46,7 +46,44 @@ type overlap struct {
 
 func newOverlap(workers int) *overlap {
 	return &overlap{workers: workers, records: map[int]*groupRecord{}, members: map[int][]*manifest.Worker{},
-		loading: map[int]chan struct{}{}, grouped: map[string]int{}, done: map[int]map[int]bool{}, handed: map[string]*manifest.Worker{}}
+		flights: map[flight]chan struct{}{}, grouped: map[string]int{}, done: map[int]map[int]bool{}, handed: map[string]*manifest.Worker{}}
+}
+
+// flight is a step that one goroutine of the process takes for a group
+// at a time: forming (or reading) its record, loading its workers'
+// manifests.
+type flight struct {
+	step string
+	g    int
+}
+
+// lead makes the caller the one taking step for group g, returning the
+// end to call when it is done; or, when another goroutine is taking it,
+// waits for that one to end and returns no end: the caller looks again
+// for what it made. A leader never waits for another step's leader, so
+// leaders cannot wait for each other.
+func (o *overlap) lead(ctx context.Context, step string, g int) (end func(), err error) {
+	k := flight{step, g}
+	o.mu.Lock()
+	ch := o.flights[k]
+	if ch == nil {
+		ch = make(chan struct{})
+		o.flights[k] = ch
+		o.mu.Unlock()
+		return func() {
+			o.mu.Lock()
+			delete(o.flights, k)
+			o.mu.Unlock()
+			close(ch)
+		}, nil
+	}
+	o.mu.Unlock()
+	select {
+	case <-ch:
+		return nil, nil
+	case <-ctx.Done():
+		return nil, context.Cause(ctx)
+	}
 }
 
 // groupedAt is the attempt at which a group known here holds worker id.
@@ -174,10 +211,12 @@ func openOverlap(ctx context.Context, st store.Store, l manifest.Layout, query s
 
 // FormGroup fixes group g of a plan made with Options.Expected and returns its
 // workers. Given workers (the engine's: the next ones to commit), it
-// checks that each has committed and that they are as many as the
-// group; given none, it takes the next workers to commit after those of
-// groups 0..g-1, in the order their manifests were stored (forming those
-// groups first when no process has). The first process to form a group
+// checks that each has committed (a worker whose manifest was handed
+// over, Committed, is taken as committed) and that they are as many as
+// the group; given none, it takes the next workers to commit after those
+// of groups 0..g-1, in the order they were handed over when this process
+// holds enough of them, else in the order their manifests were stored
+// (forming those groups first when no process has). The first process to form a group
 // commits its record with If-None-Match; the others get that record,
 // and an engine naming other workers than the committed record gets
 // ErrGroupConflict. A group whose workers have not all committed is
@@ -207,17 +246,32 @@ func (s *Stage) FormGroup(ctx context.Context, g int, workers []string) ([]strin
 // or (form) one formed from the listing of committed workers.
 func (s *Stage) record(ctx context.Context, g int, form bool) (*groupRecord, error) {
 	o := s.overlap
-	o.mu.Lock()
-	rec := o.records[g]
-	o.mu.Unlock()
-	if rec != nil {
-		return rec, nil
-	}
-	rec, err := s.loadGroup(ctx, g)
-	if err != nil || rec != nil || !form {
+	for {
+		o.mu.Lock()
+		rec := o.records[g]
+		o.mu.Unlock()
+		if rec != nil {
+			return rec, nil
+		}
+		if !form {
+			return s.loadGroup(ctx, g)
+		}
+		// The tasks of a group that start together read or form its
+		// record once.
+		end, err := o.lead(ctx, "record", g)
+		if err != nil {
+			return nil, err
+		}
+		if end == nil {
+			continue
+		}
+		rec, err = s.loadGroup(ctx, g)
+		if err == nil && rec == nil {
+			rec, err = s.formListed(ctx, g)
+		}
+		end()
 		return rec, err
 	}
-	return s.formListed(ctx, g)
 }
 
 // loadGroup GETs group g's record; nil when no process has formed it.
@@ -313,18 +367,18 @@ func (s *Stage) Committed(ws ...*manifest.Worker) error {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	for i, w := range ws {
+	at := make(map[string]string, len(ws))
+	for _, w := range ws {
 		if a, ok := o.groupedAt(w.Worker); ok && a != w.Attempt {
 			return fmt.Errorf("%w: %s: handed at attempt %s, and a group holds it at attempt %s", ErrGroupConflict, what(w), w.Attempt, a)
 		}
 		if old := o.handed[w.Worker]; old != nil && old.Attempt != w.Attempt {
 			return fmt.Errorf("%w: %s: handed at attempt %s, and before at attempt %s", ErrGroupConflict, what(w), w.Attempt, old.Attempt)
 		}
-		for _, v := range ws[:i] {
-			if v.Worker == w.Worker && v.Attempt != w.Attempt {
-				return fmt.Errorf("%w: %s: handed at attempts %s and %s at once", ErrGroupConflict, what(w), v.Attempt, w.Attempt)
-			}
+		if a, ok := at[w.Worker]; ok && a != w.Attempt {
+			return fmt.Errorf("%w: %s: handed at attempts %s and %s at once", ErrGroupConflict, what(w), a, w.Attempt)
 		}
+		at[w.Worker] = w.Attempt
 	}
 	for _, w := range ws {
 		if g, ok := o.grouped[w.Worker]; o.handed[w.Worker] != nil || ok && (o.members[g] != nil || len(o.done[g]) == len(s.plan.Buckets)) {
@@ -625,29 +679,20 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 		// anew (gc deleted the plan's) drops the workers of the old one.
 		o.mu.Lock()
 		rec = cmp.Or(o.records[g], rec)
-		ws, wait := o.members[g], o.loading[g]
-		if ws == nil && wait == nil {
-			o.loading[g] = make(chan struct{})
-		}
+		ws := o.members[g]
 		o.mu.Unlock()
 		if ws != nil {
 			return rec, ws, nil
 		}
-		if wait == nil {
+		end, err := o.lead(ctx, "members", g)
+		if err != nil {
+			return nil, nil, err
+		}
+		if end != nil {
+			defer end()
 			break // this task loads them
 		}
-		select {
-		case <-wait:
-		case <-ctx.Done():
-			return nil, nil, context.Cause(ctx)
-		}
 	}
-	defer func() {
-		o.mu.Lock()
-		close(o.loading[g])
-		delete(o.loading, g)
-		o.mu.Unlock()
-	}()
 	what := fmt.Sprintf("combine group %d of %s stage %d (plan %s)", g, s.query, s.stage, s.plan.ID)
 	ws, err := s.loadWorkers(ctx, what, rec.ids())
 	if err != nil {
@@ -656,9 +701,20 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 	// A worker manifest is committed with If-None-Match: the attempt the
 	// group recorded is the worker's for good.
 	for i, w := range ws {
-		if w.Attempt != rec.Workers[i].Attempt {
-			return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
+		if w.Attempt == rec.Workers[i].Attempt {
+			continue
 		}
+		o.mu.Lock()
+		handed := o.handed[w.Worker] == w
+		if handed {
+			o.take([]string{w.Worker}) // the next try reads the store's
+		}
+		o.mu.Unlock()
+		if handed {
+			return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and the manifest handed over (Committed) is attempt %s: dropped",
+				ErrGroupConflict, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
+		}
+		return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
 	}
 	o.mu.Lock()
 	if o.records[g] == rec && len(o.done[g]) < len(s.plan.Buckets) {

@@ -332,7 +332,8 @@ func TestCombineOverlapCommitsHanded(t *testing.T) {
 // groups another process formed loads each group's worker manifests
 // once, however many of its tasks start together: its GETs are the
 // plan's prediction for one process (a record read for each record
-// formed).
+// formed). Tasks of a group no process formed, started together, form
+// it once.
 func TestCombineOverlapTasksLoadGroupOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
@@ -373,6 +374,42 @@ func TestCombineOverlapTasksLoadGroupOnce(t *testing.T) {
 		}
 		if got, _ := readEach(t, e, "q", P); !slices.Equal(got, direct) {
 			t.Errorf("combined %+v, as written %+v", got, direct)
+		}
+
+		// The four tasks of group 0 of a plan no process has formed,
+		// started together, form the group and read its manifests once:
+		// as many requests as when they run one after another.
+		run := func(query string, together bool) map[string]int64 {
+			for w := range W {
+				if err := commitWorker(t, e, query, w, P, rows, blob); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s, err := e.c.Combine(ctx, query, 0, o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := e.counter.Requests()
+			var wg sync.WaitGroup
+			for j := range 4 {
+				task := func() {
+					if _, err := s.RunTask(ctx, j*4); err != nil {
+						t.Error(err)
+					}
+				}
+				if together {
+					wg.Go(task)
+				} else {
+					task()
+				}
+			}
+			wg.Wait()
+			return reqs.Diff(e.counter.Requests(), before)
+		}
+		apart, together := run("apart", false), run("together", true)
+		if together["GetObject"] != apart["GetObject"] || putClass(together) != putClass(apart) {
+			t.Errorf("group 0's tasks started together made %d GETs and %d PUT-class requests, one after another %d and %d",
+				together["GetObject"], putClass(together), apart["GetObject"], putClass(apart))
 		}
 	})
 }
