@@ -27,6 +27,17 @@ func commitWorker(t *testing.T, e *env, query string, w, P, rows, blob int) erro
 	return err
 }
 
+// commitAll commits workers 0..W-1 of query's stage 0, as commitWorker
+// does each.
+func commitAll(t *testing.T, e *env, query string, W, P, rows, blob int) {
+	t.Helper()
+	for w := range W {
+		if err := commitWorker(t, e, query, w, P, rows, blob); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // commitStageWorker is commitWorker of any stage, returning the manifest
 // Commit returned.
 func commitStageWorker(t *testing.T, e *env, query string, stage, w, P, rows, blob int) (*manifest.Worker, error) {
@@ -157,11 +168,7 @@ func TestCombineOverlapRunAllGroupByGroup(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const W, P, rows, blob = 16, 4, 10, 1000
-		for w := range W {
-			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
-				t.Fatal(err)
-			}
-		}
+		commitAll(t, e, "q", W, P, rows, blob)
 		if _, err := e.c.Seal(ctx, "q", 0, W); err != nil {
 			t.Fatal(err)
 		}
@@ -338,11 +345,7 @@ func TestCombineOverlapTasksLoadGroupOnce(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, e *env) {
 		ctx := context.Background()
 		const W, P, rows, blob = 16, 4, 10, 1000
-		for w := range W {
-			if err := commitWorker(t, e, "q", w, P, rows, blob); err != nil {
-				t.Fatal(err)
-			}
-		}
+		commitAll(t, e, "q", W, P, rows, blob)
 		o := combine.Options{Groups: 4, Buckets: 4, Expected: combine.Expect(W, P, W*P*rows*blob)}
 		former, err := e.c.Combine(ctx, "q", 0, o)
 		if err != nil {
@@ -380,11 +383,7 @@ func TestCombineOverlapTasksLoadGroupOnce(t *testing.T) {
 		// started together, form the group and read its manifests once:
 		// as many requests as when they run one after another.
 		run := func(query string, together bool) map[string]int64 {
-			for w := range W {
-				if err := commitWorker(t, e, query, w, P, rows, blob); err != nil {
-					t.Fatal(err)
-				}
-			}
+			commitAll(t, e, query, W, P, rows, blob)
 			s, err := e.c.Combine(ctx, query, 0, o)
 			if err != nil {
 				t.Fatal(err)
