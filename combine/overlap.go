@@ -310,11 +310,19 @@ func (s *Stage) keep(g int, rec *groupRecord, ws []*manifest.Worker) {
 		o.grouped[m.Worker] = g
 	}
 	if ws != nil {
-		if len(o.done[g]) < len(s.plan.Buckets) {
-			o.members[g] = ws // until its tasks here are done
-		}
-		o.take(rec.ids())
+		s.hold(g, rec, ws)
 	}
+}
+
+// hold keeps ws as group g's workers, rec's, until the group's tasks here
+// are done; the handed manifests among them are the group's now. Under
+// o.mu.
+func (s *Stage) hold(g int, rec *groupRecord, ws []*manifest.Worker) {
+	o := s.overlap
+	if len(o.done[g]) < len(s.plan.Buckets) {
+		o.members[g] = ws
+	}
+	o.take(rec.ids())
 }
 
 // Committed hands the stage the manifests of workers that committed, as
@@ -717,9 +725,8 @@ func (s *Stage) members(ctx context.Context, g int) (*groupRecord, []*manifest.W
 		return nil, nil, fmt.Errorf("%w: %s recorded worker %s's attempt %s, and its manifest is attempt %s", manifest.ErrCorrupt, what, w.Worker, rec.Workers[i].Attempt, w.Attempt)
 	}
 	o.mu.Lock()
-	if o.records[g] == rec && len(o.done[g]) < len(s.plan.Buckets) {
-		o.members[g] = ws // unless the record was formed anew meanwhile
-		o.take(rec.ids())
+	if o.records[g] == rec { // unless the record was formed anew meanwhile
+		s.hold(g, rec, ws)
 	}
 	o.mu.Unlock()
 	return rec, ws, nil
